@@ -1,0 +1,30 @@
+# Everything bootstraps a local virtual environment from nothing but python3 and make.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tether demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/store.py
+	$(BIN)/python bench/calls.py
+
+clean:
+	rm -rf $(VENV) tether.db tether.db-wal tether.db-shm .pytest_cache

@@ -1,0 +1,217 @@
+"""One exception tree for everything tether raises.
+
+::
+
+    TetherError                     code
+    ├── ConfigurationError          configuration        bad URL, bad option, not a tether database
+    │   └── SchemaVersionError      schema_version       database or record newer than this code
+    ├── InvalidInputError           invalid_input        a value that cannot be stored or used
+    │   ├── NotSerializableError    not_serializable     payload is not JSON
+    │   ├── ValueTooLargeError      value_too_large      payload over the configured limit
+    │   └── UnknownEventTypeError   unknown_event_type   no event class of that name
+    ├── TaskNotFoundError           task_not_found       no such task in this tenant
+    ├── SequenceError               invalid_sequence     seq < 0 or beyond the last event
+    ├── ConflictError               conflict             optimistic append lost the race
+    │   └── LeaseLostError          lease_lost           fencing token is stale
+    ├── InvalidTransition           invalid_transition   status or phase move not allowed
+    ├── NonDeterminismError         non_determinism      replay asked for a different call
+    ├── TaskDefinitionError         task_definition      a task or tool declared wrongly
+    ├── OutcomeUnknownError         outcome_unknown      a side effect may or may not have happened
+    └── TaskFailedError             task_failed          a tool gave up; carries the failure record
+
+``code`` is stable: scripts can match on it in ``--json`` output.
+
+The signal that suspends a running task (:class:`Suspend`) is deliberately *not*
+part of this tree: it derives from ``BaseException`` so that an
+``except Exception:`` inside user code cannot swallow it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConfigurationError",
+    "ConflictError",
+    "InvalidInputError",
+    "InvalidTransition",
+    "LeaseLostError",
+    "NonDeterminismError",
+    "NotSerializableError",
+    "OutcomeUnknownError",
+    "SchemaVersionError",
+    "SequenceError",
+    "Suspend",
+    "TaskDefinitionError",
+    "TaskFailedError",
+    "TaskNotFoundError",
+    "TetherError",
+    "UnknownEventTypeError",
+    "ValueTooLargeError",
+]
+
+
+class TetherError(Exception):
+    """Root of every error tether raises on purpose."""
+
+    code = "tether_error"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready body: the stable ``code``, the message and the structured fields."""
+        body: dict[str, Any] = {"code": self.code, "message": str(self)}
+        for name, value in vars(self).items():
+            if not name.startswith("_"):
+                body[name] = value
+        return body
+
+
+class ConfigurationError(TetherError):
+    code = "configuration"
+
+
+class SchemaVersionError(ConfigurationError):
+    """A database or record written by a newer tether than this one."""
+
+    code = "schema_version"
+
+    def __init__(self, message: str, *, found: int, supported: int) -> None:
+        super().__init__(message)
+        self.found = found
+        self.supported = supported
+
+
+class InvalidInputError(TetherError):
+    code = "invalid_input"
+
+
+class NotSerializableError(InvalidInputError):
+    code = "not_serializable"
+
+
+class ValueTooLargeError(InvalidInputError):
+    code = "value_too_large"
+
+
+class UnknownEventTypeError(InvalidInputError):
+    code = "unknown_event_type"
+
+
+class TaskNotFoundError(TetherError):
+    code = "task_not_found"
+
+    def __init__(self, task_id: str, *, tenant: str | None = None) -> None:
+        where = f" in tenant {tenant!r}" if tenant is not None else ""
+        super().__init__(f"no task {task_id!r}{where}")
+        self.task_id = task_id
+        self.tenant = tenant
+
+
+class SequenceError(TetherError):
+    code = "invalid_sequence"
+
+    def __init__(self, task_id: str, seq: int, last: int) -> None:
+        super().__init__(
+            f"task {task_id!r} has events 1..{last}; seq {seq} is outside that range"
+        )
+        self.task_id = task_id
+        self.seq = seq
+        self.last = last
+
+
+class ConflictError(TetherError):
+    """An append whose ``expected_version`` is not the stream's version. Nothing was written."""
+
+    code = "conflict"
+
+    def __init__(self, task_id: str, *, expected: int, actual: int | None) -> None:
+        found = "unknown" if actual is None else str(actual)
+        super().__init__(
+            f"task {task_id!r}: expected version {expected}, found {found}; nothing was written"
+        )
+        self.task_id = task_id
+        self.expected = expected
+        self.actual = actual
+
+
+class LeaseLostError(ConflictError):
+    """An append from a worker whose lease was taken over (its fencing token is stale)."""
+
+    code = "lease_lost"
+
+    def __init__(self, task_id: str, *, token: int, current: int | None) -> None:
+        TetherError.__init__(
+            self,
+            f"task {task_id!r}: fencing token {token} is stale (current {current}); "
+            "another worker holds the task, nothing was written",
+        )
+        self.task_id = task_id
+        self.expected = token
+        self.actual = current
+
+
+class InvalidTransition(TetherError):
+    code = "invalid_transition"
+
+    def __init__(self, machine: str, current: str | None, target: str, allowed: list[str]) -> None:
+        allowed_text = ", ".join(allowed) if allowed else "none (terminal)"
+        super().__init__(
+            f"{machine} cannot move from {current!r} to {target!r}; allowed from {current!r}: {allowed_text}"
+        )
+        self.machine = machine
+        self.current = current
+        self.target = target
+        self.allowed = allowed
+
+
+class NonDeterminismError(TetherError):
+    """Replay asked for a different call than the one recorded at that position."""
+
+    code = "non_determinism"
+
+    def __init__(self, task_id: str, position: int, recorded: str, requested: str) -> None:
+        super().__init__(
+            f"task {task_id!r}: call #{position} was recorded as {recorded!r} but the code now "
+            f"asks for {requested!r}; the task's code changed in a way its history cannot replay"
+        )
+        self.task_id = task_id
+        self.position = position
+        self.recorded = recorded
+        self.requested = requested
+
+
+class TaskDefinitionError(TetherError):
+    code = "task_definition"
+
+
+class OutcomeUnknownError(TetherError):
+    """A side effect started but never recorded its result: it may or may not have happened."""
+
+    code = "outcome_unknown"
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"the effect for key {key!r} started but its result was never recorded; "
+            "it may or may not have happened. Check the external system, then record the "
+            "result with ledger.resolve(key, result) or discard it with ledger.forget(key)"
+        )
+        self.key = key
+
+
+class TaskFailedError(TetherError):
+    code = "task_failed"
+
+    def __init__(self, message: str, *, task_id: str, failure: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.failure = failure
+
+
+class Suspend(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Raised inside a task to stop running it without failing it (it waits, sleeps or lost its lease).
+
+    Derives from ``BaseException`` so ``except Exception:`` in user code cannot swallow it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,200 @@
+"""Typed records of task state (pydantic v2).
+
+:class:`TaskState` is what :func:`tether.events.fold` builds from a task's event
+log. It is never written to directly: every change is an event. All records
+round-trip through JSON without loss (``TaskState.model_validate_json(
+state.model_dump_json()) == state``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from tether.machine import Status
+
+__all__ = [
+    "Attempt",
+    "Decision",
+    "Failure",
+    "Observation",
+    "ParentRef",
+    "Step",
+    "TaskState",
+    "ToolCall",
+    "Waiting",
+]
+
+STATE_SCHEMA_VERSION = 1
+"""Version of the :class:`TaskState` shape. Snapshots of another version are rebuilt from events."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+StepStatus = Literal["pending", "running", "completed", "failed"]
+
+
+class Step(_Record):
+    """One step of the plan."""
+
+    name: str
+    status: StepStatus = "pending"
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+
+
+class Attempt(_Record):
+    """One try of a tool call: when, how long, and how it ended."""
+
+    number: int
+    started_at: datetime
+    finished_at: datetime | None = None
+    duration: float | None = None
+    error_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    backoff: float | None = None
+    """Seconds waited before the next attempt, when this one failed and another followed."""
+
+
+CallStatus = Literal["intended", "completed", "failed"]
+CallKind = Literal["call", "compensation", "fetch"]
+
+
+class ToolCall(_Record):
+    """A recorded call: its idempotency key, the arguments and the verbatim result."""
+
+    n: int
+    """Ordinal of the call in the task (1-based); part of the key."""
+    key: str
+    tool: str
+    args: dict[str, Any]
+    kind: CallKind = "call"
+    readonly: bool = False
+    status: CallStatus = "intended"
+    result: Any = None
+    attempts: tuple[Attempt, ...] = ()
+    started_at: datetime
+    finished_at: datetime | None = None
+    compensates: int | None = None
+    """For a compensation: the ordinal of the call it undoes."""
+
+
+class Decision(_Record):
+    name: str
+    choice: Any
+    rationale: str
+    alternatives: list[Any] | None = None
+    at: datetime
+
+
+class Observation(_Record):
+    key: str
+    value: Any
+    source: str | None = None
+    as_of: datetime | None = None
+    recorded_at: datetime
+
+
+class Waiting(_Record):
+    """What input a task is waiting for."""
+
+    key: str
+    prompt: str | None = None
+    input_schema: dict[str, Any] | None = None
+    timeout_at: datetime | None = None
+    requested_at: datetime
+
+
+class Failure(_Record):
+    """Why a task failed, with everything needed to diagnose it without re-running."""
+
+    at: datetime
+    step: str | None = None
+    tool: str | None = None
+    call_key: str | None = None
+    input: Any = None
+    output: Any = None
+    exception_type: str
+    message: str
+    traceback: str | None = None
+
+
+class ParentRef(_Record):
+    """Where a fork came from: the parent task and the last parent event it shares."""
+
+    task_id: str
+    seq: int
+
+
+class TaskState(_Record):
+    """Everything tether knows about one task, folded from its events.
+
+    Example:
+        >>> import tether
+        >>> log = tether.TaskLog(tether.open_store("memory://"))
+        >>> state = log.create(type="book_trip", inputs={"goal": "NYC"})
+        >>> state.status, state.version
+        (<Status.PENDING: 'pending'>, 1)
+    """
+
+    # ``position`` is computed; ignore it when reading a dump back.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    task_id: str
+    tenant: str
+    user_id: str | None = None
+    session_id: str | None = None
+    type: str
+    status: Status = Status.PENDING
+    phase: str | None = None
+    phases: dict[str, list[str]] | None = None
+    inputs: dict[str, Any] = {}
+    plan: tuple[Step, ...] = ()
+    calls: tuple[ToolCall, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    observations: dict[str, Observation] = {}
+    data: dict[str, Any] = {}
+    data_version: int | None = None
+    waiting: Waiting | None = None
+    received: dict[str, Any] = {}
+    """Inputs sent to the task (``send_input``) by key, including ones not yet asked for."""
+    wake_at: datetime | None = None
+    failure: Failure | None = None
+    output: Any = None
+    parent: ParentRef | None = None
+    version: int = 0
+    created_at: datetime
+    updated_at: datetime
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def position(self) -> str:
+        """A one-line answer to "where are we?", e.g. ``step 6 of 9; 1–5 committed``."""
+        if not self.plan:
+            done = sum(1 for call in self.calls if call.status == "completed")
+            return f"no plan; {done} call{'s' if done != 1 else ''} committed"
+        total = len(self.plan)
+        committed = 0
+        for step in self.plan:
+            if step.status != "completed":
+                break
+            committed += 1
+        if committed == total:
+            return f"all {total} steps committed"
+        current = committed + 1
+        if committed == 0:
+            return f"step 1 of {total}; none committed"
+        span = "1" if committed == 1 else f"1–{committed}"
+        return f"step {current} of {total}; {span} committed"
+
+    def call(self, n: int) -> ToolCall | None:
+        """The call with ordinal ``n`` (1-based), if recorded."""
+        if 0 < n <= len(self.calls):
+            return self.calls[n - 1]
+        return None

@@ -1,0 +1,78 @@
+"""Backends behind one protocol, chosen by URL.
+
+==========================  ==============================================
+``memory://``               in-process, for tests and notebooks
+``sqlite:///tether.db``     a file relative to the working directory
+``sqlite:////abs/t.db``     an absolute path
+==========================  ==============================================
+
+Options ride on the query string: ``sqlite:///t.db?durability=full``.
+Each backend is imported inside its branch, so ``import tether`` loads none
+it does not use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl
+
+from tether.errors import ConfigurationError
+from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, Store, TaskFilter, TaskRow
+
+__all__ = [
+    "DEFAULT_URL",
+    "EventRow",
+    "IndexUpdate",
+    "LedgerRow",
+    "SnapshotRow",
+    "Store",
+    "TaskFilter",
+    "TaskRow",
+    "open_store",
+]
+
+DEFAULT_URL = "sqlite:///tether.db"
+_SCHEMES = "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db"
+
+
+def open_store(url: str | None = None, **options: Any) -> Store:
+    """Open the backend a URL names. ``None`` means :data:`DEFAULT_URL`.
+
+    Keyword options (and query-string options) go to the backend, e.g.
+    ``durability="full"`` for SQLite.
+
+    Example:
+        >>> store = open_store("memory://")
+        >>> store.url
+        'memory://'
+    """
+    url = url or DEFAULT_URL
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ConfigurationError(f"store URL {url!r} has no scheme; expected one of: {_SCHEMES}")
+    rest, _, query = rest.partition("?")
+    merged: dict[str, Any] = dict(parse_qsl(query))
+    merged.update(options)
+    if scheme == "memory":
+        if merged:
+            raise ConfigurationError(f"memory:// takes no options, got {sorted(merged)}")
+        from tether.store.memory import MemoryStore
+
+        return MemoryStore(url)
+    if scheme == "sqlite":
+        if not rest.startswith("/") or rest == "/":
+            raise ConfigurationError(
+                f"SQLite URL {url!r} needs a path after 'sqlite:///' (e.g. sqlite:///tether.db)"
+            )
+        path = rest[1:]
+        from tether.store.sqlite import SQLiteStore
+
+        if "busy_timeout" in merged:
+            merged["busy_timeout"] = float(merged["busy_timeout"])
+        unknown = set(merged) - {"durability", "busy_timeout"}
+        if unknown:
+            raise ConfigurationError(
+                f"unknown SQLite option(s) {sorted(unknown)}; known: durability, busy_timeout"
+            )
+        return SQLiteStore(path, **merged)
+    raise ConfigurationError(f"no tether backend for scheme {scheme!r} in {url!r}; expected one of: {_SCHEMES}")

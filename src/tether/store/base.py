@@ -1,0 +1,188 @@
+"""The ``Store`` protocol: the I/O every backend implements, and nothing else.
+
+A backend stores opaque, already-encoded records and enforces the few rules that
+must hold *inside* one transaction: an append lands only at the version the
+caller expected (and, when a fencing token is given, only while that token is
+current); a ledger key is unique. The fold, snapshot policy, checksums,
+upcasting and idempotency keys live once, outside ``store/`` (see
+:mod:`tether.log`).
+
+Every method is scoped by tenant: a task id is only ever looked up together
+with its tenant, so no call can see another tenant's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "EventRow",
+    "IndexUpdate",
+    "LedgerRow",
+    "SnapshotRow",
+    "Store",
+    "TaskFilter",
+    "TaskRow",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One stored event: its place in the stream, its type and shape version, and its JSON."""
+
+    seq: int
+    type: str
+    schema: int
+    at: float
+    data: str | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRow:
+    """A cached fold of a task's events up to ``seq``; ``checksum`` covers ``data``."""
+
+    seq: int
+    schema: int
+    checksum: str
+    data: str | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """The index entry of a task: what listing and claiming filter on."""
+
+    task_id: str
+    tenant: str
+    type: str
+    status: str
+    user_id: str | None
+    session_id: str | None
+    created_at: float
+    updated_at: float
+    version: int
+    parent_id: str | None = None
+    parent_seq: int | None = None
+    lease_owner: str | None = None
+    lease_expires: float | None = None
+    lease_token: int = 0
+    wake_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """What :meth:`Store.list_tasks` selects. ``None`` means "any"."""
+
+    status: tuple[str, ...] | None = None
+    type: str | None = None
+    user_id: str | None = None
+    session_id: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """An idempotency key: ``started`` until its result is recorded, then ``done``."""
+
+    key: str
+    status: str
+    result: str | bytes | None
+    started_at: float
+    finished_at: float | None
+    runs: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexUpdate:
+    """Columns of the task's index row that an append changes along with its events."""
+
+    status: str
+    wake_at: float | None = None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable storage for task event streams, snapshots, the ledger and leases."""
+
+    url: str
+
+    # -- streams ----------------------------------------------------------------
+    def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
+        """Create the task's index row and its first event, atomically.
+
+        Raises ``ConflictError(expected=0)`` if the task id exists in this tenant.
+        """
+        ...
+
+    def append(
+        self,
+        tenant: str,
+        task_id: str,
+        events: Sequence[EventRow],
+        expected_version: int,
+        *,
+        fence: int | None = None,
+        index: IndexUpdate | None = None,
+    ) -> None:
+        """Append ``events`` (seq ``expected_version + 1`` onwards), all or nothing.
+
+        Raises ``ConflictError`` when the stream is not at ``expected_version``,
+        ``LeaseLostError`` when ``fence`` is not the task's current lease token,
+        ``TaskNotFoundError`` when there is no such task. Nothing is written then.
+        """
+        ...
+
+    def read_events(
+        self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
+    ) -> list[EventRow]:
+        """Events with ``after < seq <= upto`` in order (a fork's include its parent's)."""
+        ...
+
+    def get_task(self, tenant: str, task_id: str) -> TaskRow | None: ...
+
+    def list_tasks(
+        self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0
+    ) -> list[TaskRow]:
+        """Tasks matching ``flt``, newest first."""
+        ...
+
+    # -- snapshots --------------------------------------------------------------
+    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow) -> None: ...
+
+    def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
+        """The newest snapshot with ``seq <= at_most``."""
+        ...
+
+    # -- idempotency ledger -----------------------------------------------------
+    def ledger_get(self, tenant: str, key: str) -> LedgerRow | None: ...
+
+    def ledger_begin(self, tenant: str, key: str, now: float) -> LedgerRow:
+        """Record that a run for ``key`` starts and return the row as it was before.
+
+        A new key comes back as ``status="new"``; an existing one as it stands
+        (``started`` or ``done``), with ``runs`` incremented for ``started``.
+        """
+        ...
+
+    def ledger_finish(self, tenant: str, key: str, result: str | bytes, now: float) -> LedgerRow:
+        """Record the result unless one is already there; return the row that stands."""
+        ...
+
+    def ledger_forget(self, tenant: str, key: str) -> None: ...
+
+    # -- leases -----------------------------------------------------------------
+    def acquire_lease(
+        self, tenant: str, task_id: str, owner: str, ttl: float, now: float
+    ) -> int | None:
+        """Take the task's lease if it is free or expired; return the new fencing token."""
+        ...
+
+    def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
+        """Extend the lease held with ``token``; ``False`` if it was taken over."""
+        ...
+
+    def release_lease(self, tenant: str, task_id: str, token: int) -> None: ...
+
+    def close(self) -> None: ...

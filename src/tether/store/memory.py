@@ -1,0 +1,201 @@
+"""``memory://`` — the in-process backend, for tests and notebooks.
+
+Same rules as every backend (it passes the same conformance suite); nothing
+survives the process. Thread-safe: one lock around every operation.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from tether.errors import ConflictError, LeaseLostError, TaskNotFoundError
+from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass
+class _Stream:
+    row: TaskRow
+    events: list[EventRow] = field(default_factory=list)
+    snapshots: dict[int, SnapshotRow] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """Keeps everything in dictionaries.
+
+    Example:
+        >>> from tether.store import open_store
+        >>> store = open_store("memory://")
+        >>> store.list_tasks("default", TaskFilter())
+        []
+    """
+
+    def __init__(self, url: str = "memory://") -> None:
+        self.url = url
+        self._lock = threading.Lock()
+        self._tasks: dict[tuple[str, str], _Stream] = {}
+        self._ledger: dict[tuple[str, str], LedgerRow] = {}
+
+    # -- streams ----------------------------------------------------------------
+    def _stream(self, tenant: str, task_id: str) -> _Stream:
+        stream = self._tasks.get((tenant, task_id))
+        if stream is None:
+            raise TaskNotFoundError(task_id, tenant=tenant)
+        return stream
+
+    def _version(self, stream: _Stream) -> int:
+        if stream.events:
+            return stream.events[-1].seq
+        return stream.row.parent_seq or 0
+
+    def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
+        with self._lock:
+            if (tenant, row.task_id) in self._tasks:
+                raise ConflictError(row.task_id, expected=0, actual=None)
+            if row.parent_id is not None:
+                self._stream(tenant, row.parent_id)
+            self._tasks[(tenant, row.task_id)] = _Stream(row=row, events=[first])
+
+    def append(
+        self,
+        tenant: str,
+        task_id: str,
+        events: Sequence[EventRow],
+        expected_version: int,
+        *,
+        fence: int | None = None,
+        index: IndexUpdate | None = None,
+    ) -> None:
+        with self._lock:
+            stream = self._stream(tenant, task_id)
+            if fence is not None and stream.row.lease_token != fence:
+                raise LeaseLostError(task_id, token=fence, current=stream.row.lease_token)
+            actual = self._version(stream)
+            if actual != expected_version:
+                raise ConflictError(task_id, expected=expected_version, actual=actual)
+            for offset, event in enumerate(events, start=1):
+                if event.seq != expected_version + offset:
+                    raise ConflictError(task_id, expected=event.seq - 1, actual=actual)
+            stream.events.extend(events)
+            if index is not None:
+                stream.row = replace(stream.row, status=index.status, wake_at=index.wake_at)
+
+    def read_events(
+        self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
+    ) -> list[EventRow]:
+        with self._lock:
+            return self._read(tenant, task_id, after, upto)
+
+    def _read(self, tenant: str, task_id: str, after: int, upto: int | None) -> list[EventRow]:
+        stream = self._stream(tenant, task_id)
+        own = [e for e in stream.events if e.seq > after and (upto is None or e.seq <= upto)]
+        if stream.row.parent_id is not None and stream.row.parent_seq is not None and after < stream.row.parent_seq:
+            limit = stream.row.parent_seq if upto is None else min(upto, stream.row.parent_seq)
+            return self._read(tenant, stream.row.parent_id, after, limit) + own
+        return own
+
+    def _task_row(self, stream: _Stream) -> TaskRow:
+        updated = stream.events[-1].at if stream.events else stream.row.created_at
+        return replace(stream.row, version=self._version(stream), updated_at=updated)
+
+    def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
+        with self._lock:
+            stream = self._tasks.get((tenant, task_id))
+            return None if stream is None else self._task_row(stream)
+
+    def list_tasks(
+        self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0
+    ) -> list[TaskRow]:
+        with self._lock:
+            rows = [
+                self._task_row(s)
+                for (t, _), s in self._tasks.items()
+                if t == tenant and _matches(s.row, flt)
+            ]
+        rows.sort(key=lambda r: (r.created_at, r.task_id), reverse=True)
+        return rows[offset : offset + limit]
+
+    # -- snapshots --------------------------------------------------------------
+    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow) -> None:
+        with self._lock:
+            self._stream(tenant, task_id).snapshots[snapshot.seq] = snapshot
+
+    def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
+        with self._lock:
+            stream = self._stream(tenant, task_id)
+            seqs = [seq for seq in stream.snapshots if seq <= at_most]
+            return stream.snapshots[max(seqs)] if seqs else None
+
+    # -- idempotency ledger -----------------------------------------------------
+    def ledger_get(self, tenant: str, key: str) -> LedgerRow | None:
+        with self._lock:
+            return self._ledger.get((tenant, key))
+
+    def ledger_begin(self, tenant: str, key: str, now: float) -> LedgerRow:
+        with self._lock:
+            row = self._ledger.get((tenant, key))
+            if row is None:
+                self._ledger[(tenant, key)] = LedgerRow(key, "started", None, now, None, 1)
+                return LedgerRow(key, "new", None, now, None, 0)
+            if row.status == "started":
+                self._ledger[(tenant, key)] = replace(row, runs=row.runs + 1)
+            return row
+
+    def ledger_finish(self, tenant: str, key: str, result: str | bytes, now: float) -> LedgerRow:
+        with self._lock:
+            row = self._ledger.get((tenant, key))
+            if row is not None and row.status == "done":
+                return row
+            started = row.started_at if row else now
+            runs = row.runs if row else 1
+            done = LedgerRow(key, "done", result, started, now, runs)
+            self._ledger[(tenant, key)] = done
+            return done
+
+    def ledger_forget(self, tenant: str, key: str) -> None:
+        with self._lock:
+            self._ledger.pop((tenant, key), None)
+
+    # -- leases -----------------------------------------------------------------
+    def acquire_lease(
+        self, tenant: str, task_id: str, owner: str, ttl: float, now: float
+    ) -> int | None:
+        with self._lock:
+            stream = self._stream(tenant, task_id)
+            row = stream.row
+            if row.lease_owner is not None and (row.lease_expires or 0) > now:
+                return None
+            token = row.lease_token + 1
+            stream.row = replace(row, lease_owner=owner, lease_expires=now + ttl, lease_token=token)
+            return token
+
+    def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
+        with self._lock:
+            stream = self._stream(tenant, task_id)
+            if stream.row.lease_token != token or stream.row.lease_owner is None:
+                return False
+            stream.row = replace(stream.row, lease_expires=now + ttl)
+            return True
+
+    def release_lease(self, tenant: str, task_id: str, token: int) -> None:
+        with self._lock:
+            stream = self._stream(tenant, task_id)
+            if stream.row.lease_token == token:
+                stream.row = replace(stream.row, lease_owner=None, lease_expires=None)
+
+    def close(self) -> None:
+        pass
+
+
+def _matches(row: TaskRow, flt: TaskFilter) -> bool:
+    return (
+        (flt.status is None or row.status in flt.status)
+        and (flt.type is None or row.type == flt.type)
+        and (flt.user_id is None or row.user_id == flt.user_id)
+        and (flt.session_id is None or row.session_id == flt.session_id)
+        and (flt.created_after is None or row.created_at >= flt.created_after)
+        and (flt.created_before is None or row.created_at < flt.created_before)
+    )

@@ -1,0 +1,475 @@
+"""``sqlite:///path.db`` — the embedded default: one machine, many processes.
+
+The schema is created and migrated by tether itself (:data:`MIGRATIONS`, whose
+index is the version, recorded in ``PRAGMA user_version``). A file that is not
+a tether database, or one written by a newer tether, is refused with a message
+saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from tether.errors import (
+    ConfigurationError,
+    ConflictError,
+    LeaseLostError,
+    SchemaVersionError,
+    TaskNotFoundError,
+)
+from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
+
+__all__ = ["MIGRATIONS", "SQLiteStore"]
+
+Durability = Literal["normal", "full"]
+
+MIGRATIONS: list[str] = [
+    # 1: tasks, events, snapshots, ledger.
+    """
+    CREATE TABLE tether_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO tether_meta VALUES ('application', 'tether');
+    CREATE TABLE tasks (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant        TEXT NOT NULL,
+        task_id       TEXT NOT NULL,
+        type          TEXT NOT NULL,
+        status        TEXT NOT NULL,
+        user_id       TEXT,
+        session_id    TEXT,
+        created_at    REAL NOT NULL,
+        parent        INTEGER REFERENCES tasks (id),
+        parent_seq    INTEGER,
+        lease_owner   TEXT,
+        lease_expires REAL,
+        lease_token   INTEGER NOT NULL DEFAULT 0,
+        wake_at       REAL,
+        UNIQUE (tenant, task_id)
+    );
+    CREATE INDEX tasks_by_status ON tasks (tenant, status, created_at);
+    CREATE INDEX tasks_by_created ON tasks (tenant, created_at);
+    CREATE INDEX tasks_by_user ON tasks (tenant, user_id, created_at);
+    CREATE INDEX tasks_by_session ON tasks (tenant, session_id, created_at);
+    -- (task, seq) is the primary key, so the version check of an append is the insert itself.
+    CREATE TABLE events (
+        task   INTEGER NOT NULL,
+        seq    INTEGER NOT NULL,
+        type   TEXT NOT NULL,
+        schema INTEGER NOT NULL,
+        at     REAL NOT NULL,
+        data   TEXT NOT NULL,
+        PRIMARY KEY (task, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE snapshots (
+        task     INTEGER NOT NULL,
+        seq      INTEGER NOT NULL,
+        schema   INTEGER NOT NULL,
+        checksum TEXT NOT NULL,
+        data     TEXT NOT NULL,
+        PRIMARY KEY (task, seq)
+    );
+    CREATE TABLE ledger (
+        tenant      TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        result      TEXT,
+        started_at  REAL NOT NULL,
+        finished_at REAL,
+        runs        INTEGER NOT NULL,
+        PRIMARY KEY (tenant, key)
+    ) WITHOUT ROWID;
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_INSERT_FIRST = (
+    "INSERT INTO events (task, seq, type, schema, at, data) SELECT ?1, ?2, ?3, ?4, ?5, ?6 "
+    "WHERE EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1) "
+    "OR (SELECT parent_seq FROM tasks WHERE id = ?1) = ?2 - 1"
+)
+_INSERT_FIRST_FENCED = (
+    "INSERT INTO events (task, seq, type, schema, at, data) SELECT ?1, ?2, ?3, ?4, ?5, ?6 "
+    "WHERE (SELECT lease_token FROM tasks WHERE id = ?1) = ?7 "
+    "AND (EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1) "
+    "OR (SELECT parent_seq FROM tasks WHERE id = ?1) = ?2 - 1)"
+)
+_INSERT_NEXT = "INSERT INTO events (task, seq, type, schema, at, data) VALUES (?, ?, ?, ?, ?, ?)"
+_TASK_COLUMNS = """
+    t.task_id, t.tenant, t.type, t.status, t.user_id, t.session_id, t.created_at,
+    COALESCE((SELECT at FROM events e WHERE e.task = t.id ORDER BY seq DESC LIMIT 1), t.created_at),
+    COALESCE((SELECT max(seq) FROM events e WHERE e.task = t.id), t.parent_seq, 0),
+    p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at
+"""
+
+
+def _connect(path: str, durability: Durability, busy_timeout: float) -> sqlite3.Connection:
+    """Open a connection with tether's policy. Each line says why.
+
+    * ``isolation_level=None``: we issue ``BEGIN IMMEDIATE`` ourselves. A deferred
+      transaction that reads and then writes can fail with SQLITE_BUSY_SNAPSHOT
+      without waiting when another process committed in between; taking the write
+      lock up front makes the busy handler apply.
+    * ``check_same_thread=False``: a worker's heartbeat thread shares the store; every
+      use is serialised by the store's own lock.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
+    # WAL: readers never block the writer and the writer never blocks readers, across processes.
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if mode.lower() != "wal" and path != ":memory:":
+        conn.close()
+        raise ConfigurationError(f"could not put {path!r} in WAL mode (got {mode!r}); is it on a network file system?")
+    # NORMAL: a commit survives a process crash; only an OS crash or power loss can lose the last
+    # commits. FULL: fsync on every commit, survives power loss, at ~10x the cost per commit.
+    conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+    # Wait for the write lock instead of failing at once when another process holds it.
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+    return conn
+
+
+class SQLiteStore:
+    """The SQLite backend.
+
+    Args:
+        path: the database file; created with tether's schema when missing.
+        durability: ``"normal"`` (default) or ``"full"``, SQLite's ``synchronous``.
+        busy_timeout: seconds to wait for another process's write lock.
+
+    Example:
+        >>> import tempfile, os
+        >>> from tether.store import open_store
+        >>> store = open_store("sqlite:///" + os.path.join(tempfile.mkdtemp(), "t.db"))
+        >>> store.list_tasks("default", TaskFilter())
+        []
+    """
+
+    def __init__(self, path: str, *, durability: Durability = "normal", busy_timeout: float = 30.0) -> None:
+        if durability not in ("normal", "full"):
+            raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        self.durability = durability
+        self._lock = threading.RLock()
+        try:
+            self._conn = _connect(path, durability, busy_timeout)
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise ConfigurationError(
+                f"{path!r} is not a tether database (SQLite says: {exc}); "
+                "point tether at a new file or at a database tether created"
+            ) from exc
+        self._ids: dict[tuple[str, str], int] = {}
+
+    # -- schema -----------------------------------------------------------------
+    def _migrate(self) -> None:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it done
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if version == 0 and tables - {"sqlite_sequence"}:
+                raise ConfigurationError(
+                    f"{self.path!r} is a SQLite database but not a tether database "
+                    f"(it has tables {', '.join(sorted(tables))}); use another file"
+                )
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"{self.path!r} has tether schema version {version}, but this tether knows "
+                    f"versions up to {SCHEMA_VERSION}; upgrade tether (pip install -U tether)",
+                    found=version,
+                    supported=SCHEMA_VERSION,
+                )
+            if version > 0 and "tether_meta" not in tables:
+                raise ConfigurationError(f"{self.path!r} is not a tether database (no tether_meta table)")
+            for index in range(version, SCHEMA_VERSION):
+                for statement in _statements(MIGRATIONS[index]):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {index + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _id(self, tenant: str, task_id: str) -> int:
+        key = (tenant, task_id)
+        found = self._ids.get(key)
+        if found is None:
+            row = self._conn.execute(
+                "SELECT id FROM tasks WHERE tenant = ? AND task_id = ?", key
+            ).fetchone()
+            if row is None:
+                raise TaskNotFoundError(task_id, tenant=tenant)
+            found = self._ids[key] = row[0]
+        return found
+
+    def _version_of(self, internal: int) -> int:
+        row = self._conn.execute(
+            "SELECT COALESCE((SELECT max(seq) FROM events WHERE task = ?1), "
+            "(SELECT parent_seq FROM tasks WHERE id = ?1), 0)",
+            (internal,),
+        ).fetchone()
+        return int(row[0])
+
+    # -- streams ----------------------------------------------------------------
+    def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
+        with self._write() as conn:
+            parent = self._id(tenant, row.parent_id) if row.parent_id is not None else None
+            try:
+                cur = conn.execute(
+                    "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
+                    "parent, parent_seq, wake_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (tenant, row.task_id, row.type, row.status, row.user_id, row.session_id,
+                     row.created_at, parent, row.parent_seq, row.wake_at),
+                )
+            except sqlite3.IntegrityError:
+                raise ConflictError(row.task_id, expected=0, actual=None) from None
+            internal = cur.lastrowid
+            assert internal is not None
+            conn.execute(_INSERT_NEXT, (internal, first.seq, first.type, first.schema, first.at, _text(first.data)))
+            self._ids[(tenant, row.task_id)] = internal
+
+    def append(
+        self,
+        tenant: str,
+        task_id: str,
+        events: Sequence[EventRow],
+        expected_version: int,
+        *,
+        fence: int | None = None,
+        index: IndexUpdate | None = None,
+    ) -> None:
+        first = events[0]
+        if first.seq != expected_version + 1:
+            raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
+        with self._lock:
+            conn = self._conn
+            internal = self._id(tenant, task_id)
+            params: tuple[Any, ...] = (internal, first.seq, first.type, first.schema, first.at, _text(first.data))
+            if fence is not None:
+                params = (*params, fence)
+            sql = _INSERT_FIRST if fence is None else _INSERT_FIRST_FENCED
+            if len(events) == 1 and index is None:
+                # The common case: one guarded INSERT in autocommit mode, one statement. A single
+                # write statement takes the write lock at its start, so the busy handler applies.
+                try:
+                    inserted = conn.execute(sql, params).rowcount
+                except sqlite3.IntegrityError:
+                    inserted = 0
+                if inserted != 1:
+                    self._refuse(tenant, task_id, internal, expected_version, fence)
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                try:
+                    inserted = conn.execute(sql, params).rowcount
+                except sqlite3.IntegrityError:
+                    inserted = 0
+                if inserted != 1:
+                    self._refuse(tenant, task_id, internal, expected_version, fence)
+                if len(events) > 1:
+                    conn.executemany(
+                        _INSERT_NEXT,
+                        [(internal, e.seq, e.type, e.schema, e.at, _text(e.data)) for e in events[1:]],
+                    )
+                if index is not None:
+                    conn.execute(
+                        "UPDATE tasks SET status = ?, wake_at = ? WHERE id = ?",
+                        (index.status, index.wake_at, internal),
+                    )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _refuse(self, tenant: str, task_id: str, internal: int, expected: int, fence: int | None) -> None:
+        """Say why a guarded insert wrote nothing: stale fence, missing task or wrong version."""
+        row = self._conn.execute("SELECT lease_token FROM tasks WHERE id = ?", (internal,)).fetchone()
+        if row is None:
+            self._ids.pop((tenant, task_id), None)
+            raise TaskNotFoundError(task_id, tenant=tenant)
+        if fence is not None and row[0] != fence:
+            raise LeaseLostError(task_id, token=fence, current=row[0])
+        raise ConflictError(task_id, expected=expected, actual=self._version_of(internal))
+
+    def read_events(
+        self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
+    ) -> list[EventRow]:
+        with self._lock:
+            internal = self._id(tenant, task_id)
+            chain: list[tuple[int, int | None]] = []  # (task, last seq taken from it)
+            limit = upto
+            current: int | None = internal
+            while current is not None:
+                chain.append((current, limit))
+                parent, parent_seq = self._conn.execute(
+                    "SELECT parent, parent_seq FROM tasks WHERE id = ?", (current,)
+                ).fetchone()
+                if parent is None or parent_seq is None or parent_seq <= after:
+                    break
+                limit = parent_seq if limit is None else min(limit, parent_seq)
+                current = parent
+            rows: list[EventRow] = []
+            for task, last in reversed(chain):
+                low = max(after, rows[-1].seq if rows else after)
+                if last is None:
+                    cursor = self._conn.execute(
+                        "SELECT seq, type, schema, at, data FROM events WHERE task = ? AND seq > ? ORDER BY seq",
+                        (task, low),
+                    )
+                else:
+                    cursor = self._conn.execute(
+                        "SELECT seq, type, schema, at, data FROM events WHERE task = ? AND seq > ? AND seq <= ? "
+                        "ORDER BY seq",
+                        (task, low, last),
+                    )
+                rows.extend(EventRow(*r) for r in cursor)
+            return rows
+
+    def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
+                "WHERE t.tenant = ? AND t.task_id = ?",
+                (tenant, task_id),
+            ).fetchone()
+            return None if row is None else TaskRow(*row)
+
+    def list_tasks(
+        self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0
+    ) -> list[TaskRow]:
+        where = ["t.tenant = ?"]
+        params: list[Any] = [tenant]
+        if flt.status is not None:
+            where.append(f"t.status IN ({', '.join('?' * len(flt.status))})")
+            params.extend(flt.status)
+        for column, value in (("type", flt.type), ("user_id", flt.user_id), ("session_id", flt.session_id)):
+            if value is not None:
+                where.append(f"t.{column} = ?")
+                params.append(value)
+        if flt.created_after is not None:
+            where.append("t.created_at >= ?")
+            params.append(flt.created_after)
+        if flt.created_before is not None:
+            where.append("t.created_at < ?")
+            params.append(flt.created_before)
+        params.extend([limit, offset])
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
+                f"WHERE {' AND '.join(where)} ORDER BY t.created_at DESC, t.task_id DESC LIMIT ? OFFSET ?",
+                params,
+            ).fetchall()
+        return [TaskRow(*r) for r in rows]
+
+    # -- snapshots --------------------------------------------------------------
+    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO snapshots (task, seq, schema, checksum, data) VALUES (?, ?, ?, ?, ?)",
+                (self._id(tenant, task_id), snapshot.seq, snapshot.schema, snapshot.checksum, _text(snapshot.data)),
+            )
+
+    def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT seq, schema, checksum, data FROM snapshots WHERE task = ? AND seq <= ? "
+                "ORDER BY seq DESC LIMIT 1",
+                (self._id(tenant, task_id), at_most),
+            ).fetchone()
+            return None if row is None else SnapshotRow(*row)
+
+    # -- idempotency ledger -----------------------------------------------------
+    _LEDGER = "SELECT key, status, result, started_at, finished_at, runs FROM ledger WHERE tenant = ? AND key = ?"
+
+    def ledger_get(self, tenant: str, key: str) -> LedgerRow | None:
+        with self._lock:
+            row = self._conn.execute(self._LEDGER, (tenant, key)).fetchone()
+            return None if row is None else LedgerRow(*row)
+
+    def ledger_begin(self, tenant: str, key: str, now: float) -> LedgerRow:
+        with self._write() as conn:
+            row = conn.execute(self._LEDGER, (tenant, key)).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO ledger (tenant, key, status, started_at, runs) VALUES (?, ?, 'started', ?, 1)",
+                    (tenant, key, now),
+                )
+                return LedgerRow(key, "new", None, now, None, 0)
+            if row[1] == "started":
+                conn.execute("UPDATE ledger SET runs = runs + 1 WHERE tenant = ? AND key = ?", (tenant, key))
+            return LedgerRow(*row)
+
+    def ledger_finish(self, tenant: str, key: str, result: str | bytes, now: float) -> LedgerRow:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO ledger (tenant, key, status, result, started_at, finished_at, runs) "
+                "VALUES (?1, ?2, 'done', ?3, ?4, ?4, 1) "
+                "ON CONFLICT (tenant, key) DO UPDATE SET status = 'done', result = ?3, finished_at = ?4 "
+                "WHERE status != 'done'",
+                (tenant, key, _text(result), now),
+            )
+            return LedgerRow(*conn.execute(self._LEDGER, (tenant, key)).fetchone())
+
+    def ledger_forget(self, tenant: str, key: str) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM ledger WHERE tenant = ? AND key = ?", (tenant, key))
+
+    # -- leases -----------------------------------------------------------------
+    def acquire_lease(
+        self, tenant: str, task_id: str, owner: str, ttl: float, now: float
+    ) -> int | None:
+        with self._write() as conn:
+            row = conn.execute(
+                "UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token + 1 "
+                "WHERE id = ? AND (lease_owner IS NULL OR lease_expires <= ?) RETURNING lease_token",
+                (owner, now + ttl, self._id(tenant, task_id), now),
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+    def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE tasks SET lease_expires = ? WHERE id = ? AND lease_token = ? AND lease_owner IS NOT NULL",
+                (now + ttl, self._id(tenant, task_id), token),
+            )
+            return cur.rowcount == 1
+
+    def release_lease(self, tenant: str, task_id: str, token: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = ? AND lease_token = ?",
+                (self._id(tenant, task_id), token),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _text(data: str | bytes) -> str:
+    # Stored as TEXT so SQLite's JSON functions (json_extract, ->>) work on it.
+    return data.decode() if isinstance(data, bytes) else data
+
+
+def _statements(script: str) -> list[str]:
+    code = "\n".join(line for line in script.splitlines() if not line.strip().startswith("--"))
+    return [s.strip() for s in code.split(";") if s.strip()]
+
+
+def default_path() -> str:
+    return os.path.join(os.getcwd(), "tether.db")

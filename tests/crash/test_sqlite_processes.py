@@ -1,0 +1,54 @@
+"""Several real processes writing to one SQLite file at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import tether
+
+HERE = Path(__file__).parent
+
+
+def test_processes_appending_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/t.db"
+    log = tether.TaskLog(url, snapshots=tether.SnapshotPolicy(every=25, size_ratio=0))
+    shared = log.create(type="shared", task_id="shared").task_id
+    names, count = ["a", "b", "c", "d"], 60
+    gate = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "_appender.py"), url, shared, name, str(count), str(gate)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for name in names
+    ]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{n}").exists() for n in names):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "appenders did not start"
+        time.sleep(0.01)
+    gate.touch()
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out))
+
+    events = log.events(shared)
+    assert [r.seq for r in events] == list(range(1, len(events) + 1))  # no gaps, no duplicates
+    keys = [r.event.key for r in events[1:]]  # type: ignore[attr-defined]
+    assert sorted(keys) == sorted(f"{n}:{i}" for n in names for i in range(count))
+    assert sum(r["conflicts"] for r in reports) > 0, "the processes never raced; the test proved nothing"
+    state = tether.TaskLog(url).load(shared)
+    assert len(state.observations) == len(names) * count
+    for name in names:
+        own = log.load(f"own-{name}")
+        assert own.version == count + 1 and own.observations["i"].value == count - 1

@@ -1,0 +1,106 @@
+"""SQLite specifics: connection policy, foreign files, newer schemas, corruption on disk."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import tether
+from tether.events import ObservationRecorded
+from tether.store.sqlite import SCHEMA_VERSION, SQLiteStore
+
+
+def test_default_url_is_tether_db_in_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = tether.open_store()
+    assert isinstance(store, SQLiteStore) and store.path == "tether.db"
+    assert (tmp_path / "tether.db").exists()
+    store.close()
+
+
+@pytest.mark.parametrize(("durability", "level"), [("normal", 1), ("full", 2)])
+def test_durability_maps_to_synchronous(tmp_path: Path, durability: str, level: int) -> None:
+    store = tether.open_store(f"sqlite:///{tmp_path}/t.db?durability={durability}")
+    assert isinstance(store, SQLiteStore)
+    assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == level
+    assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] > 0
+
+
+def test_bad_options(tmp_path: Path) -> None:
+    with pytest.raises(tether.ConfigurationError, match="durability"):
+        tether.open_store(f"sqlite:///{tmp_path}/t.db", durability="fast")
+    with pytest.raises(tether.ConfigurationError, match="unknown SQLite option"):
+        tether.open_store(f"sqlite:///{tmp_path}/t.db?journal=off")
+    with pytest.raises(tether.ConfigurationError, match="no tether backend"):
+        tether.open_store("mongodb://localhost")
+    with pytest.raises(tether.ConfigurationError, match="no scheme"):
+        tether.open_store("tether.db")
+    with pytest.raises(tether.ConfigurationError, match="needs a path"):
+        tether.open_store("sqlite://")
+
+
+def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database" * 200)
+    with pytest.raises(tether.ConfigurationError, match="not a tether database"):
+        tether.open_store(f"sqlite:///{path}")
+    assert path.read_bytes().startswith(b"these are my notes")
+
+
+def test_another_applications_database(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(tether.ConfigurationError, match="not a tether database.*users"):
+        tether.open_store(f"sqlite:///{path}")
+
+
+def test_a_newer_schema_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    tether.open_store(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 3}")
+    conn.commit()
+    conn.close()
+    with pytest.raises(tether.SchemaVersionError) as info:
+        tether.open_store(f"sqlite:///{path}")
+    assert (info.value.found, info.value.supported) == (SCHEMA_VERSION + 3, SCHEMA_VERSION)
+    assert "upgrade tether" in str(info.value)
+
+
+def test_reopening_keeps_everything(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/t.db"
+    log = tether.TaskLog(url)
+    state = log.create(type="chat")
+    state = log.append(state.task_id, [ObservationRecorded(key="k", value="v")], 1)
+    log.store.close()
+    assert tether.TaskLog(url).load(state.task_id) == state
+
+
+def test_snapshot_corrupted_on_disk_is_detected(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"sqlite:///{tmp_path}/t.db"
+    log = tether.TaskLog(url, snapshots=tether.SnapshotPolicy(every=5, size_ratio=0))
+    state = log.create(type="chat")
+    for i in range(12):
+        state = log.append(state.task_id, [ObservationRecorded(key="k", value=i)], state.version)
+    log.store.close()
+    conn = sqlite3.connect(tmp_path / "t.db")
+    (count,) = conn.execute("SELECT count(*) FROM snapshots").fetchone()
+    assert count == 2
+    # Flip the recorded value inside the newest snapshot, as a bad disk or a stray edit would.
+    conn.execute(
+        "UPDATE snapshots SET data = replace(data, '\"value\":8', '\"value\":999') "
+        "WHERE seq = (SELECT max(seq) FROM snapshots)"
+    )
+    assert conn.total_changes == 1
+    conn.commit()
+    conn.close()
+    with caplog.at_level("WARNING", logger="tether"):
+        loaded = tether.TaskLog(url).load(state.task_id)
+    assert loaded == state
+    assert "fails its checksum" in caplog.text
