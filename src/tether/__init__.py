@@ -17,22 +17,31 @@ from tether.errors import (
     OutcomeUnknownError,
     SchemaVersionError,
     SequenceError,
+    TaskBusyError,
     TaskDefinitionError,
     TaskFailedError,
     TaskNotFoundError,
     TetherError,
+    ToolError,
     UnknownEventTypeError,
     ValueTooLargeError,
 )
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import Phases, Status
 from tether.model import Attempt, Decision, Failure, Observation, ParentRef, Step, TaskState, ToolCall, Waiting
+from tether.runtime.app import App, TaskHandle
+from tether.runtime.context import AsyncTaskContext, CallInfo, TaskContext, current_call
+from tether.runtime.ledger import Ledger
+from tether.runtime.retry import Retry
 from tether.store import Store, TaskRow, open_store
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "App",
+    "AsyncTaskContext",
     "Attempt",
+    "CallInfo",
     "ConfigurationError",
     "ConflictError",
     "Decision",
@@ -40,30 +49,37 @@ __all__ = [
     "InvalidInputError",
     "InvalidTransition",
     "LeaseLostError",
+    "Ledger",
     "NonDeterminismError",
     "NotSerializableError",
     "Observation",
     "OutcomeUnknownError",
     "ParentRef",
     "Phases",
+    "Retry",
     "SchemaVersionError",
     "SequenceError",
     "SnapshotPolicy",
     "Status",
     "Step",
     "Store",
+    "TaskBusyError",
+    "TaskContext",
     "TaskDefinitionError",
     "TaskFailedError",
+    "TaskHandle",
     "TaskLog",
     "TaskNotFoundError",
     "TaskRow",
     "TaskState",
     "TetherError",
     "ToolCall",
+    "ToolError",
     "UnknownEventTypeError",
     "ValueTooLargeError",
     "Waiting",
     "__version__",
+    "current_call",
     "events",
     "open_store",
 ]

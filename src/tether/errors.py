@@ -16,6 +16,8 @@
     ├── InvalidTransition           invalid_transition   status or phase move not allowed
     ├── NonDeterminismError         non_determinism      replay asked for a different call
     ├── TaskDefinitionError         task_definition      a task or tool declared wrongly
+    ├── TaskBusyError               task_busy            another live worker holds the task's lease
+    ├── ToolError                   tool_failed          a tool call gave up after its attempts
     ├── OutcomeUnknownError         outcome_unknown      a side effect may or may not have happened
     └── TaskFailedError             task_failed          a tool gave up; carries the failure record
 
@@ -42,10 +44,12 @@ __all__ = [
     "SchemaVersionError",
     "SequenceError",
     "Suspend",
+    "TaskBusyError",
     "TaskDefinitionError",
     "TaskFailedError",
     "TaskNotFoundError",
     "TetherError",
+    "ToolError",
     "UnknownEventTypeError",
     "ValueTooLargeError",
 ]
@@ -170,8 +174,8 @@ class NonDeterminismError(TetherError):
 
     def __init__(self, task_id: str, position: int, recorded: str, requested: str) -> None:
         super().__init__(
-            f"task {task_id!r}: call #{position} was recorded as {recorded!r} but the code now "
-            f"asks for {requested!r}; the task's code changed in a way its history cannot replay"
+            f"task {task_id!r}: at event #{position} the history records {recorded} but the code now "
+            f"asks for {requested}; the task's code changed in a way its history cannot replay"
         )
         self.task_id = task_id
         self.position = position
@@ -181,6 +185,46 @@ class NonDeterminismError(TetherError):
 
 class TaskDefinitionError(TetherError):
     code = "task_definition"
+
+
+class TaskBusyError(TetherError):
+    code = "task_busy"
+
+    def __init__(self, task_id: str, *, owner: str | None, expires: float | None) -> None:
+        super().__init__(
+            f"task {task_id!r} is being run by {owner} (lease until {expires}); "
+            "it resumes by itself if that worker dies"
+        )
+        self.task_id = task_id
+        self.owner = owner
+        self.expires = expires
+
+
+class ToolError(TetherError):
+    """A tool call that gave up: every attempt failed, or the error was not one to retry.
+
+    Raised the same way live and on replay, so code that catches it takes the same path.
+    """
+
+    code = "tool_failed"
+
+    def __init__(
+        self,
+        tool: str,
+        *,
+        key: str,
+        error_type: str,
+        message: str,
+        attempts: int,
+        traceback: str | None = None,
+    ) -> None:
+        super().__init__(f"{tool} failed after {attempts} attempt{'s' if attempts != 1 else ''}: {error_type}: {message}")
+        self.tool = tool
+        self.key = key
+        self.error_type = error_type
+        self.error_message = message
+        self.attempts = attempts
+        self.traceback = traceback
 
 
 class OutcomeUnknownError(TetherError):

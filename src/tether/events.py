@@ -52,6 +52,7 @@ __all__ = [
     "CallCompleted",
     "CallFailed",
     "CallStarted",
+    "DataMigrated",
     "DataUpdated",
     "DecisionMade",
     "Event",
@@ -211,6 +212,15 @@ class DataUpdated(Event):
 
     fields: dict[str, Any]
     data_version: int | None = None
+
+
+@_event
+class DataMigrated(Event):
+    """The task's typed data rewritten by upcasters to a newer model version (replaces it whole)."""
+
+    data: dict[str, Any]
+    from_version: int | None
+    to_version: int
 
 
 @_event
@@ -503,8 +513,12 @@ def _call_completed(state: TaskState, ev: CallCompleted, at: datetime, epoch: fl
         return {"calls": (*state.calls, call)}
     current = state.call(ev.n)
     attempts = current.attempts if current else ()
-    if attempts:
+    if attempts and attempts[-1].number == ev.attempt:
         attempts = (*attempts[:-1], _evolve(attempts[-1], {"finished_at": at, "duration": ev.duration}))
+    else:  # a readonly retry writes no intent: this event is the whole attempt
+        started = _ts(epoch - ev.duration)
+        attempt = _make(Attempt, number=ev.attempt, started_at=started, finished_at=at, duration=ev.duration)
+        attempts = (*attempts, attempt)
     changes = {"status": "completed", "result": ev.result, "finished_at": at, "attempts": attempts}
     return {"calls": _replace_call(state, ev.n, changes)}
 
@@ -560,6 +574,11 @@ def _data_updated(state: TaskState, ev: DataUpdated, at: datetime, epoch: float)
     if ev.data_version is not None:
         changes["data_version"] = ev.data_version
     return changes
+
+
+@_rule(DataMigrated)
+def _data_migrated(state: TaskState, ev: DataMigrated, at: datetime, epoch: float) -> dict[str, Any]:
+    return {"data": ev.data, "data_version": ev.to_version}
 
 
 @_rule(InputRequested)

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tether.errors import (
     ConfigurationError,
@@ -139,7 +139,7 @@ class TaskLog:
     def encode(self, event: Event) -> str:
         """The stored JSON of an event; raises before anything is written if it cannot be stored."""
         try:
-            data = orjson.dumps(event)
+            data = orjson.dumps(event, default=_json_default)
         except TypeError as exc:
             raise NotSerializableError(_explain_unserializable(event, exc)) from None
         if len(data) > self.max_event_bytes:
@@ -407,11 +407,18 @@ class TaskLog:
         self._cache.pop(task_id, None)
 
 
+def _json_default(value: Any) -> Any:
+    """What orjson cannot encode by itself but tether stores: pydantic models, as their JSON form."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
 def _explain_unserializable(event: Event, exc: Exception) -> str:
     for f in fields(event):  # type: ignore[arg-type]
         value = getattr(event, f.name)
         try:
-            orjson.dumps(value)
+            orjson.dumps(value, default=_json_default)
         except TypeError:
             return (
                 f"{type(event).__name__}.{f.name} cannot be stored as JSON: "
@@ -426,13 +433,13 @@ def _describe_bad_value(value: Any, path: str = "") -> str:
             if not isinstance(k, str):
                 return f"key {k!r} at {path or 'top level'} is a {type(k).__name__}, not a string"
             try:
-                orjson.dumps(v)
+                orjson.dumps(v, default=_json_default)
             except TypeError:
                 return _describe_bad_value(v, f"{path}.{k}" if path else str(k))
     if isinstance(value, list | tuple):
         for i, v in enumerate(value):
             try:
-                orjson.dumps(v)
+                orjson.dumps(v, default=_json_default)
             except TypeError:
                 return _describe_bad_value(v, f"{path}[{i}]")
     return f"value of type {type(value).__name__} at {path or 'top level'}"

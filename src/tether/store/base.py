@@ -174,9 +174,13 @@ class Store(Protocol):
 
     # -- leases -----------------------------------------------------------------
     def acquire_lease(
-        self, tenant: str, task_id: str, owner: str, ttl: float, now: float
+        self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
-        """Take the task's lease if it is free or expired; return the new fencing token."""
+        """Take the task's lease if it is free, expired, or held by ``steal_from``; return the new token.
+
+        ``steal_from`` names an owner the caller knows is dead (a process on this host that no
+        longer exists), so its lease need not run out first.
+        """
         ...
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:

@@ -161,12 +161,13 @@ class MemoryStore:
 
     # -- leases -----------------------------------------------------------------
     def acquire_lease(
-        self, tenant: str, task_id: str, owner: str, ttl: float, now: float
+        self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
         with self._lock:
             stream = self._stream(tenant, task_id)
             row = stream.row
-            if row.lease_owner is not None and (row.lease_expires or 0) > now:
+            held = row.lease_owner is not None and (row.lease_expires or 0) > now
+            if held and (steal_from is None or row.lease_owner != steal_from):
                 return None
             token = row.lease_token + 1
             stream.row = replace(row, lease_owner=owner, lease_expires=now + ttl, lease_token=token)

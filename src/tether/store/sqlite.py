@@ -431,13 +431,14 @@ class SQLiteStore:
 
     # -- leases -----------------------------------------------------------------
     def acquire_lease(
-        self, tenant: str, task_id: str, owner: str, ttl: float, now: float
+        self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
         with self._write() as conn:
             row = conn.execute(
                 "UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token + 1 "
-                "WHERE id = ? AND (lease_owner IS NULL OR lease_expires <= ?) RETURNING lease_token",
-                (owner, now + ttl, self._id(tenant, task_id), now),
+                "WHERE id = ? AND (lease_owner IS NULL OR lease_expires <= ? OR lease_owner = ?) "
+                "RETURNING lease_token",
+                (owner, now + ttl, self._id(tenant, task_id), now, steal_from),
             ).fetchone()
             return None if row is None else int(row[0])
 

@@ -1,0 +1,474 @@
+"""The application object: registers tasks and tools, runs and resumes tasks durably."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, ValidationError
+
+from tether.errors import (
+    InvalidInputError,
+    LeaseLostError,
+    NonDeterminismError,
+    OutcomeUnknownError,
+    SchemaVersionError,
+    TaskBusyError,
+    TaskDefinitionError,
+    TaskNotFoundError,
+    TetherError,
+    ToolError,
+)
+from tether.events import CallCompleted, DataMigrated, FailureRecorded, OutputSet, StatusChanged
+from tether.log import SnapshotPolicy, TaskLog
+from tether.machine import TERMINAL, Phases, Status
+from tether.model import Failure, TaskState
+from tether.runtime._flow import Flow, Invoke, drive, drive_async
+from tether.runtime.context import AsyncTaskContext, TaskContext, _Context, upcast_data
+from tether.runtime.ledger import Ledger, OnUnknown
+from tether.runtime.retry import Retry
+from tether.runtime.specs import TaskSpec, ToolSpec
+from tether.store import DEFAULT_URL
+
+__all__ = ["App", "TaskHandle"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Failures that say "this task cannot go on here", not "this task failed": they leave the
+# task as it is and reach the caller.
+_NOT_A_TASK_FAILURE = (NonDeterminismError, OutcomeUnknownError, LeaseLostError, SchemaVersionError)
+
+
+@dataclass(frozen=True)
+class TaskHandle:
+    """What :meth:`App.run` returns: where the task stands after this run."""
+
+    task_id: str
+    status: Status
+    output: Any
+    failure: Failure | None
+    state: TaskState
+
+    @classmethod
+    def of(cls, state: TaskState) -> TaskHandle:
+        return cls(state.task_id, state.status, state.output, state.failure, state)
+
+
+class _Heartbeat:
+    """Renews a task's lease in the background while a run holds it."""
+
+    def __init__(self, app: App, task_id: str, token: int) -> None:
+        self._app, self._task_id, self._token = app, task_id, token
+        self._stop = threading.Event()
+        self.lost = False
+        self._thread = threading.Thread(target=self._beat, name=f"tether-heartbeat-{task_id}", daemon=True)
+
+    def _beat(self) -> None:
+        interval = self._app.lease_ttl / 3
+        while not self._stop.wait(interval):
+            renewed = self._app.store.renew_lease(
+                self._app.tenant, self._task_id, self._token, self._app.lease_ttl, time.time()
+            )
+            if not renewed:
+                self.lost = True  # the next append is refused by its fencing token
+                return
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class App:
+    """Registers tasks and tools, and runs tasks durably against one store.
+
+    Args:
+        url: the store (``sqlite:///tether.db`` by default; ``memory://`` for tests).
+        tenant: every task, ledger key and lease is scoped to it.
+        snapshots: when to snapshot task state (see :class:`~tether.SnapshotPolicy`).
+        lease_ttl: seconds a run holds a task without renewing its lease; a crashed
+            run's task can be taken over after that (at once by a process on the same
+            machine that sees the holder is gone).
+        max_value_bytes: the largest encoded event (a tool result, an input) accepted.
+
+    Example:
+        >>> import tether
+        >>> app = tether.App("memory://")
+        >>> @app.tool(retry=tether.Retry(max_attempts=3, backoff=0))
+        ... def add(a: int, b: int) -> int:
+        ...     return a + b
+        >>> @app.task
+        ... def sums(ctx: tether.TaskContext, n: int) -> int:
+        ...     return sum(ctx.call(add, i, i) for i in range(n))
+        >>> run = app.run(sums, 3)
+        >>> run.status, run.output
+        (<Status.COMPLETED: 'completed'>, 6)
+        >>> app.resume(run.task_id).output   # finished: returned as it is, nothing runs again
+        6
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        tenant: str = "default",
+        snapshots: SnapshotPolicy | None = None,
+        lease_ttl: float = 30.0,
+        max_value_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        if lease_ttl <= 0:
+            raise TetherError(f"lease_ttl must be positive, got {lease_ttl}")
+        self.log = TaskLog(url or DEFAULT_URL, tenant=tenant, snapshots=snapshots, max_event_bytes=max_value_bytes)
+        self.store = self.log.store
+        self.tenant = tenant
+        self.lease_ttl = lease_ttl
+        self.ledger = Ledger(self.store, tenant)
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._tasks: dict[str, TaskSpec] = {}
+        self._task_fns: dict[Callable[..., Any], TaskSpec] = {}
+        self._tools: dict[Callable[..., Any], ToolSpec] = {}
+
+    # ------------------------------------------------------------------ declaring
+    @overload
+    def task(self, fn: F) -> F: ...
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        state: type[BaseModel] | None = None,
+        upcast: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        phases: Phases | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        state: type[BaseModel] | None = None,
+        upcast: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        phases: Phases | None = None,
+    ) -> Any:
+        """Register a task: a sync or async function whose first parameter is the context."""
+
+        def register(fn: F) -> F:
+            spec = TaskSpec.of(fn, name=name, state=state, upcast=upcast, phases=phases)
+            existing = self._tasks.get(spec.name)
+            if existing is not None and existing.fn is not fn:
+                raise TaskDefinitionError(f"a different task is already registered as {spec.name!r}")
+            self._tasks[spec.name] = spec
+            self._task_fns[fn] = spec
+            return fn
+
+        return register(fn) if fn is not None else register
+
+    @overload
+    def tool(self, fn: F) -> F: ...
+    @overload
+    def tool(
+        self,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+        readonly: bool = False,
+        compensate: Callable[..., Any] | None = None,
+        on_unknown: OnUnknown = "retry",
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+        readonly: bool = False,
+        compensate: Callable[..., Any] | None = None,
+        on_unknown: OnUnknown = "retry",
+    ) -> Any:
+        """Register a tool: its name, retry policy, whether it only reads, and how to undo it.
+
+        The function is returned unchanged: calling it directly does nothing special;
+        ``ctx.call(fn, ...)`` runs it as a recorded call.
+        """
+
+        def register(fn: F) -> F:
+            self._tools[fn] = ToolSpec.of(
+                fn, name=name, retry=retry, readonly=readonly, compensate=compensate, on_unknown=on_unknown
+            )
+            return fn
+
+        return register(fn) if fn is not None else register
+
+    def _tool_spec(self, fn: Callable[..., Any]) -> ToolSpec:
+        spec = self._tools.get(fn)
+        if spec is None:
+            spec = self._tools[fn] = ToolSpec.of(fn)  # any callable can be a recorded call
+        return spec
+
+    def _task_spec(self, task: Callable[..., Any] | str) -> TaskSpec:
+        spec = self._tasks.get(task) if isinstance(task, str) else self._task_fns.get(task)
+        if spec is None:
+            label = task if isinstance(task, str) else getattr(task, "__qualname__", repr(task))
+            known = ", ".join(sorted(self._tasks)) or "none"
+            raise TaskDefinitionError(f"{label!r} is not a task of this app (registered: {known}); use @app.task")
+        return spec
+
+    def _data_model(self, spec: TaskSpec, state: TaskState) -> BaseModel:
+        assert spec.state is not None
+        return spec.state.model_validate(upcast_data(spec, state))
+
+    # ------------------------------------------------------------------ running
+    def start(
+        self,
+        task: Callable[..., Any] | str,
+        *args: Any,
+        task_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        **kwargs: Any,
+    ) -> TaskHandle:
+        """Record a new task without running it (``pending``); an existing ``task_id`` is returned as is."""
+        spec = self._task_spec(task)
+        return TaskHandle.of(self._create(spec, args, kwargs, task_id, user_id, session_id))
+
+    def _create(
+        self,
+        spec: TaskSpec,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        task_id: str | None,
+        user_id: str | None,
+        session_id: str | None,
+    ) -> TaskState:
+        if task_id is not None:
+            try:
+                existing = self.log.load(task_id)
+            except TaskNotFoundError:
+                pass
+            else:
+                if existing.type != spec.name:
+                    raise InvalidInputError(
+                        f"task {task_id!r} exists as a {existing.type!r} task, not {spec.name!r}"
+                    )
+                return existing
+        inputs = spec.bind(args, kwargs)
+        data = None
+        if spec.state is not None:
+            try:
+                data = spec.state().model_dump(mode="json")
+            except ValidationError as exc:
+                raise TaskDefinitionError(
+                    f"task {spec.name!r}: its state model {spec.state.__name__} needs defaults for every "
+                    f"field, so a new task can start with it ({exc.error_count()} fields lack one)"
+                ) from None
+        return self.log.create(
+            type=spec.name,
+            inputs=inputs,
+            task_id=task_id,
+            user_id=user_id,
+            session_id=session_id,
+            phases=spec.phases,
+            data=data,
+            data_version=spec.data_version,
+        )
+
+    def run(
+        self,
+        task: Callable[..., Any] | str,
+        *args: Any,
+        task_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        **kwargs: Any,
+    ) -> TaskHandle:
+        """Run a task here until it completes, fails or suspends.
+
+        With a ``task_id`` that exists, never starts a second copy: resumes it, or
+        returns it as it is if it has finished.
+        """
+        spec = self._task_spec(task)
+        if spec.is_async:
+            _no_running_loop("run", "run_async")
+            return asyncio.run(
+                self.run_async(task, *args, task_id=task_id, user_id=user_id, session_id=session_id, **kwargs)
+            )
+        state = self._create(spec, args, kwargs, task_id, user_id, session_id)
+        return drive(self._execute(spec, state.task_id))
+
+    async def run_async(
+        self,
+        task: Callable[..., Any] | str,
+        *args: Any,
+        task_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        **kwargs: Any,
+    ) -> TaskHandle:
+        """The async twin of :meth:`run`."""
+        spec = self._task_spec(task)
+        state = self._create(spec, args, kwargs, task_id, user_id, session_id)
+        return await drive_async(self._execute(spec, state.task_id))
+
+    def resume(self, task_id: str) -> TaskHandle:
+        """Continue a stored task from its log; recorded steps are not run again."""
+        spec = self._spec_of(task_id)
+        if spec.is_async:
+            _no_running_loop("resume", "resume_async")
+            return asyncio.run(self.resume_async(task_id))
+        return drive(self._execute(spec, task_id))
+
+    async def resume_async(self, task_id: str) -> TaskHandle:
+        """The async twin of :meth:`resume`."""
+        return await drive_async(self._execute(self._spec_of(task_id), task_id))
+
+    def get(self, task_id: str) -> TaskHandle:
+        """Where a task stands now."""
+        return TaskHandle.of(self.log.load(task_id))
+
+    def state(self, task_id: str) -> TaskState:
+        return self.log.load(task_id)
+
+    def resolve_call(self, task_id: str, n: int, result: Any) -> TaskState:
+        """Settle a call whose outcome is unknown (started, never recorded) with what really happened."""
+        state = self.log.load(task_id)
+        call = state.call(n)
+        if call is None or call.status != "intended":
+            status = "missing" if call is None else call.status
+            raise InvalidInputError(f"call #{n} of task {task_id!r} is {status}; only an unfinished call can be resolved")
+        attempt = call.attempts[-1].number if call.attempts else 1
+        return self.log.append(task_id, [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)], state.version)
+
+    def _spec_of(self, task_id: str) -> TaskSpec:
+        return self._task_spec(self.log.load(task_id).type)
+
+    # ------------------------------------------------------------------ the run
+    def _acquire(self, task_id: str) -> int:
+        now = time.time()
+        token = self.store.acquire_lease(self.tenant, task_id, self.worker_id, self.lease_ttl, now)
+        if token is not None:
+            return token
+        row = self.log.get(task_id)
+        if row.lease_owner is not None and _owner_is_dead(row.lease_owner):
+            token = self.store.acquire_lease(
+                self.tenant, task_id, self.worker_id, self.lease_ttl, now, steal_from=row.lease_owner
+            )
+            if token is not None:
+                return token
+        raise TaskBusyError(task_id, owner=row.lease_owner, expires=row.lease_expires)
+
+    def _execute(self, spec: TaskSpec, task_id: str) -> Flow[TaskHandle]:
+        state = self.log.load(task_id)
+        if state.status in TERMINAL:
+            return TaskHandle.of(state)
+        token = self._acquire(task_id)
+        try:
+            with _Heartbeat(self, task_id, token):
+                history = self.log.events(task_id)
+                state = self.log.load(task_id)
+                context_type = AsyncTaskContext if spec.is_async else TaskContext
+                ctx = context_type(self, spec, state, history, token)
+                if state.status is not Status.RUNNING:
+                    ctx._append([StatusChanged(status=Status.RUNNING.value)])
+                if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
+                    migrated = self._data_model(spec, state).model_dump(mode="json")
+                    ctx._append([DataMigrated(data=migrated, from_version=state.data_version,
+                                              to_version=spec.data_version)])
+                outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+                assert outcome is not None
+                if outcome.ok:
+                    if not ctx.live:
+                        head = ctx._history[ctx._cursor]
+                        raise NonDeterminismError(task_id, head.seq, f"more work ({head.event.event_type})",
+                                                  "the task to return")
+                    try:
+                        ctx._append([OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)])
+                    except InvalidInputError as exc:
+                        yield from self._fail(ctx, exc)
+                else:
+                    if isinstance(outcome.value, _NOT_A_TASK_FAILURE):
+                        raise outcome.value
+                    yield from self._fail(ctx, outcome.value)
+                return TaskHandle.of(ctx._state)
+        finally:
+            try:
+                self.store.release_lease(self.tenant, task_id, token)
+            except TetherError:
+                pass
+
+    def _fail(self, ctx: _Context, error: BaseException) -> Flow[None]:
+        """Record the failure, run the compensations in reverse order, and mark the task failed."""
+        if ctx._state.failure is None:
+            ctx._append([_failure_event(ctx, error)])
+        yield from ctx._compensate_flow()
+        ctx._append([StatusChanged(status=Status.FAILED.value, reason=f"{type(error).__name__}: {error}")])
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _failure_event(ctx: _Context, error: BaseException) -> FailureRecorded:
+    step = next((s.name for s in ctx._state.plan if s.status == "failed"), None)
+    if isinstance(error, ToolError):
+        call = next((c for c in ctx._state.calls if c.key == error.key), None)
+        return FailureRecorded(
+            exception_type=error.error_type,
+            message=error.error_message,
+            traceback=error.traceback,
+            step=step,
+            tool=error.tool,
+            call_key=error.key,
+            input=call.args if call else None,
+            output=None,
+        )
+    return FailureRecorded(
+        exception_type=type(error).__name__,
+        message=str(error),
+        traceback="".join(traceback.format_exception(error)),
+        step=step,
+    )
+
+
+def _owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` names a process on this machine that no longer exists."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _no_running_loop(name: str, twin: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise TetherError(f"app.{name}() of an async task was called inside a running event loop; await app.{twin}()")

@@ -1,0 +1,478 @@
+"""The task context: what a task's code uses to record its work, and how it replays.
+
+On resume a task's function runs again from the top. The context walks the
+task's recorded events alongside the code: each operation that was recorded
+(a call, a step, a decision, an observation...) is matched with its record and
+returns what was recorded, without executing or writing anything. Once the
+record runs out, operations run and are written. ``ctx.state`` and ``ctx.data``
+show the state *as of the point the code has reached*, so a replayed branch
+sees the same values it saw the first time.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from tether._keys import call_key
+from tether.errors import (
+    InvalidInputError,
+    NonDeterminismError,
+    OutcomeUnknownError,
+    SchemaVersionError,
+    TetherError,
+    ToolError,
+)
+from tether.events import (
+    CallAttemptFailed,
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    DataMigrated,
+    DataUpdated,
+    DecisionMade,
+    Event,
+    FailureRecorded,
+    InputReceived,
+    ObservationRecorded,
+    OutputSet,
+    PhaseChanged,
+    PlanSet,
+    Recorded,
+    StatusChanged,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+    apply,
+)
+from tether.model import TaskState, ToolCall
+from tether.runtime._flow import Flow, Invoke, Wait, drive, drive_async
+from tether.runtime.specs import TaskSpec, ToolSpec
+
+if TYPE_CHECKING:
+    from tether.runtime.app import App
+
+__all__ = ["AsyncTaskContext", "CallInfo", "TaskContext", "current_call"]
+
+# Events the runtime writes on its own, not in answer to an operation of the task's code.
+_PASSIVE = (StatusChanged, InputReceived, OutputSet, FailureRecorded, DataMigrated)
+_CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """The call running right now, as the tool sees it through :func:`current_call`."""
+
+    task_id: str
+    n: int
+    tool: str
+    key: str
+    attempt: int
+
+
+_current: ContextVar[CallInfo | None] = ContextVar("tether_current_call", default=None)
+
+
+def current_call() -> CallInfo:
+    """The recorded call this code runs inside: its idempotency ``key``, ``attempt`` and ``task_id``.
+
+    Example:
+        >>> import tether
+        >>> app = tether.App("memory://")
+        >>> @app.tool
+        ... def send_invite(to: str) -> str:
+        ...     return tether.current_call().key   # pass it to the mail API as its idempotency key
+        >>> @app.task
+        ... def invite(ctx):
+        ...     return ctx.call(send_invite, "ada@example.com")
+        >>> app.run(invite, task_id="t1").output
+        't1:1:send_invite:...'
+    """
+    info = _current.get()
+    if info is None:
+        raise TetherError("current_call() is only available inside a tool run by ctx.call()")
+    return info
+
+
+def _describe(event: Event) -> str:
+    match event:
+        case CallStarted() | CallCompleted() if getattr(event, "tool", None):
+            return f"call #{event.n} {event.tool}"  # type: ignore[union-attr]
+        case CallStarted() | CallCompleted() | CallAttemptFailed() | CallFailed():
+            return f"call #{event.n}"  # type: ignore[union-attr]
+        case StepStarted() | StepCompleted() | StepFailed():
+            return f"{event.event_type}({event.name!r})"  # type: ignore[union-attr]
+        case DecisionMade():
+            return f"decide({event.name!r})"
+        case ObservationRecorded():
+            return f"observe({event.key!r})"
+        case PhaseChanged():
+            return f"transition({event.phase!r})"
+        case PlanSet():
+            return f"plan({event.steps!r})"
+        case DataUpdated():
+            return f"update({', '.join(sorted(event.fields))})"
+        case _:
+            return event.event_type
+
+
+class _Context:
+    """What sync and async contexts share: everything but the operations that wait."""
+
+    def __init__(self, app: App, spec: TaskSpec, state: TaskState, history: list[Recorded], fence: int | None):
+        self._app = app
+        self._spec = spec
+        self._state = state  # the latest state: appends go on from its version
+        self._history = history  # what was recorded before this run started
+        self._cursor = 1  # history[0] is TaskCreated
+        self._view = apply(None, history[0])  # the state as of the point the code has reached
+        self._fence = fence
+        self._n = 0  # ordinal of the last call made
+        self._compensations: list[tuple[int, ToolSpec, Any]] = []
+        self._step: str | None = None
+        self._data_cache: tuple[int, BaseModel] | None = None
+        self.scratch: dict[str, Any] = {}
+        """Working memory for the current step: never persisted, emptied at every step boundary."""
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def task_id(self) -> str:
+        return self._state.task_id
+
+    @property
+    def state(self) -> TaskState:
+        """The task's state as of the point the code has reached (read-only)."""
+        return self._state if self.live else self._view
+
+    @property
+    def live(self) -> bool:
+        """``False`` while the code is still replaying recorded history."""
+        self._skip_passive()
+        return self._cursor >= len(self._history)
+
+    @property
+    def data(self) -> BaseModel:
+        """The task's typed data (``@app.task(state=Model)``), validated from the recorded fields."""
+        model = self._spec.state
+        if model is None:
+            raise TetherError(f"task {self._spec.name!r} declares no state model; use @app.task(state=Model)")
+        state = self.state
+        if self._data_cache is None or self._data_cache[0] != state.version:
+            self._data_cache = (state.version, self._app._data_model(self._spec, state))
+        return self._data_cache[1]
+
+    # ------------------------------------------------------------------ replay
+    def _skip_passive(self) -> None:
+        history = self._history
+        while self._cursor < len(history) and isinstance(history[self._cursor].event, _PASSIVE):
+            self._view = apply(self._view, history[self._cursor])
+            self._cursor += 1
+
+    def _consume(self) -> None:
+        self._view = apply(self._view, self._history[self._cursor])
+        self._cursor += 1
+
+    def _replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
+        """The recorded event this operation corresponds to, or ``None`` once the code runs live."""
+        self._skip_passive()
+        if self._cursor >= len(self._history):
+            return None
+        head = self._history[self._cursor]
+        if type(head.event) is not expected or not matches(head.event):
+            raise NonDeterminismError(self.task_id, head.seq, _describe(head.event), requested)
+        self._consume()
+        return head
+
+    def _append(self, events: list[Event]) -> TaskState:
+        self._state = self._app.log.append(self.task_id, events, self._state.version, fence=self._fence)
+        return self._state
+
+    # ------------------------------------------------------------------ recording
+    def plan(self, steps: list[str]) -> None:
+        """Declare the plan: the named steps, in order. ``ctx.state.position`` counts them."""
+        steps = [str(s) for s in steps]
+        if self._replayed(PlanSet, lambda e: e.steps == steps, f"plan({steps!r})") is None:
+            self._append([PlanSet(steps=steps)])
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Mark a plan step: started on entry, completed on a clean exit, failed on an exception."""
+        self.scratch.clear()
+        if self._replayed(StepStarted, lambda e: e.name == name, f"step({name!r})") is None:
+            self._append([StepStarted(name=name)])
+        outer, self._step = self._step, name
+        try:
+            yield
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            if self._replayed(StepFailed, lambda e: e.name == name, f"failure of step {name!r}") is None:
+                self._append([StepFailed(name=name, error=error)])
+            raise
+        else:
+            if self._replayed(StepCompleted, lambda e: e.name == name, f"end of step {name!r}") is None:
+                self._append([StepCompleted(name=name)])
+        finally:
+            self._step = outer
+            self.scratch.clear()
+
+    def decide(self, name: str, choice: Any, rationale: str, alternatives: list[Any] | None = None) -> Any:
+        """Record a decision with its rationale; returns the choice (on replay, the recorded one)."""
+        recorded = self._replayed(DecisionMade, lambda e: e.name == name, f"decide({name!r})")
+        if recorded is not None:
+            return recorded.event.choice  # type: ignore[attr-defined]
+        self._append([DecisionMade(name=name, choice=choice, rationale=rationale, alternatives=alternatives)])
+        return choice
+
+    def observe(self, key: str, value: Any, source: str | None = None, as_of: datetime | None = None) -> None:
+        """Record a fact learned along the way (key → value), where it came from and as of when."""
+        if self._replayed(ObservationRecorded, lambda e: e.key == key, f"observe({key!r})") is None:
+            stamp = as_of.isoformat() if as_of is not None else None
+            self._append([ObservationRecorded(key=key, value=value, source=source, as_of=stamp)])
+
+    def update(self, **fields: Any) -> BaseModel:
+        """Change fields of the typed data; validated first, and only the changed fields are recorded."""
+        model = self._spec.state
+        if model is None:
+            raise TetherError(f"task {self._spec.name!r} declares no state model; use @app.task(state=Model)")
+        current = self.data
+        unknown = set(fields) - set(model.model_fields)
+        if unknown:
+            raise InvalidInputError(f"{model.__name__} has no field(s) {', '.join(sorted(unknown))}")
+        try:
+            updated = model.model_validate({**current.model_dump(), **fields})
+        except ValidationError as exc:
+            raise InvalidInputError(f"invalid update of {model.__name__}: {exc}") from None
+        before, after = current.model_dump(mode="json"), updated.model_dump(mode="json")
+        changed = {k: after[k] for k in fields if before.get(k) != after[k]}
+        recorded = self._replayed(DataUpdated, lambda e: e.fields == changed, f"update({', '.join(sorted(changed))})")
+        if recorded is None and changed:
+            self._append([DataUpdated(fields=changed)])
+        return self.data
+
+    def transition(self, phase: str) -> None:
+        """Move the task's phase machine (``@app.task(phases=Phases(...))``); illegal moves raise."""
+        if self._replayed(PhaseChanged, lambda e: e.phase == phase, f"transition({phase!r})") is None:
+            self._append([PhaseChanged(phase=phase)])
+
+    # ------------------------------------------------------------------ calls
+    def _call_flow(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        compensate: Callable[..., Any] | None = None,
+        kind: str = "call",
+        compensates: int | None = None,
+    ) -> Flow[Any]:
+        """The recorded call, written once for sync and async (see :mod:`tether.runtime._flow`)."""
+        spec = self._app._tool_spec(fn)
+        arguments = spec.bind(args, kwargs)
+        self._n += 1
+        n = self._n
+        key = call_key(self.task_id, n, spec.name, arguments)
+        undo = compensate or spec.compensate
+        attempt = 1
+        record = self._replay_call(n, spec.name)
+        if record is not None:
+            key = record.key  # retries keep the key the call was first given
+            if record.status == "completed":
+                result = spec.rehydrate(record.result)
+                if undo is not None:
+                    self._compensations.append((n, self._app._tool_spec(undo), record.result))
+                return result
+            last = record.attempts[-1]
+            if record.status == "failed":
+                raise ToolError(
+                    spec.name,
+                    key=key,
+                    error_type=last.error_type or "Error",
+                    message=last.message or "",
+                    attempts=len(record.attempts),
+                    traceback=last.traceback,
+                )
+            if last.finished_at is None:
+                # The process stopped inside this attempt: the effect may or may not have happened.
+                if spec.on_unknown == "raise":
+                    raise OutcomeUnknownError(key)
+                if callable(spec.on_unknown):
+                    found = yield Invoke(spec.on_unknown, (key,))
+                    assert found is not None
+                    if not found.ok:
+                        raise found.value
+                    if found.value is not None:
+                        self._append([CallCompleted(n=n, result=found.value, attempt=last.number, duration=0.0)])
+                        if undo is not None:
+                            self._compensations.append((n, self._app._tool_spec(undo), found.value))
+                        return spec.rehydrate(found.value)
+                stopped = time.time() - last.started_at.timestamp()
+                self._append([CallAttemptFailed(n=n, attempt=last.number, error_type="Interrupted",
+                                                message="the process stopped during this attempt",
+                                                traceback=None, duration=stopped, backoff=0.0)])
+            elif last.backoff:
+                # The process stopped during the backoff: wait only what is left of it.
+                assert last.finished_at is not None
+                remaining = last.finished_at.timestamp() + last.backoff - time.time()
+                if remaining > 0:
+                    yield Wait(remaining)
+            attempt = last.number + 1
+            if attempt > spec.retry.max_attempts:
+                self._append([CallFailed(n=n, reason="no attempts left")])
+                raise ToolError(spec.name, key=key, error_type=last.error_type or "Interrupted",
+                                message=last.message or "", attempts=len(record.attempts), traceback=last.traceback)
+        task_id = self.task_id
+        exists = record is not None
+        while True:
+            if not spec.readonly:
+                self._append([CallStarted(n=n, key=key, tool=spec.name, args=arguments, attempt=attempt,
+                                          kind=kind, compensates=compensates)])
+                exists = True
+            info = CallInfo(task_id, n, spec.name, key, attempt)
+            outcome = yield Invoke(spec.fn, args, kwargs, before=lambda: _current.set(info), after=_current.reset)
+            assert outcome is not None
+            if outcome.ok:
+                value = outcome.value
+                if exists:
+                    done = CallCompleted(n=n, result=value, attempt=attempt, duration=outcome.duration)
+                else:
+                    done = CallCompleted(n=n, result=value, attempt=attempt, duration=outcome.duration,
+                                         key=key, tool=spec.name, args=arguments, kind=kind)
+                try:
+                    self._append([done])
+                except InvalidInputError as exc:
+                    # The value cannot be stored: fail the call, never half-write it.
+                    failure: BaseException = type(exc)(
+                        f"tool {spec.name!r} returned a {type(value).__name__} that cannot be stored: {exc}"
+                    )
+                    retry = False
+                else:
+                    if undo is not None:
+                        self._compensations.append((n, self._app._tool_spec(undo), done.result))
+                    return value if not isinstance(value, BaseModel) else spec.rehydrate(value.model_dump(mode="json"))
+            else:
+                failure = outcome.value
+                retry = spec.retry.should_retry(failure, attempt=attempt)
+            backoff = spec.retry.delay(attempt) if retry else None
+            tb = "".join(traceback.format_exception(failure))
+            events: list[Event] = []
+            if not exists:
+                events.append(CallStarted(n=n, key=key, tool=spec.name, args=arguments, attempt=attempt, kind=kind,
+                                          compensates=compensates))
+                exists = True
+            events.append(CallAttemptFailed(n=n, attempt=attempt, error_type=type(failure).__name__,
+                                            message=str(failure), traceback=tb,
+                                            duration=outcome.duration, backoff=backoff))
+            if backoff is None:
+                events.append(CallFailed(n=n, reason="no attempts left" if retry is False and
+                                         attempt >= spec.retry.max_attempts else "error not retried"))
+            self._append(events)
+            if backoff is None:
+                raise ToolError(spec.name, key=key, error_type=type(failure).__name__, message=str(failure),
+                                attempts=attempt, traceback=tb) from failure
+            yield Wait(backoff)
+            attempt += 1
+
+    def _replay_call(self, n: int, name: str) -> ToolCall | None:
+        """Consume call ``n``'s recorded events; return its record as of then, or ``None`` if live."""
+        self._skip_passive()
+        if self._cursor >= len(self._history):
+            return None
+        head = self._history[self._cursor]
+        event = head.event
+        recorded_tool = getattr(event, "tool", None)
+        if not isinstance(event, _CALL_EVENTS) or event.n != n or (recorded_tool and recorded_tool != name):
+            raise NonDeterminismError(self.task_id, head.seq, _describe(event), f"call #{n} {name}")
+        while self._cursor < len(self._history):
+            event = self._history[self._cursor].event
+            if isinstance(event, _PASSIVE):
+                self._consume()
+            elif isinstance(event, _CALL_EVENTS) and event.n == n:
+                self._consume()
+            else:
+                break
+        return self._view.call(n)
+
+    def _compensate_flow(self) -> Flow[None]:
+        """Undo completed calls in reverse order, each as its own recorded call."""
+        for n, spec, result in reversed(self._compensations):
+            try:
+                yield from self._call_flow(spec.fn, (result,), {}, kind="compensation", compensates=n)
+            except ToolError:
+                continue  # recorded; it must not hide the original failure
+
+
+class TaskContext(_Context):
+    """The context a sync task receives as its first argument.
+
+    Example:
+        >>> import tether
+        >>> app = tether.App("memory://")
+        >>> @app.tool(readonly=True)
+        ... def search_flights(dest: str) -> list:
+        ...     return [{"id": "BA117", "price": 420}]
+        >>> @app.task
+        ... def book_trip(ctx: tether.TaskContext, dest: str) -> dict:
+        ...     ctx.plan(["search", "pick"])
+        ...     with ctx.step("search"):
+        ...         flights = ctx.call(search_flights, dest)
+        ...     with ctx.step("pick"):
+        ...         return ctx.decide("flight", flights[0], rationale="cheapest")
+        >>> app.run(book_trip, "NYC").output
+        {'id': 'BA117', 'price': 420}
+    """
+
+    def call(self, fn: Callable[..., Any], *args: Any, compensate: Callable[..., Any] | None = None,
+             **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` as a recorded call and return its result.
+
+        Its intent is committed before it runs and its result after; on replay the
+        recorded result is returned without running it. ``compensate(result)`` is
+        called, recorded, if the task later fails.
+        """
+        return drive(self._call_flow(fn, args, kwargs, compensate))
+
+
+class AsyncTaskContext(_Context):
+    """The context an ``async`` task receives: the same, with ``await ctx.call(...)``."""
+
+    async def call(self, fn: Callable[..., Any], *args: Any, compensate: Callable[..., Any] | None = None,
+                   **kwargs: Any) -> Any:
+        """Like :meth:`TaskContext.call`; ``fn`` may be a coroutine function."""
+        return await drive_async(self._call_flow(fn, args, kwargs, compensate))
+
+
+def upcast_data(spec: TaskSpec, state: TaskState) -> dict[str, Any]:
+    """The task's stored data, migrated to the model's current ``schema_version``."""
+    data = dict(state.data)
+    stored = state.data_version
+    current = spec.data_version
+    if stored is None or current is None or stored == current:
+        return data
+    if stored > current:
+        raise SchemaVersionError(
+            f"task {state.task_id!r} stores {spec.state.__name__ if spec.state else 'data'} at schema version "
+            f"{stored}, newer than the code's {current}",
+            found=stored,
+            supported=current,
+        )
+    version = stored
+    while version < current:
+        step = spec.upcast.get(version)
+        if step is None:
+            raise SchemaVersionError(
+                f"task {state.task_id!r} stores its data at schema version {version} and the model is at "
+                f"{current}, but no upcaster is registered for {version} (upcast={{{version}: fn}})",
+                found=version,
+                supported=current,
+            )
+        data = step(data)
+        version += 1
+    data["schema_version"] = current
+    return data

@@ -1,0 +1,201 @@
+"""Declarations: what ``@app.task`` and ``@app.tool`` learn about a function, once."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from tether.errors import InvalidInputError, TaskDefinitionError
+from tether.machine import Phases
+from tether.runtime.ledger import OnUnknown, check_on_unknown
+from tether.runtime.retry import NO_RETRY, Retry
+
+__all__ = ["START_OPTIONS", "TaskSpec", "ToolSpec"]
+
+START_OPTIONS = frozenset({"task_id", "user_id", "session_id"})
+"""Keyword arguments of ``app.run``/``app.start`` that a task's own parameters may not use."""
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: rehydration is a convenience, not a must
+        return {}
+
+
+def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    """A validator for values that come back from JSON as something richer (a pydantic model)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return TypeAdapter(annotation)
+    return None
+
+
+@dataclass(eq=False)
+class ToolSpec:
+    """A callable as tether runs it: its name, retry policy, compensation and argument binding."""
+
+    fn: Callable[..., Any]
+    name: str
+    retry: Retry = NO_RETRY
+    readonly: bool = False
+    compensate: Callable[..., Any] | None = None
+    on_unknown: OnUnknown = "retry"
+    _positional: tuple[str, ...] | None = field(default=None, repr=False)
+    _signature: inspect.Signature | None = field(default=None, repr=False)
+    _returns: TypeAdapter[Any] | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+        readonly: bool = False,
+        compensate: Callable[..., Any] | None = None,
+        on_unknown: OnUnknown = "retry",
+    ) -> ToolSpec:
+        if not callable(fn):
+            raise TaskDefinitionError(f"a tool must be callable, got {type(fn).__name__}")
+        check_on_unknown(on_unknown)
+        if compensate is not None and not callable(compensate):
+            raise TaskDefinitionError(f"compensate= must be callable, got {type(compensate).__name__}")
+        try:
+            signature: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):
+            signature = None
+        positional: tuple[str, ...] | None = None
+        if signature is not None:
+            kinds = [p.kind for p in signature.parameters.values()]
+            if all(k is inspect.Parameter.POSITIONAL_OR_KEYWORD for k in kinds):
+                positional = tuple(signature.parameters)  # the fast path: zip names with values
+        returns = _adapter(_hints(fn).get("return"))
+        return cls(
+            fn=fn,
+            name=name or getattr(fn, "__qualname__", None) or repr(fn),
+            retry=retry or NO_RETRY,
+            readonly=readonly,
+            compensate=compensate,
+            on_unknown=on_unknown,
+            _positional=positional,
+            _signature=signature,
+            _returns=returns,
+        )
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's arguments by parameter name: what is recorded and hashed into the key."""
+        names = self._positional
+        if names is not None and len(args) <= len(names):
+            bound = dict(zip(names, args, strict=False))
+            if kwargs:
+                for key in kwargs:
+                    if key in bound:
+                        raise InvalidInputError(f"{self.name}() got multiple values for argument {key!r}")
+                bound.update(kwargs)
+            return bound
+        if self._signature is None:
+            return {"args": list(args), "kwargs": kwargs}
+        try:
+            ba = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidInputError(f"{self.name}(): {exc}") from None
+        return dict(ba.arguments)
+
+    def rehydrate(self, result: Any) -> Any:
+        """A recorded result as the tool's return annotation promises (a model from its JSON)."""
+        if self._returns is None or result is None:
+            return result
+        return self._returns.validate_python(result)
+
+
+@dataclass(eq=False)
+class TaskSpec:
+    """A task function: its name, parameters, typed data model and phase machine."""
+
+    fn: Callable[..., Any]
+    name: str
+    is_async: bool
+    params: tuple[str, ...]
+    state: type[BaseModel] | None = None
+    upcast: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
+    phases: Phases | None = None
+    _adapters: dict[str, TypeAdapter[Any]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        state: type[BaseModel] | None = None,
+        upcast: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        phases: Phases | None = None,
+    ) -> TaskSpec:
+        label = name or getattr(fn, "__qualname__", repr(fn))
+        if not callable(fn):
+            raise TaskDefinitionError(f"a task must be a function, got {type(fn).__name__}")
+        parameters = list(inspect.signature(fn).parameters.values())
+        if not parameters:
+            raise TaskDefinitionError(f"task {label!r} must take the context as its first parameter (ctx)")
+        own = parameters[1:]
+        clash = sorted(START_OPTIONS & {p.name for p in own})
+        if clash:
+            raise TaskDefinitionError(
+                f"task {label!r} has parameter(s) {', '.join(clash)}, which app.run() uses for itself "
+                f"({', '.join(sorted(START_OPTIONS))}); rename them"
+            )
+        for p in own:
+            if p.kind not in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+                raise TaskDefinitionError(
+                    f"task {label!r}: parameter {p.name!r} is {p.kind.description}; a task's inputs are "
+                    "recorded by name, so use ordinary or keyword-only parameters"
+                )
+        if state is not None and not (isinstance(state, type) and issubclass(state, BaseModel)):
+            raise TaskDefinitionError(f"task {label!r}: state= must be a pydantic model class, got {state!r}")
+        if upcast and state is None:
+            raise TaskDefinitionError(f"task {label!r}: upcast= needs state= (a model with schema_version)")
+        hints = _hints(fn)
+        adapters = {p.name: a for p in own if (a := _adapter(hints.get(p.name))) is not None}
+        return cls(
+            fn=fn,
+            name=label,
+            is_async=inspect.iscoroutinefunction(fn),
+            params=tuple(p.name for p in own),
+            state=state,
+            upcast=dict(upcast or {}),
+            phases=phases,
+            _adapters=adapters,
+        )
+
+    @property
+    def data_version(self) -> int | None:
+        if self.state is None:
+            return None
+        field_info = self.state.model_fields.get("schema_version")
+        if field_info is None:
+            return None
+        return int(field_info.get_default(call_default_factory=True))
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The task's inputs by name (without the context)."""
+        signature = inspect.signature(self.fn)
+        try:
+            ba = signature.bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise InvalidInputError(f"task {self.name!r}: {exc}") from None
+        ba.apply_defaults()
+        arguments = dict(ba.arguments)
+        arguments.pop(next(iter(signature.parameters)))
+        return arguments
+
+    def inputs_for_call(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Recorded inputs as the function's annotations promise (models rebuilt from JSON)."""
+        return {
+            name: self._adapters[name].validate_python(value) if name in self._adapters else value
+            for name, value in inputs.items()
+        }
