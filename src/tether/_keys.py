@@ -12,7 +12,30 @@ from typing import Any
 
 import orjson
 
-__all__ = ["args_hash", "canonical_json", "call_key"]
+from pydantic import BaseModel
+
+from tether.errors import NotSerializableError
+
+__all__ = ["args_hash", "as_json", "call_key", "canonical_json", "json_default"]
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def json_default(value: Any) -> Any:
+    """What orjson cannot encode by itself but tether stores: pydantic models, as their JSON form."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists, models become dicts)."""
+    if type(value) in _SCALARS:
+        return value
+    try:
+        return orjson.loads(orjson.dumps(value, default=json_default))
+    except TypeError as exc:
+        raise NotSerializableError(str(exc)) from None
 
 
 def _normalise(value: Any) -> Any:

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from tether._keys import json_default
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -139,7 +140,7 @@ class TaskLog:
     def encode(self, event: Event) -> str:
         """The stored JSON of an event; raises before anything is written if it cannot be stored."""
         try:
-            data = orjson.dumps(event, default=_json_default)
+            data = orjson.dumps(event, default=json_default)
         except TypeError as exc:
             raise NotSerializableError(_explain_unserializable(event, exc)) from None
         if len(data) > self.max_event_bytes:
@@ -407,18 +408,11 @@ class TaskLog:
         self._cache.pop(task_id, None)
 
 
-def _json_default(value: Any) -> Any:
-    """What orjson cannot encode by itself but tether stores: pydantic models, as their JSON form."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
-
-
 def _explain_unserializable(event: Event, exc: Exception) -> str:
     for f in fields(event):  # type: ignore[arg-type]
         value = getattr(event, f.name)
         try:
-            orjson.dumps(value, default=_json_default)
+            orjson.dumps(value, default=json_default)
         except TypeError:
             return (
                 f"{type(event).__name__}.{f.name} cannot be stored as JSON: "
@@ -433,13 +427,13 @@ def _describe_bad_value(value: Any, path: str = "") -> str:
             if not isinstance(k, str):
                 return f"key {k!r} at {path or 'top level'} is a {type(k).__name__}, not a string"
             try:
-                orjson.dumps(v, default=_json_default)
+                orjson.dumps(v, default=json_default)
             except TypeError:
                 return _describe_bad_value(v, f"{path}.{k}" if path else str(k))
     if isinstance(value, list | tuple):
         for i, v in enumerate(value):
             try:
-                orjson.dumps(v, default=_json_default)
+                orjson.dumps(v, default=json_default)
             except TypeError:
                 return _describe_bad_value(v, f"{path}[{i}]")
     return f"value of type {type(value).__name__} at {path or 'top level'}"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from tether._keys import call_key
+from tether._keys import as_json, call_key
 from tether.errors import (
     InvalidInputError,
     NonDeterminismError,
@@ -252,7 +252,8 @@ class _Context:
             raise InvalidInputError(f"invalid update of {model.__name__}: {exc}") from None
         before, after = current.model_dump(mode="json"), updated.model_dump(mode="json")
         changed = {k: after[k] for k in fields if before.get(k) != after[k]}
-        recorded = self._replayed(DataUpdated, lambda e: e.fields == changed, f"update({', '.join(sorted(changed))})")
+        # Matched by kind only: a model upgraded since may name the same change differently.
+        recorded = self._replayed(DataUpdated, lambda e: True, f"update({', '.join(sorted(changed))})")
         if recorded is None and changed:
             self._append([DataUpdated(fields=changed)])
         return self.data
@@ -339,12 +340,15 @@ class _Context:
             assert outcome is not None
             if outcome.ok:
                 value = outcome.value
-                if exists:
-                    done = CallCompleted(n=n, result=value, attempt=attempt, duration=outcome.duration)
-                else:
-                    done = CallCompleted(n=n, result=value, attempt=attempt, duration=outcome.duration,
-                                         key=key, tool=spec.name, args=arguments, kind=kind)
                 try:
+                    # Live code gets what replay will get: the result's JSON form (as the tool's
+                    # return annotation promises, for a model), never the object it happened to be.
+                    recorded = as_json(value)
+                    if exists:
+                        done = CallCompleted(n=n, result=recorded, attempt=attempt, duration=outcome.duration)
+                    else:
+                        done = CallCompleted(n=n, result=recorded, attempt=attempt, duration=outcome.duration,
+                                             key=key, tool=spec.name, args=arguments, kind=kind)
                     self._append([done])
                 except InvalidInputError as exc:
                     # The value cannot be stored: fail the call, never half-write it.
@@ -354,8 +358,8 @@ class _Context:
                     retry = False
                 else:
                     if undo is not None:
-                        self._compensations.append((n, self._app._tool_spec(undo), done.result))
-                    return value if not isinstance(value, BaseModel) else spec.rehydrate(value.model_dump(mode="json"))
+                        self._compensations.append((n, self._app._tool_spec(undo), recorded))
+                    return spec.rehydrate(recorded)
             else:
                 failure = outcome.value
                 retry = spec.retry.should_retry(failure, attempt=attempt)

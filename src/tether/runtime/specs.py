@@ -22,8 +22,18 @@ START_OPTIONS = frozenset({"task_id", "user_id", "session_id"})
 
 
 def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """Resolved annotations; a function defined inside another also sees the names it closes over."""
+    code = getattr(fn, "__code__", None)
+    closure = getattr(fn, "__closure__", None) or ()
+    local = {}
+    if code is not None:
+        for name, cell in zip(code.co_freevars, closure, strict=False):
+            try:
+                local[name] = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
     try:
-        return typing.get_type_hints(fn)
+        return typing.get_type_hints(fn, localns=local)
     except Exception:  # unresolvable forward references: rehydration is a convenience, not a must
         return {}
 
@@ -77,7 +87,7 @@ class ToolSpec:
         returns = _adapter(_hints(fn).get("return"))
         return cls(
             fn=fn,
-            name=name or getattr(fn, "__qualname__", None) or repr(fn),
+            name=name or getattr(fn, "__name__", None) or repr(fn),
             retry=retry or NO_RETRY,
             readonly=readonly,
             compensate=compensate,
@@ -136,7 +146,7 @@ class TaskSpec:
         upcast: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
         phases: Phases | None = None,
     ) -> TaskSpec:
-        label = name or getattr(fn, "__qualname__", repr(fn))
+        label = name or getattr(fn, "__name__", repr(fn))
         if not callable(fn):
             raise TaskDefinitionError(f"a task must be a function, got {type(fn).__name__}")
         parameters = list(inspect.signature(fn).parameters.values())
