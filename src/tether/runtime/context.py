@@ -296,7 +296,7 @@ class _Context:
                     key=key,
                     error_type=last.error_type or "Error",
                     message=last.message or "",
-                    attempts=len(record.attempts),
+                    attempts=sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")),
                     traceback=last.traceback,
                 )
             if last.finished_at is None:
@@ -324,10 +324,9 @@ class _Context:
                 if remaining > 0:
                     yield Wait(remaining)
             attempt = last.number + 1
-            if attempt > spec.retry.max_attempts:
-                self._append([CallFailed(n=n, reason="no attempts left")])
-                raise ToolError(spec.name, key=key, error_type=last.error_type or "Interrupted",
-                                message=last.message or "", attempts=len(record.attempts), traceback=last.traceback)
+        # Attempts that ended in an error count against the policy; one cut short by a crash
+        # does not (it is run again: at-least-once), though it keeps its number in the record.
+        errors = sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")) if record else 0
         task_id = self.task_id
         exists = record is not None
         while True:
@@ -356,13 +355,15 @@ class _Context:
                         f"tool {spec.name!r} returned a {type(value).__name__} that cannot be stored: {exc}"
                     )
                     retry = False
+                    errors += 1
                 else:
                     if undo is not None:
                         self._compensations.append((n, self._app._tool_spec(undo), recorded))
                     return spec.rehydrate(recorded)
             else:
                 failure = outcome.value
-                retry = spec.retry.should_retry(failure, attempt=attempt)
+                errors += 1
+                retry = spec.retry.should_retry(failure, attempt=errors)
             backoff = spec.retry.delay(attempt) if retry else None
             tb = "".join(traceback.format_exception(failure))
             events: list[Event] = []
@@ -374,12 +375,12 @@ class _Context:
                                             message=str(failure), traceback=tb,
                                             duration=outcome.duration, backoff=backoff))
             if backoff is None:
-                events.append(CallFailed(n=n, reason="no attempts left" if retry is False and
-                                         attempt >= spec.retry.max_attempts else "error not retried"))
+                exhausted = errors >= spec.retry.max_attempts
+                events.append(CallFailed(n=n, reason="no attempts left" if exhausted else "error not retried"))
             self._append(events)
             if backoff is None:
                 raise ToolError(spec.name, key=key, error_type=type(failure).__name__, message=str(failure),
-                                attempts=attempt, traceback=tb) from failure
+                                attempts=errors, traceback=tb) from failure
             yield Wait(backoff)
             attempt += 1
 
