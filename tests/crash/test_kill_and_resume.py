@@ -125,7 +125,7 @@ def test_killed_from_outside_at_random_times(tmp_path: Path, reference: dict[str
         tmp.mkdir()
         child = subprocess.Popen(
             [sys.executable, str(AGENT), str(tmp / "t.db"), str(tmp / "sink.db"), "trip-1", "none:0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
         )
         try:
             child.wait(timeout=rng.uniform(0.3, 1.5))
