@@ -61,7 +61,7 @@ def tether_per_append(path: str, n: int) -> float:
     task_id, version = state.task_id, state.version
     start = time.perf_counter()
     for _ in range(n):
-        version = log.append(task_id, [ObservationRecorded(key="message", value=MESSAGE)], version).version
+        version = log.append(task_id, [ObservationRecorded(key="message", value=MESSAGE)], version)
     elapsed = time.perf_counter() - start
     log.store.close()
     return elapsed / n
@@ -82,7 +82,7 @@ def build(path: str, n: int, make: Callable[[int], tether.events.Event]) -> tupl
     base = db_bytes(path)
     version = state.version
     for i in range(n):
-        version = log.append(state.task_id, [make(i)], version).version
+        version = log.append(state.task_id, [make(i)], version)
     log.store.close()
     return state.task_id, db_bytes(path) - base
 

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -35,9 +35,21 @@ from tether.errors import (
 )
 from tether.events import (
     DEFAULT_UPCASTERS,
+    CallAttemptFailed,
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    DataUpdated,
+    DecisionMade,
     Event,
+    InputReceived,
+    ObservationRecorded,
+    OutputSet,
     Recorded,
     StatusChanged,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
     TaskCreated,
     Upcasters,
     apply,
@@ -75,15 +87,49 @@ class SnapshotPolicy:
 
 
 class _Entry:
-    """What the log remembers about a task it has touched: the state and snapshot bookkeeping."""
+    """What the log remembers about a task it has touched.
 
-    __slots__ = ("bytes_since", "snap_seq", "snap_size", "state")
+    Appends are not folded at once: their events wait in ``pending`` and are folded,
+    as one batch, when somebody reads the state. An append therefore costs the same
+    at the tenth call as at the hundred-thousandth.
+    """
+
+    __slots__ = ("base", "bytes_since", "calls", "pending", "snap_seq", "snap_size", "version")
 
     def __init__(self, state: TaskState, snap_seq: int, snap_size: int, bytes_since: int) -> None:
-        self.state = state
+        self.base = state
+        self.pending: list[Recorded] = []
+        self.version = state.version
+        self.calls = len(state.calls)
         self.snap_seq = snap_seq
         self.snap_size = snap_size
         self.bytes_since = bytes_since
+
+    @property
+    def state(self) -> TaskState:
+        if self.pending:
+            self.base = fold(self.pending, self.base)
+            self.pending = []
+        return self.base
+
+
+# Events whose fold cannot fail once these cheap checks pass: appends of them are folded
+# lazily. Every other event (status and phase moves, plans) is folded before it is written.
+_CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
+_DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
+    CallStarted: lambda e: isinstance(e.key, str) and isinstance(e.tool, str) and isinstance(e.args, dict),
+    CallCompleted: lambda e: e.key is None or (isinstance(e.key, str) and isinstance(e.args, dict)),
+    CallAttemptFailed: lambda e: isinstance(e.error_type, str),
+    CallFailed: lambda e: True,
+    ObservationRecorded: lambda e: isinstance(e.key, str) and (e.as_of is None or isinstance(e.as_of, str)),
+    DecisionMade: lambda e: isinstance(e.name, str),
+    DataUpdated: lambda e: isinstance(e.fields, dict),
+    StepStarted: lambda e: isinstance(e.name, str),
+    StepCompleted: lambda e: isinstance(e.name, str),
+    StepFailed: lambda e: isinstance(e.name, str),
+    InputReceived: lambda e: isinstance(e.key, str),
+    OutputSet: lambda e: True,
+}
 
 
 def checksum(data: str | bytes) -> str:
@@ -111,7 +157,8 @@ class TaskLog:
         >>> import tether
         >>> log = tether.TaskLog("memory://")
         >>> state = log.create(type="demo", inputs={"goal": "NYC"})
-        >>> state = log.append(state.task_id, [tether.events.PlanSet(steps=["a", "b"])], state.version)
+        >>> log.append(state.task_id, [tether.events.PlanSet(steps=["a", "b"])], state.version)
+        2
         >>> log.load(state.task_id).position
         'step 1 of 2; none committed'
     """
@@ -212,54 +259,84 @@ class TaskLog:
         expected_version: int,
         *,
         fence: int | None = None,
-    ) -> TaskState:
-        """Append events atomically at ``expected_version``; return the new state.
+    ) -> int:
+        """Append events atomically at ``expected_version``; return the new version.
 
-        The events are folded first, so an illegal status or phase move raises
-        :class:`~tether.errors.InvalidTransition` and an unstorable payload raises
-        :class:`~tether.errors.InvalidInputError` before anything is written.
-        A stale ``expected_version`` raises :class:`~tether.errors.ConflictError`.
+        Everything is checked before anything is written: an illegal status or phase
+        move raises :class:`~tether.errors.InvalidTransition`, an unstorable payload
+        :class:`~tether.errors.InvalidInputError`, a stale ``expected_version``
+        :class:`~tether.errors.ConflictError`, a stale ``fence``
+        :class:`~tether.errors.LeaseLostError`.
         """
         if not events:
             raise InvalidInputError("append() needs at least one event")
         entry = self._cache.get(task_id)
-        if entry is None or entry.state.version != expected_version:
+        if entry is None or entry.version != expected_version:
             entry = self._entry(task_id, expected_version)
         now = time.time()
-        state = entry.state
+        base: TaskState | None = None  # set when a checked event had to be folded now
+        pending = list(entry.pending)
+        calls = entry.calls
         rows: list[EventRow] = []
         index: IndexUpdate | None = None
         size = 0
         seq = expected_version
         for event in events:
             seq += 1
-            if not isinstance(event, Event):
+            rec = Recorded(seq, now, event)
+            check = _DEFERRED.get(type(event))
+            if check is not None:
+                if not check(event):
+                    raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
+                if isinstance(event, _CALL_EVENTS):
+                    calls = _check_call_ordinal(task_id, event, calls)
+                pending.append(rec)
+            elif not isinstance(event, Event):
                 raise InvalidInputError(f"append() takes Event objects, got {type(event).__name__}")
-            state = apply(state, Recorded(seq, now, event))  # raises before anything is written
+            elif isinstance(event, TaskCreated):
+                raise InvalidInputError("TaskCreated is written by create(), not append()")
+            else:
+                # Fold now: the machines check the move before anything is written.
+                base = fold([*pending, rec], base if base is not None else entry.base)
+                pending = []
+                if type(event) is StatusChanged:
+                    index = IndexUpdate(status=event.status, wake_at=event.wake_at)
             data = self.encode(event)
             size += len(data)
             rows.append(EventRow(seq, event.event_type, event.version, now, data))
-            if type(event) is StatusChanged:
-                index = IndexUpdate(status=event.status, wake_at=event.wake_at)
         try:
             self.store.append(self.tenant, task_id, rows, expected_version, fence=fence, index=index)
         except BaseException:
             self._cache.pop(task_id, None)
             raise
-        entry.state = state
+        if base is not None:
+            entry.base = base
+        entry.pending = pending
+        entry.version = seq
+        entry.calls = calls
         entry.bytes_since += size
         if seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
-        return state
+        return seq
+
+    def cached(self, task_id: str, version: int) -> TaskState:
+        """The state at ``version`` from this log's memory when it has it, else from the store.
+
+        For a writer that knows no one else appends (it holds the lease): no query at all.
+        """
+        entry = self._cache.get(task_id)
+        if entry is not None and entry.version == version:
+            return entry.state
+        return self.load(task_id)
 
     def _maybe_snapshot(self, task_id: str, entry: _Entry) -> None:
         policy = self.snapshots
-        if entry.state.version - entry.snap_seq < policy.every:
+        if entry.version - entry.snap_seq < policy.every:
             return
         if entry.bytes_since < policy.size_ratio * entry.snap_size:
             return
         self.write_snapshot(task_id, entry.state)
-        entry.snap_seq = entry.state.version
+        entry.snap_seq = entry.version
         entry.bytes_since = 0
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
@@ -269,7 +346,7 @@ class TaskLog:
             self.tenant, task_id, SnapshotRow(state.version, STATE_SCHEMA_VERSION, checksum(data), data)
         )
         entry = self._cache.get(task_id)
-        if entry is not None and entry.state.version == state.version:
+        if entry is not None and entry.version == state.version:
             entry.snap_size = len(data)
 
     # ----------------------------------------------------------------- reading
@@ -277,10 +354,13 @@ class TaskLog:
         """The latest state: the nearest good snapshot plus the events after it."""
         entry = self._cache.get(task_id)
         if entry is not None:
-            rows = self.store.read_events(self.tenant, task_id, after=entry.state.version)
+            rows = self.store.read_events(self.tenant, task_id, after=entry.version)
             if rows:
-                entry.state = fold((self.decode(r) for r in rows), entry.state)
+                entry.pending.extend(self.decode(r) for r in rows)
+                entry.version = rows[-1].seq
                 entry.bytes_since += sum(len(r.data) for r in rows)
+                state = entry.state
+                entry.calls = len(state.calls)
                 self._maybe_snapshot(task_id, entry)
             self._cache.move_to_end(task_id)
             return entry.state
@@ -354,11 +434,11 @@ class TaskLog:
     # ----------------------------------------------------------------- internals
     def _entry(self, task_id: str, expected_version: int) -> _Entry:
         entry = self._cache.get(task_id)
-        if entry is None or entry.state.version != expected_version:
+        if entry is None or entry.version != expected_version:
             entry = self._load_entry(task_id, upto=None)
             self._remember(task_id, entry)
-            if entry.state.version != expected_version:
-                raise ConflictError(task_id, expected=expected_version, actual=entry.state.version)
+            if entry.version != expected_version:
+                raise ConflictError(task_id, expected=expected_version, actual=entry.version)
         return entry
 
     def _load_entry(self, task_id: str, *, upto: int | None) -> _Entry:
@@ -406,6 +486,20 @@ class TaskLog:
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""
         self._cache.pop(task_id, None)
+
+
+def _check_call_ordinal(task_id: str, event: Event, calls: int) -> int:
+    """The number of calls after ``event``; an event about a call that does not exist is refused."""
+    n = event.n  # type: ignore[attr-defined]
+    opens = isinstance(event, CallStarted) or (isinstance(event, CallCompleted) and event.key is not None)
+    if opens and n == calls + 1:
+        return calls + 1
+    if isinstance(n, int) and 0 < n <= calls and not (isinstance(event, CallCompleted) and event.key is not None):
+        return calls
+    raise InvalidInputError(
+        f"{type(event).__name__} refers to call #{n}, but task {task_id!r} has {calls} calls "
+        f"(a new call must be #{calls + 1})"
+    )
 
 
 def _explain_unserializable(event: Event, exc: Exception) -> str:

@@ -23,7 +23,8 @@ def log(store_url: str) -> tether.TaskLog:
 def test_create_then_append_returns_folded_state(log: tether.TaskLog) -> None:
     state = log.create(type="trip", inputs={"goal": "NYC"}, user_id="u1", session_id="s1")
     assert (state.version, state.status, state.inputs) == (1, tether.Status.PENDING, {"goal": "NYC"})
-    state = log.append(state.task_id, [PlanSet(steps=["search", "book"]), StepStarted(name="search")], 1)
+    assert log.append(state.task_id, [PlanSet(steps=["search", "book"]), StepStarted(name="search")], 1) == 3
+    state = log.load(state.task_id)
     assert state.version == 3
     assert [s.status for s in state.plan] == ["running", "pending"]
     assert log.load(state.task_id) == state
@@ -135,5 +136,6 @@ def test_steps_and_position(log: tether.TaskLog) -> None:
     for name in steps[:5]:
         events += [StepStarted(name=name), StepCompleted(name=name)]
     events.append(StepStarted(name="s6"))
-    state = log.append(state.task_id, events, 1)
+    log.append(state.task_id, events, 1)
+    state = log.load(state.task_id)
     assert state.position == "step 6 of 9; 1–5 committed"

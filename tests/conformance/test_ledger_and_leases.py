@@ -43,7 +43,7 @@ def test_leases_and_fencing(store_url: str) -> None:
         log.append(state.task_id, [OutputSet(output="late w1")], 2, fence=token)
     assert (info.value.expected, info.value.actual) == (1, 2)
     assert isinstance(info.value, tether.ConflictError)
-    state = log.append(state.task_id, [OutputSet(output="by w2")], 2, fence=stolen)
+    log.append(state.task_id, [OutputSet(output="by w2")], 2, fence=stolen)
     assert log.load(state.task_id).output == "by w2"
     store.release_lease(log.tenant, state.task_id, token)  # stale release does nothing
     assert log.get(state.task_id).lease_owner == "w2"

@@ -14,7 +14,8 @@ from tether.store import SnapshotRow
 def _grow(log: tether.TaskLog, n: int) -> tether.TaskState:
     state = log.create(type="chat")
     for i in range(n):
-        state = log.append(state.task_id, [ObservationRecorded(key=f"k{i % 7}", value=i)], state.version)
+        log.append(state.task_id, [ObservationRecorded(key=f"k{i % 7}", value=i)], state.version)
+        state = log.load(state.task_id)
     return state
 
 
@@ -72,7 +73,8 @@ def test_size_ratio_keeps_snapshots_of_a_growing_state_rare(store_url: str) -> N
     state = log.create(type="chat")
     for i in range(200):
         event = DecisionMade(name=f"d{i}", choice=i, rationale="r" * 100)
-        state = log.append(state.task_id, [event], state.version)
+        log.append(state.task_id, [event], state.version)
+        state = log.load(state.task_id)
     seqs, at = [], 10**9
     while (snap := log.store.get_snapshot(log.tenant, state.task_id, at_most=at)) is not None:
         seqs.append(snap.seq)

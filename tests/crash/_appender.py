@@ -21,7 +21,7 @@ def main() -> None:
     conflicts = 0
     version = own.version
     for i in range(count):
-        version = log.append(own.task_id, [ObservationRecorded(key="i", value=i)], version).version
+        version = log.append(own.task_id, [ObservationRecorded(key="i", value=i)], version)
         while True:  # optimistic concurrency: reload and retry on conflict
             state = log.load(shared)
             try:

@@ -77,7 +77,8 @@ def test_reopening_keeps_everything(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/t.db"
     log = tether.TaskLog(url)
     state = log.create(type="chat")
-    state = log.append(state.task_id, [ObservationRecorded(key="k", value="v")], 1)
+    log.append(state.task_id, [ObservationRecorded(key="k", value="v")], 1)
+    state = log.load(state.task_id)
     log.store.close()
     assert tether.TaskLog(url).load(state.task_id) == state
 
@@ -87,7 +88,8 @@ def test_snapshot_corrupted_on_disk_is_detected(tmp_path: Path, caplog: pytest.L
     log = tether.TaskLog(url, snapshots=tether.SnapshotPolicy(every=5, size_ratio=0))
     state = log.create(type="chat")
     for i in range(12):
-        state = log.append(state.task_id, [ObservationRecorded(key="k", value=i)], state.version)
+        log.append(state.task_id, [ObservationRecorded(key="k", value=i)], state.version)
+        state = log.load(state.task_id)
     log.store.close()
     conn = sqlite3.connect(tmp_path / "t.db")
     (count,) = conn.execute("SELECT count(*) FROM snapshots").fetchone()

@@ -348,7 +348,8 @@ class App:
             status = "missing" if call is None else call.status
             raise InvalidInputError(f"call #{n} of task {task_id!r} is {status}; only an unfinished call can be resolved")
         attempt = call.attempts[-1].number if call.attempts else 1
-        return self.log.append(task_id, [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)], state.version)
+        self.log.append(task_id, [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)], state.version)
+        return self.log.load(task_id)
 
     def _spec_of(self, task_id: str) -> TaskSpec:
         return self._task_spec(self.log.load(task_id).type)
@@ -400,7 +401,7 @@ class App:
                     if isinstance(outcome.value, _NOT_A_TASK_FAILURE):
                         raise outcome.value
                     yield from self._fail(ctx, outcome.value)
-                return TaskHandle.of(ctx._state)
+                return TaskHandle.of(ctx._latest)
         finally:
             try:
                 self.store.release_lease(self.tenant, task_id, token)
@@ -409,7 +410,7 @@ class App:
 
     def _fail(self, ctx: _Context, error: BaseException) -> Flow[None]:
         """Record the failure, run the compensations in reverse order, and mark the task failed."""
-        if ctx._state.failure is None:
+        if ctx._latest.failure is None:
             ctx._append([_failure_event(ctx, error)])
         yield from ctx._compensate_flow()
         ctx._append([StatusChanged(status=Status.FAILED.value, reason=f"{type(error).__name__}: {error}")])
@@ -419,9 +420,10 @@ class App:
 
 
 def _failure_event(ctx: _Context, error: BaseException) -> FailureRecorded:
-    step = next((s.name for s in ctx._state.plan if s.status == "failed"), None)
+    state = ctx._latest
+    step = next((s.name for s in state.plan if s.status == "failed"), None)
     if isinstance(error, ToolError):
-        call = next((c for c in ctx._state.calls if c.key == error.key), None)
+        call = next((c for c in state.calls if c.key == error.key), None)
         return FailureRecorded(
             exception_type=error.error_type,
             message=error.error_message,

@@ -52,6 +52,7 @@ from tether.events import (
     StepFailed,
     StepStarted,
     apply,
+    fold,
 )
 from tether.model import TaskState, ToolCall
 from tether.runtime._flow import Flow, Invoke, Wait, drive, drive_async
@@ -130,14 +131,16 @@ class _Context:
     def __init__(self, app: App, spec: TaskSpec, state: TaskState, history: list[Recorded], fence: int | None):
         self._app = app
         self._spec = spec
-        self._state = state  # the latest state: appends go on from its version
+        self._task_id = state.task_id
+        self._version = state.version  # the latest version: appends go on from it
+        self._final = state  # the state when this run started: the end of the recorded history
         self._history = history  # what was recorded before this run started
         self._cursor = 1  # history[0] is TaskCreated
-        self._view = apply(None, history[0])  # the state as of the point the code has reached
+        self._view_base = apply(None, history[0])  # the state as of the point the code has reached...
+        self._view_pending: list[Recorded] = []  # ...is this, plus these (folded when read)
         self._fence = fence
         self._n = 0  # ordinal of the last call made
         self._compensations: list[tuple[int, ToolSpec, Any]] = []
-        self._step: str | None = None
         self._data_cache: tuple[int, BaseModel] | None = None
         self.scratch: dict[str, Any] = {}
         """Working memory for the current step: never persisted, emptied at every step boundary."""
@@ -145,12 +148,21 @@ class _Context:
     # ------------------------------------------------------------------ reading
     @property
     def task_id(self) -> str:
-        return self._state.task_id
+        return self._task_id
 
     @property
     def state(self) -> TaskState:
         """The task's state as of the point the code has reached (read-only)."""
-        return self._state if self.live else self._view
+        if self.live:
+            return self._latest
+        if self._view_pending:
+            self._view_base = fold(self._view_pending, self._view_base)
+            self._view_pending = []
+        return self._view_base
+
+    @property
+    def _latest(self) -> TaskState:
+        return self._app.log.cached(self._task_id, self._version)
 
     @property
     def live(self) -> bool:
@@ -173,11 +185,10 @@ class _Context:
     def _skip_passive(self) -> None:
         history = self._history
         while self._cursor < len(history) and isinstance(history[self._cursor].event, _PASSIVE):
-            self._view = apply(self._view, history[self._cursor])
-            self._cursor += 1
+            self._consume()
 
     def _consume(self) -> None:
-        self._view = apply(self._view, self._history[self._cursor])
+        self._view_pending.append(self._history[self._cursor])
         self._cursor += 1
 
     def _replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
@@ -191,9 +202,8 @@ class _Context:
         self._consume()
         return head
 
-    def _append(self, events: list[Event]) -> TaskState:
-        self._state = self._app.log.append(self.task_id, events, self._state.version, fence=self._fence)
-        return self._state
+    def _append(self, events: list[Event]) -> None:
+        self._version = self._app.log.append(self._task_id, events, self._version, fence=self._fence)
 
     # ------------------------------------------------------------------ recording
     def plan(self, steps: list[str]) -> None:
@@ -208,7 +218,6 @@ class _Context:
         self.scratch.clear()
         if self._replayed(StepStarted, lambda e: e.name == name, f"step({name!r})") is None:
             self._append([StepStarted(name=name)])
-        outer, self._step = self._step, name
         try:
             yield
         except Exception as exc:
@@ -220,7 +229,6 @@ class _Context:
             if self._replayed(StepCompleted, lambda e: e.name == name, f"end of step {name!r}") is None:
                 self._append([StepCompleted(name=name)])
         finally:
-            self._step = outer
             self.scratch.clear()
 
     def decide(self, name: str, choice: Any, rationale: str, alternatives: list[Any] | None = None) -> Any:
@@ -327,7 +335,7 @@ class _Context:
         # Attempts that ended in an error count against the policy; one cut short by a crash
         # does not (it is run again: at-least-once), though it keeps its number in the record.
         errors = sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")) if record else 0
-        task_id = self.task_id
+        task_id = self._task_id
         exists = record is not None
         while True:
             if not spec.readonly:
@@ -402,7 +410,9 @@ class _Context:
                 self._consume()
             else:
                 break
-        return self._view.call(n)
+        # A call's events are contiguous and nothing after them changes it, so its record as of
+        # now is its record at the end of the history: no need to fold the view for it.
+        return self._final.call(n)
 
     def _compensate_flow(self) -> Flow[None]:
         """Undo completed calls in reverse order, each as its own recorded call."""
