@@ -275,7 +275,7 @@ class TaskLog:
             entry = self._entry(task_id, expected_version)
         now = time.time()
         base: TaskState | None = None  # set when a checked event had to be folded now
-        pending = list(entry.pending)
+        staged: list[Recorded] = []  # deferred events of this batch, after ``base`` if it is set
         calls = entry.calls
         rows: list[EventRow] = []
         index: IndexUpdate | None = None
@@ -290,15 +290,18 @@ class TaskLog:
                     raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
                 if isinstance(event, _CALL_EVENTS):
                     calls = _check_call_ordinal(task_id, event, calls)
-                pending.append(rec)
+                staged.append(rec)
             elif not isinstance(event, Event):
                 raise InvalidInputError(f"append() takes Event objects, got {type(event).__name__}")
             elif isinstance(event, TaskCreated):
                 raise InvalidInputError("TaskCreated is written by create(), not append()")
             else:
                 # Fold now: the machines check the move before anything is written.
-                base = fold([*pending, rec], base if base is not None else entry.base)
-                pending = []
+                if base is None:
+                    base = fold([*entry.pending, *staged, rec], entry.base)
+                else:
+                    base = fold([*staged, rec], base)
+                staged = []
                 if type(event) is StatusChanged:
                     index = IndexUpdate(status=event.status, wake_at=event.wake_at)
             data = self.encode(event)
@@ -311,7 +314,9 @@ class TaskLog:
             raise
         if base is not None:
             entry.base = base
-        entry.pending = pending
+            entry.pending = staged
+        else:
+            entry.pending.extend(staged)
         entry.version = seq
         entry.calls = calls
         entry.bytes_since += size

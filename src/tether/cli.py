@@ -1,0 +1,223 @@
+"""The ``tether`` command: a thin click group over the public API.
+
+Output is for people first (rich tables, colour in a terminal, plain text in a
+pipe); every read verb takes ``--json`` for scripts. All rendering lives here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+import tether
+from tether.errors import TetherError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _url(db: str | None) -> str:
+    value = db or os.environ.get("TETHER_URL") or "tether.db"
+    return value if "://" in value else f"sqlite:///{value}"
+
+
+def _open(db: str | None) -> tether.TaskLog:
+    url = _url(db)
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        raise click.ClickException(
+            f"no database at {url[len('sqlite:///'):]!r}; run `tether demo` or your app to create one, "
+            "or point --db (or TETHER_URL) at yours"
+        )
+    return tether.TaskLog(url)
+
+
+def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")(fn)
+
+
+def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="machine-readable JSON on stdout")(fn)
+
+
+def errors_as_messages(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A TetherError becomes a one-line message (and its JSON body with --json), not a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except tether.TaskNotFoundError as exc:
+            hint = _suggest(kwargs.get("db"), exc.task_id)
+            raise click.ClickException(f"{exc}{hint}") from None
+        except TetherError as exc:
+            if kwargs.get("as_json"):
+                click.echo(orjson.dumps(exc.to_dict()).decode())
+                sys.exit(1)
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+def _suggest(db: str | None, task_id: str) -> str:
+    import difflib
+
+    try:
+        ids = [row.task_id for row in tether.TaskLog(_url(db)).list(limit=1000)]
+    except TetherError:
+        return ""
+    close = difflib.get_close_matches(task_id, ids, n=3, cutoff=0.5)
+    prefixed = [i for i in ids if i.startswith(task_id)][:3]
+    found = list(dict.fromkeys(prefixed + close))
+    return f"; did you mean {', '.join(found)}?" if found else "; `tether tasks` lists the tasks"
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+
+
+def _state_json(state: tether.TaskState) -> Any:
+    return orjson.loads(state.model_dump_json())
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(tether.__version__, "-V", "--version")
+def main() -> None:
+    """tether: durable state for AI agents. Inspect tasks, their history and their state."""
+
+
+@main.command()
+@click.option("--db", metavar="URL", default=None, help="store URL or SQLite path (default ./tether.db)")
+def demo(db: str | None) -> None:
+    """Run a 9-step agent, SIGKILL it at step 6, resume it in a second process."""
+    from tether.demo import run_demo
+
+    url = _url(db)
+    with tempfile.TemporaryDirectory(prefix="tether-demo-") as folder:
+        run_demo(url, Path(folder), _console())
+
+
+@main.command()
+@db_option
+@json_option
+@click.option("--status", multiple=True, help="only tasks in this status (repeatable)")
+@click.option("--type", "task_type", help="only tasks of this type")
+@click.option("--user", "user_id", help="only this user's tasks")
+@click.option("--limit", default=50, show_default=True)
+@errors_as_messages
+def tasks(db: str | None, as_json: bool, status: tuple[str, ...], task_type: str | None, user_id: str | None,
+          limit: int) -> None:
+    """List tasks, newest first."""
+    log = _open(db)
+    rows = log.list(status=status or None, type=task_type, user_id=user_id, limit=limit)
+    if as_json:
+        _emit_json([_row_json(r) for r in rows])
+        return
+    table = Table()
+    for column in ("task", "type", "status", "version", "user", "held by"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.task_id, r.type, _status(r.status), str(r.version), r.user_id or "", r.lease_owner or "")
+    _console().print(table if rows else "no tasks")
+
+
+def _row_json(row: tether.TaskRow) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in row.__slots__}  # type: ignore[attr-defined]
+
+
+def _status(status: str) -> str:
+    colour = {"completed": "green", "failed": "red", "running": "yellow", "cancelled": "magenta"}.get(status, "cyan")
+    return f"[{colour}]{status}[/]"
+
+
+@main.command()
+@click.argument("task_id")
+@db_option
+@json_option
+@errors_as_messages
+def show(task_id: str, db: str | None, as_json: bool) -> None:
+    """Status, position, plan, calls, failure and output of a task."""
+    state = _open(db).load(task_id)
+    if as_json:
+        _emit_json(_state_json(state))
+        return
+    out = _console()
+    out.print(f"[bold]{state.task_id}[/]  {state.type}  {_status(state.status.value)}  v{state.version}")
+    out.print(f"position: {state.position}")
+    if state.plan:
+        marks = {"completed": "[green]✓[/]", "failed": "[red]✗[/]", "running": "[yellow]…[/]", "pending": " "}
+        for i, step in enumerate(state.plan, start=1):
+            out.print(f"  {marks[step.status]} {i}. {step.name}" + (f"  [red]{step.error}[/]" if step.error else ""))
+    if state.calls:
+        table = Table(title="calls", title_justify="left")
+        for column in ("#", "tool", "status", "attempts", "key"):
+            table.add_column(column)
+        for call in state.calls:
+            table.add_row(str(call.n), call.tool + (" (undo)" if call.kind == "compensation" else ""), call.status,
+                          str(len(call.attempts)), call.key)
+        out.print(table)
+    for decision in state.decisions:
+        out.print(f"decided {decision.name}: {_short(decision.choice)} — {decision.rationale}")
+    if state.failure:
+        f = state.failure
+        out.print(f"[red]failed[/] at step {f.step} in {f.tool}: {f.exception_type}: {f.message}")
+    if state.output is not None:
+        out.print(f"output: {_short(state.output)}")
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = orjson.dumps(value).decode() if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@main.command()
+@click.argument("task_id")
+@db_option
+@json_option
+@errors_as_messages
+def history(task_id: str, db: str | None, as_json: bool) -> None:
+    """Every event of a task, in order."""
+    records = _open(db).events(task_id)
+    if as_json:
+        _emit_json([{"seq": r.seq, "at": r.time.isoformat(), "type": r.event.event_type, "data": r.event.to_dict()}
+                    for r in records])
+        return
+    table = Table()
+    for column in ("seq", "time", "event", "details"):
+        table.add_column(column)
+    for r in records:
+        details = {k: v for k, v in r.event.to_dict().items() if v not in (None, {}, [])}
+        table.add_row(str(r.seq), r.time.strftime("%H:%M:%S.%f")[:-3], r.event.event_type, _short(details, 90))
+    _console().print(table)
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--at", "seq", type=int, default=None, help="the state right after event SEQ")
+@db_option
+@json_option
+@errors_as_messages
+def state(task_id: str, seq: int | None, db: str | None, as_json: bool) -> None:
+    """A task's full state, now or at any event."""
+    log = _open(db)
+    value = log.load(task_id) if seq is None else log.state_at(task_id, seq)
+    if as_json:
+        _emit_json(_state_json(value))
+        return
+    _console().print_json(value.model_dump_json())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The real console script, in a subprocess, against a real database."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tether
+
+TETHER = shutil.which("tether", path=os.path.dirname(sys.executable)) or "tether"
+
+
+def run(*args: str, cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([TETHER, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TETHER_URL": "", "COLUMNS": "200"})
+    if ok:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    app = tether.App(f"sqlite:///{tmp_path / 'tether.db'}")
+
+    @app.tool
+    def search(dest: str) -> list[str]:
+        return ["BA117"]
+
+    @app.task
+    def trip(ctx: tether.TaskContext, dest: str) -> str:
+        ctx.plan(["search", "pick"])
+        with ctx.step("search"):
+            flights = ctx.call(search, dest)
+        with ctx.step("pick"):
+            return str(ctx.decide("flight", flights[0], rationale="only one"))
+
+    app.run(trip, "NYC", task_id="trip-abc123")
+    app.close()
+    return tmp_path
+
+
+def test_every_command_has_help(tmp_path: Path) -> None:
+    out = run("-h", cwd=tmp_path).stdout
+    commands = ["demo", "tasks", "show", "history", "state"]
+    for command in commands:
+        assert command in out
+        assert "Usage" in run(command, "--help", cwd=tmp_path).stdout
+
+
+def test_tasks_show_history_state(db: Path) -> None:
+    listed = json.loads(run("tasks", "--json", cwd=db).stdout)
+    assert [(t["task_id"], t["status"], t["version"]) for t in listed] == [("trip-abc123", "completed", 12)]
+    assert "trip-abc123" in run("tasks", cwd=db).stdout
+    shown = run("show", "trip-abc123", cwd=db).stdout
+    assert "all 2 steps committed" in shown and "✓ 1. search" in shown and "decided flight" in shown
+    state = json.loads(run("show", "trip-abc123", "--json", cwd=db).stdout)
+    assert state["output"] == "BA117" and state["position"] == "all 2 steps committed"
+    events = json.loads(run("history", "trip-abc123", "--json", cwd=db).stdout)
+    assert [e["seq"] for e in events] == list(range(1, 13)) and events[0]["type"] == "TaskCreated"
+    at = json.loads(run("state", "trip-abc123", "--at", "3", "--json", cwd=db).stdout)
+    assert at["version"] == 3 and at["plan"][0]["status"] == "pending"
+
+
+def test_helpful_errors(db: Path, tmp_path: Path) -> None:
+    missing = run("show", "trip-abc", cwd=db, ok=False)
+    assert missing.returncode == 1 and "did you mean trip-abc123" in missing.stderr
+    beyond = run("state", "trip-abc123", "--at", "99", "--json", cwd=db, ok=False)
+    assert json.loads(beyond.stdout)["code"] == "invalid_sequence"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nodb = run("tasks", cwd=empty, ok=False)
+    assert "no database" in nodb.stderr and "tether demo" in nodb.stderr
+    assert not (empty / "tether.db").exists()
+
+
+def test_demo_tells_the_story(tmp_path: Path) -> None:
+    out = run("demo", cwd=tmp_path).stdout
+    assert "killed with SIGKILL during step 6" in out
+    assert "steps 1–5 run again by process B: 0" in out
+    assert "calendar invites sent: 1" in out
+    assert out.count("replayed from the log") == 5
+    assert "TimeoutError, backoff 0.2s" in out
+    assert (tmp_path / "tether.db").exists()
