@@ -1,0 +1,28 @@
+"""The docs' Python examples run, in order, one namespace per page."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).parents[2] / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    for block in blocks:
+        exec(compile(block, f"{page.name}", "exec"), namespace)  # noqa: S102
+    assert os.getcwd() == str(tmp_path)
+
+
+def test_readme_links_every_page() -> None:
+    readme = (DOCS.parent / "README.md").read_text()
+    for page in PAGES:
+        assert f"docs/{page.name}" in readme, page.name
