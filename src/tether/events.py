@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from pydantic import BaseModel
 
@@ -76,7 +76,7 @@ __all__ = [
 
 
 class Event:
-    """Base of every event. Subclasses are frozen, slotted dataclasses.
+    """Base of every event. Subclasses are slotted dataclasses, never changed once made.
 
     ``version`` is the shape's schema version; records stored under an older
     version are migrated on read by :class:`Upcasters`.
@@ -94,8 +94,13 @@ EVENT_TYPES: dict[str, type[Event]] = {}
 
 
 def _event(cls: type[Any]) -> type[Any]:
-    """Register an event class under its own name and make it a frozen slotted dataclass."""
-    cls = dataclass(frozen=True, slots=True)(cls)
+    """Register an event class under its own name and make it a slotted dataclass.
+
+    Events are facts and tether never changes one once made; they are not
+    ``frozen`` only because a frozen dataclass costs three times as much to build,
+    and one is built for every step a task takes.
+    """
+    cls = dataclass(slots=True)(cls)
     cls.event_type = cls.__name__
     EVENT_TYPES[cls.__name__] = cls
     return cls
@@ -259,9 +264,8 @@ class FailureRecorded(Event):
     output: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class Recorded:
-    """An event as stored: its sequence number in the stream and when it was appended."""
+class Recorded(NamedTuple):
+    """An event as stored: its sequence number in the stream and when it was appended (epoch seconds)."""
 
     seq: int
     at: float

@@ -259,8 +259,13 @@ class TaskLog:
         expected_version: int,
         *,
         fence: int | None = None,
+        snapshot: bool = True,
     ) -> int:
         """Append events atomically at ``expected_version``; return the new version.
+
+        ``snapshot=False`` leaves the snapshot policy for later (:meth:`snapshot_if_due`):
+        a writer that holds the task and appends step after step snapshots once, when
+        it stops, instead of folding the state in the middle of its work.
 
         Everything is checked before anything is written: an illegal status or phase
         move raises :class:`~tether.errors.InvalidTransition`, an unstorable payload
@@ -320,9 +325,15 @@ class TaskLog:
         entry.version = seq
         entry.calls = calls
         entry.bytes_since += size
-        if seq - entry.snap_seq >= self.snapshots.every:
+        if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
         return seq
+
+    def snapshot_if_due(self, task_id: str) -> None:
+        """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``)."""
+        entry = self._cache.get(task_id)
+        if entry is not None:
+            self._maybe_snapshot(task_id, entry)
 
     def cached(self, task_id: str, version: int) -> TaskState:
         """The state at ``version`` from this log's memory when it has it, else from the store.

@@ -13,55 +13,59 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["Flow", "Invoke", "Outcome", "Wait", "drive", "drive_async"]
+__all__ = ["CURRENT_CALL", "Flow", "Invoke", "Outcome", "Wait", "drive", "drive_async"]
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Invoke:
-    """Run ``fn(*args, **kwargs)``; the driver sends back an :class:`Outcome`."""
+class Invoke(NamedTuple):
+    """Run ``fn(*args, **kwargs)``; the driver sends back an :class:`Outcome`.
+
+    While it runs, ``current`` (when given) is what :func:`tether.current_call` returns.
+    """
 
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] | None = None
-    before: Callable[[], Any] | None = None
-    """Called just before ``fn`` (sets the current call); its return is passed to ``after``."""
-    after: Callable[[Any], None] | None = None
+    current: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class Wait:
+class Wait(NamedTuple):
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     ok: bool
     value: Any  # the result, or the exception
     duration: float
 
 
+CURRENT_CALL: ContextVar[Any] = ContextVar("tether_current_call", default=None)
+
+
 Flow = Generator["Invoke | Wait", "Outcome | None", T]
 
 
+_PLAIN = frozenset({type(None), str, int, float, bool, dict, list, tuple})
+
+
 def _sync_invoke(op: Invoke) -> Outcome:
-    token = op.before() if op.before is not None else None
+    token = CURRENT_CALL.set(op.current) if op.current is not None else None
     start = time.perf_counter()
     try:
         value = op.fn(*op.args, **(op.kwargs or {}))
-        if inspect.isawaitable(value):
+        if type(value) not in _PLAIN and inspect.isawaitable(value):
             # A sync task calling an async tool: run it to completion here.
             value = asyncio.run(_await(value))
         return Outcome(True, value, time.perf_counter() - start)
     except Exception as exc:
         return Outcome(False, exc, time.perf_counter() - start)
     finally:
-        if op.after is not None:
-            op.after(token)
+        if token is not None:
+            CURRENT_CALL.reset(token)
 
 
 async def _await(awaitable: Any) -> Any:
@@ -111,15 +115,15 @@ async def drive_async(flow: Flow[T]) -> T:
 
 
 async def _async_invoke(op: Invoke) -> Outcome:
-    token = op.before() if op.before is not None else None
+    token = CURRENT_CALL.set(op.current) if op.current is not None else None
     start = time.perf_counter()
     try:
         value = op.fn(*op.args, **(op.kwargs or {}))
-        if inspect.isawaitable(value):
+        if type(value) not in _PLAIN and inspect.isawaitable(value):
             value = await value
         return Outcome(True, value, time.perf_counter() - start)
     except Exception as exc:
         return Outcome(False, exc, time.perf_counter() - start)
     finally:
-        if op.after is not None:
-            op.after(token)
+        if token is not None:
+            CURRENT_CALL.reset(token)

@@ -404,6 +404,7 @@ class App:
                 return TaskHandle.of(ctx._latest)
         finally:
             try:
+                self.log.snapshot_if_due(task_id)
                 self.store.release_lease(self.tenant, task_id, token)
             except TetherError:
                 pass

@@ -15,10 +15,8 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
@@ -55,7 +53,7 @@ from tether.events import (
     fold,
 )
 from tether.model import TaskState, ToolCall
-from tether.runtime._flow import Flow, Invoke, Wait, drive, drive_async
+from tether.runtime._flow import CURRENT_CALL, Flow, Invoke, Wait, drive, drive_async
 from tether.runtime.specs import TaskSpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -68,8 +66,7 @@ _PASSIVE = (StatusChanged, InputReceived, OutputSet, FailureRecorded, DataMigrat
 _CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
 
 
-@dataclass(frozen=True, slots=True)
-class CallInfo:
+class CallInfo(NamedTuple):
     """The call running right now, as the tool sees it through :func:`current_call`."""
 
     task_id: str
@@ -77,9 +74,6 @@ class CallInfo:
     tool: str
     key: str
     attempt: int
-
-
-_current: ContextVar[CallInfo | None] = ContextVar("tether_current_call", default=None)
 
 
 def current_call() -> CallInfo:
@@ -97,7 +91,7 @@ def current_call() -> CallInfo:
         >>> app.run(invite, task_id="t1").output
         't1:1:send_invite:...'
     """
-    info = _current.get()
+    info: CallInfo | None = CURRENT_CALL.get()
     if info is None:
         raise TetherError("current_call() is only available inside a tool run by ctx.call()")
     return info
@@ -203,7 +197,8 @@ class _Context:
         return head
 
     def _append(self, events: list[Event]) -> None:
-        self._version = self._app.log.append(self._task_id, events, self._version, fence=self._fence)
+        # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
+        self._version = self._app.log.append(self._task_id, events, self._version, fence=self._fence, snapshot=False)
 
     # ------------------------------------------------------------------ recording
     def plan(self, steps: list[str]) -> None:
@@ -289,7 +284,7 @@ class _Context:
         key = call_key(self.task_id, n, spec.name, arguments)
         undo = compensate or spec.compensate
         attempt = 1
-        record = self._replay_call(n, spec.name)
+        record = self._replay_call(n, spec.name) if self._cursor < len(self._history) else None
         if record is not None:
             key = record.key  # retries keep the key the call was first given
             if record.status == "completed":
@@ -342,8 +337,7 @@ class _Context:
                 self._append([CallStarted(n=n, key=key, tool=spec.name, args=arguments, attempt=attempt,
                                           kind=kind, compensates=compensates)])
                 exists = True
-            info = CallInfo(task_id, n, spec.name, key, attempt)
-            outcome = yield Invoke(spec.fn, args, kwargs, before=lambda: _current.set(info), after=_current.reset)
+            outcome = yield Invoke(spec.fn, args, kwargs, CallInfo(task_id, n, spec.name, key, attempt))
             assert outcome is not None
             if outcome.ok:
                 value = outcome.value
