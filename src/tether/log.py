@@ -309,9 +309,15 @@ class TaskLog:
                 staged = []
                 if type(event) is StatusChanged:
                     index = IndexUpdate(status=event.status, wake_at=event.wake_at)
-            data = self.encode(event)
-            size += len(data)
-            rows.append(EventRow(seq, event.event_type, event.version, now, data))
+            try:
+                encoded = orjson.dumps(event, default=json_default)
+            except TypeError:
+                self.encode(event)  # raises with the field and value that cannot be stored
+                raise
+            if len(encoded) > self.max_event_bytes:
+                self.encode(event)  # raises naming the size and the limit
+            size += len(encoded)
+            rows.append(EventRow(seq, event.event_type, event.version, now, encoded.decode()))
         try:
             self.store.append(self.tenant, task_id, rows, expected_version, fence=fence, index=index)
         except BaseException:
