@@ -8,6 +8,7 @@ from __future__ import annotations
 from tether import events
 from tether.errors import (
     ConfigurationError,
+    InputTimeout,
     ConflictError,
     InvalidInputError,
     InvalidTransition,
@@ -29,7 +30,7 @@ from tether.errors import (
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import Phases, Status
 from tether.model import Attempt, Decision, Failure, Observation, ParentRef, Step, TaskState, ToolCall, Waiting
-from tether.runtime.app import App, TaskHandle
+from tether.runtime.app import App, PendingInput, TaskHandle
 from tether.runtime.context import AsyncTaskContext, CallInfo, TaskContext, current_call
 from tether.runtime.ledger import Ledger
 from tether.runtime.retry import Retry
@@ -46,6 +47,7 @@ __all__ = [
     "ConflictError",
     "Decision",
     "Failure",
+    "InputTimeout",
     "InvalidInputError",
     "InvalidTransition",
     "LeaseLostError",
@@ -55,6 +57,7 @@ __all__ = [
     "Observation",
     "OutcomeUnknownError",
     "ParentRef",
+    "PendingInput",
     "Phases",
     "Retry",
     "SchemaVersionError",

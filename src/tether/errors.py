@@ -19,6 +19,7 @@
     ├── TaskBusyError               task_busy            another live worker holds the task's lease
     ├── ToolError                   tool_failed          a tool call gave up after its attempts
     ├── OutcomeUnknownError         outcome_unknown      a side effect may or may not have happened
+    ├── InputTimeout                input_timeout        nobody answered a wait_for_input in time
     └── TaskFailedError             task_failed          a tool gave up; carries the failure record
 
 ``code`` is stable: scripts can match on it in ``--json`` output.
@@ -33,8 +34,10 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "Cancelled",
     "ConfigurationError",
     "ConflictError",
+    "InputTimeout",
     "InvalidInputError",
     "InvalidTransition",
     "LeaseLostError",
@@ -241,6 +244,17 @@ class OutcomeUnknownError(TetherError):
         self.key = key
 
 
+class InputTimeout(TetherError):  # noqa: N818 - the name the API promises
+    """Raised inside a task at ``ctx.wait_for_input`` when its timeout passed without an answer."""
+
+    code = "input_timeout"
+
+    def __init__(self, task_id: str, key: str) -> None:
+        super().__init__(f"task {task_id!r}: no input for {key!r} arrived before the timeout")
+        self.task_id = task_id
+        self.key = key
+
+
 class TaskFailedError(TetherError):
     code = "task_failed"
 
@@ -248,6 +262,17 @@ class TaskFailedError(TetherError):
         super().__init__(message)
         self.task_id = task_id
         self.failure = failure
+
+
+class Cancelled(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Raised inside a task whose cancellation was requested, at the first step it would take live.
+
+    Like :class:`Suspend`, ``except Exception:`` in user code cannot swallow it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Suspend(BaseException):  # noqa: N818 - a control-flow signal, not an error

@@ -52,6 +52,7 @@ __all__ = [
     "CallCompleted",
     "CallFailed",
     "CallStarted",
+    "CancelRequested",
     "DataMigrated",
     "DataUpdated",
     "DecisionMade",
@@ -59,11 +60,13 @@ __all__ = [
     "FailureRecorded",
     "InputReceived",
     "InputRequested",
+    "InputTimedOut",
     "ObservationRecorded",
     "OutputSet",
     "PhaseChanged",
     "PlanSet",
     "Recorded",
+    "SleepScheduled",
     "StatusChanged",
     "StepCompleted",
     "StepFailed",
@@ -240,6 +243,25 @@ class InputRequested(Event):
 class InputReceived(Event):
     key: str
     value: Any
+
+
+@_event
+class InputTimedOut(Event):
+    """Nobody answered before the wait's timeout: the task sees ``InputTimeout`` at that point."""
+
+    key: str
+
+
+@_event
+class SleepScheduled(Event):
+    """A durable sleep until ``until`` (epoch seconds)."""
+
+    until: float
+
+
+@_event
+class CancelRequested(Event):
+    reason: str | None = None
 
 
 @_event
@@ -640,6 +662,26 @@ def _input_requested(d: _Draft, ev: InputRequested, at: datetime, epoch: float) 
 @_rule(InputReceived)
 def _input_received(d: _Draft, ev: InputReceived, at: datetime, epoch: float) -> None:
     d.dict("received")[ev.key] = ev.value
+    waiting = d.values["waiting"]
+    if waiting is not None and waiting.key == ev.key:
+        d.values["waiting"] = None
+
+
+@_rule(InputTimedOut)
+def _input_timed_out(d: _Draft, ev: InputTimedOut, at: datetime, epoch: float) -> None:
+    waiting = d.values["waiting"]
+    if waiting is not None and waiting.key == ev.key:
+        d.values["waiting"] = None
+
+
+@_rule(SleepScheduled)
+def _sleep_scheduled(d: _Draft, ev: SleepScheduled, at: datetime, epoch: float) -> None:
+    return None  # the wake-up time goes on the status change that suspends the task
+
+
+@_rule(CancelRequested)
+def _cancel_requested(d: _Draft, ev: CancelRequested, at: datetime, epoch: float) -> None:
+    d.values["cancel_reason"] = ev.reason or "cancelled"
 
 
 @_rule(PhaseChanged)

@@ -39,6 +39,7 @@ from tether.events import (
     CallCompleted,
     CallFailed,
     CallStarted,
+    CancelRequested,
     DataUpdated,
     DecisionMade,
     Event,
@@ -112,6 +113,9 @@ class _Entry:
             self.pending = []
         return self.base
 
+
+# Events from outside a run that make a waiting or sleeping task runnable at once.
+_WAKES = (InputReceived, CancelRequested)
 
 # Events whose fold cannot fail once these cheap checks pass: appends of them are folded
 # lazily. Every other event (status and phase moves, plans) is folded before it is written.
@@ -309,6 +313,8 @@ class TaskLog:
                 staged = []
                 if type(event) is StatusChanged:
                     index = IndexUpdate(status=event.status, wake_at=event.wake_at)
+            if type(event) in _WAKES and (index is None or index.status is None):
+                index = IndexUpdate(status=None, wake_at=now)  # an answer or a cancel: runnable now
             try:
                 encoded = orjson.dumps(event, default=json_default)
             except TypeError:

@@ -165,6 +165,9 @@ class TaskState(_Record):
     received: dict[str, Any] = {}
     """Inputs sent to the task (``send_input``) by key, including ones not yet asked for."""
     wake_at: datetime | None = None
+    """When a sleeping task wakes, or a waiting one times out."""
+    cancel_reason: str | None = None
+    """Set once cancellation was asked for; the task ends ``cancelled`` when it is carried out."""
     failure: Failure | None = None
     output: Any = None
     parent: ParentRef | None = None

@@ -11,23 +11,36 @@ import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
 from tether.errors import (
+    Cancelled,
+    ConflictError,
     InvalidInputError,
-    LeaseLostError,
+    InvalidTransition,
     NonDeterminismError,
     OutcomeUnknownError,
     SchemaVersionError,
+    Suspend,
     TaskBusyError,
     TaskDefinitionError,
     TaskNotFoundError,
     TetherError,
     ToolError,
 )
-from tether.events import CallCompleted, DataMigrated, FailureRecorded, OutputSet, StatusChanged
+from tether._keys import as_json
+from tether.events import (
+    CallCompleted,
+    CancelRequested,
+    DataMigrated,
+    FailureRecorded,
+    InputReceived,
+    OutputSet,
+    StatusChanged,
+)
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
 from tether.model import Failure, TaskState
@@ -38,13 +51,13 @@ from tether.runtime.retry import Retry
 from tether.runtime.specs import TaskSpec, ToolSpec
 from tether.store import DEFAULT_URL
 
-__all__ = ["App", "TaskHandle"]
+__all__ = ["App", "PendingInput", "TaskHandle"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Failures that say "this task cannot go on here", not "this task failed": they leave the
 # task as it is and reach the caller.
-_NOT_A_TASK_FAILURE = (NonDeterminismError, OutcomeUnknownError, LeaseLostError, SchemaVersionError)
+_NOT_A_TASK_FAILURE = (NonDeterminismError, OutcomeUnknownError, ConflictError, SchemaVersionError)
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,30 @@ class TaskHandle:
     @classmethod
     def of(cls, state: TaskState) -> TaskHandle:
         return cls(state.task_id, state.status, state.output, state.failure, state)
+
+
+@dataclass(frozen=True)
+class PendingInput:
+    """A question a task is waiting on: what :meth:`App.pending_inputs` lists."""
+
+    task_id: str
+    type: str
+    user_id: str | None
+    key: str
+    prompt: str | None
+    schema: dict[str, Any] | None
+    requested_at: datetime
+    timeout_at: datetime | None
+
+
+def check_against_schema(task_id: str, key: str, value: Any, schema: dict[str, Any]) -> None:
+    """Refuse a value that does not fit a wait's JSON schema, saying where and why."""
+    import jsonschema
+
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path))
+    if errors:
+        details = "; ".join(f"{'/'.join(map(str, e.path)) or '(value)'}: {e.message}" for e in errors[:5])
+        raise InvalidInputError(f"input {key!r} for task {task_id!r} does not fit its schema: {details}")
 
 
 class _Heartbeat:
@@ -101,6 +138,8 @@ class App:
             run's task can be taken over after that (at once by a process on the same
             machine that sees the holder is gone).
         max_value_bytes: the largest encoded event (a tool result, an input) accepted.
+        inline_wait: sleeps and retry backoffs up to this many seconds wait in the running
+            process; longer ones suspend the task (``sleeping``) and free the worker.
 
     Example:
         >>> import tether
@@ -126,6 +165,7 @@ class App:
         snapshots: SnapshotPolicy | None = None,
         lease_ttl: float = 30.0,
         max_value_bytes: int = 16 * 1024 * 1024,
+        inline_wait: float = 1.0,
     ) -> None:
         if lease_ttl <= 0:
             raise TetherError(f"lease_ttl must be positive, got {lease_ttl}")
@@ -133,6 +173,7 @@ class App:
         self.store = self.log.store
         self.tenant = tenant
         self.lease_ttl = lease_ttl
+        self.inline_wait = inline_wait
         self.ledger = Ledger(self.store, tenant)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._tasks: dict[str, TaskSpec] = {}
@@ -351,17 +392,100 @@ class App:
         self.log.append(task_id, [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)], state.version)
         return self.log.load(task_id)
 
+    # ------------------------------------------------------------------ people and control
+    def send_input(self, task_id: str, key: str, value: Any) -> TaskHandle:
+        """Answer (or answer ahead of) ``ctx.wait_for_input(key)``, from any process.
+
+        Checked against the wait's schema when the task is waiting for ``key``; a bad
+        value is refused with the validation error and nothing is recorded. The task
+        becomes runnable: a worker (or ``app.resume``) continues it.
+        """
+        value = as_json(value)
+        for _ in range(20):  # a running task appends too: reload and try again on a conflict
+            state = self.log.load(task_id)
+            if state.status in TERMINAL:
+                raise InvalidInputError(f"task {task_id!r} is {state.status.value}; it takes no more input")
+            if key in state.received:
+                if state.received[key] == value:
+                    return TaskHandle.of(state)  # the same answer twice: nothing new
+                raise InvalidInputError(f"task {task_id!r} already has an answer for {key!r}")
+            if state.waiting is not None and state.waiting.key == key and state.waiting.input_schema:
+                check_against_schema(task_id, key, value, state.waiting.input_schema)
+            try:
+                self.log.append(task_id, [InputReceived(key=key, value=value)], state.version)
+            except ConflictError:
+                continue
+            return TaskHandle.of(self.log.load(task_id))
+        raise ConflictError(task_id, expected=state.version, actual=None)
+
+    def pending_inputs(self, user_id: str | None = None, *, limit: int = 100) -> list[PendingInput]:
+        """What tasks are waiting for, with their prompts, oldest question first."""
+        found = []
+        for row in self.log.list(status=Status.AWAITING_INPUT, user_id=user_id, limit=limit):
+            waiting = self.log.load(row.task_id).waiting
+            if waiting is not None:
+                found.append(PendingInput(row.task_id, row.type, row.user_id, waiting.key, waiting.prompt,
+                                          waiting.input_schema, waiting.requested_at, waiting.timeout_at))
+        return sorted(found, key=lambda p: p.requested_at)
+
+    def cancel(self, task_id: str, reason: str = "cancelled") -> TaskHandle:
+        """Cancel a task that has not finished; its completed calls are compensated in reverse order.
+
+        Idempotent: cancelling a cancelled task returns it as it is. A task running in
+        another process loses its lease and stops at its next step.
+        """
+        state = self.log.load(task_id)
+        if state.status is Status.CANCELLED:
+            return TaskHandle.of(state)
+        if state.status in TERMINAL:
+            raise InvalidTransition("status", state.status.value, Status.CANCELLED.value, [])
+        if state.cancel_reason is None:
+            for _ in range(20):
+                try:
+                    self.log.append(task_id, [CancelRequested(reason=reason)], state.version)
+                    break
+                except ConflictError:
+                    state = self.log.load(task_id)
+                    if state.status in TERMINAL:
+                        return TaskHandle.of(state)
+        spec = self._task_spec(state.type)
+        if spec.is_async:
+            return asyncio.run(drive_async(self._execute(spec, task_id, force=True)))
+        return drive(self._execute(spec, task_id, force=True))
+
+    def run_worker(
+        self, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
+    ) -> int:
+        """Claim and run runnable tasks until stopped (SIGTERM, SIGINT), or until idle with ``idle_exit``.
+
+        Returns how many task runs it carried out.
+        """
+        from tether.runtime.worker import Worker
+
+        return Worker(self, concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace).run()
+
+    def _run_claimed(self, task_id: str, token: int) -> TaskHandle:
+        """Carry out one run of a task a worker claimed (it holds the lease ``token``)."""
+        try:
+            spec = self._task_spec(self.log.load(task_id).type)
+        except TetherError:
+            self.store.release_lease(self.tenant, task_id, token)
+            raise
+        if spec.is_async:
+            return asyncio.run(drive_async(self._execute(spec, task_id, token=token)))
+        return drive(self._execute(spec, task_id, token=token))
+
     def _spec_of(self, task_id: str) -> TaskSpec:
         return self._task_spec(self.log.load(task_id).type)
 
     # ------------------------------------------------------------------ the run
-    def _acquire(self, task_id: str) -> int:
+    def _acquire(self, task_id: str, *, force: bool = False) -> int:
         now = time.time()
         token = self.store.acquire_lease(self.tenant, task_id, self.worker_id, self.lease_ttl, now)
         if token is not None:
             return token
         row = self.log.get(task_id)
-        if row.lease_owner is not None and _owner_is_dead(row.lease_owner):
+        if row.lease_owner is not None and (force or _owner_is_dead(row.lease_owner)):
             token = self.store.acquire_lease(
                 self.tenant, task_id, self.worker_id, self.lease_ttl, now, steal_from=row.lease_owner
             )
@@ -369,15 +493,21 @@ class App:
                 return token
         raise TaskBusyError(task_id, owner=row.lease_owner, expires=row.lease_expires)
 
-    def _execute(self, spec: TaskSpec, task_id: str) -> Flow[TaskHandle]:
-        state = self.log.load(task_id)
-        if state.status in TERMINAL:
-            return TaskHandle.of(state)
-        token = self._acquire(task_id)
+    def _execute(
+        self, spec: TaskSpec, task_id: str, *, token: int | None = None, force: bool = False
+    ) -> Flow[TaskHandle]:
+        """Run (or replay, then continue) a task while holding its lease: ``token``, or one taken here."""
+        if token is None:
+            state = self.log.load(task_id)
+            if state.status in TERMINAL:
+                return TaskHandle.of(state)
+            token = self._acquire(task_id, force=force)
         try:
             with _Heartbeat(self, task_id, token):
                 history = self.log.events(task_id)
                 state = self.log.load(task_id)
+                if state.status in TERMINAL:
+                    return TaskHandle.of(state)
                 context_type = AsyncTaskContext if spec.is_async else TaskContext
                 ctx = context_type(self, spec, state, history, token)
                 if state.status is not Status.RUNNING:
@@ -386,9 +516,17 @@ class App:
                     migrated = self._data_model(spec, state).model_dump(mode="json")
                     ctx._append([DataMigrated(data=migrated, from_version=state.data_version,
                                               to_version=spec.data_version)])
-                outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+                try:
+                    outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+                except Suspend:
+                    return TaskHandle.of(ctx._latest)  # waiting or sleeping: no process needs to stay
+                except Cancelled as cancel:
+                    yield from self._end_cancelled(ctx, cancel.reason)
+                    return TaskHandle.of(ctx._latest)
                 assert outcome is not None
-                if outcome.ok:
+                if ctx._cancel_reason is not None and not isinstance(outcome.value, _NOT_A_TASK_FAILURE):
+                    yield from self._end_cancelled(ctx, ctx._cancel_reason)
+                elif outcome.ok:
                     if not ctx.live:
                         head = ctx._history[ctx._cursor]
                         raise NonDeterminismError(task_id, head.seq, f"more work ({head.event.event_type})",
@@ -408,6 +546,11 @@ class App:
                 self.store.release_lease(self.tenant, task_id, token)
             except TetherError:
                 pass
+
+    def _end_cancelled(self, ctx: _Context, reason: str) -> Flow[None]:
+        """Run the compensations of completed calls in reverse order, then mark the task cancelled."""
+        yield from ctx._compensate_flow()
+        ctx._append([StatusChanged(status=Status.CANCELLED.value, reason=reason)])
 
     def _fail(self, ctx: _Context, error: BaseException) -> Flow[None]:
         """Record the failure, run the compensations in reverse order, and mark the task failed."""

@@ -22,10 +22,15 @@ from pydantic import BaseModel, ValidationError
 
 from tether._keys import as_json, call_key
 from tether.errors import (
+    Cancelled,
+    ConflictError,
+    InputTimeout,
     InvalidInputError,
+    LeaseLostError,
     NonDeterminismError,
     OutcomeUnknownError,
     SchemaVersionError,
+    Suspend,
     TetherError,
     ToolError,
 )
@@ -34,17 +39,21 @@ from tether.events import (
     CallCompleted,
     CallFailed,
     CallStarted,
+    CancelRequested,
     DataMigrated,
     DataUpdated,
     DecisionMade,
     Event,
     FailureRecorded,
     InputReceived,
+    InputRequested,
+    InputTimedOut,
     ObservationRecorded,
     OutputSet,
     PhaseChanged,
     PlanSet,
     Recorded,
+    SleepScheduled,
     StatusChanged,
     StepCompleted,
     StepFailed,
@@ -52,6 +61,7 @@ from tether.events import (
     apply,
     fold,
 )
+from tether.machine import Status
 from tether.model import TaskState, ToolCall
 from tether.runtime._flow import CURRENT_CALL, Flow, Invoke, Wait, drive, drive_async
 from tether.runtime.specs import TaskSpec, ToolSpec
@@ -62,7 +72,9 @@ if TYPE_CHECKING:
 __all__ = ["AsyncTaskContext", "CallInfo", "TaskContext", "current_call"]
 
 # Events the runtime writes on its own, not in answer to an operation of the task's code.
-_PASSIVE = (StatusChanged, InputReceived, OutputSet, FailureRecorded, DataMigrated)
+_PASSIVE = (StatusChanged, InputReceived, OutputSet, FailureRecorded, DataMigrated, CancelRequested)
+# What another process may append to a task while a run holds it (send_input, cancel).
+_EXTERNAL = (InputReceived, CancelRequested)
 _CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
 
 
@@ -136,6 +148,8 @@ class _Context:
         self._n = 0  # ordinal of the last call made
         self._compensations: list[tuple[int, ToolSpec, Any]] = []
         self._data_cache: tuple[int, BaseModel] | None = None
+        self._cancel_reason = state.cancel_reason
+        self._compensating = False
         self.scratch: dict[str, Any] = {}
         """Working memory for the current step: never persisted, emptied at every step boundary."""
 
@@ -197,14 +211,50 @@ class _Context:
         return head
 
     def _append(self, events: list[Event]) -> None:
-        # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
-        self._version = self._app.log.append(self._task_id, events, self._version, fence=self._fence, snapshot=False)
+        log = self._app.log
+        while True:
+            try:
+                # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
+                self._version = log.append(self._task_id, events, self._version, fence=self._fence, snapshot=False)
+                return
+            except LeaseLostError:
+                raise
+            except ConflictError:
+                self._take_external()
+
+    def _take_external(self) -> None:
+        """Accept what another process appended meanwhile (an answer, a cancel); anything else is a conflict."""
+        newer = self._app.log.events(self._task_id, after=self._version)
+        for rec in newer:
+            if not isinstance(rec.event, _EXTERNAL):
+                raise ConflictError(self._task_id, expected=self._version, actual=newer[-1].seq)
+            if isinstance(rec.event, CancelRequested):
+                self._cancel_reason = rec.event.reason or "cancelled"
+        if not newer:
+            raise ConflictError(self._task_id, expected=self._version, actual=None)
+        self._version = newer[-1].seq
+
+    def _going_live(self) -> None:
+        """Called before an operation runs live: a cancelled task stops here, before doing anything."""
+        if self._cancel_reason is not None and not self._compensating:
+            raise Cancelled(self._cancel_reason)
+
+    def _suspend(self, status: str, wake_at: float | None, reason: str) -> None:
+        self._going_live()  # a cancelled task does not go back to waiting
+        self._append([StatusChanged(status=status, wake_at=wake_at)])
+        raise Suspend(reason)
+
+    def _answered(self) -> bool:
+        """Whether the recorded history goes on past this point (so a wait or sleep here ended)."""
+        self._skip_passive()
+        return self._cursor < len(self._history)
 
     # ------------------------------------------------------------------ recording
     def plan(self, steps: list[str]) -> None:
         """Declare the plan: the named steps, in order. ``ctx.state.position`` counts them."""
         steps = [str(s) for s in steps]
         if self._replayed(PlanSet, lambda e: e.steps == steps, f"plan({steps!r})") is None:
+            self._going_live()
             self._append([PlanSet(steps=steps)])
 
     @contextmanager
@@ -212,6 +262,7 @@ class _Context:
         """Mark a plan step: started on entry, completed on a clean exit, failed on an exception."""
         self.scratch.clear()
         if self._replayed(StepStarted, lambda e: e.name == name, f"step({name!r})") is None:
+            self._going_live()
             self._append([StepStarted(name=name)])
         try:
             yield
@@ -231,12 +282,14 @@ class _Context:
         recorded = self._replayed(DecisionMade, lambda e: e.name == name, f"decide({name!r})")
         if recorded is not None:
             return recorded.event.choice  # type: ignore[attr-defined]
+        self._going_live()
         self._append([DecisionMade(name=name, choice=choice, rationale=rationale, alternatives=alternatives)])
         return choice
 
     def observe(self, key: str, value: Any, source: str | None = None, as_of: datetime | None = None) -> None:
         """Record a fact learned along the way (key → value), where it came from and as of when."""
         if self._replayed(ObservationRecorded, lambda e: e.key == key, f"observe({key!r})") is None:
+            self._going_live()
             stamp = as_of.isoformat() if as_of is not None else None
             self._append([ObservationRecorded(key=key, value=value, source=source, as_of=stamp)])
 
@@ -258,12 +311,14 @@ class _Context:
         # Matched by kind only: a model upgraded since may name the same change differently.
         recorded = self._replayed(DataUpdated, lambda e: True, f"update({', '.join(sorted(changed))})")
         if recorded is None and changed:
+            self._going_live()
             self._append([DataUpdated(fields=changed)])
         return self.data
 
     def transition(self, phase: str) -> None:
         """Move the task's phase machine (``@app.task(phases=Phases(...))``); illegal moves raise."""
         if self._replayed(PhaseChanged, lambda e: e.phase == phase, f"transition({phase!r})") is None:
+            self._going_live()
             self._append([PhaseChanged(phase=phase)])
 
     # ------------------------------------------------------------------ calls
@@ -321,17 +376,17 @@ class _Context:
                                                 message="the process stopped during this attempt",
                                                 traceback=None, duration=stopped, backoff=0.0)])
             elif last.backoff:
-                # The process stopped during the backoff: wait only what is left of it.
+                # Stopped (or suspended) during the backoff: wait only what is left of it.
                 assert last.finished_at is not None
-                remaining = last.finished_at.timestamp() + last.backoff - time.time()
-                if remaining > 0:
-                    yield Wait(remaining)
+                until = last.finished_at.timestamp() + last.backoff
+                yield from self._backoff(until)
             attempt = last.number + 1
         # Attempts that ended in an error count against the policy; one cut short by a crash
         # does not (it is run again: at-least-once), though it keeps its number in the record.
         errors = sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")) if record else 0
         task_id = self._task_id
         exists = record is not None
+        self._going_live()
         while True:
             if not spec.readonly:
                 self._append([CallStarted(n=n, key=key, tool=spec.name, args=arguments, attempt=attempt,
@@ -383,8 +438,67 @@ class _Context:
             if backoff is None:
                 raise ToolError(spec.name, key=key, error_type=type(failure).__name__, message=str(failure),
                                 attempts=errors, traceback=tb) from failure
-            yield Wait(backoff)
+            yield from self._backoff(time.time() + backoff)
             attempt += 1
+
+    def _backoff(self, until: float) -> Flow[None]:
+        """Wait until ``until``: here if it is short, else as a durable sleep that frees the worker."""
+        remaining = until - time.time()
+        if remaining <= 0:
+            return
+        if remaining > self._app.inline_wait:
+            self._suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
+        yield Wait(remaining)
+
+    def _wait_flow(self, key: str, prompt: str | None, timeout: float | None, schema: Any) -> Flow[Any]:
+        json_schema, model = _input_schema(schema)
+        recorded = self._replayed(InputRequested, lambda e: e.key == key, f"wait_for_input({key!r})")
+        if recorded is None:
+            self._going_live()
+            timeout_at = time.time() + timeout if timeout is not None else None
+            self._append([InputRequested(key=key, prompt=prompt, schema=json_schema, timeout_at=timeout_at)])
+        else:
+            timeout_at = recorded.event.timeout_at  # type: ignore[attr-defined]
+        if self._replayed_if(InputTimedOut, lambda e: e.key == key):
+            raise InputTimeout(self._task_id, key)
+        received = self._latest.received
+        if key in received:
+            value = received[key]
+            if json_schema is not None and recorded is None:  # sent before it was asked for: check now
+                from tether.runtime.app import check_against_schema
+
+                check_against_schema(self._task_id, key, value, json_schema)
+            return model.model_validate(value) if model is not None else value
+        if self._answered():
+            raise NonDeterminismError(self._task_id, self._history[self._cursor].seq,
+                                      _describe(self._history[self._cursor].event), f"the answer to {key!r}")
+        if timeout_at is not None and time.time() >= timeout_at:
+            self._append([InputTimedOut(key=key)])
+            raise InputTimeout(self._task_id, key)
+        self._suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
+        yield Wait(0)  # never reached: a generator, so sync and async share this flow
+
+    def _sleep_flow(self, seconds: float) -> Flow[None]:
+        recorded = self._replayed(SleepScheduled, lambda e: True, f"sleep({seconds})")
+        if recorded is None:
+            self._going_live()
+            until = time.time() + seconds
+            self._append([SleepScheduled(until=until)])
+        else:
+            until = recorded.event.until  # type: ignore[attr-defined]
+            if self._answered():
+                return  # the code went on after this sleep before: it is over
+        yield from self._backoff(until)
+
+    def _replayed_if(self, expected: type[Event], matches: Callable[[Any], bool]) -> bool:
+        """Consume the next recorded event if it is this one; ``False`` (and nothing consumed) if not."""
+        self._skip_passive()
+        if self._cursor < len(self._history):
+            head = self._history[self._cursor].event
+            if type(head) is expected and matches(head):
+                self._consume()
+                return True
+        return False
 
     def _replay_call(self, n: int, name: str) -> ToolCall | None:
         """Consume call ``n``'s recorded events; return its record as of then, or ``None`` if live."""
@@ -410,6 +524,7 @@ class _Context:
 
     def _compensate_flow(self) -> Flow[None]:
         """Undo completed calls in reverse order, each as its own recorded call."""
+        self._compensating = True
         for n, spec, result in reversed(self._compensations):
             try:
                 yield from self._call_flow(spec.fn, (result,), {}, kind="compensation", compensates=n)
@@ -447,6 +562,22 @@ class TaskContext(_Context):
         """
         return drive(self._call_flow(fn, args, kwargs, compensate))
 
+    def wait_for_input(self, key: str, prompt: str | None = None, timeout: float | None = None,
+                       schema: Any = None) -> Any:
+        """Wait for a person (``app.send_input(task_id, key, value)``); the process need not stay alive.
+
+        The request is committed and the task suspends (``awaiting_input``) until the
+        answer arrives; input sent before the request is used at once. ``schema`` (a
+        pydantic model or a JSON schema) validates the answer when it is sent; with a
+        model, the answer comes back as one. After ``timeout`` seconds without an answer,
+        :class:`~tether.InputTimeout` is raised here, and the task may catch it.
+        """
+        return drive(self._wait_flow(key, prompt, timeout, schema))
+
+    def sleep(self, seconds: float) -> None:
+        """A durable sleep: short ones wait here; longer ones free the worker and resume when due."""
+        drive(self._sleep_flow(seconds))
+
 
 class AsyncTaskContext(_Context):
     """The context an ``async`` task receives: the same, with ``await ctx.call(...)``."""
@@ -455,6 +586,26 @@ class AsyncTaskContext(_Context):
                    **kwargs: Any) -> Any:
         """Like :meth:`TaskContext.call`; ``fn`` may be a coroutine function."""
         return await drive_async(self._call_flow(fn, args, kwargs, compensate))
+
+    async def wait_for_input(self, key: str, prompt: str | None = None, timeout: float | None = None,
+                             schema: Any = None) -> Any:
+        """Like :meth:`TaskContext.wait_for_input`."""
+        return await drive_async(self._wait_flow(key, prompt, timeout, schema))
+
+    async def sleep(self, seconds: float) -> None:
+        """Like :meth:`TaskContext.sleep`."""
+        await drive_async(self._sleep_flow(seconds))
+
+
+def _input_schema(schema: Any) -> tuple[dict[str, Any] | None, type[BaseModel] | None]:
+    """A wait's schema as stored (JSON schema) and, for a model, the model to rebuild the answer with."""
+    if schema is None:
+        return None, None
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return schema.model_json_schema(), schema
+    if isinstance(schema, dict):
+        return schema, None
+    raise InvalidInputError(f"schema= takes a pydantic model class or a JSON schema dict, got {schema!r}")
 
 
 def upcast_data(spec: TaskSpec, state: TaskState) -> dict[str, Any]:

@@ -95,9 +95,12 @@ class LedgerRow:
 
 @dataclass(frozen=True, slots=True)
 class IndexUpdate:
-    """Columns of the task's index row that an append changes along with its events."""
+    """Columns of the task's index row that an append changes along with its events.
 
-    status: str
+    ``status=None`` leaves the status as it is (an answer to a wait only moves ``wake_at``).
+    """
+
+    status: str | None
     wake_at: float | None = None
 
 
@@ -179,6 +182,14 @@ class Store(Protocol):
 
         ``steal_from`` names an owner the caller knows is dead (a process on this host that no
         longer exists), so its lease need not run out first.
+        """
+        ...
+
+    def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
+        """Lease one runnable task, atomically; return its id and fencing token.
+
+        Runnable: ``pending``; ``sleeping`` or ``awaiting_input`` with ``wake_at <= now``;
+        ``running`` with no live lease (its worker died or let go). Oldest due first.
         """
         ...
 

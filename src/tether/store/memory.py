@@ -81,7 +81,8 @@ class MemoryStore:
                     raise ConflictError(task_id, expected=event.seq - 1, actual=actual)
             stream.events.extend(events)
             if index is not None:
-                stream.row = replace(stream.row, status=index.status, wake_at=index.wake_at)
+                status = index.status if index.status is not None else stream.row.status
+                stream.row = replace(stream.row, status=status, wake_at=index.wake_at)
 
     def read_events(
         self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
@@ -172,6 +173,24 @@ class MemoryStore:
             token = row.lease_token + 1
             stream.row = replace(row, lease_owner=owner, lease_expires=now + ttl, lease_token=token)
             return token
+
+    def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
+        with self._lock:
+            due = []
+            for (t, task_id), stream in self._tasks.items():
+                row = stream.row
+                if t != tenant or (row.lease_owner is not None and (row.lease_expires or 0) > now):
+                    continue
+                waiting = row.status in ("sleeping", "awaiting_input")
+                if row.status in ("pending", "running") or (waiting and row.wake_at is not None and row.wake_at <= now):
+                    due.append((row.wake_at if row.wake_at is not None else row.created_at, task_id))
+            if not due:
+                return None
+            _, task_id = min(due)
+            stream = self._tasks[(tenant, task_id)]
+            token = stream.row.lease_token + 1
+            stream.row = replace(stream.row, lease_owner=owner, lease_expires=now + ttl, lease_token=token)
+            return task_id, token
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         with self._lock:

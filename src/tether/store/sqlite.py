@@ -97,6 +97,19 @@ _INSERT_FIRST_FENCED = (
     "AND (EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1) "
     "OR (SELECT parent_seq FROM tasks WHERE id = ?1) = ?2 - 1)"
 )
+_CLAIM = """
+UPDATE tasks SET lease_owner = :owner, lease_expires = :expires, lease_token = lease_token + 1
+WHERE id = (
+    SELECT id FROM tasks
+    WHERE tenant = :tenant
+      AND (lease_owner IS NULL OR lease_expires <= :now)
+      AND (status IN ('pending', 'running')
+           OR (status IN ('sleeping', 'awaiting_input') AND wake_at <= :now))
+    ORDER BY COALESCE(wake_at, created_at)
+    LIMIT 1
+)
+RETURNING task_id, lease_token
+"""
 _INSERT_NEXT = "INSERT INTO events (task, seq, type, schema, at, data) VALUES (?, ?, ?, ?, ?, ?)"
 _TASK_COLUMNS = """
     t.task_id, t.tenant, t.type, t.status, t.user_id, t.session_id, t.created_at,
@@ -290,7 +303,7 @@ class SQLiteStore:
                     )
                 if index is not None:
                     conn.execute(
-                        "UPDATE tasks SET status = ?, wake_at = ? WHERE id = ?",
+                        "UPDATE tasks SET status = COALESCE(?, status), wake_at = ? WHERE id = ?",
                         (index.status, index.wake_at, internal),
                     )
             except BaseException:
@@ -443,6 +456,11 @@ class SQLiteStore:
                 (owner, now + ttl, self._id(tenant, task_id), now, steal_from),
             ).fetchone()
             return None if row is None else int(row[0])
+
+    def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
+        with self._write() as conn:
+            row = conn.execute(_CLAIM, {"owner": owner, "now": now, "expires": now + ttl, "tenant": tenant}).fetchone()
+            return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         with self._write() as conn:

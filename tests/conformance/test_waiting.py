@@ -1,0 +1,254 @@
+"""Waiting for people, durable sleep, cancellation, claiming."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import tether
+
+
+@pytest.fixture
+def app(store_url: str) -> tether.App:
+    return tether.App(store_url, inline_wait=0.05)
+
+
+class Approval(BaseModel):
+    ok: bool
+    note: str = ""
+
+
+def test_wait_answer_resume(app: tether.App) -> None:
+    runs: list[str] = []
+
+    @app.tool
+    def book(flight: str) -> str:
+        runs.append(flight)
+        return f"booked {flight}"
+
+    @app.task
+    def trip(ctx: tether.TaskContext) -> Any:
+        ctx.call(book, "hold")
+        answer = ctx.wait_for_input("approve", prompt="Book BA117?", schema=Approval)
+        assert isinstance(answer, Approval)
+        return ctx.call(book, "BA117") if answer.ok else "declined"
+
+    run = app.run(trip, task_id="t1", user_id="ada")
+    assert run.status is tether.Status.AWAITING_INPUT
+    assert run.state.waiting is not None and run.state.waiting.prompt == "Book BA117?"
+    [pending] = app.pending_inputs(user_id="ada")
+    assert (pending.task_id, pending.key, pending.prompt) == ("t1", "approve", "Book BA117?")
+    assert pending.schema is not None and pending.schema["required"] == ["ok"]
+    assert app.pending_inputs(user_id="bob") == []
+    assert app.resume("t1").status is tether.Status.AWAITING_INPUT  # nothing new: still waiting
+    app.send_input("t1", "approve", Approval(ok=True, note="go"))
+    done = app.resume("t1")
+    assert done.status is tether.Status.COMPLETED and done.output == "booked BA117"
+    assert runs == ["hold", "BA117"]
+    assert app.pending_inputs() == []
+
+
+def test_bad_input_is_refused_and_nothing_recorded(app: tether.App) -> None:
+    @app.task
+    def t(ctx: tether.TaskContext) -> Any:
+        return ctx.wait_for_input("approve", schema=Approval).ok
+
+    app.run(t, task_id="t1")
+    version = app.state("t1").version
+    with pytest.raises(tether.InvalidInputError, match="ok"):
+        app.send_input("t1", "approve", {"ok": "perhaps"})
+    assert app.state("t1").version == version and app.state("t1").received == {}
+    with pytest.raises(tether.NotSerializableError):
+        app.send_input("t1", "approve", {"ok": {1, 2}})
+    app.send_input("t1", "approve", {"ok": False})
+    app.send_input("t1", "approve", {"ok": False})  # the same answer again: nothing new
+    with pytest.raises(tether.InvalidInputError, match="already"):
+        app.send_input("t1", "approve", {"ok": True})
+    assert app.resume("t1").output is False
+    with pytest.raises(tether.InvalidInputError, match="completed"):
+        app.send_input("t1", "other", 1)
+
+
+def test_input_sent_before_it_is_asked_for(app: tether.App) -> None:
+    @app.task
+    def t(ctx: tether.TaskContext) -> Any:
+        ctx.sleep(0.2)  # long enough to suspend: the answer arrives meanwhile
+        return ctx.wait_for_input("approve", schema={"type": "boolean"})
+
+    assert app.run(t, task_id="t1").status is tether.Status.SLEEPING
+    app.send_input("t1", "approve", True)
+    time.sleep(0.25)
+    run = app.resume("t1")
+    assert run.status is tether.Status.COMPLETED and run.output is True
+
+
+def test_input_sent_early_is_checked_when_asked_for(app: tether.App) -> None:
+    @app.task
+    def t(ctx: tether.TaskContext) -> Any:
+        ctx.sleep(0.2)
+        try:
+            return ctx.wait_for_input("count", schema={"type": "integer"})
+        except tether.InvalidInputError as exc:
+            return f"refused: {exc}"
+
+    app.run(t, task_id="t1")
+    app.send_input("t1", "count", "seven")
+    time.sleep(0.25)
+    assert "does not fit its schema" in app.resume("t1").output
+
+
+def test_timeout_raises_inside_the_task(app: tether.App) -> None:
+    @app.task
+    def t(ctx: tether.TaskContext) -> Any:
+        try:
+            return ctx.wait_for_input("approve", timeout=0.1)
+        except tether.InputTimeout as exc:
+            return f"timed out waiting for {exc.key}"
+
+    run = app.run(t, task_id="t1")
+    assert run.status is tether.Status.AWAITING_INPUT and run.state.waiting is not None
+    assert run.state.wake_at is not None  # a worker picks it up when the timeout is due
+    time.sleep(0.15)
+    done = app.resume("t1")
+    assert done.output == "timed out waiting for approve"
+    assert app.resume("t1").output == done.output
+    with pytest.raises(tether.InvalidInputError):
+        app.send_input("t1", "approve", True)  # too late: the task finished
+
+
+def test_durable_sleep_frees_the_process_and_resumes_when_due(app: tether.App) -> None:
+    ran: list[int] = []
+
+    @app.tool
+    def step(i: int) -> int:
+        ran.append(i)
+        return i
+
+    @app.task
+    def t(ctx: tether.TaskContext) -> int:
+        ctx.call(step, 1)
+        ctx.sleep(0.2)
+        ctx.sleep(0.01)  # short: waits in place
+        return ctx.call(step, 2)
+
+    run = app.run(t, task_id="t1")
+    assert run.status is tether.Status.SLEEPING and run.state.wake_at is not None
+    early = app.resume("t1")  # before it is due: goes back to sleep, runs nothing
+    assert early.status is tether.Status.SLEEPING and ran == [1]
+    time.sleep(0.25)
+    done = app.resume("t1")
+    assert done.status is tether.Status.COMPLETED and ran == [1, 2]
+    assert done.state.updated_at >= run.state.wake_at
+
+
+def test_long_retry_backoff_is_a_durable_sleep(app: tether.App) -> None:
+    attempts: list[int] = []
+
+    @app.tool(retry=tether.Retry(max_attempts=3, backoff=0.2, jitter=0))
+    def flaky() -> str:
+        attempts.append(tether.current_call().attempt)
+        if len(attempts) == 1:
+            raise TimeoutError("slow")
+        return "ok"
+
+    @app.task
+    def t(ctx: tether.TaskContext) -> str:
+        return ctx.call(flaky)
+
+    run = app.run(t, task_id="t1")
+    assert run.status is tether.Status.SLEEPING and attempts == [1]
+    time.sleep(0.25)
+    done = app.resume("t1")
+    assert done.output == "ok" and attempts == [1, 2]
+    assert [a.backoff for a in done.state.calls[0].attempts] == [0.2, None]
+
+
+def _task_with_compensations(app: tether.App, undone: list[str]) -> Any:
+    @app.tool(compensate=lambda r: undone.append(f"release {r}"))
+    def hold(x: str) -> str:
+        return x
+
+    @app.task
+    def t(ctx: tether.TaskContext, how: str) -> str:
+        ctx.call(hold, "seat")
+        ctx.call(hold, "hotel")
+        if how == "wait":
+            ctx.wait_for_input("approve")
+        elif how == "sleep":
+            ctx.sleep(60)
+        return "done"
+
+    return t
+
+
+@pytest.mark.parametrize("how", ["wait", "sleep"])
+def test_cancel_a_waiting_or_sleeping_task(app: tether.App, how: str) -> None:
+    undone: list[str] = []
+    t = _task_with_compensations(app, undone)
+    app.run(t, how, task_id="t1")
+    run = app.cancel("t1", reason="user changed their mind")
+    assert run.status is tether.Status.CANCELLED
+    assert undone == ["release hotel", "release seat"]  # reverse order
+    assert [c.kind for c in run.state.calls] == ["call", "call", "compensation", "compensation"]
+    assert app.cancel("t1").status is tether.Status.CANCELLED and len(undone) == 2  # idempotent
+    assert run.state.cancel_reason == "user changed their mind"
+
+
+def test_cancel_a_pending_task(app: tether.App) -> None:
+    undone: list[str] = []
+    t = _task_with_compensations(app, undone)
+    app.start(t, "wait", task_id="t1")
+    run = app.cancel("t1")
+    assert run.status is tether.Status.CANCELLED and run.state.calls == () and undone == []
+
+
+def test_cancel_a_finished_task_is_refused(app: tether.App) -> None:
+    undone: list[str] = []
+    t = _task_with_compensations(app, undone)
+    app.run(t, "go", task_id="t1")
+    with pytest.raises(tether.InvalidTransition, match="completed"):
+        app.cancel("t1")
+
+
+def test_claim_takes_what_is_runnable(app: tether.App) -> None:
+    @app.task
+    def t(ctx: tether.TaskContext, how: str) -> str:
+        if how == "wait":
+            ctx.wait_for_input("k")
+        if how == "sleep":
+            ctx.sleep(0.1)
+        return how
+
+    app.start(t, "now", task_id="pending")
+    app.run(t, "wait", task_id="waiting")
+    app.run(t, "sleep", task_id="sleeping")
+    app.run(t, "done", task_id="finished")
+    store, tenant = app.store, app.tenant
+    claimed = store.claim(tenant, "w", 30, time.time())
+    assert claimed is not None and claimed[0] == "pending"
+    assert store.claim(tenant, "w", 30, time.time()) is None  # waiting: no answer; sleeping: not due
+    assert store.claim(tenant, "w", 30, time.time() + 1) == ("sleeping", 2)
+    app.send_input("waiting", "k", 1)
+    assert store.claim(tenant, "w", 30, time.time() + 1)[0] == "waiting"  # type: ignore[index]
+    # A lease that ran out makes a task claimable again.
+    assert store.claim(tenant, "w2", 30, time.time() + 60)[0] == "pending"  # type: ignore[index]
+    assert store.claim("other-tenant", "w", 30, time.time() + 60) is None
+
+
+def test_worker_runs_everything_and_exits_when_idle(app: tether.App) -> None:
+    @app.task
+    def t(ctx: tether.TaskContext, i: int) -> int:
+        if i % 2:
+            ctx.sleep(0.1)
+        return i * 10
+
+    for i in range(6):
+        app.start(t, i, task_id=f"t{i}")
+    app.run_worker(concurrency=2, idle_exit=True, poll=0.02)
+    # Odd tasks went to sleep and were not due yet when the worker went idle.
+    time.sleep(0.15)
+    app.run_worker(concurrency=2, idle_exit=True, poll=0.02)
+    assert [app.get(f"t{i}").output for i in range(6)] == [0, 10, 20, 30, 40, 50]
