@@ -219,5 +219,94 @@ def state(task_id: str, seq: int | None, db: str | None, as_json: bool) -> None:
     _console().print_json(value.model_dump_json())
 
 
+def _load_app(spec: str) -> tether.App:
+    """``module:attribute`` → the App object (the current directory is importable)."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"expected module:app (e.g. myagent:app), got {spec!r}", param_hint="APP")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, tether.App):
+        raise click.BadParameter(f"{spec!r} is {type(app).__name__}, not a tether.App", param_hint="APP")
+    return app
+
+
+def app_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--app", "app_spec", required=True, metavar="MODULE:APP",
+                        help="where your tasks are registered, e.g. myagent:app")(fn)
+
+
+def _handle(out: Console, handle: tether.TaskHandle, as_json: bool) -> None:
+    if as_json:
+        _emit_json({"task_id": handle.task_id, "status": handle.status.value, "output": handle.output,
+                    "failure": orjson.loads(handle.failure.model_dump_json()) if handle.failure else None})
+        return
+    out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.state.position})")
+    if handle.state.waiting is not None:
+        out.print(f"waiting for {handle.state.waiting.key!r}: {handle.state.waiting.prompt or ''}")
+    if handle.failure is not None:
+        out.print(f"[red]{handle.failure.exception_type}: {handle.failure.message}[/]")
+
+
+@main.command()
+@click.argument("task_id")
+@app_option
+@json_option
+@errors_as_messages
+def resume(task_id: str, app_spec: str, as_json: bool) -> None:
+    """Continue a task here from its log; recorded steps do not run again."""
+    _handle(_console(), _load_app(app_spec).resume(task_id), as_json)
+
+
+@main.command()
+@click.argument("task_id")
+@click.argument("key")
+@click.argument("value")
+@db_option
+@json_option
+@errors_as_messages
+def send(task_id: str, key: str, value: str, db: str | None, as_json: bool) -> None:
+    """Answer a task waiting for input KEY. VALUE is JSON if it parses as JSON, else a string."""
+    _open(db)
+    try:
+        parsed: Any = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        parsed = value
+    _handle(_console(), tether.App(_url(db)).send_input(task_id, key, parsed), as_json)
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--reason", default="cancelled from the command line", show_default=True)
+@app_option
+@json_option
+@errors_as_messages
+def cancel(task_id: str, reason: str, app_spec: str, as_json: bool) -> None:
+    """Cancel a task; its completed calls are compensated in reverse order."""
+    _handle(_console(), _load_app(app_spec).cancel(task_id, reason), as_json)
+
+
+@main.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--concurrency", "-c", default=1, show_default=True, help="tasks run at once")
+@click.option("--idle-exit", is_flag=True, help="exit when there is nothing left to run")
+@click.option("--poll", default=0.5, show_default=True, help="seconds between looks when idle")
+@click.option("--grace", default=30.0, show_default=True, help="seconds to finish running tasks on SIGTERM")
+def worker(app_spec: str, concurrency: int, idle_exit: bool, poll: float, grace: float) -> None:
+    """Claim and run runnable tasks of an app until stopped (SIGTERM finishes running tasks first)."""
+    app = _load_app(app_spec)
+    err = Console(stderr=True, highlight=False)
+    err.print(f"worker {app.worker_id} on {app.store.url} (concurrency {concurrency})")
+    runs = app.run_worker(concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace)
+    err.print(f"worker {app.worker_id}: {runs} task runs")
+
+
 if __name__ == "__main__":
     main()

@@ -47,7 +47,7 @@ def db(tmp_path: Path) -> Path:
 
 def test_every_command_has_help(tmp_path: Path) -> None:
     out = run("-h", cwd=tmp_path).stdout
-    commands = ["demo", "tasks", "show", "history", "state"]
+    commands = ["demo", "tasks", "show", "history", "state", "resume", "send", "cancel", "worker"]
     for command in commands:
         assert command in out
         assert "Usage" in run(command, "--help", cwd=tmp_path).stdout

@@ -36,6 +36,8 @@ class EventRow(NamedTuple):
     schema: int
     at: float
     data: str | bytes
+    fence: int | None = None
+    """The fencing token of the lease the writer held, if any: who wrote it, for audits."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,7 @@ class MemoryStore:
             for offset, event in enumerate(events, start=1):
                 if event.seq != expected_version + offset:
                     raise ConflictError(task_id, expected=event.seq - 1, actual=actual)
-            stream.events.extend(events)
+            stream.events.extend(e._replace(fence=fence) for e in events)
             if index is not None:
                 status = index.status if index.status is not None else stream.row.status
                 stream.row = replace(stream.row, status=status, wake_at=index.wake_at)

@@ -62,6 +62,7 @@ MIGRATIONS: list[str] = [
         schema INTEGER NOT NULL,
         at     REAL NOT NULL,
         data   TEXT NOT NULL,
+        fence  INTEGER,
         PRIMARY KEY (task, seq)
     ) WITHOUT ROWID;
     CREATE TABLE snapshots (
@@ -87,12 +88,12 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _INSERT_FIRST = (
-    "INSERT INTO events (task, seq, type, schema, at, data) SELECT ?1, ?2, ?3, ?4, ?5, ?6 "
+    "INSERT INTO events (task, seq, type, schema, at, data, fence) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 "
     "WHERE EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1) "
     "OR (SELECT parent_seq FROM tasks WHERE id = ?1) = ?2 - 1"
 )
 _INSERT_FIRST_FENCED = (
-    "INSERT INTO events (task, seq, type, schema, at, data) SELECT ?1, ?2, ?3, ?4, ?5, ?6 "
+    "INSERT INTO events (task, seq, type, schema, at, data, fence) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 "
     "WHERE (SELECT lease_token FROM tasks WHERE id = ?1) = ?7 "
     "AND (EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1) "
     "OR (SELECT parent_seq FROM tasks WHERE id = ?1) = ?2 - 1)"
@@ -110,7 +111,7 @@ WHERE id = (
 )
 RETURNING task_id, lease_token
 """
-_INSERT_NEXT = "INSERT INTO events (task, seq, type, schema, at, data) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT_NEXT = "INSERT INTO events (task, seq, type, schema, at, data, fence) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _TASK_COLUMNS = """
     t.task_id, t.tenant, t.type, t.status, t.user_id, t.session_id, t.created_at,
     COALESCE((SELECT at FROM events e WHERE e.task = t.id ORDER BY seq DESC LIMIT 1), t.created_at),
@@ -254,7 +255,7 @@ class SQLiteStore:
                 raise ConflictError(row.task_id, expected=0, actual=None) from None
             internal = cur.lastrowid
             assert internal is not None
-            conn.execute(_INSERT_NEXT, (internal, first.seq, first.type, first.schema, first.at, _text(first.data)))
+            conn.execute(_INSERT_NEXT, (internal, first.seq, first.type, first.schema, first.at, _text(first.data), None))
             self._ids[(tenant, row.task_id)] = internal
 
     def append(
@@ -273,9 +274,7 @@ class SQLiteStore:
         with self._lock:
             conn = self._conn
             internal = self._id(tenant, task_id)
-            params: tuple[Any, ...] = (internal, first.seq, first.type, first.schema, first.at, _text(first.data))
-            if fence is not None:
-                params = (*params, fence)
+            params = (internal, first.seq, first.type, first.schema, first.at, _text(first.data), fence)
             sql = _INSERT_FIRST if fence is None else _INSERT_FIRST_FENCED
             if len(events) == 1 and index is None:
                 # The common case: one guarded INSERT in autocommit mode, one statement. A single
@@ -299,7 +298,7 @@ class SQLiteStore:
                 if len(events) > 1:
                     conn.executemany(
                         _INSERT_NEXT,
-                        [(internal, e.seq, e.type, e.schema, e.at, _text(e.data)) for e in events[1:]],
+                        [(internal, e.seq, e.type, e.schema, e.at, _text(e.data), fence) for e in events[1:]],
                     )
                 if index is not None:
                     conn.execute(
@@ -343,12 +342,12 @@ class SQLiteStore:
                 low = max(after, rows[-1].seq if rows else after)
                 if last is None:
                     cursor = self._conn.execute(
-                        "SELECT seq, type, schema, at, data FROM events WHERE task = ? AND seq > ? ORDER BY seq",
+                        "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AND seq > ? ORDER BY seq",
                         (task, low),
                     )
                 else:
                     cursor = self._conn.execute(
-                        "SELECT seq, type, schema, at, data FROM events WHERE task = ? AND seq > ? AND seq <= ? "
+                        "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AND seq > ? AND seq <= ? "
                         "ORDER BY seq",
                         (task, low, last),
                     )

@@ -1,0 +1,158 @@
+"""Worker processes that die (SIGKILL) or stall (SIGSTOP) in the middle of tasks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tether
+
+HERE = Path(__file__).parent
+TETHER = [sys.executable, "-m", "tether.cli"]
+
+
+def _env(tmp: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)]),
+            "TETHER_TEST_DB": str(tmp / "t.db"), "TETHER_TEST_SINK": str(tmp / "sink.db"), **extra}
+
+
+def _worker(tmp: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with open(tmp / f"worker-{time.time_ns()}.log", "wb") as log:
+        return subprocess.Popen([*TETHER, "worker", "_workapp:app", "--poll", "0.05", "--grace", "5"], cwd=HERE,
+                                env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def _query(tmp: Path, sql: str) -> list[tuple[object, ...]]:
+    if not (tmp / "sink.db").exists():
+        return []
+    conn = sqlite3.connect(tmp / "sink.db", timeout=30)
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _fences_never_go_back(app: tether.App, task_id: str) -> set[int]:
+    """Once a newer lease wrote to the task, no older lease writes again."""
+    rows = app.store.read_events(app.tenant, task_id)
+    fences = [r.fence for r in rows if r.fence is not None]
+    assert fences == sorted(fences), f"an older lease wrote after a newer one in {task_id}: {fences}"
+    return set(fences)
+
+
+@pytest.mark.crash
+def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path) -> None:
+    env = _env(tmp_path, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.05")
+    os.environ.update({k: env[k] for k in ("TETHER_TEST_DB", "TETHER_TEST_SINK")})
+    app = tether.App(f"sqlite:///{tmp_path / 't.db'}")
+    app.task(name="job")(lambda ctx, n, steps=5: n)  # the type, so start() can record it
+    jobs = 12
+    for n in range(jobs):
+        app.start("job", n, task_id=f"job-{n}")
+    workers = [_worker(tmp_path, env) for _ in range(3)]
+    try:
+        victim = workers[0]
+        _wait_for(lambda: any(pid == victim.pid for (pid,) in _query(tmp_path, "SELECT pid FROM started")),
+                  60, "the first worker to start an effect")
+        time.sleep(0.02)  # inside an effect, most likely
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        _wait_for(lambda: all(app.get(f"job-{n}").status is tether.Status.COMPLETED for n in range(jobs)),
+                  90, "every job to complete")
+    finally:
+        _stop(workers)
+    effects = _query(tmp_path, "SELECT key FROM effects")
+    raw = _query(tmp_path, "SELECT key, pid FROM raw")
+    assert len(effects) == jobs * 5  # one effect per logical call
+    expected = {call.key for n in range(jobs) for call in app.state(f"job-{n}").calls}
+    assert {k for (k,) in effects} == expected
+    assert {k for k, _ in raw} == expected  # every delivery used its call's one key
+    assert len(raw) - len(effects) <= 1  # a repeat only for the effect the kill landed in
+    taken_over = [n for n in range(jobs) if len(_fences_never_go_back(app, f"job-{n}")) > 1]
+    victims_jobs = {k.split(":")[0] for k, pid in raw if pid == victim.pid} | {
+        k.split(":")[0] for k, pid in _query(tmp_path, "SELECT key, pid FROM started") if pid == victim.pid}
+    assert victims_jobs, "the killed worker never ran anything"
+    assert taken_over, "no task moved from the killed worker to another"
+
+
+@pytest.mark.crash
+def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: Path) -> None:
+    env = _env(tmp_path, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.6")
+    app = tether.App(f"sqlite:///{tmp_path / 't.db'}")
+    app.task(name="job")(lambda ctx, n, steps=5: n)
+    app.start("job", 1, steps=4, task_id="job-1")
+    first = _worker(tmp_path, env)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        _wait_for(lambda: _query(tmp_path, "SELECT count(*) FROM started")[0][0] >= 1  # type: ignore[index]
+                  if _query(tmp_path, "SELECT count(*) FROM started") else False, 60, "the first effect to start")
+        first.send_signal(signal.SIGSTOP)  # paused mid-effect, past its lease
+        second = _worker(tmp_path, env)
+        _wait_for(lambda: app.get("job-1").status is tether.Status.COMPLETED, 60, "the second worker to finish")
+        first.send_signal(signal.SIGCONT)  # it wakes up and tries to record its stale result
+        _wait_for(lambda: any(pid == first.pid for (pid,) in _query(tmp_path, "SELECT pid FROM raw")), 30,
+                  "the stalled worker to finish its effect")
+        time.sleep(0.5)
+    finally:
+        _stop([first, *([second] if second else [])])
+    fences = _fences_never_go_back(app, "job-1")
+    assert len(fences) >= 2
+    state = app.state("job-1")
+    assert state.status is tether.Status.COMPLETED and [c.status for c in state.calls] == ["completed"] * 4
+    assert len(_query(tmp_path, "SELECT key FROM effects")) == 4
+    first_call = state.calls[0]
+    assert [a.error_type for a in first_call.attempts] == ["Interrupted", None]  # taken over in doubt, same key
+
+
+@pytest.mark.crash
+def test_cancel_a_task_another_process_is_running(tmp_path: Path) -> None:
+    env = _env(tmp_path, TETHER_TEST_TTL="5.0", TETHER_TEST_SLOW="0.3")
+    os.environ.update({k: env[k] for k in ("TETHER_TEST_DB", "TETHER_TEST_SINK")})
+    sys.path.insert(0, str(HERE))
+    try:
+        import _workapp
+    finally:
+        sys.path.remove(str(HERE))
+    app = _workapp.app
+    app.start(_workapp.job, 1, steps=6, task_id="job-1")
+    runner = _worker(tmp_path, env)
+    try:
+        _wait_for(lambda: len(_query(tmp_path, "SELECT key FROM raw")) >= 2, 60, "two effects")
+        cancelled = app.cancel("job-1", reason="user cancelled")
+        assert cancelled.status is tether.Status.CANCELLED
+        time.sleep(1.0)  # the running worker's next append is refused; it stops
+    finally:
+        _stop([runner])
+    state = app.state("job-1")
+    assert state.status is tether.Status.CANCELLED
+    assert len([c for c in state.calls if c.kind == "call" and c.status == "completed"]) < 6
+    _fences_never_go_back(app, "job-1")
