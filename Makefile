@@ -27,4 +27,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/calls.py
 
 clean:
-	rm -rf $(VENV) tether.db tether.db-wal tether.db-shm .pytest_cache
+	rm -rf $(VENV) tether.db tether.db-wal tether.db-shm tether.db-lock .pytest_cache
