@@ -156,3 +156,42 @@ def test_cancel_a_task_another_process_is_running(tmp_path: Path) -> None:
     assert state.status is tether.Status.CANCELLED
     assert len([c for c in state.calls if c.kind == "call" and c.status == "completed"]) < 6
     _fences_never_go_back(app, "job-1")
+
+
+@pytest.mark.crash
+def test_sleep_across_a_crash_keeps_its_wake_up_time(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    script = f"""
+import tether
+app = tether.App({url!r}, inline_wait=30)
+@app.task
+def nap(ctx):
+    ctx.sleep(1.5)
+    return "rested"
+app.run(nap, task_id="nap-1")
+"""
+    child = subprocess.Popen([sys.executable, "-c", script], env=_env(tmp_path), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    app = tether.App(url, inline_wait=30)
+    _wait_for(lambda: (tmp_path / "t.db").exists() and any(
+        r.event.event_type == "SleepScheduled" for r in _events_or_none(app, "nap-1")), 30, "the sleep to start")
+    child.send_signal(signal.SIGKILL)  # killed in the middle of the sleep
+    child.wait()
+
+    @app.task
+    def nap(ctx: tether.TaskContext) -> str:
+        ctx.sleep(1.5)
+        return "rested"
+
+    run = app.resume("nap-1")
+    events = app.log.events("nap-1")
+    sleeps = [r for r in events if r.event.event_type == "SleepScheduled"]
+    assert run.output == "rested" and len(sleeps) == 1  # the same sleep went on, not a new one
+    assert events[-1].at >= sleeps[0].event.until  # type: ignore[attr-defined]
+
+
+def _events_or_none(app: tether.App, task_id: str) -> list[tether.events.Recorded]:
+    try:
+        return app.log.events(task_id)
+    except tether.TaskNotFoundError:
+        return []

@@ -84,7 +84,9 @@ class Worker:
                     idle = self._busy == 0
                 if self.idle_exit and idle:
                     return
-                self.stopping.wait(self.poll)
+                # Wake as soon as another writer commits (a task started, answered, cancelled),
+                # and at least every ``poll`` seconds for sleeps and timeouts that fall due.
+                app.store.wait_for_change(self.poll, interrupt=self.stopping)
                 continue
             task_id, token = claimed
             with self._lock:

@@ -13,6 +13,7 @@ with its tenant, so no call can see another tenant's rows.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -200,5 +201,11 @@ class Store(Protocol):
         ...
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None: ...
+
+    def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
+        """Block until the store may have changed (another writer committed), ``timeout`` passed,
+        or ``interrupt`` was set; ``True`` when something changed. Lets idle workers wake at once
+        when a task becomes runnable instead of polling on a long interval."""
+        ...
 
     def close(self) -> None: ...

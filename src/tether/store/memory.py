@@ -7,6 +7,7 @@ survives the process. Thread-safe: one lock around every operation.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -36,6 +37,8 @@ class MemoryStore:
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._writes = 0
         self._tasks: dict[tuple[str, str], _Stream] = {}
         self._ledger: dict[tuple[str, str], LedgerRow] = {}
 
@@ -58,6 +61,7 @@ class MemoryStore:
             if row.parent_id is not None:
                 self._stream(tenant, row.parent_id)
             self._tasks[(tenant, row.task_id)] = _Stream(row=row, events=[first])
+        self._touch()
 
     def append(
         self,
@@ -83,6 +87,7 @@ class MemoryStore:
             if index is not None:
                 status = index.status if index.status is not None else stream.row.status
                 stream.row = replace(stream.row, status=status, wake_at=index.wake_at)
+        self._touch()
 
     def read_events(
         self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
@@ -205,6 +210,25 @@ class MemoryStore:
             stream = self._stream(tenant, task_id)
             if stream.row.lease_token == token:
                 stream.row = replace(stream.row, lease_owner=None, lease_expires=None)
+        self._touch()
+
+    def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            start = self._writes
+            while self._writes == start:
+                if interrupt is not None and interrupt.is_set():
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, 0.05))
+            return True
+
+    def _touch(self) -> None:
+        with self._changed:
+            self._writes += 1
+            self._changed.notify_all()
 
     def close(self) -> None:
         pass

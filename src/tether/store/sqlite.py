@@ -12,6 +12,7 @@ import fcntl
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -506,6 +507,23 @@ class SQLiteStore:
                 "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = ? AND lease_token = ?",
                 (self._id(tenant, task_id), token),
             )
+
+    def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
+        # PRAGMA data_version changes when another connection commits; it reads only the WAL
+        # index header, so looking every few milliseconds costs next to nothing.
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            start = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        while True:
+            if interrupt is not None and interrupt.is_set():
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(0.005, remaining))
+            with self._lock:
+                if self._conn.execute("PRAGMA data_version").fetchone()[0] != start:
+                    return True
 
     def close(self) -> None:
         with self._lock:
