@@ -30,7 +30,7 @@ from tether.errors import (
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import Phases, Status
 from tether.model import Attempt, Decision, Failure, Observation, ParentRef, Step, TaskState, ToolCall, Waiting
-from tether.runtime.app import App, PendingInput, TaskHandle
+from tether.runtime.app import App, PendingInput, TaskHandle, TaskSummary
 from tether.runtime.context import AsyncTaskContext, CallInfo, TaskContext, current_call
 from tether.runtime.ledger import Ledger
 from tether.runtime.retry import Retry
@@ -75,6 +75,7 @@ __all__ = [
     "TaskNotFoundError",
     "TaskRow",
     "TaskState",
+    "TaskSummary",
     "TetherError",
     "ToolCall",
     "ToolError",

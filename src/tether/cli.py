@@ -119,22 +119,25 @@ def demo(db: str | None) -> None:
 @errors_as_messages
 def tasks(db: str | None, as_json: bool, status: tuple[str, ...], task_type: str | None, user_id: str | None,
           limit: int) -> None:
-    """List tasks, newest first."""
-    log = _open(db)
-    rows = log.list(status=status or None, type=task_type, user_id=user_id, limit=limit)
+    """List tasks, newest first: status, position, what each waits for, who holds it."""
+    _open(db)
+    app = tether.App(_url(db))
+    rows = app.list_tasks(status=list(status) or None, type=task_type, user_id=user_id, limit=limit)
     if as_json:
-        _emit_json([_row_json(r) for r in rows])
+        _emit_json([{**{k: v for k, v in vars(r).items() if k not in ("status", "wakes_at", "updated_at")},
+                     "status": r.status.value,
+                     "wakes_at": r.wakes_at.isoformat() if r.wakes_at else None,
+                     "updated_at": r.updated_at.isoformat()} for r in rows])
         return
     table = Table()
-    for column in ("task", "type", "status", "version", "user", "held by"):
+    for column in ("task", "type", "status", "position", "waiting / wakes", "held by"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r.task_id, r.type, _status(r.status), str(r.version), r.user_id or "", r.lease_owner or "")
+        waits = f"input {r.waiting_for!r}" if r.waiting_for else ""
+        if r.wakes_at is not None:
+            waits += (" until " if waits else "wakes ") + r.wakes_at.strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(r.task_id, r.type, _status(r.status.value), r.position, waits, r.held_by or "")
     _console().print(table if rows else "no tasks")
-
-
-def _row_json(row: tether.TaskRow) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in row.__slots__}  # type: ignore[attr-defined]
 
 
 def _status(status: str) -> str:

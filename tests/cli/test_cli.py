@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,8 @@ def test_every_command_has_help(tmp_path: Path) -> None:
 
 def test_tasks_show_history_state(db: Path) -> None:
     listed = json.loads(run("tasks", "--json", cwd=db).stdout)
-    assert [(t["task_id"], t["status"], t["version"]) for t in listed] == [("trip-abc123", "completed", 12)]
+    assert [(t["task_id"], t["status"], t["version"], t["position"]) for t in listed] == [
+        ("trip-abc123", "completed", 12, "all 2 steps committed")]
     assert "trip-abc123" in run("tasks", cwd=db).stdout
     shown = run("show", "trip-abc123", cwd=db).stdout
     assert "all 2 steps committed" in shown and "✓ 1. search" in shown and "decided flight" in shown
@@ -87,3 +89,27 @@ def test_demo_tells_the_story(tmp_path: Path) -> None:
     assert out.count("replayed from the log") == 5
     assert "TimeoutError, backoff 0.2s" in out
     assert (tmp_path / "tether.db").exists()
+
+
+def test_waiting_tasks_show_what_they_wait_for_and_take_answers(tmp_path: Path) -> None:
+    app = tether.App(f"sqlite:///{tmp_path / 'tether.db'}", inline_wait=0)
+
+    @app.task
+    def ask(ctx: tether.TaskContext) -> Any:
+        ctx.plan(["ask", "nap"])
+        with ctx.step("ask"):
+            answer = ctx.wait_for_input("approve", prompt="Book BA117?", schema={"type": "boolean"})
+        with ctx.step("nap"):
+            ctx.sleep(3600)
+        return answer
+
+    app.run(ask, task_id="ask-1")
+    listed = run("tasks", cwd=tmp_path).stdout
+    assert "awaiting_input" in listed and "input 'approve'" in listed and "step 1 of 2; none committed" in listed
+    refused = run("send", "ask-1", "approve", '"maybe"', cwd=tmp_path, ok=False)
+    assert refused.returncode == 1 and "does not fit its schema" in refused.stderr
+    sent = json.loads(run("send", "ask-1", "approve", "true", "--json", cwd=tmp_path).stdout)
+    assert sent["status"] == "awaiting_input"
+    app.resume("ask-1")
+    [row] = json.loads(run("tasks", "--json", cwd=tmp_path).stdout)
+    assert row["status"] == "sleeping" and row["wakes_at"] is not None and row["position"] == "step 2 of 2; 1 committed"

@@ -51,7 +51,7 @@ from tether.runtime.retry import Retry
 from tether.runtime.specs import TaskSpec, ToolSpec
 from tether.store import DEFAULT_URL
 
-__all__ = ["App", "PendingInput", "TaskHandle"]
+__all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -87,6 +87,23 @@ class PendingInput:
     schema: dict[str, Any] | None
     requested_at: datetime
     timeout_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """One line of :meth:`App.list_tasks`: where a task stands."""
+
+    task_id: str
+    type: str
+    status: Status
+    position: str
+    waiting_for: str | None
+    prompt: str | None
+    wakes_at: datetime | None
+    held_by: str | None
+    user_id: str | None
+    version: int
+    updated_at: datetime
 
 
 def check_against_schema(task_id: str, key: str, value: Any, schema: dict[str, Any]) -> None:
@@ -427,6 +444,32 @@ class App:
                 found.append(PendingInput(row.task_id, row.type, row.user_id, waiting.key, waiting.prompt,
                                           waiting.input_schema, waiting.requested_at, waiting.timeout_at))
         return sorted(found, key=lambda p: p.requested_at)
+
+    def list_tasks(
+        self,
+        *,
+        status: Status | str | list[Status | str] | None = None,
+        type: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[TaskSummary]:
+        """Tasks, newest first, with where each stands: position, what it waits for, who holds it."""
+        summaries = []
+        now = time.time()
+        for row in self.log.list(status=status, type=type, user_id=user_id, session_id=session_id,
+                                 limit=limit, offset=offset):
+            state = self.log.load(row.task_id)
+            held = row.lease_owner if row.lease_owner and (row.lease_expires or 0) > now else None
+            summaries.append(TaskSummary(
+                task_id=row.task_id, type=row.type, status=state.status, position=state.position,
+                waiting_for=state.waiting.key if state.waiting else None,
+                prompt=state.waiting.prompt if state.waiting else None,
+                wakes_at=state.wake_at, held_by=held, user_id=row.user_id, version=state.version,
+                updated_at=state.updated_at,
+            ))
+        return summaries
 
     def cancel(self, task_id: str, reason: str = "cancelled") -> TaskHandle:
         """Cancel a task that has not finished; its completed calls are compensated in reverse order.
