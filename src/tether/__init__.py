@@ -35,6 +35,7 @@ from tether.runtime.context import AsyncTaskContext, CallInfo, TaskContext, curr
 from tether.runtime.ledger import Ledger
 from tether.runtime.retry import Retry
 from tether.store import Store, TaskRow, open_store
+from tether.timetravel import HistoryEntry, ReplayReport, StateDiff
 
 __version__ = "0.1.0"
 
@@ -47,6 +48,7 @@ __all__ = [
     "ConflictError",
     "Decision",
     "Failure",
+    "HistoryEntry",
     "InputTimeout",
     "InvalidInputError",
     "InvalidTransition",
@@ -59,10 +61,12 @@ __all__ = [
     "ParentRef",
     "PendingInput",
     "Phases",
+    "ReplayReport",
     "Retry",
     "SchemaVersionError",
     "SequenceError",
     "SnapshotPolicy",
+    "StateDiff",
     "Status",
     "Step",
     "Store",

@@ -71,7 +71,9 @@ __all__ = [
     "StepCompleted",
     "StepFailed",
     "StepStarted",
+    "TaskArchived",
     "TaskCreated",
+    "TaskForked",
     "Upcasters",
     "apply",
     "fold",
@@ -122,6 +124,24 @@ class TaskCreated(Event):
     data: dict[str, Any] | None = None
     data_version: int | None = None
     parent: dict[str, Any] | None = None
+
+
+@_event
+class TaskForked(Event):
+    """The first event of a fork: it shares its parent's events up to ``at`` and goes on from there."""
+
+    task_id: str
+    parent_task_id: str
+    at: int
+    inputs: dict[str, Any] | None = None
+
+
+@_event
+class TaskArchived(Event):
+    """This branch was set aside by a rewind: it now lives as ``task_id``, and ``successor`` took its place."""
+
+    task_id: str
+    successor: str
 
 
 @_event
@@ -504,6 +524,31 @@ def _rule(event_type: type[Event]) -> Callable[[_Rule], _Rule]:
         return fn
 
     return register
+
+
+@_rule(TaskForked)
+def _task_forked(d: _Draft, ev: TaskForked, at: datetime, epoch: float) -> None:
+    # A new task: it starts pending, whatever its parent was doing at that point.
+    values = d.values
+    values.update(
+        task_id=ev.task_id,
+        parent=_make(ParentRef, task_id=ev.parent_task_id, seq=ev.at),
+        status=Status.PENDING,
+        output=None,
+        failure=None,
+        cancel_reason=None,
+        wake_at=None,
+        superseded_by=None,
+        created_at=at,
+    )
+    if ev.inputs is not None:
+        values["inputs"] = ev.inputs
+
+
+@_rule(TaskArchived)
+def _task_archived(d: _Draft, ev: TaskArchived, at: datetime, epoch: float) -> None:
+    d.values["task_id"] = ev.task_id
+    d.values["superseded_by"] = ev.successor
 
 
 @_rule(StatusChanged)

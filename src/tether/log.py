@@ -51,7 +51,9 @@ from tether.events import (
     StepCompleted,
     StepFailed,
     StepStarted,
+    TaskArchived,
     TaskCreated,
+    TaskForked,
     Upcasters,
     apply,
     fold,
@@ -347,6 +349,43 @@ class TaskLog:
         if entry is not None:
             self._maybe_snapshot(task_id, entry)
 
+    def fork(
+        self, task_id: str, at: int, *, new_id: str | None = None, inputs: dict[str, Any] | None = None
+    ) -> TaskState:
+        """A new task sharing ``task_id``'s events up to ``at`` — by reference, O(1) — then its own."""
+        parent = self.get(task_id)
+        if not isinstance(at, int) or not 1 <= at <= parent.version:
+            raise SequenceError(task_id, at if isinstance(at, int) else -1, parent.version)
+        new_id = new_id or uuid.uuid4().hex
+        now = time.time()
+        event = TaskForked(task_id=new_id, parent_task_id=task_id, at=at, inputs=inputs)
+        row = TaskRow(task_id=new_id, tenant=self.tenant, type=parent.type, status=Status.PENDING.value,
+                      user_id=parent.user_id, session_id=parent.session_id, created_at=now, updated_at=now,
+                      version=at + 1, parent_id=task_id, parent_seq=at)
+        self.store.create_task(self.tenant, row, EventRow(at + 1, event.event_type, event.version, now,
+                                                          self.encode(event)))
+        return self.load(new_id)
+
+    def rewind(self, task_id: str, to: int, *, archive_id: str) -> TaskState:
+        """Set the task's branch aside as ``archive_id`` and put a fork of it at ``to`` in its place."""
+        current = self.load(task_id)
+        if not isinstance(to, int) or not 1 <= to <= current.version:
+            raise SequenceError(task_id, to if isinstance(to, int) else -1, current.version)
+        now = time.time()
+        archived = TaskArchived(task_id=archive_id, successor=task_id)
+        forked = TaskForked(task_id=task_id, parent_task_id=archive_id, at=to)
+        row = TaskRow(task_id=task_id, tenant=self.tenant, type=current.type, status=Status.PENDING.value,
+                      user_id=current.user_id, session_id=current.session_id, created_at=now, updated_at=now,
+                      version=to + 1, parent_id=archive_id, parent_seq=to)
+        self.store.rewind(
+            self.tenant, task_id, current.version, archive_id=archive_id,
+            archived=EventRow(current.version + 1, archived.event_type, archived.version, now, self.encode(archived)),
+            fork=row,
+            forked=EventRow(to + 1, forked.event_type, forked.version, now, self.encode(forked)),
+        )
+        self.forget(task_id)
+        return self.load(task_id)
+
     def cached(self, task_id: str, version: int) -> TaskState:
         """The state at ``version`` from this log's memory when it has it, else from the store.
 
@@ -485,12 +524,21 @@ class TaskLog:
         )
 
     def _good_snapshot(self, task_id: str, upto: int | None) -> tuple[SnapshotRow | None, TaskState | None]:
-        """The newest snapshot at or before ``upto`` that is intact and of the current schema."""
+        """The newest snapshot at or before ``upto`` that is intact and of the current schema.
+
+        A fork with none of its own uses its parent's (from before the fork point): the
+        events after it, which ``read_events`` follows across the fork, make up the rest.
+        """
         at_most = _FAR if upto is None else upto
+        owner = task_id
         while True:
-            snap = self.store.get_snapshot(self.tenant, task_id, at_most=at_most)
+            snap = self.store.get_snapshot(self.tenant, owner, at_most=at_most)
             if snap is None:
-                return None, None
+                row = self.store.get_task(self.tenant, owner)
+                if row is None or row.parent_id is None or row.parent_seq is None:
+                    return None, None
+                owner, at_most = row.parent_id, min(at_most, row.parent_seq)
+                continue
             if snap.schema == STATE_SCHEMA_VERSION and checksum(snap.data) == snap.checksum:
                 try:
                     return snap, TaskState.model_validate_json(snap.data)

@@ -171,6 +171,8 @@ class TaskState(_Record):
     failure: Failure | None = None
     output: Any = None
     parent: ParentRef | None = None
+    superseded_by: str | None = None
+    """Set on a branch a rewind set aside: the task that took its place."""
     version: int = 0
     created_at: datetime
     updated_at: datetime

@@ -45,11 +45,12 @@ from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
 from tether.model import Failure, TaskState
 from tether.runtime._flow import Flow, Invoke, drive, drive_async
-from tether.runtime.context import AsyncTaskContext, TaskContext, _Context, upcast_data
+from tether.runtime.context import AsyncTaskContext, ReplayEnd, TaskContext, _Context, upcast_data
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.specs import TaskSpec, ToolSpec
 from tether.store import DEFAULT_URL
+from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
 
 __all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
 
@@ -517,6 +518,110 @@ class App:
         if spec.is_async:
             return asyncio.run(drive_async(self._execute(spec, task_id, token=token)))
         return drive(self._execute(spec, task_id, token=token))
+
+    # ------------------------------------------------------------------ time travel
+    def history(self, task_id: str) -> list[HistoryEntry]:
+        """Every event with its seq, time, type, a one-line summary, and the step it fell in."""
+        return history_of(self.log.events(task_id))
+
+    def state_at(self, task_id: str, seq: int) -> TaskState:
+        """The state right after event ``seq``."""
+        return self.log.state_at(task_id, seq)
+
+    def state_before(self, task_id: str, step: int | str) -> TaskState:
+        """The state just before step ``step`` (1-based, in the order the task ran them, or a name)."""
+        start, _ = step_bounds(self.log.events(task_id), step)
+        return self.log.state_at(task_id, start - 1)
+
+    def state_after(self, task_id: str, step: int | str) -> TaskState:
+        """The state right after step ``step`` ended (completed or failed)."""
+        _, end = step_bounds(self.log.events(task_id), step)
+        if end is None:
+            raise InvalidInputError(f"step {step!r} of task {task_id!r} has not ended")
+        return self.log.state_at(task_id, end)
+
+    def diff(self, task_id: str, a: int, b: int, *, other: str | None = None) -> StateDiff:
+        """An RFC 6902 patch from the state after event ``a`` to the state after ``b`` —
+        of ``other`` when given (a fork against its parent, say)."""
+        second = other or task_id
+        return diff_states(self.log.state_at(task_id, a), self.log.state_at(second, b),
+                           a_label=f"{task_id}@{a}", b_label=f"{second}@{b}")
+
+    def fork(self, task_id: str, *, at: int, inputs: dict[str, Any] | None = None,
+             new_id: str | None = None) -> TaskHandle:
+        """A new task whose history is ``task_id``'s up to event ``at`` (by reference), pending.
+
+        Resuming it runs the task's code from that point; the parent is untouched.
+        ``inputs`` replaces the task's inputs for the fork (to try it another way).
+        """
+        if inputs is not None:
+            self._task_spec(self.log.get(task_id).type)  # the code must be known to rerun it
+            inputs = as_json(inputs)
+        return TaskHandle.of(self.log.fork(task_id, at, new_id=new_id, inputs=inputs))
+
+    def rewind(self, task_id: str, *, to: int) -> TaskHandle:
+        """Go back to event ``to`` and try again: ``task_id`` becomes a fork of itself at ``to``.
+
+        The abandoned branch stays listable as ``{task_id}~N`` (its state says which task
+        took its place). A task that a live worker holds is refused with ``TaskBusyError``.
+        """
+        token = self._acquire(task_id)
+        try:
+            n = 1
+            while self.store.get_task(self.tenant, f"{task_id}~{n}") is not None:
+                n += 1
+            archive = f"{task_id}~{n}"
+            self.store.release_lease(self.tenant, task_id, token)
+            return TaskHandle.of(self.log.rewind(task_id, to, archive_id=archive))
+        except BaseException:
+            self.store.release_lease(self.tenant, task_id, token)
+            raise
+
+    def replay(self, task_id: str, upto: int | None = None) -> ReplayReport:
+        """Run the task's current code against its recorded log, executing no tool and writing
+        nothing; report the first divergence, or that it replays cleanly. Run it before you
+        deploy changed agent code."""
+        spec = self._spec_of(task_id)
+        flow = self._replay(spec, task_id, upto)
+        if spec.is_async:
+            _no_running_loop("replay", "replay")
+            return asyncio.run(drive_async(flow))
+        return drive(flow)
+
+    def _replay(self, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[ReplayReport]:
+        history = self.log.events(task_id, upto=upto)
+        state = self.log.state_at(task_id, history[-1].seq)
+        context_type = AsyncTaskContext if spec.is_async else TaskContext
+        ctx = context_type(self, spec, state, history, None)
+        ctx._replay_only = True
+        recorded = len(history)
+        try:
+            outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+        except ReplayEnd:
+            return ReplayReport(task_id, True, ctx._cursor, recorded, "reached the end of the record")
+        except (Suspend, Cancelled):
+            return ReplayReport(task_id, True, ctx._cursor, recorded, "reached the end of the record")
+        assert outcome is not None
+        if isinstance(outcome.value, NonDeterminismError):
+            return ReplayReport(task_id, False, ctx._cursor, recorded, str(outcome.value), outcome.value)
+        if not ctx.live:
+            head = history[ctx._cursor]
+            error = NonDeterminismError(task_id, head.seq, f"more work ({head.event.event_type})",
+                                        "the task to end" if outcome.ok else f"it to raise {outcome.value!r}")
+            return ReplayReport(task_id, False, ctx._cursor, recorded, str(error), error)
+        if outcome.ok:
+            if state.status is Status.COMPLETED and state.output != as_json(outcome.value):
+                return ReplayReport(task_id, False, ctx._cursor, recorded,
+                                    f"the code now returns {outcome.value!r}; the record has {state.output!r}")
+            return ReplayReport(task_id, True, ctx._cursor, recorded, "the code returns")
+        error_type = type(outcome.value).__name__
+        if isinstance(outcome.value, ToolError):
+            error_type = outcome.value.error_type
+        if state.failure is not None and state.failure.exception_type != error_type:
+            return ReplayReport(task_id, False, ctx._cursor, recorded,
+                                f"the code now raises {error_type}; the record failed with "
+                                f"{state.failure.exception_type}")
+        return ReplayReport(task_id, True, ctx._cursor, recorded, f"the code raises {error_type}")
 
     def _spec_of(self, task_id: str) -> TaskSpec:
         return self._task_spec(self.log.load(task_id).type)

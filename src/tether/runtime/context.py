@@ -58,6 +58,8 @@ from tether.events import (
     StepCompleted,
     StepFailed,
     StepStarted,
+    TaskArchived,
+    TaskForked,
     apply,
     fold,
 )
@@ -72,10 +74,20 @@ if TYPE_CHECKING:
 __all__ = ["AsyncTaskContext", "CallInfo", "TaskContext", "current_call"]
 
 # Events the runtime writes on its own, not in answer to an operation of the task's code.
-_PASSIVE = (StatusChanged, InputReceived, OutputSet, FailureRecorded, DataMigrated, CancelRequested)
+_PASSIVE = (
+    StatusChanged, InputReceived, OutputSet, FailureRecorded, DataMigrated, CancelRequested, TaskForked, TaskArchived,
+)
 # What another process may append to a task while a run holds it (send_input, cancel).
 _EXTERNAL = (InputReceived, CancelRequested)
 _CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
+
+
+class ReplayEnd(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Stops a replay where the record runs out, before anything would run or be written."""
+
+    def __init__(self, cursor: int) -> None:
+        super().__init__(cursor)
+        self.cursor = cursor
 
 
 class CallInfo(NamedTuple):
@@ -150,6 +162,7 @@ class _Context:
         self._data_cache: tuple[int, BaseModel] | None = None
         self._cancel_reason = state.cancel_reason
         self._compensating = False
+        self._replay_only = False
         self.scratch: dict[str, Any] = {}
         """Working memory for the current step: never persisted, emptied at every step boundary."""
 
@@ -235,7 +248,10 @@ class _Context:
         self._version = newer[-1].seq
 
     def _going_live(self) -> None:
-        """Called before an operation runs live: a cancelled task stops here, before doing anything."""
+        """Called before an operation runs live: a cancelled task stops here, before doing anything,
+        and so does a replay (``app.replay``), which never runs or writes anything."""
+        if self._replay_only:
+            raise ReplayEnd(self._cursor)
         if self._cancel_reason is not None and not self._compensating:
             raise Cancelled(self._cancel_reason)
 
@@ -357,6 +373,7 @@ class _Context:
                     attempts=sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")),
                     traceback=last.traceback,
                 )
+            self._going_live()  # the record ends inside this call: what follows is live
             if last.finished_at is None:
                 # The process stopped inside this attempt: the effect may or may not have happened.
                 if spec.on_unknown == "raise":
@@ -446,6 +463,7 @@ class _Context:
         remaining = until - time.time()
         if remaining <= 0:
             return
+        self._going_live()
         if remaining > self._app.inline_wait:
             self._suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
         yield Wait(remaining)
@@ -473,6 +491,7 @@ class _Context:
             raise NonDeterminismError(self._task_id, self._history[self._cursor].seq,
                                       _describe(self._history[self._cursor].event), f"the answer to {key!r}")
         if timeout_at is not None and time.time() >= timeout_at:
+            self._going_live()
             self._append([InputTimedOut(key=key)])
             raise InputTimeout(self._task_id, key)
         self._suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")

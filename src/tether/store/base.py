@@ -139,6 +139,25 @@ class Store(Protocol):
         """
         ...
 
+    def rewind(
+        self,
+        tenant: str,
+        task_id: str,
+        expected_version: int,
+        *,
+        archive_id: str,
+        archived: EventRow,
+        fork: TaskRow,
+        forked: EventRow,
+    ) -> None:
+        """Set a task's branch aside and put a fork of it in its place, in one transaction.
+
+        The task is renamed ``archive_id`` (its events stay where they are) and gets
+        ``archived`` appended at ``expected_version + 1``; a new task ``task_id`` is created
+        from ``fork`` (its parent the archived branch) with ``forked`` as its first event.
+        """
+        ...
+
     def read_events(
         self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
     ) -> list[EventRow]:

@@ -89,6 +89,35 @@ class MemoryStore:
                 stream.row = replace(stream.row, status=status, wake_at=index.wake_at)
         self._touch()
 
+    def rewind(
+        self,
+        tenant: str,
+        task_id: str,
+        expected_version: int,
+        *,
+        archive_id: str,
+        archived: EventRow,
+        fork: TaskRow,
+        forked: EventRow,
+    ) -> None:
+        with self._lock:
+            stream = self._stream(tenant, task_id)
+            actual = self._version(stream)
+            if actual != expected_version:
+                raise ConflictError(task_id, expected=expected_version, actual=actual)
+            if (tenant, archive_id) in self._tasks:
+                raise ConflictError(archive_id, expected=0, actual=None)
+            del self._tasks[(tenant, task_id)]
+            stream.row = replace(stream.row, task_id=archive_id)
+            stream.events.append(archived)
+            self._tasks[(tenant, archive_id)] = stream
+            # Children keep pointing at the branch, wherever it now lives.
+            for (t, _), other in self._tasks.items():
+                if t == tenant and other.row.parent_id == task_id and other is not stream:
+                    other.row = replace(other.row, parent_id=archive_id)
+            self._tasks[(tenant, task_id)] = _Stream(row=replace(fork, parent_id=archive_id), events=[forked])
+        self._touch()
+
     def read_events(
         self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
     ) -> list[EventRow]:

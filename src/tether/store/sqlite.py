@@ -342,6 +342,40 @@ class SQLiteStore:
             conn.execute("COMMIT")
             self._gate_out()
 
+    def rewind(
+        self,
+        tenant: str,
+        task_id: str,
+        expected_version: int,
+        *,
+        archive_id: str,
+        archived: EventRow,
+        fork: TaskRow,
+        forked: EventRow,
+    ) -> None:
+        with self._write() as conn:
+            internal = self._id(tenant, task_id)
+            actual = self._version_of(internal)
+            if actual != expected_version:
+                raise ConflictError(task_id, expected=expected_version, actual=actual)
+            taken = conn.execute("SELECT 1 FROM tasks WHERE tenant = ? AND task_id = ?", (tenant, archive_id))
+            if taken.fetchone() is not None:
+                raise ConflictError(archive_id, expected=0, actual=None)
+            conn.execute("UPDATE tasks SET task_id = ? WHERE id = ?", (archive_id, internal))
+            conn.execute(_INSERT_NEXT, (internal, archived.seq, archived.type, archived.schema, archived.at,
+                                        _text(archived.data), None))
+            cur = conn.execute(
+                "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
+                "parent, parent_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (tenant, task_id, fork.type, fork.status, fork.user_id, fork.session_id, fork.created_at,
+                 internal, fork.parent_seq),
+            )
+            new = cur.lastrowid
+            conn.execute(_INSERT_NEXT, (new, forked.seq, forked.type, forked.schema, forked.at,
+                                        _text(forked.data), None))
+        self._ids[(tenant, archive_id)] = internal
+        self._ids[(tenant, task_id)] = new  # type: ignore[assignment]
+
     def _refuse(self, tenant: str, task_id: str, internal: int, expected: int, fence: int | None) -> None:
         """Say why a guarded insert wrote nothing: stale fence, missing task or wrong version."""
         row = self._conn.execute("SELECT lease_token FROM tasks WHERE id = ?", (internal,)).fetchone()
