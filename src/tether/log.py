@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from tether._keys import json_default
 from tether.errors import (

@@ -22,8 +22,6 @@ from tether.errors import (
     InvalidInputError,
     InvalidTransition,
     NonDeterminismError,
-    OutcomeUnknownError,
-    SchemaVersionError,
     Suspend,
     TaskBusyError,
     TaskDefinitionError,
@@ -45,7 +43,14 @@ from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
 from tether.model import Failure, TaskState
 from tether.runtime._flow import Flow, Invoke, drive, drive_async
-from tether.runtime.context import AsyncTaskContext, ReplayEnd, TaskContext, _Context, upcast_data
+from tether.runtime.context import (
+    NOT_A_TASK_FAILURE,
+    AsyncTaskContext,
+    ReplayEnd,
+    TaskContext,
+    _Context,
+    upcast_data,
+)
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.specs import TaskSpec, ToolSpec
@@ -56,9 +61,6 @@ __all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Failures that say "this task cannot go on here", not "this task failed": they leave the
-# task as it is and reach the caller.
-_NOT_A_TASK_FAILURE = (NonDeterminismError, OutcomeUnknownError, ConflictError, SchemaVersionError)
 
 
 @dataclass(frozen=True)
@@ -672,7 +674,7 @@ class App:
                     yield from self._end_cancelled(ctx, cancel.reason)
                     return TaskHandle.of(ctx._latest)
                 assert outcome is not None
-                if ctx._cancel_reason is not None and not isinstance(outcome.value, _NOT_A_TASK_FAILURE):
+                if ctx._cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
                     yield from self._end_cancelled(ctx, ctx._cancel_reason)
                 elif outcome.ok:
                     if not ctx.live:
@@ -684,7 +686,7 @@ class App:
                     except InvalidInputError as exc:
                         yield from self._fail(ctx, exc)
                 else:
-                    if isinstance(outcome.value, _NOT_A_TASK_FAILURE):
+                    if isinstance(outcome.value, NOT_A_TASK_FAILURE):
                         raise outcome.value
                     yield from self._fail(ctx, outcome.value)
                 return TaskHandle.of(ctx._latest)

@@ -77,6 +77,10 @@ __all__ = ["AsyncTaskContext", "CallInfo", "TaskContext", "current_call"]
 _PASSIVE = (
     StatusChanged, InputReceived, OutputSet, FailureRecorded, DataMigrated, CancelRequested, TaskForked, TaskArchived,
 )
+# Errors that say "this run cannot go on here", not "this task failed": they leave the task
+# as it is (no failure record, no step marked failed) and reach the caller.
+NOT_A_TASK_FAILURE = (NonDeterminismError, OutcomeUnknownError, ConflictError, SchemaVersionError)
+
 # What another process may append to a task while a run holds it (send_input, cancel).
 _EXTERNAL = (InputReceived, CancelRequested)
 _CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
@@ -282,6 +286,8 @@ class _Context:
             self._append([StepStarted(name=name)])
         try:
             yield
+        except NOT_A_TASK_FAILURE:
+            raise  # the run cannot go on here; the step did not fail
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             if self._replayed(StepFailed, lambda e: e.name == name, f"failure of step {name!r}") is None:

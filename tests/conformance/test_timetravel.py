@@ -1,0 +1,176 @@
+"""History, state around steps, diff, fork, rewind and replay, on tasks of many shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import tether
+from tether.events import ObservationRecorded
+
+
+@pytest.fixture
+def app(store_url: str) -> tether.App:
+    return tether.App(store_url, inline_wait=0)
+
+
+def _trip(app: tether.App, ran: list[str]) -> Any:
+    @app.tool
+    def search(dest: str) -> list[str]:
+        ran.append(f"search {dest}")
+        return [f"{dest}-1", f"{dest}-2"]
+
+    @app.tool
+    def book(flight: str) -> str:
+        ran.append(f"book {flight}")
+        return f"booked {flight}"
+
+    @app.task
+    def trip(ctx: tether.TaskContext, dest: str, pick: int = 0) -> str:
+        ctx.plan(["search", "pick", "book"])
+        with ctx.step("search"):
+            flights = ctx.call(search, dest)
+        with ctx.step("pick"):
+            flight = ctx.decide("flight", flights[pick], rationale="as asked")
+        with ctx.step("book"):
+            return str(ctx.call(book, flight))
+
+    return trip
+
+
+def _rows(app: tether.App, task_id: str) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in app.store.read_events(app.tenant, task_id)]
+
+
+def test_history_marks_step_boundaries(app: tether.App) -> None:
+    trip = _trip(app, [])
+    app.run(trip, "NYC", task_id="t")
+    history = app.history("t")
+    assert [h.seq for h in history] == list(range(1, len(history) + 1))
+    boundaries = [(h.boundary, h.step) for h in history if h.boundary]
+    assert boundaries == [("before step 1", "search"), ("after step 1", "search"), ("before step 2", "pick"),
+                          ("after step 2", "pick"), ("before step 3", "book"), ("after step 3", "book")]
+    assert any("call #1 search" in h.summary for h in history)
+    assert any(h.summary.startswith("decided flight") for h in history)
+    before, after = app.state_before("t", 2), app.state_after("t", 2)
+    assert before.position == "step 2 of 3; 1 committed" and before.decisions == ()
+    assert after.position == "step 3 of 3; 1–2 committed" and after.decisions[0].choice == "NYC-1"
+    assert app.state_before("t", "book").version == app.state_after("t", "pick").version
+    with pytest.raises(tether.InvalidInputError, match="no step"):
+        app.state_before("t", 7)
+
+
+def test_diff_is_an_rfc6902_patch_between_any_two_states(app: tether.App) -> None:
+    import jsonpatch
+
+    trip = _trip(app, [])
+    app.run(trip, "NYC", task_id="t")
+    last = app.state("t").version
+    diff = app.diff("t", 3, last)
+    start = app.state_at("t", 3).model_dump(mode="json")
+    end = app.state_at("t", last).model_dump(mode="json")
+    assert jsonpatch.apply_patch(start, diff.patch) == end
+    assert "~ /status: completed" in diff.render() and "/decisions/0" in diff.render()
+    assert app.diff("t", 4, 4).patch == [] and "the same" in app.diff("t", 4, 4).render()
+
+
+def test_fork_runs_from_that_point_and_leaves_the_parent_alone(app: tether.App) -> None:
+    ran: list[str] = []
+    trip = _trip(app, ran)
+    app.run(trip, "NYC", task_id="t")
+    parent_rows = _rows(app, "t")
+    parent_state = app.state("t")
+    after_search = app.state_after("t", 1).version
+    fork = app.fork("t", at=after_search, inputs={"dest": "NYC", "pick": 1}, new_id="t-alt")
+    assert fork.status is tether.Status.PENDING and fork.state.parent == tether.ParentRef(task_id="t", seq=after_search)
+    done = app.resume("t-alt")
+    assert done.output == "booked NYC-2"
+    assert ran == ["search NYC", "book NYC-1", "book NYC-2"]  # the search was not run again
+    assert _rows(app, "t") == parent_rows and app.state("t") == parent_state  # byte for byte
+    cross = app.diff("t", parent_state.version, done.state.version, other="t-alt")
+    assert any(op["path"] == "/output" and op["value"] == "booked NYC-2" for op in cross.patch)
+    # A fork of a fork.
+    again = app.fork("t-alt", at=done.state.version - 2, new_id="t-alt-2")
+    assert app.resume(again.task_id).output == "booked NYC-2" and len(ran) == 3  # all recorded
+    assert app.replay("t-alt-2").clean
+
+
+def test_forking_costs_one_event_whatever_the_history(app: tether.App) -> None:
+    state = app.log.create(type="long", task_id="long")
+    version = state.version
+    for i in range(500):
+        version = app.log.append("long", [ObservationRecorded(key="k", value=i)], version)
+    fork = app.fork("long", at=400, new_id="long-fork")
+    assert fork.state.observations["k"].value == 398
+    assert len(app.store.read_events(app.tenant, "long-fork", after=400)) == 1  # only its own TaskForked
+    assert app.state_at("long-fork", 400).observations["k"].value == 398
+
+
+def test_fork_of_a_waiting_and_of_a_failed_task(app: tether.App) -> None:
+    @app.tool(retry=tether.Retry(max_attempts=1))
+    def flaky(ok: bool) -> str:
+        if not ok:
+            raise RuntimeError("down")
+        return "up"
+
+    @app.task
+    def t(ctx: tether.TaskContext, ok: bool) -> str:
+        answer = ctx.wait_for_input("go")
+        return f"{answer}:{ctx.call(flaky, ok)}"
+
+    app.run(t, False, task_id="w")
+    app.send_input("w", "go", "yes")
+    failed = app.resume("w")
+    assert failed.status is tether.Status.FAILED
+    answered_at = next(h.seq for h in app.history("w") if h.type == "InputReceived")
+    retry = app.fork("w", at=answered_at, inputs={"ok": True}, new_id="w2")
+    assert app.resume(retry.task_id).output == "yes:up"
+    waiting = app.fork("w", at=answered_at - 1, new_id="w3")  # before the answer: it waits again
+    assert app.resume(waiting.task_id).status is tether.Status.AWAITING_INPUT
+
+
+def test_rewind_takes_the_place_and_keeps_the_abandoned_branch(app: tether.App) -> None:
+    ran: list[str] = []
+    trip = _trip(app, ran)
+    app.run(trip, "NYC", task_id="t")
+    abandoned_rows = _rows(app, "t")
+    to = app.state_after("t", 1).version
+    rewound = app.rewind("t", to=to)
+    assert rewound.task_id == "t" and rewound.status is tether.Status.PENDING
+    archived = app.state("t~1")
+    assert archived.superseded_by == "t" and archived.status is tether.Status.COMPLETED
+    assert _rows(app, "t~1")[: len(abandoned_rows)] == abandoned_rows
+    assert app.resume("t").output == "booked NYC-1" and ran.count("search NYC") == 1
+    assert {s.task_id for s in app.list_tasks()} == {"t", "t~1"}
+    app.rewind("t", to=to)
+    assert app.state("t~2").superseded_by == "t"
+
+
+def test_replay_reports_divergence_without_running_or_writing(app: tether.App) -> None:
+    ran: list[str] = []
+    trip = _trip(app, ran)
+    app.run(trip, "NYC", task_id="t")
+    rows = _rows(app, "t")
+    report = app.replay("t")
+    assert report.clean and "replays cleanly" in str(report) and ran == ["search NYC", "book NYC-1"]
+    assert app.replay("t", upto=6).clean
+
+    deployed = tether.App(app.store)  # the next version of the code, against the same store
+
+    @deployed.tool
+    def search_v2(dest: str) -> list[str]:
+        ran.append("v2")
+        return []
+
+    @deployed.task(name="trip")
+    def trip_v2(ctx: tether.TaskContext, dest: str, pick: int = 0) -> str:
+        ctx.plan(["search", "pick", "book"])
+        with ctx.step("search"):
+            ctx.call(search_v2, dest)
+        return "changed"
+
+    report = deployed.replay("t")
+    assert not report.clean and report.divergence is not None
+    assert "call #1 search" in str(report) and "search_v2" in str(report)
+    assert ran == ["search NYC", "book NYC-1"] and _rows(app, "t") == rows
