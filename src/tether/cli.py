@@ -92,7 +92,50 @@ def _state_json(state: tether.TaskState) -> Any:
     return orjson.loads(state.model_dump_json())
 
 
-@click.group(context_settings=CONTEXT)
+def _load_app(spec: str) -> tether.App:
+    """``module:attribute`` → the App object (the current directory is importable)."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"expected module:app (e.g. myagent:app), got {spec!r}", param_hint="APP")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, tether.App):
+        raise click.BadParameter(f"{spec!r} is {type(app).__name__}, not a tether.App", param_hint="APP")
+    return app
+
+
+def app_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--app", "app_spec", required=True, metavar="MODULE:APP",
+                        help="where your tasks are registered, e.g. myagent:app")(fn)
+
+
+def _handle(out: Console, handle: tether.TaskHandle, as_json: bool) -> None:
+    if as_json:
+        _emit_json({"task_id": handle.task_id, "status": handle.status.value, "output": handle.output,
+                    "failure": orjson.loads(handle.failure.model_dump_json()) if handle.failure else None})
+        return
+    out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.state.position})")
+    if handle.state.waiting is not None:
+        out.print(f"waiting for {handle.state.waiting.key!r}: {handle.state.waiting.prompt or ''}")
+    if handle.failure is not None:
+        out.print(f"[red]{handle.failure.exception_type}: {handle.failure.message}[/]")
+
+
+class _InOrder(click.Group):
+    """Commands listed in the order a user meets them, not alphabetically."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=_InOrder, context_settings=CONTEXT)
 @click.version_option(tether.__version__, "-V", "--version")
 def main() -> None:
     """tether: durable state for AI agents. Inspect tasks, their history and their state."""
@@ -209,53 +252,107 @@ def history(task_id: str, db: str | None, as_json: bool) -> None:
 @main.command()
 @click.argument("task_id")
 @click.option("--at", "seq", type=int, default=None, help="the state right after event SEQ")
+@click.option("--before-step", type=str, default=None, help="just before step N (number or name)")
+@click.option("--after-step", type=str, default=None, help="right after step N ended")
 @db_option
 @json_option
 @errors_as_messages
-def state(task_id: str, seq: int | None, db: str | None, as_json: bool) -> None:
-    """A task's full state, now or at any event."""
-    log = _open(db)
-    value = log.load(task_id) if seq is None else log.state_at(task_id, seq)
+def state(task_id: str, seq: int | None, before_step: str | None, after_step: str | None, db: str | None,
+          as_json: bool) -> None:
+    """A task's full state: now, at any event, or around any step."""
+    if sum(x is not None for x in (seq, before_step, after_step)) > 1:
+        raise click.UsageError("use one of --at, --before-step, --after-step")
+    _open(db)
+    app = tether.App(_url(db))
+    if seq is not None:
+        value = app.state_at(task_id, seq)
+    elif before_step is not None:
+        value = app.state_before(task_id, _step(before_step))
+    elif after_step is not None:
+        value = app.state_after(task_id, _step(after_step))
+    else:
+        value = app.state(task_id)
     if as_json:
         _emit_json(_state_json(value))
         return
     _console().print_json(value.model_dump_json())
 
 
-def _load_app(spec: str) -> tether.App:
-    """``module:attribute`` → the App object (the current directory is importable)."""
-    import importlib
-
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(f"expected module:app (e.g. myagent:app), got {spec!r}", param_hint="APP")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from None
-    app = getattr(module, attribute, None)
-    if not isinstance(app, tether.App):
-        raise click.BadParameter(f"{spec!r} is {type(app).__name__}, not a tether.App", param_hint="APP")
-    return app
+def _step(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
 
 
-def app_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--app", "app_spec", required=True, metavar="MODULE:APP",
-                        help="where your tasks are registered, e.g. myagent:app")(fn)
-
-
-def _handle(out: Console, handle: tether.TaskHandle, as_json: bool) -> None:
+@main.command()
+@click.argument("task_id")
+@click.argument("a", type=int)
+@click.argument("b", type=int)
+@click.option("--other", metavar="TASK", help="compare with this task's state at B (a fork, its parent)")
+@db_option
+@json_option
+@errors_as_messages
+def diff(task_id: str, a: int, b: int, other: str | None, db: str | None, as_json: bool) -> None:
+    """What changed from event A to event B: an RFC 6902 JSON patch."""
+    _open(db)
+    result = tether.App(_url(db)).diff(task_id, a, b, other=other)
     if as_json:
-        _emit_json({"task_id": handle.task_id, "status": handle.status.value, "output": handle.output,
-                    "failure": orjson.loads(handle.failure.model_dump_json()) if handle.failure else None})
+        _emit_json(result.patch)
         return
-    out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.state.position})")
-    if handle.state.waiting is not None:
-        out.print(f"waiting for {handle.state.waiting.key!r}: {handle.state.waiting.prompt or ''}")
-    if handle.failure is not None:
-        out.print(f"[red]{handle.failure.exception_type}: {handle.failure.message}[/]")
+    out = _console()
+    out.print(f"[bold]{result.a} → {result.b}[/]" if result.patch else result.render())
+    colours = {"add": "green", "remove": "red", "replace": "yellow"}
+    for op in result.patch:
+        value = f": {_short(op['value'], 90)}" if "value" in op else ""
+        out.print(f"  [{colours.get(op['op'], 'cyan')}]{op['op']:7}[/] {op['path']}{value}")
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--at", "seq", type=int, required=True, help="the last event the fork shares")
+@click.option("--id", "new_id", default=None, help="the fork's task id (default: a new one)")
+@click.option("--inputs", default=None, help="new inputs for the fork, as a JSON object")
+@db_option
+@json_option
+@errors_as_messages
+def fork(task_id: str, seq: int, new_id: str | None, inputs: str | None, db: str | None, as_json: bool) -> None:
+    """A new task sharing TASK's history up to SEQ (by reference); resume it to run from there."""
+    _open(db)
+    parsed = None
+    if inputs is not None:
+        try:
+            parsed = orjson.loads(inputs)
+        except orjson.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from None
+        if not isinstance(parsed, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--inputs")
+    app = tether.App(_url(db))
+    handle = app.log.fork(task_id, seq, new_id=new_id, inputs=parsed)
+    if as_json:
+        _emit_json({"task_id": handle.task_id, "parent": task_id, "at": seq, "status": handle.status.value})
+        return
+    _console().print(f"forked {task_id} at event {seq} → [bold]{handle.task_id}[/] ({handle.status.value}); "
+                     f"run it with `tether resume {handle.task_id} --app MODULE:APP`")
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--upto", type=int, default=None, help="replay only the first UPTO events")
+@app_option
+@json_option
+@errors_as_messages
+def replay(task_id: str, upto: int | None, app_spec: str, as_json: bool) -> None:
+    """Check that your current code replays TASK's log; runs no tool, writes nothing. Exit 1 if it diverges."""
+    app = _load_app(app_spec)
+    out = _console()
+    with out.status(f"replaying {task_id}…", spinner="dots"):
+        report = app.replay(task_id, upto=upto)
+    if as_json:
+        _emit_json({"task_id": report.task_id, "clean": report.clean, "replayed": report.replayed,
+                    "recorded": report.recorded, "outcome": report.outcome,
+                    "divergence": report.divergence.to_dict() if report.divergence else None})
+    else:
+        out.print(("[green]✓[/] " if report.clean else "[red]✗[/] ") + str(report))
+    if not report.clean:
+        sys.exit(1)
 
 
 @main.command()
@@ -283,6 +380,17 @@ def send(task_id: str, key: str, value: str, db: str | None, as_json: bool) -> N
     except orjson.JSONDecodeError:
         parsed = value
     _handle(_console(), tether.App(_url(db)).send_input(task_id, key, parsed), as_json)
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--to", "seq", type=int, required=True, help="the last event to keep")
+@app_option
+@json_option
+@errors_as_messages
+def rewind(task_id: str, seq: int, app_spec: str, as_json: bool) -> None:
+    """Go back to event SEQ and try again; the abandoned branch stays listable as TASK~N."""
+    _handle(_console(), _load_app(app_spec).rewind(task_id, to=seq), as_json)
 
 
 @main.command()

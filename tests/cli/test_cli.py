@@ -48,7 +48,8 @@ def db(tmp_path: Path) -> Path:
 
 def test_every_command_has_help(tmp_path: Path) -> None:
     out = run("-h", cwd=tmp_path).stdout
-    commands = ["demo", "tasks", "show", "history", "state", "resume", "send", "cancel", "worker"]
+    commands = ["demo", "tasks", "show", "history", "state", "diff", "fork", "replay", "rewind", "resume", "send",
+                "cancel", "worker"]
     for command in commands:
         assert command in out
         assert "Usage" in run(command, "--help", cwd=tmp_path).stdout
@@ -113,3 +114,47 @@ def test_waiting_tasks_show_what_they_wait_for_and_take_answers(tmp_path: Path) 
     app.resume("ask-1")
     [row] = json.loads(run("tasks", "--json", cwd=tmp_path).stdout)
     assert row["status"] == "sleeping" and row["wakes_at"] is not None and row["position"] == "step 2 of 2; 1 committed"
+
+
+def test_time_travel_verbs(db: Path) -> None:
+    before = json.loads(run("state", "trip-abc123", "--before-step", "2", "--json", cwd=db).stdout)
+    after = json.loads(run("state", "trip-abc123", "--after-step", "pick", "--json", cwd=db).stdout)
+    assert before["position"] == "step 2 of 2; 1 committed" and after["position"] == "all 2 steps committed"
+    patch = json.loads(run("diff", "trip-abc123", "3", "12", "--json", cwd=db).stdout)
+    assert {"op": "replace", "path": "/status", "value": "completed"} in patch
+    assert "/status" in run("diff", "trip-abc123", "3", "12", cwd=db).stdout
+    forked = json.loads(run("fork", "trip-abc123", "--at", "6", "--id", "trip-alt", "--json", cwd=db).stdout)
+    assert forked == {"task_id": "trip-alt", "parent": "trip-abc123", "at": 6, "status": "pending"}
+    assert "trip-alt" in run("tasks", cwd=db).stdout
+    bad = run("fork", "trip-abc123", "--at", "60", cwd=db, ok=False)
+    assert bad.returncode == 1 and "outside that range" in bad.stderr
+
+
+def test_replay_resume_and_cancel_through_the_app(tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text(
+        "import tether\n"
+        "app = tether.App('sqlite:///tether.db', inline_wait=0)\n"
+        "@app.tool\n"
+        "def search(dest: str) -> list:\n"
+        "    return [dest + '-1']\n"
+        "@app.task\n"
+        "def trip(ctx, dest: str) -> str:\n"
+        "    flights = ctx.call(search, dest)\n"
+        "    ok = ctx.wait_for_input('approve')\n"
+        "    return flights[0] if ok else 'declined'\n"
+    )
+    code = "import agent; print(agent.app.run(agent.trip, 'NYC', task_id='t1').status.value)"
+    made = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert made.stdout.strip() == "awaiting_input", made.stderr
+    replayed = json.loads(run("replay", "t1", "--app", "agent:app", "--json", cwd=tmp_path).stdout)
+    assert replayed["clean"] and replayed["outcome"] == "reached the end of the record"
+    run("send", "t1", "approve", "true", cwd=tmp_path)
+    resumed = json.loads(run("resume", "t1", "--app", "agent:app", "--json", cwd=tmp_path).stdout)
+    assert resumed == {"task_id": "t1", "status": "completed", "output": "NYC-1", "failure": None}
+    assert "completed" in run("cancel", "t1", "--app", "agent:app", cwd=tmp_path, ok=False).stderr
+    rewound = json.loads(run("rewind", "t1", "--to", "5", "--app", "agent:app", "--json", cwd=tmp_path).stdout)
+    assert rewound["status"] == "pending"
+    assert "t1~1" in run("tasks", cwd=tmp_path).stdout
+    broken = run("replay", "t1", "--app", "agent:nothing", cwd=tmp_path, ok=False)
+    assert broken.returncode == 2 and "not a tether.App" in broken.stderr
