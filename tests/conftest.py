@@ -1,16 +1,64 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 
 import pytest
 
-# Backends every conformance test runs against. PostgreSQL joins through TETHER_TEST_PG_URL
-# once its backend lands.
-BACKENDS = ["memory", "sqlite"]
+# Backends every conformance test runs against. PostgreSQL joins when its server answers at
+# TETHER_TEST_PG_URL; without one, its tests skip with the reason — except when CI=true, where
+# an unreachable server fails the run.
+PG_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _pg_problem() -> str | None:
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install 'tether[postgres]')"
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:
+        return f"PostgreSQL at {PG_URL} is unreachable: {exc}"
+    return None
+
+
+PG_PROBLEM = _pg_problem()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if PG_PROBLEM and os.environ.get("CI") == "true":
+        raise pytest.UsageError(f"CI=true but {PG_PROBLEM}; the PostgreSQL tests must run in CI")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"postgres: {'skipped — ' + PG_PROBLEM if PG_PROBLEM else PG_URL}"
+
+
+def pg_url(prefix: str = "t") -> Iterator[str]:
+    """A PostgreSQL URL with a schema of its own, dropped afterwards."""
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    import psycopg
+    from psycopg import sql
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    separator = "&" if "?" in PG_URL else "?"
+    yield f"{PG_URL}{separator}schema={schema}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+BACKENDS = ["memory", "sqlite", "postgres"]
 
 
 @pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
+def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
     if request.param == "memory":
-        return "memory://"
-    return f"sqlite:///{os.path.join(tmp_path, 'tether.db')}"
+        yield "memory://"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{os.path.join(tmp_path, 'tether.db')}"
+    else:
+        yield from pg_url()

@@ -4,6 +4,8 @@
 ``memory://``               in-process, for tests and notebooks
 ``sqlite:///tether.db``     a file relative to the working directory
 ``sqlite:////abs/t.db``     an absolute path
+``postgresql://…/db``       PostgreSQL (``pip install 'tether[postgres]'``);
+                            ``?schema=name`` picks tether's schema
 ==========================  ==============================================
 
 Options ride on the query string: ``sqlite:///t.db?durability=full``.
@@ -32,7 +34,7 @@ __all__ = [
 ]
 
 DEFAULT_URL = "sqlite:///tether.db"
-_SCHEMES = "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db"
+_SCHEMES = "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db, postgresql://user@host/db"
 
 
 def open_store(url: str | None = None, **options: Any) -> Store:
@@ -75,4 +77,13 @@ def open_store(url: str | None = None, **options: Any) -> Store:
                 f"unknown SQLite option(s) {sorted(unknown)}; known: durability, busy_timeout"
             )
         return SQLiteStore(path, **merged)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from tether.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise ConfigurationError(str(exc)) from None
+        unknown = set(options) - {"schema", "pool_min", "pool_max"}
+        if unknown:
+            raise ConfigurationError(f"unknown PostgreSQL option(s) {sorted(unknown)}; known: schema, pool_min, pool_max")
+        return PostgresStore(url, **options)
     raise ConfigurationError(f"no tether backend for scheme {scheme!r} in {url!r}; expected one of: {_SCHEMES}")

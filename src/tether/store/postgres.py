@@ -1,0 +1,583 @@
+"""``postgresql://`` — many workers on many machines.
+
+psycopg 3 with a ``psycopg_pool`` pool. tether creates and migrates its own
+schema (``?schema=`` in the URL, default ``tether``), under an advisory lock so
+that many processes may start at once. Event payloads are JSONB. The common
+append is one statement, one round trip: the version check and the fencing
+token are conditions of the insert itself. Workers claim with ``FOR UPDATE SKIP
+LOCKED`` and wake on ``LISTEN/NOTIFY``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:  # pragma: no cover - exercised by installs without the extra
+    raise ImportError(
+        "the PostgreSQL backend needs psycopg 3 and psycopg_pool: pip install 'tether[postgres]'"
+    ) from exc
+
+from tether.errors import (
+    ConfigurationError,
+    ConflictError,
+    LeaseLostError,
+    SchemaVersionError,
+    TaskNotFoundError,
+)
+from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
+
+__all__ = ["MIGRATIONS", "PostgresStore"]
+
+log = logging.getLogger("tether")
+T = TypeVar("T")
+
+MIGRATIONS: list[str] = [
+    # 1: tasks, events, snapshots, ledger, and the notification that wakes workers.
+    """
+    CREATE TABLE tasks (
+        id            bigserial PRIMARY KEY,
+        tenant        text NOT NULL,
+        task_id       text NOT NULL,
+        type          text NOT NULL,
+        status        text NOT NULL,
+        user_id       text,
+        session_id    text,
+        created_at    double precision NOT NULL,
+        parent        bigint REFERENCES tasks (id),
+        parent_seq    integer,
+        lease_owner   text,
+        lease_expires double precision,
+        lease_token   bigint NOT NULL DEFAULT 0,
+        wake_at       double precision,
+        UNIQUE (tenant, task_id)
+    );
+    CREATE INDEX tasks_by_status ON tasks (tenant, status, created_at);
+    CREATE INDEX tasks_by_created ON tasks (tenant, created_at);
+    CREATE INDEX tasks_by_user ON tasks (tenant, user_id, created_at);
+    CREATE INDEX tasks_by_session ON tasks (tenant, session_id, created_at);
+    CREATE TABLE events (
+        task   bigint NOT NULL,
+        seq    integer NOT NULL,
+        type   text NOT NULL,
+        schema integer NOT NULL,
+        at     double precision NOT NULL,
+        data   jsonb NOT NULL,
+        fence  bigint,
+        PRIMARY KEY (task, seq)
+    );
+    CREATE TABLE snapshots (
+        task     bigint NOT NULL,
+        seq      integer NOT NULL,
+        schema   integer NOT NULL,
+        checksum text NOT NULL,
+        data     text NOT NULL,
+        PRIMARY KEY (task, seq)
+    );
+    CREATE TABLE ledger (
+        tenant      text NOT NULL,
+        key         text NOT NULL,
+        status      text NOT NULL,
+        result      text,
+        started_at  double precision NOT NULL,
+        finished_at double precision,
+        runs        integer NOT NULL,
+        PRIMARY KEY (tenant, key)
+    );
+    CREATE FUNCTION tether_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('tether_' || TG_TABLE_SCHEMA, '');
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER tasks_wake AFTER INSERT OR UPDATE OF status, wake_at, lease_owner ON tasks
+        FOR EACH ROW EXECUTE FUNCTION tether_wake();
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+_LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations
+
+# One statement, one round trip: the guard (fencing token, predecessor present) and the
+# insert and the index update share a snapshot; a concurrent append of the same seq loses
+# on the primary key.
+_APPEND = """
+WITH guard AS (
+    SELECT 1 WHERE (%(fence)s::bigint IS NULL OR (SELECT lease_token FROM tasks WHERE id = %(task)s) = %(fence)s)
+      AND (EXISTS (SELECT 1 FROM events WHERE task = %(task)s AND seq = %(first)s - 1)
+           OR (SELECT parent_seq FROM tasks WHERE id = %(task)s) = %(first)s - 1)
+), ins AS (
+    INSERT INTO events (task, seq, type, schema, at, data, fence)
+    SELECT %(task)s, e.seq, e.type, e.schema, e.at, e.data::jsonb, %(fence)s
+    FROM unnest(%(seqs)s::integer[], %(types)s::text[], %(schemas)s::integer[], %(ats)s::float8[],
+                %(datas)s::text[]) AS e(seq, type, schema, at, data)
+    WHERE EXISTS (SELECT 1 FROM guard)
+    RETURNING 1
+), idx AS (
+    UPDATE tasks SET status = COALESCE(%(status)s, status), wake_at = %(wake)s
+    WHERE id = %(task)s AND %(reindex)s AND EXISTS (SELECT 1 FROM guard)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins)
+"""
+
+_CLAIM = """
+UPDATE tasks SET lease_owner = %(owner)s, lease_expires = %(expires)s, lease_token = lease_token + 1
+WHERE id = (
+    SELECT id FROM tasks
+    WHERE tenant = %(tenant)s
+      AND (lease_owner IS NULL OR lease_expires <= %(now)s)
+      AND (status IN ('pending', 'running')
+           OR (status IN ('sleeping', 'awaiting_input') AND wake_at <= %(now)s))
+    ORDER BY COALESCE(wake_at, created_at)
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING task_id, lease_token
+"""
+
+_TASK_COLUMNS = """
+    t.task_id, t.tenant, t.type, t.status, t.user_id, t.session_id, t.created_at,
+    COALESCE((SELECT at FROM events e WHERE e.task = t.id ORDER BY seq DESC LIMIT 1), t.created_at),
+    COALESCE((SELECT max(seq) FROM events e WHERE e.task = t.id), t.parent_seq, 0),
+    p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at
+"""
+
+_OPTIONS = {"schema", "pool_min", "pool_max"}
+
+
+def _split_url(url: str) -> tuple[str, dict[str, str]]:
+    """The libpq URL, and tether's own options taken out of its query string."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    ours = {k: query.pop(k) for k in list(query) if k in _OPTIONS}
+    return urlunsplit(parts._replace(query=urlencode(query))), ours
+
+
+class PostgresStore:
+    """The PostgreSQL backend.
+
+    Args:
+        url: ``postgresql://user@host:5432/db``, with ``?schema=name`` (default ``tether``),
+            ``pool_min`` and ``pool_max`` taken out for tether.
+
+    Example:
+        >>> store = PostgresStore("postgresql://postgres@127.0.0.1:5432/test?schema=doc")  # doctest: +SKIP
+    """
+
+    def __init__(self, url: str, *, schema: str | None = None, pool_min: int = 1, pool_max: int = 10) -> None:
+        conninfo, ours = _split_url(url)
+        self.url = url
+        self.schema = schema or ours.get("schema", "tether")
+        pool_min = int(ours.get("pool_min", pool_min))
+        pool_max = int(ours.get("pool_max", pool_max))
+        if not self.schema.replace("_", "").isalnum():
+            raise ConfigurationError(f"schema must be letters, digits and _, got {self.schema!r}")
+        self._conninfo = conninfo
+        try:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+                self._migrate(conn)
+        except psycopg.OperationalError as exc:
+            raise ConfigurationError(f"cannot reach PostgreSQL at {_redact(conninfo)}: {exc}") from exc
+        search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(search_path)
+
+        self._pool = ConnectionPool(conninfo, min_size=pool_min, max_size=pool_max, open=True,
+                                    kwargs={"autocommit": True}, configure=configure, name=f"tether-{self.schema}")
+        self._ids: dict[tuple[str, str], int] = {}
+        self._changed = threading.Condition()
+        self._changes = 0
+        self._listener: threading.Thread | None = None
+        self._closed = False
+
+    # -- connections --------------------------------------------------------------
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        schema = sql.Identifier(self.schema)
+        with conn.transaction():
+            # Many processes may start at once: one migrates, the others wait here, then see it done.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
+            tables = {r[0] for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (self.schema,))}
+            if tables and "tether_meta" not in tables:
+                raise ConfigurationError(
+                    f"schema {self.schema!r} holds tables that are not tether's ({', '.join(sorted(tables))}); "
+                    "use ?schema= to give tether a schema of its own"
+                )
+            conn.execute("CREATE TABLE IF NOT EXISTS tether_meta (key text PRIMARY KEY, value text NOT NULL)")
+            row = conn.execute("SELECT value FROM tether_meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"schema {self.schema!r} has tether schema version {version}, but this tether knows "
+                    f"versions up to {SCHEMA_VERSION}; upgrade tether (pip install -U tether)",
+                    found=version,
+                    supported=SCHEMA_VERSION,
+                )
+            for index in range(version, SCHEMA_VERSION):
+                conn.execute(MIGRATIONS[index])  # type: ignore[arg-type]
+            conn.execute(
+                "INSERT INTO tether_meta VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+
+    def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``fn`` on a pooled connection; once more on a fresh one if the connection broke
+        (a restarted server, a terminated backend). ``fn`` must be safe to run twice."""
+        try:
+            with self._pool.connection() as conn:
+                return fn(conn)
+        except psycopg.OperationalError:
+            log.warning("PostgreSQL connection lost; retrying on a new one")
+            with self._pool.connection() as conn:
+                return fn(conn)
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def _id(self, tenant: str, task_id: str) -> int:
+        key = (tenant, task_id)
+        found = self._ids.get(key)
+        if found is None:
+            row = self._run(lambda c: c.execute(
+                "SELECT id FROM tasks WHERE tenant = %s AND task_id = %s", key).fetchone())
+            if row is None:
+                raise TaskNotFoundError(task_id, tenant=tenant)
+            found = self._ids[key] = int(row[0])
+        return found
+
+    def _version_of(self, conn: psycopg.Connection[Any], internal: int) -> int:
+        row = conn.execute(
+            "SELECT COALESCE((SELECT max(seq) FROM events WHERE task = %(t)s), "
+            "(SELECT parent_seq FROM tasks WHERE id = %(t)s), 0)", {"t": internal}).fetchone()
+        return int(row[0]) if row else 0
+
+    # -- streams ------------------------------------------------------------------
+    def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
+        parent = self._id(tenant, row.parent_id) if row.parent_id is not None else None
+
+        def create(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction():
+                try:
+                    found = conn.execute(
+                        "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
+                        "parent, parent_seq, wake_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                        (tenant, row.task_id, row.type, row.status, row.user_id, row.session_id, row.created_at,
+                         parent, row.parent_seq, row.wake_at),
+                    ).fetchone()
+                except psycopg.errors.UniqueViolation:
+                    raise ConflictError(row.task_id, expected=0, actual=None) from None
+                assert found is not None
+                conn.execute(
+                    "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                    (found[0], first.seq, first.type, first.schema, first.at, _text(first.data)),
+                )
+                return int(found[0])
+
+        self._ids[(tenant, row.task_id)] = self._run(create)
+
+    def append(
+        self,
+        tenant: str,
+        task_id: str,
+        events: Sequence[EventRow],
+        expected_version: int,
+        *,
+        fence: int | None = None,
+        index: IndexUpdate | None = None,
+    ) -> None:
+        first = events[0]
+        if first.seq != expected_version + 1:
+            raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
+        internal = self._id(tenant, task_id)
+        params = {
+            "task": internal, "fence": fence, "first": first.seq,
+            "seqs": [e.seq for e in events], "types": [e.type for e in events],
+            "schemas": [e.schema for e in events], "ats": [e.at for e in events],
+            "datas": [_text(e.data) for e in events],
+            "reindex": index is not None,
+            "status": index.status if index is not None else None,
+            "wake": index.wake_at if index is not None else None,
+        }
+        try:
+            with self._pool.connection() as conn:
+                row = conn.execute(_APPEND, params).fetchone()
+        except psycopg.errors.UniqueViolation:
+            raise ConflictError(task_id, expected=expected_version,
+                                actual=self._run(lambda c: self._version_of(c, internal))) from None
+        except psycopg.OperationalError:
+            # The connection broke: the append may or may not have committed. Look before retrying.
+            if self._already_there(internal, events, fence):
+                return
+            try:
+                with self._pool.connection() as conn:
+                    row = conn.execute(_APPEND, params).fetchone()
+            except psycopg.errors.UniqueViolation:
+                raise ConflictError(task_id, expected=expected_version, actual=None) from None
+        if row is None or row[0] != len(events):
+            self._refuse(tenant, task_id, internal, expected_version, fence)
+
+    def _already_there(self, internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
+        last = events[-1]
+        found = self._run(lambda c: c.execute(
+            "SELECT type, fence FROM events WHERE task = %s AND seq = %s", (internal, last.seq)).fetchone())
+        return found is not None and found[0] == last.type and found[1] == fence
+
+    def _refuse(self, tenant: str, task_id: str, internal: int, expected: int, fence: int | None) -> None:
+        row = self._run(lambda c: c.execute("SELECT lease_token FROM tasks WHERE id = %s", (internal,)).fetchone())
+        if row is None:
+            self._ids.pop((tenant, task_id), None)
+            raise TaskNotFoundError(task_id, tenant=tenant)
+        if fence is not None and row[0] != fence:
+            raise LeaseLostError(task_id, token=fence, current=int(row[0]))
+        raise ConflictError(task_id, expected=expected, actual=self._run(lambda c: self._version_of(c, internal)))
+
+    def rewind(
+        self,
+        tenant: str,
+        task_id: str,
+        expected_version: int,
+        *,
+        archive_id: str,
+        archived: EventRow,
+        fork: TaskRow,
+        forked: EventRow,
+    ) -> None:
+        internal = self._id(tenant, task_id)
+        with self._tx() as conn:
+            conn.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (internal,))
+            actual = self._version_of(conn, internal)
+            if actual != expected_version:
+                raise ConflictError(task_id, expected=expected_version, actual=actual)
+            if conn.execute("SELECT 1 FROM tasks WHERE tenant = %s AND task_id = %s",
+                            (tenant, archive_id)).fetchone() is not None:
+                raise ConflictError(archive_id, expected=0, actual=None)
+            conn.execute("UPDATE tasks SET task_id = %s WHERE id = %s", (archive_id, internal))
+            conn.execute("INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                         (internal, archived.seq, archived.type, archived.schema, archived.at, _text(archived.data)))
+            new = conn.execute(
+                "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, parent, "
+                "parent_seq) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                (tenant, task_id, fork.type, fork.status, fork.user_id, fork.session_id, fork.created_at,
+                 internal, fork.parent_seq),
+            ).fetchone()
+            assert new is not None
+            conn.execute("INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                         (new[0], forked.seq, forked.type, forked.schema, forked.at, _text(forked.data)))
+        self._ids[(tenant, archive_id)] = internal
+        self._ids[(tenant, task_id)] = int(new[0])
+
+    def read_events(
+        self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
+    ) -> list[EventRow]:
+        internal = self._id(tenant, task_id)
+
+        def read(conn: psycopg.Connection[Any]) -> list[EventRow]:
+            chain: list[tuple[int, int | None]] = []
+            limit, current = upto, internal
+            while True:
+                chain.append((current, limit))
+                found = conn.execute("SELECT parent, parent_seq FROM tasks WHERE id = %s", (current,)).fetchone()
+                if found is None or found[0] is None or found[1] is None or found[1] <= after:
+                    break
+                limit = found[1] if limit is None else min(limit, found[1])
+                current = found[0]
+            rows: list[EventRow] = []
+            for task, last in reversed(chain):
+                low = max(after, rows[-1].seq if rows else after)
+                cursor = conn.execute(
+                    "SELECT seq, type, schema, at, data::text, fence FROM events "
+                    "WHERE task = %s AND seq > %s AND (%s::integer IS NULL OR seq <= %s) ORDER BY seq",
+                    (task, low, last, last),
+                )
+                rows.extend(EventRow(*r) for r in cursor)
+            return rows
+
+        return self._run(read)
+
+    def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
+        row = self._run(lambda c: c.execute(
+            f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
+            "WHERE t.tenant = %s AND t.task_id = %s", (tenant, task_id)).fetchone())
+        return None if row is None else TaskRow(*row)
+
+    def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
+        where = ["t.tenant = %s"]
+        params: list[Any] = [tenant]
+        if flt.status is not None:
+            where.append("t.status = ANY(%s)")
+            params.append(list(flt.status))
+        for column, value in (("type", flt.type), ("user_id", flt.user_id), ("session_id", flt.session_id)):
+            if value is not None:
+                where.append(f"t.{column} = %s")
+                params.append(value)
+        if flt.created_after is not None:
+            where.append("t.created_at >= %s")
+            params.append(flt.created_after)
+        if flt.created_before is not None:
+            where.append("t.created_at < %s")
+            params.append(flt.created_before)
+        params.extend([limit, offset])
+        query = (f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
+                 f"WHERE {' AND '.join(where)} ORDER BY t.created_at DESC, t.task_id DESC LIMIT %s OFFSET %s")
+        return [TaskRow(*r) for r in self._run(lambda c: c.execute(query, params).fetchall())]  # type: ignore[arg-type]
+
+    # -- snapshots ----------------------------------------------------------------
+    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow) -> None:
+        internal = self._id(tenant, task_id)
+        self._run(lambda c: c.execute(
+            "INSERT INTO snapshots (task, seq, schema, checksum, data) VALUES (%s, %s, %s, %s, %s) "
+            "ON CONFLICT (task, seq) DO UPDATE SET schema = excluded.schema, checksum = excluded.checksum, "
+            "data = excluded.data",
+            (internal, snapshot.seq, snapshot.schema, snapshot.checksum, _text(snapshot.data))))
+
+    def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
+        internal = self._id(tenant, task_id)
+        row = self._run(lambda c: c.execute(
+            "SELECT seq, schema, checksum, data FROM snapshots WHERE task = %s AND seq <= %s "
+            "ORDER BY seq DESC LIMIT 1", (internal, min(at_most, 2**31 - 1))).fetchone())
+        return None if row is None else SnapshotRow(*row)
+
+    # -- idempotency ledger ---------------------------------------------------------
+    _LEDGER = "SELECT key, status, result, started_at, finished_at, runs FROM ledger WHERE tenant = %s AND key = %s"
+
+    def ledger_get(self, tenant: str, key: str) -> LedgerRow | None:
+        row = self._run(lambda c: c.execute(self._LEDGER, (tenant, key)).fetchone())
+        return None if row is None else LedgerRow(*row)
+
+    def ledger_begin(self, tenant: str, key: str, now: float) -> LedgerRow:
+        with self._tx() as conn:
+            inserted = conn.execute(
+                "INSERT INTO ledger (tenant, key, status, started_at, runs) VALUES (%s, %s, 'started', %s, 1) "
+                "ON CONFLICT (tenant, key) DO NOTHING RETURNING key", (tenant, key, now)).fetchone()
+            if inserted is not None:
+                return LedgerRow(key, "new", None, now, None, 0)
+            row = conn.execute(self._LEDGER + " FOR UPDATE", (tenant, key)).fetchone()
+            assert row is not None
+            if row[1] == "started":
+                conn.execute("UPDATE ledger SET runs = runs + 1 WHERE tenant = %s AND key = %s", (tenant, key))
+            return LedgerRow(*row)
+
+    def ledger_finish(self, tenant: str, key: str, result: str | bytes, now: float) -> LedgerRow:
+        def finish(conn: psycopg.Connection[Any]) -> LedgerRow:
+            conn.execute(
+                "INSERT INTO ledger (tenant, key, status, result, started_at, finished_at, runs) "
+                "VALUES (%(t)s, %(k)s, 'done', %(r)s, %(n)s, %(n)s, 1) "
+                "ON CONFLICT (tenant, key) DO UPDATE SET status = 'done', result = %(r)s, finished_at = %(n)s "
+                "WHERE ledger.status <> 'done'",
+                {"t": tenant, "k": key, "r": _text(result), "n": now})
+            row = conn.execute(self._LEDGER, (tenant, key)).fetchone()
+            assert row is not None
+            return LedgerRow(*row)
+
+        return self._run(finish)
+
+    def ledger_forget(self, tenant: str, key: str) -> None:
+        self._run(lambda c: c.execute("DELETE FROM ledger WHERE tenant = %s AND key = %s", (tenant, key)))
+
+    # -- leases ---------------------------------------------------------------------
+    def acquire_lease(
+        self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
+    ) -> int | None:
+        internal = self._id(tenant, task_id)
+        row = self._run(lambda c: c.execute(
+            "UPDATE tasks SET lease_owner = %s, lease_expires = %s, lease_token = lease_token + 1 "
+            "WHERE id = %s AND (lease_owner IS NULL OR lease_expires <= %s OR lease_owner = %s) "
+            "RETURNING lease_token", (owner, now + ttl, internal, now, steal_from)).fetchone())
+        return None if row is None else int(row[0])
+
+    def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
+        row = self._run(lambda c: c.execute(
+            _CLAIM, {"owner": owner, "expires": now + ttl, "tenant": tenant, "now": now}).fetchone())
+        return None if row is None else (row[0], int(row[1]))
+
+    def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
+        internal = self._id(tenant, task_id)
+        cur = self._run(lambda c: c.execute(
+            "UPDATE tasks SET lease_expires = %s WHERE id = %s AND lease_token = %s AND lease_owner IS NOT NULL",
+            (now + ttl, internal, token)))
+        return cur.rowcount == 1
+
+    def release_lease(self, tenant: str, task_id: str, token: int) -> None:
+        internal = self._id(tenant, task_id)
+        self._run(lambda c: c.execute(
+            "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = %s AND lease_token = %s",
+            (internal, token)))
+
+    # -- wake-ups ---------------------------------------------------------------------
+    def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
+        if self._listener is None:
+            self._start_listener()
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            start = self._changes
+            while self._changes == start:
+                if interrupt is not None and interrupt.is_set():
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, 0.05))
+            return True
+
+    def _start_listener(self) -> None:
+        with self._changed:
+            if self._listener is not None:
+                return
+            self._listener = threading.Thread(target=self._listen, name=f"tether-listen-{self.schema}", daemon=True)
+            self._listener.start()
+
+    def _listen(self) -> None:
+        """LISTEN on this schema's channel; every notification wakes the waiting workers."""
+        channel = sql.Identifier(f"tether_{self.schema}")
+        while not self._closed:
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(channel))
+                    self._bump()  # anything committed while we were not listening: look again
+                    while not self._closed:
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self._bump()
+            except psycopg.OperationalError:
+                if not self._closed:
+                    log.warning("PostgreSQL listener lost its connection; reconnecting")
+                    time.sleep(0.2)
+
+    def _bump(self) -> None:
+        with self._changed:
+            self._changes += 1
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        self._closed = True
+        self._pool.close()
+
+    def drop_schema(self) -> None:
+        """Remove tether's schema and everything in it (tests use this to clean up)."""
+        with psycopg.connect(self._conninfo, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+
+def _text(data: str | bytes) -> str:
+    return data.decode() if isinstance(data, bytes) else data
+
+
+def _redact(conninfo: str) -> str:
+    parts = urlsplit(conninfo)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return conninfo
