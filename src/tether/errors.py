@@ -9,6 +9,7 @@
     │   ├── NotSerializableError    not_serializable     payload is not JSON
     │   ├── ValueTooLargeError      value_too_large      payload over the configured limit
     │   └── UnknownEventTypeError   unknown_event_type   no event class of that name
+    ├── StoreUnavailableError       store_unavailable    the database cannot be reached right now
     ├── TaskNotFoundError           task_not_found       no such task in this tenant
     ├── SequenceError               invalid_sequence     seq < 0 or beyond the last event
     ├── ConflictError               conflict             optimistic append lost the race
@@ -47,6 +48,7 @@ __all__ = [
     "SchemaVersionError",
     "SequenceError",
     "Suspend",
+    "StoreUnavailableError",
     "TaskBusyError",
     "TaskDefinitionError",
     "TaskFailedError",
@@ -101,6 +103,15 @@ class ValueTooLargeError(InvalidInputError):
 
 class UnknownEventTypeError(InvalidInputError):
     code = "unknown_event_type"
+
+
+class StoreUnavailableError(TetherError):
+    """The store could not be reached (a restarted server, a cut connection) even after retrying.
+
+    Never a task's own failure: the run stops where it is, and the task is resumed later.
+    """
+
+    code = "store_unavailable"
 
 
 class TaskNotFoundError(TetherError):

@@ -1,6 +1,6 @@
 """A trip-booking agent run in a child process that kills itself with SIGKILL at a chosen point.
 
-Usage: python _agent.py DB SINK TASK_ID KIND:K
+Usage: python _agent.py URL SINK TASK_ID KIND:K
 
 Checkpoints of several kinds are passed on the way: after every commit to the task log,
 inside a tool before and after its effect reaches the sink, in the middle of a backoff.
@@ -75,7 +75,7 @@ class Sink:
         return {"confirmation": f"{kind}-{key[-6:]}"}
 
 
-app = tether.App(f"sqlite:///{DB}", lease_ttl=5.0)
+app = tether.App(DB, lease_ttl=5.0)
 sink = Sink(SINK)
 
 

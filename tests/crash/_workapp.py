@@ -9,11 +9,11 @@ from typing import Any
 
 import tether
 
-DB = os.environ["TETHER_TEST_DB"]
+URL = os.environ["TETHER_TEST_URL"]
 SINK = os.environ["TETHER_TEST_SINK"]
 SLOW = float(os.environ.get("TETHER_TEST_SLOW", "0.05"))
 
-app = tether.App(f"sqlite:///{DB}", lease_ttl=float(os.environ.get("TETHER_TEST_TTL", "1.0")))
+app = tether.App(URL, lease_ttl=float(os.environ.get("TETHER_TEST_TTL", "1.0")))
 
 
 def _sink() -> sqlite3.Connection:

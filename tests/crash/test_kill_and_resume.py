@@ -29,9 +29,9 @@ SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "30"))
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
 
 
-def run_agent(tmp: Path, task_id: str, kill_at: str) -> subprocess.CompletedProcess[str]:
+def run_agent(url: str, tmp: Path, task_id: str, kill_at: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(AGENT), str(tmp / "t.db"), str(tmp / "sink.db"), task_id, kill_at],
+        [sys.executable, str(AGENT), url, str(tmp / "sink.db"), task_id, kill_at],
         capture_output=True, text=True, env=ENV, timeout=120,
     )
 
@@ -57,12 +57,13 @@ def sink_rows(tmp: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     return raw, effects
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+@pytest.fixture
+def reference(tmp_path_factory: pytest.TempPathFactory, make_url: Any) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("reference")
-    done = run_agent(tmp, "trip-1", "none:0")
+    url = make_url(tmp)
+    done = run_agent(url, tmp, "trip-1", "none:0")
     assert done.returncode == 0, done.stderr
-    state = tether.App(f"sqlite:///{tmp / 't.db'}").state("trip-1")
+    state = tether.App(url).state("trip-1")
     raw, effects = sink_rows(tmp)
     assert len(raw) == len(effects) == 3
     # How many checkpoints of each kind an uninterrupted run passes, so kills can land on any.
@@ -73,16 +74,17 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.mark.crash
-def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any]) -> None:
+def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any], make_url: Any) -> None:
     rng = random.Random(SEED)
     landed: dict[str, int] = {}
     for scenario in range(SCENARIOS):
         tmp = tmp_path / f"s{scenario}"
         tmp.mkdir()
+        url = make_url(tmp)
         kinds = sorted(reference["tally"])
         kind = kinds[scenario % len(kinds)]  # every kind of place, each at a random occurrence
         kill_at = f"{kind}:{rng.randint(1, reference['tally'][kind])}"
-        first = run_agent(tmp, "trip-1", kill_at)
+        first = run_agent(url, tmp, "trip-1", kill_at)
         killed_note = tmp / "sink.db.killed"
         where = killed_note.read_text().strip() if killed_note.exists() else None
         context = f"seed={SEED} scenario={scenario} kill_at={kill_at} where={where}"
@@ -92,10 +94,10 @@ def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any]) 
         else:
             assert first.returncode == 0, context + first.stderr
         for _ in range(5):  # resume until the task ends
-            state = tether.App(f"sqlite:///{tmp / 't.db'}").state("trip-1")
+            state = tether.App(url).state("trip-1")
             if state.status in (tether.Status.COMPLETED, tether.Status.FAILED):
                 break
-            resumed = run_agent(tmp, "trip-1", "none:0")
+            resumed = run_agent(url, tmp, "trip-1", "none:0")
             assert resumed.returncode == 0, context + resumed.stderr
         assert state.status is tether.Status.COMPLETED, context
         raw, effects = sink_rows(tmp)
@@ -117,14 +119,15 @@ def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any]) 
 
 
 @pytest.mark.crash
-def test_killed_from_outside_at_random_times(tmp_path: Path, reference: dict[str, Any]) -> None:
+def test_killed_from_outside_at_random_times(tmp_path: Path, reference: dict[str, Any], make_url: Any) -> None:
     """The parent SIGKILLs the child after a random delay: no cooperation from the child at all."""
     rng = random.Random(SEED + 1)
     for scenario in range(5):
         tmp = tmp_path / f"o{scenario}"
         tmp.mkdir()
+        url = make_url(tmp)
         child = subprocess.Popen(
-            [sys.executable, str(AGENT), str(tmp / "t.db"), str(tmp / "sink.db"), "trip-1", "none:0"],
+            [sys.executable, str(AGENT), url, str(tmp / "sink.db"), "trip-1", "none:0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
         )
         try:
@@ -133,9 +136,9 @@ def test_killed_from_outside_at_random_times(tmp_path: Path, reference: dict[str
             child.send_signal(signal.SIGKILL)
             child.wait()
         for _ in range(5):
-            resumed = run_agent(tmp, "trip-1", "none:0")
+            resumed = run_agent(url, tmp, "trip-1", "none:0")
             assert resumed.returncode == 0, resumed.stderr
-            state = tether.App(f"sqlite:///{tmp / 't.db'}").state("trip-1")
+            state = tether.App(url).state("trip-1")
             if state.status is tether.Status.COMPLETED:
                 break
         raw, effects = sink_rows(tmp)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,9 @@ HERE = Path(__file__).parent
 TETHER = [sys.executable, "-m", "tether.cli"]
 
 
-def _env(tmp: Path, **extra: str) -> dict[str, str]:
+def _env(tmp: Path, url: str, **extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)]),
-            "TETHER_TEST_DB": str(tmp / "t.db"), "TETHER_TEST_SINK": str(tmp / "sink.db"), **extra}
+            "TETHER_TEST_URL": url, "TETHER_TEST_SINK": str(tmp / "sink.db"), **extra}
 
 
 def _worker(tmp: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -70,10 +71,10 @@ def _fences_never_go_back(app: tether.App, task_id: str) -> set[int]:
 
 
 @pytest.mark.crash
-def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path) -> None:
-    env = _env(tmp_path, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.05")
-    os.environ.update({k: env[k] for k in ("TETHER_TEST_DB", "TETHER_TEST_SINK")})
-    app = tether.App(f"sqlite:///{tmp_path / 't.db'}")
+def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make_url: Any) -> None:
+    url = make_url(tmp_path)
+    env = _env(tmp_path, url, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.05")
+    app = tether.App(url)
     app.task(name="job")(lambda ctx, n, steps=5: n)  # the type, so start() can record it
     jobs = 12
     for n in range(jobs):
@@ -105,9 +106,10 @@ def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path) -> N
 
 
 @pytest.mark.crash
-def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: Path) -> None:
-    env = _env(tmp_path, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.6")
-    app = tether.App(f"sqlite:///{tmp_path / 't.db'}")
+def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: Path, make_url: Any) -> None:
+    url = make_url(tmp_path)
+    env = _env(tmp_path, url, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.6")
+    app = tether.App(url)
     app.task(name="job")(lambda ctx, n, steps=5: n)
     app.start("job", 1, steps=4, task_id="job-1")
     first = _worker(tmp_path, env)
@@ -134,16 +136,22 @@ def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: P
 
 
 @pytest.mark.crash
-def test_cancel_a_task_another_process_is_running(tmp_path: Path) -> None:
-    env = _env(tmp_path, TETHER_TEST_TTL="5.0", TETHER_TEST_SLOW="0.3")
-    os.environ.update({k: env[k] for k in ("TETHER_TEST_DB", "TETHER_TEST_SINK")})
-    sys.path.insert(0, str(HERE))
-    try:
-        import _workapp
-    finally:
-        sys.path.remove(str(HERE))
-    app = _workapp.app
-    app.start(_workapp.job, 1, steps=6, task_id="job-1")
+def test_cancel_a_task_another_process_is_running(tmp_path: Path, make_url: Any) -> None:
+    url = make_url(tmp_path)
+    env = _env(tmp_path, url, TETHER_TEST_TTL="5.0", TETHER_TEST_SLOW="0.3")
+    app = tether.App(url)
+
+    @app.tool
+    def effect(job: int, step: int) -> dict[str, Any]:  # the same tool name as in the workers' app
+        raise AssertionError("the canceller never runs a tool: it only replays and compensates")
+
+    @app.task(name="job")
+    def job(ctx: tether.TaskContext, n: int, steps: int = 5) -> int:
+        for step in range(steps):
+            ctx.call(effect, n, step)
+        return n
+
+    app.start(job, 1, steps=6, task_id="job-1")
     runner = _worker(tmp_path, env)
     try:
         _wait_for(lambda: len(_query(tmp_path, "SELECT key FROM raw")) >= 2, 60, "two effects")
@@ -159,8 +167,8 @@ def test_cancel_a_task_another_process_is_running(tmp_path: Path) -> None:
 
 
 @pytest.mark.crash
-def test_sleep_across_a_crash_keeps_its_wake_up_time(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 't.db'}"
+def test_sleep_across_a_crash_keeps_its_wake_up_time(tmp_path: Path, make_url: Any) -> None:
+    url = make_url(tmp_path)
     script = f"""
 import tether
 app = tether.App({url!r}, inline_wait=30)
@@ -170,10 +178,10 @@ def nap(ctx):
     return "rested"
 app.run(nap, task_id="nap-1")
 """
-    child = subprocess.Popen([sys.executable, "-c", script], env=_env(tmp_path), stdout=subprocess.DEVNULL,
+    child = subprocess.Popen([sys.executable, "-c", script], env=_env(tmp_path, url), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     app = tether.App(url, inline_wait=30)
-    _wait_for(lambda: (tmp_path / "t.db").exists() and any(
+    _wait_for(lambda: any(
         r.event.event_type == "SleepScheduled" for r in _events_or_none(app, "nap-1")), 30, "the sleep to start")
     child.send_signal(signal.SIGKILL)  # killed in the middle of the sleep
     child.wait()
@@ -195,3 +203,47 @@ def _events_or_none(app: tether.App, task_id: str) -> list[tether.events.Recorde
         return app.log.events(task_id)
     except tether.TaskNotFoundError:
         return []
+
+
+@pytest.mark.crash
+def test_postgres_connections_cut_while_workers_run(tmp_path: Path) -> None:
+    """pg_terminate_backend on every tether connection, three times, while two workers run jobs."""
+    from tests.conftest import PG_PROBLEM, PG_URL, pg_url
+
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    import psycopg
+
+    urls = pg_url("f")
+    url = next(urls)
+    try:
+        env = _env(tmp_path, url, TETHER_TEST_TTL="2.0", TETHER_TEST_SLOW="0.05")
+        app = tether.App(url)
+        app.task(name="job")(lambda ctx, n, steps=5: n)
+        jobs = 10
+        for n in range(jobs):
+            app.start("job", n, task_id=f"job-{n}")
+        workers = [_worker(tmp_path, env) for _ in range(2)]
+        cuts = 0
+        try:
+            with psycopg.connect(PG_URL, autocommit=True) as admin:
+                for _ in range(3):
+                    _wait_for(lambda: len(_query(tmp_path, "SELECT key FROM raw")) > cuts * 8, 60, "progress")
+                    killed = admin.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND backend_type = 'client backend'").fetchone()
+                    assert killed is not None and killed[0] > 0
+                    cuts += 1
+            done = tether.App(url)
+            _wait_for(lambda: all(done.get(f"job-{n}").status is tether.Status.COMPLETED for n in range(jobs)),
+                      120, "every job to complete after the cuts")
+        finally:
+            _stop(workers)
+        effects = _query(tmp_path, "SELECT key FROM effects")
+        expected = {call.key for n in range(jobs) for call in done.state(f"job-{n}").calls}
+        assert {k for (k,) in effects} == expected and len(effects) == jobs * 5  # none lost, none twice
+        for n in range(jobs):
+            _fences_never_go_back(done, f"job-{n}")
+    finally:
+        next(urls, None)

@@ -695,7 +695,7 @@ class App:
                 self.log.snapshot_if_due(task_id)
                 self.store.release_lease(self.tenant, task_id, token)
             except TetherError:
-                pass
+                pass  # the lease runs out by itself; the snapshot is only a cache
 
     def _end_cancelled(self, ctx: _Context, reason: str) -> Flow[None]:
         """Run the compensations of completed calls in reverse order, then mark the task cancelled."""

@@ -30,6 +30,7 @@ from tether.errors import (
     NonDeterminismError,
     OutcomeUnknownError,
     SchemaVersionError,
+    StoreUnavailableError,
     Suspend,
     TetherError,
     ToolError,
@@ -79,7 +80,9 @@ _PASSIVE = (
 )
 # Errors that say "this run cannot go on here", not "this task failed": they leave the task
 # as it is (no failure record, no step marked failed) and reach the caller.
-NOT_A_TASK_FAILURE = (NonDeterminismError, OutcomeUnknownError, ConflictError, SchemaVersionError)
+NOT_A_TASK_FAILURE = (
+    NonDeterminismError, OutcomeUnknownError, ConflictError, SchemaVersionError, StoreUnavailableError,
+)
 
 # What another process may append to a task while a run holds it (send_input, cancel).
 _EXTERNAL = (InputReceived, CancelRequested)

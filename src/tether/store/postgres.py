@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ from tether.errors import (
     ConflictError,
     LeaseLostError,
     SchemaVersionError,
+    StoreUnavailableError,
     TaskNotFoundError,
 )
 from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
@@ -104,6 +106,7 @@ MIGRATIONS: list[str] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 _LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations
+_RETRIES = 6  # tries of a statement whose connection broke (about 1.5 s in all, then give up)
 
 # One statement, one round trip: the guard (fencing token, predecessor present) and the
 # insert and the index update share a snapshot; a concurrent append of the same seq loses
@@ -193,6 +196,8 @@ class PostgresStore:
 
         self._pool = ConnectionPool(conninfo, min_size=pool_min, max_size=pool_max, open=True,
                                     kwargs={"autocommit": True}, configure=configure, name=f"tether-{self.schema}")
+        # A store dropped without close() still closes its pool, quietly, when it is collected.
+        weakref.finalize(self, _close_pool, self._pool)
         self._ids: dict[tuple[str, str], int] = {}
         self._changed = threading.Condition()
         self._changes = 0
@@ -233,20 +238,35 @@ class PostgresStore:
             )
 
     def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``fn`` on a pooled connection; once more on a fresh one if the connection broke
-        (a restarted server, a terminated backend). ``fn`` must be safe to run twice."""
+        """Run ``fn`` on a pooled connection; again on fresh ones if connections broke (a restarted
+        server, terminated backends). ``fn`` must be safe to run more than once."""
+        for attempt in range(_RETRIES):
+            try:
+                with self._pool.connection() as conn:
+                    return fn(conn)
+            except psycopg.OperationalError as exc:
+                self._recover(attempt, exc)
+        raise AssertionError("unreachable")
+
+    def _recover(self, attempt: int, exc: Exception) -> None:
+        """After a broken connection: drop every broken one from the pool, wait a little, or give up."""
+        if attempt + 1 >= _RETRIES:
+            raise StoreUnavailableError(f"PostgreSQL is unreachable after {_RETRIES} tries: {exc}") from exc
+        log.warning("PostgreSQL connection lost (%s); retrying", exc)
         try:
-            with self._pool.connection() as conn:
-                return fn(conn)
-        except psycopg.OperationalError:
-            log.warning("PostgreSQL connection lost; retrying on a new one")
-            with self._pool.connection() as conn:
-                return fn(conn)
+            self._pool.check()  # discards every idle connection that no longer works
+        except Exception:  # the server may still be down: the next try waits for it
+            pass
+        time.sleep(min(0.05 * 2**attempt, 1.0))
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._pool.connection() as conn, conn.transaction():
-            yield conn
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield conn
+        except psycopg.OperationalError as exc:
+            self._pool.check()
+            raise StoreUnavailableError(f"PostgreSQL connection lost in a transaction: {exc}") from exc
 
     def _id(self, tenant: str, task_id: str) -> int:
         key = (tenant, task_id)
@@ -312,21 +332,20 @@ class PostgresStore:
             "status": index.status if index is not None else None,
             "wake": index.wake_at if index is not None else None,
         }
-        try:
-            with self._pool.connection() as conn:
-                row = conn.execute(_APPEND, params).fetchone()
-        except psycopg.errors.UniqueViolation:
-            raise ConflictError(task_id, expected=expected_version,
-                                actual=self._run(lambda c: self._version_of(c, internal))) from None
-        except psycopg.OperationalError:
-            # The connection broke: the append may or may not have committed. Look before retrying.
-            if self._already_there(internal, events, fence):
-                return
+        row = None
+        for attempt in range(_RETRIES):
             try:
                 with self._pool.connection() as conn:
                     row = conn.execute(_APPEND, params).fetchone()
+                break
             except psycopg.errors.UniqueViolation:
-                raise ConflictError(task_id, expected=expected_version, actual=None) from None
+                raise ConflictError(task_id, expected=expected_version,
+                                    actual=self._run(lambda c: self._version_of(c, internal))) from None
+            except psycopg.OperationalError as exc:
+                self._recover(attempt, exc)
+                # The append may or may not have committed before the connection broke: look first.
+                if self._already_there(internal, events, fence):
+                    return
         if row is None or row[0] != len(events):
             self._refuse(tenant, task_id, internal, expected_version, fence)
 
@@ -569,6 +588,13 @@ class PostgresStore:
         """Remove tether's schema and everything in it (tests use this to clean up)."""
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+
+def _close_pool(pool: ConnectionPool) -> None:
+    try:
+        pool.close(timeout=1.0)
+    except Exception:  # at interpreter exit or in a worker thread: nothing more to do
+        pass
 
 
 def _text(data: str | bytes) -> str:

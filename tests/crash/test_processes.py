@@ -8,14 +8,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import tether
 
 HERE = Path(__file__).parent
 
 
-def test_processes_appending_lose_and_duplicate_nothing(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/t.db"
+def test_processes_appending_lose_and_duplicate_nothing(tmp_path: Path, make_url: Any) -> None:
+    url = make_url(tmp_path)
     log = tether.TaskLog(url, snapshots=tether.SnapshotPolicy(every=25, size_ratio=0))
     shared = log.create(type="shared", task_id="shared").task_id
     names, count = ["a", "b", "c", "d"], 60
