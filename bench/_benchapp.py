@@ -11,7 +11,7 @@ from typing import Any
 import tether
 from tether.log import TaskLog
 
-app = tether.App(f"sqlite:///{os.environ['TETHER_BENCH_DB']}", lease_ttl=10.0)
+app = tether.App(os.environ["TETHER_BENCH_URL"], lease_ttl=10.0)
 _waits: list[float] = []
 _append = TaskLog.append
 

@@ -33,7 +33,7 @@ import tether  # noqa: E402
 
 def _env(db: Path, stats: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)]),
-            "TETHER_BENCH_DB": str(db), "TETHER_BENCH_STATS": str(stats)}
+            "TETHER_BENCH_URL": f"sqlite:///{db}", "TETHER_BENCH_STATS": str(stats)}
 
 
 def _workers(n: int, env: dict[str, str], *, idle_exit: bool) -> list[subprocess.Popen[bytes]]:

@@ -131,6 +131,15 @@ WITH guard AS (
 SELECT (SELECT count(*) FROM ins)
 """
 
+# The common case, one event and no index change: the same guard, a plain INSERT ... SELECT.
+_APPEND_ONE = """
+INSERT INTO events (task, seq, type, schema, at, data, fence)
+SELECT %(task)s, %(first)s, %(type)s, %(schema)s, %(at)s, %(data)s::jsonb, %(fence)s
+WHERE (%(fence)s::bigint IS NULL OR (SELECT lease_token FROM tasks WHERE id = %(task)s) = %(fence)s)
+  AND (EXISTS (SELECT 1 FROM events WHERE task = %(task)s AND seq = %(first)s - 1)
+       OR (SELECT parent_seq FROM tasks WHERE id = %(task)s) = %(first)s - 1)
+"""
+
 _CLAIM = """
 UPDATE tasks SET lease_owner = %(owner)s, lease_expires = %(expires)s, lease_token = lease_token + 1
 WHERE id = (
@@ -199,6 +208,7 @@ class PostgresStore:
         # A store dropped without close() still closes its pool, quietly, when it is collected.
         weakref.finalize(self, _close_pool, self._pool)
         self._ids: dict[tuple[str, str], int] = {}
+        self._local = threading.local()
         self._changed = threading.Condition()
         self._changes = 0
         self._listener: threading.Thread | None = None
@@ -258,6 +268,14 @@ class PostgresStore:
         except Exception:  # the server may still be down: the next try waits for it
             pass
         time.sleep(min(0.05 * 2**attempt, 1.0))
+
+    def _appender(self) -> psycopg.Connection[Any]:
+        """This thread's connection for appends, kept while the thread lives: the hot path skips the
+        pool. It goes back to the pool when the thread ends (or when it breaks)."""
+        sticky: _Sticky | None = getattr(self._local, "sticky", None)
+        if sticky is None or sticky.conn.closed:
+            sticky = self._local.sticky = _Sticky(self._pool, self._pool.getconn())
+        return sticky.conn
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection[Any]]:
@@ -323,30 +341,39 @@ class PostgresStore:
         if first.seq != expected_version + 1:
             raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
         internal = self._id(tenant, task_id)
-        params = {
-            "task": internal, "fence": fence, "first": first.seq,
-            "seqs": [e.seq for e in events], "types": [e.type for e in events],
-            "schemas": [e.schema for e in events], "ats": [e.at for e in events],
-            "datas": [_text(e.data) for e in events],
-            "reindex": index is not None,
-            "status": index.status if index is not None else None,
-            "wake": index.wake_at if index is not None else None,
-        }
-        row = None
+        if len(events) == 1 and index is None:
+            statement = _APPEND_ONE
+            params: dict[str, Any] = {
+                "task": internal, "fence": fence, "first": first.seq, "type": first.type,
+                "schema": first.schema, "at": first.at, "data": _text(first.data),
+            }
+        else:
+            statement = _APPEND
+            params = {
+                "task": internal, "fence": fence, "first": first.seq,
+                "seqs": [e.seq for e in events], "types": [e.type for e in events],
+                "schemas": [e.schema for e in events], "ats": [e.at for e in events],
+                "datas": [_text(e.data) for e in events],
+                "reindex": index is not None,
+                "status": index.status if index is not None else None,
+                "wake": index.wake_at if index is not None else None,
+            }
+        inserted = 0
         for attempt in range(_RETRIES):
             try:
-                with self._pool.connection() as conn:
-                    row = conn.execute(_APPEND, params).fetchone()
+                cursor = self._appender().execute(statement, params)
+                inserted = cursor.rowcount if statement is _APPEND_ONE else cursor.fetchone()[0]  # type: ignore[index]
                 break
             except psycopg.errors.UniqueViolation:
                 raise ConflictError(task_id, expected=expected_version,
                                     actual=self._run(lambda c: self._version_of(c, internal))) from None
             except psycopg.OperationalError as exc:
+                self._local.__dict__.pop("sticky", None)  # its connection goes back to the pool, which drops it
                 self._recover(attempt, exc)
                 # The append may or may not have committed before the connection broke: look first.
                 if self._already_there(internal, events, fence):
                     return
-        if row is None or row[0] != len(events):
+        if inserted != len(events):
             self._refuse(tenant, task_id, internal, expected_version, fence)
 
     def _already_there(self, internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
@@ -582,12 +609,29 @@ class PostgresStore:
 
     def close(self) -> None:
         self._closed = True
+        self._local.__dict__.pop("sticky", None)
         self._pool.close()
 
     def drop_schema(self) -> None:
         """Remove tether's schema and everything in it (tests use this to clean up)."""
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+
+class _Sticky:
+    """A pooled connection lent to one thread; returned to the pool when the thread lets go of it."""
+
+    __slots__ = ("conn", "pool")
+
+    def __init__(self, pool: ConnectionPool, conn: psycopg.Connection[Any]) -> None:
+        self.pool = pool
+        self.conn = conn
+
+    def __del__(self) -> None:
+        try:
+            self.pool.putconn(self.conn)
+        except Exception:  # the pool is closed already: the connection goes with it
+            pass
 
 
 def _close_pool(pool: ConnectionPool) -> None:

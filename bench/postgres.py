@@ -1,0 +1,259 @@
+"""PostgreSQL benchmark: tether against the cheapest durable write PostgreSQL offers, in one run.
+
+Run: ``python bench/postgres.py`` (``--quick`` for a short run; ``TETHER_BENCH_PG_URL`` picks the
+server, default ``postgresql://postgres@127.0.0.1:5432/test``). Prints a table, then one line of JSON.
+
+* floor: raw psycopg 3, one-row INSERT per commit, autocommit (one round trip), at 1, 4 and 16
+  concurrent connections (threads, one connection each).
+* tether append latency (one event per commit) and a side-effecting recorded call (two commits),
+  against the single-connection floor. Target: append <= 1.5x the floor.
+* aggregate appends/s with 1, 4 and 16 concurrent writers (threads, each appending to its own
+  task through one App), against the floor's commits/s at the same concurrency. Target: >= 70%.
+* tasks/s for a 5-call task with 1 and 4 worker processes (``tether worker``).
+* claim latency (p50/p99, ``FOR UPDATE SKIP LOCKED``) and send_input -> running latency with an
+  idle worker woken by LISTEN/NOTIFY.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent / "src"))
+
+import psycopg  # noqa: E402
+
+import tether  # noqa: E402
+from tether.events import ObservationRecorded  # noqa: E402
+
+PG = os.environ.get("TETHER_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+PAYLOAD = "x" * 500
+SCHEMAS: list[str] = []
+
+
+def schema_url() -> str:
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    SCHEMAS.append(schema)
+    return f"{PG}{'&' if '?' in PG else '?'}schema={schema}&pool_max=20"
+
+
+def floor(concurrency: int, seconds: float) -> tuple[float, float]:
+    """(commits per second in all, median seconds per commit) for raw one-row autocommit inserts."""
+    table = f"floor_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG, autocommit=True) as admin:
+        admin.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, data text)")
+    counts = [0] * concurrency
+    latencies: list[float] = []
+    stop = time.monotonic() + seconds
+
+    def writer(i: int) -> None:
+        with psycopg.connect(PG, autocommit=True) as conn:
+            while time.monotonic() < stop:
+                start = time.perf_counter()
+                conn.execute(f"INSERT INTO {table} (data) VALUES (%s)", (PAYLOAD,))
+                if i == 0:
+                    latencies.append(time.perf_counter() - start)
+                counts[i] += 1
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(concurrency)]
+    begin = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - begin
+    with psycopg.connect(PG, autocommit=True) as admin:
+        admin.execute(f"DROP TABLE {table}")
+    return sum(counts) / elapsed, statistics.median(latencies)
+
+
+def tether_appends(concurrency: int, seconds: float) -> tuple[float, float]:
+    """(appends per second in all, median seconds per append) for TaskLog.append, one task per writer."""
+    log = tether.TaskLog(schema_url())
+    tasks = [log.create(type="bench").task_id for _ in range(concurrency)]
+    counts = [0] * concurrency
+    latencies: list[float] = []
+    stop = time.monotonic() + seconds
+
+    def writer(i: int) -> None:
+        version = 1
+        while time.monotonic() < stop:
+            start = time.perf_counter()
+            version = log.append(tasks[i], [ObservationRecorded(key="m", value=PAYLOAD)], version)
+            if i == 0:
+                latencies.append(time.perf_counter() - start)
+            counts[i] += 1
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(concurrency)]
+    begin = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - begin
+    log.store.close()
+    return sum(counts) / elapsed, statistics.median(latencies)
+
+
+def recorded_call(n: int) -> float:
+    app = tether.App(schema_url())
+    effect = app.tool(name="effect")(lambda: None)
+    per_call = 0.0
+
+    @app.task
+    def calls(ctx: tether.TaskContext, count: int) -> None:
+        nonlocal per_call
+        start = time.perf_counter()
+        for _ in range(count):
+            ctx.call(effect)
+        per_call = (time.perf_counter() - start) / count
+
+    app.run(calls, n)
+    app.close()
+    return per_call
+
+
+def _workers(n: int, url: str, stats: Path) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)]),
+           "TETHER_BENCH_URL": url, "TETHER_BENCH_STATS": str(stats)}
+    return [subprocess.Popen([sys.executable, "-m", "tether.cli", "worker", "_benchapp:app", "--poll", "0.5"],
+                             cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(n)]
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.wait(timeout=60)
+
+
+def tasks_per_second(workers: int, tasks: int, folder: Path) -> float:
+    url = schema_url()
+    app = tether.App(url)
+    app.task(name="five_calls")(lambda ctx, n: n)
+    procs = _workers(workers, url, folder / f"pg{workers}.stats")
+    try:
+        for i in range(workers):  # warm up: every worker has started and run one task
+            app.start("five_calls", 0, task_id=f"warm{i}")
+        deadline = time.time() + 60
+        while len(app.log.list(status="completed", limit=workers + 1)) < workers:
+            assert time.time() < deadline, "workers did not start"
+            time.sleep(0.01)
+        start = time.perf_counter()
+        for n in range(tasks):
+            app.start("five_calls", n, task_id=f"t{n}")
+        while len(app.log.list(status="completed", limit=tasks + workers + 1)) < tasks + workers:
+            assert time.time() < deadline + 600, "workers did not finish"
+            time.sleep(0.01)
+        return tasks / (time.perf_counter() - start)
+    finally:
+        _stop(procs)
+        app.close()
+
+
+def claim_latency(samples: int) -> tuple[float, float]:
+    app = tether.App(schema_url())
+    app.task(name="five_calls")(lambda ctx, n: n)
+    for n in range(samples):
+        app.start("five_calls", n, task_id=f"c{n}")
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        claimed = app.store.claim(app.tenant, "bench", 30, time.time())
+        times.append(time.perf_counter() - start)
+        assert claimed is not None
+    app.close()
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.99) - 1]
+
+
+def input_latency(samples: int, folder: Path) -> tuple[float, float]:
+    url = schema_url()
+    app = tether.App(url)
+    app.task(name="five_calls")(lambda ctx, n: n)
+    procs = _workers(1, url, folder / "latency.stats")
+    latencies = []
+    try:
+        for i in range(samples):
+            task_id = f"probe{i}"
+            app.start("five_calls", -1 - i, task_id=task_id)
+            deadline = time.time() + 30
+            while app.get(task_id).status is not tether.Status.AWAITING_INPUT:
+                assert time.time() < deadline, "the probe never started waiting"
+                time.sleep(0.005)
+            version = app.state(task_id).version
+            start = time.perf_counter()
+            app.send_input(task_id, "go", True)
+            while app.log.version(task_id) <= version + 1:
+                time.sleep(0.001)
+            latencies.append(time.perf_counter() - start)
+    finally:
+        _stop(procs)
+        app.close()
+    latencies.sort()
+    return statistics.median(latencies), latencies[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    seconds = 1.0 if args.quick else 4.0
+    folder = Path(tempfile.mkdtemp(prefix="tether-bench-"))
+    try:
+        rows = {}
+        for c in (1, 4, 16):
+            # Interleaved, best of two: the machine is shared and fsync times wander.
+            f = [floor(c, seconds) for _ in range(2)]
+            t = [tether_appends(c, seconds) for _ in range(2)]
+            rows[c] = {"floor_commits_s": max(x[0] for x in f), "floor_latency_ms": min(x[1] for x in f) * 1000,
+                       "tether_appends_s": max(x[0] for x in t), "tether_latency_ms": min(x[1] for x in t) * 1000}
+            rows[c]["throughput_ratio"] = rows[c]["tether_appends_s"] / rows[c]["floor_commits_s"]
+        call_ms = min(recorded_call(200 if args.quick else 1000) for _ in range(2)) * 1000
+        tasks = {w: tasks_per_second(w, 40 if args.quick else 200, folder) for w in (1, 4)}
+        claim = claim_latency(100 if args.quick else 500)
+        wake = input_latency(5 if args.quick else 20, folder)
+    finally:
+        with psycopg.connect(PG, autocommit=True) as admin:
+            for schema in SCHEMAS:
+                admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    one = rows[1]
+    result = {
+        "concurrency": rows,
+        "append_vs_floor": one["tether_latency_ms"] / one["floor_latency_ms"],
+        "recorded_call_ms": call_ms,
+        "recorded_call_vs_floor": call_ms / one["floor_latency_ms"],
+        "tasks_per_s": tasks,
+        "claim_ms": {"p50": claim[0] * 1000, "p99": claim[1] * 1000},
+        "send_input_to_running_ms": {"p50": wake[0] * 1000, "max": wake[1] * 1000},
+        "targets": {"append_vs_floor": 1.5, "throughput_ratio_at_4_and_16": 0.7},
+    }
+    result["pass"] = result["append_vs_floor"] <= 1.5 and all(rows[c]["throughput_ratio"] >= 0.7 for c in (4, 16))
+    print(f"{'concurrency':>11} {'floor commits/s':>16} {'tether appends/s':>17} {'ratio':>6} "
+          f"{'floor ms':>9} {'tether ms':>10}")
+    for c, r in rows.items():
+        print(f"{c:>11} {r['floor_commits_s']:>16.0f} {r['tether_appends_s']:>17.0f} {r['throughput_ratio']:>6.2f} "
+              f"{r['floor_latency_ms']:>9.3f} {r['tether_latency_ms']:>10.3f}")
+    print(f"append latency vs floor (target <= 1.5): {result['append_vs_floor']:.2f}")
+    print(f"side-effecting recorded call (2 commits): {call_ms:.3f} ms = {result['recorded_call_vs_floor']:.2f}x floor")
+    print(f"tasks/s (5 calls each): 1 worker {tasks[1]:.1f}, 4 workers {tasks[4]:.1f}")
+    print(f"claim: p50 {claim[0] * 1000:.3f} ms, p99 {claim[1] * 1000:.3f} ms")
+    print(f"send_input -> running (LISTEN/NOTIFY): p50 {wake[0] * 1000:.1f} ms, max {wake[1] * 1000:.1f} ms")
+    print(orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS).decode())
+
+
+if __name__ == "__main__":
+    main()
