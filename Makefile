@@ -25,6 +25,9 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/calls.py
+	$(BIN)/python bench/workers.py
+	$(BIN)/python bench/timetravel.py
+	$(BIN)/python bench/postgres.py
 
 clean:
 	rm -rf $(VENV) tether.db tether.db-wal tether.db-shm tether.db-lock .pytest_cache

@@ -49,5 +49,14 @@ def _report() -> None:
         return
     waits = sorted(_waits)
     with open(path, "a") as out:
-        out.write(json.dumps({"pid": os.getpid(), "appends": len(waits), "max_ms": waits[-1] * 1000,
-                              "p99_ms": waits[int(len(waits) * 0.99) - 1] * 1000}) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "appends": len(waits),
+                    "max_ms": waits[-1] * 1000,
+                    "p99_ms": waits[int(len(waits) * 0.99) - 1] * 1000,
+                }
+            )
+            + "\n"
+        )

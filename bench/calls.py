@@ -27,8 +27,9 @@ import orjson
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 sys.path.insert(0, os.path.dirname(__file__))
 
-import tether  # noqa: E402
-from store import floor_per_commit  # noqa: E402
+from store import floor_per_commit
+
+import tether
 
 
 def noop() -> None:

@@ -126,11 +126,22 @@ def recorded_call(n: int) -> float:
 
 
 def _workers(n: int, url: str, stats: Path) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)]),
-           "TETHER_BENCH_URL": url, "TETHER_BENCH_STATS": str(stats)}
-    return [subprocess.Popen([sys.executable, "-m", "tether.cli", "worker", "_benchapp:app", "--poll", "0.5"],
-                             cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for _ in range(n)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)]),
+        "TETHER_BENCH_URL": url,
+        "TETHER_BENCH_STATS": str(stats),
+    }
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "tether.cli", "worker", "_benchapp:app", "--poll", "0.5"],
+            cwd=HERE,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(n)
+    ]
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -219,8 +230,12 @@ def main() -> None:
             # Interleaved, best of two: the machine is shared and fsync times wander.
             f = [floor(c, seconds) for _ in range(2)]
             t = [tether_appends(c, seconds) for _ in range(2)]
-            rows[c] = {"floor_commits_s": max(x[0] for x in f), "floor_latency_ms": min(x[1] for x in f) * 1000,
-                       "tether_appends_s": max(x[0] for x in t), "tether_latency_ms": min(x[1] for x in t) * 1000}
+            rows[c] = {
+                "floor_commits_s": max(x[0] for x in f),
+                "floor_latency_ms": min(x[1] for x in f) * 1000,
+                "tether_appends_s": max(x[0] for x in t),
+                "tether_latency_ms": min(x[1] for x in t) * 1000,
+            }
             rows[c]["throughput_ratio"] = rows[c]["tether_appends_s"] / rows[c]["floor_commits_s"]
         call_ms = min(recorded_call(200 if args.quick else 1000) for _ in range(2)) * 1000
         tasks = {w: tasks_per_second(w, 40 if args.quick else 200, folder) for w in (1, 4)}
@@ -242,11 +257,15 @@ def main() -> None:
         "targets": {"append_vs_floor": 1.5, "throughput_ratio_at_4_and_16": 0.7},
     }
     result["pass"] = result["append_vs_floor"] <= 1.5 and all(rows[c]["throughput_ratio"] >= 0.7 for c in (4, 16))
-    print(f"{'concurrency':>11} {'floor commits/s':>16} {'tether appends/s':>17} {'ratio':>6} "
-          f"{'floor ms':>9} {'tether ms':>10}")
+    print(
+        f"{'concurrency':>11} {'floor commits/s':>16} {'tether appends/s':>17} {'ratio':>6} "
+        f"{'floor ms':>9} {'tether ms':>10}"
+    )
     for c, r in rows.items():
-        print(f"{c:>11} {r['floor_commits_s']:>16.0f} {r['tether_appends_s']:>17.0f} {r['throughput_ratio']:>6.2f} "
-              f"{r['floor_latency_ms']:>9.3f} {r['tether_latency_ms']:>10.3f}")
+        print(
+            f"{c:>11} {r['floor_commits_s']:>16.0f} {r['tether_appends_s']:>17.0f} {r['throughput_ratio']:>6.2f} "
+            f"{r['floor_latency_ms']:>9.3f} {r['tether_latency_ms']:>10.3f}"
+        )
     print(f"append latency vs floor (target <= 1.5): {result['append_vs_floor']:.2f}")
     print(f"side-effecting recorded call (2 commits): {call_ms:.3f} ms = {result['recorded_call_vs_floor']:.2f}x floor")
     print(f"tasks/s (5 calls each): 1 worker {tasks[1]:.1f}, 4 workers {tasks[4]:.1f}")

@@ -30,11 +30,13 @@ import orjson
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-import tether  # noqa: E402
-from tether.events import DecisionMade, ObservationRecorded  # noqa: E402
+import tether
+from tether.events import DecisionMade, ObservationRecorded
 
-MESSAGE = ("The user asked to move the meeting to Tuesday afternoon and to invite the design team; "
-           "the assistant checked the calendar, found two free slots and proposed 14:00 with a note. ") * 3
+MESSAGE = (
+    "The user asked to move the meeting to Tuesday afternoon and to invite the design team; "
+    "the assistant checked the calendar, found two free slots and proposed 14:00 with a note. "
+) * 3
 MESSAGE = MESSAGE[:500]
 
 
@@ -70,7 +72,9 @@ def tether_per_append(path: str, n: int) -> float:
 def db_bytes(path: str) -> int:
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    pages, free, size = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count", "page_size"))
+    pages, free, size = (
+        conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count", "page_size")
+    )
     conn.close()
     return (pages - free) * size
 
@@ -152,9 +156,7 @@ def main() -> None:
         "load_growth": ow[large]["load_ms"] / ow[small]["load_ms"],
         "targets": {"append_ratio": 1.5, "bytes_growth": 1.2, "load_growth": 2.0},
     }
-    result["pass"] = (
-        result["append_ratio"] <= 1.5 and result["bytes_growth"] <= 1.2 and result["load_growth"] <= 2.0
-    )
+    result["pass"] = result["append_ratio"] <= 1.5 and result["bytes_growth"] <= 1.2 and result["load_growth"] <= 2.0
 
     print(f"{'measure':44} {'value':>12}")
     print(f"{'floor: raw INSERT+COMMIT (ms)':44} {floor * 1000:12.4f}")

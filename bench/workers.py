@@ -32,16 +32,22 @@ import tether  # noqa: E402
 
 
 def _env(db: Path, stats: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)]),
-            "TETHER_BENCH_URL": f"sqlite:///{db}", "TETHER_BENCH_STATS": str(stats)}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)]),
+        "TETHER_BENCH_URL": f"sqlite:///{db}",
+        "TETHER_BENCH_STATS": str(stats),
+    }
 
 
 def _workers(n: int, env: dict[str, str], *, idle_exit: bool) -> list[subprocess.Popen[bytes]]:
     args = [sys.executable, "-m", "tether.cli", "worker", "_benchapp:app", "--poll", "0.5"]
     if idle_exit:
         args.append("--idle-exit")
-    return [subprocess.Popen(args, cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for _ in range(n)]
+    return [
+        subprocess.Popen(args, cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(n)
+    ]
 
 
 def _ready(procs: list[subprocess.Popen[bytes]], app: tether.App, marker: str) -> None:
@@ -135,10 +141,11 @@ def main() -> None:
     result["pass"] = four["min_share_of_mean"] >= 0.5 and four["max_append_wait_ms"] <= 100
     print(f"{'workers':>8} {'tasks/s':>9} {'min share/mean':>15} {'max append wait ms':>19} {'p99 ms':>8}")
     for row in rows:
-        print(f"{row['workers']:>8} {row['tasks_per_s']:>9.1f} {row['min_share_of_mean']:>15.2f} "
-              f"{row['max_append_wait_ms']:>19.2f} {row['p99_append_wait_ms']:>8.2f}")
-    print(f"send_input → running (an idle worker): p50 {latency['p50_ms']:.1f} ms, "
-          f"max {latency['max_ms']:.1f} ms")
+        print(
+            f"{row['workers']:>8} {row['tasks_per_s']:>9.1f} {row['min_share_of_mean']:>15.2f} "
+            f"{row['max_append_wait_ms']:>19.2f} {row['p99_append_wait_ms']:>8.2f}"
+        )
+    print(f"send_input → running (an idle worker): p50 {latency['p50_ms']:.1f} ms, max {latency['max_ms']:.1f} ms")
     print(orjson.dumps(result).decode())
 
 

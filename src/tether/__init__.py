@@ -8,8 +8,8 @@ from __future__ import annotations
 from tether import events
 from tether.errors import (
     ConfigurationError,
-    InputTimeout,
     ConflictError,
+    InputTimeout,
     InvalidInputError,
     InvalidTransition,
     LeaseLostError,

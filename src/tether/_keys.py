@@ -11,7 +11,6 @@ import hashlib
 from typing import Any
 
 import orjson
-
 from pydantic import BaseModel
 
 from tether.errors import NotSerializableError

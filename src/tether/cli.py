@@ -32,16 +32,18 @@ def _url(db: str | None) -> str:
 
 def _open(db: str | None) -> tether.TaskLog:
     url = _url(db)
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
         raise click.ClickException(
-            f"no database at {url[len('sqlite:///'):]!r}; run `tether demo` or your app to create one, "
+            f"no database at {url[len('sqlite:///') :]!r}; run `tether demo` or your app to create one, "
             "or point --db (or TETHER_URL) at yours"
         )
     return tether.TaskLog(url)
 
 
 def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")(fn)
+    return click.option(
+        "--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)"
+    )(fn)
 
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -112,14 +114,25 @@ def _load_app(spec: str) -> tether.App:
 
 
 def app_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--app", "app_spec", required=True, metavar="MODULE:APP",
-                        help="where your tasks are registered, e.g. myagent:app")(fn)
+    return click.option(
+        "--app",
+        "app_spec",
+        required=True,
+        metavar="MODULE:APP",
+        help="where your tasks are registered, e.g. myagent:app",
+    )(fn)
 
 
 def _handle(out: Console, handle: tether.TaskHandle, as_json: bool) -> None:
     if as_json:
-        _emit_json({"task_id": handle.task_id, "status": handle.status.value, "output": handle.output,
-                    "failure": orjson.loads(handle.failure.model_dump_json()) if handle.failure else None})
+        _emit_json(
+            {
+                "task_id": handle.task_id,
+                "status": handle.status.value,
+                "output": handle.output,
+                "failure": orjson.loads(handle.failure.model_dump_json()) if handle.failure else None,
+            }
+        )
         return
     out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.state.position})")
     if handle.state.waiting is not None:
@@ -160,17 +173,25 @@ def demo(db: str | None) -> None:
 @click.option("--user", "user_id", help="only this user's tasks")
 @click.option("--limit", default=50, show_default=True)
 @errors_as_messages
-def tasks(db: str | None, as_json: bool, status: tuple[str, ...], task_type: str | None, user_id: str | None,
-          limit: int) -> None:
+def tasks(
+    db: str | None, as_json: bool, status: tuple[str, ...], task_type: str | None, user_id: str | None, limit: int
+) -> None:
     """List tasks, newest first: status, position, what each waits for, who holds it."""
     _open(db)
     app = tether.App(_url(db))
     rows = app.list_tasks(status=list(status) or None, type=task_type, user_id=user_id, limit=limit)
     if as_json:
-        _emit_json([{**{k: v for k, v in vars(r).items() if k not in ("status", "wakes_at", "updated_at")},
-                     "status": r.status.value,
-                     "wakes_at": r.wakes_at.isoformat() if r.wakes_at else None,
-                     "updated_at": r.updated_at.isoformat()} for r in rows])
+        _emit_json(
+            [
+                {
+                    **{k: v for k, v in vars(r).items() if k not in ("status", "wakes_at", "updated_at")},
+                    "status": r.status.value,
+                    "wakes_at": r.wakes_at.isoformat() if r.wakes_at else None,
+                    "updated_at": r.updated_at.isoformat(),
+                }
+                for r in rows
+            ]
+        )
         return
     table = Table()
     for column in ("task", "type", "status", "position", "waiting / wakes", "held by"):
@@ -211,8 +232,13 @@ def show(task_id: str, db: str | None, as_json: bool) -> None:
         for column in ("#", "tool", "status", "attempts", "key"):
             table.add_column(column)
         for call in state.calls:
-            table.add_row(str(call.n), call.tool + (" (undo)" if call.kind == "compensation" else ""), call.status,
-                          str(len(call.attempts)), call.key)
+            table.add_row(
+                str(call.n),
+                call.tool + (" (undo)" if call.kind == "compensation" else ""),
+                call.status,
+                str(len(call.attempts)),
+                call.key,
+            )
         out.print(table)
     for decision in state.decisions:
         out.print(f"decided {decision.name}: {_short(decision.choice)} — {decision.rationale}")
@@ -237,8 +263,12 @@ def history(task_id: str, db: str | None, as_json: bool) -> None:
     """Every event of a task, in order."""
     records = _open(db).events(task_id)
     if as_json:
-        _emit_json([{"seq": r.seq, "at": r.time.isoformat(), "type": r.event.event_type, "data": r.event.to_dict()}
-                    for r in records])
+        _emit_json(
+            [
+                {"seq": r.seq, "at": r.time.isoformat(), "type": r.event.event_type, "data": r.event.to_dict()}
+                for r in records
+            ]
+        )
         return
     table = Table()
     for column in ("seq", "time", "event", "details"):
@@ -257,8 +287,9 @@ def history(task_id: str, db: str | None, as_json: bool) -> None:
 @db_option
 @json_option
 @errors_as_messages
-def state(task_id: str, seq: int | None, before_step: str | None, after_step: str | None, db: str | None,
-          as_json: bool) -> None:
+def state(
+    task_id: str, seq: int | None, before_step: str | None, after_step: str | None, db: str | None, as_json: bool
+) -> None:
     """A task's full state: now, at any event, or around any step."""
     if sum(x is not None for x in (seq, before_step, after_step)) > 1:
         raise click.UsageError("use one of --at, --before-step, --after-step")
@@ -329,8 +360,10 @@ def fork(task_id: str, seq: int, new_id: str | None, inputs: str | None, db: str
     if as_json:
         _emit_json({"task_id": handle.task_id, "parent": task_id, "at": seq, "status": handle.status.value})
         return
-    _console().print(f"forked {task_id} at event {seq} → [bold]{handle.task_id}[/] ({handle.status.value}); "
-                     f"run it with `tether resume {handle.task_id} --app MODULE:APP`")
+    _console().print(
+        f"forked {task_id} at event {seq} → [bold]{handle.task_id}[/] ({handle.status.value}); "
+        f"run it with `tether resume {handle.task_id} --app MODULE:APP`"
+    )
 
 
 @main.command()
@@ -346,9 +379,16 @@ def replay(task_id: str, upto: int | None, app_spec: str, as_json: bool) -> None
     with out.status(f"replaying {task_id}…", spinner="dots"):
         report = app.replay(task_id, upto=upto)
     if as_json:
-        _emit_json({"task_id": report.task_id, "clean": report.clean, "replayed": report.replayed,
-                    "recorded": report.recorded, "outcome": report.outcome,
-                    "divergence": report.divergence.to_dict() if report.divergence else None})
+        _emit_json(
+            {
+                "task_id": report.task_id,
+                "clean": report.clean,
+                "replayed": report.replayed,
+                "recorded": report.recorded,
+                "outcome": report.outcome,
+                "divergence": report.divergence.to_dict() if report.divergence else None,
+            }
+        )
     else:
         out.print(("[green]✓[/] " if report.clean else "[red]✗[/] ") + str(report))
     if not report.clean:

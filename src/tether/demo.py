@@ -100,7 +100,9 @@ def build_app(url: str, world: World) -> tuple[tether.App, Any]:
             return ctx.step(STEPS[n - 1])
 
         with step(1):  # the scripted planner reads the goal
-            parsed = ctx.decide("goal", {"dest": "NYC", "day": "next Monday"}, rationale="scripted planner: parsed the goal")
+            parsed = ctx.decide(
+                "goal", {"dest": "NYC", "day": "next Monday"}, rationale="scripted planner: parsed the goal"
+            )
         with step(2):
             flights = ctx.call(search_flights, parsed["dest"], parsed["day"])
         with step(3):
@@ -109,8 +111,9 @@ def build_app(url: str, world: World) -> tuple[tether.App, Any]:
         with step(4):
             quote = ctx.call(price_quote, nonstop[0]["id"], nonstop[0]["base"])
         with step(5):
-            best = ctx.decide("flight", nonstop[0], rationale=f"cheapest nonstop at {quote['total']} EUR",
-                              alternatives=nonstop[1:])
+            best = ctx.decide(
+                "flight", nonstop[0], rationale=f"cheapest nonstop at {quote['total']} EUR", alternatives=nonstop[1:]
+            )
         with step(6):
             hold = ctx.call(hold_seat, best["id"])
         with step(7):
@@ -171,8 +174,11 @@ def run_demo(url: str, folder: Path, out: Any) -> dict[str, Any]:
     timeline = world.timeline()
     _print_timeline(out, timeline, state, pid_a, pid_b, started)
 
-    ran_again = [e for e in timeline if e["pid"] == pid_b and e["kind"] == "tool"
-                 and e["tool"] in ("search_flights", "price_quote")]
+    ran_again = [
+        e
+        for e in timeline
+        if e["pid"] == pid_b and e["kind"] == "tool" and e["tool"] in ("search_flights", "price_quote")
+    ]
     facts = {
         "task_id": task_id,
         "status": state.status.value,
@@ -186,18 +192,22 @@ def run_demo(url: str, folder: Path, out: Any) -> dict[str, Any]:
     out.print()
     tick = "[green]✓[/]"
     out.print(f"{tick} task {state.status.value}: {state.output}")
-    out.print(f"{tick} steps 1–5 run again by process B: {facts['steps_1_to_5_run_again_by_b']} "
-              "(their results came from the log)")
-    out.print(f"{tick} the interrupted hold ran {facts['hold_attempts']} times under one key; "
-              f"holds at the airline: {facts['airline_holds']}")
+    out.print(
+        f"{tick} steps 1–5 run again by process B: {facts['steps_1_to_5_run_again_by_b']} "
+        "(their results came from the log)"
+    )
+    out.print(
+        f"{tick} the interrupted hold ran {facts['hold_attempts']} times under one key; "
+        f"holds at the airline: {facts['airline_holds']}"
+    )
     out.print(f"{tick} calendar invites sent: {facts['calendar_invites_sent']}")
-    out.print(f"\n{facts['seconds']}s. Look closer: [bold]tether show {task_id}[/], "
-              f"[bold]tether history {task_id}[/]")
+    out.print(f"\n{facts['seconds']}s. Look closer: [bold]tether show {task_id}[/], [bold]tether history {task_id}[/]")
     return facts
 
 
-def _print_timeline(out: Any, timeline: list[dict[str, Any]], state: tether.TaskState, pid_a: int, pid_b: int,
-                    started: float) -> None:
+def _print_timeline(
+    out: Any, timeline: list[dict[str, Any]], state: tether.TaskState, pid_a: int, pid_b: int, started: float
+) -> None:
     from rich.table import Table
 
     names = {pid_a: "A", pid_b: "B"}
@@ -223,7 +233,9 @@ def _print_timeline(out: Any, timeline: list[dict[str, Any]], state: tether.Task
         for tool in tools:
             label = f"ran {tool['tool']} (attempt {tool['attempt']})"
             if tool["tool"] == "price_quote" and price_call is not None:
-                attempt = price_call.attempts[tool["attempt"] - 1] if tool["attempt"] <= len(price_call.attempts) else None
+                attempt = (
+                    price_call.attempts[tool["attempt"] - 1] if tool["attempt"] <= len(price_call.attempts) else None
+                )
                 if attempt is not None and attempt.error_type:
                     label += f" → {attempt.error_type}, backoff {attempt.backoff:.1f}s"
             if tool["tool"] == "hold_seat" and pid == pid_a:
@@ -233,8 +245,7 @@ def _print_timeline(out: Any, timeline: list[dict[str, Any]], state: tether.Task
             what.append(label)
         if not what:
             what.append("ran (no tool)")
-        table.add_row(f"{event['t'] - started:5.2f}", names.get(pid, str(pid)), f"{n} {STEPS[n - 1]}",
-                      "\n".join(what))
+        table.add_row(f"{event['t'] - started:5.2f}", names.get(pid, str(pid)), f"{n} {STEPS[n - 1]}", "\n".join(what))
     out.print(table)
 
 

@@ -47,8 +47,8 @@ __all__ = [
     "OutcomeUnknownError",
     "SchemaVersionError",
     "SequenceError",
-    "Suspend",
     "StoreUnavailableError",
+    "Suspend",
     "TaskBusyError",
     "TaskDefinitionError",
     "TaskFailedError",
@@ -128,9 +128,7 @@ class SequenceError(TetherError):
     code = "invalid_sequence"
 
     def __init__(self, task_id: str, seq: int, last: int) -> None:
-        super().__init__(
-            f"task {task_id!r} has events 1..{last}; seq {seq} is outside that range"
-        )
+        super().__init__(f"task {task_id!r} has events 1..{last}; seq {seq} is outside that range")
         self.task_id = task_id
         self.seq = seq
         self.last = last
@@ -143,9 +141,7 @@ class ConflictError(TetherError):
 
     def __init__(self, task_id: str, *, expected: int, actual: int | None) -> None:
         found = "unknown" if actual is None else str(actual)
-        super().__init__(
-            f"task {task_id!r}: expected version {expected}, found {found}; nothing was written"
-        )
+        super().__init__(f"task {task_id!r}: expected version {expected}, found {found}; nothing was written")
         self.task_id = task_id
         self.expected = expected
         self.actual = actual
@@ -167,7 +163,7 @@ class LeaseLostError(ConflictError):
         self.actual = current
 
 
-class InvalidTransition(TetherError):
+class InvalidTransition(TetherError):  # noqa: N818 - the name DESIGN.md promises
     code = "invalid_transition"
 
     def __init__(self, machine: str, current: str | None, target: str, allowed: list[str]) -> None:
@@ -232,7 +228,9 @@ class ToolError(TetherError):
         attempts: int,
         traceback: str | None = None,
     ) -> None:
-        super().__init__(f"{tool} failed after {attempts} attempt{'s' if attempts != 1 else ''}: {error_type}: {message}")
+        super().__init__(
+            f"{tool} failed after {attempts} attempt{'s' if attempts != 1 else ''}: {error_type}: {message}"
+        )
         self.tool = tool
         self.key = key
         self.error_type = error_type
@@ -275,7 +273,7 @@ class TaskFailedError(TetherError):
         self.failure = failure
 
 
-class Cancelled(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class Cancelled(BaseException):
     """Raised inside a task whose cancellation was requested, at the first step it would take live.
 
     Like :class:`Suspend`, ``except Exception:`` in user code cannot swallow it.
@@ -286,7 +284,7 @@ class Cancelled(BaseException):  # noqa: N818 - a control-flow signal, not an er
         self.reason = reason
 
 
-class Suspend(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class Suspend(BaseException):
     """Raised inside a task to stop running it without failing it (it waits, sleeps or lost its lease).
 
     Derives from ``BaseException`` so ``except Exception:`` in user code cannot swallow it.

@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar, dataclass_transform
 
 from pydantic import BaseModel
 
@@ -96,9 +96,11 @@ class Event:
 
 
 EVENT_TYPES: dict[str, type[Event]] = {}
+_E = TypeVar("_E", bound=Event)
 
 
-def _event(cls: type[Any]) -> type[Any]:
+@dataclass_transform()
+def _event(cls: type[_E]) -> type[_E]:
     """Register an event class under its own name and make it a slotted dataclass.
 
     Events are facts and tether never changes one once made; they are not
@@ -443,13 +445,13 @@ class _Draft:
         self.values = dict(state.__dict__)
         self.owned: set[str] = set()
 
-    def list(self, name: str) -> list[Any]:
+    def own_list(self, name: str) -> list[Any]:
         if name not in self.owned:
             self.values[name] = list(self.values[name])
             self.owned.add(name)
         return self.values[name]  # type: ignore[no-any-return]
 
-    def dict(self, name: str) -> dict[str, Any]:
+    def own_dict(self, name: str) -> dict[str, Any]:
         if name not in self.owned:
             self.values[name] = dict(self.values[name])
             self.owned.add(name)
@@ -458,14 +460,12 @@ class _Draft:
     def call(self, n: int) -> ToolCall:
         calls = self.values["calls"]
         if not 0 < n <= len(calls):
-            raise TetherError(
-                f"event refers to call #{n}, but task {self.values['task_id']!r} has {len(calls)} calls"
-            )
+            raise TetherError(f"event refers to call #{n}, but task {self.values['task_id']!r} has {len(calls)} calls")
         return calls[n - 1]  # type: ignore[no-any-return]
 
     def replace_call(self, n: int, changes: dict[str, Any]) -> None:
         current = self.call(n)
-        self.list("calls")[n - 1] = _evolve(current, changes)
+        self.own_list("calls")[n - 1] = _evolve(current, changes)
 
     def freeze(self, template: TaskState) -> TaskState:
         values = self.values
@@ -482,7 +482,7 @@ class _Draft:
 
 def _replace_step(d: _Draft, name: str, changes: dict[str, Any]) -> None:
     """Update the first unfinished step of that name (else the last one); a new name joins the plan."""
-    plan = d.list("plan")
+    plan = d.own_list("plan")
     match = next((i for i, step in enumerate(plan) if step.name == name and step.status != "completed"), None)
     if match is None:
         match = next((i for i in range(len(plan) - 1, -1, -1) if plan[i].name == name), None)
@@ -597,7 +597,7 @@ def _call_started(d: _Draft, ev: CallStarted, at: datetime, epoch: float) -> Non
             attempts=(attempt,),
             started_at=at,
         )
-        d.list("calls").append(call)
+        d.own_list("calls").append(call)
     else:
         previous = d.call(ev.n).attempts
         d.replace_call(ev.n, {"attempts": (*previous, attempt), "status": "intended"})
@@ -623,7 +623,7 @@ def _call_completed(d: _Draft, ev: CallCompleted, at: datetime, epoch: float) ->
             started_at=started,
             finished_at=at,
         )
-        d.list("calls").append(call)
+        d.own_list("calls").append(call)
         return
     attempts = d.call(ev.n).attempts
     if attempts and attempts[-1].number == ev.attempt:
@@ -663,12 +663,12 @@ def _decision_made(d: _Draft, ev: DecisionMade, at: datetime, epoch: float) -> N
     decision = _make(
         Decision, name=ev.name, choice=ev.choice, rationale=ev.rationale, alternatives=ev.alternatives, at=at
     )
-    d.list("decisions").append(decision)
+    d.own_list("decisions").append(decision)
 
 
 @_rule(ObservationRecorded)
 def _observed(d: _Draft, ev: ObservationRecorded, at: datetime, epoch: float) -> None:
-    d.dict("observations")[ev.key] = _make(
+    d.own_dict("observations")[ev.key] = _make(
         Observation,
         key=ev.key,
         value=ev.value,
@@ -680,7 +680,7 @@ def _observed(d: _Draft, ev: ObservationRecorded, at: datetime, epoch: float) ->
 
 @_rule(DataUpdated)
 def _data_updated(d: _Draft, ev: DataUpdated, at: datetime, epoch: float) -> None:
-    d.dict("data").update(ev.fields)
+    d.own_dict("data").update(ev.fields)
     if ev.data_version is not None:
         d.values["data_version"] = ev.data_version
 
@@ -706,7 +706,7 @@ def _input_requested(d: _Draft, ev: InputRequested, at: datetime, epoch: float) 
 
 @_rule(InputReceived)
 def _input_received(d: _Draft, ev: InputReceived, at: datetime, epoch: float) -> None:
-    d.dict("received")[ev.key] = ev.value
+    d.own_dict("received")[ev.key] = ev.value
     waiting = d.values["waiting"]
     if waiting is not None and waiting.key == ev.key:
         d.values["waiting"] = None
@@ -776,9 +776,7 @@ def fold(events: Iterable[Recorded], state: TaskState | None = None) -> TaskStat
         rule = _RULES.get(type(ev))
         if rule is None:
             if isinstance(ev, TaskCreated):
-                raise TetherError(
-                    f"task {state.task_id!r} already exists; TaskCreated can only be its first event"
-                )
+                raise TetherError(f"task {state.task_id!r} already exists; TaskCreated can only be its first event")
             raise UnknownEventTypeError(f"the fold has no rule for {type(ev).__name__}")
         if draft is None:
             draft = _Draft(state)

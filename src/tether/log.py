@@ -359,11 +359,22 @@ class TaskLog:
         new_id = new_id or uuid.uuid4().hex
         now = time.time()
         event = TaskForked(task_id=new_id, parent_task_id=task_id, at=at, inputs=inputs)
-        row = TaskRow(task_id=new_id, tenant=self.tenant, type=parent.type, status=Status.PENDING.value,
-                      user_id=parent.user_id, session_id=parent.session_id, created_at=now, updated_at=now,
-                      version=at + 1, parent_id=task_id, parent_seq=at)
-        self.store.create_task(self.tenant, row, EventRow(at + 1, event.event_type, event.version, now,
-                                                          self.encode(event)))
+        row = TaskRow(
+            task_id=new_id,
+            tenant=self.tenant,
+            type=parent.type,
+            status=Status.PENDING.value,
+            user_id=parent.user_id,
+            session_id=parent.session_id,
+            created_at=now,
+            updated_at=now,
+            version=at + 1,
+            parent_id=task_id,
+            parent_seq=at,
+        )
+        self.store.create_task(
+            self.tenant, row, EventRow(at + 1, event.event_type, event.version, now, self.encode(event))
+        )
         return self.load(new_id)
 
     def rewind(self, task_id: str, to: int, *, archive_id: str) -> TaskState:
@@ -374,11 +385,24 @@ class TaskLog:
         now = time.time()
         archived = TaskArchived(task_id=archive_id, successor=task_id)
         forked = TaskForked(task_id=task_id, parent_task_id=archive_id, at=to)
-        row = TaskRow(task_id=task_id, tenant=self.tenant, type=current.type, status=Status.PENDING.value,
-                      user_id=current.user_id, session_id=current.session_id, created_at=now, updated_at=now,
-                      version=to + 1, parent_id=archive_id, parent_seq=to)
+        row = TaskRow(
+            task_id=task_id,
+            tenant=self.tenant,
+            type=current.type,
+            status=Status.PENDING.value,
+            user_id=current.user_id,
+            session_id=current.session_id,
+            created_at=now,
+            updated_at=now,
+            version=to + 1,
+            parent_id=archive_id,
+            parent_seq=to,
+        )
         self.store.rewind(
-            self.tenant, task_id, current.version, archive_id=archive_id,
+            self.tenant,
+            task_id,
+            current.version,
+            archive_id=archive_id,
             archived=EventRow(current.version + 1, archived.event_type, archived.version, now, self.encode(archived)),
             fork=row,
             forked=EventRow(to + 1, forked.event_type, forked.version, now, self.encode(forked)),
@@ -510,9 +534,7 @@ class TaskLog:
 
     def _load_entry(self, task_id: str, *, upto: int | None) -> _Entry:
         snapshot, base = self._good_snapshot(task_id, upto)
-        rows = self.store.read_events(
-            self.tenant, task_id, after=snapshot.seq if snapshot else 0, upto=upto
-        )
+        rows = self.store.read_events(self.tenant, task_id, after=snapshot.seq if snapshot else 0, upto=upto)
         if base is None and not rows:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
         state = fold((self.decode(r) for r in rows), base)
@@ -548,9 +570,7 @@ class TaskLog:
                 reason = f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}"
             else:
                 reason = "fails its checksum"
-            log.warning(
-                "snapshot of task %s at seq %d %s; rebuilding from events", task_id, snap.seq, reason
-            )
+            log.warning("snapshot of task %s at seq %d %s; rebuilding from events", task_id, snap.seq, reason)
             at_most = snap.seq - 1
 
     def _remember(self, task_id: str, entry: _Entry) -> None:
@@ -584,10 +604,7 @@ def _explain_unserializable(event: Event, exc: Exception) -> str:
         try:
             orjson.dumps(value, default=json_default)
         except TypeError:
-            return (
-                f"{type(event).__name__}.{f.name} cannot be stored as JSON: "
-                f"{_describe_bad_value(value)} ({exc})"
-            )
+            return f"{type(event).__name__}.{f.name} cannot be stored as JSON: {_describe_bad_value(value)} ({exc})"
     return f"{type(event).__name__} cannot be stored as JSON: {exc}"
 
 

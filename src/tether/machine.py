@@ -15,7 +15,7 @@ from tether.errors import InvalidTransition, TaskDefinitionError
 __all__ = ["TERMINAL", "Phases", "Status", "check_status"]
 
 
-class Status(str, Enum):
+class Status(str, Enum):  # noqa: UP042 - str mixin keeps == "running" working
     """Where a task is in its life. The values are what is stored."""
 
     PENDING = "pending"

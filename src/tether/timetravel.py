@@ -85,7 +85,9 @@ def describe(event: Event) -> str:
         case DecisionMade():
             return f"decided {event.name}: {_short(event.choice, 40)} — {event.rationale}"
         case ObservationRecorded():
-            return f"observed {event.key} = {_short(event.value, 50)}" + (f" (from {event.source})" if event.source else "")
+            return f"observed {event.key} = {_short(event.value, 50)}" + (
+                f" (from {event.source})" if event.source else ""
+            )
         case DataUpdated():
             return f"data: {_short(event.fields)}"
         case DataMigrated():

@@ -18,8 +18,14 @@ TETHER = shutil.which("tether", path=os.path.dirname(sys.executable)) or "tether
 
 
 def run(*args: str, cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([TETHER, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TETHER_URL": "", "COLUMNS": "200"})
+    done = subprocess.run(
+        [TETHER, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TETHER_URL": "", "COLUMNS": "200"},
+    )
     if ok:
         assert done.returncode == 0, done.stderr
     return done
@@ -48,8 +54,21 @@ def db(tmp_path: Path) -> Path:
 
 def test_every_command_has_help(tmp_path: Path) -> None:
     out = run("-h", cwd=tmp_path).stdout
-    commands = ["demo", "tasks", "show", "history", "state", "diff", "fork", "replay", "rewind", "resume", "send",
-                "cancel", "worker"]
+    commands = [
+        "demo",
+        "tasks",
+        "show",
+        "history",
+        "state",
+        "diff",
+        "fork",
+        "replay",
+        "rewind",
+        "resume",
+        "send",
+        "cancel",
+        "worker",
+    ]
     for command in commands:
         assert command in out
         assert "Usage" in run(command, "--help", cwd=tmp_path).stdout
@@ -58,7 +77,8 @@ def test_every_command_has_help(tmp_path: Path) -> None:
 def test_tasks_show_history_state(db: Path) -> None:
     listed = json.loads(run("tasks", "--json", cwd=db).stdout)
     assert [(t["task_id"], t["status"], t["version"], t["position"]) for t in listed] == [
-        ("trip-abc123", "completed", 12, "all 2 steps committed")]
+        ("trip-abc123", "completed", 12, "all 2 steps committed")
+    ]
     assert "trip-abc123" in run("tasks", cwd=db).stdout
     shown = run("show", "trip-abc123", cwd=db).stdout
     assert "all 2 steps committed" in shown and "✓ 1. search" in shown and "decided flight" in shown
@@ -144,8 +164,14 @@ def test_replay_resume_and_cancel_through_the_app(tmp_path: Path) -> None:
         "    return flights[0] if ok else 'declined'\n"
     )
     code = "import agent; print(agent.app.run(agent.trip, 'NYC', task_id='t1').status.value)"
-    made = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    made = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert made.stdout.strip() == "awaiting_input", made.stderr
     replayed = json.loads(run("replay", "t1", "--app", "agent:app", "--json", cwd=tmp_path).stdout)
     assert replayed["clean"] and replayed["outcome"] == "reached the end of the record"

@@ -39,7 +39,7 @@ def test_replay_returns_recorded_results_without_running(app: tether.App) -> Non
         runs.append(dest)
         return [{"id": "BA117", "price": 420.5, "tags": ("a", "b")}]
 
-    class Stop(Exception):
+    class StopError(Exception):
         pass
 
     stop = {"now": True}
@@ -48,7 +48,7 @@ def test_replay_returns_recorded_results_without_running(app: tether.App) -> Non
     def trip(ctx: tether.TaskContext, dest: str) -> Any:
         flights = ctx.call(search, dest)
         if stop["now"]:
-            raise Stop("crash-like interruption")
+            raise StopError("crash-like interruption")
         return flights
 
     first = app.run(trip, "NYC")
@@ -193,7 +193,11 @@ def test_give_up_fails_with_context_and_compensates_in_reverse(app: tether.App) 
     failure = run.failure
     assert failure is not None
     assert (failure.exception_type, failure.message, failure.tool, failure.step) == (
-        "PermissionError", "fare class closed", "book", "book")
+        "PermissionError",
+        "fare class closed",
+        "book",
+        "book",
+    )
     assert failure.input == {"flight": "BA117"} and failure.call_key and failure.call_key.startswith("f1:3:book:")
     assert "PermissionError" in (failure.traceback or "")
     book_call = run.state.calls[2]

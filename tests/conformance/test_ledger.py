@@ -161,7 +161,7 @@ def test_ledger_survives_a_real_sigkill(tmp_path: Path) -> None:
         import os, signal, tether
         app = tether.App({url!r})
         def effect():
-            open({str(tmp_path / 'effects')!r}, 'a').write('x')
+            open({str(tmp_path / "effects")!r}, 'a').write('x')
             os.kill(os.getpid(), signal.SIGKILL)
         app.ledger.once('pay:7', effect)
     """)

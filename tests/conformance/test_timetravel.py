@@ -49,8 +49,14 @@ def test_history_marks_step_boundaries(app: tether.App) -> None:
     history = app.history("t")
     assert [h.seq for h in history] == list(range(1, len(history) + 1))
     boundaries = [(h.boundary, h.step) for h in history if h.boundary]
-    assert boundaries == [("before step 1", "search"), ("after step 1", "search"), ("before step 2", "pick"),
-                          ("after step 2", "pick"), ("before step 3", "book"), ("after step 3", "book")]
+    assert boundaries == [
+        ("before step 1", "search"),
+        ("after step 1", "search"),
+        ("before step 2", "pick"),
+        ("after step 2", "pick"),
+        ("before step 3", "book"),
+        ("after step 3", "book"),
+    ]
     assert any("call #1 search" in h.summary for h in history)
     assert any(h.summary.startswith("decided flight") for h in history)
     before, after = app.state_before("t", 2), app.state_after("t", 2)

@@ -32,7 +32,10 @@ SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
 def run_agent(url: str, tmp: Path, task_id: str, kill_at: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(AGENT), url, str(tmp / "sink.db"), task_id, kill_at],
-        capture_output=True, text=True, env=ENV, timeout=120,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
     )
 
 
@@ -68,8 +71,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory, make_url: Any) -> dict[s
     assert len(raw) == len(effects) == 3
     # How many checkpoints of each kind an uninterrupted run passes, so kills can land on any.
     tally = json.loads((tmp / "sink.db.tally").read_text())
-    assert set(tally) == {"after_commit", "in_tool_before_effect", "in_tool_after_effect", "in_backoff",
-                          "in_tool_flaky", "in_tool_readonly"}, tally
+    assert set(tally) == {
+        "after_commit",
+        "in_tool_before_effect",
+        "in_tool_after_effect",
+        "in_backoff",
+        "in_tool_flaky",
+        "in_tool_readonly",
+    }, tally
     return {"state": normalised(state), "effects": sorted(effects), "tally": tally}
 
 
@@ -128,7 +137,9 @@ def test_killed_from_outside_at_random_times(tmp_path: Path, reference: dict[str
         url = make_url(tmp)
         child = subprocess.Popen(
             [sys.executable, str(AGENT), url, str(tmp / "sink.db"), "trip-1", "none:0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=ENV,
         )
         try:
             child.wait(timeout=rng.uniform(0.3, 1.5))

@@ -20,14 +20,24 @@ TETHER = [sys.executable, "-m", "tether.cli"]
 
 
 def _env(tmp: Path, url: str, **extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)]),
-            "TETHER_TEST_URL": url, "TETHER_TEST_SINK": str(tmp / "sink.db"), **extra}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)]),
+        "TETHER_TEST_URL": url,
+        "TETHER_TEST_SINK": str(tmp / "sink.db"),
+        **extra,
+    }
 
 
 def _worker(tmp: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with open(tmp / f"worker-{time.time_ns()}.log", "wb") as log:
-        return subprocess.Popen([*TETHER, "worker", "_workapp:app", "--poll", "0.05", "--grace", "5"], cwd=HERE,
-                                env=env, stdout=subprocess.DEVNULL, stderr=log)
+        return subprocess.Popen(
+            [*TETHER, "worker", "_workapp:app", "--poll", "0.05", "--grace", "5"],
+            cwd=HERE,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
 
 def _query(tmp: Path, sql: str) -> list[tuple[object, ...]]:
@@ -82,13 +92,19 @@ def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make
     workers = [_worker(tmp_path, env) for _ in range(3)]
     try:
         victim = workers[0]
-        _wait_for(lambda: any(pid == victim.pid for (pid,) in _query(tmp_path, "SELECT pid FROM started")),
-                  60, "the first worker to start an effect")
+        _wait_for(
+            lambda: any(pid == victim.pid for (pid,) in _query(tmp_path, "SELECT pid FROM started")),
+            60,
+            "the first worker to start an effect",
+        )
         time.sleep(0.02)  # inside an effect, most likely
         victim.send_signal(signal.SIGKILL)
         victim.wait()
-        _wait_for(lambda: all(app.get(f"job-{n}").status is tether.Status.COMPLETED for n in range(jobs)),
-                  90, "every job to complete")
+        _wait_for(
+            lambda: all(app.get(f"job-{n}").status is tether.Status.COMPLETED for n in range(jobs)),
+            90,
+            "every job to complete",
+        )
     finally:
         _stop(workers)
     effects = _query(tmp_path, "SELECT key FROM effects")
@@ -100,7 +116,8 @@ def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make
     assert len(raw) - len(effects) <= 1  # a repeat only for the effect the kill landed in
     taken_over = [n for n in range(jobs) if len(_fences_never_go_back(app, f"job-{n}")) > 1]
     victims_jobs = {k.split(":")[0] for k, pid in raw if pid == victim.pid} | {
-        k.split(":")[0] for k, pid in _query(tmp_path, "SELECT key, pid FROM started") if pid == victim.pid}
+        k.split(":")[0] for k, pid in _query(tmp_path, "SELECT key, pid FROM started") if pid == victim.pid
+    }
     assert victims_jobs, "the killed worker never ran anything"
     assert taken_over, "no task moved from the killed worker to another"
 
@@ -115,14 +132,24 @@ def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: P
     first = _worker(tmp_path, env)
     second: subprocess.Popen[bytes] | None = None
     try:
-        _wait_for(lambda: _query(tmp_path, "SELECT count(*) FROM started")[0][0] >= 1  # type: ignore[index]
-                  if _query(tmp_path, "SELECT count(*) FROM started") else False, 60, "the first effect to start")
+        _wait_for(
+            lambda: (
+                _query(tmp_path, "SELECT count(*) FROM started")[0][0] >= 1  # type: ignore[index]
+                if _query(tmp_path, "SELECT count(*) FROM started")
+                else False
+            ),
+            60,
+            "the first effect to start",
+        )
         first.send_signal(signal.SIGSTOP)  # paused mid-effect, past its lease
         second = _worker(tmp_path, env)
         _wait_for(lambda: app.get("job-1").status is tether.Status.COMPLETED, 60, "the second worker to finish")
         first.send_signal(signal.SIGCONT)  # it wakes up and tries to record its stale result
-        _wait_for(lambda: any(pid == first.pid for (pid,) in _query(tmp_path, "SELECT pid FROM raw")), 30,
-                  "the stalled worker to finish its effect")
+        _wait_for(
+            lambda: any(pid == first.pid for (pid,) in _query(tmp_path, "SELECT pid FROM raw")),
+            30,
+            "the stalled worker to finish its effect",
+        )
         time.sleep(0.5)
     finally:
         _stop([first, *([second] if second else [])])
@@ -178,11 +205,15 @@ def nap(ctx):
     return "rested"
 app.run(nap, task_id="nap-1")
 """
-    child = subprocess.Popen([sys.executable, "-c", script], env=_env(tmp_path, url), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], env=_env(tmp_path, url), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     app = tether.App(url, inline_wait=30)
-    _wait_for(lambda: any(
-        r.event.event_type == "SleepScheduled" for r in _events_or_none(app, "nap-1")), 30, "the sleep to start")
+    _wait_for(
+        lambda: any(r.event.event_type == "SleepScheduled" for r in _events_or_none(app, "nap-1")),
+        30,
+        "the sleep to start",
+    )
     child.send_signal(signal.SIGKILL)  # killed in the middle of the sleep
     child.wait()
 
@@ -228,16 +259,20 @@ def test_postgres_connections_cut_while_workers_run(tmp_path: Path) -> None:
         try:
             with psycopg.connect(PG_URL, autocommit=True) as admin:
                 for _ in range(3):
-                    _wait_for(lambda: len(_query(tmp_path, "SELECT key FROM raw")) > cuts * 8, 60, "progress")
+                    _wait_for(lambda done=cuts: len(_query(tmp_path, "SELECT key FROM raw")) > done * 8, 60, "progress")
                     killed = admin.execute(
                         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                         "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                        "AND backend_type = 'client backend'").fetchone()
+                        "AND backend_type = 'client backend'"
+                    ).fetchone()
                     assert killed is not None and killed[0] > 0
                     cuts += 1
             done = tether.App(url)
-            _wait_for(lambda: all(done.get(f"job-{n}").status is tether.Status.COMPLETED for n in range(jobs)),
-                      120, "every job to complete after the cuts")
+            _wait_for(
+                lambda: all(done.get(f"job-{n}").status is tether.Status.COMPLETED for n in range(jobs)),
+                120,
+                "every job to complete after the cuts",
+            )
         finally:
             _stop(workers)
         effects = _query(tmp_path, "SELECT key FROM effects")

@@ -18,7 +18,7 @@ def test_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
     for block in blocks:
-        exec(compile(block, f"{page.name}", "exec"), namespace)  # noqa: S102
+        exec(compile(block, f"{page.name}", "exec"), namespace)
     assert os.getcwd() == str(tmp_path)
 
 

@@ -31,7 +31,10 @@ from tether.events import (
 )
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.text(max_size=20)
     | st.floats(allow_nan=False, allow_infinity=False),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
@@ -47,8 +50,9 @@ def call_events(draw: st.DrawFn, n: int) -> list[Event]:
     events: list[Event] = [CallStarted(n=n, key=key, tool="tool", args={"a": draw(json_values)}, attempt=1)]
     if draw(st.booleans()):
         events += [
-            CallAttemptFailed(n=n, attempt=1, error_type="TimeoutError", message="slow", traceback=None,
-                              duration=0.5, backoff=0.25),
+            CallAttemptFailed(
+                n=n, attempt=1, error_type="TimeoutError", message="slow", traceback=None, duration=0.5, backoff=0.25
+            ),
             CallStarted(n=n, key=key, tool="tool", args={"a": 1}, attempt=2),
         ]
     events.append(CallCompleted(n=n, result=draw(json_values), attempt=len(events) // 2 + 1, duration=0.02))
@@ -73,15 +77,20 @@ def histories(draw: st.DrawFn) -> list[Recorded]:
         elif kind == 4:
             events.append(DecisionMade(name=draw(names), choice=draw(json_values), rationale="because"))
         elif kind == 5:
-            events.append(ObservationRecorded(key=draw(names), value=draw(json_values), source="s",
-                                              as_of="2026-01-02T03:04:05+00:00"))
+            events.append(
+                ObservationRecorded(
+                    key=draw(names), value=draw(json_values), source="s", as_of="2026-01-02T03:04:05+00:00"
+                )
+            )
         elif kind == 6:
             events.append(DataUpdated(fields={draw(names): draw(json_values)}))
         elif kind == 7:
             events += [InputRequested(key="ok", prompt="?", timeout_at=5.0), InputReceived(key="ok", value=True)]
         else:
-            events += [OutputSet(output=draw(json_values)),
-                       FailureRecorded(exception_type="E", message="m", traceback="tb", input={"a": 1})]
+            events += [
+                OutputSet(output=draw(json_values)),
+                FailureRecorded(exception_type="E", message="m", traceback="tb", input={"a": 1}),
+            ]
     return [Recorded(i + 1, 1_700_000_000.0 + i * 0.25, e) for i, e in enumerate(events)]
 
 
@@ -113,12 +122,15 @@ def test_apply_does_not_touch_its_input() -> None:
 
 
 def test_calls_record_attempts_and_results() -> None:
-    history = [TaskCreated(type="t", task_id="t", tenant="d"),
-               CallStarted(n=1, key="t:1:pay:h", tool="pay", args={"amount": 5}, attempt=1),
-               CallAttemptFailed(n=1, attempt=1, error_type="TimeoutError", message="slow", traceback="tb",
-                                 duration=1.0, backoff=0.5),
-               CallStarted(n=1, key="t:1:pay:h", tool="pay", args={"amount": 5}, attempt=2),
-               CallCompleted(n=1, result={"ok": True}, attempt=2, duration=0.1)]
+    history = [
+        TaskCreated(type="t", task_id="t", tenant="d"),
+        CallStarted(n=1, key="t:1:pay:h", tool="pay", args={"amount": 5}, attempt=1),
+        CallAttemptFailed(
+            n=1, attempt=1, error_type="TimeoutError", message="slow", traceback="tb", duration=1.0, backoff=0.5
+        ),
+        CallStarted(n=1, key="t:1:pay:h", tool="pay", args={"amount": 5}, attempt=2),
+        CallCompleted(n=1, result={"ok": True}, attempt=2, duration=0.1),
+    ]
     state = fold(Recorded(i + 1, 10.0 + i, e) for i, e in enumerate(history))
     call = state.calls[0]
     assert (call.status, call.result, len(call.attempts)) == ("completed", {"ok": True}, 2)

@@ -56,7 +56,7 @@ def test_another_applications_database(tmp_path: Path) -> None:
     conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY)")
     conn.commit()
     conn.close()
-    with pytest.raises(tether.ConfigurationError, match="not a tether database.*users"):
+    with pytest.raises(tether.ConfigurationError, match=r"not a tether database.*users"):
         tether.open_store(f"sqlite:///{path}")
 
 

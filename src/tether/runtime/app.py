@@ -16,6 +16,7 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
+from tether._keys import as_json
 from tether.errors import (
     Cancelled,
     ConflictError,
@@ -29,7 +30,6 @@ from tether.errors import (
     TetherError,
     ToolError,
 )
-from tether._keys import as_json
 from tether.events import (
     CallCompleted,
     CancelRequested,
@@ -60,7 +60,6 @@ from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states
 __all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
 
 
 @dataclass(frozen=True)
@@ -320,9 +319,7 @@ class App:
                 pass
             else:
                 if existing.type != spec.name:
-                    raise InvalidInputError(
-                        f"task {task_id!r} exists as a {existing.type!r} task, not {spec.name!r}"
-                    )
+                    raise InvalidInputError(f"task {task_id!r} exists as a {existing.type!r} task, not {spec.name!r}")
                 return existing
         inputs = spec.bind(args, kwargs)
         data = None
@@ -407,7 +404,9 @@ class App:
         call = state.call(n)
         if call is None or call.status != "intended":
             status = "missing" if call is None else call.status
-            raise InvalidInputError(f"call #{n} of task {task_id!r} is {status}; only an unfinished call can be resolved")
+            raise InvalidInputError(
+                f"call #{n} of task {task_id!r} is {status}; only an unfinished call can be resolved"
+            )
         attempt = call.attempts[-1].number if call.attempts else 1
         self.log.append(task_id, [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)], state.version)
         return self.log.load(task_id)
@@ -444,8 +443,18 @@ class App:
         for row in self.log.list(status=Status.AWAITING_INPUT, user_id=user_id, limit=limit):
             waiting = self.log.load(row.task_id).waiting
             if waiting is not None:
-                found.append(PendingInput(row.task_id, row.type, row.user_id, waiting.key, waiting.prompt,
-                                          waiting.input_schema, waiting.requested_at, waiting.timeout_at))
+                found.append(
+                    PendingInput(
+                        row.task_id,
+                        row.type,
+                        row.user_id,
+                        waiting.key,
+                        waiting.prompt,
+                        waiting.input_schema,
+                        waiting.requested_at,
+                        waiting.timeout_at,
+                    )
+                )
         return sorted(found, key=lambda p: p.requested_at)
 
     def list_tasks(
@@ -461,17 +470,26 @@ class App:
         """Tasks, newest first, with where each stands: position, what it waits for, who holds it."""
         summaries = []
         now = time.time()
-        for row in self.log.list(status=status, type=type, user_id=user_id, session_id=session_id,
-                                 limit=limit, offset=offset):
+        for row in self.log.list(
+            status=status, type=type, user_id=user_id, session_id=session_id, limit=limit, offset=offset
+        ):
             state = self.log.load(row.task_id)
             held = row.lease_owner if row.lease_owner and (row.lease_expires or 0) > now else None
-            summaries.append(TaskSummary(
-                task_id=row.task_id, type=row.type, status=state.status, position=state.position,
-                waiting_for=state.waiting.key if state.waiting else None,
-                prompt=state.waiting.prompt if state.waiting else None,
-                wakes_at=state.wake_at, held_by=held, user_id=row.user_id, version=state.version,
-                updated_at=state.updated_at,
-            ))
+            summaries.append(
+                TaskSummary(
+                    task_id=row.task_id,
+                    type=row.type,
+                    status=state.status,
+                    position=state.position,
+                    waiting_for=state.waiting.key if state.waiting else None,
+                    prompt=state.waiting.prompt if state.waiting else None,
+                    wakes_at=state.wake_at,
+                    held_by=held,
+                    user_id=row.user_id,
+                    version=state.version,
+                    updated_at=state.updated_at,
+                )
+            )
         return summaries
 
     def cancel(self, task_id: str, reason: str = "cancelled") -> TaskHandle:
@@ -546,11 +564,16 @@ class App:
         """An RFC 6902 patch from the state after event ``a`` to the state after ``b`` —
         of ``other`` when given (a fork against its parent, say)."""
         second = other or task_id
-        return diff_states(self.log.state_at(task_id, a), self.log.state_at(second, b),
-                           a_label=f"{task_id}@{a}", b_label=f"{second}@{b}")
+        return diff_states(
+            self.log.state_at(task_id, a),
+            self.log.state_at(second, b),
+            a_label=f"{task_id}@{a}",
+            b_label=f"{second}@{b}",
+        )
 
-    def fork(self, task_id: str, *, at: int, inputs: dict[str, Any] | None = None,
-             new_id: str | None = None) -> TaskHandle:
+    def fork(
+        self, task_id: str, *, at: int, inputs: dict[str, Any] | None = None, new_id: str | None = None
+    ) -> TaskHandle:
         """A new task whose history is ``task_id``'s up to event ``at`` (by reference), pending.
 
         Resuming it runs the task's code from that point; the parent is untouched.
@@ -608,21 +631,34 @@ class App:
             return ReplayReport(task_id, False, ctx._cursor, recorded, str(outcome.value), outcome.value)
         if not ctx.live:
             head = history[ctx._cursor]
-            error = NonDeterminismError(task_id, head.seq, f"more work ({head.event.event_type})",
-                                        "the task to end" if outcome.ok else f"it to raise {outcome.value!r}")
+            error = NonDeterminismError(
+                task_id,
+                head.seq,
+                f"more work ({head.event.event_type})",
+                "the task to end" if outcome.ok else f"it to raise {outcome.value!r}",
+            )
             return ReplayReport(task_id, False, ctx._cursor, recorded, str(error), error)
         if outcome.ok:
             if state.status is Status.COMPLETED and state.output != as_json(outcome.value):
-                return ReplayReport(task_id, False, ctx._cursor, recorded,
-                                    f"the code now returns {outcome.value!r}; the record has {state.output!r}")
+                return ReplayReport(
+                    task_id,
+                    False,
+                    ctx._cursor,
+                    recorded,
+                    f"the code now returns {outcome.value!r}; the record has {state.output!r}",
+                )
             return ReplayReport(task_id, True, ctx._cursor, recorded, "the code returns")
         error_type = type(outcome.value).__name__
         if isinstance(outcome.value, ToolError):
             error_type = outcome.value.error_type
         if state.failure is not None and state.failure.exception_type != error_type:
-            return ReplayReport(task_id, False, ctx._cursor, recorded,
-                                f"the code now raises {error_type}; the record failed with "
-                                f"{state.failure.exception_type}")
+            return ReplayReport(
+                task_id,
+                False,
+                ctx._cursor,
+                recorded,
+                f"the code now raises {error_type}; the record failed with {state.failure.exception_type}",
+            )
         return ReplayReport(task_id, True, ctx._cursor, recorded, f"the code raises {error_type}")
 
     def _spec_of(self, task_id: str) -> TaskSpec:
@@ -664,8 +700,9 @@ class App:
                     ctx._append([StatusChanged(status=Status.RUNNING.value)])
                 if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
                     migrated = self._data_model(spec, state).model_dump(mode="json")
-                    ctx._append([DataMigrated(data=migrated, from_version=state.data_version,
-                                              to_version=spec.data_version)])
+                    ctx._append(
+                        [DataMigrated(data=migrated, from_version=state.data_version, to_version=spec.data_version)]
+                    )
                 try:
                     outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
                 except Suspend:
@@ -679,8 +716,9 @@ class App:
                 elif outcome.ok:
                     if not ctx.live:
                         head = ctx._history[ctx._cursor]
-                        raise NonDeterminismError(task_id, head.seq, f"more work ({head.event.event_type})",
-                                                  "the task to return")
+                        raise NonDeterminismError(
+                            task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
+                        )
                     try:
                         ctx._append([OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)])
                     except InvalidInputError as exc:

@@ -76,12 +76,23 @@ __all__ = ["AsyncTaskContext", "CallInfo", "TaskContext", "current_call"]
 
 # Events the runtime writes on its own, not in answer to an operation of the task's code.
 _PASSIVE = (
-    StatusChanged, InputReceived, OutputSet, FailureRecorded, DataMigrated, CancelRequested, TaskForked, TaskArchived,
+    StatusChanged,
+    InputReceived,
+    OutputSet,
+    FailureRecorded,
+    DataMigrated,
+    CancelRequested,
+    TaskForked,
+    TaskArchived,
 )
 # Errors that say "this run cannot go on here", not "this task failed": they leave the task
 # as it is (no failure record, no step marked failed) and reach the caller.
 NOT_A_TASK_FAILURE = (
-    NonDeterminismError, OutcomeUnknownError, ConflictError, SchemaVersionError, StoreUnavailableError,
+    NonDeterminismError,
+    OutcomeUnknownError,
+    ConflictError,
+    SchemaVersionError,
+    StoreUnavailableError,
 )
 
 # What another process may append to a task while a run holds it (send_input, cancel).
@@ -89,7 +100,7 @@ _EXTERNAL = (InputReceived, CancelRequested)
 _CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
 
 
-class ReplayEnd(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class ReplayEnd(BaseException):
     """Stops a replay where the record runs out, before anything would run or be written."""
 
     def __init__(self, cursor: int) -> None:
@@ -131,11 +142,11 @@ def current_call() -> CallInfo:
 def _describe(event: Event) -> str:
     match event:
         case CallStarted() | CallCompleted() if getattr(event, "tool", None):
-            return f"call #{event.n} {event.tool}"  # type: ignore[union-attr]
+            return f"call #{event.n} {event.tool}"
         case CallStarted() | CallCompleted() | CallAttemptFailed() | CallFailed():
-            return f"call #{event.n}"  # type: ignore[union-attr]
+            return f"call #{event.n}"
         case StepStarted() | StepCompleted() | StepFailed():
-            return f"{event.event_type}({event.name!r})"  # type: ignore[union-attr]
+            return f"{event.event_type}({event.name!r})"
         case DecisionMade():
             return f"decide({event.name!r})"
         case ObservationRecorded():
@@ -398,9 +409,19 @@ class _Context:
                             self._compensations.append((n, self._app._tool_spec(undo), found.value))
                         return spec.rehydrate(found.value)
                 stopped = time.time() - last.started_at.timestamp()
-                self._append([CallAttemptFailed(n=n, attempt=last.number, error_type="Interrupted",
-                                                message="the process stopped during this attempt",
-                                                traceback=None, duration=stopped, backoff=0.0)])
+                self._append(
+                    [
+                        CallAttemptFailed(
+                            n=n,
+                            attempt=last.number,
+                            error_type="Interrupted",
+                            message="the process stopped during this attempt",
+                            traceback=None,
+                            duration=stopped,
+                            backoff=0.0,
+                        )
+                    ]
+                )
             elif last.backoff:
                 # Stopped (or suspended) during the backoff: wait only what is left of it.
                 assert last.finished_at is not None
@@ -415,8 +436,19 @@ class _Context:
         self._going_live()
         while True:
             if not spec.readonly:
-                self._append([CallStarted(n=n, key=key, tool=spec.name, args=arguments, attempt=attempt,
-                                          kind=kind, compensates=compensates)])
+                self._append(
+                    [
+                        CallStarted(
+                            n=n,
+                            key=key,
+                            tool=spec.name,
+                            args=arguments,
+                            attempt=attempt,
+                            kind=kind,
+                            compensates=compensates,
+                        )
+                    ]
+                )
                 exists = True
             outcome = yield Invoke(spec.fn, args, kwargs, CallInfo(task_id, n, spec.name, key, attempt))
             assert outcome is not None
@@ -429,8 +461,16 @@ class _Context:
                     if exists:
                         done = CallCompleted(n=n, result=recorded, attempt=attempt, duration=outcome.duration)
                     else:
-                        done = CallCompleted(n=n, result=recorded, attempt=attempt, duration=outcome.duration,
-                                             key=key, tool=spec.name, args=arguments, kind=kind)
+                        done = CallCompleted(
+                            n=n,
+                            result=recorded,
+                            attempt=attempt,
+                            duration=outcome.duration,
+                            key=key,
+                            tool=spec.name,
+                            args=arguments,
+                            kind=kind,
+                        )
                     self._append([done])
                 except InvalidInputError as exc:
                     # The value cannot be stored: fail the call, never half-write it.
@@ -451,19 +491,42 @@ class _Context:
             tb = "".join(traceback.format_exception(failure))
             events: list[Event] = []
             if not exists:
-                events.append(CallStarted(n=n, key=key, tool=spec.name, args=arguments, attempt=attempt, kind=kind,
-                                          compensates=compensates))
+                events.append(
+                    CallStarted(
+                        n=n,
+                        key=key,
+                        tool=spec.name,
+                        args=arguments,
+                        attempt=attempt,
+                        kind=kind,
+                        compensates=compensates,
+                    )
+                )
                 exists = True
-            events.append(CallAttemptFailed(n=n, attempt=attempt, error_type=type(failure).__name__,
-                                            message=str(failure), traceback=tb,
-                                            duration=outcome.duration, backoff=backoff))
+            events.append(
+                CallAttemptFailed(
+                    n=n,
+                    attempt=attempt,
+                    error_type=type(failure).__name__,
+                    message=str(failure),
+                    traceback=tb,
+                    duration=outcome.duration,
+                    backoff=backoff,
+                )
+            )
             if backoff is None:
                 exhausted = errors >= spec.retry.max_attempts
                 events.append(CallFailed(n=n, reason="no attempts left" if exhausted else "error not retried"))
             self._append(events)
             if backoff is None:
-                raise ToolError(spec.name, key=key, error_type=type(failure).__name__, message=str(failure),
-                                attempts=errors, traceback=tb) from failure
+                raise ToolError(
+                    spec.name,
+                    key=key,
+                    error_type=type(failure).__name__,
+                    message=str(failure),
+                    attempts=errors,
+                    traceback=tb,
+                ) from failure
             yield from self._backoff(time.time() + backoff)
             attempt += 1
 
@@ -497,8 +560,12 @@ class _Context:
                 check_against_schema(self._task_id, key, value, json_schema)
             return model.model_validate(value) if model is not None else value
         if self._answered():
-            raise NonDeterminismError(self._task_id, self._history[self._cursor].seq,
-                                      _describe(self._history[self._cursor].event), f"the answer to {key!r}")
+            raise NonDeterminismError(
+                self._task_id,
+                self._history[self._cursor].seq,
+                _describe(self._history[self._cursor].event),
+                f"the answer to {key!r}",
+            )
         if timeout_at is not None and time.time() >= timeout_at:
             self._going_live()
             self._append([InputTimedOut(key=key)])
@@ -580,8 +647,9 @@ class TaskContext(_Context):
         {'id': 'BA117', 'price': 420}
     """
 
-    def call(self, fn: Callable[..., Any], *args: Any, compensate: Callable[..., Any] | None = None,
-             **kwargs: Any) -> Any:
+    def call(
+        self, fn: Callable[..., Any], *args: Any, compensate: Callable[..., Any] | None = None, **kwargs: Any
+    ) -> Any:
         """Run ``fn(*args, **kwargs)`` as a recorded call and return its result.
 
         Its intent is committed before it runs and its result after; on replay the
@@ -590,8 +658,9 @@ class TaskContext(_Context):
         """
         return drive(self._call_flow(fn, args, kwargs, compensate))
 
-    def wait_for_input(self, key: str, prompt: str | None = None, timeout: float | None = None,
-                       schema: Any = None) -> Any:
+    def wait_for_input(
+        self, key: str, prompt: str | None = None, timeout: float | None = None, schema: Any = None
+    ) -> Any:
         """Wait for a person (``app.send_input(task_id, key, value)``); the process need not stay alive.
 
         The request is committed and the task suspends (``awaiting_input``) until the
@@ -610,13 +679,15 @@ class TaskContext(_Context):
 class AsyncTaskContext(_Context):
     """The context an ``async`` task receives: the same, with ``await ctx.call(...)``."""
 
-    async def call(self, fn: Callable[..., Any], *args: Any, compensate: Callable[..., Any] | None = None,
-                   **kwargs: Any) -> Any:
+    async def call(
+        self, fn: Callable[..., Any], *args: Any, compensate: Callable[..., Any] | None = None, **kwargs: Any
+    ) -> Any:
         """Like :meth:`TaskContext.call`; ``fn`` may be a coroutine function."""
         return await drive_async(self._call_flow(fn, args, kwargs, compensate))
 
-    async def wait_for_input(self, key: str, prompt: str | None = None, timeout: float | None = None,
-                             schema: Any = None) -> Any:
+    async def wait_for_input(
+        self, key: str, prompt: str | None = None, timeout: float | None = None, schema: Any = None
+    ) -> Any:
         """Like :meth:`TaskContext.wait_for_input`."""
         return await drive_async(self._wait_flow(key, prompt, timeout, schema))
 

@@ -146,7 +146,7 @@ class TaskSpec:
         upcast: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
         phases: Phases | None = None,
     ) -> TaskSpec:
-        label = name or getattr(fn, "__name__", repr(fn))
+        label = str(name or getattr(fn, "__name__", repr(fn)))
         if not callable(fn):
             raise TaskDefinitionError(f"a task must be a function, got {type(fn).__name__}")
         parameters = list(inspect.signature(fn).parameters.values())

@@ -30,8 +30,9 @@ class Worker:
     another worker takes over when it expires.
     """
 
-    def __init__(self, app: App, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5,
-                 grace: float = 30.0) -> None:
+    def __init__(
+        self, app: App, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
+    ) -> None:
         if concurrency < 1:
             raise TetherError(f"concurrency must be at least 1, got {concurrency}")
         self.app = app
@@ -52,8 +53,9 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
-        threads = [threading.Thread(target=self._loop, name=f"tether-worker-{i}", daemon=True)
-                   for i in range(self.concurrency)]
+        threads = [
+            threading.Thread(target=self._loop, name=f"tether-worker-{i}", daemon=True) for i in range(self.concurrency)
+        ]
         try:
             for thread in threads:
                 thread.start()

@@ -63,9 +63,7 @@ def open_store(url: str | None = None, **options: Any) -> Store:
         return MemoryStore(url)
     if scheme == "sqlite":
         if not rest.startswith("/") or rest == "/":
-            raise ConfigurationError(
-                f"SQLite URL {url!r} needs a path after 'sqlite:///' (e.g. sqlite:///tether.db)"
-            )
+            raise ConfigurationError(f"SQLite URL {url!r} needs a path after 'sqlite:///' (e.g. sqlite:///tether.db)")
         path = rest[1:]
         from tether.store.sqlite import SQLiteStore
 
@@ -73,9 +71,7 @@ def open_store(url: str | None = None, **options: Any) -> Store:
             merged["busy_timeout"] = float(merged["busy_timeout"])
         unknown = set(merged) - {"durability", "busy_timeout"}
         if unknown:
-            raise ConfigurationError(
-                f"unknown SQLite option(s) {sorted(unknown)}; known: durability, busy_timeout"
-            )
+            raise ConfigurationError(f"unknown SQLite option(s) {sorted(unknown)}; known: durability, busy_timeout")
         return SQLiteStore(path, **merged)
     if scheme in ("postgresql", "postgres"):
         try:
@@ -84,6 +80,8 @@ def open_store(url: str | None = None, **options: Any) -> Store:
             raise ConfigurationError(str(exc)) from None
         unknown = set(options) - {"schema", "pool_min", "pool_max"}
         if unknown:
-            raise ConfigurationError(f"unknown PostgreSQL option(s) {sorted(unknown)}; known: schema, pool_min, pool_max")
+            raise ConfigurationError(
+                f"unknown PostgreSQL option(s) {sorted(unknown)}; known: schema, pool_min, pool_max"
+            )
         return PostgresStore(url, **options)
     raise ConfigurationError(f"no tether backend for scheme {scheme!r} in {url!r}; expected one of: {_SCHEMES}")

@@ -158,17 +158,13 @@ class Store(Protocol):
         """
         ...
 
-    def read_events(
-        self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
-    ) -> list[EventRow]:
+    def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
         """Events with ``after < seq <= upto`` in order (a fork's include its parent's)."""
         ...
 
     def get_task(self, tenant: str, task_id: str) -> TaskRow | None: ...
 
-    def list_tasks(
-        self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0
-    ) -> list[TaskRow]:
+    def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         """Tasks matching ``flt``, newest first."""
         ...
 

@@ -118,9 +118,7 @@ class MemoryStore:
             self._tasks[(tenant, task_id)] = _Stream(row=replace(fork, parent_id=archive_id), events=[forked])
         self._touch()
 
-    def read_events(
-        self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
-    ) -> list[EventRow]:
+    def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
         with self._lock:
             return self._read(tenant, task_id, after, upto)
 
@@ -141,15 +139,9 @@ class MemoryStore:
             stream = self._tasks.get((tenant, task_id))
             return None if stream is None else self._task_row(stream)
 
-    def list_tasks(
-        self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0
-    ) -> list[TaskRow]:
+    def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         with self._lock:
-            rows = [
-                self._task_row(s)
-                for (t, _), s in self._tasks.items()
-                if t == tenant and _matches(s.row, flt)
-            ]
+            rows = [self._task_row(s) for (t, _), s in self._tasks.items() if t == tenant and _matches(s.row, flt)]
         rows.sort(key=lambda r: (r.created_at, r.task_id), reverse=True)
         return rows[offset : offset + limit]
 

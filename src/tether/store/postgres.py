@@ -203,8 +203,15 @@ class PostgresStore:
         def configure(conn: psycopg.Connection[Any]) -> None:
             conn.execute(search_path)
 
-        self._pool = ConnectionPool(conninfo, min_size=pool_min, max_size=pool_max, open=True,
-                                    kwargs={"autocommit": True}, configure=configure, name=f"tether-{self.schema}")
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=pool_min,
+            max_size=pool_max,
+            open=True,
+            kwargs={"autocommit": True},
+            configure=configure,
+            name=f"tether-{self.schema}",
+        )
         # A store dropped without close() still closes its pool, quietly, when it is collected.
         weakref.finalize(self, _close_pool, self._pool)
         self._ids: dict[tuple[str, str], int] = {}
@@ -222,8 +229,12 @@ class PostgresStore:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
             conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
-            tables = {r[0] for r in conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (self.schema,))}
+            tables = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (self.schema,)
+                )
+            }
             if tables and "tether_meta" not in tables:
                 raise ConfigurationError(
                     f"schema {self.schema!r} holds tables that are not tether's ({', '.join(sorted(tables))}); "
@@ -240,7 +251,7 @@ class PostgresStore:
                     supported=SCHEMA_VERSION,
                 )
             for index in range(version, SCHEMA_VERSION):
-                conn.execute(MIGRATIONS[index])  # type: ignore[arg-type]
+                conn.execute(MIGRATIONS[index])
             conn.execute(
                 "INSERT INTO tether_meta VALUES ('schema_version', %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -290,8 +301,9 @@ class PostgresStore:
         key = (tenant, task_id)
         found = self._ids.get(key)
         if found is None:
-            row = self._run(lambda c: c.execute(
-                "SELECT id FROM tasks WHERE tenant = %s AND task_id = %s", key).fetchone())
+            row = self._run(
+                lambda c: c.execute("SELECT id FROM tasks WHERE tenant = %s AND task_id = %s", key).fetchone()
+            )
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
             found = self._ids[key] = int(row[0])
@@ -300,7 +312,9 @@ class PostgresStore:
     def _version_of(self, conn: psycopg.Connection[Any], internal: int) -> int:
         row = conn.execute(
             "SELECT COALESCE((SELECT max(seq) FROM events WHERE task = %(t)s), "
-            "(SELECT parent_seq FROM tasks WHERE id = %(t)s), 0)", {"t": internal}).fetchone()
+            "(SELECT parent_seq FROM tasks WHERE id = %(t)s), 0)",
+            {"t": internal},
+        ).fetchone()
         return int(row[0]) if row else 0
 
     # -- streams ------------------------------------------------------------------
@@ -313,8 +327,18 @@ class PostgresStore:
                     found = conn.execute(
                         "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
                         "parent, parent_seq, wake_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                        (tenant, row.task_id, row.type, row.status, row.user_id, row.session_id, row.created_at,
-                         parent, row.parent_seq, row.wake_at),
+                        (
+                            tenant,
+                            row.task_id,
+                            row.type,
+                            row.status,
+                            row.user_id,
+                            row.session_id,
+                            row.created_at,
+                            parent,
+                            row.parent_seq,
+                            row.wake_at,
+                        ),
                     ).fetchone()
                 except psycopg.errors.UniqueViolation:
                     raise ConflictError(row.task_id, expected=0, actual=None) from None
@@ -344,15 +368,24 @@ class PostgresStore:
         if len(events) == 1 and index is None:
             statement = _APPEND_ONE
             params: dict[str, Any] = {
-                "task": internal, "fence": fence, "first": first.seq, "type": first.type,
-                "schema": first.schema, "at": first.at, "data": _text(first.data),
+                "task": internal,
+                "fence": fence,
+                "first": first.seq,
+                "type": first.type,
+                "schema": first.schema,
+                "at": first.at,
+                "data": _text(first.data),
             }
         else:
             statement = _APPEND
             params = {
-                "task": internal, "fence": fence, "first": first.seq,
-                "seqs": [e.seq for e in events], "types": [e.type for e in events],
-                "schemas": [e.schema for e in events], "ats": [e.at for e in events],
+                "task": internal,
+                "fence": fence,
+                "first": first.seq,
+                "seqs": [e.seq for e in events],
+                "types": [e.type for e in events],
+                "schemas": [e.schema for e in events],
+                "ats": [e.at for e in events],
                 "datas": [_text(e.data) for e in events],
                 "reindex": index is not None,
                 "status": index.status if index is not None else None,
@@ -365,8 +398,9 @@ class PostgresStore:
                 inserted = cursor.rowcount if statement is _APPEND_ONE else cursor.fetchone()[0]  # type: ignore[index]
                 break
             except psycopg.errors.UniqueViolation:
-                raise ConflictError(task_id, expected=expected_version,
-                                    actual=self._run(lambda c: self._version_of(c, internal))) from None
+                raise ConflictError(
+                    task_id, expected=expected_version, actual=self._run(lambda c: self._version_of(c, internal))
+                ) from None
             except psycopg.OperationalError as exc:
                 self._local.__dict__.pop("sticky", None)  # its connection goes back to the pool, which drops it
                 self._recover(attempt, exc)
@@ -378,8 +412,11 @@ class PostgresStore:
 
     def _already_there(self, internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
         last = events[-1]
-        found = self._run(lambda c: c.execute(
-            "SELECT type, fence FROM events WHERE task = %s AND seq = %s", (internal, last.seq)).fetchone())
+        found = self._run(
+            lambda c: c.execute(
+                "SELECT type, fence FROM events WHERE task = %s AND seq = %s", (internal, last.seq)
+            ).fetchone()
+        )
         return found is not None and found[0] == last.type and found[1] == fence
 
     def _refuse(self, tenant: str, task_id: str, internal: int, expected: int, fence: int | None) -> None:
@@ -408,27 +445,40 @@ class PostgresStore:
             actual = self._version_of(conn, internal)
             if actual != expected_version:
                 raise ConflictError(task_id, expected=expected_version, actual=actual)
-            if conn.execute("SELECT 1 FROM tasks WHERE tenant = %s AND task_id = %s",
-                            (tenant, archive_id)).fetchone() is not None:
+            if (
+                conn.execute("SELECT 1 FROM tasks WHERE tenant = %s AND task_id = %s", (tenant, archive_id)).fetchone()
+                is not None
+            ):
                 raise ConflictError(archive_id, expected=0, actual=None)
             conn.execute("UPDATE tasks SET task_id = %s WHERE id = %s", (archive_id, internal))
-            conn.execute("INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                         (internal, archived.seq, archived.type, archived.schema, archived.at, _text(archived.data)))
+            conn.execute(
+                "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                (internal, archived.seq, archived.type, archived.schema, archived.at, _text(archived.data)),
+            )
             new = conn.execute(
                 "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, parent, "
                 "parent_seq) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (tenant, task_id, fork.type, fork.status, fork.user_id, fork.session_id, fork.created_at,
-                 internal, fork.parent_seq),
+                (
+                    tenant,
+                    task_id,
+                    fork.type,
+                    fork.status,
+                    fork.user_id,
+                    fork.session_id,
+                    fork.created_at,
+                    internal,
+                    fork.parent_seq,
+                ),
             ).fetchone()
             assert new is not None
-            conn.execute("INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                         (new[0], forked.seq, forked.type, forked.schema, forked.at, _text(forked.data)))
+            conn.execute(
+                "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                (new[0], forked.seq, forked.type, forked.schema, forked.at, _text(forked.data)),
+            )
         self._ids[(tenant, archive_id)] = internal
         self._ids[(tenant, task_id)] = int(new[0])
 
-    def read_events(
-        self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
-    ) -> list[EventRow]:
+    def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
         internal = self._id(tenant, task_id)
 
         def read(conn: psycopg.Connection[Any]) -> list[EventRow]:
@@ -455,9 +505,13 @@ class PostgresStore:
         return self._run(read)
 
     def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
-        row = self._run(lambda c: c.execute(
-            f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
-            "WHERE t.tenant = %s AND t.task_id = %s", (tenant, task_id)).fetchone())
+        row = self._run(
+            lambda c: c.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
+                "WHERE t.tenant = %s AND t.task_id = %s",
+                (tenant, task_id),
+            ).fetchone()
+        )
         return None if row is None else TaskRow(*row)
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
@@ -477,24 +531,33 @@ class PostgresStore:
             where.append("t.created_at < %s")
             params.append(flt.created_before)
         params.extend([limit, offset])
-        query = (f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
-                 f"WHERE {' AND '.join(where)} ORDER BY t.created_at DESC, t.task_id DESC LIMIT %s OFFSET %s")
-        return [TaskRow(*r) for r in self._run(lambda c: c.execute(query, params).fetchall())]  # type: ignore[arg-type]
+        query = (
+            f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
+            f"WHERE {' AND '.join(where)} ORDER BY t.created_at DESC, t.task_id DESC LIMIT %s OFFSET %s"
+        )
+        return [TaskRow(*r) for r in self._run(lambda c: c.execute(query, params).fetchall())]
 
     # -- snapshots ----------------------------------------------------------------
     def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow) -> None:
         internal = self._id(tenant, task_id)
-        self._run(lambda c: c.execute(
-            "INSERT INTO snapshots (task, seq, schema, checksum, data) VALUES (%s, %s, %s, %s, %s) "
-            "ON CONFLICT (task, seq) DO UPDATE SET schema = excluded.schema, checksum = excluded.checksum, "
-            "data = excluded.data",
-            (internal, snapshot.seq, snapshot.schema, snapshot.checksum, _text(snapshot.data))))
+        self._run(
+            lambda c: c.execute(
+                "INSERT INTO snapshots (task, seq, schema, checksum, data) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (task, seq) DO UPDATE SET schema = excluded.schema, checksum = excluded.checksum, "
+                "data = excluded.data",
+                (internal, snapshot.seq, snapshot.schema, snapshot.checksum, _text(snapshot.data)),
+            )
+        )
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         internal = self._id(tenant, task_id)
-        row = self._run(lambda c: c.execute(
-            "SELECT seq, schema, checksum, data FROM snapshots WHERE task = %s AND seq <= %s "
-            "ORDER BY seq DESC LIMIT 1", (internal, min(at_most, 2**31 - 1))).fetchone())
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT seq, schema, checksum, data FROM snapshots WHERE task = %s AND seq <= %s "
+                "ORDER BY seq DESC LIMIT 1",
+                (internal, min(at_most, 2**31 - 1)),
+            ).fetchone()
+        )
         return None if row is None else SnapshotRow(*row)
 
     # -- idempotency ledger ---------------------------------------------------------
@@ -508,7 +571,9 @@ class PostgresStore:
         with self._tx() as conn:
             inserted = conn.execute(
                 "INSERT INTO ledger (tenant, key, status, started_at, runs) VALUES (%s, %s, 'started', %s, 1) "
-                "ON CONFLICT (tenant, key) DO NOTHING RETURNING key", (tenant, key, now)).fetchone()
+                "ON CONFLICT (tenant, key) DO NOTHING RETURNING key",
+                (tenant, key, now),
+            ).fetchone()
             if inserted is not None:
                 return LedgerRow(key, "new", None, now, None, 0)
             row = conn.execute(self._LEDGER + " FOR UPDATE", (tenant, key)).fetchone()
@@ -524,7 +589,8 @@ class PostgresStore:
                 "VALUES (%(t)s, %(k)s, 'done', %(r)s, %(n)s, %(n)s, 1) "
                 "ON CONFLICT (tenant, key) DO UPDATE SET status = 'done', result = %(r)s, finished_at = %(n)s "
                 "WHERE ledger.status <> 'done'",
-                {"t": tenant, "k": key, "r": _text(result), "n": now})
+                {"t": tenant, "k": key, "r": _text(result), "n": now},
+            )
             row = conn.execute(self._LEDGER, (tenant, key)).fetchone()
             assert row is not None
             return LedgerRow(*row)
@@ -539,29 +605,40 @@ class PostgresStore:
         self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
         internal = self._id(tenant, task_id)
-        row = self._run(lambda c: c.execute(
-            "UPDATE tasks SET lease_owner = %s, lease_expires = %s, lease_token = lease_token + 1 "
-            "WHERE id = %s AND (lease_owner IS NULL OR lease_expires <= %s OR lease_owner = %s) "
-            "RETURNING lease_token", (owner, now + ttl, internal, now, steal_from)).fetchone())
+        row = self._run(
+            lambda c: c.execute(
+                "UPDATE tasks SET lease_owner = %s, lease_expires = %s, lease_token = lease_token + 1 "
+                "WHERE id = %s AND (lease_owner IS NULL OR lease_expires <= %s OR lease_owner = %s) "
+                "RETURNING lease_token",
+                (owner, now + ttl, internal, now, steal_from),
+            ).fetchone()
+        )
         return None if row is None else int(row[0])
 
     def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
-        row = self._run(lambda c: c.execute(
-            _CLAIM, {"owner": owner, "expires": now + ttl, "tenant": tenant, "now": now}).fetchone())
+        row = self._run(
+            lambda c: c.execute(_CLAIM, {"owner": owner, "expires": now + ttl, "tenant": tenant, "now": now}).fetchone()
+        )
         return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         internal = self._id(tenant, task_id)
-        cur = self._run(lambda c: c.execute(
-            "UPDATE tasks SET lease_expires = %s WHERE id = %s AND lease_token = %s AND lease_owner IS NOT NULL",
-            (now + ttl, internal, token)))
+        cur = self._run(
+            lambda c: c.execute(
+                "UPDATE tasks SET lease_expires = %s WHERE id = %s AND lease_token = %s AND lease_owner IS NOT NULL",
+                (now + ttl, internal, token),
+            )
+        )
         return cur.rowcount == 1
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None:
         internal = self._id(tenant, task_id)
-        self._run(lambda c: c.execute(
-            "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = %s AND lease_token = %s",
-            (internal, token)))
+        self._run(
+            lambda c: c.execute(
+                "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = %s AND lease_token = %s",
+                (internal, token),
+            )
+        )
 
     # -- wake-ups ---------------------------------------------------------------------
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:

@@ -249,9 +249,7 @@ class SQLiteStore:
         key = (tenant, task_id)
         found = self._ids.get(key)
         if found is None:
-            row = self._conn.execute(
-                "SELECT id FROM tasks WHERE tenant = ? AND task_id = ?", key
-            ).fetchone()
+            row = self._conn.execute("SELECT id FROM tasks WHERE tenant = ? AND task_id = ?", key).fetchone()
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
             found = self._ids[key] = row[0]
@@ -273,14 +271,26 @@ class SQLiteStore:
                 cur = conn.execute(
                     "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
                     "parent, parent_seq, wake_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (tenant, row.task_id, row.type, row.status, row.user_id, row.session_id,
-                     row.created_at, parent, row.parent_seq, row.wake_at),
+                    (
+                        tenant,
+                        row.task_id,
+                        row.type,
+                        row.status,
+                        row.user_id,
+                        row.session_id,
+                        row.created_at,
+                        parent,
+                        row.parent_seq,
+                        row.wake_at,
+                    ),
                 )
             except sqlite3.IntegrityError:
                 raise ConflictError(row.task_id, expected=0, actual=None) from None
             internal = cur.lastrowid
             assert internal is not None
-            conn.execute(_INSERT_NEXT, (internal, first.seq, first.type, first.schema, first.at, _text(first.data), None))
+            conn.execute(
+                _INSERT_NEXT, (internal, first.seq, first.type, first.schema, first.at, _text(first.data), None)
+            )
             self._ids[(tenant, row.task_id)] = internal
 
     def append(
@@ -362,17 +372,29 @@ class SQLiteStore:
             if taken.fetchone() is not None:
                 raise ConflictError(archive_id, expected=0, actual=None)
             conn.execute("UPDATE tasks SET task_id = ? WHERE id = ?", (archive_id, internal))
-            conn.execute(_INSERT_NEXT, (internal, archived.seq, archived.type, archived.schema, archived.at,
-                                        _text(archived.data), None))
+            conn.execute(
+                _INSERT_NEXT,
+                (internal, archived.seq, archived.type, archived.schema, archived.at, _text(archived.data), None),
+            )
             cur = conn.execute(
                 "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
                 "parent, parent_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (tenant, task_id, fork.type, fork.status, fork.user_id, fork.session_id, fork.created_at,
-                 internal, fork.parent_seq),
+                (
+                    tenant,
+                    task_id,
+                    fork.type,
+                    fork.status,
+                    fork.user_id,
+                    fork.session_id,
+                    fork.created_at,
+                    internal,
+                    fork.parent_seq,
+                ),
             )
             new = cur.lastrowid
-            conn.execute(_INSERT_NEXT, (new, forked.seq, forked.type, forked.schema, forked.at,
-                                        _text(forked.data), None))
+            conn.execute(
+                _INSERT_NEXT, (new, forked.seq, forked.type, forked.schema, forked.at, _text(forked.data), None)
+            )
         self._ids[(tenant, archive_id)] = internal
         self._ids[(tenant, task_id)] = new  # type: ignore[assignment]
 
@@ -386,9 +408,7 @@ class SQLiteStore:
             raise LeaseLostError(task_id, token=fence, current=row[0])
         raise ConflictError(task_id, expected=expected, actual=self._version_of(internal))
 
-    def read_events(
-        self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None
-    ) -> list[EventRow]:
+    def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
         with self._lock:
             internal = self._id(tenant, task_id)
             chain: list[tuple[int, int | None]] = []  # (task, last seq taken from it)
@@ -429,9 +449,7 @@ class SQLiteStore:
             ).fetchone()
             return None if row is None else TaskRow(*row)
 
-    def list_tasks(
-        self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0
-    ) -> list[TaskRow]:
+    def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         where = ["t.tenant = ?"]
         params: list[Any] = [tenant]
         if flt.status is not None:
