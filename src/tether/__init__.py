@@ -35,7 +35,20 @@ from tether.runtime.app import App, PendingInput, TaskHandle, TaskSummary
 from tether.runtime.context import AsyncTaskContext, CallInfo, TaskContext, current_call
 from tether.runtime.ledger import Ledger
 from tether.runtime.retry import Retry
+from tether.cache import cached
+from tether.conversation import (
+    EstimateCounter,
+    Message,
+    Session,
+    SessionInfo,
+    Summary,
+    TokenCounter,
+    ToolCallRequest,
+    Window,
+    extractive_summarizer,
+)
 from tether.store import Store, TaskRow, open_store
+from tether.userstate import UserChange, UserState
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff
 
 __version__ = "0.1.0"
@@ -48,6 +61,7 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "Decision",
+    "EstimateCounter",
     "Failure",
     "HistoryEntry",
     "InputTimeout",
@@ -55,6 +69,7 @@ __all__ = [
     "InvalidTransition",
     "LeaseLostError",
     "Ledger",
+    "Message",
     "NonDeterminismError",
     "NotSerializableError",
     "Observation",
@@ -66,12 +81,15 @@ __all__ = [
     "Retry",
     "SchemaVersionError",
     "SequenceError",
+    "Session",
+    "SessionInfo",
     "SnapshotPolicy",
     "StateDiff",
     "Status",
     "Step",
     "Store",
     "StoreUnavailableError",
+    "Summary",
     "TaskBusyError",
     "TaskContext",
     "TaskDefinitionError",
@@ -83,13 +101,20 @@ __all__ = [
     "TaskState",
     "TaskSummary",
     "TetherError",
+    "TokenCounter",
     "ToolCall",
+    "ToolCallRequest",
     "ToolError",
     "UnknownEventTypeError",
+    "UserChange",
+    "UserState",
     "ValueTooLargeError",
     "Waiting",
+    "Window",
     "__version__",
+    "cached",
     "current_call",
     "events",
+    "extractive_summarizer",
     "open_store",
 ]

@@ -54,7 +54,17 @@ from tether.runtime.context import (
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.specs import TaskSpec, ToolSpec
+from tether.conversation import (
+    Session,
+    SessionInfo,
+    Summarizer,
+    TokenCounter,
+    delete_session,
+    list_sessions,
+    open_session,
+)
 from tether.store import DEFAULT_URL
+from tether.userstate import UserState
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
 
 __all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
@@ -410,6 +420,37 @@ class App:
         attempt = call.attempts[-1].number if call.attempts else 1
         self.log.append(task_id, [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)], state.version)
         return self.log.load(task_id)
+
+    # ------------------------------------------------------------------ conversations and users
+    def session(
+        self,
+        session_id: str | None = None,
+        *,
+        user_id: str | None = None,
+        counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
+        compact_when_tokens_over: int | None = None,
+    ) -> Session:
+        """Open a session (one conversation), creating it if it does not exist.
+
+        With ``summarizer`` and ``compact_when_tokens_over``, adding a message compacts the session
+        when the turns after its newest summary weigh more than that many tokens.
+        """
+        return open_session(self.log, session_id, user_id=user_id, counter=counter, summarizer=summarizer,
+                            compact_when_tokens_over=compact_when_tokens_over)
+
+    def sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[SessionInfo]:
+        """Sessions of this tenant (of one user, if given), newest first."""
+        return list_sessions(self.log, user_id=user_id, limit=limit, offset=offset)
+
+    def delete_session(self, session_id: str, *, cascade: bool = False) -> int:
+        """Delete a session and its messages. Tasks linked to it are deleted with ``cascade=True``;
+        without it, a session with tasks is refused, naming how many it would leave orphaned."""
+        return delete_session(self.log, session_id, cascade=cascade)
+
+    def user(self, user_id: str, *, schema: type[BaseModel] | None = None) -> UserState:
+        """A user's versioned document (preferences, profile), validated by ``schema`` if given."""
+        return UserState(self.log, user_id, schema)
 
     # ------------------------------------------------------------------ people and control
     def send_input(self, task_id: str, key: str, value: Any) -> TaskHandle:

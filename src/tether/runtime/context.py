@@ -366,9 +366,11 @@ class _Context:
         compensate: Callable[..., Any] | None = None,
         kind: str = "call",
         compensates: int | None = None,
+        readonly: bool | None = None,
     ) -> Flow[Any]:
         """The recorded call, written once for sync and async (see :mod:`tether.runtime._flow`)."""
         spec = self._app._tool_spec(fn)
+        readonly = spec.readonly if readonly is None else readonly
         arguments = spec.bind(args, kwargs)
         self._n += 1
         n = self._n
@@ -435,7 +437,7 @@ class _Context:
         exists = record is not None
         self._going_live()
         while True:
-            if not spec.readonly:
+            if not readonly:
                 self._append(
                     [
                         CallStarted(
@@ -585,6 +587,34 @@ class _Context:
                 return  # the code went on after this sleep before: it is over
         yield from self._backoff(until)
 
+    def _fetch_flow(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], ttl: float
+    ) -> Flow[Any]:
+        """A recorded read of outside state: replay returns what was read; live, a read of the same
+        thing recorded less than ``ttl`` seconds ago is served again, an older one is read afresh."""
+        if ttl < 0:
+            raise InvalidInputError(f"ttl must be >= 0, got {ttl}")
+        if self._cursor >= len(self._history) and ttl > 0:
+            spec = self._app._tool_spec(fn)
+            arguments = as_json(spec.bind(args, kwargs))
+            now = time.time()
+            for earlier in reversed(self._latest.calls):
+                if earlier.kind != "fetch" or earlier.tool != spec.name or earlier.args != arguments:
+                    continue
+                fresh = earlier.finished_at is not None and now - earlier.finished_at.timestamp() < ttl
+                if earlier.status == "completed" and fresh:
+                    self._going_live()
+                    self._n += 1
+                    key = call_key(self._task_id, self._n, spec.name, arguments)
+                    served = CallCompleted(
+                        n=self._n, result=earlier.result, attempt=1, duration=0.0, key=key, tool=spec.name,
+                        args=arguments, kind="fetch",
+                    )
+                    self._append([served])
+                    return spec.rehydrate(earlier.result)
+                break
+        return (yield from self._call_flow(fn, args, kwargs, kind="fetch", readonly=True))
+
     def _replayed_if(self, expected: type[Event], matches: Callable[[Any], bool]) -> bool:
         """Consume the next recorded event if it is this one; ``False`` (and nothing consumed) if not."""
         self._skip_passive()
@@ -675,6 +705,14 @@ class TaskContext(_Context):
         """A durable sleep: short ones wait here; longer ones free the worker and resume when due."""
         drive(self._sleep_flow(seconds))
 
+    def fetch(self, fn: Callable[..., Any], *args: Any, ttl: float = 0, **kwargs: Any) -> Any:
+        """Read outside state (a calendar, a row) through ``fn``, recorded for audit and replay.
+
+        On replay the recorded value is returned (history is history). Live, a value this task
+        read less than ``ttl`` seconds ago is used again; an older one is read again, never stale.
+        """
+        return drive(self._fetch_flow(fn, args, kwargs, ttl))
+
 
 class AsyncTaskContext(_Context):
     """The context an ``async`` task receives: the same, with ``await ctx.call(...)``."""
@@ -694,6 +732,10 @@ class AsyncTaskContext(_Context):
     async def sleep(self, seconds: float) -> None:
         """Like :meth:`TaskContext.sleep`."""
         await drive_async(self._sleep_flow(seconds))
+
+    async def fetch(self, fn: Callable[..., Any], *args: Any, ttl: float = 0, **kwargs: Any) -> Any:
+        """Like :meth:`TaskContext.fetch`; ``fn`` may be a coroutine function."""
+        return await drive_async(self._fetch_flow(fn, args, kwargs, ttl))
 
 
 def _input_schema(schema: Any) -> tuple[dict[str, Any] | None, type[BaseModel] | None]:

@@ -82,6 +82,8 @@ class TaskFilter:
     session_id: str | None = None
     created_after: float | None = None
     created_before: float | None = None
+    internal: bool = False
+    """Include tether's own streams (types ``tether.*``: sessions, user documents) when no type is given."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +165,13 @@ class Store(Protocol):
         ...
 
     def get_task(self, tenant: str, task_id: str) -> TaskRow | None: ...
+
+    def delete_task(self, tenant: str, task_id: str) -> int:
+        """Delete a stream, its events and snapshots; return how many events went.
+
+        Refused with ``ConflictError`` while forks point at it.
+        """
+        ...
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         """Tasks matching ``flt``, newest first."""

@@ -139,6 +139,14 @@ class MemoryStore:
             stream = self._tasks.get((tenant, task_id))
             return None if stream is None else self._task_row(stream)
 
+    def delete_task(self, tenant: str, task_id: str) -> int:
+        with self._lock:
+            stream = self._stream(tenant, task_id)
+            if any(t == tenant and other.row.parent_id == task_id for (t, _), other in self._tasks.items()):
+                raise ConflictError(task_id, expected=0, actual=None)
+            del self._tasks[(tenant, task_id)]
+            return len(stream.events)
+
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         with self._lock:
             rows = [self._task_row(s) for (t, _), s in self._tasks.items() if t == tenant and _matches(s.row, flt)]
@@ -257,7 +265,8 @@ class MemoryStore:
 
 def _matches(row: TaskRow, flt: TaskFilter) -> bool:
     return (
-        (flt.status is None or row.status in flt.status)
+        (flt.type is not None or flt.internal or not row.type.startswith("tether."))
+        and (flt.status is None or row.status in flt.status)
         and (flt.type is None or row.type == flt.type)
         and (flt.user_id is None or row.user_id == flt.user_id)
         and (flt.session_id is None or row.session_id == flt.session_id)

@@ -514,6 +514,17 @@ class PostgresStore:
         )
         return None if row is None else TaskRow(*row)
 
+    def delete_task(self, tenant: str, task_id: str) -> int:
+        internal = self._id(tenant, task_id)
+        with self._tx() as conn:
+            if conn.execute("SELECT 1 FROM tasks WHERE parent = %s", (internal,)).fetchone() is not None:
+                raise ConflictError(task_id, expected=0, actual=None)
+            gone = conn.execute("DELETE FROM events WHERE task = %s", (internal,)).rowcount
+            conn.execute("DELETE FROM snapshots WHERE task = %s", (internal,))
+            conn.execute("DELETE FROM tasks WHERE id = %s", (internal,))
+        self._ids.pop((tenant, task_id), None)
+        return int(gone)
+
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         where = ["t.tenant = %s"]
         params: list[Any] = [tenant]
@@ -524,6 +535,8 @@ class PostgresStore:
             if value is not None:
                 where.append(f"t.{column} = %s")
                 params.append(value)
+        if flt.type is None and not flt.internal:
+            where.append("t.type NOT LIKE 'tether.%%'")
         if flt.created_after is not None:
             where.append("t.created_at >= %s")
             params.append(flt.created_after)

@@ -449,6 +449,17 @@ class SQLiteStore:
             ).fetchone()
             return None if row is None else TaskRow(*row)
 
+    def delete_task(self, tenant: str, task_id: str) -> int:
+        with self._write() as conn:
+            internal = self._id(tenant, task_id)
+            if conn.execute("SELECT 1 FROM tasks WHERE parent = ?", (internal,)).fetchone() is not None:
+                raise ConflictError(task_id, expected=0, actual=None)
+            gone = conn.execute("DELETE FROM events WHERE task = ?", (internal,)).rowcount
+            conn.execute("DELETE FROM snapshots WHERE task = ?", (internal,))
+            conn.execute("DELETE FROM tasks WHERE id = ?", (internal,))
+        self._ids.pop((tenant, task_id), None)
+        return int(gone)
+
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         where = ["t.tenant = ?"]
         params: list[Any] = [tenant]
@@ -459,6 +470,8 @@ class SQLiteStore:
             if value is not None:
                 where.append(f"t.{column} = ?")
                 params.append(value)
+        if flt.type is None and not flt.internal:
+            where.append("t.type NOT LIKE 'tether.%'")
         if flt.created_after is not None:
             where.append("t.created_at >= ?")
             params.append(flt.created_after)

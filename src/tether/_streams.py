@@ -1,0 +1,63 @@
+"""tether's own streams beside tasks: sessions and user documents.
+
+They live in the same store, in the same tables and under the same transaction
+rules as tasks (type ``tether.*``, hidden from task listings), with events of
+their own. This module is the little they share: create once, read, append
+with optimistic concurrency.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from tether.errors import ConflictError, TaskNotFoundError
+from tether.events import Event, Recorded
+from tether.log import TaskLog
+from tether.store import EventRow, TaskRow
+
+__all__ = ["Stream"]
+
+
+class Stream:
+    """One internal stream: ``stream_id`` of ``type`` in the log's tenant."""
+
+    def __init__(self, log: TaskLog, stream_id: str, type: str) -> None:
+        self.log = log
+        self.id = stream_id
+        self.type = type
+
+    def exists(self) -> bool:
+        return self.log.store.get_task(self.log.tenant, self.id) is not None
+
+    def create(self, first: Event, *, user_id: str | None = None, session_id: str | None = None) -> bool:
+        """Create the stream with its first event; ``False`` if it already existed."""
+        now = time.time()
+        row = TaskRow(task_id=self.id, tenant=self.log.tenant, type=self.type, status="open", user_id=user_id,
+                      session_id=session_id, created_at=now, updated_at=now, version=1)
+        try:
+            self.log.store.create_task(self.log.tenant, row, EventRow(1, first.event_type, first.version, now,
+                                                                       self.log.encode(first)))
+        except ConflictError:
+            return False
+        return True
+
+    def version(self) -> int:
+        row = self.log.store.get_task(self.log.tenant, self.id)
+        if row is None:
+            raise TaskNotFoundError(self.id, tenant=self.log.tenant)
+        return row.version
+
+    def read(self, after: int = 0) -> list[Recorded]:
+        return [self.log.decode(r) for r in self.log.store.read_events(self.log.tenant, self.id, after=after)]
+
+    def append(self, events: Sequence[Event], expected_version: int, *, status: str | None = None) -> int:
+        """Append at ``expected_version`` (``ConflictError`` if another writer got there first)."""
+        from tether.store import IndexUpdate
+
+        now = time.time()
+        rows = [EventRow(expected_version + i, e.event_type, e.version, now, self.log.encode(e))
+                for i, e in enumerate(events, start=1)]
+        index = IndexUpdate(status=status) if status is not None else None
+        self.log.store.append(self.log.tenant, self.id, rows, expected_version, index=index)
+        return expected_version + len(rows)

@@ -1,0 +1,138 @@
+"""User state: a versioned document per user that outlives sessions (preferences, profile).
+
+Every change is an event on the user's stream (what was set, what was removed),
+so the document's history is kept; updates are optimistic — two at once: one
+wins, the other reads the new version and tries again (or, with an explicit
+``expected_version``, gets :class:`~tether.ConflictError`). No update is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from tether._keys import as_json
+from tether._streams import Stream
+from tether.errors import ConflictError, InvalidInputError
+from tether.events import Event, _event
+from tether.log import TaskLog
+
+__all__ = ["UserChange", "UserState"]
+
+USER_TYPE = "tether.user"
+_MISSING = object()
+
+
+@_event
+class UserCreated(Event):
+    user_id: str
+
+
+@_event
+class UserChanged(Event):
+    set: dict[str, Any]
+    removed: list[str]
+
+
+@dataclass(frozen=True)
+class UserChange:
+    version: int
+    at: datetime
+    set: dict[str, Any]
+    removed: list[str]
+
+
+class UserState:
+    """A user's document.
+
+    Example:
+        >>> import tether
+        >>> app = tether.App("memory://")
+        >>> ada = app.user("ada")
+        >>> ada.set("seat", "aisle")
+        2
+        >>> ada.update(lambda doc: {**doc, "home": "LHR"})["home"]
+        'LHR'
+        >>> ada.get("seat"), ada.version
+        ('aisle', 3)
+    """
+
+    def __init__(self, log: TaskLog, user_id: str, schema: type[BaseModel] | None = None) -> None:
+        if not user_id:
+            raise InvalidInputError("a user needs a non-empty user_id")
+        self.user_id = user_id
+        self.schema = schema
+        self._stream = Stream(log, f"user:{user_id}", USER_TYPE)
+        self._stream.create(UserCreated(user_id=user_id), user_id=user_id)
+        self._doc: dict[str, Any] = {}
+        self._version = 0
+
+    def _refresh(self) -> tuple[dict[str, Any], int]:
+        for rec in self._stream.read(after=self._version):
+            if isinstance(rec.event, UserChanged):
+                self._doc = {k: v for k, v in self._doc.items() if k not in rec.event.removed}
+                self._doc.update(rec.event.set)
+            self._version = rec.seq
+        return dict(self._doc), self._version
+
+    @property
+    def version(self) -> int:
+        return self._refresh()[1]
+
+    def get(self, key: str | None = None, default: Any = None) -> Any:
+        """The whole document, or one key of it."""
+        doc, _ = self._refresh()
+        if key is None:
+            return self.schema.model_validate(doc) if self.schema is not None else doc
+        return doc.get(key, default)
+
+    def set(self, key: str, value: Any, *, expected_version: int | None = None) -> int:
+        """Set one key; returns the new version. With ``expected_version``, a stale one raises ConflictError."""
+        return self._write(lambda doc: {**doc, key: value}, expected_version)[1]
+
+    def delete(self, key: str, *, expected_version: int | None = None) -> int:
+        return self._write(lambda doc: {k: v for k, v in doc.items() if k != key}, expected_version)[1]
+
+    def update(self, fn: Callable[[dict[str, Any]], dict[str, Any]], *, retries: int = 20) -> dict[str, Any]:
+        """Apply ``fn(doc) -> new doc`` optimistically: if another writer got there first, read the
+        new document and apply ``fn`` again (up to ``retries`` times). Returns the document written."""
+        return self._write(fn, None, retries)[0]
+
+    def _write(self, fn: Callable[[dict[str, Any]], dict[str, Any]], expected: int | None,
+               retries: int = 20) -> tuple[dict[str, Any], int]:
+        for _ in range(max(1, retries)):
+            doc, version = self._refresh()
+            if expected is not None and expected != version:
+                raise ConflictError(self._stream.id, expected=expected, actual=version)
+            new = fn(dict(doc))
+            if not isinstance(new, dict):
+                raise InvalidInputError(f"an update must return the new document (a dict), got {type(new).__name__}")
+            new = as_json(new)
+            if self.schema is not None:
+                try:
+                    new = self.schema.model_validate(new).model_dump(mode="json")
+                except ValidationError as exc:
+                    raise InvalidInputError(f"user {self.user_id!r}: {exc}") from None
+            changed = {k: v for k, v in new.items() if k not in doc or doc[k] != v}
+            removed = [k for k in doc if k not in new]
+            if not changed and not removed:
+                return doc, version
+            try:
+                orjson.dumps(changed)
+                version = self._stream.append([UserChanged(set=changed, removed=removed)], version)
+            except ConflictError:
+                if expected is not None:
+                    raise
+                continue
+            return new, version
+        raise ConflictError(self._stream.id, expected=self._version, actual=None)
+
+    def history(self) -> list[UserChange]:
+        """Every change, oldest first."""
+        return [UserChange(r.seq, datetime.fromtimestamp(r.at, UTC), r.event.set, r.event.removed)
+                for r in self._stream.read() if isinstance(r.event, UserChanged)]
