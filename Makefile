@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/calls.py
 	$(BIN)/python bench/workers.py
 	$(BIN)/python bench/timetravel.py
+	$(BIN)/python bench/conversation.py
 	$(BIN)/python bench/postgres.py
 
 clean:

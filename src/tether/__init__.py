@@ -6,6 +6,18 @@ The public API lives here and only here; everything else is an implementation mo
 from __future__ import annotations
 
 from tether import events
+from tether.cache import cached
+from tether.conversation import (
+    EstimateCounter,
+    Message,
+    Session,
+    SessionInfo,
+    Summary,
+    TokenCounter,
+    ToolCallRequest,
+    Window,
+    extractive_summarizer,
+)
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -35,21 +47,9 @@ from tether.runtime.app import App, PendingInput, TaskHandle, TaskSummary
 from tether.runtime.context import AsyncTaskContext, CallInfo, TaskContext, current_call
 from tether.runtime.ledger import Ledger
 from tether.runtime.retry import Retry
-from tether.cache import cached
-from tether.conversation import (
-    EstimateCounter,
-    Message,
-    Session,
-    SessionInfo,
-    Summary,
-    TokenCounter,
-    ToolCallRequest,
-    Window,
-    extractive_summarizer,
-)
 from tether.store import Store, TaskRow, open_store
-from tether.userstate import UserChange, UserState
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff
+from tether.userstate import UserChange, UserState
 
 __version__ = "0.1.0"
 

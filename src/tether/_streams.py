@@ -33,11 +33,21 @@ class Stream:
     def create(self, first: Event, *, user_id: str | None = None, session_id: str | None = None) -> bool:
         """Create the stream with its first event; ``False`` if it already existed."""
         now = time.time()
-        row = TaskRow(task_id=self.id, tenant=self.log.tenant, type=self.type, status="open", user_id=user_id,
-                      session_id=session_id, created_at=now, updated_at=now, version=1)
+        row = TaskRow(
+            task_id=self.id,
+            tenant=self.log.tenant,
+            type=self.type,
+            status="open",
+            user_id=user_id,
+            session_id=session_id,
+            created_at=now,
+            updated_at=now,
+            version=1,
+        )
         try:
-            self.log.store.create_task(self.log.tenant, row, EventRow(1, first.event_type, first.version, now,
-                                                                       self.log.encode(first)))
+            self.log.store.create_task(
+                self.log.tenant, row, EventRow(1, first.event_type, first.version, now, self.log.encode(first))
+            )
         except ConflictError:
             return False
         return True
@@ -56,8 +66,10 @@ class Stream:
         from tether.store import IndexUpdate
 
         now = time.time()
-        rows = [EventRow(expected_version + i, e.event_type, e.version, now, self.log.encode(e))
-                for i, e in enumerate(events, start=1)]
+        rows = [
+            EventRow(expected_version + i, e.event_type, e.version, now, self.log.encode(e))
+            for i, e in enumerate(events, start=1)
+        ]
         index = IndexUpdate(status=status) if status is not None else None
         self.log.store.append(self.log.tenant, self.id, rows, expected_version, index=index)
         return expected_version + len(rows)

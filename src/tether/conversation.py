@@ -143,8 +143,16 @@ def _ts(epoch: float) -> datetime:
 
 def _message(rec: Recorded, ev: MessageAdded) -> Message:
     calls = tuple(ToolCallRequest(**c) for c in ev.tool_calls or ())
-    return Message(seq=rec.seq, role=ev.role, content=ev.content, tool_calls=calls,  # type: ignore[arg-type]
-                   tool_call_id=ev.tool_call_id, name=ev.name, meta=ev.meta or {}, at=_ts(rec.at))
+    return Message(
+        seq=rec.seq,
+        role=ev.role,
+        content=ev.content,
+        tool_calls=calls,
+        tool_call_id=ev.tool_call_id,
+        name=ev.name,
+        meta=ev.meta or {},
+        at=_ts(rec.at),
+    )
 
 
 def fold_view(events: Iterable[Recorded], view: SessionView | None = None) -> SessionView:
@@ -169,13 +177,21 @@ def fold_view(events: Iterable[Recorded], view: SessionView | None = None) -> Se
         elif isinstance(ev, MessagesCleared):
             system, recent, summary = [], [], None
         elif isinstance(ev, SummaryAdded):
-            summary = Summary(seq=rec.seq, text=ev.text, covers_from=ev.covers_from, covers_to=ev.covers_to,
-                              at=_ts(rec.at))
+            summary = Summary(
+                seq=rec.seq, text=ev.text, covers_from=ev.covers_from, covers_to=ev.covers_to, at=_ts(rec.at)
+            )
             recent = [m for m in recent if m.seq > ev.covers_to]
         elif isinstance(ev, SessionClosed):
             closed = True
-    return SessionView(session_id=session_id, user_id=user_id, system=tuple(system), summary=summary,
-                       recent=tuple(recent), closed=closed, version=version)
+    return SessionView(
+        session_id=session_id,
+        user_id=user_id,
+        system=tuple(system),
+        summary=summary,
+        recent=tuple(recent),
+        closed=closed,
+        version=version,
+    )
 
 
 # ----------------------------------------------------------------------------- tokens
@@ -216,7 +232,7 @@ def default_counter() -> TokenCounter:
     global _DEFAULT
     if _DEFAULT is None:
         try:
-            import tiktoken
+            import tiktoken  # type: ignore[import-not-found,unused-ignore]
 
             _DEFAULT = TiktokenCounter(tiktoken.get_encoding("cl100k_base"), "cl100k_base")
         except Exception:  # not installed, or its encoding files cannot be had offline
@@ -272,10 +288,18 @@ class Window:
             if m.role == "tool":
                 out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content})
             elif m.role == "assistant" and m.tool_calls:
-                item: dict[str, Any] = {"role": "assistant", "content": m.content or None, "tool_calls": [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.name, "arguments": orjson.dumps(c.arguments).decode()}}
-                    for c in m.tool_calls]}
+                item: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": m.content or None,
+                    "tool_calls": [
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": orjson.dumps(c.arguments).decode()},
+                        }
+                        for c in m.tool_calls
+                    ],
+                }
                 out.append(item)
             else:
                 item = {"role": m.role, "content": m.content}
@@ -303,8 +327,7 @@ class Window:
                 push("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}])
             elif m.role == "assistant":
                 blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
-                blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
-                           for c in m.tool_calls]
+                blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
                 push("assistant", blocks or [{"type": "text", "text": ""}])
             else:
                 push("user", [{"type": "text", "text": m.content}])
@@ -319,8 +342,14 @@ class Window:
 def build_window(view: SessionView, max_tokens: int, keep_last: int, counter: TokenCounter) -> Window:
     fixed = list(view.system)
     if view.summary is not None:
-        fixed.append(Message(seq=view.summary.seq, role="system", at=view.summary.at,
-                             content=f"Summary of the earlier conversation:\n{view.summary.text}"))
+        fixed.append(
+            Message(
+                seq=view.summary.seq,
+                role="system",
+                at=view.summary.at,
+                content=f"Summary of the earlier conversation:\n{view.summary.text}",
+            )
+        )
     budget = max_tokens - sum(message_tokens(m, counter) for m in fixed)
     groups = turns(view.recent)
     chosen: list[list[Message]] = []
@@ -334,9 +363,14 @@ def build_window(view: SessionView, max_tokens: int, keep_last: int, counter: To
     chosen.reverse()
     picked = [m for group in chosen for m in group]
     messages = tuple(fixed + picked)
-    return Window(messages=messages, summary=view.summary,
-                  tokens=sum(message_tokens(m, counter) for m in messages), max_tokens=max_tokens,
-                  counter=counter.name, dropped=sum(len(g) for g in groups) - len(picked))
+    return Window(
+        messages=messages,
+        summary=view.summary,
+        tokens=sum(message_tokens(m, counter) for m in messages),
+        max_tokens=max_tokens,
+        counter=counter.name,
+        dropped=sum(len(g) for g in groups) - len(picked),
+    )
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -353,7 +387,7 @@ def extractive_summarizer(messages: list[Message], previous: str | None, *, max_
             first = re.split(r"(?<=[.!?])\s", m.content.strip(), maxsplit=1)[0]
             lines.append(f"{m.role}: {first[:200]}")
     text = "\n".join(lines)
-    return text if len(text) <= max_chars else "…" + text[-(max_chars - 1):]
+    return text if len(text) <= max_chars else "…" + text[-(max_chars - 1) :]
 
 
 # ----------------------------------------------------------------------------- sessions
@@ -387,8 +421,16 @@ class Session:
         ['system', 'user']
     """
 
-    def __init__(self, log: TaskLog, session_id: str, *, user_id: str | None, counter: TokenCounter | None,
-                 summarizer: Summarizer | None, compact_when_tokens_over: int | None) -> None:
+    def __init__(
+        self,
+        log: TaskLog,
+        session_id: str,
+        *,
+        user_id: str | None,
+        counter: TokenCounter | None,
+        summarizer: Summarizer | None,
+        compact_when_tokens_over: int | None,
+    ) -> None:
         self._log = log
         self.id = session_id
         self._stream = Stream(log, _stream_id(session_id), SESSION_TYPE)
@@ -397,8 +439,9 @@ class Session:
         self._compact_over = compact_when_tokens_over
         if compact_when_tokens_over is not None and summarizer is None:
             raise InvalidInputError("compact_when_tokens_over= needs a summarizer= to compact with")
-        self._stream.create(SessionOpened(session_id=session_id, user_id=user_id), user_id=user_id,
-                            session_id=session_id)
+        self._stream.create(
+            SessionOpened(session_id=session_id, user_id=user_id), user_id=user_id, session_id=session_id
+        )
         self._view: SessionView | None = None
         self.user_id = self.view().user_id
 
@@ -446,9 +489,13 @@ class Session:
         return result[:limit] if limit is not None else result
 
     def summaries(self) -> list[Summary]:
-        return [Summary(seq=r.seq, text=r.event.text, covers_from=r.event.covers_from,  # type: ignore[attr-defined]
-                        covers_to=r.event.covers_to, at=_ts(r.at))  # type: ignore[attr-defined]
-                for r in self._stream.read() if isinstance(r.event, SummaryAdded)]
+        return [
+            Summary(
+                seq=r.seq, text=r.event.text, covers_from=r.event.covers_from, covers_to=r.event.covers_to, at=_ts(r.at)
+            )
+            for r in self._stream.read()
+            if isinstance(r.event, SummaryAdded)
+        ]
 
     def window(self, max_tokens: int, keep_last: int = 6, counter: TokenCounter | None = None) -> Window:
         """What goes into the next model call: system messages, the newest summary, then the most recent
@@ -477,8 +524,7 @@ class Session:
                 version = self._stream.append(events, view.version)
             except ConflictError:
                 continue
-            self._view = fold_view([Recorded(view.version + i, time.time(), e) for i, e in enumerate(events, 1)],
-                                   view)
+            self._view = fold_view([Recorded(view.version + i, time.time(), e) for i, e in enumerate(events, 1)], view)
             added = [m for m in (*self._view.system, *self._view.recent) if m.seq > view.version]
             added.sort(key=lambda m: m.seq)
             assert version == self._view.version
@@ -525,14 +571,16 @@ class Session:
             text = summarize(folded, view.summary.text if view.summary else None)
             covers_from = view.summary.covers_from if view.summary else folded[0].seq
             try:
-                self._stream.append([SummaryAdded(text=text, covers_from=covers_from, covers_to=covers_to)],
-                                    view.version)
+                self._stream.append(
+                    [SummaryAdded(text=text, covers_from=covers_from, covers_to=covers_to)], view.version
+                )
             except ConflictError:
                 continue
             compacted = self.view()
             data = compacted.model_dump_json()
-            self._log.store.put_snapshot(self._log.tenant, self._stream.id,
-                                         SnapshotRow(compacted.version, _VIEW_VERSION, checksum(data), data))
+            self._log.store.put_snapshot(
+                self._log.tenant, self._stream.id, SnapshotRow(compacted.version, _VIEW_VERSION, checksum(data), data)
+            )
             return compacted.summary
         raise ConflictError(self.id, expected=self.view().version, actual=None)
 
@@ -581,24 +629,45 @@ def _to_event(message: dict[str, Any]) -> MessageAdded:
         orjson.dumps(fields)
     except TypeError as exc:
         raise InvalidInputError(f"message metadata must be JSON: {exc}") from None
-    return MessageAdded(role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, name=name,
-                        meta=fields or None)
+    return MessageAdded(
+        role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, name=name, meta=fields or None
+    )
 
 
-def open_session(log: TaskLog, session_id: str | None, *, user_id: str | None, counter: TokenCounter | None,
-                 summarizer: Summarizer | None, compact_when_tokens_over: int | None) -> Session:
-    return Session(log, session_id or uuid.uuid4().hex, user_id=user_id, counter=counter, summarizer=summarizer,
-                   compact_when_tokens_over=compact_when_tokens_over)
+def open_session(
+    log: TaskLog,
+    session_id: str | None,
+    *,
+    user_id: str | None,
+    counter: TokenCounter | None,
+    summarizer: Summarizer | None,
+    compact_when_tokens_over: int | None,
+) -> Session:
+    return Session(
+        log,
+        session_id or uuid.uuid4().hex,
+        user_id=user_id,
+        counter=counter,
+        summarizer=summarizer,
+        compact_when_tokens_over=compact_when_tokens_over,
+    )
 
 
 def list_sessions(log: TaskLog, *, user_id: str | None, limit: int, offset: int) -> list[SessionInfo]:
     from tether.store import TaskFilter
 
-    rows = log.store.list_tasks(log.tenant, TaskFilter(type=SESSION_TYPE, user_id=user_id), limit=limit,
-                                offset=offset)
-    return [SessionInfo(session_id=r.task_id.removeprefix("session:"), user_id=r.user_id, version=r.version,
-                        closed=r.status == "closed", created_at=_ts(r.created_at), updated_at=_ts(r.updated_at))
-            for r in rows]
+    rows = log.store.list_tasks(log.tenant, TaskFilter(type=SESSION_TYPE, user_id=user_id), limit=limit, offset=offset)
+    return [
+        SessionInfo(
+            session_id=r.task_id.removeprefix("session:"),
+            user_id=r.user_id,
+            version=r.version,
+            closed=r.status == "closed",
+            created_at=_ts(r.created_at),
+            updated_at=_ts(r.updated_at),
+        )
+        for r in rows
+    ]
 
 
 def delete_session(log: TaskLog, session_id: str, *, cascade: bool) -> int:

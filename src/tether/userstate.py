@@ -103,8 +103,9 @@ class UserState:
         new document and apply ``fn`` again (up to ``retries`` times). Returns the document written."""
         return self._write(fn, None, retries)[0]
 
-    def _write(self, fn: Callable[[dict[str, Any]], dict[str, Any]], expected: int | None,
-               retries: int = 20) -> tuple[dict[str, Any], int]:
+    def _write(
+        self, fn: Callable[[dict[str, Any]], dict[str, Any]], expected: int | None, retries: int = 20
+    ) -> tuple[dict[str, Any], int]:
         for _ in range(max(1, retries)):
             doc, version = self._refresh()
             if expected is not None and expected != version:
@@ -134,5 +135,8 @@ class UserState:
 
     def history(self) -> list[UserChange]:
         """Every change, oldest first."""
-        return [UserChange(r.seq, datetime.fromtimestamp(r.at, UTC), r.event.set, r.event.removed)
-                for r in self._stream.read() if isinstance(r.event, UserChanged)]
+        return [
+            UserChange(r.seq, datetime.fromtimestamp(r.at, UTC), r.event.set, r.event.removed)
+            for r in self._stream.read()
+            if isinstance(r.event, UserChanged)
+        ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -145,7 +146,7 @@ def test_renderers_match_the_sdks(app: tether.App) -> None:
         validated = param.validate_python(message)
         list(validated["content"])  # iterables validate lazily
         roles.append(message["role"])
-    assert all(a != b for a, b in zip(roles, roles[1:], strict=False))  # strictly alternating
+    assert all(a != b for a, b in itertools.pairwise(roles))  # strictly alternating
     blocks = [b["type"] for m in anthropic["messages"] for b in m["content"]]
     assert "tool_use" in blocks and "tool_result" in blocks
 

@@ -17,6 +17,15 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel, ValidationError
 
 from tether._keys import as_json
+from tether.conversation import (
+    Session,
+    SessionInfo,
+    Summarizer,
+    TokenCounter,
+    delete_session,
+    list_sessions,
+    open_session,
+)
 from tether.errors import (
     Cancelled,
     ConflictError,
@@ -54,18 +63,9 @@ from tether.runtime.context import (
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.specs import TaskSpec, ToolSpec
-from tether.conversation import (
-    Session,
-    SessionInfo,
-    Summarizer,
-    TokenCounter,
-    delete_session,
-    list_sessions,
-    open_session,
-)
 from tether.store import DEFAULT_URL
-from tether.userstate import UserState
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
+from tether.userstate import UserState
 
 __all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
 
