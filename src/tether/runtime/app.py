@@ -436,8 +436,14 @@ class App:
         With ``summarizer`` and ``compact_when_tokens_over``, adding a message compacts the session
         when the turns after its newest summary weigh more than that many tokens.
         """
-        return open_session(self.log, session_id, user_id=user_id, counter=counter, summarizer=summarizer,
-                            compact_when_tokens_over=compact_when_tokens_over)
+        return open_session(
+            self.log,
+            session_id,
+            user_id=user_id,
+            counter=counter,
+            summarizer=summarizer,
+            compact_when_tokens_over=compact_when_tokens_over,
+        )
 
     def sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[SessionInfo]:
         """Sessions of this tenant (of one user, if given), newest first."""

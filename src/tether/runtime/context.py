@@ -435,22 +435,16 @@ class _Context:
         errors = sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")) if record else 0
         task_id = self._task_id
         exists = record is not None
+
+        def intent(attempt: int) -> CallStarted:
+            return CallStarted(
+                n=n, key=key, tool=spec.name, args=arguments, attempt=attempt, kind=kind, compensates=compensates
+            )
+
         self._going_live()
         while True:
             if not readonly:
-                self._append(
-                    [
-                        CallStarted(
-                            n=n,
-                            key=key,
-                            tool=spec.name,
-                            args=arguments,
-                            attempt=attempt,
-                            kind=kind,
-                            compensates=compensates,
-                        )
-                    ]
-                )
+                self._append([intent(attempt)])
                 exists = True
             outcome = yield Invoke(spec.fn, args, kwargs, CallInfo(task_id, n, spec.name, key, attempt))
             assert outcome is not None
@@ -492,18 +486,8 @@ class _Context:
             backoff = spec.retry.delay(attempt) if retry else None
             tb = "".join(traceback.format_exception(failure))
             events: list[Event] = []
-            if not exists:
-                events.append(
-                    CallStarted(
-                        n=n,
-                        key=key,
-                        tool=spec.name,
-                        args=arguments,
-                        attempt=attempt,
-                        kind=kind,
-                        compensates=compensates,
-                    )
-                )
+            if not exists:  # a readonly call that failed: its record starts with this attempt
+                events.append(intent(attempt))
                 exists = True
             events.append(
                 CallAttemptFailed(
@@ -607,8 +591,14 @@ class _Context:
                     self._n += 1
                     key = call_key(self._task_id, self._n, spec.name, arguments)
                     served = CallCompleted(
-                        n=self._n, result=earlier.result, attempt=1, duration=0.0, key=key, tool=spec.name,
-                        args=arguments, kind="fetch",
+                        n=self._n,
+                        result=earlier.result,
+                        attempt=1,
+                        duration=0.0,
+                        key=key,
+                        tool=spec.name,
+                        args=arguments,
+                        kind="fetch",
                     )
                     self._append([served])
                     return spec.rehydrate(earlier.result)

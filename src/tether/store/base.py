@@ -14,11 +14,13 @@ with its tenant, so no call can see another tenant's rows.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
 __all__ = [
+    "ChangeSignal",
     "EventRow",
     "IndexUpdate",
     "LedgerRow",
@@ -107,6 +109,34 @@ class IndexUpdate:
 
     status: str | None
     wake_at: float | None = None
+
+
+class ChangeSignal:
+    """A counter of changes that threads can wait on: backends that learn of commits by a push
+    (their own writes in memory, LISTEN/NOTIFY in PostgreSQL) bump it; waiting workers wake."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._count = 0
+
+    def bump(self) -> None:
+        with self._condition:
+            self._count += 1
+            self._condition.notify_all()
+
+    def wait(self, timeout: float, interrupt: threading.Event | None = None) -> bool:
+        """Block until the next bump (``True``), ``timeout`` or ``interrupt`` (``False``)."""
+        deadline = time.monotonic() + timeout
+        with self._condition:
+            start = self._count
+            while self._count == start:
+                if interrupt is not None and interrupt.is_set():
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._condition.wait(min(remaining, 0.05))  # short waits: an interrupt is seen soon
+            return True
 
 
 @runtime_checkable

@@ -7,12 +7,11 @@ survives the process. Thread-safe: one lock around every operation.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from tether.errors import ConflictError, LeaseLostError, TaskNotFoundError
-from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
+from tether.store.base import ChangeSignal, EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
 
 __all__ = ["MemoryStore"]
 
@@ -37,8 +36,7 @@ class MemoryStore:
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._lock = threading.Lock()
-        self._changed = threading.Condition()
-        self._writes = 0
+        self._changes = ChangeSignal()
         self._tasks: dict[tuple[str, str], _Stream] = {}
         self._ledger: dict[tuple[str, str], LedgerRow] = {}
 
@@ -242,22 +240,10 @@ class MemoryStore:
         self._touch()
 
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            start = self._writes
-            while self._writes == start:
-                if interrupt is not None and interrupt.is_set():
-                    return False
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(min(remaining, 0.05))
-            return True
+        return self._changes.wait(timeout, interrupt)
 
     def _touch(self) -> None:
-        with self._changed:
-            self._writes += 1
-            self._changed.notify_all()
+        self._changes.bump()
 
     def close(self) -> None:
         pass

@@ -36,7 +36,7 @@ from tether.errors import (
     StoreUnavailableError,
     TaskNotFoundError,
 )
-from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
+from tether.store.base import ChangeSignal, EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -216,8 +216,8 @@ class PostgresStore:
         weakref.finalize(self, _close_pool, self._pool)
         self._ids: dict[tuple[str, str], int] = {}
         self._local = threading.local()
-        self._changed = threading.Condition()
-        self._changes = 0
+        self._changes = ChangeSignal()
+        self._listener_lock = threading.Lock()
         self._listener: threading.Thread | None = None
         self._closed = False
 
@@ -657,20 +657,10 @@ class PostgresStore:
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
         if self._listener is None:
             self._start_listener()
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            start = self._changes
-            while self._changes == start:
-                if interrupt is not None and interrupt.is_set():
-                    return False
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(min(remaining, 0.05))
-            return True
+        return self._changes.wait(timeout, interrupt)
 
     def _start_listener(self) -> None:
-        with self._changed:
+        with self._listener_lock:
             if self._listener is not None:
                 return
             self._listener = threading.Thread(target=self._listen, name=f"tether-listen-{self.schema}", daemon=True)
@@ -693,9 +683,7 @@ class PostgresStore:
                     time.sleep(0.2)
 
     def _bump(self) -> None:
-        with self._changed:
-            self._changes += 1
-            self._changed.notify_all()
+        self._changes.bump()
 
     def close(self) -> None:
         self._closed = True
