@@ -117,11 +117,12 @@ class _Entry:
 
 
 # Events from outside a run that make a waiting or sleeping task runnable at once.
-_WAKES = (InputReceived, CancelRequested)
+_WAKES = frozenset({InputReceived, CancelRequested})
 
 # Events whose fold cannot fail once these cheap checks pass: appends of them are folded
 # lazily. Every other event (status and phase moves, plans) is folded before it is written.
 _CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
+_CALL_EVENT_TYPES = frozenset(_CALL_EVENTS)
 _DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     CallStarted: lambda e: isinstance(e.key, str) and isinstance(e.tool, str) and isinstance(e.args, dict),
     CallCompleted: lambda e: e.key is None or (isinstance(e.key, str) and isinstance(e.args, dict)),
@@ -295,11 +296,12 @@ class TaskLog:
         for event in events:
             seq += 1
             rec = Recorded(seq, now, event)
-            check = _DEFERRED.get(type(event))
+            cls = type(event)
+            check = _DEFERRED.get(cls)
             if check is not None:
                 if not check(event):
-                    raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
-                if isinstance(event, _CALL_EVENTS):
+                    raise InvalidInputError(f"{cls.__name__} has a field of the wrong type: {event!r}")
+                if cls in _CALL_EVENT_TYPES:
                     calls = _check_call_ordinal(task_id, event, calls)
                 staged.append(rec)
             elif not isinstance(event, Event):
@@ -315,7 +317,7 @@ class TaskLog:
                 staged = []
                 if type(event) is StatusChanged:
                     index = IndexUpdate(status=event.status, wake_at=event.wake_at)
-            if type(event) in _WAKES and (index is None or index.status is None):
+            if cls in _WAKES and (index is None or index.status is None):
                 index = IndexUpdate(status=None, wake_at=now)  # an answer or a cancel: runnable now
             try:
                 encoded = orjson.dumps(event, default=json_default)
@@ -587,6 +589,8 @@ class TaskLog:
 def _check_call_ordinal(task_id: str, event: Event, calls: int) -> int:
     """The number of calls after ``event``; an event about a call that does not exist is refused."""
     n = event.n  # type: ignore[attr-defined]
+    if type(n) is int and 0 < n <= calls and getattr(event, "key", None) is None:
+        return calls  # the common case: an event about a call already opened
     opens = isinstance(event, CallStarted) or (isinstance(event, CallCompleted) and event.key is not None)
     if opens and n == calls + 1:
         return calls + 1

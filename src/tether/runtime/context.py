@@ -374,7 +374,7 @@ class _Context:
         arguments = spec.bind(args, kwargs)
         self._n += 1
         n = self._n
-        key = call_key(self.task_id, n, spec.name, arguments)
+        key = call_key(self._task_id, n, spec.name, arguments)
         undo = compensate or spec.compensate
         attempt = 1
         record = self._replay_call(n, spec.name) if self._cursor < len(self._history) else None

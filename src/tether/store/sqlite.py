@@ -308,21 +308,25 @@ class SQLiteStore:
             raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
         with self._lock:
             conn = self._conn
-            internal = self._id(tenant, task_id)
-            params = (internal, first.seq, first.type, first.schema, first.at, _text(first.data), fence)
+            internal = self._ids.get((tenant, task_id)) or self._id(tenant, task_id)
+            data = first.data if type(first.data) is str else _text(first.data)
+            params = (internal, first.seq, first.type, first.schema, first.at, data, fence)
             sql = _INSERT_FIRST if fence is None else _INSERT_FIRST_FENCED
             if len(events) == 1 and index is None:
                 # The common case: one guarded INSERT in autocommit mode, one statement. A single
                 # write statement takes the write lock at its start, so the busy handler applies.
                 cursor = self._append_cursor
-                self._gate_in()
+                gate = self._gate
+                if gate is not None:
+                    fcntl.flock(gate, fcntl.LOCK_EX)  # see _gate_in
                 try:
                     cursor.execute(sql, params)
                     inserted = cursor.rowcount
                 except sqlite3.IntegrityError:
                     inserted = 0
                 finally:
-                    self._gate_out()
+                    if gate is not None:
+                        fcntl.flock(gate, fcntl.LOCK_UN)
                 if inserted != 1:
                     self._refuse(tenant, task_id, internal, expected_version, fence)
                 return
