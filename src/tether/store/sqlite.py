@@ -89,16 +89,16 @@ MIGRATIONS: list[str] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
+# A stream's first event is written by create_task (a fork's too, at its fork point + 1), so the
+# predecessor of an appended event is always in the stream's own rows.
 _INSERT_FIRST = (
     "INSERT INTO events (task, seq, type, schema, at, data, fence) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 "
-    "WHERE EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1) "
-    "OR (SELECT parent_seq FROM tasks WHERE id = ?1) = ?2 - 1"
+    "WHERE EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1)"
 )
 _INSERT_FIRST_FENCED = (
     "INSERT INTO events (task, seq, type, schema, at, data, fence) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 "
     "WHERE (SELECT lease_token FROM tasks WHERE id = ?1) = ?7 "
-    "AND (EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1) "
-    "OR (SELECT parent_seq FROM tasks WHERE id = ?1) = ?2 - 1)"
+    "AND EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1)"
 )
 _CLAIM = """
 UPDATE tasks SET lease_owner = :owner, lease_expires = :expires, lease_token = lease_token + 1
@@ -355,6 +355,7 @@ class SQLiteStore:
                 raise
             conn.execute("COMMIT")
             self._gate_out()
+
 
     def rewind(
         self,
