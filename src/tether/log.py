@@ -359,25 +359,37 @@ class TaskLog:
         if not isinstance(at, int) or not 1 <= at <= parent.version:
             raise SequenceError(task_id, at if isinstance(at, int) else -1, parent.version)
         new_id = new_id or uuid.uuid4().hex
+        row, first = self._fork_records(new_id, task_id, at, parent.type, parent.user_id, parent.session_id, inputs)
+        self.store.create_task(self.tenant, row, first)
+        return self.load(new_id)
+
+    def _fork_records(
+        self,
+        new_id: str,
+        parent_id: str,
+        at: int,
+        type: str,
+        user_id: str | None,
+        session_id: str | None,
+        inputs: dict[str, Any] | None = None,
+    ) -> tuple[TaskRow, EventRow]:
+        """The index row and first event of a fork of ``parent_id`` at ``at``."""
         now = time.time()
-        event = TaskForked(task_id=new_id, parent_task_id=task_id, at=at, inputs=inputs)
+        event = TaskForked(task_id=new_id, parent_task_id=parent_id, at=at, inputs=inputs)
         row = TaskRow(
             task_id=new_id,
             tenant=self.tenant,
-            type=parent.type,
+            type=type,
             status=Status.PENDING.value,
-            user_id=parent.user_id,
-            session_id=parent.session_id,
+            user_id=user_id,
+            session_id=session_id,
             created_at=now,
             updated_at=now,
             version=at + 1,
-            parent_id=task_id,
+            parent_id=parent_id,
             parent_seq=at,
         )
-        self.store.create_task(
-            self.tenant, row, EventRow(at + 1, event.event_type, event.version, now, self.encode(event))
-        )
-        return self.load(new_id)
+        return row, EventRow(at + 1, event.event_type, event.version, now, self.encode(event))
 
     def rewind(self, task_id: str, to: int, *, archive_id: str) -> TaskState:
         """Set the task's branch aside as ``archive_id`` and put a fork of it at ``to`` in its place."""
@@ -386,20 +398,7 @@ class TaskLog:
             raise SequenceError(task_id, to if isinstance(to, int) else -1, current.version)
         now = time.time()
         archived = TaskArchived(task_id=archive_id, successor=task_id)
-        forked = TaskForked(task_id=task_id, parent_task_id=archive_id, at=to)
-        row = TaskRow(
-            task_id=task_id,
-            tenant=self.tenant,
-            type=current.type,
-            status=Status.PENDING.value,
-            user_id=current.user_id,
-            session_id=current.session_id,
-            created_at=now,
-            updated_at=now,
-            version=to + 1,
-            parent_id=archive_id,
-            parent_seq=to,
-        )
+        row, forked = self._fork_records(task_id, archive_id, to, current.type, current.user_id, current.session_id)
         self.store.rewind(
             self.tenant,
             task_id,
@@ -407,7 +406,7 @@ class TaskLog:
             archive_id=archive_id,
             archived=EventRow(current.version + 1, archived.event_type, archived.version, now, self.encode(archived)),
             fork=row,
-            forked=EventRow(to + 1, forked.event_type, forked.version, now, self.encode(forked)),
+            forked=forked,
         )
         self.forget(task_id)
         return self.load(task_id)
