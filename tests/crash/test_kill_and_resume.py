@@ -83,6 +83,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, make_url: Any) -> dict[s
 
 
 @pytest.mark.crash
+@pytest.mark.timeout(360)
 def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any], make_url: Any) -> None:
     rng = random.Random(SEED)
     landed: dict[str, int] = {}
@@ -128,6 +129,7 @@ def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any], 
 
 
 @pytest.mark.crash
+@pytest.mark.timeout(360)
 def test_killed_from_outside_at_random_times(tmp_path: Path, reference: dict[str, Any], make_url: Any) -> None:
     """The parent SIGKILLs the child after a random delay: no cooperation from the child at all."""
     rng = random.Random(SEED + 1)

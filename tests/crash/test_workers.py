@@ -81,6 +81,7 @@ def _fences_never_go_back(app: tether.App, task_id: str) -> set[int]:
 
 
 @pytest.mark.crash
+@pytest.mark.timeout(360)
 def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make_url: Any) -> None:
     url = make_url(tmp_path)
     env = _env(tmp_path, url, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.05")
@@ -123,6 +124,7 @@ def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make
 
 
 @pytest.mark.crash
+@pytest.mark.timeout(360)
 def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: Path, make_url: Any) -> None:
     url = make_url(tmp_path)
     env = _env(tmp_path, url, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.6")
@@ -163,6 +165,7 @@ def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: P
 
 
 @pytest.mark.crash
+@pytest.mark.timeout(360)
 def test_cancel_a_task_another_process_is_running(tmp_path: Path, make_url: Any) -> None:
     url = make_url(tmp_path)
     env = _env(tmp_path, url, TETHER_TEST_TTL="5.0", TETHER_TEST_SLOW="0.3")
@@ -194,6 +197,7 @@ def test_cancel_a_task_another_process_is_running(tmp_path: Path, make_url: Any)
 
 
 @pytest.mark.crash
+@pytest.mark.timeout(360)
 def test_sleep_across_a_crash_keeps_its_wake_up_time(tmp_path: Path, make_url: Any) -> None:
     url = make_url(tmp_path)
     script = f"""
@@ -237,6 +241,7 @@ def _events_or_none(app: tether.App, task_id: str) -> list[tether.events.Recorde
 
 
 @pytest.mark.crash
+@pytest.mark.timeout(360)
 def test_postgres_connections_cut_while_workers_run(tmp_path: Path) -> None:
     """pg_terminate_backend on every tether connection, three times, while two workers run jobs."""
     from tests.conftest import PG_PROBLEM, PG_URL, pg_url
