@@ -8,8 +8,9 @@ server, default ``postgresql://postgres@127.0.0.1:5432/test``). Prints a table, 
 * tether append latency (one event per commit) and a side-effecting recorded call (two commits),
   against the single-connection floor. Target: append <= 1.5x the floor.
 * aggregate appends/s with 1, 4 and 16 concurrent writers, each appending to its own task —
-  as threads of one process and as separate processes (no GIL between them); the better of the
-  two is set against the floor's commits/s at the same concurrency. Target: >= 70%.
+  as threads of one process, and spread over up to 4 processes (threads within each, so one
+  client GIL is not the limit); the better of the two is set against the floor's commits/s at the
+  same concurrency. Target: >= 70%.
 * tasks/s for a 5-call task with 1 and 4 worker processes (``tether worker``).
 * claim latency (p50/p99, ``FOR UPDATE SKIP LOCKED``) and send_input -> running latency with an
   idle worker woken by LISTEN/NOTIFY.
@@ -109,34 +110,45 @@ def tether_appends(concurrency: int, seconds: float) -> tuple[float, float]:
 
 
 _APPENDER = """
-import sys, time, tether
+import sys, threading, time, tether
 from tether.events import ObservationRecorded
-url, seconds, start_at = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+url, seconds, start_at, threads = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 log = tether.TaskLog(url)
-task = log.create(type="bench").task_id
-version, count = 1, 0
-while time.time() < start_at:
-    time.sleep(0.001)
-stop = start_at + seconds
-while time.time() < stop:
-    version = log.append(task, [ObservationRecorded(key="m", value="x" * 500)], version)
-    count += 1
-print(count)
+counts = [0] * threads
+def writer(i):
+    task = log.create(type="bench").task_id
+    version = 1
+    while time.time() < start_at:
+        time.sleep(0.001)
+    stop = start_at + seconds
+    while time.time() < stop:
+        version = log.append(task, [ObservationRecorded(key="m", value="x" * 500)], version)
+        counts[i] += 1
+workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+for w in workers:
+    w.start()
+for w in workers:
+    w.join()
+print(sum(counts))
 """
 
 
 def tether_appends_processes(concurrency: int, seconds: float) -> float:
-    """Appends per second in all with ``concurrency`` writer processes (no GIL between them)."""
+    """Appends per second in all with ``concurrency`` writers spread over up to 4 processes (threads
+    within each), so the client's GIL is not the bottleneck; the machine has 2 cores."""
     url = schema_url()
     tether.TaskLog(url).store.close()  # create the schema once, before the race
     start_at = time.time() + 2.0  # every process imported and connected by then
     env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
+    processes = min(concurrency, 4)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _APPENDER, url, str(seconds), str(start_at)], env=env, stdout=subprocess.PIPE,
+            [sys.executable, "-c", _APPENDER, url, str(seconds), str(start_at), str(concurrency // processes)],
+            env=env,
+            stdout=subprocess.PIPE,
             text=True,
         )
-        for _ in range(concurrency)
+        for _ in range(processes)
     ]
     total = sum(int(p.communicate(timeout=120)[0].strip()) for p in procs)
     return total / seconds
