@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import tether
 
 HERE = Path(__file__).parent
@@ -53,3 +55,24 @@ def test_processes_appending_lose_and_duplicate_nothing(tmp_path: Path, make_url
     for name in names:
         own = log.load(f"own-{name}")
         assert own.version == count + 1 and own.observations["i"].value == count - 1
+
+
+def test_a_writer_that_trusts_its_knowledge_still_sees_another_process(tmp_path: Path) -> None:
+    """The single-writer fast path: after another process writes, the next append checks again."""
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    log = tether.TaskLog(url)
+    state = log.create(type="t", task_id="t")
+    token = log.store.acquire_lease(log.tenant, "t", "me", 60, time.time())
+    assert token is not None
+    version = log.append("t", [tether.events.OutputSet(output=1)], state.version, fence=token)
+    version = log.append("t", [tether.events.OutputSet(output=2)], version, fence=token)  # trusted now
+    code = (
+        "import time, tether\n"
+        f"log = tether.TaskLog({url!r})\n"
+        "log.store.acquire_lease(log.tenant, 't', 'thief', 60, time.time() + 120)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent.parent / "src")}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    with pytest.raises(tether.LeaseLostError):
+        log.append("t", [tether.events.OutputSet(output=3)], version, fence=token)
+    assert log.load("t").output == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -100,6 +101,7 @@ _INSERT_FIRST_FENCED = (
     "WHERE (SELECT lease_token FROM tasks WHERE id = ?1) = ?7 "
     "AND EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1)"
 )
+_GENERATION = struct.Struct("<Q")  # the write generation at the start of the lock file
 _CLAIM = """
 UPDATE tasks SET lease_owner = :owner, lease_expires = :expires, lease_token = lease_token + 1
 WHERE id = (
@@ -183,6 +185,10 @@ class SQLiteStore:
         if path != ":memory:":
             self._gate = os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
         self._append_cursor = self._conn.cursor()  # reused: one fewer allocation per append
+        # What this connection knows for sure while it is the only writer (see _gate_in and append).
+        self._generation = -1
+        self._known: dict[int, int] = {}  # stream → the version we last wrote
+        self._tokens: dict[int, int] = {}  # stream → the lease token our last write was fenced with
 
     # -- schema -----------------------------------------------------------------
     def _migrate(self) -> None:
@@ -230,16 +236,31 @@ class SQLiteStore:
             finally:
                 self._gate_out()
 
-    def _gate_in(self) -> None:
-        """Queue for the write lock in the kernel, not in SQLite's busy handler.
+    def _gate_in(self) -> bool:
+        """Queue for the write lock in the kernel, not in SQLite's busy handler; return whether
+        this connection was the last to write (so what it knows of versions and tokens still holds).
 
         SQLite's busy handler sleeps and retries (1, 2, 5 ... 100 ms): under contention a
         writer can lose every race for seconds while others commit. Waiting on ``flock``
         instead wakes a writer the moment the lock is free, so no writer starves and the
         longest wait stays near (writers × one transaction). Readers never take it (WAL).
+
+        The lock file also holds a write generation, bumped by every writer *before* it writes
+        (a writer killed mid-write has bumped it already). Finding our own last number there
+        means no other writer has touched the database since we last did.
         """
-        if self._gate is not None:
-            fcntl.flock(self._gate, fcntl.LOCK_EX)
+        if self._gate is None:
+            return False
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        raw = os.pread(self._gate, 8, 0)
+        current = _GENERATION.unpack(raw)[0] if len(raw) == 8 else 0
+        alone = current == self._generation
+        self._generation = current + 1
+        os.pwrite(self._gate, _GENERATION.pack(self._generation), 0)
+        if not alone:
+            self._known.clear()
+            self._tokens.clear()
+        return alone
 
     def _gate_out(self) -> None:
         if self._gate is not None:
@@ -316,19 +337,29 @@ class SQLiteStore:
                 # The common case: one guarded INSERT in autocommit mode, one statement. A single
                 # write statement takes the write lock at its start, so the busy handler applies.
                 cursor = self._append_cursor
-                gate = self._gate
-                if gate is not None:
-                    fcntl.flock(gate, fcntl.LOCK_EX)  # see _gate_in
+                alone = self._gate_in()
                 try:
+                    if (
+                        alone
+                        and self._known.get(internal) == expected_version
+                        and (fence is None or self._tokens.get(internal) == fence)
+                    ):
+                        # No other writer since we wrote this stream at this version under this
+                        # token: the guard's two reads would only confirm what we know. The primary
+                        # key still refuses a duplicate.
+                        sql = _INSERT_NEXT
                     cursor.execute(sql, params)
                     inserted = cursor.rowcount
                 except sqlite3.IntegrityError:
                     inserted = 0
                 finally:
-                    if gate is not None:
-                        fcntl.flock(gate, fcntl.LOCK_UN)
+                    self._gate_out()
                 if inserted != 1:
+                    self._forget_known(internal)
                     self._refuse(tenant, task_id, internal, expected_version, fence)
+                self._known[internal] = first.seq
+                if fence is not None:
+                    self._tokens[internal] = fence
                 return
             self._gate_in()
             conn.execute("BEGIN IMMEDIATE")
@@ -352,10 +383,11 @@ class SQLiteStore:
             except BaseException:
                 conn.execute("ROLLBACK")
                 self._gate_out()
+                self._forget_known(internal)
                 raise
             conn.execute("COMMIT")
             self._gate_out()
-
+            self._known[internal] = events[-1].seq
 
     def rewind(
         self,
@@ -376,6 +408,7 @@ class SQLiteStore:
             taken = conn.execute("SELECT 1 FROM tasks WHERE tenant = ? AND task_id = ?", (tenant, archive_id))
             if taken.fetchone() is not None:
                 raise ConflictError(archive_id, expected=0, actual=None)
+            self._forget_known(internal)
             conn.execute("UPDATE tasks SET task_id = ? WHERE id = ?", (archive_id, internal))
             conn.execute(
                 _INSERT_NEXT,
@@ -402,6 +435,10 @@ class SQLiteStore:
             )
         self._ids[(tenant, archive_id)] = internal
         self._ids[(tenant, task_id)] = new  # type: ignore[assignment]
+
+    def _forget_known(self, internal: int) -> None:
+        self._known.pop(internal, None)
+        self._tokens.pop(internal, None)
 
     def _refuse(self, tenant: str, task_id: str, internal: int, expected: int, fence: int | None) -> None:
         """Say why a guarded insert wrote nothing: stale fence, missing task or wrong version."""
@@ -459,6 +496,7 @@ class SQLiteStore:
             internal = self._id(tenant, task_id)
             if conn.execute("SELECT 1 FROM tasks WHERE parent = ?", (internal,)).fetchone() is not None:
                 raise ConflictError(task_id, expected=0, actual=None)
+            self._forget_known(internal)
             gone = conn.execute("DELETE FROM events WHERE task = ?", (internal,)).rowcount
             conn.execute("DELETE FROM snapshots WHERE task = ?", (internal,))
             conn.execute("DELETE FROM tasks WHERE id = ?", (internal,))
@@ -556,11 +594,13 @@ class SQLiteStore:
                 "RETURNING lease_token",
                 (owner, now + ttl, self._id(tenant, task_id), now, steal_from),
             ).fetchone()
+            self._tokens.pop(self._id(tenant, task_id), None)
             return None if row is None else int(row[0])
 
     def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
         with self._write() as conn:
             row = conn.execute(_CLAIM, {"owner": owner, "now": now, "expires": now + ttl, "tenant": tenant}).fetchone()
+            self._tokens.clear()  # a lease moved: the next fenced append checks its token
             return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
@@ -577,6 +617,7 @@ class SQLiteStore:
                 "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = ? AND lease_token = ?",
                 (self._id(tenant, task_id), token),
             )
+            self._tokens.pop(self._id(tenant, task_id), None)
 
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
         # PRAGMA data_version changes when another connection commits; it reads only the WAL
