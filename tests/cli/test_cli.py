@@ -184,3 +184,13 @@ def test_replay_resume_and_cancel_through_the_app(tmp_path: Path) -> None:
     assert "t1~1" in run("tasks", cwd=tmp_path).stdout
     broken = run("replay", "t1", "--app", "agent:nothing", cwd=tmp_path, ok=False)
     assert broken.returncode == 2 and "not a tether.App" in broken.stderr
+
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+def test_show_matches_its_snapshot(db: Path) -> None:
+    """The human output of `tether show`, byte for byte (in a pipe: no colour, fixed width)."""
+    out = run("show", "trip-abc123", cwd=db).stdout
+    expected = (SNAPSHOTS / "show.txt").read_text()
+    assert out == expected, f"`tether show` output changed; if on purpose, update {SNAPSHOTS / 'show.txt'}:\n{out}"
