@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tether._streams import Stream
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError, TetherError
-from tether.events import Event, Recorded, _event
+from tether.events import Event, Recorded, _event, _ts
 from tether.log import TaskLog, checksum
 from tether.store import SnapshotRow
 
@@ -135,10 +135,6 @@ class SessionView(_Record):
     recent: tuple[Message, ...] = ()
     closed: bool = False
     version: int = 0
-
-
-def _ts(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, UTC)
 
 
 def _message(rec: Recorded, ev: MessageAdded) -> Message:

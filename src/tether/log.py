@@ -244,17 +244,7 @@ class TaskLog:
         rec = Recorded(1, now, event)
         state = apply(None, rec)
         encoded = self.encode(event)
-        row = TaskRow(
-            task_id=task_id,
-            tenant=self.tenant,
-            type=type,
-            status=Status.PENDING.value,
-            user_id=user_id,
-            session_id=session_id,
-            created_at=now,
-            updated_at=now,
-            version=1,
-        )
+        row = self._index_row(task_id, type, user_id, session_id, now, version=1)
         self.store.create_task(self.tenant, row, EventRow(1, event.event_type, event.version, now, encoded))
         self._remember(task_id, _Entry(state, 0, 0, len(encoded)))
         return state
@@ -363,6 +353,32 @@ class TaskLog:
         self.store.create_task(self.tenant, row, first)
         return self.load(new_id)
 
+    def _index_row(
+        self,
+        task_id: str,
+        type: str,
+        user_id: str | None,
+        session_id: str | None,
+        now: float,
+        *,
+        version: int,
+        parent: tuple[str, int] | None = None,
+    ) -> TaskRow:
+        """The index row of a new task (a fork names its parent and the last event it shares)."""
+        return TaskRow(
+            task_id=task_id,
+            tenant=self.tenant,
+            type=type,
+            status=Status.PENDING.value,
+            user_id=user_id,
+            session_id=session_id,
+            created_at=now,
+            updated_at=now,
+            version=version,
+            parent_id=parent[0] if parent else None,
+            parent_seq=parent[1] if parent else None,
+        )
+
     def _fork_records(
         self,
         new_id: str,
@@ -376,19 +392,7 @@ class TaskLog:
         """The index row and first event of a fork of ``parent_id`` at ``at``."""
         now = time.time()
         event = TaskForked(task_id=new_id, parent_task_id=parent_id, at=at, inputs=inputs)
-        row = TaskRow(
-            task_id=new_id,
-            tenant=self.tenant,
-            type=type,
-            status=Status.PENDING.value,
-            user_id=user_id,
-            session_id=session_id,
-            created_at=now,
-            updated_at=now,
-            version=at + 1,
-            parent_id=parent_id,
-            parent_seq=at,
-        )
+        row = self._index_row(new_id, type, user_id, session_id, now, version=at + 1, parent=(parent_id, at))
         return row, EventRow(at + 1, event.event_type, event.version, now, self.encode(event))
 
     def rewind(self, task_id: str, to: int, *, archive_id: str) -> TaskState:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -136,7 +136,7 @@ class UserState:
     def history(self) -> list[UserChange]:
         """Every change, oldest first."""
         return [
-            UserChange(r.seq, datetime.fromtimestamp(r.at, UTC), r.event.set, r.event.removed)
+            UserChange(r.seq, r.time, r.event.set, r.event.removed)
             for r in self._stream.read()
             if isinstance(r.event, UserChanged)
         ]

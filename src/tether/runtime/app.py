@@ -70,6 +70,7 @@ from tether.userstate import UserState
 __all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -367,13 +368,12 @@ class App:
         returns it as it is if it has finished.
         """
         spec = self._task_spec(task)
-        if spec.is_async:
-            _no_running_loop("run", "run_async")
-            return asyncio.run(
-                self.run_async(task, *args, task_id=task_id, user_id=user_id, session_id=session_id, **kwargs)
-            )
-        state = self._create(spec, args, kwargs, task_id, user_id, session_id)
-        return drive(self._execute(spec, state.task_id))
+        return self._drive(
+            spec,
+            lambda: self._execute(spec, self._create(spec, args, kwargs, task_id, user_id, session_id).task_id),
+            "run",
+            "run_async",
+        )
 
     async def run_async(
         self,
@@ -392,10 +392,7 @@ class App:
     def resume(self, task_id: str) -> TaskHandle:
         """Continue a stored task from its log; recorded steps are not run again."""
         spec = self._spec_of(task_id)
-        if spec.is_async:
-            _no_running_loop("resume", "resume_async")
-            return asyncio.run(self.resume_async(task_id))
-        return drive(self._execute(spec, task_id))
+        return self._drive(spec, lambda: self._execute(spec, task_id), "resume", "resume_async")
 
     async def resume_async(self, task_id: str) -> TaskHandle:
         """The async twin of :meth:`resume`."""
@@ -560,9 +557,7 @@ class App:
                     if state.status in TERMINAL:
                         return TaskHandle.of(state)
         spec = self._task_spec(state.type)
-        if spec.is_async:
-            return asyncio.run(drive_async(self._execute(spec, task_id, force=True)))
-        return drive(self._execute(spec, task_id, force=True))
+        return self._drive(spec, lambda: self._execute(spec, task_id, force=True), "cancel", "cancel")
 
     def run_worker(
         self, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
@@ -582,9 +577,15 @@ class App:
         except TetherError:
             self.store.release_lease(self.tenant, task_id, token)
             raise
+        return self._drive(spec, lambda: self._execute(spec, task_id, token=token), "run", "run_async")
+
+    def _drive(self, spec: TaskSpec, make_flow: Callable[[], Flow[T]], name: str, twin: str) -> T:
+        """Run a flow with the driver the task needs: in plain Python, or on a fresh event loop for an
+        async task (refused inside a running loop, before anything is done, pointing at ``twin``)."""
         if spec.is_async:
-            return asyncio.run(drive_async(self._execute(spec, task_id, token=token)))
-        return drive(self._execute(spec, task_id, token=token))
+            _no_running_loop(name, twin)
+            return asyncio.run(drive_async(make_flow()))
+        return drive(make_flow())
 
     # ------------------------------------------------------------------ time travel
     def history(self, task_id: str) -> list[HistoryEntry]:
@@ -654,11 +655,7 @@ class App:
         nothing; report the first divergence, or that it replays cleanly. Run it before you
         deploy changed agent code."""
         spec = self._spec_of(task_id)
-        flow = self._replay(spec, task_id, upto)
-        if spec.is_async:
-            _no_running_loop("replay", "replay")
-            return asyncio.run(drive_async(flow))
-        return drive(flow)
+        return self._drive(spec, lambda: self._replay(spec, task_id, upto), "replay", "replay")
 
     def _replay(self, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[ReplayReport]:
         history = self.log.events(task_id, upto=upto)

@@ -454,19 +454,17 @@ class _Context:
                     # Live code gets what replay will get: the result's JSON form (as the tool's
                     # return annotation promises, for a model), never the object it happened to be.
                     recorded = as_json(value)
-                    if exists:
-                        done = CallCompleted(n=n, result=recorded, attempt=attempt, duration=outcome.duration)
-                    else:
-                        done = CallCompleted(
-                            n=n,
-                            result=recorded,
-                            attempt=attempt,
-                            duration=outcome.duration,
-                            key=key,
-                            tool=spec.name,
-                            args=arguments,
-                            kind=kind,
-                        )
+                    # A readonly call has no intent: its completion carries the call's identity.
+                    done = CallCompleted(
+                        n=n,
+                        result=recorded,
+                        attempt=attempt,
+                        duration=outcome.duration,
+                        kind=kind,
+                        key=None if exists else key,
+                        tool=None if exists else spec.name,
+                        args=None if exists else arguments,
+                    )
                     self._append([done])
                 except InvalidInputError as exc:
                     # The value cannot be stored: fail the call, never half-write it.
