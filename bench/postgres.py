@@ -20,22 +20,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE))
 
 import psycopg  # noqa: E402
+from _common import send_input_latency, stop, threaded_rate, warm_up, worker_processes  # noqa: E402
 
 import tether  # noqa: E402
 from tether.events import ObservationRecorded  # noqa: E402
@@ -56,57 +57,35 @@ def floor(concurrency: int, seconds: float) -> tuple[float, float]:
     table = f"floor_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(PG, autocommit=True) as admin:
         admin.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, data text)")
-    counts = [0] * concurrency
-    latencies: list[float] = []
-    stop = time.monotonic() + seconds
 
-    def writer(i: int) -> None:
-        with psycopg.connect(PG, autocommit=True) as conn:
-            while time.monotonic() < stop:
-                start = time.perf_counter()
-                conn.execute(f"INSERT INTO {table} (data) VALUES (%s)", (PAYLOAD,))
-                if i == 0:
-                    latencies.append(time.perf_counter() - start)
-                counts[i] += 1
+    def writer(i: int) -> tuple[Callable[[], None], Callable[[], None]]:
+        conn = psycopg.connect(PG, autocommit=True)
+        return (lambda: conn.execute(f"INSERT INTO {table} (data) VALUES (%s)", (PAYLOAD,)) and None), conn.close
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(concurrency)]
-    begin = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - begin
-    with psycopg.connect(PG, autocommit=True) as admin:
-        admin.execute(f"DROP TABLE {table}")
-    return sum(counts) / elapsed, statistics.median(latencies)
+    try:
+        return threaded_rate(concurrency, seconds, writer)
+    finally:
+        with psycopg.connect(PG, autocommit=True) as admin:
+            admin.execute(f"DROP TABLE {table}")
 
 
 def tether_appends(concurrency: int, seconds: float) -> tuple[float, float]:
     """(appends per second in all, median seconds per append) for TaskLog.append, one task per writer."""
     log = tether.TaskLog(schema_url())
-    tasks = [log.create(type="bench").task_id for _ in range(concurrency)]
-    counts = [0] * concurrency
-    latencies: list[float] = []
-    stop = time.monotonic() + seconds
 
-    def writer(i: int) -> None:
-        version = 1
-        while time.monotonic() < stop:
-            start = time.perf_counter()
-            version = log.append(tasks[i], [ObservationRecorded(key="m", value=PAYLOAD)], version)
-            if i == 0:
-                latencies.append(time.perf_counter() - start)
-            counts[i] += 1
+    def writer(i: int) -> tuple[Callable[[], None], Callable[[], None]]:
+        task = log.create(type="bench").task_id
+        version = [1]
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(concurrency)]
-    begin = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - begin
-    log.store.close()
-    return sum(counts) / elapsed, statistics.median(latencies)
+        def op() -> None:
+            version[0] = log.append(task, [ObservationRecorded(key="m", value=PAYLOAD)], version[0])
+
+        return op, lambda: None
+
+    try:
+        return threaded_rate(concurrency, seconds, writer)
+    finally:
+        log.store.close()
 
 
 _APPENDER = """
@@ -172,44 +151,14 @@ def recorded_call(n: int) -> float:
     return per_call
 
 
-def _workers(n: int, url: str, stats: Path) -> list[subprocess.Popen[bytes]]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)]),
-        "TETHER_BENCH_URL": url,
-        "TETHER_BENCH_STATS": str(stats),
-    }
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", "tether.cli", "worker", "_benchapp:app", "--poll", "0.5"],
-            cwd=HERE,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(n)
-    ]
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        proc.wait(timeout=60)
-
-
 def tasks_per_second(workers: int, tasks: int, folder: Path) -> float:
     url = schema_url()
     app = tether.App(url)
     app.task(name="five_calls")(lambda ctx, n: n)
-    procs = _workers(workers, url, folder / f"pg{workers}.stats")
+    procs = worker_processes(workers, url, folder / f"pg{workers}.stats")
     try:
-        for i in range(workers):  # warm up: every worker has started and run one task
-            app.start("five_calls", 0, task_id=f"warm{i}")
+        warm_up(app, workers)
         deadline = time.time() + 60
-        while len(app.log.list(status="completed", limit=workers + 1)) < workers:
-            assert time.time() < deadline, "workers did not start"
-            time.sleep(0.01)
         start = time.perf_counter()
         for n in range(tasks):
             app.start("five_calls", n, task_id=f"t{n}")
@@ -218,7 +167,7 @@ def tasks_per_second(workers: int, tasks: int, folder: Path) -> float:
             time.sleep(0.01)
         return tasks / (time.perf_counter() - start)
     finally:
-        _stop(procs)
+        stop(procs)
         app.close()
 
 
@@ -236,33 +185,6 @@ def claim_latency(samples: int) -> tuple[float, float]:
     app.close()
     times.sort()
     return statistics.median(times), times[int(len(times) * 0.99) - 1]
-
-
-def input_latency(samples: int, folder: Path) -> tuple[float, float]:
-    url = schema_url()
-    app = tether.App(url)
-    app.task(name="five_calls")(lambda ctx, n: n)
-    procs = _workers(1, url, folder / "latency.stats")
-    latencies = []
-    try:
-        for i in range(samples):
-            task_id = f"probe{i}"
-            app.start("five_calls", -1 - i, task_id=task_id)
-            deadline = time.time() + 30
-            while app.get(task_id).status is not tether.Status.AWAITING_INPUT:
-                assert time.time() < deadline, "the probe never started waiting"
-                time.sleep(0.005)
-            version = app.state(task_id).version
-            start = time.perf_counter()
-            app.send_input(task_id, "go", True)
-            while app.log.version(task_id) <= version + 1:
-                time.sleep(0.001)
-            latencies.append(time.perf_counter() - start)
-    finally:
-        _stop(procs)
-        app.close()
-    latencies.sort()
-    return statistics.median(latencies), latencies[-1]
 
 
 def main() -> None:
@@ -290,7 +212,7 @@ def main() -> None:
         call_ms = min(recorded_call(200 if args.quick else 1000) for _ in range(2)) * 1000
         tasks = {w: tasks_per_second(w, 40 if args.quick else 200, folder) for w in (1, 4)}
         claim = claim_latency(100 if args.quick else 500)
-        wake = input_latency(5 if args.quick else 20, folder)
+        wake = send_input_latency(schema_url(), 5 if args.quick else 20, folder / "latency.stats")
     finally:
         with psycopg.connect(PG, autocommit=True) as admin:
             for schema in SCHEMAS:

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,46 +24,20 @@ import orjson
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE))
+
+from _common import send_input_latency, stop, warm_up, worker_processes  # noqa: E402
 
 import tether  # noqa: E402
-
-
-def _env(db: Path, stats: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)]),
-        "TETHER_BENCH_URL": f"sqlite:///{db}",
-        "TETHER_BENCH_STATS": str(stats),
-    }
-
-
-def _workers(n: int, env: dict[str, str], *, idle_exit: bool) -> list[subprocess.Popen[bytes]]:
-    args = [sys.executable, "-m", "tether.cli", "worker", "_benchapp:app", "--poll", "0.5"]
-    if idle_exit:
-        args.append("--idle-exit")
-    return [
-        subprocess.Popen(args, cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(n)
-    ]
-
-
-def _ready(procs: list[subprocess.Popen[bytes]], app: tether.App, marker: str) -> None:
-    """Wait until every worker has claimed (and finished) one warm-up task, so all start together."""
-    for i in range(len(procs)):
-        app.start("five_calls", 0, task_id=f"{marker}{i}")
-    deadline = time.time() + 60
-    while any(app.get(f"{marker}{i}").status is not tether.Status.COMPLETED for i in range(len(procs))):
-        assert time.time() < deadline, "workers did not start"
-        time.sleep(0.01)
 
 
 def throughput(workers: int, tasks: int, folder: Path) -> dict[str, object]:
     db, stats = folder / f"w{workers}.db", folder / f"w{workers}.stats"
     app = tether.App(f"sqlite:///{db}")
     app.task(name="five_calls")(lambda ctx, n: n)
-    procs = _workers(workers, _env(db, stats), idle_exit=False)
+    procs = worker_processes(workers, f"sqlite:///{db}", stats)
     try:
-        _ready(procs, app, "warmup")
+        warm_up(app, len(procs))
         before = {r.task_id for r in app.log.list(limit=1000)}
         start = time.perf_counter()
         for n in range(tasks):
@@ -77,10 +48,7 @@ def throughput(workers: int, tasks: int, folder: Path) -> dict[str, object]:
             time.sleep(0.01)
         elapsed = time.perf_counter() - start
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=60)
+        stop(procs)
     reports = [json.loads(line) for line in stats.read_text().splitlines()]
     runs = [r["appends"] for r in reports]
     return {
@@ -93,36 +61,6 @@ def throughput(workers: int, tasks: int, folder: Path) -> dict[str, object]:
     }
 
 
-def input_latency(folder: Path, samples: int) -> dict[str, float]:
-    db, stats = folder / "latency.db", folder / "latency.stats"
-    app = tether.App(f"sqlite:///{db}")
-    app.task(name="five_calls")(lambda ctx, n: n)
-    procs = _workers(1, _env(db, stats), idle_exit=False)
-    latencies = []
-    try:
-        for i in range(samples):
-            task_id = f"probe{i}"
-            app.start("five_calls", -1 - i, task_id=task_id)
-            deadline = time.time() + 30
-            while app.get(task_id).status is not tether.Status.AWAITING_INPUT:
-                assert time.time() < deadline, "the probe task never started waiting"
-                time.sleep(0.005)
-            version = app.state(task_id).version
-            sent = time.perf_counter()
-            app.send_input(task_id, "go", True)
-            sent_version = version + 1
-            while app.log.version(task_id) <= sent_version:
-                time.sleep(0.001)
-            latencies.append(time.perf_counter() - sent)
-    finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=30)
-    latencies.sort()
-    return {"p50_ms": statistics.median(latencies) * 1000, "max_ms": latencies[-1] * 1000}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -130,7 +68,8 @@ def main() -> None:
     tasks = 60 if args.quick else 400
     folder = Path(tempfile.mkdtemp(prefix="tether-bench-"))
     rows = [throughput(n, tasks, folder) for n in (1, 2, 4)]
-    latency = input_latency(folder, 5 if args.quick else 20)
+    wake = send_input_latency(f"sqlite:///{folder / 'latency.db'}", 5 if args.quick else 20, folder / "latency.stats")
+    latency = {"p50_ms": wake[0] * 1000, "max_ms": wake[1] * 1000}
     four = rows[-1]
     result = {
         "tasks": tasks,

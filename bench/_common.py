@@ -1,0 +1,114 @@
+"""What the benchmarks share: worker processes, the send_input probe, and a threaded rate harness."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent / "src"))
+
+import tether  # noqa: E402
+
+Procs = list[subprocess.Popen[bytes]]
+
+
+def worker_processes(n: int, url: str, stats: Path, *, idle_exit: bool = False) -> Procs:
+    """``n`` `tether worker _benchapp:app` processes on ``url``; they write append timings to ``stats``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)]),
+        "TETHER_BENCH_URL": url,
+        "TETHER_BENCH_STATS": str(stats),
+    }
+    args = [sys.executable, "-m", "tether.cli", "worker", "_benchapp:app", "--poll", "0.5"]
+    if idle_exit:
+        args.append("--idle-exit")
+    return [
+        subprocess.Popen(args, cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(n)
+    ]
+
+
+def warm_up(app: tether.App, workers: int) -> None:
+    """Give each worker one task and wait for all of them, so every worker has started before timing."""
+    for i in range(workers):
+        app.start("five_calls", 0, task_id=f"warmup{i}")
+    deadline = time.time() + 60
+    while any(app.get(f"warmup{i}").status is not tether.Status.COMPLETED for i in range(workers)):
+        assert time.time() < deadline, "workers did not start"
+        time.sleep(0.01)
+
+
+def stop(procs: Procs) -> None:
+    """SIGTERM (workers finish what they run), then wait."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.wait(timeout=60)
+
+
+def send_input_latency(url: str, samples: int, stats: Path) -> tuple[float, float]:
+    """(median, max) seconds from ``send_input`` returning to an idle worker's next write to the task."""
+    app = tether.App(url)
+    app.task(name="five_calls")(lambda ctx, n: n)
+    procs = worker_processes(1, url, stats)
+    latencies = []
+    try:
+        for i in range(samples):
+            task_id = f"probe{i}"
+            app.start("five_calls", -1 - i, task_id=task_id)
+            deadline = time.time() + 30
+            while app.get(task_id).status is not tether.Status.AWAITING_INPUT:
+                assert time.time() < deadline, "the probe never started waiting"
+                time.sleep(0.005)
+            version = app.state(task_id).version
+            start = time.perf_counter()
+            app.send_input(task_id, "go", True)
+            while app.log.version(task_id) <= version + 1:
+                time.sleep(0.001)
+            latencies.append(time.perf_counter() - start)
+    finally:
+        stop(procs)
+        app.close()
+    latencies.sort()
+    return statistics.median(latencies), latencies[-1]
+
+
+def threaded_rate(
+    concurrency: int, seconds: float, writer: Callable[[int], tuple[Callable[[], None], Callable[[], None]]]
+) -> tuple[float, float]:
+    """(operations per second in all, median seconds per operation of thread 0).
+
+    ``writer(i)`` runs in thread ``i`` and returns its operation and a cleanup.
+    """
+    counts = [0] * concurrency
+    latencies: list[float] = []
+    stop_at = time.monotonic() + seconds
+
+    def run(i: int) -> None:
+        op, cleanup = writer(i)
+        try:
+            while time.monotonic() < stop_at:
+                start = time.perf_counter()
+                op()
+                if i == 0:
+                    latencies.append(time.perf_counter() - start)
+                counts[i] += 1
+        finally:
+            cleanup()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
+    begin = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.perf_counter() - begin), statistics.median(latencies)
