@@ -106,3 +106,36 @@ def test_snapshot_corrupted_on_disk_is_detected(tmp_path: Path, caplog: pytest.L
         loaded = tether.TaskLog(url).load(state.task_id)
     assert loaded == state
     assert "fails its checksum" in caplog.text
+
+
+WAL_FRAME = 4096 + 24  # a page and its frame header
+
+
+def test_checkpoints_run_off_the_commit_path_and_keep_the_wal_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lower thresholds so a few thousand commits cross them many times over.
+    from tether.store.sqlite import _Checkpointer
+
+    monkeypatch.setattr(_Checkpointer, "EVERY", 20)
+    monkeypatch.setattr(_Checkpointer, "GATED_FRAMES", 200)
+    path = tmp_path / "t.db"
+    log = tether.TaskLog(f"sqlite:///{path}")
+    state = log.create(type="chat")
+    version = state.version
+    commits = 6000
+    for i in range(commits):
+        version = log.append(state.task_id, [ObservationRecorded(key="turn", value=i)], version, snapshot=False)
+    store = log.store
+    assert isinstance(store, SQLiteStore)
+    checkpointer = store._checkpointer
+    assert checkpointer is not None and checkpointer.passes > 0 and checkpointer.gated > 0
+    # Without checkpoints the WAL would hold a frame per commit; restarted, it stays far smaller.
+    wal_frames = (path.with_name("t.db-wal").stat().st_size - 32) // WAL_FRAME
+    assert wal_frames < commits / 2, wal_frames
+    # The commit path itself never checkpoints.
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    log.store.close()
+    assert checkpointer._thread is None
+    reopened = tether.TaskLog(f"sqlite:///{path}")
+    assert reopened.load(state.task_id).observations["turn"].value == commits - 1
