@@ -341,7 +341,7 @@ class SQLiteStore:
         if generations is None:
             return False
         fcntl.flock(self._gate, fcntl.LOCK_EX)  # type: ignore[arg-type]
-        current = _GENERATION.unpack_from(generations)[0]
+        current: int = _GENERATION.unpack_from(generations)[0]
         alone = current == self._generation
         self._generation = current + 1
         _GENERATION.pack_into(generations, 0, self._generation)
