@@ -137,6 +137,10 @@ _DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     InputReceived: lambda e: isinstance(e.key, str),
     OutputSet: lambda e: True,
 }
+# Deferred events that wake nobody: a single one of them is appended on the shortest path.
+_LEAN = frozenset(_DEFERRED) - _WAKES
+# A NamedTuple from a ready tuple, without the keyword-parsing __new__ (a hot path builds two per append).
+_tuple_new = tuple.__new__
 
 
 def checksum(data: str | bytes) -> str:
@@ -276,6 +280,16 @@ class TaskLog:
         if entry is None or entry.version != expected_version:
             entry = self._entry(task_id, expected_version)
         now = time.time()
+        if len(events) == 1 and type(events[0]) in _LEAN:
+            # The common case (a run recording a call, a decision, an observation): one event whose
+            # fold cannot fail once checked. Written now, folded when somebody reads the state.
+            event = events[0]
+            calls = _checked(task_id, event, entry.calls)
+            seq = expected_version + 1
+            row, size = self._row(event, seq, now)
+            self._write(task_id, (row,), expected_version, fence, None)
+            entry.pending.append(_tuple_new(Recorded, (seq, now, event)))
+            return self._advance(task_id, entry, seq, calls, size, snapshot)
         base: TaskState | None = None  # set when a checked event had to be folded now
         staged: list[Recorded] = []  # deferred events of this batch, after ``base`` if it is set
         calls = entry.calls
@@ -287,12 +301,8 @@ class TaskLog:
             seq += 1
             rec = Recorded(seq, now, event)
             cls = type(event)
-            check = _DEFERRED.get(cls)
-            if check is not None:
-                if not check(event):
-                    raise InvalidInputError(f"{cls.__name__} has a field of the wrong type: {event!r}")
-                if cls in _CALL_EVENT_TYPES:
-                    calls = _check_call_ordinal(task_id, event, calls)
+            if cls in _DEFERRED:
+                calls = _checked(task_id, event, calls)
                 staged.append(rec)
             elif not isinstance(event, Event):
                 raise InvalidInputError(f"append() takes Event objects, got {type(event).__name__}")
@@ -309,25 +319,39 @@ class TaskLog:
                     index = IndexUpdate(status=event.status, wake_at=event.wake_at)
             if cls in _WAKES and (index is None or index.status is None):
                 index = IndexUpdate(status=None, wake_at=now)  # an answer or a cancel: runnable now
-            try:
-                encoded = orjson.dumps(event, default=json_default)
-            except TypeError:
-                self.encode(event)  # raises with the field and value that cannot be stored
-                raise
-            if len(encoded) > self.max_event_bytes:
-                self.encode(event)  # raises naming the size and the limit
-            size += len(encoded)
-            rows.append(EventRow(seq, event.event_type, event.version, now, encoded.decode()))
-        try:
-            self.store.append(self.tenant, task_id, rows, expected_version, fence=fence, index=index)
-        except BaseException:
-            self._cache.pop(task_id, None)
-            raise
+            row, nbytes = self._row(event, seq, now)
+            size += nbytes
+            rows.append(row)
+        self._write(task_id, rows, expected_version, fence, index)
         if base is not None:
             entry.base = base
             entry.pending = staged
         else:
             entry.pending.extend(staged)
+        return self._advance(task_id, entry, seq, calls, size, snapshot)
+
+    def _row(self, event: Event, seq: int, now: float) -> tuple[EventRow, int]:
+        """The stored row of an event and its size in bytes; raises before anything is written."""
+        try:
+            encoded = orjson.dumps(event, default=json_default)
+        except TypeError:
+            self.encode(event)  # raises with the field and value that cannot be stored
+            raise
+        if len(encoded) > self.max_event_bytes:
+            self.encode(event)  # raises naming the size and the limit
+        row = (seq, event.event_type, event.version, now, encoded.decode(), None)
+        return _tuple_new(EventRow, row), len(encoded)
+
+    def _write(
+        self, task_id: str, rows: Sequence[EventRow], expected: int, fence: int | None, index: IndexUpdate | None
+    ) -> None:
+        try:
+            self.store.append(self.tenant, task_id, rows, expected, fence=fence, index=index)
+        except BaseException:
+            self._cache.pop(task_id, None)  # what happened is for the store to say, on the next read
+            raise
+
+    def _advance(self, task_id: str, entry: _Entry, seq: int, calls: int, size: int, snapshot: bool) -> int:
         entry.version = seq
         entry.calls = calls
         entry.bytes_since += size
@@ -587,6 +611,15 @@ class TaskLog:
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""
         self._cache.pop(task_id, None)
+
+
+def _checked(task_id: str, event: Event, calls: int) -> int:
+    """Check an event whose fold is deferred; return the number of calls after it."""
+    if not _DEFERRED[type(event)](event):
+        raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
+    if type(event) in _CALL_EVENT_TYPES:
+        return _check_call_ordinal(task_id, event, calls)
+    return calls
 
 
 def _check_call_ordinal(task_id: str, event: Event, calls: int) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["CURRENT_CALL", "Flow", "Invoke", "Outcome", "Wait", "drive", "drive_async"]
+__all__ = ["CURRENT_CALL", "Flow", "Invoke", "Outcome", "Wait", "drive", "drive_async", "invoke"]
 
 T = TypeVar("T")
 
@@ -50,19 +50,25 @@ Flow = Generator["Invoke | Wait", "Outcome | None", T]
 
 
 _PLAIN = frozenset({type(None), str, int, float, bool, dict, list, tuple})
+_tuple_new = tuple.__new__  # a NamedTuple from a ready tuple: a recorded call builds several
+
+
+def invoke(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None, current: Any) -> Invoke:
+    return _tuple_new(Invoke, (fn, args, kwargs, current))
 
 
 def _sync_invoke(op: Invoke) -> Outcome:
-    token = CURRENT_CALL.set(op.current) if op.current is not None else None
+    fn, args, kwargs, current = op
+    token = CURRENT_CALL.set(current) if current is not None else None
     start = time.perf_counter()
     try:
-        value = op.fn(*op.args, **(op.kwargs or {}))
+        value = fn(*args, **kwargs) if kwargs else fn(*args)
         if type(value) not in _PLAIN and inspect.isawaitable(value):
             # A sync task calling an async tool: run it to completion here.
             value = asyncio.run(_await(value))
-        return Outcome(True, value, time.perf_counter() - start)
+        return _tuple_new(Outcome, (True, value, time.perf_counter() - start))
     except Exception as exc:
-        return Outcome(False, exc, time.perf_counter() - start)
+        return _tuple_new(Outcome, (False, exc, time.perf_counter() - start))
     finally:
         if token is not None:
             CURRENT_CALL.reset(token)

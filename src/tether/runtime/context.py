@@ -66,7 +66,7 @@ from tether.events import (
 )
 from tether.machine import Status
 from tether.model import TaskState, ToolCall
-from tether.runtime._flow import CURRENT_CALL, Flow, Invoke, Wait, drive, drive_async
+from tether.runtime._flow import CURRENT_CALL, Flow, Invoke, Wait, _tuple_new, drive, drive_async, invoke
 from tether.runtime.specs import TaskSpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -446,7 +446,8 @@ class _Context:
             if not readonly:
                 self._append([intent(attempt)])
                 exists = True
-            outcome = yield Invoke(spec.fn, args, kwargs, CallInfo(task_id, n, spec.name, key, attempt))
+            current = _tuple_new(CallInfo, (task_id, n, spec.name, key, attempt))
+            outcome = yield invoke(spec.fn, args, kwargs, current)
             assert outcome is not None
             if outcome.ok:
                 value = outcome.value

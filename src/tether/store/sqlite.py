@@ -172,7 +172,7 @@ class _Checkpointer:
     starts the WAL over. The WAL stays bounded however long writers write without a pause.
     """
 
-    EVERY = 250  # commits between pokes (each commit writes at least one page)
+    EVERY = 1000  # commits between pokes: each writes a page or more, as SQLite's own threshold counts
     GATED_FRAMES = 2000  # about 8 MB of 4 KB pages: twice SQLite's automatic threshold
 
     def __init__(self, path: str, busy_timeout: float) -> None:
