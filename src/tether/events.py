@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, NamedTuple, TypeVar, dataclass_transform
@@ -766,8 +766,14 @@ def fold(events: Iterable[Recorded], state: TaskState | None = None) -> TaskStat
     """
     draft: _Draft | None = None
     last: Recorded | None = None
-    for rec in events:
+    if not isinstance(events, list | tuple):
+        events = list(events)
+    overwritten = _overwritten(events)
+    for i, rec in enumerate(events):
         ev = rec.event
+        if i in overwritten:
+            last = rec  # its observation is replaced later in this batch: building it would be waste
+            continue
         if state is None:
             if not isinstance(ev, TaskCreated):
                 raise TetherError(f"a task's first event must be TaskCreated, got {type(ev).__name__}")
@@ -789,6 +795,30 @@ def fold(events: Iterable[Recorded], state: TaskState | None = None) -> TaskStat
     draft.values["version"] = last.seq
     draft.values["updated_at"] = _ts(last.at)
     return draft.freeze(state)
+
+
+def _overwritten(events: Sequence[Recorded]) -> frozenset[int] | set[int]:
+    """Positions of observations that a later event of the same batch records again under the same key.
+
+    A key observed over and over (the latest message, a price) is the common case of a long
+    log; folding the events since a snapshot then builds one observation per key, not one
+    per event. The result is the same: an observation replaces the one before it whole.
+    """
+    if len(events) < 2:
+        return _NONE
+    seen: set[str] = set()
+    skip: set[int] = set()
+    for i in range(len(events) - 1, -1, -1):
+        ev = events[i].event
+        if type(ev) is ObservationRecorded:
+            if ev.key in seen:
+                skip.add(i)
+            else:
+                seen.add(ev.key)
+    return skip
+
+
+_NONE: frozenset[int] = frozenset()
 
 
 def apply(state: TaskState | None, rec: Recorded) -> TaskState:

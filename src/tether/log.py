@@ -128,7 +128,7 @@ _DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     CallCompleted: lambda e: e.key is None or (isinstance(e.key, str) and isinstance(e.args, dict)),
     CallAttemptFailed: lambda e: isinstance(e.error_type, str),
     CallFailed: lambda e: True,
-    ObservationRecorded: lambda e: isinstance(e.key, str) and (e.as_of is None or isinstance(e.as_of, str)),
+    ObservationRecorded: lambda e: isinstance(e.key, str) and (e.as_of is None or _iso(e.as_of)),
     DecisionMade: lambda e: isinstance(e.name, str),
     DataUpdated: lambda e: isinstance(e.fields, dict),
     StepStarted: lambda e: isinstance(e.name, str),
@@ -611,6 +611,17 @@ class TaskLog:
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""
         self._cache.pop(task_id, None)
+
+
+def _iso(value: Any) -> bool:
+    """Whether ``value`` is an ISO 8601 timestamp the fold can read."""
+    if not isinstance(value, str):
+        return False
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _checked(task_id: str, event: Event, calls: int) -> int:

@@ -129,6 +129,17 @@ def test_not_an_event_and_empty_batch(log: tether.TaskLog) -> None:
     assert log.version(state.task_id) == 1
 
 
+def test_an_observation_with_an_unreadable_as_of_is_refused_before_writing(log: tether.TaskLog) -> None:
+    state = log.create(type="trip")
+    bad = ObservationRecorded(key="price", value=1, as_of="last tuesday")
+    with pytest.raises(tether.InvalidInputError, match="ObservationRecorded"):
+        log.append(state.task_id, [bad], 1)
+    assert log.version(state.task_id) == 1
+    good = ObservationRecorded(key="price", value=1, as_of="2026-11-24T10:00:00+00:00")
+    assert log.append(state.task_id, [good], 1) == 2
+    assert log.load(state.task_id).observations["price"].as_of is not None
+
+
 def test_steps_and_position(log: tether.TaskLog) -> None:
     state = log.create(type="trip")
     steps = [f"s{i}" for i in range(1, 10)]

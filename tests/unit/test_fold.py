@@ -114,6 +114,16 @@ def test_fold_is_pure_and_snapshot_plus_tail_equals_whole(history: list[Recorded
     assert fold(history[cut:], restored) == whole
 
 
+@settings(max_examples=150, deadline=None)
+@given(histories())
+def test_one_batch_equals_one_event_at_a_time(history: list[Recorded]) -> None:
+    # A batch skips building observations a later event of the batch replaces; nothing else may differ.
+    state = None
+    for rec in history:
+        state = apply(state, rec)
+    assert fold(history) == state
+
+
 def test_apply_does_not_touch_its_input() -> None:
     created = apply(None, Recorded(1, 1.0, TaskCreated(type="t", task_id="t", tenant="d")))
     after = apply(created, Recorded(2, 2.0, ObservationRecorded(key="k", value=[1])))
