@@ -133,9 +133,33 @@ def test_checkpoints_run_off_the_commit_path_and_keep_the_wal_bounded(
     # Without checkpoints the WAL would hold a frame per commit; restarted, it stays far smaller.
     wal_frames = (path.with_name("t.db-wal").stat().st_size - 32) // WAL_FRAME
     assert wal_frames < commits / 2, wal_frames
-    # The commit path itself never checkpoints.
-    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    # The commit path itself checkpoints only past the net, far above where the thread acts.
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == _Checkpointer.NET_FRAMES
     log.store.close()
     assert checkpointer._thread is None
     reopened = tether.TaskLog(f"sqlite:///{path}")
     assert reopened.load(state.task_id).observations["turn"].value == commits - 1
+
+
+def test_sqlites_own_checkpoint_is_the_net_when_no_checkpointer_is_poked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Writers that each commit too little to poke their thread (many short processes) still
+    # keep the WAL bounded: SQLite's automatic checkpoint fires at NET_FRAMES.
+    from tether.store.sqlite import _Checkpointer
+
+    monkeypatch.setattr(_Checkpointer, "EVERY", 10**9)
+    monkeypatch.setattr(_Checkpointer, "NET_FRAMES", 300)
+    path = tmp_path / "t.db"
+    log = tether.TaskLog(f"sqlite:///{path}")
+    state = log.create(type="chat")
+    version = state.version
+    commits = 4000
+    for i in range(commits):
+        version = log.append(state.task_id, [ObservationRecorded(key="turn", value=i)], version, snapshot=False)
+    store = log.store
+    assert isinstance(store, SQLiteStore) and store._checkpointer is not None
+    assert store._checkpointer.passes == 0  # the thread never ran
+    wal_frames = (path.with_name("t.db-wal").stat().st_size - 32) // WAL_FRAME
+    assert wal_frames < commits / 2, wal_frames
+    log.store.close()

@@ -150,9 +150,11 @@ def _connect(path: str, durability: Durability, busy_timeout: float) -> sqlite3.
     # Wait for the write lock instead of failing at once when another process holds it.
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
     if path != ":memory:":
-        # Commits never copy the WAL back into the database themselves: _Checkpointer does,
-        # on its own thread and connection, so no append pays for a checkpoint.
-        conn.execute("PRAGMA wal_autocheckpoint=0")
+        # Commits do not copy the WAL back into the database themselves: _Checkpointer does, on
+        # its own thread and connection, so no append pays for a checkpoint. SQLite's own
+        # checkpoint stays as a net, far above where ours runs: a process that writes too little
+        # to poke its checkpointer still keeps the WAL bounded when others leave it growing.
+        conn.execute(f"PRAGMA wal_autocheckpoint={_Checkpointer.NET_FRAMES}")
     return conn
 
 
@@ -170,10 +172,15 @@ class _Checkpointer:
     :attr:`GATED_FRAMES`, the thread checkpoints once more holding the writers' lock file:
     with no writer in the way that pass copies the few frames left, and the next commit
     starts the WAL over. The WAL stays bounded however long writers write without a pause.
+
+    Every connection keeps SQLite's automatic checkpoint at :attr:`NET_FRAMES`, well above
+    where this thread acts: it only fires when nobody's checkpointer was poked in time (many
+    processes that each write a little while the WAL grows).
     """
 
     EVERY = 1000  # commits between pokes: each writes a page or more, as SQLite's own threshold counts
     GATED_FRAMES = 2000  # about 8 MB of 4 KB pages: twice SQLite's automatic threshold
+    NET_FRAMES = 10000  # SQLite's automatic checkpoint, as a net (about 40 MB)
 
     def __init__(self, path: str, busy_timeout: float) -> None:
         self._path = path
