@@ -8,11 +8,11 @@ on a noisy shared machine where absolute times do not.
 Workloads, each one ~500-byte "message" per event:
 
 * ``overwrite``: the task keeps the latest message as an observation. The log
-  grows, the state does not. This is what the targets are about: storage grows
-  with the deltas, and loading costs the events since the last snapshot.
-* ``accumulate``: every message is kept in the state (a decision each). The
-  state itself grows, so loading it must grow too; the number is printed so
-  nobody has to guess.
+  grows, the state does not: loading costs the events since the last snapshot.
+* ``accumulate``: every message is kept in the state (a decision each), as a
+  chat that keeps its history in its state would. The state itself grows, so
+  loading it must grow too (printed so nobody has to guess), but storage must
+  still grow with the deltas: the bytes target holds for both workloads.
 """
 
 from __future__ import annotations
@@ -146,13 +146,15 @@ def main() -> None:
 
     small, large = sizes[0], sizes[-1]
     ow = sizes_out["overwrite"]
+    growth = {w: d[large]["bytes_per_event"] / d[small]["bytes_per_event"] for w, d in sizes_out.items()}
     result = {
         "floor_commit_ms": floor * 1000,
         "append_ms": append * 1000,
         "append_ratio": append / floor,
         "bytes_per_event": {w: {n: round(v["bytes_per_event"], 1) for n, v in d.items()} for w, d in sizes_out.items()},
         "load_ms": {w: {n: round(v["load_ms"], 4) for n, v in d.items()} for w, d in sizes_out.items()},
-        "bytes_growth": ow[large]["bytes_per_event"] / ow[small]["bytes_per_event"],
+        "bytes_growth": max(growth.values()),
+        "bytes_growth_by_workload": growth,
         "load_growth": ow[large]["load_ms"] / ow[small]["load_ms"],
         "targets": {"append_ratio": 1.5, "bytes_growth": 1.2, "load_growth": 2.0},
     }
@@ -166,7 +168,8 @@ def main() -> None:
         for n, values in data.items():
             print(f"{name + f' @ {n:,} events: bytes/event':44} {values['bytes_per_event']:12.1f}")
             print(f"{name + f' @ {n:,} events: load (ms)':44} {values['load_ms']:12.4f}")
-    print(f"{f'overwrite bytes/event {large:,} vs {small} (<= 1.2)':44} {result['bytes_growth']:12.2f}")
+    for name, value in growth.items():
+        print(f"{f'{name} bytes/event {large:,} vs {small} (<= 1.2)':44} {value:12.2f}")
     print(f"{f'overwrite load {large:,} vs {small} (<= 2.0)':44} {result['load_growth']:12.2f}")
     print(orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS).decode())
 

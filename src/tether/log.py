@@ -71,22 +71,33 @@ _FAR = 2**62
 
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
-    """When to cache the fold as a snapshot.
+    """When to cache the fold as a snapshot, and which earlier snapshots to keep.
 
     A snapshot is written once ``every`` events have been appended since the last
     one *and* those events' bytes reach ``size_ratio`` times the last snapshot's
-    size. The second rule keeps snapshots of a growing state from costing more
-    storage than the events themselves; ``size_ratio=0`` means "exactly every K".
+    size. The second rule keeps snapshots of a growing state from being written
+    more often than the state changes; ``size_ratio=0`` means "exactly every K".
+
+    When a new snapshot is written, the one before it is dropped if the state grew
+    by at least ``growth_ratio`` times the bytes of the events between the two: a
+    state that keeps what its events carry (a chat keeping every message) keeps one
+    snapshot, its latest, instead of a copy of itself at every size. A state that
+    stays about the same size keeps them all, and time travel to any point starts
+    from the nearest. Either way the bytes stored per event do not grow with the
+    history. ``growth_ratio`` above 1 keeps every snapshot.
     """
 
     every: int = 100
     size_ratio: float = 1.0
+    growth_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         if self.every < 1:
             raise ConfigurationError(f"SnapshotPolicy.every must be at least 1, got {self.every}")
         if self.size_ratio < 0:
             raise ConfigurationError(f"SnapshotPolicy.size_ratio must be >= 0, got {self.size_ratio}")
+        if self.growth_ratio < 0:
+            raise ConfigurationError(f"SnapshotPolicy.growth_ratio must be >= 0, got {self.growth_ratio}")
 
 
 class _Entry:
@@ -455,18 +466,23 @@ class TaskLog:
             return
         if entry.bytes_since < policy.size_ratio * entry.snap_size:
             return
-        self.write_snapshot(task_id, entry.state)
+        data = entry.state.model_dump_json(exclude={"position"})
+        # A state that grew by what its events carried replaces its previous snapshot (when that one
+        # is this task's own: a fork may start from its parent's, which is left alone).
+        grew = len(data) - entry.snap_size >= policy.growth_ratio * entry.bytes_since
+        self._put_snapshot(task_id, entry.version, data, replaces=entry.snap_seq if entry.snap_seq and grew else None)
         entry.snap_seq = entry.version
         entry.bytes_since = 0
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
         """Store ``state`` as the snapshot at its version (the policy calls this; so may you)."""
-        data = state.model_dump_json(exclude={"position"})
-        self.store.put_snapshot(
-            self.tenant, task_id, SnapshotRow(state.version, STATE_SCHEMA_VERSION, checksum(data), data)
-        )
+        self._put_snapshot(task_id, state.version, state.model_dump_json(exclude={"position"}))
+
+    def _put_snapshot(self, task_id: str, version: int, data: str, *, replaces: int | None = None) -> None:
+        row = SnapshotRow(version, STATE_SCHEMA_VERSION, checksum(data), data)
+        self.store.put_snapshot(self.tenant, task_id, row, replaces=replaces)
         entry = self._cache.get(task_id)
-        if entry is not None and entry.version == state.version:
+        if entry is not None and entry.version == version:
             entry.snap_size = len(data)
 
     # ----------------------------------------------------------------- reading

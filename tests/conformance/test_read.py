@@ -68,19 +68,66 @@ def test_snapshots_follow_policy(store_url: str) -> None:
     assert log.store.get_snapshot(log.tenant, state.task_id, at_most=29).seq == 20  # type: ignore[union-attr]
 
 
-def test_size_ratio_keeps_snapshots_of_a_growing_state_rare(store_url: str) -> None:
-    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10, size_ratio=1.0))
+def _snapshot_seqs(log: tether.TaskLog, task_id: str) -> list[int]:
+    seqs, at = [], 10**9
+    while (snap := log.store.get_snapshot(log.tenant, task_id, at_most=at)) is not None:
+        seqs.append(snap.seq)
+        at = snap.seq - 1
+    return seqs
+
+
+def _chat(log: tether.TaskLog, n: int) -> tether.TaskState:
+    """A state that keeps every message: it grows by what each event carries."""
     state = log.create(type="chat")
-    for i in range(200):
+    for i in range(n):
         event = DecisionMade(name=f"d{i}", choice=i, rationale="r" * 100)
         log.append(state.task_id, [event], state.version)
         state = log.load(state.task_id)
-    seqs, at = [], 10**9
-    while (snap := log.store.get_snapshot(log.tenant, state.task_id, at_most=at)) is not None:
-        seqs.append(snap.seq)
-        at = snap.seq - 1
+    return state
+
+
+def test_size_ratio_keeps_snapshots_of_a_growing_state_rare(store_url: str) -> None:
+    # growth_ratio above 1 keeps every snapshot written, so the writes can be counted.
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10, size_ratio=1.0, growth_ratio=2.0))
+    state = _chat(log, 200)
     # every=10 alone would give 20 snapshots; the size rule waits until the events outweigh the last one.
-    assert 2 <= len(seqs) < 10
+    assert 2 <= len(_snapshot_seqs(log, state.task_id)) < 10
+
+
+def test_a_growing_state_keeps_its_latest_snapshot_only(store_url: str) -> None:
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10, size_ratio=1.0))
+    state = _chat(log, 200)
+    seqs = _snapshot_seqs(log, state.task_id)
+    assert len(seqs) == 1 and seqs[0] > 100  # each new snapshot replaced the one before
+    events = log.events(state.task_id)
+    fresh = tether.TaskLog(log.store)
+    assert fresh.load(state.task_id) == state == fold(events)
+    for seq in (1, 57, seqs[0] - 1, seqs[0], state.version):  # time travel still lands anywhere
+        assert fresh.state_at(state.task_id, seq) == fold(events[:seq])
+
+
+def test_a_steady_state_keeps_every_snapshot_for_time_travel(store_url: str) -> None:
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10, size_ratio=1.0))
+    state = log.create(type="chat")
+    for i in range(60):
+        log.append(state.task_id, [ObservationRecorded(key="latest", value="m" * 100 + str(i))], state.version)
+        state = log.load(state.task_id)
+    assert _snapshot_seqs(log, state.task_id) == [60, 50, 40, 30, 20, 10]
+
+
+def test_put_snapshot_can_replace_an_earlier_one_in_the_same_write(store_url: str) -> None:
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10**6))
+    state = _grow(log, 12)
+    store, tenant = log.store, log.tenant
+    for seq in (5, 9):
+        data = log.state_at(state.task_id, seq).model_dump_json(exclude={"position"})
+        store.put_snapshot(tenant, state.task_id, SnapshotRow(seq, STATE_SCHEMA_VERSION, checksum(data), data))
+    data = state.model_dump_json(exclude={"position"})
+    row = SnapshotRow(state.version, STATE_SCHEMA_VERSION, checksum(data), data)
+    store.put_snapshot(tenant, state.task_id, row, replaces=9)
+    assert _snapshot_seqs(log, state.task_id) == [state.version, 5]
+    store.put_snapshot(tenant, state.task_id, row, replaces=9)  # already gone: no error
+    assert _snapshot_seqs(log, state.task_id) == [state.version, 5]
 
 
 def test_corrupt_snapshot_falls_back_to_events(store_url: str) -> None:

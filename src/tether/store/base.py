@@ -208,7 +208,10 @@ class Store(Protocol):
         ...
 
     # -- snapshots --------------------------------------------------------------
-    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow) -> None: ...
+    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
+        """Store ``snapshot`` (over one at the same seq); with ``replaces``, drop this task's snapshot
+        at that seq in the same transaction (a missing one is no error: snapshots are a cache)."""
+        ...
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         """The newest snapshot with ``seq <= at_most``."""

@@ -152,9 +152,12 @@ class MemoryStore:
         return rows[offset : offset + limit]
 
     # -- snapshots --------------------------------------------------------------
-    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow) -> None:
+    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
         with self._lock:
-            self._stream(tenant, task_id).snapshots[snapshot.seq] = snapshot
+            snapshots = self._stream(tenant, task_id).snapshots
+            snapshots[snapshot.seq] = snapshot
+            if replaces is not None and replaces != snapshot.seq:
+                snapshots.pop(replaces, None)
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         with self._lock:

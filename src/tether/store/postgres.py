@@ -551,16 +551,21 @@ class PostgresStore:
         return [TaskRow(*r) for r in self._run(lambda c: c.execute(query, params).fetchall())]
 
     # -- snapshots ----------------------------------------------------------------
-    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow) -> None:
+    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
         internal = self._id(tenant, task_id)
-        self._run(
-            lambda c: c.execute(
-                "INSERT INTO snapshots (task, seq, schema, checksum, data) VALUES (%s, %s, %s, %s, %s) "
-                "ON CONFLICT (task, seq) DO UPDATE SET schema = excluded.schema, checksum = excluded.checksum, "
-                "data = excluded.data",
-                (internal, snapshot.seq, snapshot.schema, snapshot.checksum, _text(snapshot.data)),
-            )
-        )
+
+        def put(c: psycopg.Connection[Any]) -> None:
+            with c.transaction():
+                c.execute(
+                    "INSERT INTO snapshots (task, seq, schema, checksum, data) VALUES (%s, %s, %s, %s, %s) "
+                    "ON CONFLICT (task, seq) DO UPDATE SET schema = excluded.schema, checksum = excluded.checksum, "
+                    "data = excluded.data",
+                    (internal, snapshot.seq, snapshot.schema, snapshot.checksum, _text(snapshot.data)),
+                )
+                if replaces is not None and replaces != snapshot.seq:
+                    c.execute("DELETE FROM snapshots WHERE task = %s AND seq = %s", (internal, replaces))
+
+        self._run(put)
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         internal = self._id(tenant, task_id)

@@ -630,12 +630,15 @@ class SQLiteStore:
         return [TaskRow(*r) for r in rows]
 
     # -- snapshots --------------------------------------------------------------
-    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow) -> None:
+    def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
         with self._write() as conn:
+            internal = self._id(tenant, task_id)
             conn.execute(
                 "INSERT OR REPLACE INTO snapshots (task, seq, schema, checksum, data) VALUES (?, ?, ?, ?, ?)",
-                (self._id(tenant, task_id), snapshot.seq, snapshot.schema, snapshot.checksum, _text(snapshot.data)),
+                (internal, snapshot.seq, snapshot.schema, snapshot.checksum, _text(snapshot.data)),
             )
+            if replaces is not None and replaces != snapshot.seq:
+                conn.execute("DELETE FROM snapshots WHERE task = ? AND seq = ?", (internal, replaces))
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         with self._lock:
