@@ -193,15 +193,24 @@ class _Checkpointer:
         self.gated = 0
 
     def poke(self) -> None:
-        if self._thread is None or self._pid != os.getpid():  # none yet, or we are a forked child
+        thread = self._thread
+        # None yet, one that died (it logged why), or we are a forked child that has none.
+        if thread is None or self._pid != os.getpid() or not thread.is_alive():
             self._pid = os.getpid()
             self._thread = threading.Thread(target=self._run, name="tether-sqlite-checkpoint", daemon=True)
             self._thread.start()
         self._wake.set()
 
     def _run(self) -> None:
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout)
-        gate = os.open(self._path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+        gate: int | None = None
+        try:
+            gate = os.open(self._path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+            conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_timeout)
+        except (sqlite3.Error, OSError) as exc:  # the next poke starts a new thread that tries again
+            log.warning("checkpoints of %s cannot start: %s", self._path, exc)
+            if gate is not None:
+                os.close(gate)
+            return
         try:
             conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
             while True:
@@ -219,7 +228,7 @@ class _Checkpointer:
                         finally:
                             fcntl.flock(gate, fcntl.LOCK_UN)
                         self.gated += 1
-                except sqlite3.Error as exc:  # a checkpoint that fails is retried at the next poke
+                except (sqlite3.Error, OSError) as exc:  # a checkpoint that fails is tried again at the next poke
                     log.warning("checkpoint of %s failed: %s", self._path, exc)
         finally:
             conn.close()
