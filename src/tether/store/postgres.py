@@ -131,13 +131,16 @@ WITH guard AS (
 SELECT (SELECT count(*) FROM ins)
 """
 
-# The common case, one event and no index change: the same guard, a plain INSERT ... SELECT.
+# The common case, one event and no index change: the same guard, a plain INSERT ... SELECT. Its
+# values come in once each, by position (cheaper for the driver than named parameters).
 _APPEND_ONE = """
 INSERT INTO events (task, seq, type, schema, at, data, fence)
-SELECT %(task)s, %(first)s, %(type)s, %(schema)s, %(at)s, %(data)s::jsonb, %(fence)s
-WHERE (%(fence)s::bigint IS NULL OR (SELECT lease_token FROM tasks WHERE id = %(task)s) = %(fence)s)
-  AND (EXISTS (SELECT 1 FROM events WHERE task = %(task)s AND seq = %(first)s - 1)
-       OR (SELECT parent_seq FROM tasks WHERE id = %(task)s) = %(first)s - 1)
+SELECT v.task, v.seq, v.type, v.schema, v.at, v.data::jsonb, v.fence
+FROM (VALUES (%s::bigint, %s::integer, %s::text, %s::integer, %s::float8, %s::text, %s::bigint))
+    AS v (task, seq, type, schema, at, data, fence)
+WHERE (v.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = v.task) = v.fence)
+  AND (EXISTS (SELECT 1 FROM events WHERE task = v.task AND seq = v.seq - 1)
+       OR (SELECT parent_seq FROM tasks WHERE id = v.task) = v.seq - 1)
 """
 
 _CLAIM = """
@@ -280,13 +283,13 @@ class PostgresStore:
             pass
         time.sleep(min(0.05 * 2**attempt, 1.0))
 
-    def _appender(self) -> psycopg.Connection[Any]:
-        """This thread's connection for appends, kept while the thread lives: the hot path skips the
-        pool. It goes back to the pool when the thread ends (or when it breaks)."""
+    def _appender(self) -> psycopg.Cursor[Any]:
+        """This thread's cursor for appends, on a connection kept while the thread lives: the hot path
+        skips the pool. The connection goes back to the pool when the thread ends (or when it breaks)."""
         sticky: _Sticky | None = getattr(self._local, "sticky", None)
         if sticky is None or sticky.conn.closed:
             sticky = self._local.sticky = _Sticky(self._pool, self._pool.getconn())
-        return sticky.conn
+        return sticky.cursor
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection[Any]]:
@@ -365,17 +368,10 @@ class PostgresStore:
         if first.seq != expected_version + 1:
             raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
         internal = self._id(tenant, task_id)
+        params: tuple[Any, ...] | dict[str, Any]
         if len(events) == 1 and index is None:
             statement = _APPEND_ONE
-            params: dict[str, Any] = {
-                "task": internal,
-                "fence": fence,
-                "first": first.seq,
-                "type": first.type,
-                "schema": first.schema,
-                "at": first.at,
-                "data": _text(first.data),
-            }
+            params = (internal, first.seq, first.type, first.schema, first.at, _text(first.data), fence)
         else:
             statement = _APPEND
             params = {
@@ -704,14 +700,16 @@ class PostgresStore:
 class _Sticky:
     """A pooled connection lent to one thread; returned to the pool when the thread lets go of it."""
 
-    __slots__ = ("conn", "pool")
+    __slots__ = ("conn", "cursor", "pool")
 
     def __init__(self, pool: ConnectionPool, conn: psycopg.Connection[Any]) -> None:
         self.pool = pool
         self.conn = conn
+        self.cursor = conn.cursor()  # reused: one fewer object per append
 
     def __del__(self) -> None:
         try:
+            self.cursor.close()
             self.pool.putconn(self.conn)
         except Exception:  # the pool is closed already: the connection goes with it
             pass
