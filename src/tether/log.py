@@ -148,8 +148,6 @@ _DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     InputReceived: lambda e: isinstance(e.key, str),
     OutputSet: lambda e: True,
 }
-# Deferred events that wake nobody: a single one of them is appended on the shortest path.
-_LEAN = frozenset(_DEFERRED) - _WAKES
 # A NamedTuple from a ready tuple, without the keyword-parsing __new__ (a hot path builds two per append).
 _tuple_new = tuple.__new__
 
@@ -291,16 +289,6 @@ class TaskLog:
         if entry is None or entry.version != expected_version:
             entry = self._entry(task_id, expected_version)
         now = time.time()
-        if len(events) == 1 and type(events[0]) in _LEAN:
-            # The common case (a run recording a call, a decision, an observation): one event whose
-            # fold cannot fail once checked. Written now, folded when somebody reads the state.
-            event = events[0]
-            calls = _checked(task_id, event, entry.calls)
-            seq = expected_version + 1
-            row, size = self._row(event, seq, now)
-            self._write(task_id, (row,), expected_version, fence, None)
-            entry.pending.append(_tuple_new(Recorded, (seq, now, event)))
-            return self._advance(task_id, entry, seq, calls, size, snapshot)
         base: TaskState | None = None  # set when a checked event had to be folded now
         staged: list[Recorded] = []  # deferred events of this batch, after ``base`` if it is set
         calls = entry.calls
@@ -310,9 +298,11 @@ class TaskLog:
         seq = expected_version
         for event in events:
             seq += 1
-            rec = Recorded(seq, now, event)
+            rec = _tuple_new(Recorded, (seq, now, event))
             cls = type(event)
             if cls in _DEFERRED:
+                # The common case (a call, a decision, an observation): checked now, written now,
+                # folded when somebody reads the state.
                 calls = _checked(task_id, event, calls)
                 staged.append(rec)
             elif not isinstance(event, Event):
@@ -330,39 +320,19 @@ class TaskLog:
                     index = IndexUpdate(status=event.status, wake_at=event.wake_at)
             if cls in _WAKES and (index is None or index.status is None):
                 index = IndexUpdate(status=None, wake_at=now)  # an answer or a cancel: runnable now
-            row, nbytes = self._row(event, seq, now)
-            size += nbytes
-            rows.append(row)
-        self._write(task_id, rows, expected_version, fence, index)
+            data = self.encode(event)
+            size += len(data)
+            rows.append(_tuple_new(EventRow, (seq, event.event_type, event.version, now, data, None)))
+        try:
+            self.store.append(self.tenant, task_id, rows, expected_version, fence=fence, index=index)
+        except BaseException:
+            self._cache.pop(task_id, None)  # what happened is for the store to say, on the next read
+            raise
         if base is not None:
             entry.base = base
             entry.pending = staged
         else:
             entry.pending.extend(staged)
-        return self._advance(task_id, entry, seq, calls, size, snapshot)
-
-    def _row(self, event: Event, seq: int, now: float) -> tuple[EventRow, int]:
-        """The stored row of an event and its size in bytes; raises before anything is written."""
-        try:
-            encoded = orjson.dumps(event, default=json_default)
-        except TypeError:
-            self.encode(event)  # raises with the field and value that cannot be stored
-            raise
-        if len(encoded) > self.max_event_bytes:
-            self.encode(event)  # raises naming the size and the limit
-        row = (seq, event.event_type, event.version, now, encoded.decode(), None)
-        return _tuple_new(EventRow, row), len(encoded)
-
-    def _write(
-        self, task_id: str, rows: Sequence[EventRow], expected: int, fence: int | None, index: IndexUpdate | None
-    ) -> None:
-        try:
-            self.store.append(self.tenant, task_id, rows, expected, fence=fence, index=index)
-        except BaseException:
-            self._cache.pop(task_id, None)  # what happened is for the store to say, on the next read
-            raise
-
-    def _advance(self, task_id: str, entry: _Entry, seq: int, calls: int, size: int, snapshot: bool) -> int:
         entry.version = seq
         entry.calls = calls
         entry.bytes_since += size
