@@ -735,7 +735,8 @@ class App:
         try:
             with _Heartbeat(self, task_id, token):
                 history = self.log.events(task_id)
-                state = self.log.load(task_id)
+                # The state at the end of that history: from memory when this log just loaded it.
+                state = self.log.cached(task_id, history[-1].seq)
                 if state.status in TERMINAL:
                     return TaskHandle.of(state)
                 context_type = AsyncTaskContext if spec.is_async else TaskContext
