@@ -1,4 +1,5 @@
-"""What the benchmarks share: worker processes, the send_input probe, and a threaded rate harness."""
+"""What the benchmarks share: worker processes, the send_input probe, a threaded rate harness, and the
+cost of a recorded call."""
 
 from __future__ import annotations
 
@@ -112,3 +113,23 @@ def threaded_rate(
     for t in threads:
         t.join()
     return sum(counts) / (time.perf_counter() - begin), statistics.median(latencies)
+
+
+def recorded_call(url: str, n: int, *, readonly: bool) -> float:
+    """Seconds per ``ctx.call`` of a no-op tool, over a task of ``n`` calls on ``url``."""
+    app = tether.App(url)
+    tool = app.tool(name="noop", readonly=readonly)(lambda: None)
+    elapsed = 0.0
+
+    @app.task
+    def many(ctx: tether.TaskContext, count: int) -> None:
+        nonlocal elapsed
+        start = time.perf_counter()
+        for _ in range(count):
+            ctx.call(tool)
+        elapsed = time.perf_counter() - start
+
+    run = app.run(many, n)
+    assert run.status is tether.Status.COMPLETED, run.failure
+    app.close()
+    return elapsed / n

@@ -27,32 +27,12 @@ import orjson
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 sys.path.insert(0, os.path.dirname(__file__))
 
+from _common import recorded_call
 from store import floor_per_commit
-
-import tether
 
 
 def noop() -> None:
     return None
-
-
-def measure_calls(path: str, n: int, readonly: bool) -> float:
-    app = tether.App(f"sqlite:///{path}")
-    tool = app.tool(name="noop", readonly=readonly)(noop)
-    elapsed = 0.0
-
-    @app.task
-    def many(ctx: tether.TaskContext, count: int) -> None:
-        nonlocal elapsed
-        start = time.perf_counter()
-        for _ in range(count):
-            ctx.call(tool)
-        elapsed = time.perf_counter() - start
-
-    run = app.run(many, n)
-    assert run.status is tether.Status.COMPLETED, run.failure
-    app.close()
-    return elapsed / n
 
 
 def measure_plain(n: int) -> float:
@@ -73,8 +53,8 @@ def main() -> None:
     floors, readonly, effect = [], [], []
     for r in range(rounds):
         floors.append(floor_per_commit(os.path.join(workdir, f"floor{r}.db"), n))
-        readonly.append(measure_calls(os.path.join(workdir, f"ro{r}.db"), n, readonly=True))
-        effect.append(measure_calls(os.path.join(workdir, f"fx{r}.db"), n, readonly=False))
+        readonly.append(recorded_call(f"sqlite:///{os.path.join(workdir, f'ro{r}.db')}", n, readonly=True))
+        effect.append(recorded_call(f"sqlite:///{os.path.join(workdir, f'fx{r}.db')}", n, readonly=False))
     floor, ro, fx = min(floors), min(readonly), min(effect)
     plain = min(measure_plain(100_000) for _ in range(rounds))
     result = {

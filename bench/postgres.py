@@ -36,7 +36,14 @@ sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))
 
 import psycopg  # noqa: E402
-from _common import send_input_latency, stop, threaded_rate, warm_up, worker_processes  # noqa: E402
+from _common import (  # noqa: E402
+    recorded_call,
+    send_input_latency,
+    stop,
+    threaded_rate,
+    warm_up,
+    worker_processes,
+)
 
 import tether  # noqa: E402
 from tether.events import ObservationRecorded  # noqa: E402
@@ -133,24 +140,6 @@ def tether_appends_processes(concurrency: int, seconds: float) -> float:
     return total / seconds
 
 
-def recorded_call(n: int) -> float:
-    app = tether.App(schema_url())
-    effect = app.tool(name="effect")(lambda: None)
-    per_call = 0.0
-
-    @app.task
-    def calls(ctx: tether.TaskContext, count: int) -> None:
-        nonlocal per_call
-        start = time.perf_counter()
-        for _ in range(count):
-            ctx.call(effect)
-        per_call = (time.perf_counter() - start) / count
-
-    app.run(calls, n)
-    app.close()
-    return per_call
-
-
 def tasks_per_second(workers: int, tasks: int, folder: Path) -> float:
     url = schema_url()
     app = tether.App(url)
@@ -209,7 +198,7 @@ def main() -> None:
                 "tether_latency_ms": min(x[1] for x in t) * 1000,
             }
             rows[c]["throughput_ratio"] = rows[c]["tether_appends_s"] / rows[c]["floor_commits_s"]
-        call_ms = min(recorded_call(200 if args.quick else 1000) for _ in range(2)) * 1000
+        call_ms = min(recorded_call(schema_url(), 200 if args.quick else 1000, readonly=False) for _ in range(2)) * 1000
         tasks = {w: tasks_per_second(w, 40 if args.quick else 200, folder) for w in (1, 4)}
         claim = claim_latency(100 if args.quick else 500)
         wake = send_input_latency(schema_url(), 5 if args.quick else 20, folder / "latency.stats")
