@@ -111,6 +111,19 @@ def test_snapshot_corrupted_on_disk_is_detected(tmp_path: Path, caplog: pytest.L
 WAL_FRAME = 4096 + 24  # a page and its frame header
 
 
+def _commit_turns(path: Path, commits: int) -> tuple[SQLiteStore, str, int]:
+    """One event per commit on a new task; the store, the task id and the WAL's frames."""
+    log = tether.TaskLog(f"sqlite:///{path}")
+    state = log.create(type="chat")
+    version = state.version
+    for i in range(commits):
+        version = log.append(state.task_id, [ObservationRecorded(key="turn", value=i)], version, snapshot=False)
+    store = log.store
+    assert isinstance(store, SQLiteStore) and store._checkpointer is not None
+    wal_frames = (path.with_name(path.name + "-wal").stat().st_size - 32) // WAL_FRAME
+    return store, state.task_id, wal_frames
+
+
 def test_checkpoints_run_off_the_commit_path_and_keep_the_wal_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -120,25 +133,18 @@ def test_checkpoints_run_off_the_commit_path_and_keep_the_wal_bounded(
     monkeypatch.setattr(_Checkpointer, "EVERY", 20)
     monkeypatch.setattr(_Checkpointer, "GATED_FRAMES", 200)
     path = tmp_path / "t.db"
-    log = tether.TaskLog(f"sqlite:///{path}")
-    state = log.create(type="chat")
-    version = state.version
     commits = 6000
-    for i in range(commits):
-        version = log.append(state.task_id, [ObservationRecorded(key="turn", value=i)], version, snapshot=False)
-    store = log.store
-    assert isinstance(store, SQLiteStore)
+    store, task_id, wal_frames = _commit_turns(path, commits)
     checkpointer = store._checkpointer
     assert checkpointer is not None and checkpointer.passes > 0 and checkpointer.gated > 0
     # Without checkpoints the WAL would hold a frame per commit; restarted, it stays far smaller.
-    wal_frames = (path.with_name("t.db-wal").stat().st_size - 32) // WAL_FRAME
     assert wal_frames < commits / 2, wal_frames
     # The commit path itself checkpoints only past the net, far above where the thread acts.
     assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == _Checkpointer.NET_FRAMES
-    log.store.close()
+    store.close()
     assert checkpointer._thread is None
     reopened = tether.TaskLog(f"sqlite:///{path}")
-    assert reopened.load(state.task_id).observations["turn"].value == commits - 1
+    assert reopened.load(task_id).observations["turn"].value == commits - 1
 
 
 def test_sqlites_own_checkpoint_is_the_net_when_no_checkpointer_is_poked(
@@ -150,16 +156,8 @@ def test_sqlites_own_checkpoint_is_the_net_when_no_checkpointer_is_poked(
 
     monkeypatch.setattr(_Checkpointer, "EVERY", 10**9)
     monkeypatch.setattr(_Checkpointer, "NET_FRAMES", 300)
-    path = tmp_path / "t.db"
-    log = tether.TaskLog(f"sqlite:///{path}")
-    state = log.create(type="chat")
-    version = state.version
     commits = 4000
-    for i in range(commits):
-        version = log.append(state.task_id, [ObservationRecorded(key="turn", value=i)], version, snapshot=False)
-    store = log.store
-    assert isinstance(store, SQLiteStore) and store._checkpointer is not None
-    assert store._checkpointer.passes == 0  # the thread never ran
-    wal_frames = (path.with_name("t.db-wal").stat().st_size - 32) // WAL_FRAME
+    store, _, wal_frames = _commit_turns(tmp_path / "t.db", commits)
+    assert store._checkpointer is not None and store._checkpointer.passes == 0  # the thread never ran
     assert wal_frames < commits / 2, wal_frames
-    log.store.close()
+    store.close()
