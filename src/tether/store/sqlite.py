@@ -182,8 +182,9 @@ class _Checkpointer:
     GATED_FRAMES = 2000  # about 8 MB of 4 KB pages: twice SQLite's automatic threshold
     NET_FRAMES = 10000  # SQLite's automatic checkpoint, as a net (about 40 MB)
 
-    def __init__(self, path: str, busy_timeout: float) -> None:
+    def __init__(self, path: str, durability: Durability, busy_timeout: float) -> None:
         self._path = path
+        self._durability: Durability = durability
         self._busy_timeout = busy_timeout
         self._wake = threading.Event()
         self._stopping = False
@@ -205,14 +206,13 @@ class _Checkpointer:
         gate: int | None = None
         try:
             gate = os.open(self._path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
-            conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_timeout)
-        except (sqlite3.Error, OSError) as exc:  # the next poke starts a new thread that tries again
+            conn = _connect(self._path, self._durability, self._busy_timeout)  # the store's own policy
+        except (sqlite3.Error, OSError, ConfigurationError) as exc:  # the next poke starts a thread that tries again
             log.warning("checkpoints of %s cannot start: %s", self._path, exc)
             if gate is not None:
                 os.close(gate)
             return
         try:
-            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
             while True:
                 self._wake.wait()
                 self._wake.clear()
@@ -287,7 +287,7 @@ class SQLiteStore:
             # Shared memory over the file's first bytes: the write generation is read and bumped
             # without a system call (a store is always used under the file's flock).
             self._generations = mmap.mmap(self._gate, _GENERATION.size)
-            self._checkpointer = _Checkpointer(path, busy_timeout)
+            self._checkpointer = _Checkpointer(path, durability, busy_timeout)
         self._append_cursor = self._conn.cursor()  # reused: one fewer allocation per append
         # What this connection knows for sure while it is the only writer (see _gate_in and append).
         self._generation = -1
