@@ -72,6 +72,15 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
+def _wait_for_jobs(app: tether.App, jobs: int, timeout: float, what: str) -> None:
+    _wait_for(lambda: all(app.get(f"job-{n}").status is tether.Status.COMPLETED for n in range(jobs)), timeout, what)
+
+
+def _call_keys(app: tether.App, jobs: int) -> set[str]:
+    """The idempotency key of every call the jobs recorded."""
+    return {call.key for n in range(jobs) for call in app.state(f"job-{n}").calls}
+
+
 def _fences_never_go_back(app: tether.App, task_id: str) -> set[int]:
     """Once a newer lease wrote to the task, no older lease writes again."""
     rows = app.store.read_events(app.tenant, task_id)
@@ -101,17 +110,13 @@ def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make
         time.sleep(0.02)  # inside an effect, most likely
         victim.send_signal(signal.SIGKILL)
         victim.wait()
-        _wait_for(
-            lambda: all(app.get(f"job-{n}").status is tether.Status.COMPLETED for n in range(jobs)),
-            90,
-            "every job to complete",
-        )
+        _wait_for_jobs(app, jobs, 90, "every job to complete")
     finally:
         _stop(workers)
     effects = _query(tmp_path, "SELECT key FROM effects")
     raw = _query(tmp_path, "SELECT key, pid FROM raw")
     assert len(effects) == jobs * 5  # one effect per logical call
-    expected = {call.key for n in range(jobs) for call in app.state(f"job-{n}").calls}
+    expected = _call_keys(app, jobs)
     assert {k for (k,) in effects} == expected
     assert {k for k, _ in raw} == expected  # every delivery used its call's one key
     assert len(raw) - len(effects) <= 1  # a repeat only for the effect the kill landed in
@@ -273,15 +278,11 @@ def test_postgres_connections_cut_while_workers_run(tmp_path: Path) -> None:
                     assert killed is not None and killed[0] > 0
                     cuts += 1
             done = tether.App(url)
-            _wait_for(
-                lambda: all(done.get(f"job-{n}").status is tether.Status.COMPLETED for n in range(jobs)),
-                120,
-                "every job to complete after the cuts",
-            )
+            _wait_for_jobs(done, jobs, 120, "every job to complete after the cuts")
         finally:
             _stop(workers)
         effects = _query(tmp_path, "SELECT key FROM effects")
-        expected = {call.key for n in range(jobs) for call in done.state(f"job-{n}").calls}
+        expected = _call_keys(done, jobs)
         assert {k for (k,) in effects} == expected and len(effects) == jobs * 5  # none lost, none twice
         for n in range(jobs):
             _fences_never_go_back(done, f"job-{n}")
