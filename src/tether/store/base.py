@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
+
+from tether.errors import ConflictError, LeaseLostError, TaskNotFoundError, TetherError
 
 __all__ = [
     "ChangeSignal",
@@ -28,7 +30,11 @@ __all__ = [
     "Store",
     "TaskFilter",
     "TaskRow",
+    "read_across_forks",
+    "refusal",
 ]
+
+K = TypeVar("K")
 
 
 class EventRow(NamedTuple):
@@ -266,3 +272,45 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+# -- what every backend's reads and refusals share ------------------------------------------------
+def read_across_forks(
+    stream: K,
+    after: int,
+    upto: int | None,
+    parent_of: Callable[[K], tuple[K, int] | None],
+    segment: Callable[[K, int, int | None], Iterable[EventRow]],
+) -> list[EventRow]:
+    """The events with ``after < seq <= upto`` of a stream that may be a fork.
+
+    A fork shares its parent's events up to the fork point by reference (and a fork of a fork,
+    its grandparent's): walk up while the fork point is past ``after``, then read each stream's
+    part, oldest first. ``parent_of(stream)`` gives ``(parent, fork point)`` or ``None``;
+    ``segment(stream, after, upto)`` reads that stream's own rows in order.
+    """
+    chain: list[tuple[K, int | None]] = []  # (stream, last seq taken from it)
+    limit, current = upto, stream
+    while True:
+        chain.append((current, limit))
+        parent = parent_of(current)
+        if parent is None or parent[1] <= after:
+            break
+        limit = parent[1] if limit is None else min(limit, parent[1])
+        current = parent[0]
+    rows: list[EventRow] = []
+    for part, last in reversed(chain):
+        rows.extend(segment(part, rows[-1].seq if rows else after, last))
+    return rows
+
+
+def refusal(
+    task_id: str, tenant: str, token: int | None, fence: int | None, expected: int, version: Callable[[], int]
+) -> TetherError:
+    """Why a guarded append wrote nothing: no such task (``token`` is ``None``), a stale fence,
+    or the stream not at ``expected`` (``version()`` says where it is)."""
+    if token is None:
+        return TaskNotFoundError(task_id, tenant=tenant)
+    if fence is not None and token != fence:
+        return LeaseLostError(task_id, token=fence, current=token)
+    return ConflictError(task_id, expected=expected, actual=version())

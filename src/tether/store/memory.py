@@ -11,7 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from tether.errors import ConflictError, LeaseLostError, TaskNotFoundError
-from tether.store.base import ChangeSignal, EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
+from tether.store.base import (
+    ChangeSignal,
+    EventRow,
+    IndexUpdate,
+    LedgerRow,
+    SnapshotRow,
+    TaskFilter,
+    TaskRow,
+    read_across_forks,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -121,12 +130,16 @@ class MemoryStore:
             return self._read(tenant, task_id, after, upto)
 
     def _read(self, tenant: str, task_id: str, after: int, upto: int | None) -> list[EventRow]:
-        stream = self._stream(tenant, task_id)
-        own = [e for e in stream.events if e.seq > after and (upto is None or e.seq <= upto)]
-        if stream.row.parent_id is not None and stream.row.parent_seq is not None and after < stream.row.parent_seq:
-            limit = stream.row.parent_seq if upto is None else min(upto, stream.row.parent_seq)
-            return self._read(tenant, stream.row.parent_id, after, limit) + own
-        return own
+        def parent_of(stream: _Stream) -> tuple[_Stream, int] | None:
+            row = stream.row
+            if row.parent_id is None or row.parent_seq is None:
+                return None
+            return self._stream(tenant, row.parent_id), row.parent_seq
+
+        def segment(stream: _Stream, low: int, last: int | None) -> list[EventRow]:
+            return [e for e in stream.events if e.seq > low and (last is None or e.seq <= last)]
+
+        return read_across_forks(self._stream(tenant, task_id), after, upto, parent_of, segment)
 
     def _task_row(self, stream: _Stream) -> TaskRow:
         updated = stream.events[-1].at if stream.events else stream.row.created_at

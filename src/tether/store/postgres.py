@@ -31,12 +31,21 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
 from tether.errors import (
     ConfigurationError,
     ConflictError,
-    LeaseLostError,
     SchemaVersionError,
     StoreUnavailableError,
     TaskNotFoundError,
 )
-from tether.store.base import ChangeSignal, EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
+from tether.store.base import (
+    ChangeSignal,
+    EventRow,
+    IndexUpdate,
+    LedgerRow,
+    SnapshotRow,
+    TaskFilter,
+    TaskRow,
+    read_across_forks,
+    refusal,
+)
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -419,10 +428,9 @@ class PostgresStore:
         row = self._run(lambda c: c.execute("SELECT lease_token FROM tasks WHERE id = %s", (internal,)).fetchone())
         if row is None:
             self._ids.pop((tenant, task_id), None)
-            raise TaskNotFoundError(task_id, tenant=tenant)
-        if fence is not None and row[0] != fence:
-            raise LeaseLostError(task_id, token=fence, current=int(row[0]))
-        raise ConflictError(task_id, expected=expected, actual=self._run(lambda c: self._version_of(c, internal)))
+        token = None if row is None else int(row[0])
+        version = lambda: self._run(lambda c: self._version_of(c, internal))  # noqa: E731
+        raise refusal(task_id, tenant, token, fence, expected, version)
 
     def rewind(
         self,
@@ -478,25 +486,19 @@ class PostgresStore:
         internal = self._id(tenant, task_id)
 
         def read(conn: psycopg.Connection[Any]) -> list[EventRow]:
-            chain: list[tuple[int, int | None]] = []
-            limit, current = upto, internal
-            while True:
-                chain.append((current, limit))
-                found = conn.execute("SELECT parent, parent_seq FROM tasks WHERE id = %s", (current,)).fetchone()
-                if found is None or found[0] is None or found[1] is None or found[1] <= after:
-                    break
-                limit = found[1] if limit is None else min(limit, found[1])
-                current = found[0]
-            rows: list[EventRow] = []
-            for task, last in reversed(chain):
-                low = max(after, rows[-1].seq if rows else after)
+            def parent_of(task: int) -> tuple[int, int] | None:
+                found = conn.execute("SELECT parent, parent_seq FROM tasks WHERE id = %s", (task,)).fetchone()
+                return None if found is None or found[0] is None or found[1] is None else (found[0], found[1])
+
+            def segment(task: int, low: int, last: int | None) -> list[EventRow]:
                 cursor = conn.execute(
                     "SELECT seq, type, schema, at, data::text, fence FROM events "
                     "WHERE task = %s AND seq > %s AND (%s::integer IS NULL OR seq <= %s) ORDER BY seq",
                     (task, low, last, last),
                 )
-                rows.extend(EventRow(*r) for r in cursor)
-            return rows
+                return [EventRow(*r) for r in cursor]
+
+            return read_across_forks(internal, after, upto, parent_of, segment)
 
         return self._run(read)
 

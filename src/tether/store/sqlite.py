@@ -23,11 +23,19 @@ from typing import Any, Literal
 from tether.errors import (
     ConfigurationError,
     ConflictError,
-    LeaseLostError,
     SchemaVersionError,
     TaskNotFoundError,
 )
-from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, TaskFilter, TaskRow
+from tether.store.base import (
+    EventRow,
+    IndexUpdate,
+    LedgerRow,
+    SnapshotRow,
+    TaskFilter,
+    TaskRow,
+    read_across_forks,
+    refusal,
+)
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
@@ -119,6 +127,10 @@ WHERE id = (
 )
 RETURNING task_id, lease_token
 """
+_READ_FROM = "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AND seq > ? ORDER BY seq"
+_READ_RANGE = (
+    "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AND seq > ? AND seq <= ? ORDER BY seq"
+)
 _INSERT_NEXT = "INSERT INTO events (task, seq, type, schema, at, data, fence) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _TASK_COLUMNS = """
     t.task_id, t.tenant, t.type, t.status, t.user_id, t.session_id, t.created_at,
@@ -553,42 +565,27 @@ class SQLiteStore:
         row = self._conn.execute("SELECT lease_token FROM tasks WHERE id = ?", (internal,)).fetchone()
         if row is None:
             self._ids.pop((tenant, task_id), None)
-            raise TaskNotFoundError(task_id, tenant=tenant)
-        if fence is not None and row[0] != fence:
-            raise LeaseLostError(task_id, token=fence, current=row[0])
-        raise ConflictError(task_id, expected=expected, actual=self._version_of(internal))
+        token = None if row is None else int(row[0])
+        raise refusal(task_id, tenant, token, fence, expected, lambda: self._version_of(internal))
 
     def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
+        conn = self._conn
+
+        def parent_of(task: int) -> tuple[int, int] | None:
+            parent, parent_seq = conn.execute("SELECT parent, parent_seq FROM tasks WHERE id = ?", (task,)).fetchone()
+            return None if parent is None or parent_seq is None else (parent, parent_seq)
+
+        def segment(task: int, low: int, last: int | None) -> list[EventRow]:
+            # Two statements, not "(? IS NULL OR seq <= ?)": that would keep SQLite from bounding the
+            # index range, and reading the start of a long stream would scan to its end.
+            if last is None:
+                cursor = conn.execute(_READ_FROM, (task, low))
+            else:
+                cursor = conn.execute(_READ_RANGE, (task, low, last))
+            return [EventRow(*r) for r in cursor]
+
         with self._lock:
-            internal = self._id(tenant, task_id)
-            chain: list[tuple[int, int | None]] = []  # (task, last seq taken from it)
-            limit = upto
-            current: int | None = internal
-            while current is not None:
-                chain.append((current, limit))
-                parent, parent_seq = self._conn.execute(
-                    "SELECT parent, parent_seq FROM tasks WHERE id = ?", (current,)
-                ).fetchone()
-                if parent is None or parent_seq is None or parent_seq <= after:
-                    break
-                limit = parent_seq if limit is None else min(limit, parent_seq)
-                current = parent
-            rows: list[EventRow] = []
-            for task, last in reversed(chain):
-                low = max(after, rows[-1].seq if rows else after)
-                if last is None:
-                    cursor = self._conn.execute(
-                        "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AND seq > ? ORDER BY seq",
-                        (task, low),
-                    )
-                else:
-                    cursor = self._conn.execute(
-                        "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AND seq > ? AND seq <= ? "
-                        "ORDER BY seq",
-                        (task, low, last),
-                    )
-                rows.extend(EventRow(*r) for r in cursor)
-            return rows
+            return read_across_forks(self._id(tenant, task_id), after, upto, parent_of, segment)
 
     def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
         with self._lock:
