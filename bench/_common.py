@@ -20,6 +20,13 @@ import tether  # noqa: E402
 
 Procs = list[subprocess.Popen[bytes]]
 
+# One ~500-byte chat message: the payload of the benchmarks' conversation-like steps.
+MESSAGE = (
+    "The user asked to move the meeting to Tuesday afternoon and to invite the design team; "
+    "the assistant checked the calendar, found two free slots and proposed 14:00 with a note. "
+) * 3
+MESSAGE = MESSAGE[:500]
+
 
 def worker_processes(n: int, url: str, stats: Path, *, idle_exit: bool = False) -> Procs:
     """``n`` `tether worker _benchapp:app` processes on ``url``; they write append timings to ``stats``."""

@@ -30,14 +30,10 @@ import orjson
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
+from _common import MESSAGE
+
 import tether
 from tether.events import DecisionMade, ObservationRecorded
-
-MESSAGE = (
-    "The user asked to move the meeting to Tuesday afternoon and to invite the design team; "
-    "the assistant checked the calendar, found two free slots and proposed 14:00 with a note. "
-) * 3
-MESSAGE = MESSAGE[:500]
 
 
 def floor_per_commit(path: str, n: int) -> float:

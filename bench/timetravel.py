@@ -24,14 +24,10 @@ import orjson
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
+from _common import MESSAGE
+
 import tether
 from tether.events import ObservationRecorded
-
-MESSAGE = (
-    "The user asked to move the meeting to Tuesday afternoon and to invite the design team; "
-    "the assistant checked the calendar, found two free slots and proposed 14:00. "
-) * 4
-MESSAGE = MESSAGE[:500]
 
 
 def build(url: str, task_id: str, n: int) -> None:
