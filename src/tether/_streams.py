@@ -58,8 +58,9 @@ class Stream:
             raise TaskNotFoundError(self.id, tenant=self.log.tenant)
         return row.version
 
-    def read(self, after: int = 0) -> list[Recorded]:
-        return [self.log.decode(r) for r in self.log.store.read_events(self.log.tenant, self.id, after=after)]
+    def read(self, after: int = 0, upto: int | None = None) -> list[Recorded]:
+        rows = self.log.store.read_events(self.log.tenant, self.id, after=after, upto=upto)
+        return [self.log.decode(r) for r in rows]
 
     def append(self, events: Sequence[Event], expected_version: int, *, status: str | None = None) -> int:
         """Append at ``expected_version`` (``ConflictError`` if another writer got there first)."""

@@ -64,6 +64,7 @@ class MessageAdded(Event):
     tool_call_id: str | None = None
     name: str | None = None
     meta: dict[str, Any] | None = None
+    origin: str | None = None
 
 
 @_event
@@ -81,6 +82,7 @@ class SummaryAdded(Event):
     text: str
     covers_from: int
     covers_to: int
+    origin: str | None = None
 
 
 @_event
@@ -509,7 +511,7 @@ class Session:
 
     def add_many(self, messages: Sequence[dict[str, Any]]) -> list[Message]:
         """Append several messages atomically, in order (all or none)."""
-        events = [_to_event(m) for m in messages]
+        events = [to_event(m) for m in messages]
         if not events:
             return []
         for _ in range(100):  # another process may append at the same moment: both land, in some order
@@ -573,10 +575,7 @@ class Session:
             except ConflictError:
                 continue
             compacted = self.view()
-            data = compacted.model_dump_json()
-            self._log.store.put_snapshot(
-                self._log.tenant, self._stream.id, SnapshotRow(compacted.version, _VIEW_VERSION, checksum(data), data)
-            )
+            write_view_snapshot(self._log, self._stream.id, compacted)
             return compacted.summary
         raise ConflictError(self.id, expected=self.view().version, actual=None)
 
@@ -599,7 +598,13 @@ class Session:
         raise ConflictError(self.id, expected=self.view().version, actual=None)
 
 
-def _to_event(message: dict[str, Any]) -> MessageAdded:
+def write_view_snapshot(log: TaskLog, stream_id: str, view: SessionView) -> None:
+    """Cache a session's view (written at each compaction, so a window reads from the newest summary on)."""
+    data = view.model_dump_json()
+    log.store.put_snapshot(log.tenant, stream_id, SnapshotRow(view.version, _VIEW_VERSION, checksum(data), data))
+
+
+def to_event(message: dict[str, Any]) -> MessageAdded:
     if not isinstance(message, dict):
         raise InvalidInputError(f"a message is a dict with role and content, got {type(message).__name__}")
     fields = dict(message)

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,6 +45,7 @@ from tether.model import (
     TaskState,
     ToolCall,
     Waiting,
+    call_index,
 )
 
 __all__ = [
@@ -66,6 +68,8 @@ __all__ = [
     "PhaseChanged",
     "PlanSet",
     "Recorded",
+    "SessionRead",
+    "SessionWritten",
     "SleepScheduled",
     "StatusChanged",
     "StepCompleted",
@@ -136,6 +140,8 @@ class TaskForked(Event):
     parent_task_id: str
     at: int
     inputs: dict[str, Any] | None = None
+    session_id: str | None = None
+    """The fork's own branch of its parent's conversation, when the parent had one."""
 
 
 @_event
@@ -156,6 +162,31 @@ class StatusChanged(Event):
 @_event
 class PlanSet(Event):
     steps: list[str]
+
+
+@_event
+class SessionRead(Event):
+    """The task read its conversation (``ctx.session``) as it stood at session version ``version``.
+
+    ``s`` is the conversation operation's ordinal in the task (like a call's ``n``): a
+    replay gives read ``s`` exactly what it saw the first time.
+    """
+
+    s: int
+    session_id: str
+    version: int
+
+
+@_event
+class SessionWritten(Event):
+    """The task appended session events ``first``..``last`` (messages, or a summary) as operation ``s``."""
+
+    s: int
+    session_id: str
+    first: int
+    last: int
+    roles: list[str] = dataclasses.field(default_factory=list)
+    """The roles of the messages written (``summary`` for a compaction), for history and ``show``."""
 
 
 @_event
@@ -457,15 +488,27 @@ class _Draft:
             self.owned.add(name)
         return self.values[name]  # type: ignore[no-any-return]
 
+    def call_at(self, n: int) -> int:
+        i = call_index(self.values["calls"], n)
+        if i is None:
+            raise TetherError(f"event refers to call #{n}, but task {self.values['task_id']!r} has no such call")
+        return i
+
     def call(self, n: int) -> ToolCall:
-        calls = self.values["calls"]
-        if not 0 < n <= len(calls):
-            raise TetherError(f"event refers to call #{n}, but task {self.values['task_id']!r} has {len(calls)} calls")
-        return calls[n - 1]  # type: ignore[no-any-return]
+        return self.values["calls"][self.call_at(n)]  # type: ignore[no-any-return]
 
     def replace_call(self, n: int, changes: dict[str, Any]) -> None:
-        current = self.call(n)
-        self.own_list("calls")[n - 1] = _evolve(current, changes)
+        i = self.call_at(n)
+        calls = self.own_list("calls")
+        calls[i] = _evolve(calls[i], changes)
+
+    def open_call(self, call: ToolCall) -> None:
+        """Add a new call in ordinal order (parallel calls open in the order they finish)."""
+        calls = self.own_list("calls")
+        if not calls or calls[-1].n < call.n:
+            calls.append(call)
+        else:
+            calls.insert(bisect_left(calls, call.n, key=lambda c: c.n), call)
 
     def freeze(self, template: TaskState) -> TaskState:
         values = self.values
@@ -543,6 +586,8 @@ def _task_forked(d: _Draft, ev: TaskForked, at: datetime, epoch: float) -> None:
     )
     if ev.inputs is not None:
         values["inputs"] = ev.inputs
+    if ev.session_id is not None:
+        values["session_id"] = ev.session_id
 
 
 @_rule(TaskArchived)
@@ -567,6 +612,30 @@ def _plan_set(d: _Draft, ev: PlanSet, at: datetime, epoch: float) -> None:
     d.owned.add("plan")
 
 
+def _attach_session(d: _Draft, session_id: str, version: int) -> None:
+    values = d.values
+    if values["session_id"] != session_id:
+        values["session_id"] = session_id  # the conversation made for a task that named none
+    if version > values["session_version"]:
+        values["session_version"] = version
+
+
+@_rule(SessionRead)
+def _session_read(d: _Draft, ev: SessionRead, at: datetime, epoch: float) -> None:
+    _attach_session(d, ev.session_id, ev.version)
+
+
+@_rule(SessionWritten)
+def _session_written(d: _Draft, ev: SessionWritten, at: datetime, epoch: float) -> None:
+    _attach_session(d, ev.session_id, ev.last)
+    plan = d.values["plan"]
+    running = next((i for i in range(len(plan) - 1, -1, -1) if plan[i].status == "running"), None)
+    if running is not None:  # the messages a step added show with the step
+        step = plan[running]
+        added = (*step.messages, *range(ev.first, ev.last + 1))
+        d.own_list("plan")[running] = _evolve(step, {"messages": added})
+
+
 @_rule(StepStarted)
 def _step_started(d: _Draft, ev: StepStarted, at: datetime, epoch: float) -> None:
     _replace_step(d, ev.name, {"status": "running", "started_at": at})
@@ -585,7 +654,7 @@ def _step_failed(d: _Draft, ev: StepFailed, at: datetime, epoch: float) -> None:
 @_rule(CallStarted)
 def _call_started(d: _Draft, ev: CallStarted, at: datetime, epoch: float) -> None:
     attempt = _make(Attempt, number=ev.attempt, started_at=at)
-    if ev.n == len(d.values["calls"]) + 1:
+    if call_index(d.values["calls"], ev.n) is None:
         call = _make(
             ToolCall,
             n=ev.n,
@@ -597,7 +666,7 @@ def _call_started(d: _Draft, ev: CallStarted, at: datetime, epoch: float) -> Non
             attempts=(attempt,),
             started_at=at,
         )
-        d.own_list("calls").append(call)
+        d.open_call(call)
     else:
         previous = d.call(ev.n).attempts
         d.replace_call(ev.n, {"attempts": (*previous, attempt), "status": "intended"})
@@ -605,7 +674,7 @@ def _call_started(d: _Draft, ev: CallStarted, at: datetime, epoch: float) -> Non
 
 @_rule(CallCompleted)
 def _call_completed(d: _Draft, ev: CallCompleted, at: datetime, epoch: float) -> None:
-    if ev.n == len(d.values["calls"]) + 1 and ev.key is not None:
+    if ev.key is not None and call_index(d.values["calls"], ev.n) is None:
         # A readonly call: no intent was written, this event is the whole record.
         started = _ts(epoch - ev.duration)
         attempt = _make(Attempt, number=ev.attempt, started_at=started, finished_at=at, duration=ev.duration)
@@ -623,7 +692,7 @@ def _call_completed(d: _Draft, ev: CallCompleted, at: datetime, epoch: float) ->
             started_at=started,
             finished_at=at,
         )
-        d.own_list("calls").append(call)
+        d.open_call(call)
         return
     attempts = d.call(ev.n).attempts
     if attempts and attempts[-1].number == ev.attempt:

@@ -47,6 +47,8 @@ from tether.events import (
     ObservationRecorded,
     OutputSet,
     Recorded,
+    SessionRead,
+    SessionWritten,
     StatusChanged,
     StepCompleted,
     StepFailed,
@@ -114,7 +116,7 @@ class _Entry:
         self.base = state
         self.pending: list[Recorded] = []
         self.version = state.version
-        self.calls = len(state.calls)
+        self.calls = {call.n for call in state.calls}  # the ordinals opened
         self.snap_seq = snap_seq
         self.snap_size = snap_size
         self.bytes_since = bytes_since
@@ -147,6 +149,8 @@ _DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     StepFailed: lambda e: isinstance(e.name, str),
     InputReceived: lambda e: isinstance(e.key, str),
     OutputSet: lambda e: True,
+    SessionRead: lambda e: isinstance(e.session_id, str) and type(e.version) is int and type(e.s) is int,
+    SessionWritten: lambda e: isinstance(e.session_id, str) and type(e.first) is int and type(e.last) is int,
 }
 # A NamedTuple from a ready tuple, without the keyword-parsing __new__ (a hot path builds two per append).
 _tuple_new = tuple.__new__
@@ -291,7 +295,8 @@ class TaskLog:
         now = time.time()
         base: TaskState | None = None  # set when a checked event had to be folded now
         staged: list[Recorded] = []  # deferred events of this batch, after ``base`` if it is set
-        calls = entry.calls
+        opened = entry.calls
+        opening: set[int] = set()  # calls this batch opens: added to ``opened`` once written
         rows: list[EventRow] = []
         index: IndexUpdate | None = None
         size = 0
@@ -303,7 +308,7 @@ class TaskLog:
             if cls in _DEFERRED:
                 # The common case (a call, a decision, an observation): checked now, written now,
                 # folded when somebody reads the state.
-                calls = _checked(task_id, event, calls)
+                _checked(task_id, event, opened, opening)
                 staged.append(rec)
             elif not isinstance(event, Event):
                 raise InvalidInputError(f"append() takes Event objects, got {type(event).__name__}")
@@ -334,7 +339,7 @@ class TaskLog:
         else:
             entry.pending.extend(staged)
         entry.version = seq
-        entry.calls = calls
+        opened |= opening
         entry.bytes_since += size
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
@@ -347,16 +352,40 @@ class TaskLog:
             self._maybe_snapshot(task_id, entry)
 
     def fork(
-        self, task_id: str, at: int, *, new_id: str | None = None, inputs: dict[str, Any] | None = None
+        self,
+        task_id: str,
+        at: int,
+        *,
+        new_id: str | None = None,
+        inputs: dict[str, Any] | None = None,
+        session_id: str | None = None,
     ) -> TaskState:
-        """A new task sharing ``task_id``'s events up to ``at`` — by reference, O(1) — then its own."""
-        parent = self.get(task_id)
-        if not isinstance(at, int) or not 1 <= at <= parent.version:
-            raise SequenceError(task_id, at if isinstance(at, int) else -1, parent.version)
-        new_id = new_id or uuid.uuid4().hex
-        row, first = self._fork_records(new_id, task_id, at, parent.type, parent.user_id, parent.session_id, inputs)
-        self.store.create_task(self.tenant, row, first)
+        """A new task sharing ``task_id``'s events up to ``at`` — by reference, O(1) — then its own.
+
+        ``session_id``: the fork's own conversation (a branch of its parent's), when it has one.
+        """
+        new_id = self.fork_stream(task_id, at, new_id=new_id, inputs=inputs, session_id=session_id)
         return self.load(new_id)
+
+    def fork_stream(
+        self,
+        stream_id: str,
+        at: int,
+        *,
+        new_id: str | None = None,
+        inputs: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> str:
+        """Branch any stream (a task, a session) at ``at``: one row and one event, whatever its length."""
+        parent = self.get(stream_id)
+        if not isinstance(at, int) or isinstance(at, bool) or not 1 <= at <= parent.version:
+            raise SequenceError(stream_id, at if isinstance(at, int) else -1, parent.version)
+        new_id = new_id or uuid.uuid4().hex
+        row, first = self._fork_records(
+            new_id, stream_id, at, parent.type, parent.user_id, session_id or parent.session_id, inputs, session_id
+        )
+        self.store.create_task(self.tenant, row, first)
+        return new_id
 
     def _index_row(
         self,
@@ -393,21 +422,27 @@ class TaskLog:
         user_id: str | None,
         session_id: str | None,
         inputs: dict[str, Any] | None = None,
+        own_session: str | None = None,
     ) -> tuple[TaskRow, EventRow]:
         """The index row and first event of a fork of ``parent_id`` at ``at``."""
         now = time.time()
-        event = TaskForked(task_id=new_id, parent_task_id=parent_id, at=at, inputs=inputs)
+        event = TaskForked(task_id=new_id, parent_task_id=parent_id, at=at, inputs=inputs, session_id=own_session)
         row = self._index_row(new_id, type, user_id, session_id, now, version=at + 1, parent=(parent_id, at))
         return row, EventRow(at + 1, event.event_type, event.version, now, self.encode(event))
 
-    def rewind(self, task_id: str, to: int, *, archive_id: str) -> TaskState:
-        """Set the task's branch aside as ``archive_id`` and put a fork of it at ``to`` in its place."""
+    def rewind(self, task_id: str, to: int, *, archive_id: str, session_id: str | None = None) -> TaskState:
+        """Set the task's branch aside as ``archive_id`` and put a fork of it at ``to`` in its place.
+
+        ``session_id``: the rewound task's own branch of its conversation, when it has one.
+        """
         current = self.load(task_id)
-        if not isinstance(to, int) or not 1 <= to <= current.version:
+        if not isinstance(to, int) or isinstance(to, bool) or not 1 <= to <= current.version:
             raise SequenceError(task_id, to if isinstance(to, int) else -1, current.version)
         now = time.time()
         archived = TaskArchived(task_id=archive_id, successor=task_id)
-        row, forked = self._fork_records(task_id, archive_id, to, current.type, current.user_id, current.session_id)
+        row, forked = self._fork_records(
+            task_id, archive_id, to, current.type, current.user_id, session_id or current.session_id, None, session_id
+        )
         self.store.rewind(
             self.tenant,
             task_id,
@@ -466,7 +501,7 @@ class TaskLog:
                 entry.version = rows[-1].seq
                 entry.bytes_since += sum(len(r.data) for r in rows)
                 state = entry.state
-                entry.calls = len(state.calls)
+                entry.calls = {call.n for call in state.calls}
                 self._maybe_snapshot(task_id, entry)
             self._cache.move_to_end(task_id)
             return entry.state
@@ -610,29 +645,30 @@ def _iso(value: Any) -> bool:
     return True
 
 
-def _checked(task_id: str, event: Event, calls: int) -> int:
-    """Check an event whose fold is deferred; return the number of calls after it."""
+def _checked(task_id: str, event: Event, opened: set[int], opening: set[int]) -> None:
+    """Check an event whose fold is deferred (a call event against the calls opened so far)."""
     if not _DEFERRED[type(event)](event):
         raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
     if type(event) in _CALL_EVENT_TYPES:
-        return _check_call_ordinal(task_id, event, calls)
-    return calls
+        _check_call_ordinal(task_id, event, opened, opening)
 
 
-def _check_call_ordinal(task_id: str, event: Event, calls: int) -> int:
-    """The number of calls after ``event``; an event about a call that does not exist is refused."""
+def _check_call_ordinal(task_id: str, event: Event, opened: set[int], opening: set[int]) -> None:
+    """A call is opened once (by its intent, or a readonly call's completion), under any unused
+    ordinal (parallel calls open in the order they finish); every other call event refers to
+    an opened call."""
     n = event.n  # type: ignore[attr-defined]
-    if type(n) is int and 0 < n <= calls and getattr(event, "key", None) is None:
-        return calls  # the common case: an event about a call already opened
-    opens = isinstance(event, CallStarted) or (isinstance(event, CallCompleted) and event.key is not None)
-    if opens and n == calls + 1:
-        return calls + 1
-    if isinstance(n, int) and 0 < n <= calls and not (isinstance(event, CallCompleted) and event.key is not None):
-        return calls
-    raise InvalidInputError(
-        f"{type(event).__name__} refers to call #{n}, but task {task_id!r} has {calls} calls "
-        f"(a new call must be #{calls + 1})"
-    )
+    if type(n) is not int or n < 1:
+        raise InvalidInputError(f"{type(event).__name__} has call ordinal {n!r}; ordinals are integers from 1")
+    exists = n in opened or n in opening
+    if isinstance(event, CallCompleted) and event.key is not None:
+        if exists:
+            raise InvalidInputError(f"CallCompleted opens call #{n} of task {task_id!r}, which is already open")
+        opening.add(n)
+    elif isinstance(event, CallStarted):
+        opening.add(n)  # a new call, or the next attempt of an open one
+    elif not exists:
+        raise InvalidInputError(f"{type(event).__name__} refers to call #{n}, but task {task_id!r} has no such call")
 
 
 def _explain_unserializable(event: Event, exc: Exception) -> str:

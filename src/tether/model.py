@@ -8,6 +8,8 @@ state.model_dump_json()) == state``).
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -46,6 +48,8 @@ class Step(_Record):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    messages: tuple[int, ...] = ()
+    """Seqs of the conversation events (messages, summaries) the task added during this step."""
 
 
 class Attempt(_Record):
@@ -83,6 +87,25 @@ class ToolCall(_Record):
     finished_at: datetime | None = None
     compensates: int | None = None
     """For a compensation: the ordinal of the call it undoes."""
+
+
+def _ordinal(call: ToolCall) -> int:
+    return call.n
+
+
+def call_index(calls: Sequence[ToolCall], n: int) -> int | None:
+    """Where call ``n`` sits in ``calls`` (kept in ordinal order), or ``None``.
+
+    Calls are issued in program order but may be opened out of order (parallel calls
+    finish in any order; an ordinal issued and never started leaves a gap), so the
+    position is ``n - 1`` in the common case and found by bisection otherwise.
+    """
+    if 0 < n <= len(calls) and calls[n - 1].n == n:
+        return n - 1
+    i = bisect_left(calls, n, key=_ordinal)
+    if i < len(calls) and calls[i].n == n:
+        return i
+    return None
 
 
 class Decision(_Record):
@@ -150,6 +173,8 @@ class TaskState(_Record):
     tenant: str
     user_id: str | None = None
     session_id: str | None = None
+    session_version: int = 0
+    """The last version of its conversation the task read or wrote (``ctx.session``)."""
     type: str
     status: Status = Status.PENDING
     phase: str | None = None
@@ -200,6 +225,5 @@ class TaskState(_Record):
 
     def call(self, n: int) -> ToolCall | None:
         """The call with ordinal ``n`` (1-based), if recorded."""
-        if 0 < n <= len(self.calls):
-            return self.calls[n - 1]
-        return None
+        i = call_index(self.calls, n)
+        return None if i is None else self.calls[i]

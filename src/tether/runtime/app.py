@@ -26,6 +26,7 @@ from tether.conversation import (
     list_sessions,
     open_session,
 )
+from tether.conversation import _stream_id as _session_stream
 from tether.errors import (
     Cancelled,
     ConflictError,
@@ -62,7 +63,8 @@ from tether.runtime.context import (
 )
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
-from tether.runtime.specs import TaskSpec, ToolSpec
+from tether.runtime.session import fork_conversation
+from tether.runtime.specs import ReplayCheck, TaskSpec, ToolSpec
 from tether.store import DEFAULT_URL
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
 from tether.userstate import UserState
@@ -256,6 +258,7 @@ class App:
         readonly: bool = False,
         compensate: Callable[..., Any] | None = None,
         on_unknown: OnUnknown = "retry",
+        replay_check: ReplayCheck = "args",
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -267,16 +270,29 @@ class App:
         readonly: bool = False,
         compensate: Callable[..., Any] | None = None,
         on_unknown: OnUnknown = "retry",
+        replay_check: ReplayCheck = "args",
     ) -> Any:
         """Register a tool: its name, retry policy, whether it only reads, and how to undo it.
 
         The function is returned unchanged: calling it directly does nothing special;
         ``ctx.call(fn, ...)`` runs it as a recorded call.
+
+        ``replay_check``: on replay a recorded result is returned only to the same call —
+        the same tool with the same arguments (``"args"``, the default). ``"name"``
+        compares the tool only, for a deliberate change of arguments that keeps their
+        meaning (a reworded prompt, say); the recorded result is then returned to the new
+        arguments and an in-doubt call runs again under its old key. Use it knowingly.
         """
 
         def register(fn: F) -> F:
             self._tools[fn] = ToolSpec.of(
-                fn, name=name, retry=retry, readonly=readonly, compensate=compensate, on_unknown=on_unknown
+                fn,
+                name=name,
+                retry=retry,
+                readonly=readonly,
+                compensate=compensate,
+                on_unknown=on_unknown,
+                replay_check=replay_check,
             )
             return fn
 
@@ -630,7 +646,28 @@ class App:
         if inputs is not None:
             self._task_spec(self.log.get(task_id).type)  # the code must be known to rerun it
             inputs = as_json(inputs)
-        return TaskHandle.of(self.log.fork(task_id, at, new_id=new_id, inputs=inputs))
+        at_state = self.log.state_at(task_id, at)  # also checks ``at``
+        new_id = new_id or uuid.uuid4().hex
+        if self.store.get_task(self.tenant, new_id) is not None:
+            raise ConflictError(new_id, expected=0, actual=None)
+        session = self._branch_conversation(at_state, f"{at_state.session_id}@{new_id}")
+        try:
+            return TaskHandle.of(self.log.fork(task_id, at, new_id=new_id, inputs=inputs, session_id=session))
+        except BaseException:
+            self._drop_branch(session)
+            raise
+
+    def _branch_conversation(self, at_state: TaskState, new_session_id: str) -> str | None:
+        if at_state.session_id is None:
+            return None
+        if self.store.get_task(self.tenant, _session_stream(new_session_id)) is not None:
+            raise ConflictError(_session_stream(new_session_id), expected=0, actual=None)
+        return fork_conversation(self.log, at_state, new_session_id)
+
+    def _drop_branch(self, session: str | None) -> None:
+        """Undo a conversation branch made for a fork that could not be made: a refusal writes nothing."""
+        if session is not None:
+            self.store.delete_task(self.tenant, _session_stream(session))
 
     def rewind(self, task_id: str, *, to: int) -> TaskHandle:
         """Go back to event ``to`` and try again: ``task_id`` becomes a fork of itself at ``to``.
@@ -644,8 +681,14 @@ class App:
             while self.store.get_task(self.tenant, f"{task_id}~{n}") is not None:
                 n += 1
             archive = f"{task_id}~{n}"
+            at_state = self.log.state_at(task_id, to)  # also checks ``to``
+            session = self._branch_conversation(at_state, f"{at_state.session_id}@{task_id}.{n}")
             self.store.release_lease(self.tenant, task_id, token)
-            return TaskHandle.of(self.log.rewind(task_id, to, archive_id=archive))
+            try:
+                return TaskHandle.of(self.log.rewind(task_id, to, archive_id=archive, session_id=session))
+            except BaseException:
+                self._drop_branch(session)
+                raise
         except BaseException:
             self.store.release_lease(self.tenant, task_id, token)
             raise
@@ -667,31 +710,33 @@ class App:
         try:
             outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
         except ReplayEnd:
-            return ReplayReport(task_id, True, ctx._cursor, recorded, "reached the end of the record")
+            return ReplayReport(task_id, True, ctx._record.walked, recorded, "reached the end of the record")
         except (Suspend, Cancelled):
-            return ReplayReport(task_id, True, ctx._cursor, recorded, "reached the end of the record")
+            return ReplayReport(task_id, True, ctx._record.walked, recorded, "reached the end of the record")
+        finally:
+            ctx._end()
         assert outcome is not None
         if isinstance(outcome.value, NonDeterminismError):
-            return ReplayReport(task_id, False, ctx._cursor, recorded, str(outcome.value), outcome.value)
-        if not ctx.live:
-            head = history[ctx._cursor]
+            return ReplayReport(task_id, False, ctx._record.walked, recorded, str(outcome.value), outcome.value)
+        head = ctx._record.first_left()
+        if head is not None:
             error = NonDeterminismError(
                 task_id,
                 head.seq,
                 f"more work ({head.event.event_type})",
                 "the task to end" if outcome.ok else f"it to raise {outcome.value!r}",
             )
-            return ReplayReport(task_id, False, ctx._cursor, recorded, str(error), error)
+            return ReplayReport(task_id, False, ctx._record.walked, recorded, str(error), error)
         if outcome.ok:
             if state.status is Status.COMPLETED and state.output != as_json(outcome.value):
                 return ReplayReport(
                     task_id,
                     False,
-                    ctx._cursor,
+                    ctx._record.walked,
                     recorded,
                     f"the code now returns {outcome.value!r}; the record has {state.output!r}",
                 )
-            return ReplayReport(task_id, True, ctx._cursor, recorded, "the code returns")
+            return ReplayReport(task_id, True, ctx._record.walked, recorded, "the code returns")
         error_type = type(outcome.value).__name__
         if isinstance(outcome.value, ToolError):
             error_type = outcome.value.error_type
@@ -699,11 +744,11 @@ class App:
             return ReplayReport(
                 task_id,
                 False,
-                ctx._cursor,
+                ctx._record.walked,
                 recorded,
                 f"the code now raises {error_type}; the record failed with {state.failure.exception_type}",
             )
-        return ReplayReport(task_id, True, ctx._cursor, recorded, f"the code raises {error_type}")
+        return ReplayReport(task_id, True, ctx._record.walked, recorded, f"the code raises {error_type}")
 
     def _spec_of(self, task_id: str) -> TaskSpec:
         return self._task_spec(self.log.load(task_id).type)
@@ -727,6 +772,7 @@ class App:
         self, spec: TaskSpec, task_id: str, *, token: int | None = None, force: bool = False
     ) -> Flow[TaskHandle]:
         """Run (or replay, then continue) a task while holding its lease: ``token``, or one taken here."""
+        ended: Callable[[], None] | None = None
         if token is None:
             state = self.log.load(task_id)
             if state.status in TERMINAL:
@@ -741,6 +787,7 @@ class App:
                     return TaskHandle.of(state)
                 context_type = AsyncTaskContext if spec.is_async else TaskContext
                 ctx = context_type(self, spec, state, history, token)
+                ended = ctx._end
                 if state.status is not Status.RUNNING:
                     ctx._append([StatusChanged(status=Status.RUNNING.value)])
                 if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
@@ -759,8 +806,8 @@ class App:
                 if ctx._cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
                     yield from self._end_cancelled(ctx, ctx._cancel_reason)
                 elif outcome.ok:
-                    if not ctx.live:
-                        head = ctx._history[ctx._cursor]
+                    head = ctx._record.first_left()
+                    if head is not None:
                         raise NonDeterminismError(
                             task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
                         )
@@ -774,6 +821,8 @@ class App:
                     yield from self._fail(ctx, outcome.value)
                 return TaskHandle.of(ctx._latest)
         finally:
+            if ended is not None:
+                ended()  # a parallel branch still going records nothing more
             try:
                 self.log.snapshot_if_due(task_id)
                 self.store.release_lease(self.tenant, task_id, token)

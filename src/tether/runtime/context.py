@@ -11,16 +11,20 @@ sees the same values it saw the first time.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
-from tether._keys import as_json, call_key
+from tether._keys import args_hash, as_json, call_key, json_default
 from tether.errors import (
     Cancelled,
     ConflictError,
@@ -41,16 +45,13 @@ from tether.events import (
     CallFailed,
     CallStarted,
     CancelRequested,
-    DataMigrated,
     DataUpdated,
     DecisionMade,
     Event,
-    FailureRecorded,
     InputReceived,
     InputRequested,
     InputTimedOut,
     ObservationRecorded,
-    OutputSet,
     PhaseChanged,
     PlanSet,
     Recorded,
@@ -59,14 +60,12 @@ from tether.events import (
     StepCompleted,
     StepFailed,
     StepStarted,
-    TaskArchived,
-    TaskForked,
-    apply,
-    fold,
 )
 from tether.machine import Status
 from tether.model import TaskState, ToolCall
 from tether.runtime._flow import CURRENT_CALL, Flow, Invoke, Wait, _tuple_new, drive, drive_async, invoke
+from tether.runtime._replay import ReleaseGate, Replay, describe
+from tether.runtime.session import TaskSession
 from tether.runtime.specs import TaskSpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -74,17 +73,6 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncTaskContext", "CallInfo", "TaskContext", "current_call"]
 
-# Events the runtime writes on its own, not in answer to an operation of the task's code.
-_PASSIVE = (
-    StatusChanged,
-    InputReceived,
-    OutputSet,
-    FailureRecorded,
-    DataMigrated,
-    CancelRequested,
-    TaskForked,
-    TaskArchived,
-)
 # Errors that say "this run cannot go on here", not "this task failed": they leave the task
 # as it is (no failure record, no step marked failed) and reach the caller.
 NOT_A_TASK_FAILURE = (
@@ -97,7 +85,6 @@ NOT_A_TASK_FAILURE = (
 
 # What another process may append to a task while a run holds it (send_input, cancel).
 _EXTERNAL = (InputReceived, CancelRequested)
-_CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
 
 
 class ReplayEnd(BaseException):
@@ -139,26 +126,27 @@ def current_call() -> CallInfo:
     return info
 
 
-def _describe(event: Event) -> str:
-    match event:
-        case CallStarted() | CallCompleted() if getattr(event, "tool", None):
-            return f"call #{event.n} {event.tool}"
-        case CallStarted() | CallCompleted() | CallAttemptFailed() | CallFailed():
-            return f"call #{event.n}"
-        case StepStarted() | StepCompleted() | StepFailed():
-            return f"{event.event_type}({event.name!r})"
-        case DecisionMade():
-            return f"decide({event.name!r})"
-        case ObservationRecorded():
-            return f"observe({event.key!r})"
-        case PhaseChanged():
-            return f"transition({event.phase!r})"
-        case PlanSet():
-            return f"plan({event.steps!r})"
-        case DataUpdated():
-            return f"update({', '.join(sorted(event.fields))})"
-        case _:
-            return event.event_type
+class _Issued(NamedTuple):
+    """A call as the code issued it: its ordinal, what it runs, and its record if it has one."""
+
+    n: int
+    spec: ToolSpec
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    arguments: dict[str, Any]
+    key: str
+    record: ToolCall | None
+
+
+class RunEnded(BaseException):
+    """Raised in a parallel branch that tries to record after its run stopped (suspended, failed,
+    ended): the branch's work is left as the record says, and a later run takes it up again."""
+
+
+def _excerpt(arguments: Any, limit: int = 80) -> str:
+    text = orjson.dumps(arguments, default=json_default).decode() if arguments is not None else ""
+    text = text[1:-1] if text.startswith("{") else text
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class _Context:
@@ -169,18 +157,21 @@ class _Context:
         self._spec = spec
         self._task_id = state.task_id
         self._version = state.version  # the latest version: appends go on from it
-        self._final = state  # the state when this run started: the end of the recorded history
-        self._history = history  # what was recorded before this run started
-        self._cursor = 1  # history[0] is TaskCreated
-        self._view_base = apply(None, history[0])  # the state as of the point the code has reached...
-        self._view_pending: list[Recorded] = []  # ...is this, plus these (folded when read)
+        self._record = Replay(state.task_id, history, state)
         self._fence = fence
-        self._n = 0  # ordinal of the last call made
+        self._n = 0  # ordinal of the last call issued
+        self._s = 0  # ordinal of the last conversation operation issued
         self._compensations: list[tuple[int, ToolSpec, Any]] = []
         self._data_cache: tuple[int, BaseModel] | None = None
         self._cancel_reason = state.cancel_reason
         self._compensating = False
         self._replay_only = False
+        self._ended = False
+        self._owner = threading.get_ident()  # the thread the task's code runs in
+        self._lock = threading.RLock()  # ctx.map's threads record through one writer
+        self._inflight = 0  # calls running live right now (more than one: a parallel batch)
+        self._deferred: list[Event] = []  # recorded reads, written with the next append
+        self._session: TaskSession | None = None
         self.scratch: dict[str, Any] = {}
         """Working memory for the current step: never persisted, emptied at every step boundary."""
 
@@ -194,10 +185,7 @@ class _Context:
         """The task's state as of the point the code has reached (read-only)."""
         if self.live:
             return self._latest
-        if self._view_pending:
-            self._view_base = fold(self._view_pending, self._view_base)
-            self._view_pending = []
-        return self._view_base
+        return self._record.view()
 
     @property
     def _latest(self) -> TaskState:
@@ -206,8 +194,7 @@ class _Context:
     @property
     def live(self) -> bool:
         """``False`` while the code is still replaying recorded history."""
-        self._skip_passive()
-        return self._cursor >= len(self._history)
+        return self._record.done
 
     @property
     def data(self) -> BaseModel:
@@ -220,38 +207,49 @@ class _Context:
             self._data_cache = (state.version, self._app._data_model(self._spec, state))
         return self._data_cache[1]
 
+    @property
+    def session(self) -> TaskSession:
+        """The task's conversation: the session named by ``session_id`` when the task started, or one
+        made for it (named after the task). Its reads and appends are part of the task's record:
+        an append happens once however often the task is resumed, a replay sees what the first
+        run saw, and a fork sees the conversation as it was at the fork point."""
+        if self._session is None:
+            self._session = TaskSession(self, self._record.final.session_id or self._task_id)
+        return self._session
+
     # ------------------------------------------------------------------ replay
-    def _skip_passive(self) -> None:
-        history = self._history
-        while self._cursor < len(history) and isinstance(history[self._cursor].event, _PASSIVE):
-            self._consume()
-
-    def _consume(self) -> None:
-        self._view_pending.append(self._history[self._cursor])
-        self._cursor += 1
-
     def _replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
-        """The recorded event this operation corresponds to, or ``None`` once the code runs live."""
-        self._skip_passive()
-        if self._cursor >= len(self._history):
-            return None
-        head = self._history[self._cursor]
-        if type(head.event) is not expected or not matches(head.event):
-            raise NonDeterminismError(self.task_id, head.seq, _describe(head.event), requested)
-        self._consume()
-        return head
+        """The recorded event this operation corresponds to, or ``None`` when it runs live."""
+        return self._record.take(expected, matches, requested)
+
+    def _replayed_if(self, expected: type[Event], matches: Callable[[Any], bool]) -> bool:
+        """Consume the next recorded event if it is this one; ``False`` (and nothing consumed) if not."""
+        return self._record.take_if(expected, matches)
 
     def _append(self, events: list[Event]) -> None:
         log = self._app.log
-        while True:
-            try:
-                # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
-                self._version = log.append(self._task_id, events, self._version, fence=self._fence, snapshot=False)
-                return
-            except LeaseLostError:
-                raise
-            except ConflictError:
-                self._take_external()
+        with self._lock:
+            if self._ended:
+                raise RunEnded(f"task {self._task_id!r}: this run has stopped; a later run takes the work up")
+            if self._deferred:
+                events = [*self._deferred, *events]
+            while True:
+                try:
+                    # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
+                    self._version = log.append(
+                        self._task_id, events, self._version, fence=self._fence, snapshot=False
+                    )
+                    self._deferred.clear()
+                    return
+                except LeaseLostError:
+                    raise
+                except ConflictError:
+                    self._take_external()
+
+    def _defer(self, event: Event) -> None:
+        """Record ``event`` with the next append: a read that nothing depends on until something is written."""
+        with self._lock:
+            self._deferred.append(event)
 
     def _take_external(self) -> None:
         """Accept what another process appended meanwhile (an answer, a cancel); anything else is a conflict."""
@@ -269,7 +267,7 @@ class _Context:
         """Called before an operation runs live: a cancelled task stops here, before doing anything,
         and so does a replay (``app.replay``), which never runs or writes anything."""
         if self._replay_only:
-            raise ReplayEnd(self._cursor)
+            raise ReplayEnd(self._record.walked)
         if self._cancel_reason is not None and not self._compensating:
             raise Cancelled(self._cancel_reason)
 
@@ -280,8 +278,27 @@ class _Context:
 
     def _answered(self) -> bool:
         """Whether the recorded history goes on past this point (so a wait or sleep here ended)."""
-        self._skip_passive()
-        return self._cursor < len(self._history)
+        return not self._record.done
+
+    def _end(self) -> None:
+        """The run stopped: a parallel branch still going records nothing more."""
+        with self._lock:
+            self._ended = True
+
+    def _check_thread(self, operation: str) -> None:
+        if threading.get_ident() != self._owner:
+            raise TetherError(
+                f"{operation} was called from a thread task {self._task_id!r} did not start: a call's identity "
+                "(its ordinal and idempotency key) comes from the order the task issues it, which another thread "
+                "cannot keep. Run calls in parallel threads with ctx.map(tool, items), or in an async task with "
+                "asyncio.gather(ctx.call(...), ...)"
+            )
+
+    def _issue_session_op(self) -> int:
+        self._check_thread("ctx.session")
+        with self._lock:
+            self._s += 1
+            return self._s
 
     # ------------------------------------------------------------------ recording
     def plan(self, steps: list[str]) -> None:
@@ -358,28 +375,47 @@ class _Context:
             self._append([PhaseChanged(phase=phase)])
 
     # ------------------------------------------------------------------ calls
+    def _issue(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Issued:
+        """Give a call its identity as the code issues it: the next ordinal, in program order."""
+        self._check_thread("ctx.call()")
+        spec = self._app._tool_spec(fn)
+        arguments = spec.bind(args, kwargs)
+        with self._lock:
+            self._n += 1
+            n = self._n
+            record = self._record.call(n)
+        key = call_key(self._task_id, n, spec.name, arguments)
+        if record is not None:
+            self._check_same_call(n, record, spec, arguments)
+            key = record.key  # retries keep the key the call was first given
+        return _tuple_new(_Issued, (n, spec, args, kwargs, arguments, key, record))
+
+    def _check_same_call(self, n: int, record: ToolCall, spec: ToolSpec, arguments: dict[str, Any]) -> None:
+        """A recorded result goes only to the same call: same position, same tool, same arguments."""
+        same = record.tool == spec.name
+        if same and spec.replay_check == "args":
+            same = record.key.rpartition(":")[2] == args_hash(arguments)
+        if not same:
+            raise NonDeterminismError(
+                self._task_id,
+                self._record.first_seq_of_call(n),
+                f"call #{n} {record.tool}({_excerpt(record.args)})",
+                f"call #{n} {spec.name}({_excerpt(as_json(arguments))})",
+            )
+
     def _call_flow(
         self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        issued: _Issued,
         compensate: Callable[..., Any] | None = None,
         kind: str = "call",
         compensates: int | None = None,
         readonly: bool | None = None,
     ) -> Flow[Any]:
         """The recorded call, written once for sync and async (see :mod:`tether.runtime._flow`)."""
-        spec = self._app._tool_spec(fn)
+        n, spec, _, _, _, key, record = issued
         readonly = spec.readonly if readonly is None else readonly
-        arguments = spec.bind(args, kwargs)
-        self._n += 1
-        n = self._n
-        key = call_key(self._task_id, n, spec.name, arguments)
         undo = compensate or spec.compensate
-        attempt = 1
-        record = self._replay_call(n, spec.name) if self._cursor < len(self._history) else None
         if record is not None:
-            key = record.key  # retries keep the key the call was first given
             if record.status == "completed":
                 result = spec.rehydrate(record.result)
                 if undo is not None:
@@ -395,6 +431,27 @@ class _Context:
                     attempts=sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")),
                     traceback=last.traceback,
                 )
+        with self._running():
+            return (yield from self._live_call(issued, undo, kind, compensates, readonly))
+
+    @contextmanager
+    def _running(self) -> Iterator[None]:
+        with self._lock:
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inflight -= 1
+
+    def _live_call(
+        self, issued: _Issued, undo: Callable[..., Any] | None, kind: str, compensates: int | None, readonly: bool
+    ) -> Flow[Any]:
+        """A call with no outcome recorded: run it (again, under the same key), record each attempt."""
+        n, spec, args, kwargs, arguments, key, record = issued
+        attempt = 1
+        if record is not None:
+            last = record.attempts[-1]
             self._going_live()  # the record ends inside this call: what follows is live
             if last.finished_at is None:
                 # The process stopped inside this attempt: the effect may or may not have happened.
@@ -521,7 +578,9 @@ class _Context:
         if remaining <= 0:
             return
         self._going_live()
-        if remaining > self._app.inline_wait:
+        # A long wait frees the worker (a durable sleep) — unless other calls of the task run
+        # beside this one: suspending would abandon them mid-flight, so it waits here.
+        if remaining > self._app.inline_wait and self._inflight <= 1:
             self._suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
         yield Wait(remaining)
 
@@ -545,12 +604,9 @@ class _Context:
                 check_against_schema(self._task_id, key, value, json_schema)
             return model.model_validate(value) if model is not None else value
         if self._answered():
-            raise NonDeterminismError(
-                self._task_id,
-                self._history[self._cursor].seq,
-                _describe(self._history[self._cursor].event),
-                f"the answer to {key!r}",
-            )
+            head = self._record.first_left()
+            assert head is not None
+            raise NonDeterminismError(self._task_id, head.seq, describe(head.event), f"the answer to {key!r}")
         if timeout_at is not None and time.time() >= timeout_at:
             self._going_live()
             self._append([InputTimedOut(key=key)])
@@ -570,16 +626,12 @@ class _Context:
                 return  # the code went on after this sleep before: it is over
         yield from self._backoff(until)
 
-    def _fetch_flow(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], ttl: float
-    ) -> Flow[Any]:
+    def _fetch_flow(self, issued: _Issued, ttl: float) -> Flow[Any]:
         """A recorded read of outside state: replay returns what was read; live, a read of the same
         thing recorded less than ``ttl`` seconds ago is served again, an older one is read afresh."""
-        if ttl < 0:
-            raise InvalidInputError(f"ttl must be >= 0, got {ttl}")
-        if self._cursor >= len(self._history) and ttl > 0:
-            spec = self._app._tool_spec(fn)
-            arguments = as_json(spec.bind(args, kwargs))
+        if issued.record is None and ttl > 0:
+            n, spec, _, _, arguments, key, _ = issued
+            arguments = as_json(arguments)
             now = time.time()
             for earlier in reversed(self._latest.calls):
                 if earlier.kind != "fetch" or earlier.tool != spec.name or earlier.args != arguments:
@@ -587,10 +639,8 @@ class _Context:
                 fresh = earlier.finished_at is not None and now - earlier.finished_at.timestamp() < ttl
                 if earlier.status == "completed" and fresh:
                     self._going_live()
-                    self._n += 1
-                    key = call_key(self._task_id, self._n, spec.name, arguments)
                     served = CallCompleted(
-                        n=self._n,
+                        n=n,
                         result=earlier.result,
                         attempt=1,
                         duration=0.0,
@@ -602,48 +652,36 @@ class _Context:
                     self._append([served])
                     return spec.rehydrate(earlier.result)
                 break
-        return (yield from self._call_flow(fn, args, kwargs, kind="fetch", readonly=True))
-
-    def _replayed_if(self, expected: type[Event], matches: Callable[[Any], bool]) -> bool:
-        """Consume the next recorded event if it is this one; ``False`` (and nothing consumed) if not."""
-        self._skip_passive()
-        if self._cursor < len(self._history):
-            head = self._history[self._cursor].event
-            if type(head) is expected and matches(head):
-                self._consume()
-                return True
-        return False
-
-    def _replay_call(self, n: int, name: str) -> ToolCall | None:
-        """Consume call ``n``'s recorded events; return its record as of then, or ``None`` if live."""
-        self._skip_passive()
-        if self._cursor >= len(self._history):
-            return None
-        head = self._history[self._cursor]
-        event = head.event
-        recorded_tool = getattr(event, "tool", None)
-        if not isinstance(event, _CALL_EVENTS) or event.n != n or (recorded_tool and recorded_tool != name):
-            raise NonDeterminismError(self.task_id, head.seq, _describe(event), f"call #{n} {name}")
-        while self._cursor < len(self._history):
-            event = self._history[self._cursor].event
-            if isinstance(event, _PASSIVE):
-                self._consume()
-            elif isinstance(event, _CALL_EVENTS) and event.n == n:
-                self._consume()
-            else:
-                break
-        # A call's events are contiguous and nothing after them changes it, so its record as of
-        # now is its record at the end of the history: no need to fold the view for it.
-        return self._final.call(n)
+        return (yield from self._call_flow(issued, kind="fetch", readonly=True))
 
     def _compensate_flow(self) -> Flow[None]:
         """Undo completed calls in reverse order, each as its own recorded call."""
         self._compensating = True
-        for n, spec, result in reversed(self._compensations):
+        # In reverse order of the calls' ordinals (parallel calls finish in any order).
+        for n, spec, result in sorted(self._compensations, key=lambda c: c[0], reverse=True):
+            issued = self._issue(spec.fn, (result,), {})
             try:
-                yield from self._call_flow(spec.fn, (result,), {}, kind="compensation", compensates=n)
+                yield from self._call_flow(issued, kind="compensation", compensates=n)
             except ToolError:
                 continue  # recorded; it must not hide the original failure
+
+
+def _check_ttl(ttl: float) -> None:
+    if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not ttl >= 0:
+        raise InvalidInputError(f"ttl must be a number of seconds >= 0, got {ttl!r}")
+
+
+def _check_concurrency(max_concurrency: int | None) -> None:
+    if max_concurrency is not None and (type(max_concurrency) is not int or max_concurrency < 1):
+        raise InvalidInputError(f"max_concurrency must be None or an int >= 1, got {max_concurrency!r}")
+
+
+def _first_error(outcomes: list[tuple[bool, Any]]) -> BaseException | None:
+    """What a batch raises: a stop of the run (suspension, lost lease...) before any call's failure,
+    and of the failures, the first in input order."""
+    errors = [value for ok, value in outcomes if not ok]
+    stops = [e for e in errors if not isinstance(e, ToolError)]
+    return (stops or errors or [None])[0]
 
 
 class TaskContext(_Context):
@@ -675,7 +713,48 @@ class TaskContext(_Context):
         recorded result is returned without running it. ``compensate(result)`` is
         called, recorded, if the task later fails.
         """
-        return drive(self._call_flow(fn, args, kwargs, compensate))
+        return drive(self._call_flow(self._issue(fn, args, kwargs), compensate))
+
+    def map(self, fn: Callable[..., Any], items: Iterable[Any], *, max_concurrency: int | None = None) -> list[Any]:
+        """Call ``fn(item)`` for every item as recorded calls running in parallel threads; the
+        results come back in input order.
+
+        Each call gets its ordinal (so its idempotency key) from its item's position, whatever
+        order the calls finish in. On resume, finished calls return their results, unfinished
+        ones run again under the same key, unstarted ones start. If calls fail, the first
+        failure in input order is raised once every call has ended (all are recorded).
+
+        Example:
+            >>> import tether
+            >>> app = tether.App("memory://")
+            >>> @app.tool(readonly=True)
+            ... def price(city: str) -> int:
+            ...     return len(city) * 100
+            >>> @app.task
+            ... def compare(ctx: tether.TaskContext) -> list:
+            ...     return ctx.map(price, ["Paris", "Rome", "Oslo"], max_concurrency=2)
+            >>> app.run(compare).output
+            [500, 400, 400]
+        """
+        _check_concurrency(max_concurrency)
+        issued = [self._issue(fn, (item,), {}) for item in items]
+        outcomes: list[tuple[bool, Any]] = [(True, None)] * len(issued)
+        live: list[int] = []
+        for i, call in enumerate(issued):
+            if call.record is not None and call.record.status in ("completed", "failed"):
+                outcomes[i] = _outcome_of(lambda c=call: drive(self._call_flow(c)))
+            else:
+                live.append(i)
+        if live:
+            workers = min(len(live), max_concurrency or len(live))
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"tether-map-{self._task_id}") as pool:
+                futures = [(i, pool.submit(drive, self._call_flow(issued[i]))) for i in live]
+                for i, future in futures:
+                    outcomes[i] = _outcome_of(future.result)
+        error = _first_error(outcomes)
+        if error is not None:
+            raise error
+        return [value for _, value in outcomes]
 
     def wait_for_input(
         self, key: str, prompt: str | None = None, timeout: float | None = None, schema: Any = None
@@ -700,17 +779,78 @@ class TaskContext(_Context):
         On replay the recorded value is returned (history is history). Live, a value this task
         read less than ``ttl`` seconds ago is used again; an older one is read again, never stale.
         """
-        return drive(self._fetch_flow(fn, args, kwargs, ttl))
+        _check_ttl(ttl)
+        return drive(self._fetch_flow(self._issue(fn, args, kwargs), ttl))
+
+
+def _outcome_of(run: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, run()
+    except BaseException as exc:  # collected: every call of the batch ends before one is raised
+        return False, exc
 
 
 class AsyncTaskContext(_Context):
-    """The context an ``async`` task receives: the same, with ``await ctx.call(...)``."""
+    """The context an ``async`` task receives: the same, with ``await ctx.call(...)``.
 
-    async def call(
+    Calls may run in parallel (``asyncio.gather``, ``TaskGroup``, ``as_completed``): each
+    call's ordinal — so its idempotency key — is fixed when the code issues it.
+
+    Example:
+        >>> import asyncio, tether
+        >>> app = tether.App("memory://")
+        >>> @app.tool(readonly=True)
+        ... async def lookup(q: str) -> str:
+        ...     return q.upper()
+        >>> @app.task
+        ... async def research(ctx: tether.AsyncTaskContext, queries: list) -> list:
+        ...     return await asyncio.gather(*(ctx.call(lookup, q) for q in queries))
+        >>> app.run(research, ["a", "b"]).output
+        ['A', 'B']
+    """
+
+    def __init__(self, app: App, spec: TaskSpec, state: TaskState, history: list[Recorded], fence: int | None):
+        super().__init__(app, spec, state, history, fence)
+        self._gate = ReleaseGate(self._record.finish_order)
+
+    def call(
         self, fn: Callable[..., Any], *args: Any, compensate: Callable[..., Any] | None = None, **kwargs: Any
-    ) -> Any:
-        """Like :meth:`TaskContext.call`; ``fn`` may be a coroutine function."""
-        return await drive_async(self._call_flow(fn, args, kwargs, compensate))
+    ) -> Coroutine[Any, Any, Any]:
+        """Like :meth:`TaskContext.call`; ``fn`` may be a coroutine function. Await the result.
+
+        The call is issued (given its ordinal) here, when ``ctx.call`` is called, not when it is
+        awaited, so calls gathered together keep the order the code wrote them in.
+        """
+        return self._run_call(self._issue(fn, args, kwargs), compensate)
+
+    async def _run_call(self, issued: _Issued, compensate: Callable[..., Any] | None = None) -> Any:
+        record = issued.record
+        if record is not None and record.status in ("completed", "failed") and not self._gate.ready(issued.n):
+            await self._gate.wait(issued.n)  # replayed results come back in the order they were recorded
+        return await drive_async(self._call_flow(issued, compensate))
+
+    async def map(
+        self, fn: Callable[..., Any], items: Iterable[Any], *, max_concurrency: int | None = None
+    ) -> list[Any]:
+        """Like :meth:`TaskContext.map`, as concurrent coroutines (``fn`` may be a coroutine function)."""
+        _check_concurrency(max_concurrency)
+        issued = [self._issue(fn, (item,), {}) for item in items]
+        limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+
+        async def one(call: _Issued) -> tuple[bool, Any]:
+            try:
+                if limit is None:
+                    return True, await self._run_call(call)
+                async with limit:
+                    return True, await self._run_call(call)
+            except BaseException as exc:  # collected: every call of the batch ends before one is raised
+                return False, exc
+
+        outcomes = list(await asyncio.gather(*(one(call) for call in issued)))
+        error = _first_error(outcomes)
+        if error is not None:
+            raise error
+        return [value for _, value in outcomes]
 
     async def wait_for_input(
         self, key: str, prompt: str | None = None, timeout: float | None = None, schema: Any = None
@@ -722,9 +862,18 @@ class AsyncTaskContext(_Context):
         """Like :meth:`TaskContext.sleep`."""
         await drive_async(self._sleep_flow(seconds))
 
-    async def fetch(self, fn: Callable[..., Any], *args: Any, ttl: float = 0, **kwargs: Any) -> Any:
-        """Like :meth:`TaskContext.fetch`; ``fn`` may be a coroutine function."""
-        return await drive_async(self._fetch_flow(fn, args, kwargs, ttl))
+    def fetch(
+        self, fn: Callable[..., Any], *args: Any, ttl: float = 0, **kwargs: Any
+    ) -> Coroutine[Any, Any, Any]:
+        """Like :meth:`TaskContext.fetch`; ``fn`` may be a coroutine function. Await the result."""
+        _check_ttl(ttl)
+        return self._run_fetch(self._issue(fn, args, kwargs), ttl)
+
+    async def _run_fetch(self, issued: _Issued, ttl: float) -> Any:
+        record = issued.record
+        if record is not None and record.status in ("completed", "failed") and not self._gate.ready(issued.n):
+            await self._gate.wait(issued.n)
+        return await drive_async(self._fetch_flow(issued, ttl))
 
 
 def _input_schema(schema: Any) -> tuple[dict[str, Any] | None, type[BaseModel] | None]:

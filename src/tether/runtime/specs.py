@@ -6,7 +6,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -45,6 +45,9 @@ def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
     return None
 
 
+ReplayCheck = Literal["args", "name"]
+
+
 @dataclass(eq=False)
 class ToolSpec:
     """A callable as tether runs it: its name, retry policy, compensation and argument binding."""
@@ -55,6 +58,8 @@ class ToolSpec:
     readonly: bool = False
     compensate: Callable[..., Any] | None = None
     on_unknown: OnUnknown = "retry"
+    replay_check: ReplayCheck = "args"
+    """What a replay compares with the record: the tool and its arguments, or the tool's name only."""
     _positional: tuple[str, ...] | None = field(default=None, repr=False)
     _signature: inspect.Signature | None = field(default=None, repr=False)
     _returns: TypeAdapter[Any] | None = field(default=None, repr=False)
@@ -69,9 +74,12 @@ class ToolSpec:
         readonly: bool = False,
         compensate: Callable[..., Any] | None = None,
         on_unknown: OnUnknown = "retry",
+        replay_check: ReplayCheck = "args",
     ) -> ToolSpec:
         if not callable(fn):
             raise TaskDefinitionError(f"a tool must be callable, got {type(fn).__name__}")
+        if replay_check not in ("args", "name"):
+            raise TaskDefinitionError(f"replay_check= takes 'args' or 'name', got {replay_check!r}")
         check_on_unknown(on_unknown)
         if compensate is not None and not callable(compensate):
             raise TaskDefinitionError(f"compensate= must be callable, got {type(compensate).__name__}")
@@ -92,6 +100,7 @@ class ToolSpec:
             readonly=readonly,
             compensate=compensate,
             on_unknown=on_unknown,
+            replay_check=replay_check,
             _positional=positional,
             _signature=signature,
             _returns=returns,

@@ -1,0 +1,306 @@
+"""The recorded history a run walks alongside the task's code.
+
+A resumed task runs its function again from the top; each operation asks this
+cursor for its record. Records are found three ways, because three kinds of
+operation can be issued in three kinds of order:
+
+* **calls** by their ordinal ``n``. The ordinal is fixed when the code *issues*
+  the call, in program order, so a call's record is found whatever order a batch
+  of parallel calls finished in (their events interleave in the log);
+* **conversation operations** (``ctx.session`` reads and appends) by their own
+  ordinal ``s``, for the same reason;
+* **everything else** (steps, decisions, observations, waits, sleeps...) in the
+  order it was recorded, skipping the events found the other two ways.
+
+An operation with no record runs live. A run that ends with records nobody
+asked for diverged from its history. Events the runtime wrote on its own
+(status changes, answers, cancellations) are never asked for; they only show in
+the state as the code passes them.
+
+:class:`ReleaseGate` makes parallel branches replay in the order they ran: a
+branch that issues a call *after* another call finished gets its ordinal from
+the order of those finishes, so on replay the recorded results are handed back
+in the order they were recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from tether.errors import NonDeterminismError
+from tether.events import (
+    CallAttemptFailed,
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    CancelRequested,
+    DataMigrated,
+    DataUpdated,
+    DecisionMade,
+    Event,
+    FailureRecorded,
+    InputReceived,
+    ObservationRecorded,
+    OutputSet,
+    PhaseChanged,
+    PlanSet,
+    Recorded,
+    SessionRead,
+    SessionWritten,
+    StatusChanged,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+    TaskArchived,
+    TaskForked,
+    apply,
+    fold,
+)
+from tether.model import TaskState, ToolCall
+
+__all__ = ["PASSIVE", "ReleaseGate", "Replay", "describe"]
+
+# Events the runtime writes on its own, not in answer to an operation of the task's code.
+PASSIVE = frozenset(
+    {
+        StatusChanged,
+        InputReceived,
+        OutputSet,
+        FailureRecorded,
+        DataMigrated,
+        CancelRequested,
+        TaskForked,
+        TaskArchived,
+    }
+)
+CALL_EVENTS = frozenset({CallStarted, CallCompleted, CallAttemptFailed, CallFailed})
+SESSION_EVENTS = frozenset({SessionRead, SessionWritten})
+_NOT_IN_ORDER = PASSIVE | CALL_EVENTS | SESSION_EVENTS
+
+
+def describe(event: Event) -> str:
+    """An event phrased the way the code asks for it, so a divergence compares like with like."""
+    match event:
+        case CallStarted() | CallCompleted() if getattr(event, "tool", None):
+            return f"call #{event.n} {event.tool}"
+        case CallStarted() | CallCompleted() | CallAttemptFailed() | CallFailed():
+            return f"call #{event.n}"
+        case SessionRead():
+            return f"read of the conversation (#{event.s})"
+        case SessionWritten():
+            return f"append to the conversation (#{event.s}: {', '.join(event.roles) or 'nothing'})"
+        case StepStarted() | StepCompleted() | StepFailed():
+            return f"{event.event_type}({event.name!r})"
+        case DecisionMade():
+            return f"decide({event.name!r})"
+        case ObservationRecorded():
+            return f"observe({event.key!r})"
+        case PhaseChanged():
+            return f"transition({event.phase!r})"
+        case PlanSet():
+            return f"plan({event.steps!r})"
+        case DataUpdated():
+            return f"update({', '.join(sorted(event.fields))})"
+        case _:
+            return event.event_type
+
+
+class Replay:
+    """Which recorded events the code has asked for so far, and the state as of that point."""
+
+    def __init__(self, task_id: str, history: list[Recorded], final: TaskState) -> None:
+        self.task_id = task_id
+        self.history = history
+        self.final = final  # the state at the end of the history
+        self._taken = bytearray(len(history))
+        self._taken[0] = 1  # TaskCreated
+        self.left = 0  # recorded operations nobody has asked for yet
+        self._calls: dict[int, list[int]] = {}
+        self._session: dict[int, int] = {}
+        self.finish_order: list[int] = []  # call ordinals, in the order their outcome was recorded
+        for i in range(1, len(history)):
+            event = history[i].event
+            kind = type(event)
+            if kind in PASSIVE:
+                continue
+            self.left += 1
+            if kind in CALL_EVENTS:
+                n = event.n  # type: ignore[attr-defined]
+                self._calls.setdefault(n, []).append(i)
+                if kind is CallCompleted or kind is CallFailed:
+                    self.finish_order.append(n)
+            elif kind in SESSION_EVENTS:
+                self._session[event.s] = i  # type: ignore[attr-defined]
+        self._linear = 1  # where the next in-order operation's record is looked for
+        self._view = apply(None, history[0])  # the state as of the point the code has reached:
+        self._view_at = 1  # ... history[:_view_at] folded into _view ...
+        self._view_to = 1  # ... of history[:_view_to], what the code has passed
+
+    @property
+    def done(self) -> bool:
+        """Whether every recorded operation has been asked for (what follows runs live)."""
+        return self.left == 0
+
+    @property
+    def walked(self) -> int:
+        """How many recorded events the code has passed."""
+        return self._view_to
+
+    def _take(self, i: int) -> None:
+        self._taken[i] = 1
+        self.left -= 1
+        if i >= self._view_to:
+            history = self.history
+            end = i + 1
+            while end < len(history) and type(history[end].event) in PASSIVE:
+                end += 1
+            self._view_to = end
+
+    def view(self) -> TaskState:
+        """The state after every event the code has passed."""
+        if self._view_at < self._view_to:
+            self._view = fold(self.history[self._view_at : self._view_to], self._view)
+            self._view_at = self._view_to
+        return self._view
+
+    # ------------------------------------------------------------------ in order
+    def _next_in_order(self) -> int | None:
+        history, taken, i = self.history, self._taken, self._linear
+        while i < len(history) and (taken[i] or type(history[i].event) in _NOT_IN_ORDER):
+            i += 1
+        self._linear = i
+        return i if i < len(history) else None
+
+    def take(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
+        """The record of the next in-order operation, or ``None`` when it has none (it runs live).
+
+        A record of another operation means the code no longer does what it did:
+        :class:`NonDeterminismError`, naming both.
+        """
+        i = self._next_in_order()
+        if i is None:
+            return None
+        head = self.history[i]
+        if type(head.event) is not expected or not matches(head.event):
+            raise NonDeterminismError(self.task_id, head.seq, describe(head.event), requested)
+        self._take(i)
+        return head
+
+    def take_if(self, expected: type[Event], matches: Callable[[Any], bool]) -> bool:
+        """Take the next in-order record if it is this one; ``False`` (nothing taken) if not."""
+        i = self._next_in_order()
+        if i is not None and type(self.history[i].event) is expected and matches(self.history[i].event):
+            self._take(i)
+            return True
+        return False
+
+
+    # ------------------------------------------------------------------ by ordinal
+    def call(self, n: int) -> ToolCall | None:
+        """Take call ``n``'s events; its record as of the end of the history, or ``None``."""
+        indices = self._calls.get(n)
+        if indices is None or self._taken[indices[0]]:
+            return None
+        for i in indices:
+            self._take(i)
+        # Nothing but the call's own events changes it: its record now is its record at the end.
+        return self.final.call(n)
+
+    def first_seq_of_call(self, n: int) -> int:
+        indices = self._calls.get(n)
+        return self.history[indices[0]].seq if indices else 0
+
+    def session(self, s: int) -> Recorded | None:
+        """Take conversation operation ``s``'s record, or ``None``."""
+        i = self._session.pop(s, None)
+        if i is None:
+            return None
+        self._take(i)
+        return self.history[i]
+
+    def first_left(self) -> Recorded | None:
+        """The earliest record nobody asked for."""
+        history, taken = self.history, self._taken
+        for i in range(1, len(history)):
+            if not taken[i] and type(history[i].event) not in PASSIVE:
+                return history[i]
+        return None
+
+
+class ReleaseGate:
+    """Hands recorded results to parallel replayed calls in the order the results were recorded.
+
+    Live, ``asyncio.gather(branch(a), branch(b))`` where each branch awaits one call
+    and then issues another gives the second calls their ordinals in the order the
+    first ones *finished*. Replayed, every first call is done at once; handing their
+    results back in recorded order (one branch runs on to its next await before the
+    next result is handed out) makes the branches issue their next calls in the
+    same order, so each gets the ordinal — and so the record — it had.
+
+    A result whose turn comes while nobody waits for it yet is waited for a few
+    turns of the event loop; after that the earliest-recorded waiting result goes
+    first (an ordinal that then does not match its record raises
+    :class:`NonDeterminismError`, never a wrong result).
+    """
+
+    PATIENCE = 64  # event-loop turns to wait for the call whose result is next
+
+    def __init__(self, finish_order: list[int]) -> None:
+        self._order = finish_order
+        self._rank = {n: i for i, n in enumerate(finish_order)}
+        self._next = 0
+        self._given: set[int] = set()
+        self._waiting: dict[int, asyncio.Future[None]] = {}
+        self._scheduled = False
+        self._idle = 0
+
+    def _skip_given(self) -> None:
+        while self._next < len(self._order) and self._order[self._next] in self._given:
+            self._next += 1
+
+    def ready(self, n: int) -> bool:
+        """Whether call ``n``'s result may be handed back at once (it is next, and nobody waits)."""
+        if n not in self._rank:
+            return True
+        self._skip_given()
+        if not self._waiting and self._next < len(self._order) and self._order[self._next] == n:
+            self._given.add(n)
+            self._next += 1
+            return True
+        return False
+
+    def wait(self, n: int) -> asyncio.Future[None]:
+        """A future that is done when call ``n``'s turn comes."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting[n] = future
+        self._schedule()
+        return future
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._release)
+
+    def _release(self) -> None:
+        self._scheduled = False
+        if not self._waiting:
+            return
+        self._skip_given()
+        due = self._order[self._next] if self._next < len(self._order) else None
+        if due in self._waiting:
+            self._give(due)
+        elif self._idle < self.PATIENCE:
+            self._idle += 1
+        else:
+            self._give(min(self._waiting, key=self._rank.__getitem__))
+        if self._waiting:
+            self._schedule()
+
+    def _give(self, n: int) -> None:
+        self._idle = 0
+        self._given.add(n)
+        future = self._waiting.pop(n)
+        if not future.done():
+            future.set_result(None)

@@ -1,0 +1,279 @@
+"""The conversation inside a task: ``ctx.session``.
+
+A task's reads and appends of its conversation are part of the task's record,
+so a resumed task sees the conversation it saw and appends each message once:
+
+* every operation gets an ordinal ``s`` in the order the code issues it (like a
+  call's ``n``);
+* a **read** (``messages``, ``window``) records the session version it saw
+  (:class:`~tether.events.SessionRead`), written with the task's next append —
+  a read nothing was written after needs no record, it is simply read again;
+* an **append** (``add``, ``add_many``, ``compact``) writes the messages to the
+  session tagged with an ``origin`` (task and ordinal), then records which
+  session events they became (:class:`~tether.events.SessionWritten`). A run
+  that stopped between the two leaves the tagged messages in the session: the
+  next run finds them by their origin and records them instead of appending
+  them again.
+
+On replay each operation is answered from its record: the view of the session
+at the recorded version. Appends made outside the task (a person's new
+message) land in the session's one total order and show from the task's next
+read on. A fork or a rewind of the task gets its own branch of the session at
+the version the task had reached (copy-on-write, like task forks), so the
+parent's conversation is untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tether._streams import Stream
+from tether.conversation import (
+    SESSION_TYPE,
+    Message,
+    MessageAdded,
+    MessageRemoved,
+    MessagesCleared,
+    SessionOpened,
+    SessionView,
+    Summarizer,
+    Summary,
+    SummaryAdded,
+    TokenCounter,
+    Window,
+    _message,
+    _stream_id,
+    build_window,
+    default_counter,
+    extractive_summarizer,
+    fold_view,
+    to_event,
+    turns,
+    write_view_snapshot,
+)
+from tether.errors import ConflictError, InvalidInputError, NonDeterminismError
+from tether.events import Event, Recorded, SessionRead, SessionWritten
+from tether.runtime._replay import describe
+
+if TYPE_CHECKING:
+    from tether.log import TaskLog
+    from tether.model import TaskState
+    from tether.runtime.context import _Context
+
+__all__ = ["TaskSession", "fork_conversation"]
+
+_APPEND_TRIES = 100
+
+
+class TaskSession:
+    """The task's conversation (``ctx.session``): reads and appends are part of the task's record.
+
+    Example:
+        >>> import tether
+        >>> app = tether.App("memory://")
+        >>> @app.task
+        ... def chat(ctx: tether.TaskContext, question: str) -> int:
+        ...     ctx.session.add("user", question)
+        ...     ctx.session.add("assistant", "Paris.")
+        ...     return len(ctx.session.messages())
+        >>> app.run(chat, "Capital of France?", task_id="c1").output
+        2
+        >>> [m.content for m in app.session("c1").messages()]
+        ['Capital of France?', 'Paris.']
+    """
+
+    def __init__(self, ctx: _Context, session_id: str) -> None:
+        self._ctx = ctx
+        self.id = session_id
+        self._log: TaskLog = ctx._app.log
+        self._stream = Stream(self._log, _stream_id(session_id), SESSION_TYPE)
+        self._seen = 0  # the session version this run has caught up with
+        self._view = SessionView(session_id=session_id)
+        self._shown: dict[int, Message] = {}  # every message still in the session, by seq
+        self._checked_origin = False
+
+    # ------------------------------------------------------------------ reading
+    def messages(self) -> list[Message]:
+        """Every message in the conversation as the task sees it now (a recorded read), oldest first."""
+        self._read()
+        return [self._shown[seq] for seq in sorted(self._shown)]
+
+    def window(self, max_tokens: int, keep_last: int = 6, counter: TokenCounter | None = None) -> Window:
+        """What goes into the next model call (see :meth:`tether.Session.window`), as a recorded read."""
+        if type(max_tokens) is not int or max_tokens < 1 or type(keep_last) is not int or keep_last < 0:
+            raise InvalidInputError(
+                f"max_tokens must be an int >= 1 and keep_last an int >= 0, got {max_tokens!r}, {keep_last!r}"
+            )
+        self._read()
+        return build_window(self._view, max_tokens, keep_last, counter or default_counter())
+
+    @property
+    def summary(self) -> Summary | None:
+        """The newest summary, as of the task's last read or append."""
+        return self._view.summary
+
+    # ------------------------------------------------------------------ writing
+    def add(self, message: str | dict[str, Any], content: Any = None, **meta: Any) -> Message:
+        """Append one message: ``add("user", "hi")`` or ``add({...})`` in a provider's own shape."""
+        if isinstance(message, dict):
+            if content is not None or meta:
+                raise InvalidInputError("add(message_dict) takes no content or keywords; put them in the dict")
+            return self.add_many([message])[0]
+        return self.add_many([{"role": message, "content": "" if content is None else content, **meta}])[0]
+
+    def add_many(self, messages: Sequence[dict[str, Any]]) -> list[Message]:
+        """Append several messages at once, in order, exactly once however often the task is resumed."""
+        if isinstance(messages, dict | str) or not isinstance(messages, Sequence):
+            raise InvalidInputError(f"add_many() takes a list of messages, got {type(messages).__name__}")
+        events = [to_event(m) for m in messages]  # checked before anything is written
+        if not events:
+            return []
+        first, last = self._write(events, [e.role for e in events])
+        return [self._shown[seq] for seq in range(first, last + 1) if seq in self._shown]
+
+    def compact(self, summarizer: Summarizer | None = None, keep_last: int = 6) -> Summary | None:
+        """Fold older turns into a summary (see :meth:`tether.Session.compact`), exactly once.
+
+        ``None`` when there was nothing to fold. On replay the recorded summary is returned and
+        the summarizer is not called again.
+        """
+        if type(keep_last) is not int or keep_last < 0:
+            raise InvalidInputError(f"keep_last must be an int >= 0, got {keep_last!r}")
+        summarize = summarizer or extractive_summarizer
+
+        def make() -> list[Event]:
+            view = self._view
+            groups = turns(view.recent)
+            if len(groups) <= keep_last:
+                return []
+            folded = [m for group in groups[: len(groups) - keep_last] for m in group]
+            covers_to = max(m.seq for m in view.recent if m.seq <= folded[-1].seq)
+            text = summarize(folded, view.summary.text if view.summary else None)
+            covers_from = view.summary.covers_from if view.summary else folded[0].seq
+            return [SummaryAdded(text=text, covers_from=covers_from, covers_to=covers_to)]
+
+        first, last = self._write(make, ["summary"])
+        if last < first:
+            return None
+        if self._ctx.live:
+            write_view_snapshot(self._log, self._stream.id, self._view)
+        return self._view.summary
+
+    # ------------------------------------------------------------------ the record
+    def _read(self) -> None:
+        ctx = self._ctx
+        s = ctx._issue_session_op()
+        rec = ctx._record.session(s)
+        if rec is not None:
+            event = self._recorded(rec, SessionRead, f"read of the conversation (#{s})")
+            self._advance(event.version)
+            return
+        ctx._going_live()
+        version = self._version()
+        self._advance(version)
+        ctx._defer(SessionRead(s=s, session_id=self.id, version=version))
+
+    def _write(self, events: Any, roles: list[str]) -> tuple[int, int]:
+        """Append ``events`` (or what ``events()`` makes from the view, for a compaction) once:
+        the seqs they have in the session."""
+        ctx = self._ctx
+        s = ctx._issue_session_op()
+        rec = ctx._record.session(s)
+        if rec is not None:
+            written = self._recorded(rec, SessionWritten, f"append to the conversation (#{s}: {', '.join(roles)})")
+            if callable(events) or written.last - written.first + 1 == len(events):
+                self._advance(written.last)
+                return written.first, written.last
+            raise NonDeterminismError(
+                ctx.task_id, rec.seq, describe(written), f"append to the conversation (#{s}: {', '.join(roles)})"
+            )
+        ctx._going_live()
+        origin = f"{ctx.task_id}:{s}"
+        found = self._find(origin)
+        if found is None:
+            found = self._append(events, origin)
+        first, last = found
+        written_roles = roles if last >= first else []
+        ctx._append([SessionWritten(s=s, session_id=self.id, first=first, last=last, roles=written_roles)])
+        self._advance(max(last, self._seen))
+        return first, last
+
+    def _recorded(self, rec: Recorded, expected: type[Any], requested: str) -> Any:
+        if type(rec.event) is not expected:
+            raise NonDeterminismError(self._ctx.task_id, rec.seq, describe(rec.event), requested)
+        return rec.event
+
+    def _find(self, origin: str) -> tuple[int, int] | None:
+        """The seqs of events with this origin: an append a run made and stopped before recording.
+
+        Only the first live append of a run can be one: a later one is new in this run."""
+        if self._checked_origin:
+            return None
+        self._checked_origin = True
+        mine = [r.seq for r in self._stream.read(after=self._seen) if getattr(r.event, "origin", None) == origin]
+        return (mine[0], mine[-1]) if mine else None
+
+    def _append(self, events: Any, origin: str) -> tuple[int, int]:
+        self._ensure()
+        for _ in range(_APPEND_TRIES):  # another writer may append at the same moment: both land
+            version = self._version()
+            self._advance(version)
+            made = events() if callable(events) else events
+            if not made:
+                return version + 1, version  # nothing to write (a compaction with nothing to fold)
+            tagged = [dataclasses.replace(e, origin=origin) for e in made]
+            try:
+                last = self._stream.append(tagged, version)
+            except ConflictError:
+                continue
+            return version + 1, last
+        raise ConflictError(self._stream.id, expected=self._seen, actual=None)
+
+    def _version(self) -> int:
+        row = self._log.store.get_task(self._log.tenant, self._stream.id)
+        if row is None:
+            return 0
+        if row.status == "closed":
+            raise InvalidInputError(f"session {self.id!r} is closed")
+        return row.version
+
+    def _ensure(self) -> None:
+        if self._log.store.get_task(self._log.tenant, self._stream.id) is None:
+            user_id = self._ctx._record.final.user_id
+            self._stream.create(SessionOpened(session_id=self.id, user_id=user_id), user_id=user_id, session_id=self.id)
+
+    def _advance(self, version: int) -> None:
+        """Catch the view up with the session as it stood at ``version``."""
+        if version <= self._seen:
+            return
+        records = self._stream.read(after=self._seen, upto=version)
+        self._view = fold_view(records, self._view)
+        shown = self._shown
+        for rec in records:
+            event = rec.event
+            if isinstance(event, MessageAdded):
+                shown[rec.seq] = _message(rec, event)
+            elif isinstance(event, MessageRemoved):
+                shown.pop(event.seq, None)
+            elif isinstance(event, MessagesCleared):
+                shown.clear()
+        self._seen = version
+
+
+def fork_conversation(log: TaskLog, at_state: TaskState, new_session_id: str) -> str | None:
+    """Give a fork (or a rewound task) its own branch of the conversation its task had at the fork
+    point: copy-on-write, a parent pointer. ``None`` when there is nothing to branch."""
+    if at_state.session_id is None:
+        return None
+    stream = Stream(log, _stream_id(at_state.session_id), SESSION_TYPE)
+    version = at_state.session_version
+    if version == 0:
+        # The task had not used its conversation by then: take it as it stood at that moment.
+        moment = at_state.updated_at.timestamp()
+        version = max((r.seq for r in stream.read() if r.at <= moment), default=0)
+    if version == 0:
+        return None
+    log.fork_stream(stream.id, version, new_id=_stream_id(new_session_id))
+    return new_session_id
