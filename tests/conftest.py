@@ -62,3 +62,38 @@ def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Ite
         yield f"sqlite:///{os.path.join(tmp_path, 'tether.db')}"
     else:
         yield from pg_url()
+
+
+def dump_database(url: str, store: object | None = None) -> object:
+    """Everything a store holds, to compare byte for byte before and after an operation that must
+    write nothing: SQLite's full SQL dump, every table of a PostgreSQL schema, the memory store's
+    dictionaries (``store`` is the open memory store)."""
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        try:
+            return "\n".join(conn.iterdump())
+        finally:
+            conn.close()
+    if url.startswith("memory://"):
+        import copy
+
+        assert store is not None, "a memory store is dumped from the open store object"
+        return copy.deepcopy({k: v for k, v in vars(store).items() if k in ("_tasks", "_ledger")})
+    import psycopg
+    from psycopg import sql
+
+    schema = url.rpartition("schema=")[2].partition("&")[0]
+    tables: dict[str, list[tuple[object, ...]]] = {}
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1", (schema,)
+            )
+        ]
+        for name in names:
+            query = sql.SQL("SELECT * FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+            tables[name] = sorted(tuple(map(repr, row)) for row in conn.execute(query))
+    return tables

@@ -169,7 +169,7 @@ class _Context:
         self._ended = False
         self._owner = threading.get_ident()  # the thread the task's code runs in
         self._lock = threading.RLock()  # ctx.map's threads record through one writer
-        self._inflight = 0  # calls running live right now (more than one: a parallel batch)
+        self._inflight = 0  # live calls issued and not ended (more than one: a parallel batch)
         self._deferred: list[Event] = []  # recorded reads, written with the next append
         self._session: TaskSession | None = None
         self.scratch: dict[str, Any] = {}
@@ -384,6 +384,8 @@ class _Context:
             self._n += 1
             n = self._n
             record = self._record.call(n)
+            if record is None or record.status == "intended":
+                self._inflight += 1  # it will run: issued and not yet ended
         key = call_key(self._task_id, n, spec.name, arguments)
         if record is not None:
             self._check_same_call(n, record, spec, arguments)
@@ -436,13 +438,15 @@ class _Context:
 
     @contextmanager
     def _running(self) -> Iterator[None]:
-        with self._lock:
-            self._inflight += 1
+        """A live call, counted in ``_inflight`` from its issue until it ends."""
         try:
             yield
         finally:
-            with self._lock:
-                self._inflight -= 1
+            self._settled()
+
+    def _settled(self) -> None:
+        with self._lock:
+            self._inflight -= 1
 
     def _live_call(
         self, issued: _Issued, undo: Callable[..., Any] | None, kind: str, compensates: int | None, readonly: bool
@@ -649,7 +653,10 @@ class _Context:
                         args=arguments,
                         kind="fetch",
                     )
-                    self._append([served])
+                    try:
+                        self._append([served])
+                    finally:
+                        self._settled()
                     return spec.rehydrate(earlier.result)
                 break
         return (yield from self._call_flow(issued, kind="fetch", readonly=True))

@@ -1,0 +1,315 @@
+"""Parallel recorded calls: asyncio.gather / TaskGroup / as_completed, ctx.map with threads.
+
+A call's identity (its ordinal, so its key) comes from the order the code issues it;
+results are recorded in the order they finish; resume, replay and fork treat a batch
+in flight as a normal state of the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import tether
+from tether._keys import call_key
+from tests.conftest import dump_database
+
+
+@pytest.fixture
+def app(store_url: str) -> tether.App:
+    return tether.App(store_url)
+
+
+class Stop(BaseException):
+    """Stands for a crash: a BaseException no task code catches, leaving the task as it was."""
+
+
+def dump(app: tether.App, url: str) -> object:
+    return dump_database(url, app.store)
+
+
+def test_gather_orders_calls_by_issue_and_records_finishes(app: tether.App) -> None:
+    delays = {"a": 0.06, "b": 0.0, "c": 0.03}
+
+    @app.tool(readonly=True)
+    async def lookup(q: str) -> str:
+        await asyncio.sleep(delays[q])
+        return q.upper()
+
+    @app.task
+    async def research(ctx: tether.AsyncTaskContext) -> list[str]:
+        return list(await asyncio.gather(*(ctx.call(lookup, q) for q in "abc")))
+
+    run = app.run(research, task_id="g")
+    assert run.output == ["A", "B", "C"]
+    state = app.state("g")
+    # Identity by issue order: call #1 is "a" although it finished last.
+    assert [(c.n, c.args["q"], c.key) for c in state.calls] == [
+        (n, q, call_key("g", n, "lookup", {"q": q})) for n, q in enumerate("abc", 1)
+    ]
+    finished = [r.event.n for r in app.log.events("g") if type(r.event).__name__ == "CallCompleted"]
+    assert finished == [2, 3, 1]  # recorded as they finished
+    assert app.replay("g").clean
+
+
+def test_taskgroup_and_as_completed(app: tether.App) -> None:
+    @app.tool
+    async def work(x: int) -> int:
+        await asyncio.sleep(0.01 * (3 - x))
+        return x * 10
+
+    @app.task
+    async def grouped(ctx: tether.AsyncTaskContext) -> dict[str, Any]:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(ctx.call(work, x)) for x in range(3)]
+        seen = [await done for done in asyncio.as_completed([ctx.call(work, x) for x in range(3, 5)])]
+        return {"group": [t.result() for t in tasks], "completed": sorted(seen)}
+
+    assert app.run(grouped, task_id="tg").output == {"group": [0, 10, 20], "completed": [30, 40]}
+    assert [c.args["x"] for c in app.state("tg").calls] == [0, 1, 2, 3, 4]
+    assert app.resume("tg").output == {"group": [0, 10, 20], "completed": [30, 40]}
+    assert app.replay("tg").clean
+
+
+def test_resume_mid_batch_runs_only_unfinished_calls_under_their_keys(app: tether.App) -> None:
+    ran: list[tuple[str, str]] = []
+    crash = {"on": "c"}
+
+    @app.tool
+    async def send(to: str) -> str:
+        ran.append((to, tether.current_call().key))
+        if to == crash["on"]:
+            raise Stop  # the process dies inside this call: its intent is recorded, its result not
+        await asyncio.sleep(0.01 if to == "a" else 0.0)
+        return f"sent {to}"
+
+    @app.task
+    async def blast(ctx: tether.AsyncTaskContext) -> list[str]:
+        return list(await asyncio.gather(*(ctx.call(send, to) for to in "abcd")))
+
+    with pytest.raises(Stop):
+        app.run(blast, task_id="m")
+    before = {c.args["to"]: c.status for c in app.state("m").calls}
+    assert before["c"] == "intended"
+    crash["on"] = ""
+    keys_before = dict(ran)
+    ran.clear()
+    assert app.resume("m").output == ["sent a", "sent b", "sent c", "sent d"]
+    rerun = dict(ran)
+    # Completed calls did not run again; the interrupted one ran again under its own key.
+    assert not {to for to, status in before.items() if status == "completed"} & set(rerun)
+    assert "c" in rerun and rerun["c"] == keys_before["c"]
+    assert all(rerun[to] == call_key("m", "abcd".index(to) + 1, "send", {"to": to}) for to in rerun)
+    assert app.replay("m").clean
+
+
+def test_composite_branches_keep_their_ordinals_on_replay(app: tether.App, store_url: str) -> None:
+    """Each branch awaits one call and then issues another: the second calls' ordinals depend on
+    the order the first ones finished, and replay hands results back in that order."""
+
+    @app.tool(readonly=True)
+    async def first(q: str, delay: float) -> str:
+        await asyncio.sleep(delay)
+        return f"first {q}"
+
+    @app.tool(readonly=True)
+    async def second(previous: str) -> str:
+        return previous.replace("first", "second")
+
+    delays = {"a": 0.05, "b": 0.0, "c": 0.02}
+
+    @app.task
+    async def branches(ctx: tether.AsyncTaskContext) -> list[str]:
+        async def branch(q: str) -> str:
+            with ctx.step(f"branch {q}"):
+                got = await ctx.call(first, q, delays[q])
+                return str(await ctx.call(second, got))
+
+        return list(await asyncio.gather(*(branch(q) for q in "abc")))
+
+    assert app.run(branches, task_id="cb").output == ["second a", "second b", "second c"]
+    seconds = {c.n: c.args["previous"] for c in app.state("cb").calls if c.tool == "second"}
+    assert seconds == {4: "first b", 5: "first c", 6: "first a"}  # by the order the firsts finished
+    assert [s.status for s in app.state("cb").plan] == ["completed"] * 3
+    before = dump(app, store_url)
+    for _ in range(3):
+        report = app.replay("cb")
+        assert report.clean, report
+    assert dump(app, store_url) == before  # replay wrote nothing
+
+
+def test_fork_mid_batch_runs_the_rest_in_the_fork_only(app: tether.App) -> None:
+    ran: list[str] = []
+
+    @app.tool
+    async def send(to: str) -> str:
+        ran.append(to)
+        return f"sent {to}"
+
+    @app.task
+    async def blast(ctx: tether.AsyncTaskContext) -> list[str]:
+        return list(await asyncio.gather(*(ctx.call(send, to) for to in "abc")))
+
+    app.run(blast, task_id="p")
+    events = app.log.events("p")
+    # The point where call #1 finished and the others were still in flight.
+    at = next(r.seq for r in events if type(r.event).__name__ == "CallCompleted")
+    fork = app.fork("p", at=at, new_id="f")
+    ran.clear()
+    assert app.resume(fork.task_id).output == ["sent a", "sent b", "sent c"]
+    assert sorted(ran) == ["b", "c"]  # call #1 is recorded in the shared history
+    assert app.state("p").output == ["sent a", "sent b", "sent c"]
+
+
+def test_changed_arguments_are_a_divergence_and_never_get_the_old_result(app: tether.App) -> None:
+    words = {"body": "hello"}
+    sent: list[str] = []
+
+    @app.tool
+    def email(body: str) -> str:
+        sent.append(body)
+        if body == "hello":
+            raise Stop  # dies inside the call: intent recorded, outcome unknown
+        return body
+
+    @app.task
+    def notify(ctx: tether.TaskContext) -> str:
+        return str(ctx.call(email, words["body"]))
+
+    with pytest.raises(Stop):
+        app.run(notify, task_id="e")
+    words["body"] = "hello, with a new greeting"
+    rows = app.store.read_events(app.tenant, "e")
+    with pytest.raises(tether.NonDeterminismError) as info:
+        app.resume("e")
+    message = str(info.value)
+    assert "call #1 email" in message and '"body":"hello"' in message and "new greeting" in message
+    assert sent == ["hello"] and app.store.read_events(app.tenant, "e") == rows  # nothing ran, nothing written
+
+
+def test_replay_check_name_lets_a_deliberate_argument_change_through(app: tether.App) -> None:
+    prompt = {"text": "Summarise."}
+
+    @app.tool(readonly=True, replay_check="name")
+    def llm(text: str) -> str:
+        return f"answer to {text}"
+
+    @app.task
+    def ask(ctx: tether.TaskContext) -> str:
+        return str(ctx.call(llm, prompt["text"]))
+
+    assert app.run(ask, task_id="r").output == "answer to Summarise."
+    prompt["text"] = "Summarise, politely."
+    assert app.replay("r").clean
+    assert app.resume("r").output == "answer to Summarise."
+
+
+def test_map_runs_in_threads_in_input_order(app: tether.App) -> None:
+    threads: set[str] = set()
+    started = threading.Barrier(3, timeout=5)
+
+    @app.tool(readonly=True)
+    def price(city: str) -> int:
+        threads.add(threading.current_thread().name)
+        started.wait()  # all three run at once, or this times out
+        time.sleep({"Paris": 0.03, "Rome": 0.0, "Oslo": 0.01}[city])
+        return len(city)
+
+    @app.task
+    def compare(ctx: tether.TaskContext) -> list[int]:
+        return ctx.map(price, ["Paris", "Rome", "Oslo"])
+
+    assert app.run(compare, task_id="mp").output == [5, 4, 4]
+    assert len(threads) == 3
+    assert [c.args["city"] for c in app.state("mp").calls] == ["Paris", "Rome", "Oslo"]
+    assert app.replay("mp").clean
+
+
+def test_map_resume_and_first_failure_in_input_order(app: tether.App) -> None:
+    ran: list[str] = []
+    crash = {"x": "c"}
+
+    @app.tool
+    def act(x: str) -> str:
+        ran.append(x)
+        if x == crash["x"]:
+            raise Stop
+        if x == "b":
+            raise ValueError("b is refused")
+        return x
+
+    @app.task
+    def batch(ctx: tether.TaskContext) -> list[str]:
+        try:
+            return ctx.map(act, ["a", "b", "c", "d"], max_concurrency=2)
+        except tether.ToolError as error:
+            return [f"failed: {error.error_message}"]
+
+    with pytest.raises(Stop):
+        app.run(batch, task_id="mr")
+    done = {c.args["x"] for c in app.state("mr").calls if c.status in ("completed", "failed")}
+    crash["x"] = ""
+    ran.clear()
+    assert app.resume("mr").output == ["failed: b is refused"]
+    assert not done & set(ran) and "c" in ran
+    assert app.replay("mr").clean
+
+
+def test_map_refuses_bad_concurrency(app: tether.App) -> None:
+    @app.task
+    def batch(ctx: tether.TaskContext) -> Any:
+        return ctx.map(len, ["a"], max_concurrency=0)
+
+    assert app.run(batch).failure.message.startswith("max_concurrency must be")
+
+
+def test_a_call_from_a_foreign_thread_is_refused_naming_map(app: tether.App) -> None:
+    @app.tool
+    def noop() -> int:
+        return 1
+
+    @app.task
+    def sneaky(ctx: tether.TaskContext) -> str:
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                ctx.call(noop)
+            except tether.TetherError as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        return str(errors[0])
+
+    message = app.run(sneaky, task_id="th").output
+    assert "ctx.map" in message and "thread" in message
+    assert app.state("th").calls == ()
+
+
+def test_long_backoff_waits_in_place_while_siblings_run(app: tether.App) -> None:
+    """A retry backoff longer than inline_wait would suspend the task; while other calls of the
+    batch are in flight it waits in place instead of abandoning them."""
+    app.inline_wait = 0.0
+    attempts: dict[str, int] = {}
+
+    @app.tool(retry=tether.Retry(max_attempts=2, backoff=0.05, jitter=0))
+    async def flaky(x: str) -> str:
+        attempts[x] = attempts.get(x, 0) + 1
+        if x == "f" and attempts[x] == 1:
+            raise TimeoutError("try again")
+        await asyncio.sleep(0.1 if x == "slow" else 0)
+        return x
+
+    @app.task
+    async def batch(ctx: tether.AsyncTaskContext) -> list[str]:
+        return list(await asyncio.gather(ctx.call(flaky, "f"), ctx.call(flaky, "slow")))
+
+    run = app.run(batch, task_id="bk")
+    assert run.status is tether.Status.COMPLETED and run.output == ["f", "slow"]
+    assert attempts == {"f": 2, "slow": 1}
