@@ -166,7 +166,7 @@ class PlanSet(Event):
 
 @_event
 class SessionRead(Event):
-    """The task read its conversation (``ctx.session``) as it stood at session version ``version``.
+    """The task read its conversation (``ctx.session``) as it stood at session version ``upto``.
 
     ``s`` is the conversation operation's ordinal in the task (like a call's ``n``): a
     replay gives read ``s`` exactly what it saw the first time.
@@ -174,7 +174,7 @@ class SessionRead(Event):
 
     s: int
     session_id: str
-    version: int
+    upto: int
 
 
 @_event
@@ -622,7 +622,7 @@ def _attach_session(d: _Draft, session_id: str, version: int) -> None:
 
 @_rule(SessionRead)
 def _session_read(d: _Draft, ev: SessionRead, at: datetime, epoch: float) -> None:
-    _attach_session(d, ev.session_id, ev.version)
+    _attach_session(d, ev.session_id, ev.upto)
 
 
 @_rule(SessionWritten)

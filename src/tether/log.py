@@ -149,7 +149,7 @@ _DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     StepFailed: lambda e: isinstance(e.name, str),
     InputReceived: lambda e: isinstance(e.key, str),
     OutputSet: lambda e: True,
-    SessionRead: lambda e: isinstance(e.session_id, str) and type(e.version) is int and type(e.s) is int,
+    SessionRead: lambda e: isinstance(e.session_id, str) and type(e.upto) is int and type(e.s) is int,
     SessionWritten: lambda e: isinstance(e.session_id, str) and type(e.first) is int and type(e.last) is int,
 }
 # A NamedTuple from a ready tuple, without the keyword-parsing __new__ (a hot path builds two per append).

@@ -33,6 +33,8 @@ from tether.events import (
     PhaseChanged,
     PlanSet,
     Recorded,
+    SessionRead,
+    SessionWritten,
     SleepScheduled,
     StatusChanged,
     StepCompleted,
@@ -108,6 +110,13 @@ def describe(event: Event) -> str:
             return f"output {_short(event.output)}"
         case FailureRecorded():
             return f"failed: {event.exception_type}: {event.message}" + (f" in {event.tool}" if event.tool else "")
+        case SessionWritten() if event.last < event.first:
+            return f"conversation {event.session_id}: nothing to compact"
+        case SessionWritten():
+            span = f"{event.first}" if event.first == event.last else f"{event.first}–{event.last}"
+            return f"conversation {event.session_id}: added {', '.join(event.roles)} (messages {span})"
+        case SessionRead():
+            return f"conversation {event.session_id}: read as of message {event.upto}"
         case _:
             return event.event_type
 

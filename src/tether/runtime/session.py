@@ -53,7 +53,7 @@ from tether.conversation import (
     turns,
     write_view_snapshot,
 )
-from tether.errors import ConflictError, InvalidInputError, NonDeterminismError
+from tether.errors import ConflictError, InvalidInputError, NonDeterminismError, TaskNotFoundError
 from tether.events import Event, Recorded, SessionRead, SessionWritten
 from tether.runtime._replay import describe
 
@@ -168,12 +168,12 @@ class TaskSession:
         rec = ctx._record.session(s)
         if rec is not None:
             event = self._recorded(rec, SessionRead, f"read of the conversation (#{s})")
-            self._advance(event.version)
+            self._advance(event.upto)
             return
         ctx._going_live()
         version = self._version()
         self._advance(version)
-        ctx._defer(SessionRead(s=s, session_id=self.id, version=version))
+        ctx._defer(SessionRead(s=s, session_id=self.id, upto=version))
 
     def _write(self, events: Any, roles: list[str]) -> tuple[int, int]:
         """Append ``events`` (or what ``events()`` makes from the view, for a compaction) once:
@@ -212,7 +212,11 @@ class TaskSession:
         if self._checked_origin:
             return None
         self._checked_origin = True
-        mine = [r.seq for r in self._stream.read(after=self._seen) if getattr(r.event, "origin", None) == origin]
+        try:
+            newer = self._stream.read(after=self._seen)
+        except TaskNotFoundError:
+            return None  # no session yet: nothing was appended to it
+        mine = [r.seq for r in newer if getattr(r.event, "origin", None) == origin]
         return (mine[0], mine[-1]) if mine else None
 
     def _append(self, events: Any, origin: str) -> tuple[int, int]:

@@ -1,0 +1,239 @@
+"""The conversation inside a task (``ctx.session``): exactly-once appends, replayed reads,
+copy-on-write forks and rewinds, and what history and show say about it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import tether
+from tether.runtime import session as task_session
+from tests.conftest import dump_database
+
+
+class Stop(BaseException):
+    """Stands for a crash: the process dies here."""
+
+
+@pytest.fixture
+def app(store_url: str) -> tether.App:
+    return tether.App(store_url)
+
+
+def contents(app: tether.App, session_id: str) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in app.session(session_id).messages()]
+
+
+def test_a_session_is_made_for_a_task_that_names_none(app: tether.App) -> None:
+    @app.task
+    def chat(ctx: tether.TaskContext) -> str:
+        ctx.session.add("user", "hi")
+        return ctx.session.id
+
+    run = app.run(chat, task_id="t1")
+    assert run.output == "t1" and run.state.session_id == "t1"
+    assert contents(app, "t1") == [("user", "hi")]
+
+
+def test_appends_happen_once_however_often_the_task_is_resumed(app: tether.App) -> None:
+    crash = {"at": 1}
+    seen: list[int] = []
+
+    @app.task
+    def loop(ctx: tether.TaskContext) -> int:
+        for turn in range(3):
+            ctx.session.add("user", f"question {turn}")
+            seen.append(len(ctx.session.messages()))
+            if turn == crash["at"]:
+                raise Stop
+            ctx.session.add("assistant", f"answer {turn}")
+        return len(ctx.session.messages())
+
+    app.session("s").add("system", "be brief")
+    with pytest.raises(Stop):
+        app.run(loop, task_id="t", session_id="s")
+    crash["at"] = -1
+    first_run = list(seen)
+    seen.clear()
+    assert app.resume("t").output == 7
+    # The resumed run saw, at each read, what the first run saw; then went on.
+    assert seen[: len(first_run)] == first_run == [2, 4]
+    assert contents(app, "s") == [
+        ("system", "be brief"),
+        ("user", "question 0"),
+        ("assistant", "answer 0"),
+        ("user", "question 1"),
+        ("assistant", "answer 1"),
+        ("user", "question 2"),
+        ("assistant", "answer 2"),
+    ]
+
+
+def test_a_crash_between_the_append_and_its_record_does_not_append_twice(
+    app: tether.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = task_session.TaskSession._append
+    crash = {"on": True}
+
+    def append_then_die(self: Any, events: Any, origin: str) -> Any:
+        written = original(self, events, origin)
+        if crash["on"]:
+            raise Stop  # the messages are in the session; the task has not recorded them
+        return written
+
+    monkeypatch.setattr(task_session.TaskSession, "_append", append_then_die)
+
+    @app.task
+    def reply(ctx: tether.TaskContext) -> int:
+        ctx.session.add_many([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+        return len(ctx.session.messages())
+
+    with pytest.raises(Stop):
+        app.run(reply, task_id="t")
+    assert len(app.session("t").messages()) == 2
+    crash["on"] = False
+    assert app.resume("t").output == 2
+    assert contents(app, "t") == [("user", "hi"), ("assistant", "hello")]
+    written = [r.event for r in app.log.events("t") if type(r.event).__name__ == "SessionWritten"]
+    assert [(w.first, w.last, w.roles) for w in written] == [(2, 3, ["user", "assistant"])]
+
+
+def test_outside_messages_show_from_the_next_read_and_replay_exactly(app: tether.App, store_url: str) -> None:
+    reads: list[list[str]] = []
+
+    @app.task
+    def support(ctx: tether.TaskContext) -> int:
+        reads.append([m.content for m in ctx.session.messages()])
+        ctx.wait_for_input("go")
+        reads.append([m.content for m in ctx.session.messages()])
+        ctx.session.add("assistant", "on it")
+        return len(reads[-1])
+
+    app.session("s").add("user", "my order is late")
+    app.run(support, task_id="t", session_id="s")
+    app.session("s").add("user", "any news?")  # a person writes while the task waits
+    app.send_input("t", "go", True)
+    assert reads == [["my order is late"]]
+    reads.clear()
+    assert app.resume("t").output == 2
+    assert reads == [["my order is late"], ["my order is late", "any news?"]]
+    app.session("s").add("user", "thanks")  # after the end: a replay must not see it
+    reads.clear()
+    before = dump_database(store_url, app.store)
+    report = app.replay("t")
+    assert report.clean, report
+    assert reads == [["my order is late"], ["my order is late", "any news?"]]
+    assert dump_database(store_url, app.store) == before
+
+
+def test_replay_of_a_task_that_stopped_mid_conversation_writes_nothing(app: tether.App, store_url: str) -> None:
+    @app.task
+    def chat(ctx: tether.TaskContext) -> None:
+        ctx.session.add("user", "one")
+        ctx.session.messages()
+        raise Stop
+
+    with pytest.raises(Stop):
+        app.run(chat, task_id="t")
+    before = dump_database(store_url, app.store)
+    assert app.replay("t").clean
+    assert dump_database(store_url, app.store) == before
+
+
+def _looping_agent(app: tether.App, model_saw: list[list[str]]) -> Any:
+    @app.tool(readonly=True)
+    def model(messages: list[str]) -> str:
+        return f"reply to {messages[-1]}"
+
+    @app.task
+    def agent(ctx: tether.TaskContext, turns: int) -> int:
+        ctx.plan([f"turn {t}" for t in range(turns)])
+        for turn in range(turns):
+            with ctx.step(f"turn {turn}"):
+                ctx.session.add("user", f"q{turn}")
+                seen = [m.content for m in ctx.session.messages()]
+                model_saw.append(seen)
+                ctx.session.add("assistant", ctx.call(model, seen))
+        return len(ctx.session.messages())
+
+    return agent
+
+
+def test_fork_sees_the_conversation_at_the_fork_point_and_leaves_the_parent_alone(app: tether.App) -> None:
+    model_saw: list[list[str]] = []
+    agent = _looping_agent(app, model_saw)
+    app.session("s").add("system", "sys")
+    assert app.run(agent, 3, task_id="p", session_id="s").output == 7
+    parent_messages = contents(app, "s")
+    # Fork right after turn 0 ended.
+    at = next(r.seq for r in app.log.events("p") if type(r.event).__name__ == "StepCompleted")
+    fork = app.fork("p", at=at, new_id="f")
+    assert fork.state.session_id == "s@f"
+    app.session("s@f").add("user", "said to the fork only")
+    model_saw.clear()
+    assert app.resume("f").output == 8
+    # Turn 0 replayed as it was; then only pre-fork messages and the fork's own.
+    assert model_saw[0] == ["sys", "q0"]
+    assert model_saw[1] == ["sys", "q0", "reply to q0", "said to the fork only", "q1"]
+    assert contents(app, "s") == parent_messages  # the parent's conversation is untouched
+    assert contents(app, "s@f")[:5] == [("system", "sys"), *parent_messages[1:3], ("user", "said to the fork only"), ("user", "q1")]
+    # Copy-on-write: the fork's branch is one row and one event, not a copy of the messages.
+    branch = app.store.get_task(app.tenant, "session:s@f")
+    assert branch is not None and branch.parent_id == "session:s"
+
+
+def test_rewind_branches_the_conversation_too(app: tether.App) -> None:
+    model_saw: list[list[str]] = []
+    agent = _looping_agent(app, model_saw)
+    app.run(agent, 2, task_id="p", session_id="s")
+    parent_messages = contents(app, "s")
+    at = next(r.seq for r in app.log.events("p") if type(r.event).__name__ == "StepCompleted")
+    rewound = app.rewind("p", to=at)
+    assert rewound.state.session_id == "s@p.1"
+    model_saw.clear()
+    assert app.resume("p").output == 4
+    assert model_saw == [["q0"], ["q0", "reply to q0", "q1"]]
+    assert contents(app, "s") == parent_messages
+
+
+def test_steps_history_and_show_name_the_messages_a_step_added(app: tether.App) -> None:
+    agent = _looping_agent(app, [])
+    app.run(agent, 2, task_id="t")
+    state = app.state("t")
+    assert [len(step.messages) for step in state.plan] == [2, 2]
+    summaries = [h.summary for h in app.history("t") if h.type == "SessionWritten"]
+    assert summaries and all("conversation" in s for s in summaries), summaries
+
+
+def test_a_closed_session_refuses_the_task_append(app: tether.App) -> None:
+    app.session("s").add("user", "hi")
+    app.session("s").close()
+
+    @app.task
+    def chat(ctx: tether.TaskContext) -> None:
+        ctx.session.add("assistant", "hello")
+
+    run = app.run(chat, task_id="t", session_id="s")
+    assert run.status is tether.Status.FAILED and "closed" in run.failure.message
+
+
+def test_bad_messages_are_refused_before_anything_is_written(app: tether.App) -> None:
+    @app.task
+    def chat(ctx: tether.TaskContext) -> None:
+        ctx.session.add_many([{"role": "user", "content": "fine"}, {"role": "wizard", "content": "no"}])
+
+    run = app.run(chat, task_id="t")
+    assert run.status is tether.Status.FAILED and "role" in run.failure.message
+    assert app.store.get_task(app.tenant, "session:t") is None or app.session("t").messages() == []
+
+
+async def _async_chat(ctx: tether.AsyncTaskContext) -> int:
+    ctx.session.add("user", "async hi")
+    return len(ctx.session.window(max_tokens=100).to_openai())
+
+
+def test_async_tasks_use_the_same_conversation(app: tether.App) -> None:
+    chat = app.task(_async_chat)
+    assert app.run(chat, task_id="a").output == 1
+    assert app.replay("a").clean
