@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import tether
-from tether._keys import call_key
 from tests.conftest import dump_database
+from tether._keys import call_key
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 import tether
-from tether.runtime import session as task_session
 from tests.conftest import dump_database
+from tether.runtime import session as task_session
 
 
 class Stop(BaseException):
@@ -177,7 +177,13 @@ def test_fork_sees_the_conversation_at_the_fork_point_and_leaves_the_parent_alon
     assert model_saw[0] == ["sys", "q0"]
     assert model_saw[1] == ["sys", "q0", "reply to q0", "said to the fork only", "q1"]
     assert contents(app, "s") == parent_messages  # the parent's conversation is untouched
-    assert contents(app, "s@f")[:5] == [("system", "sys"), *parent_messages[1:3], ("user", "said to the fork only"), ("user", "q1")]
+    branch_messages = contents(app, "s@f")[:5]
+    assert branch_messages == [
+        ("system", "sys"),
+        *parent_messages[1:3],
+        ("user", "said to the fork only"),
+        ("user", "q1"),
+    ]
     # Copy-on-write: the fork's branch is one row and one event, not a copy of the messages.
     branch = app.store.get_task(app.tenant, "session:s@f")
     assert branch is not None and branch.parent_id == "session:s"

@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
@@ -686,9 +687,9 @@ def _check_concurrency(max_concurrency: int | None) -> None:
 def _first_error(outcomes: list[tuple[bool, Any]]) -> BaseException | None:
     """What a batch raises: a stop of the run (suspension, lost lease...) before any call's failure,
     and of the failures, the first in input order."""
-    errors = [value for ok, value in outcomes if not ok]
+    errors: list[BaseException] = [value for ok, value in outcomes if not ok]
     stops = [e for e in errors if not isinstance(e, ToolError)]
-    return (stops or errors or [None])[0]
+    return (stops or errors)[0] if errors else None
 
 
 class TaskContext(_Context):
@@ -749,7 +750,7 @@ class TaskContext(_Context):
         live: list[int] = []
         for i, call in enumerate(issued):
             if call.record is not None and call.record.status in ("completed", "failed"):
-                outcomes[i] = _outcome_of(lambda c=call: drive(self._call_flow(c)))
+                outcomes[i] = _outcome_of(partial(drive, self._call_flow(call)))
             else:
                 live.append(i)
         if live:
