@@ -260,19 +260,8 @@ class ReleaseGate:
         while self._next < len(self._order) and self._order[self._next] in self._given:
             self._next += 1
 
-    def ready(self, n: int) -> bool:
-        """Whether call ``n``'s result may be handed back at once (it is next, and nobody waits)."""
-        if n not in self._rank:
-            return True
-        self._skip_given()
-        if not self._waiting and self._next < len(self._order) and self._order[self._next] == n:
-            self._given.add(n)
-            self._next += 1
-            return True
-        return False
-
     def wait(self, n: int) -> asyncio.Future[None]:
-        """A future that is done when call ``n``'s turn comes."""
+        """A future that is done when call ``n``'s turn comes (never before the loop turns once)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[n] = future
         self._schedule()
@@ -294,7 +283,7 @@ class ReleaseGate:
         elif self._idle < self.PATIENCE:
             self._idle += 1
         else:
-            self._give(min(self._waiting, key=self._rank.__getitem__))
+            self._give(min(self._waiting, key=lambda n: self._rank.get(n, -1)))
         if self._waiting:
             self._schedule()
 

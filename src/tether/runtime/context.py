@@ -15,7 +15,8 @@ import asyncio
 import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+import types
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
@@ -791,6 +792,12 @@ class TaskContext(_Context):
         return drive(self._fetch_flow(self._issue(fn, args, kwargs), ttl))
 
 
+@types.coroutine
+def _next_turn() -> Generator[None, None, None]:
+    """Yield to the event loop once (what ``asyncio.sleep(0)`` does, without its machinery)."""
+    yield
+
+
 def _outcome_of(run: Callable[[], Any]) -> tuple[bool, Any]:
     try:
         return True, run()
@@ -832,10 +839,22 @@ class AsyncTaskContext(_Context):
         return self._run_call(self._issue(fn, args, kwargs), compensate)
 
     async def _run_call(self, issued: _Issued, compensate: Callable[..., Any] | None = None) -> Any:
-        record = issued.record
-        if record is not None and record.status in ("completed", "failed") and not self._gate.ready(issued.n):
-            await self._gate.wait(issued.n)  # replayed results come back in the order they were recorded
+        await self._turn(issued)
         return await drive_async(self._call_flow(issued, compensate))
+
+    async def _turn(self, issued: _Issued) -> None:
+        """Let the other branches run before this call does, live and on replay alike.
+
+        Live, every call yields to the event loop once before it runs, so parallel branches
+        issue their calls (and get their ordinals) in the order they were started; on replay
+        a recorded result waits for its turn in the order results were recorded. Both ways
+        the branches interleave the same, so each call gets the ordinal it had.
+        """
+        record = issued.record
+        if record is not None and record.status in ("completed", "failed"):
+            await self._gate.wait(issued.n)
+        else:
+            await _next_turn()
 
     async def map(
         self, fn: Callable[..., Any], items: Iterable[Any], *, max_concurrency: int | None = None
@@ -878,9 +897,7 @@ class AsyncTaskContext(_Context):
         return self._run_fetch(self._issue(fn, args, kwargs), ttl)
 
     async def _run_fetch(self, issued: _Issued, ttl: float) -> Any:
-        record = issued.record
-        if record is not None and record.status in ("completed", "failed") and not self._gate.ready(issued.n):
-            await self._gate.wait(issued.n)
+        await self._turn(issued)
         return await drive_async(self._fetch_flow(issued, ttl))
 
 
