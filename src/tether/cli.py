@@ -223,10 +223,17 @@ def show(task_id: str, db: str | None, as_json: bool) -> None:
     out = _console()
     out.print(f"[bold]{state.task_id}[/]  {state.type}  {_status(state.status.value)}  v{state.version}")
     out.print(f"position: {state.position}")
+    if state.session_id is not None:
+        upto = f" (up to message {state.session_version})" if state.session_version else ""
+        out.print(f"conversation: {state.session_id}{upto}")
     if state.plan:
         marks = {"completed": "[green]✓[/]", "failed": "[red]✗[/]", "running": "[yellow]…[/]", "pending": " "}
         for i, step in enumerate(state.plan, start=1):
-            out.print(f"  {marks[step.status]} {i}. {step.name}" + (f"  [red]{step.error}[/]" if step.error else ""))
+            count = len(step.messages)
+            added = f"  (+{count} message{'s' if count != 1 else ''})" if count else ""
+            out.print(
+                f"  {marks[step.status]} {i}. {step.name}{added}" + (f"  [red]{step.error}[/]" if step.error else "")
+            )
     if state.calls:
         table = Table(title="calls", title_justify="left")
         for column in ("#", "tool", "status", "attempts", "key"):
