@@ -38,6 +38,7 @@ from tether.conversation.messages import (
     summary_from_event,
     to_event,
 )
+from tether.conversation.shapes import FORMATS
 from tether.conversation.window import TokenCounter, Window, build_window, default_counter, message_tokens, turns
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, _ts
@@ -209,6 +210,8 @@ class Session:
         return self._add(messages, format, {})
 
     def _add(self, messages: Sequence[dict[str, Any]], format: str | None, meta: dict[str, Any]) -> list[Message]:
+        if format is not None and format not in FORMATS:
+            raise InvalidInputError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
         events = []
         for i, message in enumerate(messages):
             try:
