@@ -388,8 +388,9 @@ def test_malformed_messages_are_refused_before_anything_is_written(
 def test_window_keeps_calls_and_results_together_in_every_shape(app: tether.App) -> None:
     chat = app.session("s1")
     chat.add("system", "You book trips.")
-    for i in range(6):
-        chat.add_many(ANTHROPIC_MESSAGES[:3] if i % 3 == 0 else OPENAI_CHAT[3:7] if i % 3 == 1 else RESPONSES_ITEMS[2:8])
+    for _ in range(2):
+        for shape in (ANTHROPIC_MESSAGES[:3], OPENAI_CHAT[3:7], RESPONSES_ITEMS[2:8]):
+            chat.add_many(shape)
     for budget in (1, 200, 400, 800, 100_000):
         window = chat.window(max_tokens=budget, keep_last=1)
         called: set[str] = set()

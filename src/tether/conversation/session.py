@@ -231,11 +231,12 @@ class Session:
             view = self.view()
             if view.closed:
                 raise InvalidInputError(f"session {self.id!r} is closed")
+            now = time.time()  # the stored time, so the cached view's messages equal the stored ones
             try:
-                version = self._stream.append(events, view.version)
+                version = self._stream.append(events, view.version, at=now)
             except ConflictError:
                 continue
-            self._view = fold_view([Recorded(view.version + i, time.time(), e) for i, e in enumerate(events, 1)], view)
+            self._view = fold_view([Recorded(view.version + i, now, e) for i, e in enumerate(events, 1)], view)
             added = [m for m in (*self._view.system, *self._view.recent) if m.seq > view.version]
             added.sort(key=lambda m: m.seq)
             assert version == self._view.version
