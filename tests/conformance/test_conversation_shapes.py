@@ -195,6 +195,8 @@ def test_the_short_form_and_plain_messages_render_identically_everywhere(app: te
     assert window.to_openai_responses() == plain
     assert window.to_anthropic() == {"system": "Be brief.", "messages": plain[1:]}
     assert [m.original for m in chat.messages()] == plain and {m.format for m in chat.messages()} == {"tether"}
+    note = chat.add("user", "an aside", type="aside", refusals=0)  # metadata, as before shapes existed
+    assert note.format == "tether" and note.meta == {"type": "aside", "refusals": 0}
 
 
 # ----------------------------------------------------------------------------- across providers

@@ -72,7 +72,9 @@ def detect(message: dict[str, Any]) -> Format:
     identically for each, so it is tether's form; a shape is recognised by what only it has
     (OpenAI's ``function`` in tool calls, Anthropic's ``tool_use`` blocks, Responses ``type``).
     """
-    if "role" not in message or "type" in message:
+    if message.get("type") == "message":
+        return "openai_responses"
+    if "role" not in message:  # a Responses item; with a role, any other "type" is tether metadata
         if isinstance(message.get("type"), str):
             return "openai_responses"
         raise InvalidInputError(
