@@ -62,11 +62,14 @@ class Stream:
         rows = self.log.store.read_events(self.log.tenant, self.id, after=after, upto=upto)
         return [self.log.decode(r) for r in rows]
 
-    def append(self, events: Sequence[Event], expected_version: int, *, status: str | None = None) -> int:
-        """Append at ``expected_version`` (``ConflictError`` if another writer got there first)."""
+    def append(
+        self, events: Sequence[Event], expected_version: int, *, status: str | None = None, at: float | None = None
+    ) -> int:
+        """Append at ``expected_version`` (``ConflictError`` if another writer got there first), stamped
+        ``at`` (epoch seconds; now by default)."""
         from tether.store import IndexUpdate
 
-        now = time.time()
+        now = time.time() if at is None else at
         rows = [
             EventRow(expected_version + i, e.event_type, e.version, now, self.log.encode(e))
             for i, e in enumerate(events, start=1)

@@ -17,10 +17,12 @@ from typing import Any
 import click
 import orjson
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import tether
 from tether.errors import TetherError
+from tether.runtime.app import failure_summary
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -137,8 +139,9 @@ def _handle(out: Console, handle: tether.TaskHandle, as_json: bool) -> None:
     out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.state.position})")
     if handle.state.waiting is not None:
         out.print(f"waiting for {handle.state.waiting.key!r}: {handle.state.waiting.prompt or ''}")
-    if handle.failure is not None:
-        out.print(f"[red]{handle.failure.exception_type}: {handle.failure.message}[/]")
+    if handle.status in (tether.Status.FAILED, tether.Status.CANCELLED):
+        out.print(f"[red]{escape(failure_summary(handle.state))}[/]")
+        sys.exit(1)
 
 
 class _InOrder(click.Group):
@@ -249,9 +252,8 @@ def show(task_id: str, db: str | None, as_json: bool) -> None:
         out.print(table)
     for decision in state.decisions:
         out.print(f"decided {decision.name}: {_short(decision.choice)} — {decision.rationale}")
-    if state.failure:
-        f = state.failure
-        out.print(f"[red]failed[/] at step {f.step} in {f.tool}: {f.exception_type}: {f.message}")
+    if state.failure or state.status is tether.Status.CANCELLED:
+        out.print(f"[red]{escape(failure_summary(state))}[/]")
     if state.output is not None:
         out.print(f"output: {_short(state.output)}")
 
@@ -363,7 +365,7 @@ def fork(task_id: str, seq: int, new_id: str | None, inputs: str | None, db: str
         if not isinstance(parsed, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--inputs")
     app = tether.App(_url(db))
-    handle = app.log.fork(task_id, seq, new_id=new_id, inputs=parsed)
+    handle = app.fork(task_id, at=seq, new_id=new_id, inputs=parsed)
     if as_json:
         _emit_json({"task_id": handle.task_id, "parent": task_id, "at": seq, "status": handle.status.value})
         return
@@ -410,6 +412,17 @@ def replay(task_id: str, upto: int | None, app_spec: str, as_json: bool) -> None
 def resume(task_id: str, app_spec: str, as_json: bool) -> None:
     """Continue a task here from its log; recorded steps do not run again."""
     _handle(_console(), _load_app(app_spec).resume(task_id), as_json)
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--actor", default=None, help="who retries (recorded in the history)")
+@app_option
+@json_option
+@errors_as_messages
+def retry(task_id: str, actor: str | None, app_spec: str, as_json: bool) -> None:
+    """Run a failed task again with the code as it is now: recorded calls before the failure are reused."""
+    _handle(_console(), _load_app(app_spec).retry(task_id, actor=actor), as_json)
 
 
 @main.command()

@@ -21,7 +21,8 @@
     ├── ToolError                   tool_failed          a tool call gave up after its attempts
     ├── OutcomeUnknownError         outcome_unknown      a side effect may or may not have happened
     ├── InputTimeout                input_timeout        nobody answered a wait_for_input in time
-    └── TaskFailedError             task_failed          a tool gave up; carries the failure record
+    ├── TaskFailedError             task_failed          the task failed (or was cancelled); carries the failure record
+    └── TaskNotFinishedError        task_not_finished    asked for a result the task does not have yet
 
 ``code`` is stable: scripts can match on it in ``--json`` output.
 
@@ -52,6 +53,7 @@ __all__ = [
     "TaskBusyError",
     "TaskDefinitionError",
     "TaskFailedError",
+    "TaskNotFinishedError",
     "TaskNotFoundError",
     "TetherError",
     "ToolError",
@@ -271,6 +273,17 @@ class TaskFailedError(TetherError):
         super().__init__(message)
         self.task_id = task_id
         self.failure = failure
+
+
+class TaskNotFinishedError(TetherError):
+    """``handle.result()`` of a task that is still pending, running, waiting or sleeping."""
+
+    code = "task_not_finished"
+
+    def __init__(self, message: str, *, task_id: str, status: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.status = status
 
 
 class Cancelled(BaseException):

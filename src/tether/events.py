@@ -68,6 +68,7 @@ __all__ = [
     "PhaseChanged",
     "PlanSet",
     "Recorded",
+    "RetryRequested",
     "SessionRead",
     "SessionWritten",
     "SleepScheduled",
@@ -337,6 +338,26 @@ class FailureRecorded(Event):
     call_key: str | None = None
     input: Any = None
     output: Any = None
+
+
+@_event
+class RetryRequested(Event):
+    """A failed task was sent to run again with the code as it is now (``app.retry``).
+
+    ``retired`` are the seqs of the failure's own records (the call's give-up, the failed
+    steps, the compensations that ran): a replay passes over them. The failed call gets a
+    fresh round of attempts under its key. ``after_n``/``shift``: calls the code issues after
+    call ``after_n`` take ordinals ``shift`` higher, past the compensations' ordinals.
+    """
+
+    failure_type: str
+    failure_message: str
+    retired: list[int] = dataclasses.field(default_factory=list)
+    calls: list[int] = dataclasses.field(default_factory=list)
+    """Ordinals of calls whose give-up was retired: they run again."""
+    after_n: int = 0
+    shift: int = 0
+    actor: str | None = None
 
 
 class Recorded(NamedTuple):
@@ -810,6 +831,20 @@ def _phase_changed(d: _Draft, ev: PhaseChanged, at: datetime, epoch: float) -> N
 @_rule(OutputSet)
 def _output_set(d: _Draft, ev: OutputSet, at: datetime, epoch: float) -> None:
     d.values["output"] = ev.output
+
+
+@_rule(RetryRequested)
+def _retry_requested(d: _Draft, ev: RetryRequested, at: datetime, epoch: float) -> None:
+    values = d.values
+    values.update(status=Status.PENDING, failure=None, output=None, wake_at=None)
+    for n in ev.calls:
+        call = d.call(n)
+        last = call.attempts[-1].number if call.attempts else 0
+        d.replace_call(n, {"status": "intended", "finished_at": None, "retried_after": last})
+    if any(step.status == "failed" for step in values["plan"]):
+        plan = d.own_list("plan")
+        again = {"status": "running", "finished_at": None, "error": None}
+        plan[:] = [_evolve(step, again) if step.status == "failed" else step for step in plan]
 
 
 @_rule(FailureRecorded)

@@ -47,6 +47,7 @@ from tether.events import (
     ObservationRecorded,
     OutputSet,
     Recorded,
+    RetryRequested,
     SessionRead,
     SessionWritten,
     StatusChanged,
@@ -323,6 +324,8 @@ class TaskLog:
                 staged = []
                 if type(event) is StatusChanged:
                     index = IndexUpdate(status=event.status, wake_at=event.wake_at)
+            if cls is RetryRequested:
+                index = IndexUpdate(status=Status.PENDING.value, wake_at=None)
             if cls in _WAKES and (index is None or index.status is None):
                 index = IndexUpdate(status=None, wake_at=now)  # an answer or a cancel: runnable now
             data = self.encode(event)

@@ -87,6 +87,9 @@ class ToolCall(_Record):
     finished_at: datetime | None = None
     compensates: int | None = None
     """For a compensation: the ordinal of the call it undoes."""
+    retried_after: int = 0
+    """Attempts up to this number came before a retry of the task (``app.retry``): they do not
+    count against the retry policy's attempts."""
 
 
 def _ordinal(call: ToolCall) -> int:

@@ -33,6 +33,7 @@ from tether.events import (
     PhaseChanged,
     PlanSet,
     Recorded,
+    RetryRequested,
     SessionRead,
     SessionWritten,
     SleepScheduled,
@@ -110,6 +111,10 @@ def describe(event: Event) -> str:
             return f"output {_short(event.output)}"
         case FailureRecorded():
             return f"failed: {event.exception_type}: {event.message}" + (f" in {event.tool}" if event.tool else "")
+        case RetryRequested():
+            who = f" by {event.actor}" if event.actor else ""
+            again = f"; call #{', #'.join(map(str, event.calls))} runs again" if event.calls else ""
+            return f"retried{who} after {event.failure_type}: {event.failure_message}{again}"
         case SessionWritten() if event.last < event.first:
             return f"conversation {event.session_id}: nothing to compact"
         case SessionWritten():

@@ -47,6 +47,7 @@ from tether.events import (
     PhaseChanged,
     PlanSet,
     Recorded,
+    RetryRequested,
     SessionRead,
     SessionWritten,
     StatusChanged,
@@ -73,6 +74,7 @@ PASSIVE = frozenset(
         CancelRequested,
         TaskForked,
         TaskArchived,
+        RetryRequested,
     }
 )
 CALL_EVENTS = frozenset({CallStarted, CallCompleted, CallAttemptFailed, CallFailed})
@@ -120,10 +122,20 @@ class Replay:
         self._calls: dict[int, list[int]] = {}
         self._session: dict[int, int] = {}
         self.finish_order: list[int] = []  # call ordinals, in the order their outcome was recorded
+        # Retries (app.retry): the failures' own records are passed over; later calls take higher ordinals.
+        self.retries: list[tuple[int, int]] = []
+        retired: set[int] = set()
+        for rec in history:
+            if type(rec.event) is RetryRequested:
+                retired.update(rec.event.retired)
+                self.retries.append((rec.event.after_n, rec.event.shift))
         for i in range(1, len(history)):
             event = history[i].event
             kind = type(event)
             if kind in PASSIVE:
+                continue
+            if retired and history[i].seq in retired:
+                self._taken[i] = 1
                 continue
             self.left += 1
             if kind in CALL_EVENTS:
@@ -207,6 +219,14 @@ class Replay:
             self._take(i)
         # Nothing but the call's own events changes it: its record now is its record at the end.
         return self.final.call(n)
+
+    def ordinal(self, issued: int) -> int:
+        """The ordinal of the ``issued``-th call the code makes: past every retry's compensations."""
+        n = issued
+        for after, shift in self.retries:
+            if n > after:
+                n += shift
+        return n
 
     def first_seq_of_call(self, n: int) -> int:
         indices = self._calls.get(n)

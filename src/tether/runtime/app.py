@@ -26,28 +26,36 @@ from tether.conversation import (
     list_sessions,
     open_session,
 )
-from tether.conversation import _stream_id as _session_stream
+from tether.conversation import stream_id as _session_stream
 from tether.errors import (
     Cancelled,
     ConflictError,
     InvalidInputError,
     InvalidTransition,
+    LeaseLostError,
     NonDeterminismError,
     Suspend,
     TaskBusyError,
     TaskDefinitionError,
+    TaskFailedError,
+    TaskNotFinishedError,
     TaskNotFoundError,
     TetherError,
     ToolError,
 )
 from tether.events import (
     CallCompleted,
+    CallFailed,
     CancelRequested,
     DataMigrated,
+    Event,
     FailureRecorded,
     InputReceived,
     OutputSet,
+    Recorded,
+    RetryRequested,
     StatusChanged,
+    StepFailed,
 )
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
@@ -88,6 +96,100 @@ class TaskHandle:
     @classmethod
     def of(cls, state: TaskState) -> TaskHandle:
         return cls(state.task_id, state.status, state.output, state.failure, state)
+
+    def result(self) -> Any:
+        """The task's output. A task that failed or was cancelled raises :class:`~tether.TaskFailedError`
+        (with its failure record and how to retry); one that has not finished raises
+        :class:`~tether.TaskNotFinishedError` saying what it waits for.
+
+        Example:
+            >>> import tether
+            >>> app = tether.App("memory://")
+            >>> @app.task
+            ... def divide(ctx: tether.TaskContext, a: int, b: int) -> float:
+            ...     return a / b
+            >>> app.run(divide, 1, 2).result()
+            0.5
+            >>> app.run(divide, 1, 0, task_id="d0").result()
+            Traceback (most recent call last):
+            ...
+            tether.errors.TaskFailedError: task 'd0' failed: ZeroDivisionError: division by zero...
+        """
+        state = self.state
+        if state.status is Status.COMPLETED:
+            return state.output
+        if state.status in (Status.FAILED, Status.CANCELLED):
+            raise TaskFailedError(
+                failure_summary(state),
+                task_id=state.task_id,
+                failure=state.failure.model_dump(mode="json") if state.failure else None,
+            )
+        waiting = f" for input {state.waiting.key!r}" if state.waiting else ""
+        raise TaskNotFinishedError(
+            f"task {state.task_id!r} has no result yet: it is {state.status.value}{waiting}",
+            task_id=state.task_id,
+            status=state.status.value,
+        )
+
+
+_CONFLICT_TRIES = 50
+
+
+def retry_event(history: list[Recorded], state: TaskState, actor: str | None) -> RetryRequested:
+    """The record of a retry: which of the failure's records a replay passes over, which calls run again."""
+    failed_at = max((r.seq for r in history if type(r.event) is FailureRecorded), default=None)
+    if failed_at is None:
+        raise InvalidInputError(f"task {state.task_id!r} has no failure record to retry from")
+    by_seq = {r.seq: r for r in history}
+    retired: list[int] = []
+    calls: list[int] = []
+    seq = failed_at - 1
+    while seq in by_seq and type(by_seq[seq].event) in (StepFailed, CallFailed):  # the failure as it unwound
+        event = by_seq[seq].event
+        retired.append(seq)
+        if isinstance(event, CallFailed):
+            calls.append(event.n)
+        seq -= 1
+    compensations = {c.n for c in state.calls if c.kind == "compensation"}
+    for rec in history:
+        n = getattr(rec.event, "n", None)
+        if rec.seq > failed_at and n in compensations:
+            retired.append(rec.seq)
+    ordinary = [c.n for c in state.calls if c.kind != "compensation"]
+    after_n = max(ordinary, default=0)
+    highest = max((c.n for c in state.calls), default=0)
+    failure = state.failure
+    return RetryRequested(
+        failure_type=failure.exception_type if failure else "unknown",
+        failure_message=failure.message if failure else "",
+        retired=sorted(retired),
+        calls=sorted(calls),
+        after_n=after_n,
+        shift=highest - after_n,
+        actor=actor,
+    )
+
+
+def failure_summary(state: TaskState) -> str:
+    """One paragraph on why a task failed and what to do about it."""
+    if state.status is Status.CANCELLED:
+        return f"task {state.task_id!r} was cancelled" + (f": {state.cancel_reason}" if state.cancel_reason else "")
+    failure = state.failure
+    if failure is None:
+        return f"task {state.task_id!r} failed"
+    where = "".join(
+        [f" at step {failure.step!r}" if failure.step else "", f" in tool {failure.tool!r}" if failure.tool else ""]
+    )
+    attempts = ""
+    if failure.call_key is not None:
+        call = next((c for c in state.calls if c.key == failure.call_key), None)
+        if call is not None:
+            attempts = f" after {len(call.attempts)} attempt{'s' if len(call.attempts) != 1 else ''}"
+    return (
+        f"task {state.task_id!r} failed{where}{attempts}: {failure.exception_type}: {failure.message}. "
+        f"Fix the code, then retry it: app.retry({state.task_id!r}), or "
+        f"`tether retry {state.task_id} --app MODULE:APP`"
+    )
 
 
 @dataclass(frozen=True)
@@ -413,6 +515,49 @@ class App:
     async def resume_async(self, task_id: str) -> TaskHandle:
         """The async twin of :meth:`resume`."""
         return await drive_async(self._execute(self._spec_of(task_id), task_id))
+
+    def retry(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
+        """Run a failed task again with the code as it is now — after you fixed it.
+
+        Calls recorded before the failure return their results without running; the call
+        that gave up gets a fresh round of attempts under its key, and everything after it
+        runs. The retry is recorded in the history (``actor``, when, the failure it answered).
+        Compensations that ran for the failure are not run again if the task fails again.
+        A task that is not failed is refused, naming its status.
+        """
+        spec = self._spec_of(task_id)
+        self._request_retry(task_id, actor)
+        return self._drive(spec, lambda: self._execute(spec, task_id), "retry", "retry_async")
+
+    async def retry_async(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
+        """The async twin of :meth:`retry`."""
+        spec = self._spec_of(task_id)
+        self._request_retry(task_id, actor)
+        return await drive_async(self._execute(spec, task_id))
+
+    def _request_retry(self, task_id: str, actor: str | None) -> None:
+        def request(state: TaskState) -> list[Event]:
+            if state.status is not Status.FAILED:
+                raise InvalidInputError(
+                    f"task {task_id!r} is {state.status.value}; only a failed task can be retried"
+                    + (" (a completed task is done)" if state.status is Status.COMPLETED else "")
+                )
+            return [retry_event(self.log.events(task_id), state, actor)]
+
+        self._append_checked(task_id, request)
+
+    def _append_checked(self, task_id: str, make: Callable[[TaskState], list[Event]]) -> None:
+        """Append what ``make`` decides from the latest state, again if another writer got there first."""
+        for _ in range(_CONFLICT_TRIES):
+            state = self.log.load(task_id)
+            try:
+                self.log.append(task_id, make(state), state.version)
+                return
+            except LeaseLostError:
+                raise
+            except ConflictError:
+                continue
+        raise ConflictError(task_id, expected=self.log.version(task_id), actual=None)
 
     def get(self, task_id: str) -> TaskHandle:
         """Where a task stands now."""

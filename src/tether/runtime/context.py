@@ -384,7 +384,7 @@ class _Context:
         arguments = spec.bind(args, kwargs)
         with self._lock:
             self._n += 1
-            n = self._n
+            n = self._record.ordinal(self._n)
             record = self._record.call(n)
             if record is None or record.status == "intended":
                 self._inflight += 1  # it will run: issued and not yet ended
@@ -494,8 +494,15 @@ class _Context:
                 yield from self._backoff(until)
             attempt = last.number + 1
         # Attempts that ended in an error count against the policy; one cut short by a crash
-        # does not (it is run again: at-least-once), though it keeps its number in the record.
-        errors = sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")) if record else 0
+        # does not (it is run again: at-least-once), though it keeps its number in the record;
+        # nor do the attempts before a retry of the task (a retry is a fresh round).
+        errors = 0
+        if record is not None:
+            errors = sum(
+                1
+                for a in record.attempts
+                if a.error_type not in (None, "Interrupted") and a.number > record.retried_after
+            )
         task_id = self._task_id
         exists = record is not None
 
@@ -666,8 +673,12 @@ class _Context:
     def _compensate_flow(self) -> Flow[None]:
         """Undo completed calls in reverse order, each as its own recorded call."""
         self._compensating = True
+        # A call compensated before (by a failure a retry answered) is not compensated twice.
+        done = {c.compensates for c in self._latest.calls if c.kind == "compensation" and c.status == "completed"}
         # In reverse order of the calls' ordinals (parallel calls finish in any order).
         for n, spec, result in sorted(self._compensations, key=lambda c: c[0], reverse=True):
+            if n in done:
+                continue
             issued = self._issue(spec.fn, (result,), {})
             try:
                 yield from self._call_flow(issued, kind="compensation", compensates=n)

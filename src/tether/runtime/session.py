@@ -43,12 +43,12 @@ from tether.conversation import (
     SummaryAdded,
     TokenCounter,
     Window,
-    _message,
-    _stream_id,
     build_window,
     default_counter,
     extractive_summarizer,
     fold_view,
+    message_from_event,
+    stream_id,
     to_event,
     turns,
     write_view_snapshot,
@@ -88,7 +88,7 @@ class TaskSession:
         self._ctx = ctx
         self.id = session_id
         self._log: TaskLog = ctx._app.log
-        self._stream = Stream(self._log, _stream_id(session_id), SESSION_TYPE)
+        self._stream = Stream(self._log, stream_id(session_id), SESSION_TYPE)
         self._seen = 0  # the session version this run has caught up with
         self._view = SessionView(session_id=session_id)
         self._shown: dict[int, Message] = {}  # every message still in the session, by seq
@@ -258,7 +258,7 @@ class TaskSession:
         for rec in records:
             event = rec.event
             if isinstance(event, MessageAdded):
-                shown[rec.seq] = _message(rec, event)
+                shown[rec.seq] = message_from_event(rec, event)
             elif isinstance(event, MessageRemoved):
                 shown.pop(event.seq, None)
             elif isinstance(event, MessagesCleared):
@@ -271,7 +271,7 @@ def fork_conversation(log: TaskLog, at_state: TaskState, new_session_id: str) ->
     point: copy-on-write, a parent pointer. ``None`` when there is nothing to branch."""
     if at_state.session_id is None:
         return None
-    stream = Stream(log, _stream_id(at_state.session_id), SESSION_TYPE)
+    stream = Stream(log, stream_id(at_state.session_id), SESSION_TYPE)
     version = at_state.session_version
     if version == 0:
         # The task had not used its conversation by then: take it as it stood at that moment.
@@ -279,5 +279,5 @@ def fork_conversation(log: TaskLog, at_state: TaskState, new_session_id: str) ->
         version = max((r.seq for r in stream.read() if r.at <= moment), default=0)
     if version == 0:
         return None
-    log.fork_stream(stream.id, version, new_id=_stream_id(new_session_id))
+    log.fork_stream(stream.id, version, new_id=stream_id(new_session_id))
     return new_session_id

@@ -1,0 +1,337 @@
+"""A session's events, the records read from them, and the pure fold into a :class:`SessionView`.
+
+A message is stored as it came: in tether's own form (``role``, ``content``, ``tool_calls``, …)
+as the event's fields, or in a provider's shape (``format``) verbatim as ``original``, from which
+its role, text and tool calls are read again whenever it is loaded — never stored twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tether.conversation.shapes import FORMATS, Format, Part, detect, read, text, tool_call, tool_result
+from tether.errors import InvalidInputError
+from tether.events import Event, Recorded, _event, _ts
+
+__all__ = [
+    "ROLES",
+    "Message",
+    "MessageAdded",
+    "MessageRemoved",
+    "MessagesCleared",
+    "Role",
+    "SessionClosed",
+    "SessionOpened",
+    "SessionView",
+    "Summary",
+    "SummaryAdded",
+    "ToolCallRequest",
+    "fold_view",
+    "message_from_event",
+    "parts_of",
+    "to_event",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES = ("system", "user", "assistant", "tool")
+
+
+# ----------------------------------------------------------------------------- events
+
+
+@_event
+class SessionOpened(Event):
+    session_id: str
+    user_id: str | None = None
+
+
+@_event
+class MessageAdded(Event):
+    """A message appended. In tether's form (``format`` is ``None``) the fields are the message; in a
+    provider's shape ``original`` is the message verbatim, ``role`` tether's normalised role, and
+    ``content``/``tool_calls``/``tool_call_id``/``name`` are left empty: they are read from ``original``.
+    ``origin`` is for whoever appends (a task marks its appends with it); tether does not interpret it.
+    """
+
+    role: str
+    content: str
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    meta: dict[str, Any] | None = None
+    format: str | None = None
+    original: dict[str, Any] | None = None
+    origin: str | None = None
+
+
+@_event
+class MessageRemoved(Event):
+    seq: int
+
+
+@_event
+class MessagesCleared(Event):
+    pass
+
+
+@_event
+class SummaryAdded(Event):
+    text: str
+    covers_from: int
+    covers_to: int
+    origin: str | None = None
+
+
+@_event
+class SessionClosed(Event):
+    pass
+
+
+# ----------------------------------------------------------------------------- records
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCallRequest(_Record):
+    """A tool call an assistant message asks for; its result comes back in a ``tool`` message."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+class Message(_Record):
+    """One stored message, read into tether's terms, with the original as it came.
+
+    ``role`` is normalised: ``developer`` is ``system``, and a message that carries tool results
+    (an OpenAI ``tool`` message, an Anthropic user message with ``tool_result`` blocks, a Responses
+    ``function_call_output``) is ``tool``. ``content`` is all its text; ``answers`` the ids of the
+    calls whose results it carries (``tool_call_id`` when there is exactly one). ``format`` is the
+    shape it came in and ``original`` the message in that shape, verbatim.
+    """
+
+    seq: int
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    tool_call_id: str | None = None
+    answers: tuple[str, ...] = ()
+    name: str | None = None
+    meta: dict[str, Any] = {}
+    at: datetime
+    format: Format = "tether"
+    original: dict[str, Any] = {}
+    origin: str | None = None
+
+
+class Summary(_Record):
+    """A summary of the messages with ``covers_from <= seq <= covers_to`` (and of the summary before it)."""
+
+    seq: int
+    text: str
+    covers_from: int
+    covers_to: int
+    at: datetime
+    origin: str | None = None
+
+
+class SessionView(_Record):
+    """What a window needs, folded from the session's events: system messages, the newest summary,
+    and the messages after it. Cached as a snapshot at every compaction."""
+
+    session_id: str
+    user_id: str | None = None
+    system: tuple[Message, ...] = ()
+    summary: Summary | None = None
+    recent: tuple[Message, ...] = ()
+    closed: bool = False
+    version: int = 0
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def to_event(message: dict[str, Any], format: str | None = None) -> MessageAdded:
+    """The event that appends ``message`` (pure): its shape detected, or ``format``, and validated.
+
+    Raises ``InvalidInputError`` naming what is wrong and what was expected; nothing is written.
+    """
+    if not isinstance(message, dict):
+        raise InvalidInputError(f"a message is a dict, got {type(message).__name__}")
+    if format is not None and format not in FORMATS:
+        raise InvalidInputError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    fmt = format or detect(message)
+    if fmt == "tether":
+        return _tether_event(message)
+    try:
+        original = orjson.loads(orjson.dumps(message))  # a copy of our own, and proof that it is JSON
+    except TypeError as exc:
+        raise InvalidInputError(f"a message must be JSON: {exc}") from None
+    shape = read(fmt, original)
+    return MessageAdded(role=shape.role, content="", format=fmt, original=original)
+
+
+def _tether_event(message: dict[str, Any]) -> MessageAdded:
+    fields = dict(message)
+    role = fields.pop("role", None)
+    if role not in ROLES:
+        raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    content = fields.pop("content", "")
+    if not isinstance(content, str):
+        raise InvalidInputError(
+            f"content must be a string in tether's form, got {type(content).__name__}; for content parts "
+            "pass a provider's shape (format='openai', 'openai_responses' or 'anthropic')"
+        )
+    tool_calls = fields.pop("tool_calls", None)
+    tool_call_id = fields.pop("tool_call_id", None)
+    name = fields.pop("name", None)
+    if tool_calls is not None:
+        if role != "assistant":
+            raise InvalidInputError("only an assistant message carries tool_calls")
+        try:
+            tool_calls = [ToolCallRequest.model_validate(c).model_dump() for c in tool_calls]
+        except ValidationError as exc:
+            raise InvalidInputError(f"tool_calls must be [{{'id', 'name', 'arguments'}}]: {exc}") from None
+    if role == "tool" and not tool_call_id:
+        raise InvalidInputError("a tool message needs tool_call_id= (the id of the call it answers)")
+    try:
+        orjson.dumps(fields)
+    except TypeError as exc:
+        raise InvalidInputError(f"message metadata must be JSON: {exc}") from None
+    return MessageAdded(
+        role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, name=name, meta=fields or None
+    )
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def message_from_event(rec: Recorded, ev: MessageAdded) -> Message:
+    """The :class:`Message` a stored ``MessageAdded`` holds."""
+    common: dict[str, Any] = {"seq": rec.seq, "meta": ev.meta or {}, "at": _ts(rec.at), "origin": ev.origin}
+    if ev.format is None or ev.format == "tether":
+        calls = tuple(ToolCallRequest(**c) for c in ev.tool_calls or ())
+        original: dict[str, Any] = {"role": ev.role, "content": ev.content}
+        if calls:
+            original["tool_calls"] = [c.model_dump() for c in calls]
+        if ev.tool_call_id is not None:
+            original["tool_call_id"] = ev.tool_call_id
+        if ev.name is not None:
+            original["name"] = ev.name
+        return Message(
+            role=ev.role,
+            content=ev.content,
+            tool_calls=calls,
+            tool_call_id=ev.tool_call_id,
+            answers=(ev.tool_call_id,) if ev.role == "tool" and ev.tool_call_id else (),
+            name=ev.name,
+            original={**original, **(ev.meta or {})},
+            **common,
+        )
+    assert ev.original is not None
+    shape = read(ev.format, ev.original)
+    answers = tuple(p["id"] if p["kind"] == "tool_result" else p["answers"] for p in _answering(shape.parts))
+    return Message(
+        role=shape.role,
+        content="\n".join(_texts(shape.parts)),
+        tool_calls=tuple(_calls(shape.parts)),
+        tool_call_id=answers[0] if len(answers) == 1 else None,
+        answers=answers,
+        name=shape.name,
+        format=ev.format,
+        original=ev.original,
+        **common,
+    )
+
+
+def _answering(parts: list[Part]) -> list[Part]:
+    return [p for p in parts if p["kind"] == "tool_result" or (p["kind"] == "other" and "answers" in p)]
+
+
+def _texts(parts: list[Part]) -> list[str]:
+    out: list[str] = []
+    for p in parts:
+        if p["kind"] == "text":
+            out.append(p["text"])
+        elif p["kind"] == "tool_result":
+            out += _texts(p["parts"])
+    return out
+
+
+def _calls(parts: list[Part]) -> list[ToolCallRequest]:
+    out = []
+    for p in parts:
+        if p["kind"] == "tool_call":
+            out.append(ToolCallRequest(id=p["id"], name=p["name"], arguments=p["arguments"] or {}))
+        elif p["kind"] == "other" and "call_id" in p:
+            out.append(ToolCallRequest(id=p["call_id"], name=p.get("name") or "", arguments={}))
+    return out
+
+
+def parts_of(message: Message) -> tuple[str, list[Part]]:
+    """A message's parts in neutral terms (see ``shapes``), and its role as its provider spelled it."""
+    if message.format != "tether":
+        shape = read(message.format, message.original)
+        return shape.source_role, shape.parts
+    what = "a tether message's text"
+    if message.role == "tool":
+        result = tool_result(message.tool_call_id or "", [text(message.content, what, plain=True)], plain=True,
+                             is_error=False, what="a tether tool message")
+        return "tool", [result]
+    parts: list[Part] = []
+    if message.content or not message.tool_calls:
+        parts.append(text(message.content, what, plain=True))
+    for c in message.tool_calls:
+        parts.append(tool_call(c.id, c.name, c.arguments, None, "a tether tool call"))
+    return message.role, parts
+
+
+def fold_view(events: Iterable[Recorded], view: SessionView | None = None) -> SessionView:
+    """The session's view after these events (pure)."""
+    system = list(view.system) if view else []
+    recent = list(view.recent) if view else []
+    summary = view.summary if view else None
+    closed = view.closed if view else False
+    session_id = view.session_id if view else ""
+    user_id = view.user_id if view else None
+    version = view.version if view else 0
+    for rec in events:
+        ev = rec.event
+        version = rec.seq
+        if isinstance(ev, SessionOpened):
+            session_id, user_id = ev.session_id, ev.user_id
+        elif isinstance(ev, MessageAdded):
+            message = message_from_event(rec, ev)
+            (system if message.role == "system" else recent).append(message)
+        elif isinstance(ev, MessageRemoved):
+            system = [m for m in system if m.seq != ev.seq]
+            recent = [m for m in recent if m.seq != ev.seq]
+        elif isinstance(ev, MessagesCleared):
+            system, recent, summary = [], [], None
+        elif isinstance(ev, SummaryAdded):
+            summary = summary_from_event(rec, ev)
+            recent = [m for m in recent if m.seq > ev.covers_to]
+        elif isinstance(ev, SessionClosed):
+            closed = True
+    return SessionView(
+        session_id=session_id,
+        user_id=user_id,
+        system=tuple(system),
+        summary=summary,
+        recent=tuple(recent),
+        closed=closed,
+        version=version,
+    )
+
+
+def summary_from_event(rec: Recorded, ev: SummaryAdded) -> Summary:
+    return Summary(
+        seq=rec.seq, text=ev.text, covers_from=ev.covers_from, covers_to=ev.covers_to, at=_ts(rec.at), origin=ev.origin
+    )

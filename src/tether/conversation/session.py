@@ -1,0 +1,379 @@
+"""Sessions: an append-only conversation in the store, its window, and compaction.
+
+A session is an append-only stream of messages in the same store as tasks.
+``session.window(max_tokens)`` is what goes into the next model call: system
+messages, the newest summary, and the most recent turns that fit. Compaction
+folds older turns into a summary; originals are never deleted. The window is
+computed from a cached view (the newest summary, the turns after it), so its
+cost does not grow with the length of the stored history once a summary exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from tether._streams import Stream
+from tether.conversation.messages import (
+    Message,
+    MessageAdded,
+    MessageRemoved,
+    MessagesCleared,
+    SessionClosed,
+    SessionOpened,
+    SessionView,
+    Summary,
+    SummaryAdded,
+    fold_view,
+    message_from_event,
+    summary_from_event,
+    to_event,
+)
+from tether.conversation.shapes import FORMATS
+from tether.conversation.window import TokenCounter, Window, build_window, default_counter, message_tokens, turns
+from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError, TetherError
+from tether.events import Event, Recorded, _ts
+from tether.log import TaskLog, checksum
+from tether.store import SnapshotRow
+
+__all__ = [
+    "Session",
+    "SessionInfo",
+    "Summarizer",
+    "delete_session",
+    "extractive_summarizer",
+    "list_sessions",
+    "open_session",
+]
+
+SESSION_TYPE = "tether.session"
+_VIEW_VERSION = 2  # 2: messages carry their format and original
+
+
+# ----------------------------------------------------------------------------- summaries
+
+Summarizer = Callable[[list[Message], str | None], str]
+
+
+def extractive_summarizer(messages: list[Message], previous: str | None, *, max_chars: int = 2000) -> str:
+    """A plain, offline summarizer: the first sentence of each user and assistant message, newest kept
+    when it runs long. Use an LLM in production: ``session.compact(my_llm_summarizer)``."""
+    lines = [previous] if previous else []
+    for m in messages:
+        if m.role in ("user", "assistant") and m.content.strip():
+            first = re.split(r"(?<=[.!?])\s", m.content.strip(), maxsplit=1)[0]
+            lines.append(f"{m.role}: {first[:200]}")
+    text = "\n".join(lines)
+    return text if len(text) <= max_chars else "…" + text[-(max_chars - 1) :]
+
+
+# ----------------------------------------------------------------------------- sessions
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    user_id: str | None
+    version: int
+    """How many events the session holds (messages, removals, summaries)."""
+    closed: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+def write_view_snapshot(log: TaskLog, stream: str, view: SessionView) -> None:
+    """Cache a session's view (written at each compaction: a window reads from the newest summary on)."""
+    data = view.model_dump_json()
+    log.store.put_snapshot(log.tenant, stream, SnapshotRow(view.version, _VIEW_VERSION, checksum(data), data))
+
+
+def stream_id(session_id: str) -> str:
+    """The id of the stream that holds session ``session_id``."""
+    return _stream_id(session_id)
+
+
+def _stream_id(session_id: str) -> str:
+    return f"session:{session_id}"
+
+
+class Session:
+    """One conversation: append-only messages, a context window, compaction.
+
+    Example:
+        >>> import tether
+        >>> app = tether.App("memory://")
+        >>> chat = app.session("s1", user_id="ada")
+        >>> _ = chat.add("system", "You book trips.")
+        >>> _ = chat.add("user", "Fly me to NYC on Monday.")
+        >>> [m["role"] for m in chat.window(max_tokens=1000).to_openai()]
+        ['system', 'user']
+    """
+
+    def __init__(
+        self,
+        log: TaskLog,
+        session_id: str,
+        *,
+        user_id: str | None,
+        counter: TokenCounter | None,
+        summarizer: Summarizer | None,
+        compact_when_tokens_over: int | None,
+    ) -> None:
+        self._log = log
+        self.id = session_id
+        self._stream = Stream(log, _stream_id(session_id), SESSION_TYPE)
+        self._counter = counter
+        self._summarizer = summarizer
+        self._compact_over = compact_when_tokens_over
+        if compact_when_tokens_over is not None and summarizer is None:
+            raise InvalidInputError("compact_when_tokens_over= needs a summarizer= to compact with")
+        self._stream.create(
+            SessionOpened(session_id=session_id, user_id=user_id), user_id=user_id, session_id=session_id
+        )
+        self._view: SessionView | None = None
+        self.user_id = self.view().user_id
+
+    # -- reading ----------------------------------------------------------------------
+    def view(self) -> SessionView:
+        """The current view: from the newest snapshot (written at compaction) plus the events after it."""
+        if self._view is None:
+            self._view = self._load_view()
+        else:
+            newer = self._stream.read(after=self._view.version)
+            if newer:
+                self._view = fold_view(newer, self._view)
+        return self._view
+
+    def _load_view(self) -> SessionView:
+        store, tenant = self._log.store, self._log.tenant
+        snap = store.get_snapshot(tenant, self._stream.id, at_most=2**31 - 1)
+        base = None
+        if snap is not None and snap.schema == _VIEW_VERSION and checksum(snap.data) == snap.checksum:
+            try:
+                base = SessionView.model_validate_json(snap.data)
+            except ValidationError:
+                base = None
+        return fold_view(self._stream.read(after=base.version if base else 0), base)
+
+    @property
+    def closed(self) -> bool:
+        return self.view().closed
+
+    def messages(self, since: int | None = None, limit: int | None = None) -> list[Message]:
+        """Every message still in the session (summaries never remove any), oldest first, each with
+        its ``format`` and its ``original`` as it was added.
+
+        ``since``: only messages with a larger seq. ``limit``: at most that many, the oldest of them.
+        """
+        shown: dict[int, Message] = {}
+        for rec in self._stream.read(after=0):
+            ev = rec.event
+            if isinstance(ev, MessageAdded):
+                shown[rec.seq] = message_from_event(rec, ev)
+            elif isinstance(ev, MessageRemoved):
+                shown.pop(ev.seq, None)
+            elif isinstance(ev, MessagesCleared):
+                shown.clear()
+        result = [m for seq, m in sorted(shown.items()) if since is None or seq > since]
+        return result[:limit] if limit is not None else result
+
+    def summaries(self) -> list[Summary]:
+        return [summary_from_event(r, r.event) for r in self._stream.read() if isinstance(r.event, SummaryAdded)]
+
+    def window(self, max_tokens: int, keep_last: int = 6, counter: TokenCounter | None = None) -> Window:
+        """What goes into the next model call: system messages, the newest summary, then the most recent
+        turns that fit in ``max_tokens`` — never fewer than ``keep_last`` turns, never a tool result
+        without the assistant message that called it."""
+        if max_tokens < 1 or keep_last < 0:
+            raise InvalidInputError(f"max_tokens must be >= 1 and keep_last >= 0, got {max_tokens}, {keep_last}")
+        return build_window(self.view(), max_tokens, keep_last, counter or self._counter or default_counter())
+
+    # -- writing ----------------------------------------------------------------------
+    def add(
+        self, message: str | dict[str, Any], content: Any = None, *, format: str | None = None, **meta: Any
+    ) -> Message:
+        """Append one message: a dict in any accepted shape, or a role and its content.
+
+        ``add({"role": "user", "content": [...]})`` takes an OpenAI Chat or Anthropic message or an
+        OpenAI Responses item verbatim (its shape detected, or named by ``format=``: ``"openai"``,
+        ``"openai_responses"``, ``"anthropic"``, ``"tether"``); keywords are metadata.
+        ``add(role, content, **fields)`` is the short form: ``tool_calls=[{"id", "name", "arguments"}]``
+        on an assistant message, ``tool_call_id=`` on a tool result, ``name=``; any other keyword is
+        JSON metadata.
+        """
+        if isinstance(message, dict):
+            if content is not None:
+                raise InvalidInputError("add(message_dict) takes no content argument: the dict is the message")
+            return self._add([message], format, meta)[0]
+        return self._add([{"role": message, "content": "" if content is None else content, **meta}], format, {})[0]
+
+    def add_many(self, messages: Sequence[dict[str, Any]], *, format: str | None = None) -> list[Message]:
+        """Append several messages atomically, in order (all or none), each in any accepted shape."""
+        return self._add(messages, format, {})
+
+    def _add(self, messages: Sequence[dict[str, Any]], format: str | None, meta: dict[str, Any]) -> list[Message]:
+        if format is not None and format not in FORMATS:
+            raise InvalidInputError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+        events = []
+        for i, message in enumerate(messages):
+            try:
+                event = to_event(message, format)
+            except InvalidInputError as exc:
+                where = f"messages[{i}]: " if len(messages) > 1 else ""
+                raise InvalidInputError(f"{where}{exc}") from None
+            events.append(dataclasses.replace(event, meta={**(event.meta or {}), **meta}) if meta else event)
+        if meta:
+            try:
+                orjson.dumps(meta)
+            except TypeError as exc:
+                raise InvalidInputError(f"message metadata must be JSON: {exc}") from None
+        if not events:
+            return []
+        for _ in range(100):  # another process may append at the same moment: both land, in some order
+            view = self.view()
+            if view.closed:
+                raise InvalidInputError(f"session {self.id!r} is closed")
+            now = time.time()  # the stored time, so the cached view's messages equal the stored ones
+            try:
+                version = self._stream.append(events, view.version, at=now)
+            except ConflictError:
+                continue
+            self._view = fold_view([Recorded(view.version + i, now, e) for i, e in enumerate(events, 1)], view)
+            added = [m for m in (*self._view.system, *self._view.recent) if m.seq > view.version]
+            added.sort(key=lambda m: m.seq)
+            assert version == self._view.version
+            self._maybe_compact()
+            return added
+        raise ConflictError(self.id, expected=self.view().version, actual=None)
+
+    def pop(self) -> Message | None:
+        """Remove the last message (undo); it no longer shows in ``messages()`` or windows."""
+        for _ in range(100):
+            view = self.view()
+            candidates = [*view.system, *view.recent]
+            if not candidates:
+                return None
+            last = max(candidates, key=lambda m: m.seq)
+            try:
+                self._stream.append([MessageRemoved(seq=last.seq)], view.version)
+            except ConflictError:
+                continue
+            return last
+        raise ConflictError(self.id, expected=self.view().version, actual=None)
+
+    def clear(self) -> None:
+        """Hide every message (and summary) so far; the session goes on, empty."""
+        self._retry(lambda view: [MessagesCleared()])
+
+    def close(self) -> None:
+        """Close the session: it takes no more messages."""
+        if not self.view().closed:
+            self._retry(lambda view: [SessionClosed()], status="closed")
+
+    def compact(self, summarizer: Summarizer | None = None, keep_last: int = 6) -> Summary | None:
+        """Fold everything before the last ``keep_last`` turns (and the previous summary) into a new
+        summary through ``summarizer(messages, previous_summary) -> str``; originals stay stored."""
+        summarize = summarizer or self._summarizer or extractive_summarizer
+        for _ in range(100):
+            view = self.view()
+            groups = turns(view.recent)
+            if len(groups) <= keep_last:
+                return None
+            folded = [m for group in groups[: len(groups) - keep_last] for m in group]
+            # Tool results whose call was summarized earlier count as covered too.
+            covers_to = max(m.seq for m in view.recent if m.seq <= folded[-1].seq)
+            text = summarize(folded, view.summary.text if view.summary else None)
+            covers_from = view.summary.covers_from if view.summary else folded[0].seq
+            try:
+                self._stream.append(
+                    [SummaryAdded(text=text, covers_from=covers_from, covers_to=covers_to)], view.version
+                )
+            except ConflictError:
+                continue
+            compacted = self.view()
+            write_view_snapshot(self._log, self._stream.id, compacted)
+            return compacted.summary
+        raise ConflictError(self.id, expected=self.view().version, actual=None)
+
+    def _maybe_compact(self) -> None:
+        if self._compact_over is None:
+            return
+        counter = self._counter or default_counter()
+        view = self.view()
+        if sum(message_tokens(m, counter) for m in view.recent) > self._compact_over:
+            self.compact()
+
+    def _retry(self, make: Callable[[SessionView], list[Event]], status: str | None = None) -> None:
+        for _ in range(100):
+            view = self.view()
+            try:
+                self._stream.append(make(view), view.version, status=status)
+                return
+            except ConflictError:
+                continue
+        raise ConflictError(self.id, expected=self.view().version, actual=None)
+
+
+def open_session(
+    log: TaskLog,
+    session_id: str | None,
+    *,
+    user_id: str | None,
+    counter: TokenCounter | None,
+    summarizer: Summarizer | None,
+    compact_when_tokens_over: int | None,
+) -> Session:
+    return Session(
+        log,
+        session_id or uuid.uuid4().hex,
+        user_id=user_id,
+        counter=counter,
+        summarizer=summarizer,
+        compact_when_tokens_over=compact_when_tokens_over,
+    )
+
+
+def list_sessions(log: TaskLog, *, user_id: str | None, limit: int, offset: int) -> list[SessionInfo]:
+    from tether.store import TaskFilter
+
+    rows = log.store.list_tasks(log.tenant, TaskFilter(type=SESSION_TYPE, user_id=user_id), limit=limit, offset=offset)
+    return [
+        SessionInfo(
+            session_id=r.task_id.removeprefix("session:"),
+            user_id=r.user_id,
+            version=r.version,
+            closed=r.status == "closed",
+            created_at=_ts(r.created_at),
+            updated_at=_ts(r.updated_at),
+        )
+        for r in rows
+    ]
+
+
+def delete_session(log: TaskLog, session_id: str, *, cascade: bool) -> int:
+    """Delete a session and its messages; return how many tasks it leaves orphaned (or deleted, with cascade)."""
+    from tether.store import TaskFilter
+
+    stream = _stream_id(session_id)
+    if log.store.get_task(log.tenant, stream) is None:
+        raise TaskNotFoundError(stream, tenant=log.tenant)
+    linked = log.store.list_tasks(log.tenant, TaskFilter(session_id=session_id), limit=1_000_000)
+    if linked and not cascade:
+        raise TetherError(
+            f"session {session_id!r} has {len(linked)} task(s) linked to it "
+            f"({', '.join(r.task_id for r in linked[:5])}{'…' if len(linked) > 5 else ''}); "
+            "delete with cascade=True to delete them too, or keep the session"
+        )
+    for row in linked:
+        log.store.delete_task(log.tenant, row.task_id)
+    log.store.delete_task(log.tenant, stream)
+    return len(linked)

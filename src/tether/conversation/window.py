@@ -1,0 +1,212 @@
+"""Tokens, turns and the context window.
+
+A turn is a user message, or an assistant message with the results of the tools it called
+(in every shape: one Chat assistant message and its tool messages, an Anthropic assistant
+message and the user message of tool_result blocks, Responses function_call items and their
+function_call_output items). The window takes whole turns, newest first, so a tool result is
+never sent without its call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+
+from tether.conversation import render
+from tether.conversation.messages import Message, SessionView, Summary, parts_of
+from tether.conversation.shapes import Part
+
+__all__ = [
+    "IMAGE_TOKENS",
+    "IMAGE_TOKENS_LOW",
+    "EstimateCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "Window",
+    "build_window",
+    "default_counter",
+    "message_tokens",
+    "turns",
+]
+
+IMAGE_TOKENS_LOW = 85
+"""An image with ``detail: "low"``: OpenAI's fixed price for one."""
+IMAGE_TOKENS = 765
+"""Any other image: OpenAI's price for a 1024×1024 image at high detail, a middle-of-the-road
+estimate (tether does not decode images to measure them)."""
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens in a text. ``name`` says which counter it is (a window reports it)."""
+
+    name: str
+
+    def count(self, text: str) -> int: ...
+
+
+class EstimateCounter:
+    """An estimate: one token per four characters, rounded up. Used when tiktoken is not available."""
+
+    name = "estimate (4 characters per token)"
+
+    def count(self, text: str) -> int:
+        return math.ceil(len(text) / 4)
+
+
+class TiktokenCounter:
+    def __init__(self, encoding: Any, label: str) -> None:
+        self._encoding = encoding
+        self.name = f"tiktoken {label}"
+
+    def count(self, text: str) -> int:
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+
+_DEFAULT: TokenCounter | None = None
+
+
+def default_counter() -> TokenCounter:
+    """tiktoken's ``cl100k_base`` when tiktoken and its encoding files are present, else the estimate."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        try:
+            import tiktoken  # type: ignore[import-not-found,unused-ignore]
+
+            _DEFAULT = TiktokenCounter(tiktoken.get_encoding("cl100k_base"), "cl100k_base")
+        except Exception:  # not installed, or its encoding files cannot be had offline
+            _DEFAULT = EstimateCounter()
+    return _DEFAULT
+
+
+def message_tokens(message: Message, counter: TokenCounter) -> int:
+    """A message's tokens: its text and tool calls by the counter, each image a fixed estimate
+    (``IMAGE_TOKENS_LOW`` at low detail, else ``IMAGE_TOKENS``), any other part (audio, files,
+    thinking, reasoning, unknown items) by the counter over its JSON, and 4 for the framing."""
+    text = message.content
+    if message.tool_calls:
+        text += orjson.dumps([c.model_dump() for c in message.tool_calls]).decode()
+    if message.format == "tether":
+        return counter.count(text) + 4
+    images, others = _weigh(parts_of(message)[1])
+    return counter.count(text + "".join(orjson.dumps(o).decode() for o in others)) + images + 4
+
+
+def _weigh(parts: list[Part]) -> tuple[int, list[Any]]:
+    images, others = 0, list[Any]()
+    for p in parts:
+        if p["kind"] == "image":
+            images += IMAGE_TOKENS_LOW if p["detail"] == "low" else IMAGE_TOKENS
+        elif p["kind"] == "tool_result":
+            inner, more = _weigh(p["parts"])
+            images, others = images + inner, others + more
+        elif p["kind"] in ("other", "audio"):
+            others.append(p["raw"])
+    return images, others
+
+
+# ----------------------------------------------------------------------------- turns
+
+
+def _leads_on(previous: Message) -> bool:
+    """Whether an assistant message right after ``previous`` belongs to ``previous``'s turn: after
+    calls not yet answered (parallel calls stored one per item), or after a Responses reasoning
+    item (the item it reasoned towards)."""
+    if previous.role != "assistant":
+        return False
+    return bool(previous.tool_calls) or (
+        previous.format == "openai_responses" and previous.original.get("type") == "reasoning"
+    )
+
+
+def turns(messages: Sequence[Message]) -> list[list[Message]]:
+    """Messages grouped into turns: an assistant message with its tool calls' results is one turn.
+
+    A tool result whose call is not in its turn (it was summarized) is dropped: a model API
+    refuses a tool result without the call it answers.
+    """
+    groups: list[list[Message]] = []
+    open_calls: set[str] = set()
+    for m in messages:
+        if m.role == "tool":
+            if groups and m.answers and open_calls.issuperset(m.answers):
+                groups[-1].append(m)
+            continue
+        if m.role == "assistant" and groups and _leads_on(groups[-1][-1]):
+            groups[-1].append(m)
+            open_calls |= {c.id for c in m.tool_calls}
+            continue
+        groups.append([m])
+        open_calls = {c.id for c in m.tool_calls} if m.role == "assistant" else set()
+    return groups
+
+
+# ----------------------------------------------------------------------------- the window
+
+
+@dataclass(frozen=True)
+class Window:
+    """What goes into the next model call, with its token count and the counter that made it."""
+
+    messages: tuple[Message, ...]
+    summary: Summary | None
+    tokens: int
+    max_tokens: int
+    counter: str
+    dropped: int
+    """Messages after the summary that did not fit."""
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """OpenAI Chat Completions ``messages``; messages stored in that shape come back verbatim."""
+        return render.to_openai(self.messages)
+
+    def to_openai_responses(self) -> list[dict[str, Any]]:
+        """OpenAI Responses ``input`` items; items stored in that shape come back verbatim."""
+        return render.to_openai_responses(self.messages)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """Anthropic Messages: ``{"system": ..., "messages": [...]}``; tool calls as ``tool_use`` blocks,
+        results as ``tool_result`` blocks in a user turn; consecutive turns of one role merged;
+        messages stored in that shape come back verbatim."""
+        return render.to_anthropic(self.messages)
+
+
+def build_window(view: SessionView, max_tokens: int, keep_last: int, counter: TokenCounter) -> Window:
+    """The window over ``view`` (pure): system messages, the summary, then the newest turns that fit."""
+    fixed = list(view.system)
+    if view.summary is not None:
+        content = f"Summary of the earlier conversation:\n{view.summary.text}"
+        fixed.append(
+            Message(
+                seq=view.summary.seq,
+                role="system",
+                at=view.summary.at,
+                content=content,
+                original={"role": "system", "content": content},
+            )
+        )
+    budget = max_tokens - sum(message_tokens(m, counter) for m in fixed)
+    groups = turns(view.recent)
+    chosen: list[list[Message]] = []
+    for group in reversed(groups):
+        cost = sum(message_tokens(m, counter) for m in group)
+        if len(chosen) < max(keep_last, 1) or cost <= budget:
+            chosen.append(group)
+            budget -= cost
+        else:
+            break
+    chosen.reverse()
+    picked = [m for group in chosen for m in group]
+    messages = tuple(fixed + picked)
+    return Window(
+        messages=messages,
+        summary=view.summary,
+        tokens=sum(message_tokens(m, counter) for m in messages),
+        max_tokens=max_tokens,
+        counter=counter.name,
+        dropped=sum(len(g) for g in groups) - len(picked),
+    )
