@@ -54,7 +54,8 @@ def normalised(app: tether.App, state: tether.TaskState) -> dict[str, Any]:
     calls = sorted(
         (json.dumps([c.tool, c.args, c.status, c.result, c.kind], sort_keys=True) for c in state.calls),
     )
-    messages = [(m.role, m.content, [c.id for c in m.tool_calls], m.tool_call_id) for m in app.session("loop-1").messages()]
+    shown = app.session("loop-1").messages()
+    messages = [(m.role, m.content, [c.id for c in m.tool_calls], m.tool_call_id) for m in shown]
     return {"status": state.status.value, "output": state.output, "calls": calls, "messages": messages}
 
 
