@@ -28,6 +28,7 @@ from tether.errors import (
     NonDeterminismError,
     NotSerializableError,
     OutcomeUnknownError,
+    RunInterrupted,
     SchemaVersionError,
     SequenceError,
     StoreUnavailableError,
@@ -44,7 +45,7 @@ from tether.errors import (
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import Phases, Status
 from tether.model import Attempt, Decision, Failure, Observation, ParentRef, Step, TaskState, ToolCall, Waiting
-from tether.runtime.app import App, PendingInput, TaskHandle, TaskSummary
+from tether.runtime.app import App, CheckReport, PendingInput, TaskHandle, TaskSummary
 from tether.runtime.context import AsyncTaskContext, CallInfo, TaskContext, current_call
 from tether.runtime.ledger import Ledger
 from tether.runtime.retry import Retry
@@ -59,6 +60,7 @@ __all__ = [
     "AsyncTaskContext",
     "Attempt",
     "CallInfo",
+    "CheckReport",
     "ConfigurationError",
     "ConflictError",
     "Decision",
@@ -80,6 +82,7 @@ __all__ = [
     "Phases",
     "ReplayReport",
     "Retry",
+    "RunInterrupted",
     "SchemaVersionError",
     "SequenceError",
     "Session",

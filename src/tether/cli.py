@@ -405,6 +405,42 @@ def replay(task_id: str, upto: int | None, app_spec: str, as_json: bool) -> None
 
 
 @main.command()
+@click.option("--finished", type=int, default=0, show_default=True, help="also the N most recent finished tasks")
+@app_option
+@json_option
+@errors_as_messages
+def check(finished: int, app_spec: str, as_json: bool) -> None:
+    """Replay every unfinished task against your current code, running and writing nothing: run it before a
+    deploy. One line per task that would diverge, then a summary; exit 1 if any diverges."""
+    app = _load_app(app_spec)
+    out = _console()
+    with out.status("replaying stored tasks…", spinner="dots"):
+        report = app.check(finished=finished)
+    if as_json:
+        _emit_json(
+            {
+                "checked": len(report.reports),
+                "diverging": [
+                    {
+                        "task_id": r.task_id,
+                        "outcome": r.outcome,
+                        "divergence": r.divergence.to_dict() if r.divergence else None,
+                    }
+                    for r in report.diverging
+                ],
+                "unknown_types": report.unknown,
+            }
+        )
+    else:
+        for r in report.diverging:
+            out.print(f"[red]✗[/] {escape(str(r))}")
+        colour = "green" if report.clean else "red"
+        out.print(f"[{colour}]{escape(str(report).splitlines()[-1])}[/]")
+    if not report.clean:
+        sys.exit(1)
+
+
+@main.command()
 @click.argument("task_id")
 @app_option
 @json_option

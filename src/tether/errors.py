@@ -46,6 +46,7 @@ __all__ = [
     "NonDeterminismError",
     "NotSerializableError",
     "OutcomeUnknownError",
+    "RunInterrupted",
     "SchemaVersionError",
     "SequenceError",
     "StoreUnavailableError",
@@ -284,6 +285,18 @@ class TaskNotFinishedError(TetherError):
         super().__init__(message)
         self.task_id = task_id
         self.status = status
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped a run: its lease was released and the task is left resumable."""
+
+    def __init__(self, task_id: str, cause: BaseException | None = None) -> None:
+        how = "SIGTERM" if cause is not None and str(cause) == "SIGTERM" else "an interrupt"
+        super().__init__(
+            f"task {task_id!r} stopped by {how}; nothing is lost. Resume it with app.resume({task_id!r}) "
+            f"or `tether resume {task_id} --app MODULE:APP`"
+        )
+        self.task_id = task_id
 
 
 class Cancelled(BaseException):

@@ -61,10 +61,12 @@ __all__ = [
     "Event",
     "FailureRecorded",
     "InputReceived",
+    "InputRejected",
     "InputRequested",
     "InputTimedOut",
     "ObservationRecorded",
     "OutputSet",
+    "PatchMarked",
     "PhaseChanged",
     "PlanSet",
     "Recorded",
@@ -300,6 +302,14 @@ class InputReceived(Event):
 
 
 @_event
+class InputRejected(Event):
+    """An answer sent before the task asked did not fit the wait's schema when it asked: discarded."""
+
+    key: str
+    reason: str
+
+
+@_event
 class InputTimedOut(Event):
     """Nobody answered before the wait's timeout: the task sees ``InputTimeout`` at that point."""
 
@@ -338,6 +348,13 @@ class FailureRecorded(Event):
     call_key: str | None = None
     input: Any = None
     output: Any = None
+
+
+@_event
+class PatchMarked(Event):
+    """The task's code took the new path of ``ctx.patched(name)``: replays take it again."""
+
+    name: str
 
 
 @_event
@@ -802,6 +819,11 @@ def _input_received(d: _Draft, ev: InputReceived, at: datetime, epoch: float) ->
         d.values["waiting"] = None
 
 
+@_rule(InputRejected)
+def _input_rejected(d: _Draft, ev: InputRejected, at: datetime, epoch: float) -> None:
+    d.own_dict("received").pop(ev.key, None)
+
+
 @_rule(InputTimedOut)
 def _input_timed_out(d: _Draft, ev: InputTimedOut, at: datetime, epoch: float) -> None:
     waiting = d.values["waiting"]
@@ -831,6 +853,11 @@ def _phase_changed(d: _Draft, ev: PhaseChanged, at: datetime, epoch: float) -> N
 @_rule(OutputSet)
 def _output_set(d: _Draft, ev: OutputSet, at: datetime, epoch: float) -> None:
     d.values["output"] = ev.output
+
+
+@_rule(PatchMarked)
+def _patch_marked(d: _Draft, ev: PatchMarked, at: datetime, epoch: float) -> None:
+    pass  # a marker for replay; it changes no state
 
 
 @_rule(RetryRequested)

@@ -46,6 +46,7 @@ from tether.events import (
     InputReceived,
     ObservationRecorded,
     OutputSet,
+    PatchMarked,
     Recorded,
     RetryRequested,
     SessionRead,
@@ -150,6 +151,7 @@ _DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     StepFailed: lambda e: isinstance(e.name, str),
     InputReceived: lambda e: isinstance(e.key, str),
     OutputSet: lambda e: True,
+    PatchMarked: lambda e: isinstance(e.name, str),
     SessionRead: lambda e: isinstance(e.session_id, str) and type(e.upto) is int and type(e.s) is int,
     SessionWritten: lambda e: isinstance(e.session_id, str) and type(e.first) is int and type(e.last) is int,
 }

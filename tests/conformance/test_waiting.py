@@ -89,15 +89,34 @@ def test_input_sent_early_is_checked_when_asked_for(app: tether.App) -> None:
     @app.task
     def t(ctx: tether.TaskContext) -> Any:
         ctx.sleep(0.2)
-        try:
-            return ctx.wait_for_input("count", schema={"type": "integer"})
-        except tether.InvalidInputError as exc:
-            return f"refused: {exc}"
+        return ctx.wait_for_input("count", schema={"type": "integer"})
 
     app.run(t, task_id="t1")
     app.send_input("t1", "count", "seven")
     time.sleep(0.25)
-    assert "does not fit its schema" in app.resume("t1").output
+    # The bad early answer is discarded with its reason; the task waits for a good one.
+    run = app.resume("t1")
+    assert run.status is tether.Status.AWAITING_INPUT and run.state.waiting.key == "count"
+    rejected = [r.event for r in app.log.events("t1") if type(r.event).__name__ == "InputRejected"]
+    assert len(rejected) == 1 and "does not fit its schema" in rejected[0].reason
+    assert "count" not in run.state.received
+    with pytest.raises(tether.InvalidInputError, match="does not fit its schema"):
+        app.send_input("t1", "count", "eight")  # now it waits: checked at once
+    app.send_input("t1", "count", 8)
+    assert app.resume("t1").output == 8
+    assert app.replay("t1").clean
+
+
+def test_an_answer_for_another_key_is_refused_naming_the_key_waited_for(app: tether.App) -> None:
+    @app.task
+    def t(ctx: tether.TaskContext) -> Any:
+        return ctx.wait_for_input("approve")
+
+    app.run(t, task_id="w")
+    rows = app.store.read_events(app.tenant, "w")
+    with pytest.raises(tether.InvalidInputError, match="waits for input 'approve', not 'aprove'"):
+        app.send_input("w", "aprove", {"ok": True})
+    assert app.store.read_events(app.tenant, "w") == rows
 
 
 def test_timeout_raises_inside_the_task(app: tether.App) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["CURRENT_CALL", "Flow", "Invoke", "Outcome", "Wait", "drive", "drive_async", "invoke"]
+__all__ = ["CURRENT_CALL", "RUNNING_TASK", "Flow", "Invoke", "Outcome", "Wait", "drive", "drive_async", "invoke"]
 
 T = TypeVar("T")
 
@@ -44,6 +44,8 @@ class Outcome(NamedTuple):
 
 
 CURRENT_CALL: ContextVar[Any] = ContextVar("tether_current_call", default=None)
+RUNNING_TASK: ContextVar[Any] = ContextVar("tether_running_task", default=None)
+"""The task whose code runs in this context (its id): a registered tool called directly is refused."""
 
 
 Flow = Generator["Invoke | Wait", "Outcome | None", T]

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
@@ -34,6 +37,7 @@ from tether.errors import (
     InvalidTransition,
     LeaseLostError,
     NonDeterminismError,
+    RunInterrupted,
     Suspend,
     TaskBusyError,
     TaskDefinitionError,
@@ -60,7 +64,7 @@ from tether.events import (
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
 from tether.model import Failure, TaskState
-from tether.runtime._flow import Flow, Invoke, drive, drive_async
+from tether.runtime._flow import RUNNING_TASK, Flow, Invoke, drive, drive_async
 from tether.runtime.context import (
     NOT_A_TASK_FAILURE,
     AsyncTaskContext,
@@ -72,7 +76,7 @@ from tether.runtime.context import (
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.session import fork_conversation
-from tether.runtime.specs import ReplayCheck, TaskSpec, ToolSpec
+from tether.runtime.specs import ReplayCheck, TaskSpec, ToolSpec, guarded
 from tether.store import DEFAULT_URL
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
 from tether.userstate import UserState
@@ -190,6 +194,31 @@ def failure_summary(state: TaskState) -> str:
         f"Fix the code, then retry it: app.retry({state.task_id!r}), or "
         f"`tether retry {state.task_id} --app MODULE:APP`"
     )
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What :meth:`App.check` found: a replay report per task, and tasks of types this app lacks."""
+
+    reports: list[ReplayReport]
+    unknown: list[str]
+    """Tasks whose type is not a task of this app: not checked."""
+
+    @property
+    def diverging(self) -> list[ReplayReport]:
+        return [r for r in self.reports if not r.clean]
+
+    @property
+    def clean(self) -> bool:
+        return not self.diverging
+
+    def __str__(self) -> str:
+        lines = [str(r) for r in self.diverging]
+        skipped = f"; {len(self.unknown)} of unknown types skipped" if self.unknown else ""
+        clean = len(self.reports) - len(self.diverging)
+        diverge = len(self.diverging)
+        lines.append(f"{len(self.reports)} task(s) checked: {clean} replay cleanly, {diverge} diverge{skipped}")
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -376,8 +405,9 @@ class App:
     ) -> Any:
         """Register a tool: its name, retry policy, whether it only reads, and how to undo it.
 
-        The function is returned unchanged: calling it directly does nothing special;
-        ``ctx.call(fn, ...)`` runs it as a recorded call.
+        ``ctx.call(fn, ...)`` runs it as a recorded call. Called directly outside a task, it is
+        the plain function; called directly inside a running task (where it would run
+        unrecorded, and again on every resume) it raises, naming ``ctx.call``.
 
         ``replay_check``: on replay a recorded result is returned only to the same call —
         the same tool with the same arguments (``"args"``, the default). ``"name"``
@@ -387,7 +417,7 @@ class App:
         """
 
         def register(fn: F) -> F:
-            self._tools[fn] = ToolSpec.of(
+            spec = ToolSpec.of(
                 fn,
                 name=name,
                 retry=retry,
@@ -396,7 +426,9 @@ class App:
                 on_unknown=on_unknown,
                 replay_check=replay_check,
             )
-            return fn
+            wrapper = guarded(fn, spec.name)
+            self._tools[fn] = self._tools[wrapper] = spec
+            return wrapper  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register
 
@@ -633,6 +665,11 @@ class App:
                 if state.received[key] == value:
                     return TaskHandle.of(state)  # the same answer twice: nothing new
                 raise InvalidInputError(f"task {task_id!r} already has an answer for {key!r}")
+            if state.waiting is not None and state.waiting.key != key:
+                raise InvalidInputError(
+                    f"task {task_id!r} waits for input {state.waiting.key!r}, not {key!r}: "
+                    f"send it with key {state.waiting.key!r}"
+                )
             if state.waiting is not None and state.waiting.key == key and state.waiting.input_schema:
                 check_against_schema(task_id, key, value, state.waiting.input_schema)
             try:
@@ -738,15 +775,23 @@ class App:
         except TetherError:
             self.store.release_lease(self.tenant, task_id, token)
             raise
-        return self._drive(spec, lambda: self._execute(spec, task_id, token=token), "run", "run_async")
+        return self._drive(
+            spec, lambda: self._execute(spec, task_id, token=token), "run", "run_async", interruptible=False
+        )
 
-    def _drive(self, spec: TaskSpec, make_flow: Callable[[], Flow[T]], name: str, twin: str) -> T:
+    def _drive(
+        self, spec: TaskSpec, make_flow: Callable[[], Flow[T]], name: str, twin: str, *, interruptible: bool = True
+    ) -> T:
         """Run a flow with the driver the task needs: in plain Python, or on a fresh event loop for an
-        async task (refused inside a running loop, before anything is done, pointing at ``twin``)."""
-        if spec.is_async:
-            _no_running_loop(name, twin)
-            return asyncio.run(drive_async(make_flow()))
-        return drive(make_flow())
+        async task (refused inside a running loop, before anything is done, pointing at ``twin``).
+
+        ``interruptible``: SIGTERM stops the run like Ctrl-C does — cleanly, the lease released and
+        the task left resumable (a worker has its own SIGTERM grace, so it passes ``False``)."""
+        with _sigterm_as_interrupt(interruptible):
+            if spec.is_async:
+                _no_running_loop(name, twin)
+                return asyncio.run(drive_async(make_flow()))
+            return drive(make_flow())
 
     # ------------------------------------------------------------------ time travel
     def history(self, task_id: str) -> list[HistoryEntry]:
@@ -852,6 +897,7 @@ class App:
         ctx = context_type(self, spec, state, history, None)
         ctx._replay_only = True
         recorded = len(history)
+        running = RUNNING_TASK.set(task_id)
         try:
             outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
         except ReplayEnd:
@@ -860,6 +906,7 @@ class App:
             return ReplayReport(task_id, True, ctx._record.walked, recorded, "reached the end of the record")
         finally:
             ctx._end()
+            RUNNING_TASK.reset(running)
         assert outcome is not None
         if isinstance(outcome.value, NonDeterminismError):
             return ReplayReport(task_id, False, ctx._record.walked, recorded, str(outcome.value), outcome.value)
@@ -894,6 +941,29 @@ class App:
                 f"the code now raises {error_type}; the record failed with {state.failure.exception_type}",
             )
         return ReplayReport(task_id, True, ctx._record.walked, recorded, f"the code raises {error_type}")
+
+    def check(self, *, finished: int = 0, limit: int = 100_000) -> CheckReport:
+        """Replay every task that has not finished (and the ``finished`` most recent finished ones)
+        against the code as it is now, running and writing nothing: what a deploy would break.
+
+        Run it in CI before you deploy changed task code (``tether check --app module:app``).
+        """
+        if type(finished) is not int or finished < 0:
+            raise InvalidInputError(f"finished must be an int >= 0, got {finished!r}")
+        open_statuses = [s for s in Status if s not in TERMINAL]
+        rows = self.log.list(status=open_statuses, limit=limit)
+        if finished:
+            rows += self.log.list(status=list(TERMINAL), limit=finished)
+        reports: list[ReplayReport] = []
+        unknown: list[str] = []
+        for row in rows:
+            try:
+                spec = self._task_spec(row.type)
+            except TaskDefinitionError:
+                unknown.append(row.task_id)
+                continue
+            reports.append(self._drive(spec, partial(self._replay, spec, row.task_id, None), "check", "check"))
+        return CheckReport(reports=reports, unknown=unknown)
 
     def _spec_of(self, task_id: str) -> TaskSpec:
         return self._task_spec(self.log.load(task_id).type)
@@ -940,13 +1010,18 @@ class App:
                     ctx._append(
                         [DataMigrated(data=migrated, from_version=state.data_version, to_version=spec.data_version)]
                     )
+                running = RUNNING_TASK.set(task_id)
                 try:
                     outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+                except KeyboardInterrupt as stop:
+                    raise RunInterrupted(task_id, stop) from None
                 except Suspend:
                     return TaskHandle.of(ctx._latest)  # waiting or sleeping: no process needs to stay
                 except Cancelled as cancel:
                     yield from self._end_cancelled(ctx, cancel.reason)
                     return TaskHandle.of(ctx._latest)
+                finally:
+                    RUNNING_TASK.reset(running)
                 assert outcome is not None
                 if ctx._cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
                     yield from self._end_cancelled(ctx, ctx._cancel_reason)
@@ -1011,6 +1086,27 @@ def _failure_event(ctx: _Context, error: BaseException) -> FailureRecorded:
         traceback="".join(traceback.format_exception(error)),
         step=step,
     )
+
+
+@contextmanager
+def _sigterm_as_interrupt(active: bool) -> Iterator[None]:
+    """While a run goes on in the main thread, SIGTERM raises KeyboardInterrupt, so it stops cleanly."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main interpreter's main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _owner_is_dead(owner: str) -> bool:

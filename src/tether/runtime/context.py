@@ -12,6 +12,7 @@ sees the same values it saw the first time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import traceback
@@ -51,9 +52,11 @@ from tether.events import (
     DecisionMade,
     Event,
     InputReceived,
+    InputRejected,
     InputRequested,
     InputTimedOut,
     ObservationRecorded,
+    PatchMarked,
     PhaseChanged,
     PlanSet,
     Recorded,
@@ -206,7 +209,7 @@ class _Context:
             raise TetherError(f"task {self._spec.name!r} declares no state model; use @app.task(state=Model)")
         state = self.state
         if self._data_cache is None or self._data_cache[0] != state.version:
-            self._data_cache = (state.version, self._app._data_model(self._spec, state))
+            self._data_cache = (state.version, _read_only(model).model_validate(upcast_data(self._spec, state)))
         return self._data_cache[1]
 
     @property
@@ -369,6 +372,40 @@ class _Context:
             self._going_live()
             self._append([DataUpdated(fields=changed)])
         return self.data
+
+    def patched(self, name: str) -> bool:
+        """Change a task's code while tasks are in flight: ``True`` where a run reaches this point
+        under the new code, ``False`` where it replays a history recorded before the patch.
+
+        Example — three stages of adding a tone check before an email::
+
+            if ctx.patched("tone-check"):          # stage 1: both paths, old tasks replay the old one
+                text = ctx.call(check_tone, text)
+            ctx.call(send_email, text)
+
+            ctx.deprecate_patch("tone-check")      # stage 2, once no task needs the old path
+            text = ctx.call(check_tone, text)
+            ctx.call(send_email, text)
+
+            text = ctx.call(check_tone, text)      # stage 3, once no task replays stage 1's marker
+            ctx.call(send_email, text)
+
+        ``tether check --app module:app`` tells you before a deploy which stored tasks the new
+        code would not replay.
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"a patch needs a non-empty name, got {name!r}")
+        if self._record.take_if(PatchMarked, lambda e: e.name == name):
+            return True
+        if not self._record.done:
+            return False  # the recorded history went past this point without the patch
+        self._going_live()
+        self._defer(PatchMarked(name=name))  # written with the next append, like a read
+        return True
+
+    def deprecate_patch(self, name: str) -> None:
+        """Stage 2 of a patch: the new path is the only path; a marker recorded by stage 1 is passed over."""
+        self._record.take_if(PatchMarked, lambda e: e.name == name)
 
     def transition(self, phase: str) -> None:
         """Move the task's phase machine (``@app.task(phases=Phases(...))``); illegal moves raise."""
@@ -608,14 +645,23 @@ class _Context:
             timeout_at = recorded.event.timeout_at  # type: ignore[attr-defined]
         if self._replayed_if(InputTimedOut, lambda e: e.key == key):
             raise InputTimeout(self._task_id, key)
+        self._replayed_if(InputRejected, lambda e: e.key == key)
         received = self._latest.received
         if key in received:
             value = received[key]
+            rejected = None
             if json_schema is not None and recorded is None:  # sent before it was asked for: check now
                 from tether.runtime.app import check_against_schema
 
-                check_against_schema(self._task_id, key, value, json_schema)
-            return model.model_validate(value) if model is not None else value
+                try:
+                    check_against_schema(self._task_id, key, value, json_schema)
+                except InvalidInputError as exc:
+                    rejected = str(exc)
+            if rejected is None:
+                return model.model_validate(value) if model is not None else value
+            # A bad early answer does not fail the task: it is discarded, with the reason, and the
+            # task waits for a good one.
+            self._append([InputRejected(key=key, reason=rejected)])
         if self._answered():
             head = self._record.first_left()
             assert head is not None
@@ -684,6 +730,30 @@ class _Context:
                 yield from self._call_flow(issued, kind="compensation", compensates=n)
             except ToolError:
                 continue  # recorded; it must not hide the original failure
+
+
+@functools.cache
+def _read_only(model: type[BaseModel]) -> type[BaseModel]:
+    """``model`` as ``ctx.data`` hands it out: assigning a field raises, naming ``ctx.update``
+    (the assignment would change this object and record nothing)."""
+
+    def __setattr__(self: BaseModel, name: str, value: Any) -> None:  # noqa: N807
+        raise TetherError(
+            f"ctx.data is read-only: assigning {model.__name__}.{name} would record nothing. "
+            f"Use ctx.update({name}=...), which validates and records the change"
+        )
+
+    def __eq__(self: BaseModel, other: object) -> bool:  # noqa: N807
+        return isinstance(other, model) and self.model_dump() == other.model_dump()
+
+    namespace = {
+        "__setattr__": __setattr__,
+        "__eq__": __eq__,
+        "__hash__": model.__hash__,
+        "__module__": model.__module__,
+        "__qualname__": model.__qualname__,
+    }
+    return type(model.__name__, (model,), namespace)
 
 
 def _check_ttl(ttl: float) -> None:

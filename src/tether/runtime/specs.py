@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
+import enum
+import functools
 import inspect
 import typing
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter
 
-from tether.errors import InvalidInputError, TaskDefinitionError
+from tether.errors import InvalidInputError, TaskDefinitionError, TetherError
 from tether.machine import Phases
+from tether.runtime._flow import CURRENT_CALL, RUNNING_TASK
 from tether.runtime.ledger import OnUnknown, check_on_unknown
 from tether.runtime.retry import NO_RETRY, Retry
 
@@ -38,11 +45,53 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
+_RICH = (BaseModel, datetime.date, datetime.time, datetime.timedelta, uuid.UUID, decimal.Decimal, enum.Enum)
+
+
+def _rich(annotation: Any) -> bool:
+    """Whether values of this type come back from JSON as something else (a model, a datetime...)."""
+    if isinstance(annotation, type):
+        return issubclass(annotation, _RICH) or dataclasses.is_dataclass(annotation) or annotation in (set, frozenset)
+    return any(_rich(arg) for arg in typing.get_args(annotation))
+
+
 def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
-    """A validator for values that come back from JSON as something richer (a pydantic model)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    """A validator for values that come back from JSON as something richer (a pydantic model, a
+    dataclass, a datetime, ... or a container of them), so replay returns what the live run did."""
+    if annotation is None or not _rich(annotation):
+        return None
+    try:
         return TypeAdapter(annotation)
-    return None
+    except Exception:  # a type pydantic cannot build: the JSON form is returned as is
+        return None
+
+
+def guarded(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` as ``@app.tool`` returns it: the same function, refusing to run unrecorded inside a task."""
+
+    def refuse() -> None:
+        task = RUNNING_TASK.get()
+        if task is not None and CURRENT_CALL.get() is None:
+            raise TetherError(
+                f"tool {name!r} was called directly inside task {task!r}, so it ran unrecorded: on resume "
+                f"it would run again. Call it as ctx.call({name}, ...)"
+            )
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+            refuse()
+            return await fn(*args, **kwargs)
+
+        return guarded_async
+
+    @functools.wraps(fn)
+    def guarded_sync(*args: Any, **kwargs: Any) -> Any:
+        refuse()
+        return fn(*args, **kwargs)
+
+    return guarded_sync
 
 
 ReplayCheck = Literal["args", "name"]
