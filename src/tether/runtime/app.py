@@ -48,8 +48,10 @@ from tether.errors import (
     ToolError,
 )
 from tether.events import (
+    CallAttemptFailed,
     CallCompleted,
     CallFailed,
+    CallStarted,
     CancelRequested,
     DataMigrated,
     Event,
@@ -137,6 +139,7 @@ class TaskHandle:
 
 
 _CONFLICT_TRIES = 50
+_UNWINDING = (StepFailed, CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
 
 
 def retry_event(history: list[Recorded], state: TaskState, actor: str | None) -> RetryRequested:
@@ -147,13 +150,23 @@ def retry_event(history: list[Recorded], state: TaskState, actor: str | None) ->
     by_seq = {r.seq: r for r in history}
     retired: list[int] = []
     calls: list[int] = []
+    failed_key = state.failure.call_key if state.failure else None
+    failed_call = next((c.n for c in state.calls if failed_key is not None and c.key == failed_key), None)
     seq = failed_at - 1
-    while seq in by_seq and type(by_seq[seq].event) in (StepFailed, CallFailed):  # the failure as it unwound
+    # The failure as it unwound: the steps it failed and the calls that gave up, back to the last
+    # thing the code did in order (the events of parallel calls that ended meanwhile stay).
+    while seq in by_seq and isinstance(by_seq[seq].event, _UNWINDING):
         event = by_seq[seq].event
-        retired.append(seq)
-        if isinstance(event, CallFailed):
+        if isinstance(event, StepFailed):
+            retired.append(seq)
+        elif isinstance(event, CallFailed):
+            retired.append(seq)
             calls.append(event.n)
         seq -= 1
+    if failed_call is not None and failed_call not in calls:
+        gave_up = [r.seq for r in history if isinstance(r.event, CallFailed) and r.event.n == failed_call]
+        retired.extend(gave_up)
+        calls.append(failed_call)
     compensations = {c.n for c in state.calls if c.kind == "compensation"}
     for rec in history:
         n = getattr(rec.event, "n", None)

@@ -175,6 +175,7 @@ class _Context:
         self._owner = threading.get_ident()  # the thread the task's code runs in
         self._lock = threading.RLock()  # ctx.map's threads record through one writer
         self._inflight = 0  # live calls issued and not ended (more than one: a parallel batch)
+        self._undelivered = 0  # replayed calls issued whose recorded outcome the code has not received
         self._deferred: list[Event] = []  # recorded reads, written with the next append
         self._session: TaskSession | None = None
         self.scratch: dict[str, Any] = {}
@@ -225,7 +226,21 @@ class _Context:
     # ------------------------------------------------------------------ replay
     def _replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
         """The recorded event this operation corresponds to, or ``None`` when it runs live."""
-        return self._record.take(expected, matches, requested)
+        recorded = self._record.take(expected, matches, requested)
+        if recorded is None:
+            self._check_nothing_left(requested)
+        return recorded
+
+    def _check_nothing_left(self, requested: str) -> None:
+        """An operation with no record runs live — unless records the code has not asked for remain
+        while nothing else is under way (no parallel call in flight or waiting for its recorded
+        result): then the code no longer does what it did, and running it would write a history
+        that cannot be replayed."""
+        if self._record.done or self._undelivered or self._inflight:
+            return
+        head = self._record.first_left()
+        if head is not None:
+            raise NonDeterminismError(self._task_id, head.seq, describe(head.event), requested)
 
     def _replayed_if(self, expected: type[Event], matches: Callable[[Any], bool]) -> bool:
         """Consume the next recorded event if it is this one; ``False`` (and nothing consumed) if not."""
@@ -423,8 +438,12 @@ class _Context:
             self._n += 1
             n = self._record.ordinal(self._n)
             record = self._record.call(n)
+            if record is None:
+                self._check_nothing_left(f"call #{n} {spec.name}({_excerpt(as_json(arguments))})")
             if record is None or record.status == "intended":
                 self._inflight += 1  # it will run: issued and not yet ended
+            else:
+                self._undelivered += 1  # its recorded outcome is handed back when the code awaits it
         key = call_key(self._task_id, n, spec.name, arguments)
         if record is not None:
             self._check_same_call(n, record, spec, arguments)
@@ -456,6 +475,9 @@ class _Context:
         n, spec, _, _, _, key, record = issued
         readonly = spec.readonly if readonly is None else readonly
         undo = compensate or spec.compensate
+        if record is not None and record.status != "intended":
+            with self._lock:
+                self._undelivered -= 1
         if record is not None:
             if record.status == "completed":
                 result = spec.rehydrate(record.result)

@@ -170,6 +170,7 @@ class TaskSession:
             event = self._recorded(rec, SessionRead, f"read of the conversation (#{s})")
             self._advance(event.upto)
             return
+        ctx._check_nothing_left(f"read of the conversation (#{s})")
         ctx._going_live()
         version = self._version()
         self._advance(version)
@@ -189,6 +190,7 @@ class TaskSession:
             raise NonDeterminismError(
                 ctx.task_id, rec.seq, describe(written), f"append to the conversation (#{s}: {', '.join(roles)})"
             )
+        ctx._check_nothing_left(f"append to the conversation (#{s}: {', '.join(roles)})")
         ctx._going_live()
         origin = f"{ctx.task_id}:{s}"
         found = self._find(origin)
