@@ -24,6 +24,7 @@ import orjson
 from pydantic import ValidationError
 
 from tether._keys import json_default
+from tether._validate import MAX_LIMIT, MAX_OFFSET, check_id, check_int, check_optional_id, check_task_id
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -193,8 +194,7 @@ class TaskLog:
         max_event_bytes: int = 16 * 1024 * 1024,
         cache_size: int = 4096,
     ) -> None:
-        if not tenant or not isinstance(tenant, str):
-            raise ConfigurationError(f"tenant must be a non-empty string, got {tenant!r}")
+        check_id(tenant, "tenant", error=ConfigurationError)
         self.store: Store = store if store is not None and not isinstance(store, str) else open_store(store)
         self.tenant = tenant
         self.snapshots = snapshots or SnapshotPolicy()
@@ -240,7 +240,9 @@ class TaskLog:
         """Create a task (status ``pending``) with its first event. ``ConflictError`` if the id exists."""
         if not type:
             raise InvalidInputError("a task needs a non-empty type")
-        task_id = task_id or uuid.uuid4().hex
+        task_id = uuid.uuid4().hex if task_id is None else check_task_id(task_id)
+        check_optional_id(user_id, "user_id")
+        check_optional_id(session_id, "session_id")
         event = TaskCreated(
             type=type,
             task_id=task_id,
@@ -350,10 +352,11 @@ class TaskLog:
         self, task_id: str, at: int, *, new_id: str | None = None, inputs: dict[str, Any] | None = None
     ) -> TaskState:
         """A new task sharing ``task_id``'s events up to ``at`` — by reference, O(1) — then its own."""
+        check_int(at, "at", low=1)
         parent = self.get(task_id)
-        if not isinstance(at, int) or not 1 <= at <= parent.version:
-            raise SequenceError(task_id, at if isinstance(at, int) else -1, parent.version)
-        new_id = new_id or uuid.uuid4().hex
+        if not 1 <= at <= parent.version:
+            raise SequenceError(task_id, at, parent.version)
+        new_id = uuid.uuid4().hex if new_id is None else check_task_id(new_id, "new_id")
         row, first = self._fork_records(new_id, task_id, at, parent.type, parent.user_id, parent.session_id, inputs)
         self.store.create_task(self.tenant, row, first)
         return self.load(new_id)
@@ -459,6 +462,8 @@ class TaskLog:
     def load(self, task_id: str) -> TaskState:
         """The latest state: the nearest good snapshot plus the events after it."""
         entry = self._cache.get(task_id)
+        if entry is None:
+            check_id(task_id, "task_id")
         if entry is not None:
             rows = self.store.read_events(self.tenant, task_id, after=entry.version)
             if rows:
@@ -486,11 +491,13 @@ class TaskLog:
 
     def events(self, task_id: str, *, after: int = 0, upto: int | None = None) -> list[Recorded]:
         """Decoded events with ``after < seq <= upto``."""
+        check_id(task_id, "task_id")
         if after < 0 or (upto is not None and upto < after):
             raise SequenceError(task_id, upto if upto is not None else after, self.version(task_id))
         return [self.decode(r) for r in self.store.read_events(self.tenant, task_id, after=after, upto=upto)]
 
     def version(self, task_id: str) -> int:
+        check_id(task_id, "task_id")
         row = self.store.get_task(self.tenant, task_id)
         if row is None:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
@@ -498,6 +505,7 @@ class TaskLog:
 
     def get(self, task_id: str) -> TaskRow:
         """The task's index row (status, lease, version) without folding anything."""
+        check_id(task_id, "task_id")
         row = self.store.get_task(self.tenant, task_id)
         if row is None:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
@@ -516,8 +524,8 @@ class TaskLog:
         offset: int = 0,
     ) -> list[TaskRow]:
         """Tasks of this tenant, newest first, filtered and paged."""
-        if limit < 1 or offset < 0:
-            raise InvalidInputError(f"limit must be >= 1 and offset >= 0, got limit={limit}, offset={offset}")
+        check_int(limit, "limit", low=1, high=MAX_LIMIT)
+        check_int(offset, "offset", low=0, high=MAX_OFFSET)
         statuses: tuple[str, ...] | None = None
         if status is not None:
             items = [status] if isinstance(status, str | Status) else list(status)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel, ValidationError
 
 from tether._keys import as_json
+from tether._validate import check_id, check_int, check_optional_id, check_positive, check_task_id
 from tether.conversation import (
     Session,
     SessionInfo,
@@ -28,6 +29,7 @@ from tether.conversation import (
 )
 from tether.errors import (
     Cancelled,
+    ConfigurationError,
     ConflictError,
     InvalidInputError,
     InvalidTransition,
@@ -197,8 +199,12 @@ class App:
         max_value_bytes: int = 16 * 1024 * 1024,
         inline_wait: float = 1.0,
     ) -> None:
-        if lease_ttl <= 0:
-            raise TetherError(f"lease_ttl must be positive, got {lease_ttl}")
+        if url is not None and not isinstance(url, str):
+            raise ConfigurationError(f"url must be a store URL or a SQLite path, got {type(url).__name__} {url!r}")
+        check_id(tenant, "tenant", error=ConfigurationError)
+        check_positive(lease_ttl, "lease_ttl")
+        check_positive(inline_wait, "inline_wait", zero=True)
+        check_int(max_value_bytes, "max_value_bytes", low=1, error=ConfigurationError)
         self.log = TaskLog(url or DEFAULT_URL, tenant=tenant, snapshots=snapshots, max_event_bytes=max_value_bytes)
         self.store = self.log.store
         self.tenant = tenant
@@ -275,9 +281,11 @@ class App:
         """
 
         def register(fn: F) -> F:
-            self._tools[fn] = ToolSpec.of(
+            spec = ToolSpec.of(
                 fn, name=name, retry=retry, readonly=readonly, compensate=compensate, on_unknown=on_unknown
             )
+            check_id(spec.name, "tool name", error=TaskDefinitionError)
+            self._tools[fn] = spec
             return fn
 
         return register(fn) if fn is not None else register
@@ -323,6 +331,10 @@ class App:
         user_id: str | None,
         session_id: str | None,
     ) -> TaskState:
+        if task_id is not None:
+            check_task_id(task_id)
+        check_optional_id(user_id, "user_id")
+        check_optional_id(session_id, "session_id")
         if task_id is not None:
             try:
                 existing = self.log.load(task_id)
@@ -433,6 +445,8 @@ class App:
         With ``summarizer`` and ``compact_when_tokens_over``, adding a message compacts the session
         when the turns after its newest summary weigh more than that many tokens.
         """
+        check_optional_id(session_id, "session_id")
+        check_optional_id(user_id, "user_id")
         return open_session(
             self.log,
             session_id,
@@ -449,10 +463,12 @@ class App:
     def delete_session(self, session_id: str, *, cascade: bool = False) -> int:
         """Delete a session and its messages. Tasks linked to it are deleted with ``cascade=True``;
         without it, a session with tasks is refused, naming how many it would leave orphaned."""
+        check_id(session_id, "session_id")
         return delete_session(self.log, session_id, cascade=cascade)
 
     def user(self, user_id: str, *, schema: type[BaseModel] | None = None) -> UserState:
         """A user's versioned document (preferences, profile), validated by ``schema`` if given."""
+        check_id(user_id, "user_id")
         return UserState(self.log, user_id, schema)
 
     # ------------------------------------------------------------------ people and control
@@ -463,6 +479,7 @@ class App:
         value is refused with the validation error and nothing is recorded. The task
         becomes runnable: a worker (or ``app.resume``) continues it.
         """
+        check_id(key, "key")
         value = as_json(value)
         for _ in range(20):  # a running task appends too: reload and try again on a conflict
             state = self.log.load(task_id)
@@ -627,6 +644,9 @@ class App:
         Resuming it runs the task's code from that point; the parent is untouched.
         ``inputs`` replaces the task's inputs for the fork (to try it another way).
         """
+        check_int(at, "at", low=1)
+        if new_id is not None:
+            check_task_id(new_id, "new_id")
         if inputs is not None:
             self._task_spec(self.log.get(task_id).type)  # the code must be known to rerun it
             inputs = as_json(inputs)
@@ -654,6 +674,8 @@ class App:
         """Run the task's current code against its recorded log, executing no tool and writing
         nothing; report the first divergence, or that it replays cleanly. Run it before you
         deploy changed agent code."""
+        if upto is not None:
+            check_int(upto, "upto", low=1)
         spec = self._spec_of(task_id)
         return self._drive(spec, lambda: self._replay(spec, task_id, upto), "replay", "replay")
 

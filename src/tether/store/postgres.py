@@ -28,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
         "the PostgreSQL backend needs psycopg 3 and psycopg_pool: pip install 'tether[postgres]'"
     ) from exc
 
+from tether._validate import option_int
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -200,8 +201,13 @@ class PostgresStore:
         conninfo, ours = _split_url(url)
         self.url = url
         self.schema = schema or ours.get("schema", "tether")
-        pool_min = int(ours.get("pool_min", pool_min))
-        pool_max = int(ours.get("pool_max", pool_max))
+        sizes: dict[str, Any] = {"pool_min": pool_min, "pool_max": pool_max}
+        sizes.update({k: v for k, v in ours.items() if k in sizes})
+        option_int(sizes, "pool_min", low=0)
+        option_int(sizes, "pool_max", low=1)
+        pool_min, pool_max = sizes["pool_min"], sizes["pool_max"]
+        if pool_min > pool_max:
+            raise ConfigurationError(f"store option pool_min ({pool_min}) is above pool_max ({pool_max})")
         if not self.schema.replace("_", "").isalnum():
             raise ConfigurationError(f"schema must be letters, digits and _, got {self.schema!r}")
         self._conninfo = conninfo

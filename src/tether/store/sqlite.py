@@ -276,6 +276,11 @@ class SQLiteStore:
             raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
         self.path = path
         self.url = f"sqlite:///{path}"
+        folder = os.path.dirname(os.path.abspath(path))
+        if path != ":memory:" and not os.path.isdir(folder):
+            raise ConfigurationError(
+                f"cannot create the SQLite database {path!r}: its directory {folder!r} does not exist"
+            )
         self.durability = durability
         self._lock = threading.RLock()
         self._gate: int | None = None
