@@ -65,7 +65,7 @@ from tether.runtime.context import (
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.specs import TaskSpec, ToolSpec
-from tether.store import DEFAULT_URL
+from tether.store import DEFAULT_URL, Store
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
 from tether.userstate import UserState
 
@@ -199,7 +199,7 @@ class App:
         max_value_bytes: int = 16 * 1024 * 1024,
         inline_wait: float = 1.0,
     ) -> None:
-        if url is not None and not isinstance(url, str):
+        if url is not None and not isinstance(url, str | Store):
             raise ConfigurationError(f"url must be a store URL or a SQLite path, got {type(url).__name__} {url!r}")
         check_id(tenant, "tenant", error=ConfigurationError)
         check_positive(lease_ttl, "lease_ttl")
