@@ -10,6 +10,7 @@ LOCKED`` and wake on ``LISTEN/NOTIFY``.
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
@@ -18,6 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import orjson
 
 try:
     import psycopg
@@ -363,7 +366,7 @@ class PostgresStore:
                 assert found is not None
                 conn.execute(
                     "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                    (found[0], first.seq, first.type, first.schema, first.at, _text(first.data)),
+                    (found[0], first.seq, first.type, first.schema, first.at, _jsonb(first.data)),
                 )
                 return int(found[0])
 
@@ -386,7 +389,7 @@ class PostgresStore:
         params: tuple[Any, ...] | dict[str, Any]
         if len(events) == 1 and index is None:
             statement = _APPEND_ONE
-            params = (internal, first.seq, first.type, first.schema, first.at, _text(first.data), fence)
+            params = (internal, first.seq, first.type, first.schema, first.at, _jsonb(first.data), fence)
         else:
             statement = _APPEND
             params = {
@@ -397,7 +400,7 @@ class PostgresStore:
                 "types": [e.type for e in events],
                 "schemas": [e.schema for e in events],
                 "ats": [e.at for e in events],
-                "datas": [_text(e.data) for e in events],
+                "datas": [_jsonb(e.data) for e in events],
                 "reindex": index is not None,
                 "status": index.status if index is not None else None,
                 "wake": index.wake_at if index is not None else None,
@@ -463,7 +466,7 @@ class PostgresStore:
             conn.execute("UPDATE tasks SET task_id = %s WHERE id = %s", (archive_id, internal))
             conn.execute(
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                (internal, archived.seq, archived.type, archived.schema, archived.at, _text(archived.data)),
+                (internal, archived.seq, archived.type, archived.schema, archived.at, _jsonb(archived.data)),
             )
             new = conn.execute(
                 "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, parent, "
@@ -483,7 +486,7 @@ class PostgresStore:
             assert new is not None
             conn.execute(
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                (new[0], forked.seq, forked.type, forked.schema, forked.at, _text(forked.data)),
+                (new[0], forked.seq, forked.type, forked.schema, forked.at, _jsonb(forked.data)),
             )
         self._ids[(tenant, archive_id)] = internal
         self._ids[(tenant, task_id)] = int(new[0])
@@ -502,7 +505,7 @@ class PostgresStore:
                     "WHERE task = %s AND seq > %s AND (%s::integer IS NULL OR seq <= %s) ORDER BY seq",
                     (task, low, last, last),
                 )
-                return [EventRow(*r) for r in cursor]
+                return [EventRow(r[0], r[1], r[2], r[3], _from_jsonb(r[4]), r[5]) for r in cursor]
 
             return read_across_forks(internal, after, upto, parent_of, segment)
 
@@ -732,6 +735,27 @@ def _close_pool(pool: ConnectionPool) -> None:
 
 def _text(data: str | bytes) -> str:
     return data.decode() if isinstance(data, bytes) else data
+
+
+# jsonb cannot hold a NUL character (``\u0000`` in a string). An event whose JSON has one is kept
+# whole, base64-encoded, under this key, and decoded on read: it round-trips exactly, and only
+# such events lose being queryable with PostgreSQL's JSON operators. An event's own JSON is an
+# object of its fields, never one with this key alone.
+_NUL_KEY = "$tether.nul"
+_NUL_PREFIX = '{"$tether.nul"'
+
+
+def _jsonb(data: str | bytes) -> str:
+    text = data.decode() if isinstance(data, bytes) else data
+    if "\\u0000" not in text:
+        return text
+    return orjson.dumps({_NUL_KEY: base64.b64encode(text.encode()).decode()}).decode()
+
+
+def _from_jsonb(text: str) -> str:
+    if text.startswith(_NUL_PREFIX):
+        return base64.b64decode(orjson.loads(text)[_NUL_KEY]).decode()
+    return text
 
 
 def _redact(conninfo: str) -> str:
