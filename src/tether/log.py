@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from tether._keys import json_default
+from tether._keys import MAX_DEPTH, check_finite, json_default, unserializable_reason
 from tether._validate import MAX_LIMIT, MAX_OFFSET, check_id, check_int, check_optional_id, check_task_id
 from tether.errors import (
     ConfigurationError,
@@ -210,6 +210,8 @@ class TaskLog:
             data = orjson.dumps(event, default=json_default)
         except TypeError as exc:
             raise NotSerializableError(_explain_unserializable(event, exc)) from None
+        if b"null" in data:  # where orjson puts a NaN or an infinity: refuse them, by name
+            check_finite(event, type(event).__name__)
         if len(data) > self.max_event_bytes:
             raise ValueTooLargeError(
                 f"{type(event).__name__} encodes to {len(data):,} bytes, over the limit of "
@@ -644,6 +646,8 @@ def _check_call_ordinal(task_id: str, event: Event, calls: int) -> int:
 
 
 def _explain_unserializable(event: Event, exc: Exception) -> str:
+    if "Recursion limit" in str(exc):
+        return f"{type(event).__name__} cannot be stored as JSON: {unserializable_reason(exc)}"
     for f in fields(event):  # type: ignore[arg-type]
         value = getattr(event, f.name)
         try:
@@ -653,7 +657,9 @@ def _explain_unserializable(event: Event, exc: Exception) -> str:
     return f"{type(event).__name__} cannot be stored as JSON: {exc}"
 
 
-def _describe_bad_value(value: Any, path: str = "") -> str:
+def _describe_bad_value(value: Any, path: str = "", depth: int = 0) -> str:
+    if depth > MAX_DEPTH:
+        return f"a value nested more than {MAX_DEPTH} levels deep at {path}"
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
@@ -661,11 +667,11 @@ def _describe_bad_value(value: Any, path: str = "") -> str:
             try:
                 orjson.dumps(v, default=json_default)
             except TypeError:
-                return _describe_bad_value(v, f"{path}.{k}" if path else str(k))
+                return _describe_bad_value(v, f"{path}.{k}" if path else str(k), depth + 1)
     if isinstance(value, list | tuple):
         for i, v in enumerate(value):
             try:
                 orjson.dumps(v, default=json_default)
             except TypeError:
-                return _describe_bad_value(v, f"{path}[{i}]")
+                return _describe_bad_value(v, f"{path}[{i}]", depth + 1)
     return f"value of type {type(value).__name__} at {path or 'top level'}"

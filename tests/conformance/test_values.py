@@ -44,3 +44,57 @@ def test_a_nul_tool_result_does_not_fail_the_task(store_url: str) -> None:
     run = app.run("relay", "a\0b")
     assert (run.status, run.output, run.failure) == (tether.Status.COMPLETED, "a\0b", None)
     app.close()
+
+
+def _deep(levels: int) -> list[object]:
+    top: list[object] = []
+    current = top
+    for _ in range(levels):
+        inner: list[object] = []
+        current.append(inner)
+        current = inner
+    return top
+
+
+def test_deep_nesting_is_refused_at_every_entry_point(store_url: str) -> None:
+    app = _app(store_url)
+    deep = _deep(10_000)
+    with pytest.raises(tether.NotSerializableError, match="levels deep"):
+        app.run("relay", deep)
+    waiting = app.start("relay", 1)
+    with pytest.raises(tether.NotSerializableError, match="levels deep"):
+        app.send_input(waiting.task_id, "k", deep)
+    with pytest.raises(tether.NotSerializableError, match="levels deep"):
+        app.user("ada").set("k", deep)
+    with pytest.raises(tether.NotSerializableError, match="levels deep"):
+        app.fork(waiting.task_id, at=1, inputs={"value": deep})
+    app.close()
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
+def test_nan_and_infinity_are_refused_not_stored_as_null(store_url: str, number: float) -> None:
+    app = _app(store_url)
+    with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
+        app.run("relay", {"a": [1, number]})
+    assert app.list_tasks() == []
+    waiting = app.start("relay", 1)
+    with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
+        app.send_input(waiting.task_id, "k", number)
+    with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
+        app.user("ada").set("k", number)
+    with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
+        app.session("s1").add("user", "hi", score=number)
+
+    @app.tool
+    def measure() -> float:
+        return number
+
+    @app.task
+    def uses(ctx: tether.TaskContext) -> float:
+        return float(ctx.call(measure))
+
+    run = app.run(uses)
+    assert run.status is tether.Status.FAILED and run.failure is not None
+    assert "NaN or infinity" in run.failure.message
+    assert app.state(run.task_id).calls[0].result is None
+    app.close()
