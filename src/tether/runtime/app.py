@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import threading
@@ -11,7 +12,7 @@ import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
@@ -65,12 +66,13 @@ from tether.runtime.context import (
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.specs import TaskSpec, ToolSpec
-from tether.store import DEFAULT_URL, Store
+from tether.store import DEFAULT_URL, Store, TaskRow
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
 from tether.userstate import UserState
 
 __all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
 
+_log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
@@ -502,7 +504,11 @@ class App:
         """What tasks are waiting for, with their prompts, oldest question first."""
         found = []
         for row in self.log.list(status=Status.AWAITING_INPUT, user_id=user_id, limit=limit):
-            waiting = self.log.load(row.task_id).waiting
+            try:
+                waiting = self.log.load(row.task_id).waiting
+            except TetherError as exc:  # one unreadable stream must not hide the others
+                _log.warning("task %s cannot be read: %s", row.task_id, exc)
+                continue
             if waiting is not None:
                 found.append(
                     PendingInput(
@@ -534,8 +540,12 @@ class App:
         for row in self.log.list(
             status=status, type=type, user_id=user_id, session_id=session_id, limit=limit, offset=offset
         ):
-            state = self.log.load(row.task_id)
             held = row.lease_owner if row.lease_owner and (row.lease_expires or 0) > now else None
+            try:
+                state = self.log.load(row.task_id)
+            except TetherError as exc:  # one unreadable stream must not hide the others
+                summaries.append(_unreadable(row, held, exc))
+                continue
             summaries.append(
                 TaskSummary(
                     task_id=row.task_id,
@@ -838,6 +848,28 @@ def _failure_event(ctx: _Context, error: BaseException) -> FailureRecorded:
         message=str(error),
         traceback="".join(traceback.format_exception(error)),
         step=step,
+    )
+
+
+def _unreadable(row: TaskRow, held: str | None, exc: TetherError) -> TaskSummary:
+    """A listing's line for a task whose log cannot be read: what its index row says, and why."""
+    _log.warning("task %s cannot be read: %s", row.task_id, exc)
+    try:
+        status = Status(row.status)
+    except ValueError:
+        status = Status.FAILED
+    return TaskSummary(
+        task_id=row.task_id,
+        type=row.type,
+        status=status,
+        position=f"unreadable: {type(exc).__name__}: {exc}",
+        waiting_for=None,
+        prompt=None,
+        wakes_at=None,
+        held_by=held,
+        user_id=row.user_id,
+        version=row.version,
+        updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
     )
 
 
