@@ -355,13 +355,25 @@ class TaskLog:
     ) -> TaskState:
         """A new task sharing ``task_id``'s events up to ``at`` — by reference, O(1) — then its own."""
         check_int(at, "at", low=1)
-        parent = self.get(task_id)
+        parent = self._task_row(task_id, "forked")
         if not 1 <= at <= parent.version:
             raise SequenceError(task_id, at, parent.version)
         new_id = uuid.uuid4().hex if new_id is None else check_task_id(new_id, "new_id")
         row, first = self._fork_records(new_id, task_id, at, parent.type, parent.user_id, parent.session_id, inputs)
+        # Fold the fork's first event onto the parent's state before writing it: a fork that could
+        # not be read back is refused with nothing written.
+        apply(self.state_at(task_id, at), self.decode(first))
         self.store.create_task(self.tenant, row, first)
         return self.load(new_id)
+
+    def _task_row(self, task_id: str, verb: str) -> TaskRow:
+        """The index row of a task, refusing tether's own streams (sessions, user documents)."""
+        row = self.get(task_id)
+        if row.type.startswith("tether."):
+            raise InvalidInputError(
+                f"{task_id!r} is one of tether's own streams ({row.type}), not a task; it cannot be {verb}"
+            )
+        return row
 
     def _index_row(
         self,
@@ -407,6 +419,7 @@ class TaskLog:
 
     def rewind(self, task_id: str, to: int, *, archive_id: str) -> TaskState:
         """Set the task's branch aside as ``archive_id`` and put a fork of it at ``to`` in its place."""
+        self._task_row(task_id, "rewound")
         current = self.load(task_id)
         if not isinstance(to, int) or not 1 <= to <= current.version:
             raise SequenceError(task_id, to if isinstance(to, int) else -1, current.version)

@@ -46,3 +46,20 @@ def test_one_unreadable_stream_does_not_break_the_listing(store_url: str) -> Non
     assert listed["broken"].position.startswith("unreadable: UnknownEventTypeError")
     assert listed[good.task_id].status is tether.Status.COMPLETED
     app.close()
+
+
+def test_a_refused_fork_writes_nothing(store_url: str) -> None:
+    app = _app(store_url)
+    app.session("s1").add("user", "hi")
+    app.user("ada").set("k", 1)
+    internal = tether.store.TaskFilter(internal=True)
+    before = app.store.list_tasks(app.tenant, internal)
+    for stream in ("session:s1", "user:ada"):
+        with pytest.raises(tether.InvalidInputError, match="tether's own streams"):
+            app.fork(stream, at=1)
+        with pytest.raises(tether.InvalidInputError, match="tether's own streams"):
+            app.fork(stream, at=1, new_id="my-fork")
+    assert app.store.list_tasks(app.tenant, internal) == before
+    with pytest.raises(tether.TaskNotFoundError):
+        app.get("my-fork")
+    app.close()
