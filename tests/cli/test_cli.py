@@ -194,3 +194,27 @@ def test_show_matches_its_snapshot(db: Path) -> None:
     out = run("show", "trip-abc123", cwd=db).stdout
     expected = (SNAPSHOTS / "show.txt").read_text()
     assert out == expected, f"`tether show` output changed; if on purpose, update {SNAPSHOTS / 'show.txt'}:\n{out}"
+
+
+def test_tenant_option_and_environment(tmp_path: Path) -> None:
+    app = tether.App(f"sqlite:///{tmp_path / 'tether.db'}", tenant="acme")
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> int:
+        return 1
+
+    app.run(job, task_id="acme-job")
+    app.close()
+    assert "no tasks" in run("tasks", cwd=tmp_path).stdout
+    assert "acme-job" in run("tasks", "--tenant", "acme", cwd=tmp_path).stdout
+    shown = subprocess.run(
+        [TETHER, "show", "acme-job", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TETHER_URL": "", "TETHER_TENANT": "acme"},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["tenant"] == "acme"
+    assert run("show", "acme-job", cwd=tmp_path, ok=False).returncode == 1
