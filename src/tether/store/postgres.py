@@ -48,6 +48,7 @@ from tether.store.base import (
     TaskFilter,
     TaskRow,
     read_across_forks,
+    redact_url,
     refusal,
 )
 
@@ -202,7 +203,7 @@ class PostgresStore:
 
     def __init__(self, url: str, *, schema: str | None = None, pool_min: int = 1, pool_max: int = 10) -> None:
         conninfo, ours = _split_url(url)
-        self.url = url
+        self.url = redact_url(url)  # what is shown and kept; the password lives only in _conninfo
         self.schema = schema or ours.get("schema", "tether")
         sizes: dict[str, Any] = {"pool_min": pool_min, "pool_max": pool_max}
         sizes.update({k: v for k, v in ours.items() if k in sizes})
@@ -759,8 +760,4 @@ def _from_jsonb(text: str) -> str:
 
 
 def _redact(conninfo: str) -> str:
-    parts = urlsplit(conninfo)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return conninfo
+    return redact_url(conninfo)
