@@ -217,7 +217,7 @@ class _Checkpointer:
     def _run(self) -> None:
         gate: int | None = None
         try:
-            gate = os.open(self._path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+            gate = os.open(self._path + "-lock", os.O_RDWR | os.O_CREAT, 0o600)
             conn = _connect(self._path, self._durability, self._busy_timeout)  # the store's own policy
         except (sqlite3.Error, OSError, ConfigurationError) as exc:  # the next poke starts a thread that tries again
             log.warning("checkpoints of %s cannot start: %s", self._path, exc)
@@ -271,9 +271,12 @@ class SQLiteStore:
         []
     """
 
-    def __init__(self, path: str, *, durability: Durability = "normal", busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str, *, durability: Durability = "normal", busy_timeout: float = 30.0, mode: int | str = 0o600
+    ) -> None:
         if durability not in ("normal", "full"):
             raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
+        self.mode = _file_mode(mode)
         self.path = path
         self.url = f"sqlite:///{path}"
         folder = os.path.dirname(os.path.abspath(path))
@@ -284,6 +287,8 @@ class SQLiteStore:
         self.durability = durability
         self._lock = threading.RLock()
         self._gate: int | None = None
+        if path != ":memory:":
+            _create_private(path, self.mode)  # before SQLite does: its -wal and -shm copy this file's mode
         try:
             self._conn = _connect(path, durability, busy_timeout)
             self._migrate()
@@ -298,7 +303,7 @@ class SQLiteStore:
         self._commits = 0
         # One lock file per database, beside it: every tether writer queues on it (see _gate_in).
         if path != ":memory:":
-            self._gate = os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+            self._gate = _create_private(path + "-lock", self.mode, keep=True)
             if os.fstat(self._gate).st_size < _GENERATION.size:
                 os.ftruncate(self._gate, _GENERATION.size)  # idempotent: every opener sizes it alike
             # Shared memory over the file's first bytes: the write generation is read and bumped
@@ -760,6 +765,38 @@ class SQLiteStore:
             if self._gate is not None:
                 os.close(self._gate)
                 self._gate = None
+
+
+def _file_mode(mode: int | str) -> int:
+    """The permission bits for tether's files: an int, or octal text from a URL (``?mode=0640``)."""
+    try:
+        bits = int(mode, 8) if isinstance(mode, str) else mode
+    except ValueError:
+        bits = -1
+    if not isinstance(bits, int) or isinstance(bits, bool) or not 0 <= bits <= 0o777 or not bits & 0o600 == 0o600:
+        raise ConfigurationError(
+            f"store option mode must be octal permission bits that let the owner read and write "
+            f"(e.g. 0600, 0640, 0660), got {mode!r}"
+        )
+    return bits
+
+
+def _create_private(path: str, mode: int, *, keep: bool = False) -> int:
+    """Create ``path`` with exactly ``mode`` if it does not exist (the umask may only narrow it, so
+    it is set again); an existing file keeps its mode. Returns the open descriptor with ``keep``."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        if not keep:
+            return -1
+        return os.open(path, os.O_RDWR)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot create {path!r}: {exc.strerror}") from exc
+    os.fchmod(fd, mode)
+    if keep:
+        return fd
+    os.close(fd)
+    return -1
 
 
 def _text(data: str | bytes) -> str:
