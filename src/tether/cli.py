@@ -30,14 +30,20 @@ def _url(db: str | None) -> str:
     return value if "://" in value else f"sqlite:///{value}"
 
 
-def _open(db: str | None) -> tether.App:
-    """The app over the store ``--db`` names, in the tenant ``--tenant`` names."""
+def _open(db: str | None, *, write: bool = False) -> tether.App:
+    """The app over the store ``--db`` names, in the tenant ``--tenant`` names.
+
+    Verbs that only read open SQLite read-only: they never create, migrate or re-configure a file
+    (not even its journal mode). Only verbs that write (``fork``, ``send``) may.
+    """
     url = _url(db)
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
         raise click.ClickException(
             f"no database at {url[len('sqlite:///') :]!r}; run `tether demo` or your app to create one, "
             "or point --db (or TETHER_URL) at yours"
         )
+    if url.startswith("sqlite:") and not write:
+        return tether.App(tether.open_store(url, readonly=True), tenant=_tenant())
     return tether.App(url, tenant=_tenant())
 
 
@@ -370,7 +376,7 @@ def fork(task_id: str, seq: int, new_id: str | None, inputs: str | None, db: str
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from None
         if not isinstance(parsed, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--inputs")
-    app = _open(db)
+    app = _open(db, write=True)
     handle = app.log.fork(task_id, seq, new_id=new_id, inputs=parsed)
     if as_json:
         _emit_json({"task_id": handle.task_id, "parent": task_id, "at": seq, "status": handle.status.value})
@@ -429,7 +435,7 @@ def resume(task_id: str, app_spec: str, as_json: bool) -> None:
 @errors_as_messages
 def send(task_id: str, key: str, value: str, db: str | None, as_json: bool) -> None:
     """Answer a task waiting for input KEY. VALUE is JSON if it parses as JSON, else a string."""
-    app = _open(db)
+    app = _open(db, write=True)
     try:
         parsed: Any = orjson.loads(value)
     except orjson.JSONDecodeError:

@@ -218,3 +218,33 @@ def test_tenant_option_and_environment(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["tenant"] == "acme"
     assert run("show", "acme-job", cwd=tmp_path, ok=False).returncode == 1
+
+
+def test_read_verbs_change_no_file(tmp_path: Path) -> None:
+    import hashlib
+    import sqlite3
+
+    other = tmp_path / "someone_else.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('mine')")
+    conn.close()
+    before = hashlib.sha256(other.read_bytes()).hexdigest()
+    empty = tmp_path / "empty-file"
+    empty.write_bytes(b"")
+    for verb in (("tasks",), ("show", "x"), ("history", "x"), ("state", "x")):
+        for target in (other, empty):
+            done = run(*verb, "--db", str(target), cwd=tmp_path, ok=False)
+            assert done.returncode == 1 and "not a tether database" in done.stderr, done.stderr
+            assert "Traceback" not in done.stderr
+    assert hashlib.sha256(other.read_bytes()).hexdigest() == before
+    with sqlite3.connect(other) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+    assert empty.read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty-file", "someone_else.sqlite"]
+
+
+def test_read_verbs_still_read(db: Path) -> None:
+    assert "trip-abc123" in run("tasks", cwd=db).stdout
+    assert "completed" in run("show", "trip-abc123", cwd=db).stdout

@@ -193,7 +193,7 @@ class App:
 
     def __init__(
         self,
-        url: str | None = None,
+        url: str | Store | None = None,
         *,
         tenant: str = "default",
         snapshots: SnapshotPolicy | None = None,

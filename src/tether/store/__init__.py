@@ -71,11 +71,13 @@ def open_store(url: str | None = None, **options: Any) -> Store:
         from tether.store.sqlite import SQLiteStore
 
         option_float(merged, "busy_timeout", zero=True)
-        unknown = set(merged) - {"durability", "busy_timeout", "mode"}
+        unknown = set(merged) - {"durability", "busy_timeout", "mode", "readonly"}
         if unknown:
             raise ConfigurationError(
-                f"unknown SQLite option(s) {sorted(unknown)}; known: durability, busy_timeout, mode"
+                f"unknown SQLite option(s) {sorted(unknown)}; known: durability, busy_timeout, mode, readonly"
             )
+        if isinstance(merged.get("readonly"), str):
+            merged["readonly"] = merged["readonly"].lower() in ("1", "true", "yes")
         return SQLiteStore(path, **merged)
     if scheme in ("postgresql", "postgres"):
         try:

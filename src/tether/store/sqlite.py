@@ -16,6 +16,7 @@ import sqlite3
 import struct
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -170,6 +171,15 @@ def _connect(path: str, durability: Durability, busy_timeout: float) -> sqlite3.
     return conn
 
 
+def _connect_readonly(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """A connection that cannot change the file: ``mode=ro``, and no pragma that writes (the journal
+    mode stays what it is; a WAL database is read through its WAL as usual)."""
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+    return conn
+
+
 class _Checkpointer:
     """Copies the WAL back into the database on a thread of its own, off every commit's path.
 
@@ -272,7 +282,13 @@ class SQLiteStore:
     """
 
     def __init__(
-        self, path: str, *, durability: Durability = "normal", busy_timeout: float = 30.0, mode: int | str = 0o600
+        self,
+        path: str,
+        *,
+        durability: Durability = "normal",
+        busy_timeout: float = 30.0,
+        mode: int | str = 0o600,
+        readonly: bool = False,
     ) -> None:
         if durability not in ("normal", "full"):
             raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
@@ -287,11 +303,17 @@ class SQLiteStore:
         self.durability = durability
         self._lock = threading.RLock()
         self._gate: int | None = None
-        if path != ":memory:":
-            _create_private(path, self.mode)  # before SQLite does: its -wal and -shm copy this file's mode
+        self.readonly = readonly
         try:
-            self._conn = _connect(path, durability, busy_timeout)
-            self._migrate()
+            if readonly:
+                # For reading only: change nothing, not the journal mode, not the schema.
+                self._conn = _connect_readonly(path, busy_timeout)
+                self._check_schema()
+            else:
+                if path != ":memory:":
+                    _create_private(path, self.mode)  # before SQLite does: -wal and -shm copy this file's mode
+                self._conn = _connect(path, durability, busy_timeout)
+                self._migrate()
         except sqlite3.DatabaseError as exc:
             raise ConfigurationError(
                 f"{path!r} is not a tether database (SQLite says: {exc}); "
@@ -302,7 +324,7 @@ class SQLiteStore:
         self._checkpointer: _Checkpointer | None = None
         self._commits = 0
         # One lock file per database, beside it: every tether writer queues on it (see _gate_in).
-        if path != ":memory:":
+        if path != ":memory:" and not readonly:
             self._gate = _create_private(path + "-lock", self.mode, keep=True)
             if os.fstat(self._gate).st_size < _GENERATION.size:
                 os.ftruncate(self._gate, _GENERATION.size)  # idempotent: every opener sizes it alike
@@ -317,6 +339,34 @@ class SQLiteStore:
         self._tokens: dict[int, int] = {}  # stream → the lease token our last write was fenced with
 
     # -- schema -----------------------------------------------------------------
+    def _check_schema(self) -> None:
+        """For a read-only open: the file must already be a tether database of a version we read."""
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "tether_meta" not in tables or version == 0:
+            what = f"it has tables {', '.join(sorted(tables))}" if tables else "it is empty"
+            raise ConfigurationError(
+                f"{self.path!r} is not a tether database ({what}); nothing to read, and nothing was changed"
+            )
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path!r} has tether schema version {version}, but this tether knows "
+                f"versions up to {SCHEMA_VERSION}; upgrade tether (pip install -U tether)",
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+        if version < SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path!r} has tether schema version {version} and needs migrating to {SCHEMA_VERSION}; "
+                "open it once with a command that writes (or your app) to migrate it",
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+
+    def _refuse_write(self) -> None:
+        if self.readonly:
+            raise ConfigurationError(f"{self.path!r} was opened read-only; open it without readonly to write")
+
     def _migrate(self) -> None:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it done
@@ -348,6 +398,7 @@ class SQLiteStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        self._refuse_write()
         with self._lock:
             conn = self._conn
             self._gate_in()
@@ -457,6 +508,7 @@ class SQLiteStore:
         first = events[0]
         if first.seq != expected_version + 1:
             raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
+        self._refuse_write()
         with self._lock:
             conn = self._conn
             internal = self._ids.get((tenant, task_id)) or self._id(tenant, task_id)
