@@ -339,13 +339,9 @@ class App:
         check_optional_id(session_id, "session_id")
         if task_id is not None:
             try:
-                existing = self.log.load(task_id)
+                return self._existing(spec, task_id)
             except TaskNotFoundError:
                 pass
-            else:
-                if existing.type != spec.name:
-                    raise InvalidInputError(f"task {task_id!r} exists as a {existing.type!r} task, not {spec.name!r}")
-                return existing
         inputs = spec.bind(args, kwargs)
         data = None
         if spec.state is not None:
@@ -356,16 +352,29 @@ class App:
                     f"task {spec.name!r}: its state model {spec.state.__name__} needs defaults for every "
                     f"field, so a new task can start with it ({exc.error_count()} fields lack one)"
                 ) from None
-        return self.log.create(
-            type=spec.name,
-            inputs=inputs,
-            task_id=task_id,
-            user_id=user_id,
-            session_id=session_id,
-            phases=spec.phases,
-            data=data,
-            data_version=spec.data_version,
-        )
+        try:
+            return self.log.create(
+                type=spec.name,
+                inputs=inputs,
+                task_id=task_id,
+                user_id=user_id,
+                session_id=session_id,
+                phases=spec.phases,
+                data=data,
+                data_version=spec.data_version,
+            )
+        except ConflictError:
+            if task_id is None:
+                raise
+            # Another caller created it between our look and our write: we get what a later
+            # caller gets, the task as it stands (running it then meets its lease).
+            return self._existing(spec, task_id)
+
+    def _existing(self, spec: TaskSpec, task_id: str) -> TaskState:
+        existing = self.log.load(task_id)
+        if existing.type != spec.name:
+            raise InvalidInputError(f"task {task_id!r} exists as a {existing.type!r} task, not {spec.name!r}")
+        return existing
 
     def run(
         self,
