@@ -36,7 +36,7 @@ def test_app_url_must_be_text() -> None:
 def test_a_bare_path_is_sqlite(tmp_path: Path) -> None:
     app = tether.App(str(tmp_path / "agent.db"))
     assert app.store.url.startswith("sqlite:///") and (tmp_path / "agent.db").exists()
-    with pytest.raises(tether.ConfigurationError, match="directory .* does not exist"):
+    with pytest.raises(tether.ConfigurationError, match=r"directory .* does not exist"):
         tether.App(str(tmp_path / "missing" / "agent.db"))
 
 

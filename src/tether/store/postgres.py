@@ -214,6 +214,10 @@ class PostgresStore:
             raise ConfigurationError(f"store option pool_min ({pool_min}) is above pool_max ({pool_max})")
         if not self.schema.replace("_", "").isalnum():
             raise ConfigurationError(f"schema must be letters, digits and _, got {self.schema!r}")
+        # Every connection says whose it is (pg_stat_activity.application_name), so an operator,
+        # or a test, can find and end tether's connections of one schema and nobody else's.
+        self.application_name = f"tether:{self.schema}"
+        conninfo = _with_default_params(conninfo, application_name=self.application_name)
         self._conninfo = conninfo
         try:
             with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
@@ -757,6 +761,15 @@ def _from_jsonb(text: str) -> str:
     if text.startswith(_NUL_PREFIX):
         return base64.b64decode(orjson.loads(text)[_NUL_KEY]).decode()
     return text
+
+
+def _with_default_params(conninfo: str, **params: str) -> str:
+    """``conninfo`` (a URL) with ``params`` added to its query string where it does not set them."""
+    parts = urlsplit(conninfo)
+    query = dict(parse_qsl(parts.query))
+    for key, value in params.items():
+        query.setdefault(key, value)
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def _redact(conninfo: str) -> str:
