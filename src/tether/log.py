@@ -109,9 +109,12 @@ class _Entry:
     at the tenth call as at the hundred-thousandth.
     """
 
-    __slots__ = ("base", "bytes_since", "calls", "pending", "snap_seq", "snap_size", "version")
+    __slots__ = ("base", "bytes_since", "calls", "created", "pending", "snap_seq", "snap_size", "version")
 
     def __init__(self, state: TaskState, snap_seq: int, snap_size: int, bytes_since: int) -> None:
+        self.created: float | None = None
+        """The stream's index row ``created_at``: which stream this is (a rewind elsewhere puts another
+        stream under the same id, a delete and re-create too). ``None`` until first checked."""
         self.base = state
         self.pending: list[Recorded] = []
         self.version = state.version
@@ -263,7 +266,9 @@ class TaskLog:
         encoded = self.encode(event)
         row = self._index_row(task_id, type, user_id, session_id, now, version=1)
         self.store.create_task(self.tenant, row, EventRow(1, event.event_type, event.version, now, encoded))
-        self._remember(task_id, _Entry(state, 0, 0, len(encoded)))
+        entry = _Entry(state, 0, 0, len(encoded))
+        entry.created = now
+        self._remember(task_id, entry)
         return state
 
     def append(
@@ -475,10 +480,28 @@ class TaskLog:
 
     # ----------------------------------------------------------------- reading
     def load(self, task_id: str) -> TaskState:
-        """The latest state: the nearest good snapshot plus the events after it."""
+        """The latest state: the nearest good snapshot plus the events after it.
+
+        What this log remembers of the task is checked against the store's index row first (one
+        cheap read): if another process rewound or deleted and re-created the task, the memory is
+        of another stream and is dropped, never trusted.
+        """
         entry = self._cache.get(task_id)
         if entry is None:
             check_id(task_id, "task_id")
+        else:
+            row = self.store.get_task(self.tenant, task_id)
+            if row is None:
+                self.forget(task_id)
+                raise TaskNotFoundError(task_id, tenant=self.tenant)
+            if entry.created is None:
+                entry.created = row.created_at
+            if row.created_at != entry.created or row.version < entry.version:
+                self.forget(task_id)  # another stream under this id now
+                entry = None
+            elif row.version == entry.version:
+                self._cache.move_to_end(task_id)
+                return entry.state
         if entry is not None:
             rows = self.store.read_events(self.tenant, task_id, after=entry.version)
             if rows:

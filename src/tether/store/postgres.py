@@ -128,6 +128,7 @@ _RETRIES = 6  # tries of a statement whose connection broke (about 1.5 s in all,
 _APPEND = """
 WITH guard AS (
     SELECT 1 WHERE (%(fence)s::bigint IS NULL OR (SELECT lease_token FROM tasks WHERE id = %(task)s) = %(fence)s)
+      AND EXISTS (SELECT 1 FROM tasks WHERE id = %(task)s AND task_id = %(task_id)s AND tenant = %(tenant)s)
       AND (EXISTS (SELECT 1 FROM events WHERE task = %(task)s AND seq = %(first)s - 1)
            OR (SELECT parent_seq FROM tasks WHERE id = %(task)s) = %(first)s - 1)
 ), ins AS (
@@ -150,9 +151,10 @@ SELECT (SELECT count(*) FROM ins)
 _APPEND_ONE = """
 INSERT INTO events (task, seq, type, schema, at, data, fence)
 SELECT v.task, v.seq, v.type, v.schema, v.at, v.data::jsonb, v.fence
-FROM (VALUES (%s::bigint, %s::integer, %s::text, %s::integer, %s::float8, %s::text, %s::bigint))
-    AS v (task, seq, type, schema, at, data, fence)
+FROM (VALUES (%s::bigint, %s::integer, %s::text, %s::integer, %s::float8, %s::text, %s::bigint, %s::text, %s::text))
+    AS v (task, seq, type, schema, at, data, fence, task_id, tenant)
 WHERE (v.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = v.task) = v.fence)
+  AND EXISTS (SELECT 1 FROM tasks WHERE id = v.task AND task_id = v.task_id AND tenant = v.tenant)
   AND (EXISTS (SELECT 1 FROM events WHERE task = v.task AND seq = v.seq - 1)
        OR (SELECT parent_seq FROM tasks WHERE id = v.task) = v.seq - 1)
 """
@@ -323,7 +325,13 @@ class PostgresStore:
             self._pool.check()
             raise StoreUnavailableError(f"PostgreSQL connection lost in a transaction: {exc}") from exc
 
+    def _fresh_id(self, tenant: str, task_id: str) -> int:
+        """The task's row id as the store has it now (another process may have rewound or deleted it)."""
+        self._ids.pop((tenant, task_id), None)
+        return self._id(tenant, task_id)
+
     def _id(self, tenant: str, task_id: str) -> int:
+        """The task's row id, cached: only appends use the cache, and their statement checks it."""
         key = (tenant, task_id)
         found = self._ids.get(key)
         if found is None:
@@ -345,7 +353,7 @@ class PostgresStore:
 
     # -- streams ------------------------------------------------------------------
     def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
-        parent = self._id(tenant, row.parent_id) if row.parent_id is not None else None
+        parent = self._fresh_id(tenant, row.parent_id) if row.parent_id is not None else None
 
         def create(conn: psycopg.Connection[Any]) -> int:
             with conn.transaction():
@@ -390,15 +398,47 @@ class PostgresStore:
         first = events[0]
         if first.seq != expected_version + 1:
             raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
-        internal = self._id(tenant, task_id)
+        try:
+            self._append_to(self._id(tenant, task_id), tenant, task_id, events, expected_version, fence, index)
+        except _StaleIdError:
+            # The cached row id names another stream now (a rewind or a delete elsewhere): once more
+            # with the id the store has; the statement checks it again.
+            internal = self._fresh_id(tenant, task_id)
+            self._append_to(internal, tenant, task_id, events, expected_version, fence, index, retry=False)
+
+    def _append_to(
+        self,
+        internal: int,
+        tenant: str,
+        task_id: str,
+        events: Sequence[EventRow],
+        expected_version: int,
+        fence: int | None,
+        index: IndexUpdate | None,
+        *,
+        retry: bool = True,
+    ) -> None:
+        first = events[0]
         params: tuple[Any, ...] | dict[str, Any]
         if len(events) == 1 and index is None:
             statement = _APPEND_ONE
-            params = (internal, first.seq, first.type, first.schema, first.at, _jsonb(first.data), fence)
+            params = (
+                internal,
+                first.seq,
+                first.type,
+                first.schema,
+                first.at,
+                _jsonb(first.data),
+                fence,
+                task_id,
+                tenant,
+            )
         else:
             statement = _APPEND
             params = {
                 "task": internal,
+                "task_id": task_id,
+                "tenant": tenant,
                 "fence": fence,
                 "first": first.seq,
                 "seqs": [e.seq for e in events],
@@ -427,7 +467,7 @@ class PostgresStore:
                 if self._already_there(internal, events, fence):
                     return
         if inserted != len(events):
-            self._refuse(tenant, task_id, internal, expected_version, fence)
+            self._refuse(tenant, task_id, internal, expected_version, fence, stale=_StaleIdError if retry else None)
 
     def _already_there(self, internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
         last = events[-1]
@@ -438,10 +478,24 @@ class PostgresStore:
         )
         return found is not None and found[0] == last.type and found[1] == fence
 
-    def _refuse(self, tenant: str, task_id: str, internal: int, expected: int, fence: int | None) -> None:
-        row = self._run(lambda c: c.execute("SELECT lease_token FROM tasks WHERE id = %s", (internal,)).fetchone())
-        if row is None:
+    def _refuse(
+        self,
+        tenant: str,
+        task_id: str,
+        internal: int,
+        expected: int,
+        fence: int | None,
+        *,
+        stale: type[Exception] | None = None,
+    ) -> None:
+        row = self._run(
+            lambda c: c.execute("SELECT lease_token, tenant, task_id FROM tasks WHERE id = %s", (internal,)).fetchone()
+        )
+        if row is None or (row[1], row[2]) != (tenant, task_id):
             self._ids.pop((tenant, task_id), None)
+            if stale is not None:
+                raise stale()
+            row = None
         token = None if row is None else int(row[0])
         version = lambda: self._run(lambda c: self._version_of(c, internal))  # noqa: E731
         raise refusal(task_id, tenant, token, fence, expected, version)
@@ -457,7 +511,7 @@ class PostgresStore:
         fork: TaskRow,
         forked: EventRow,
     ) -> None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
             conn.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (internal,))
             actual = self._version_of(conn, internal)
@@ -497,7 +551,7 @@ class PostgresStore:
         self._ids[(tenant, task_id)] = int(new[0])
 
     def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
 
         def read(conn: psycopg.Connection[Any]) -> list[EventRow]:
             def parent_of(task: int) -> tuple[int, int] | None:
@@ -527,7 +581,7 @@ class PostgresStore:
         return None if row is None else TaskRow(*row)
 
     def delete_task(self, tenant: str, task_id: str) -> int:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM tasks WHERE parent = %s", (internal,)).fetchone() is not None:
                 raise ConflictError(task_id, expected=0, actual=None)
@@ -564,7 +618,7 @@ class PostgresStore:
 
     # -- snapshots ----------------------------------------------------------------
     def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
 
         def put(c: psycopg.Connection[Any]) -> None:
             with c.transaction():
@@ -580,7 +634,7 @@ class PostgresStore:
         self._run(put)
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         row = self._run(
             lambda c: c.execute(
                 "SELECT seq, schema, checksum, data FROM snapshots WHERE task = %s AND seq <= %s "
@@ -634,7 +688,7 @@ class PostgresStore:
     def acquire_lease(
         self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         row = self._run(
             lambda c: c.execute(
                 "UPDATE tasks SET lease_owner = %s, lease_expires = %s, lease_token = lease_token + 1 "
@@ -652,7 +706,7 @@ class PostgresStore:
         return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         cur = self._run(
             lambda c: c.execute(
                 "UPDATE tasks SET lease_expires = %s WHERE id = %s AND lease_token = %s AND lease_owner IS NOT NULL",
@@ -662,7 +716,7 @@ class PostgresStore:
         return cur.rowcount == 1
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         self._run(
             lambda c: c.execute(
                 "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = %s AND lease_token = %s",
@@ -711,6 +765,10 @@ class PostgresStore:
         """Remove tether's schema and everything in it (tests use this to clean up)."""
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+
+class _StaleIdError(Exception):
+    """A cached row id that names another stream (or none) now; the append looks the id up again."""
 
 
 class _Sticky:

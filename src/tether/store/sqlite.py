@@ -115,6 +115,11 @@ _INSERT_FIRST_FENCED = (
     "AND EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1)"
 )
 _GENERATION = struct.Struct("<Q")  # the write generation at the start of the lock file
+# After it, the mapping generation: bumped by every change of which row a task id names (a rewind
+# renames a stream and puts a fork in its place; a delete frees the id for a new stream). A process
+# whose cached ids are from an older mapping generation drops them before it trusts one.
+_MAPPING = struct.Struct("<Q")
+_LOCK_SIZE = _GENERATION.size + _MAPPING.size
 _CLAIM = """
 UPDATE tasks SET lease_owner = :owner, lease_expires = :expires, lease_token = lease_token + 1
 WHERE id = (
@@ -326,15 +331,16 @@ class SQLiteStore:
         # One lock file per database, beside it: every tether writer queues on it (see _gate_in).
         if path != ":memory:" and not readonly:
             self._gate = _create_private(path + "-lock", self.mode, keep=True)
-            if os.fstat(self._gate).st_size < _GENERATION.size:
-                os.ftruncate(self._gate, _GENERATION.size)  # idempotent: every opener sizes it alike
+            if os.fstat(self._gate).st_size < _LOCK_SIZE:
+                os.ftruncate(self._gate, _LOCK_SIZE)  # idempotent: every opener sizes it alike
             # Shared memory over the file's first bytes: the write generation is read and bumped
             # without a system call (a store is always used under the file's flock).
-            self._generations = mmap.mmap(self._gate, _GENERATION.size)
+            self._generations = mmap.mmap(self._gate, _LOCK_SIZE)
             self._checkpointer = _Checkpointer(path, durability, busy_timeout)
         self._append_cursor = self._conn.cursor()  # reused: one fewer allocation per append
         # What this connection knows for sure while it is the only writer (see _gate_in and append).
         self._generation = -1
+        self._mapping = self._mapping_now()
         self._known: dict[int, int] = {}  # stream → the version we last wrote
         self._tokens: dict[int, int] = {}  # stream → the lease token our last write was fenced with
 
@@ -437,7 +443,26 @@ class SQLiteStore:
         if not alone:
             self._known.clear()
             self._tokens.clear()
+            self._check_mapping()
         return alone
+
+    def _mapping_now(self) -> int:
+        return 0 if self._generations is None else int(_MAPPING.unpack_from(self._generations, _GENERATION.size)[0])
+
+    def _check_mapping(self) -> None:
+        """Drop cached ids if any process renamed or deleted a stream since we cached them."""
+        current = self._mapping_now()
+        if current != self._mapping:
+            self._ids.clear()
+            self._known.clear()
+            self._tokens.clear()
+            self._mapping = current
+
+    def _bump_mapping(self) -> None:
+        """Under the write gate: tell every process that ids may now name other rows."""
+        if self._generations is not None:
+            self._mapping = self._mapping_now() + 1
+            _MAPPING.pack_into(self._generations, _GENERATION.size, self._mapping)
 
     def _gate_out(self) -> None:
         if self._gate is not None:
@@ -449,6 +474,8 @@ class SQLiteStore:
 
     def _id(self, tenant: str, task_id: str) -> int:
         key = (tenant, task_id)
+        if self._generations is not None:
+            self._check_mapping()
         found = self._ids.get(key)
         if found is None:
             row = self._conn.execute("SELECT id FROM tasks WHERE tenant = ? AND task_id = ?", key).fetchone()
@@ -509,11 +536,10 @@ class SQLiteStore:
         if first.seq != expected_version + 1:
             raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
         self._refuse_write()
+        key = (tenant, task_id)
         with self._lock:
             conn = self._conn
-            internal = self._ids.get((tenant, task_id)) or self._id(tenant, task_id)
             data = first.data if type(first.data) is str else _text(first.data)
-            params = (internal, first.seq, first.type, first.schema, first.at, data, fence)
             sql = _INSERT_FIRST if fence is None else _INSERT_FIRST_FENCED
             if len(events) == 1 and index is None:
                 # The common case: one guarded INSERT in autocommit mode, one statement. A single
@@ -521,6 +547,9 @@ class SQLiteStore:
                 cursor = self._append_cursor
                 alone = self._gate_in()
                 try:
+                    # Looked up under the gate: a rewind or delete elsewhere has dropped a stale id.
+                    internal = self._ids.get(key) or self._id(tenant, task_id)
+                    params = (internal, first.seq, first.type, first.schema, first.at, data, fence)
                     if (
                         alone
                         and self._known.get(internal) == expected_version
@@ -544,6 +573,12 @@ class SQLiteStore:
                     self._tokens[internal] = fence
                 return
             self._gate_in()
+            try:
+                internal = self._id(tenant, task_id)
+            except BaseException:
+                self._gate_out()
+                raise
+            params = (internal, first.seq, first.type, first.schema, first.at, data, fence)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 try:
@@ -591,6 +626,7 @@ class SQLiteStore:
             if taken.fetchone() is not None:
                 raise ConflictError(archive_id, expected=0, actual=None)
             self._forget_known(internal)
+            self._bump_mapping()
             conn.execute("UPDATE tasks SET task_id = ? WHERE id = ?", (archive_id, internal))
             conn.execute(
                 _INSERT_NEXT,
@@ -634,7 +670,11 @@ class SQLiteStore:
         conn = self._conn
 
         def parent_of(task: int) -> tuple[int, int] | None:
-            parent, parent_seq = conn.execute("SELECT parent, parent_seq FROM tasks WHERE id = ?", (task,)).fetchone()
+            found = conn.execute("SELECT parent, parent_seq FROM tasks WHERE id = ?", (task,)).fetchone()
+            if found is None:  # deleted under us: say so, as any read of a missing task does
+                self._ids.pop((tenant, task_id), None)
+                raise TaskNotFoundError(task_id, tenant=tenant)
+            parent, parent_seq = found
             return None if parent is None or parent_seq is None else (parent, parent_seq)
 
         def segment(task: int, low: int, last: int | None) -> list[EventRow]:
@@ -664,6 +704,7 @@ class SQLiteStore:
             if conn.execute("SELECT 1 FROM tasks WHERE parent = ?", (internal,)).fetchone() is not None:
                 raise ConflictError(task_id, expected=0, actual=None)
             self._forget_known(internal)
+            self._bump_mapping()
             gone = conn.execute("DELETE FROM events WHERE task = ?", (internal,)).rowcount
             conn.execute("DELETE FROM snapshots WHERE task = ?", (internal,))
             conn.execute("DELETE FROM tasks WHERE id = ?", (internal,))
