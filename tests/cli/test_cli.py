@@ -248,3 +248,24 @@ def test_read_verbs_change_no_file(tmp_path: Path) -> None:
 def test_read_verbs_still_read(db: Path) -> None:
     assert "trip-abc123" in run("tasks", cwd=db).stdout
     assert "completed" in run("show", "trip-abc123", cwd=db).stdout
+
+
+def test_a_damaged_database_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    from tests.unit.test_sqlite_faults import _corrupt_a_data_page
+
+    path = tmp_path / "tether.db"
+    app = tether.App(f"sqlite:///{path}")
+
+    @app.task
+    def job(ctx: tether.TaskContext, blob: str) -> int:
+        return len(blob)
+
+    for n in range(40):
+        app.run(job, "y" * 2000, task_id=f"job-{n}")
+    app.close()
+    _corrupt_a_data_page(path)
+    for verb in (("tasks",), ("show", "job-39"), ("tasks", "--json")):
+        done = run(*verb, cwd=tmp_path, ok=False)
+        assert done.returncode == 1, (verb, done.stdout, done.stderr)
+        output = done.stdout + done.stderr
+        assert "Traceback" not in output and "integrity_check" in output and "tether.db" in output

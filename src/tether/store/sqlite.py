@@ -9,6 +9,7 @@ saying so.
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import mmap
 import os
@@ -17,7 +18,7 @@ import struct
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -25,6 +26,9 @@ from tether.errors import (
     ConfigurationError,
     ConflictError,
     SchemaVersionError,
+    StoreCorruptError,
+    StoreFullError,
+    StoreUnavailableError,
     TaskNotFoundError,
 )
 from tether.store.base import (
@@ -399,7 +403,7 @@ class SQLiteStore:
                 conn.execute(f"PRAGMA user_version = {index + 1}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     @contextmanager
@@ -412,10 +416,10 @@ class SQLiteStore:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn
+                    conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    _rollback(conn)
                     raise
-                conn.execute("COMMIT")
             finally:
                 self._gate_out()
 
@@ -597,12 +601,12 @@ class SQLiteStore:
                         "UPDATE tasks SET status = COALESCE(?, status), wake_at = ? WHERE id = ?",
                         (index.status, index.wake_at, internal),
                     )
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 self._gate_out()
                 self._forget_known(internal)
                 raise
-            conn.execute("COMMIT")
             self._gate_out()
             self._known[internal] = events[-1].seq
 
@@ -890,6 +894,93 @@ def _create_private(path: str, mode: int, *, keep: bool = False) -> int:
         return fd
     os.close(fd)
     return -1
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open (SQLite ends some by itself on a full disk or an I/O
+    error; a second ROLLBACK would hide the first error behind 'no transaction is active')."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.warning("rollback failed: %s", exc)
+
+
+# SQLite's primary result codes that say what went wrong with the file, not with the query.
+_FULL = {13}  # SQLITE_FULL
+_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_UNAVAILABLE = {5, 6, 8, 10, 14, 15}  # BUSY, LOCKED, READONLY, IOERR, CANTOPEN, PROTOCOL
+
+
+def _store_error(path: str, exc: sqlite3.Error) -> Exception:
+    """A tether error for what SQLite raised about its file; other errors are returned unchanged."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(exc)
+    if primary in _FULL or "disk is full" in text:
+        return StoreFullError(
+            f"SQLite database {path!r} cannot grow: the disk is full ({text}). Nothing was written; "
+            "the task stays as it was and resumes once space is freed",
+            path=path,
+        )
+    if primary in _CORRUPT or "malformed" in text:
+        return StoreCorruptError(
+            f"SQLite database {path!r} is damaged ({text}). Check it with "
+            f"`sqlite3 {path} 'PRAGMA integrity_check'` and restore it from a backup "
+            "(or `.recover` it into a new file)",
+            path=path,
+        )
+    if primary in _UNAVAILABLE or isinstance(exc, sqlite3.OperationalError):
+        return StoreUnavailableError(f"SQLite database {path!r} cannot be used right now: {text}")
+    return exc
+
+
+def _translate_errors(cls: type[SQLiteStore]) -> type[SQLiteStore]:
+    """Wrap the store's public methods so that no sqlite3 error about the file crosses the store
+    boundary: it becomes :class:`StoreFullError`, :class:`StoreCorruptError` or
+    :class:`StoreUnavailableError`, which stop a run without failing its task."""
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def guarded(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except sqlite3.Error as exc:
+                translated = _store_error(self.path, exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
+
+        return guarded
+
+    for name in _STORE_METHODS:
+        setattr(cls, name, wrap(getattr(cls, name)))
+    return cls
+
+
+_STORE_METHODS = (
+    "create_task",
+    "append",
+    "rewind",
+    "read_events",
+    "get_task",
+    "delete_task",
+    "list_tasks",
+    "put_snapshot",
+    "get_snapshot",
+    "ledger_get",
+    "ledger_begin",
+    "ledger_finish",
+    "ledger_forget",
+    "acquire_lease",
+    "claim",
+    "renew_lease",
+    "release_lease",
+    "wait_for_change",
+)
+
+
+_translate_errors(SQLiteStore)
 
 
 def _text(data: str | bytes) -> str:
