@@ -40,3 +40,59 @@ def test_connections_carry_the_schema_in_application_name(url: str) -> None:
         assert admin.execute("SELECT 1").fetchone() == (1,)
     assert [m.content for m in app.session("s1").messages()] == ["hi"]
     app.close()
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ("s" * 57, "at most 56"),
+        ("s" * 63, "at most 56"),
+        ("pg_mine", "reserved"),
+        ("PG_Mine", "reserved"),
+        ("information_schema", "reserved"),
+        ("bad-name", "letters, digits"),
+        ("1abc", "digit"),
+        ("é", "letters, digits"),
+    ],
+)
+def test_bad_schema_names_are_refused_at_open(schema: str, says: str) -> None:
+    from tests.conftest import PG_PROBLEM
+
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    with pytest.raises(tether.ConfigurationError, match=says):
+        tether.open_store(f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}")
+
+
+def test_the_longest_schema_name_works() -> None:
+    for url in pg_url("L" + "l" * 42):  # 43 + 1 + 12 hex = 56 characters
+        schema = url.rpartition("schema=")[2]
+        assert len(schema) == 56
+        app = tether.App(url)
+        app.session("s").add("user", "hi")
+        assert app.store.wait_for_change(0.01) in (True, False)
+        app.close()
+
+
+def test_a_public_schema_with_other_tables_is_refused() -> None:
+    import uuid
+
+    import psycopg
+
+    from tests.conftest import PG_PROBLEM
+
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    table = f"someone_else_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f"CREATE TABLE public.{table} (x int)")
+        try:
+            with pytest.raises(tether.ConfigurationError, match="not tether's"):
+                tether.open_store(f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema=public")
+            found = admin.execute(
+                "SELECT count(*) FROM information_schema.tables "
+                "WHERE table_schema = 'public' AND table_name = 'tether_meta'"
+            ).fetchone()
+            assert found == (0,)
+        finally:
+            admin.execute(f"DROP TABLE public.{table}")

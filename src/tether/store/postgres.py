@@ -214,8 +214,7 @@ class PostgresStore:
         pool_min, pool_max = sizes["pool_min"], sizes["pool_max"]
         if pool_min > pool_max:
             raise ConfigurationError(f"store option pool_min ({pool_min}) is above pool_max ({pool_max})")
-        if not self.schema.replace("_", "").isalnum():
-            raise ConfigurationError(f"schema must be letters, digits and _, got {self.schema!r}")
+        _check_schema_name(self.schema)
         # Every connection says whose it is (pg_stat_activity.application_name), so an operator,
         # or a test, can find and end tether's connections of one schema and nobody else's.
         self.application_name = f"tether:{self.schema}"
@@ -819,6 +818,27 @@ def _from_jsonb(text: str) -> str:
     if text.startswith(_NUL_PREFIX):
         return base64.b64decode(orjson.loads(text)[_NUL_KEY]).decode()
     return text
+
+
+MAX_SCHEMA_LENGTH = 63 - len("tether_")
+"""PostgreSQL names are at most 63 bytes; the wake-up channel is ``tether_<schema>``."""
+
+
+def _check_schema_name(schema: str) -> None:
+    """Refuse, at open, a schema name PostgreSQL would take and then fail on at the first write."""
+    if not isinstance(schema, str) or not schema or not schema.isascii() or not schema.replace("_", "").isalnum():
+        raise ConfigurationError(f"schema must be ASCII letters, digits and _, got {schema!r}")
+    if len(schema) > MAX_SCHEMA_LENGTH:
+        raise ConfigurationError(
+            f"schema {schema!r} is {len(schema)} characters; at most {MAX_SCHEMA_LENGTH} "
+            "(PostgreSQL names are at most 63 bytes, and tether's notification channel is 'tether_' + schema)"
+        )
+    if schema.lower().startswith("pg_") or schema.lower() == "information_schema":
+        raise ConfigurationError(
+            f"schema {schema!r} is reserved by PostgreSQL (pg_*, information_schema); choose another"
+        )
+    if schema[0].isdigit():
+        raise ConfigurationError(f"schema {schema!r} starts with a digit; start it with a letter or _")
 
 
 def _with_default_params(conninfo: str, **params: str) -> str:
