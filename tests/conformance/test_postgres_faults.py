@@ -96,3 +96,101 @@ def test_a_public_schema_with_other_tables_is_refused() -> None:
             assert found == (0,)
         finally:
             admin.execute(f"DROP TABLE public.{table}")
+
+
+class _Proxy:
+    """A TCP proxy in a process of its own, between tether and PostgreSQL: kill it, stop it."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+        from urllib.parse import urlsplit
+
+        target = urlsplit(PG_URL)
+        script = Path(__file__).parents[1] / "_tcp_proxy.py"
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), target.hostname or "127.0.0.1", str(target.port or 5432)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.port = int(self.process.stdout.readline())
+
+    def url(self, base: str, **options: object) -> str:
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(base)
+        user = parts.netloc.rpartition("@")[0]
+        extra = "".join(f"&{k}={v}" for k, v in options.items())
+        return urlunsplit(parts._replace(netloc=f"{user}@127.0.0.1:{self.port}")) + extra
+
+    def close(self) -> None:
+        import signal
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+@pytest.fixture
+def proxy() -> Iterator[_Proxy]:
+    from tests.conftest import PG_PROBLEM
+
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    running = _Proxy()
+    yield running
+    running.close()
+
+
+BOUNDS = {"connect_timeout": 2, "query_timeout": 2, "give_up_after": 1.5}
+
+
+def _unavailable_within(app: tether.App, seconds: float) -> float:
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(tether.StoreUnavailableError) as caught:
+        app.get("t")
+    took = time.monotonic() - start
+    assert took < seconds, f"StoreUnavailableError came after {took:.1f} s, over the bound {seconds} s"
+    assert "give_up_after" in str(caught.value) or "connection" in str(caught.value).lower()
+    return took
+
+
+def test_a_dead_server_is_reported_within_the_bound(url: str, proxy: _Proxy) -> None:
+    app = tether.App(proxy.url(url, **BOUNDS))
+
+    @app.task
+    def t(ctx: tether.TaskContext) -> int:
+        return 1
+
+    app.run(t, task_id="t")
+    proxy.process.kill()  # gone for good: connections reset, nothing listens
+    proxy.process.wait()
+    # give_up_after + one connect_timeout + a backoff: about 3.5 s, never minutes
+    _unavailable_within(app, 8.0)
+    app.close()
+
+
+def test_a_blackholed_connection_is_cut_within_the_bound(url: str, proxy: _Proxy) -> None:
+    import signal
+
+    app = tether.App(proxy.url(url, **BOUNDS))
+
+    @app.task
+    def t(ctx: tether.TaskContext) -> int:
+        return 1
+
+    app.run(t, task_id="t")
+    proxy.process.send_signal(signal.SIGSTOP)  # the peer stops answering; its kernel still ACKs, no RST
+    try:
+        # query_timeout cuts the hung statement, then retries meet connect_timeout, until give_up_after
+        _unavailable_within(app, 12.0)
+    finally:
+        proxy.process.send_signal(signal.SIGCONT)
+    app.close()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
+import socket
 import threading
 import time
 import weakref
@@ -31,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
         "the PostgreSQL backend needs psycopg 3 and psycopg_pool: pip install 'tether[postgres]'"
     ) from exc
 
-from tether._validate import option_int
+from tether._validate import option_float, option_int
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -120,7 +122,19 @@ MIGRATIONS: list[str] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 _LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations
-_RETRIES = 6  # tries of a statement whose connection broke (about 1.5 s in all, then give up)
+# Every wait is bounded (each is a URL option; docs/postgres.md states them):
+_CONNECT_TIMEOUT = 5.0  # seconds to open a connection (libpq connect_timeout), or to get one from the pool
+_QUERY_TIMEOUT = 30.0  # seconds one statement (or transaction) may wait for the server before its socket is cut
+_GIVE_UP_AFTER = 5.0  # seconds of retrying a statement whose connection broke, then StoreUnavailableError
+# TCP keepalives and tcp_user_timeout: a peer that vanished without a RST is noticed by the kernel
+# (about 5 + 2 × 3 s idle, or 15 s of unacknowledged data) even where no statement is running.
+_TCP = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "15000",
+}
 
 # One statement, one round trip: the guard (fencing token, predecessor present) and the
 # insert and the index update share a snapshot; a concurrent append of the same seq loses
@@ -181,7 +195,7 @@ _TASK_COLUMNS = """
     p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at
 """
 
-_OPTIONS = {"schema", "pool_min", "pool_max"}
+_OPTIONS = {"schema", "pool_min", "pool_max", "query_timeout", "give_up_after"}
 
 
 def _split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -203,8 +217,26 @@ class PostgresStore:
         >>> store = PostgresStore("postgresql://postgres@127.0.0.1:5432/test?schema=doc")  # doctest: +SKIP
     """
 
-    def __init__(self, url: str, *, schema: str | None = None, pool_min: int = 1, pool_max: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        query_timeout: float = _QUERY_TIMEOUT,
+        give_up_after: float = _GIVE_UP_AFTER,
+    ) -> None:
         conninfo, ours = _split_url(url)
+        waits: dict[str, Any] = {"query_timeout": query_timeout, "give_up_after": give_up_after}
+        waits.update({k: v for k, v in ours.items() if k in waits})
+        libpq = dict(parse_qsl(urlsplit(conninfo).query))
+        waits["connect_timeout"] = libpq.get("connect_timeout", _CONNECT_TIMEOUT)
+        for name in waits:
+            option_float(waits, name)
+        self.query_timeout: float = waits["query_timeout"]
+        self.give_up_after: float = waits["give_up_after"]
+        self.connect_timeout: float = waits["connect_timeout"]
         self.url = redact_url(url)  # what is shown and kept; the password lives only in _conninfo
         self.schema = schema or ours.get("schema", "tether")
         sizes: dict[str, Any] = {"pool_min": pool_min, "pool_max": pool_max}
@@ -218,10 +250,16 @@ class PostgresStore:
         # Every connection says whose it is (pg_stat_activity.application_name), so an operator,
         # or a test, can find and end tether's connections of one schema and nobody else's.
         self.application_name = f"tether:{self.schema}"
-        conninfo = _with_default_params(conninfo, application_name=self.application_name)
+        conninfo = _with_default_params(
+            conninfo,
+            application_name=self.application_name,
+            connect_timeout=str(max(1, round(self.connect_timeout))),  # libpq counts whole seconds, at least 2
+            **_TCP,
+        )
         self._conninfo = conninfo
+        self._watchdog = _Watchdog()
         try:
-            with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            with psycopg.connect(conninfo, autocommit=True) as conn, self._watchdog.watch(conn, self.query_timeout):
                 self._migrate(conn)
         except psycopg.OperationalError as exc:
             raise ConfigurationError(f"cannot reach PostgreSQL at {_redact(conninfo)}: {exc}") from exc
@@ -238,6 +276,8 @@ class PostgresStore:
             kwargs={"autocommit": True},
             configure=configure,
             name=f"tether-{self.schema}",
+            timeout=self.connect_timeout,
+            reconnect_timeout=max(self.give_up_after, 1.0),
         )
         # A store dropped without close() still closes its pool, quietly, when it is collected.
         weakref.finalize(self, _close_pool, self._pool)
@@ -287,41 +327,55 @@ class PostgresStore:
 
     def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``fn`` on a pooled connection; again on fresh ones if connections broke (a restarted
-        server, terminated backends). ``fn`` must be safe to run more than once."""
-        for attempt in range(_RETRIES):
+        server, terminated backends), for at most ``give_up_after`` seconds. ``fn`` must be safe to
+        run more than once. Every wait inside is bounded: getting a connection by
+        ``connect_timeout``, the statements by ``query_timeout``."""
+        deadline = time.monotonic() + self.give_up_after
+        attempt = 0
+        while True:
             try:
-                with self._pool.connection() as conn:
-                    return fn(conn)
+                with self._pool.connection(timeout=self._wait_left(deadline)) as conn:
+                    with self._watchdog.watch(conn, self.query_timeout):
+                        return fn(conn)
             except psycopg.OperationalError as exc:
-                self._recover(attempt, exc)
-        raise AssertionError("unreachable")
+                self._recover(attempt, exc, deadline)
+                attempt += 1
 
-    def _recover(self, attempt: int, exc: Exception) -> None:
-        """After a broken connection: drop every broken one from the pool, wait a little, or give up."""
-        if attempt + 1 >= _RETRIES:
-            raise StoreUnavailableError(f"PostgreSQL is unreachable after {_RETRIES} tries: {exc}") from exc
+    def _wait_left(self, deadline: float) -> float:
+        return max(0.1, min(self.connect_timeout, deadline - time.monotonic()))
+
+    def _recover(self, attempt: int, exc: Exception, deadline: float) -> None:
+        """After a broken connection: wait a little and try again, or give up at the deadline.
+
+        Broken connections leave the pool as they are returned to it (psycopg_pool discards a
+        connection whose state is unknown), so trying again soon reaches a good one."""
+        if time.monotonic() >= deadline:
+            raise StoreUnavailableError(
+                f"PostgreSQL at {self.url} is unreachable: {attempt + 1} tries over {self.give_up_after:g} s "
+                f"(give_up_after) failed; the last said: {exc}"
+            ) from exc
         log.warning("PostgreSQL connection lost (%s); retrying", exc)
-        try:
-            self._pool.check()  # discards every idle connection that no longer works
-        except Exception:  # the server may still be down: the next try waits for it
-            pass
-        time.sleep(min(0.05 * 2**attempt, 1.0))
+        time.sleep(max(0.0, min(0.05 * 2**attempt, 1.0, deadline - time.monotonic())))
 
-    def _appender(self) -> psycopg.Cursor[Any]:
+    def _appender(self, deadline: float) -> psycopg.Cursor[Any]:
         """This thread's cursor for appends, on a connection kept while the thread lives: the hot path
         skips the pool. The connection goes back to the pool when the thread ends (or when it breaks)."""
         sticky: _Sticky | None = getattr(self._local, "sticky", None)
         if sticky is None or sticky.conn.closed:
-            sticky = self._local.sticky = _Sticky(self._pool, self._pool.getconn())
+            sticky = self._local.sticky = _Sticky(self._pool, self._pool.getconn(timeout=self._wait_left(deadline)))
         return sticky.cursor
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection[Any]]:
+        deadline = time.monotonic() + self.give_up_after
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with (
+                self._pool.connection(timeout=self._wait_left(deadline)) as conn,
+                self._watchdog.watch(conn, self.query_timeout),
+                conn.transaction(),
+            ):
                 yield conn
         except psycopg.OperationalError as exc:
-            self._pool.check()
             raise StoreUnavailableError(f"PostgreSQL connection lost in a transaction: {exc}") from exc
 
     def _fresh_id(self, tenant: str, task_id: str) -> int:
@@ -450,9 +504,13 @@ class PostgresStore:
                 "wake": index.wake_at if index is not None else None,
             }
         inserted = 0
-        for attempt in range(_RETRIES):
+        deadline = time.monotonic() + self.give_up_after
+        attempt = 0
+        while True:
             try:
-                cursor = self._appender().execute(statement, params)
+                cursor = self._appender(deadline)
+                with self._watchdog.watch(cursor.connection, self.query_timeout):
+                    cursor.execute(statement, params)
                 inserted = cursor.rowcount if statement is _APPEND_ONE else cursor.fetchone()[0]  # type: ignore[index]
                 break
             except psycopg.errors.UniqueViolation:
@@ -461,7 +519,8 @@ class PostgresStore:
                 ) from None
             except psycopg.OperationalError as exc:
                 self._local.__dict__.pop("sticky", None)  # its connection goes back to the pool, which drops it
-                self._recover(attempt, exc)
+                self._recover(attempt, exc, deadline)
+                attempt += 1
                 # The append may or may not have committed before the connection broke: look first.
                 if self._already_there(internal, events, fence):
                     return
@@ -757,6 +816,7 @@ class PostgresStore:
 
     def close(self) -> None:
         self._closed = True
+        self._watchdog.stop()
         self._local.__dict__.pop("sticky", None)
         self._pool.close()
 
@@ -764,6 +824,63 @@ class PostgresStore:
         """Remove tether's schema and everything in it (tests use this to clean up)."""
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+
+class _Watchdog:
+    """Cuts the socket of a connection whose statement outlived its deadline.
+
+    libpq has no read timeout: a server that stops answering without closing the connection (a
+    blackholed network, a stopped proxy whose kernel still acknowledges) leaves a statement waiting
+    forever, and TCP keepalives do not help while the peer's kernel answers them. One thread per
+    store watches the statements in flight; past its deadline it shuts the connection's socket
+    down, the waiting call fails with ``OperationalError`` at once, and the usual retry (or
+    ``StoreUnavailableError``) follows.
+    """
+
+    def __init__(self) -> None:
+        self._watched: dict[int, tuple[float, psycopg.Connection[Any]]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    @contextmanager
+    def watch(self, conn: psycopg.Connection[Any], timeout: float) -> Iterator[None]:
+        key = id(conn)
+        self._watched[key] = (time.monotonic() + timeout, conn)
+        if self._thread is None:
+            self._start()
+        try:
+            yield
+        finally:
+            self._watched.pop(key, None)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tether-pg-watchdog", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(0.1):
+            now = time.monotonic()
+            for key, (deadline, conn) in list(self._watched.items()):
+                if deadline <= now and self._watched.get(key, (0.0, None))[1] is conn:
+                    self._watched.pop(key, None)
+                    log.warning("PostgreSQL statement got no answer in time; cutting its connection")
+                    _cut(conn)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+def _cut(conn: psycopg.Connection[Any]) -> None:
+    """Shut a connection's socket down under it: its blocked read returns, the connection is broken."""
+    try:
+        fd = conn.pgconn.socket
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):  # closed meanwhile: nothing to cut
+        pass
 
 
 class _StaleIdError(Exception):
