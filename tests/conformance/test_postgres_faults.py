@@ -194,3 +194,23 @@ def test_a_blackholed_connection_is_cut_within_the_bound(url: str, proxy: _Proxy
     finally:
         proxy.process.send_signal(signal.SIGCONT)
     app.close()
+
+
+def test_a_data_error_is_not_reported_as_an_outage(url: str) -> None:
+    import secrets
+    import time
+
+    from tether.store import EventRow, TaskRow
+
+    store = tether.open_store(url)
+    now = time.time()
+    huge = secrets.token_hex(5_000)  # 10,000 characters that do not compress: past the B-tree entry limit
+    row = TaskRow(huge, "default", "t", "pending", None, None, now, now, 1)
+    start = time.monotonic()
+    with pytest.raises(tether.InvalidInputError, match="cannot store") as caught:
+        store.create_task("default", row, EventRow(1, "TaskCreated", 1, now, "{}"))
+    assert not isinstance(caught.value, tether.StoreUnavailableError)
+    assert time.monotonic() - start < 1.0  # refused at once, not retried
+    with pytest.raises(tether.InvalidInputError, match="cannot store"):
+        store.get_task("default", "a\0b")
+    store.close()

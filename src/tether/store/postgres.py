@@ -37,9 +37,11 @@ from tether._validate import option_float, option_int
 from tether.errors import (
     ConfigurationError,
     ConflictError,
+    InvalidInputError,
     SchemaVersionError,
     StoreUnavailableError,
     TaskNotFoundError,
+    TetherError,
 )
 from tether.store.base import (
     ChangeSignal,
@@ -340,15 +342,20 @@ class PostgresStore:
             except psycopg.OperationalError as exc:
                 self._recover(attempt, exc, deadline)
                 attempt += 1
+            except psycopg.Error as exc:
+                raise _refused(exc) from exc
 
     def _wait_left(self, deadline: float) -> float:
         return max(0.1, min(self.connect_timeout, deadline - time.monotonic()))
 
-    def _recover(self, attempt: int, exc: Exception, deadline: float) -> None:
+    def _recover(self, attempt: int, exc: psycopg.Error, deadline: float) -> None:
         """After a broken connection: wait a little and try again, or give up at the deadline.
 
         Broken connections leave the pool as they are returned to it (psycopg_pool discards a
-        connection whose state is unknown), so trying again soon reaches a good one."""
+        connection whose state is unknown), so trying again soon reaches a good one. An error the
+        server raised about the statement or its data is no connection fault: never retried."""
+        if not _is_connection_fault(exc):
+            raise _refused(exc) from exc
         if time.monotonic() >= deadline:
             raise StoreUnavailableError(
                 f"PostgreSQL at {self.url} is unreachable: {attempt + 1} tries over {self.give_up_after:g} s "
@@ -376,7 +383,11 @@ class PostgresStore:
             ):
                 yield conn
         except psycopg.OperationalError as exc:
+            if not _is_connection_fault(exc):
+                raise _refused(exc) from exc
             raise StoreUnavailableError(f"PostgreSQL connection lost in a transaction: {exc}") from exc
+        except psycopg.Error as exc:
+            raise _refused(exc) from exc
 
     def _fresh_id(self, tenant: str, task_id: str) -> int:
         """The task's row id as the store has it now (another process may have rewound or deleted it)."""
@@ -517,13 +528,16 @@ class PostgresStore:
                 raise ConflictError(
                     task_id, expected=expected_version, actual=self._run(lambda c: self._version_of(c, internal))
                 ) from None
-            except psycopg.OperationalError as exc:
-                self._local.__dict__.pop("sticky", None)  # its connection goes back to the pool, which drops it
-                self._recover(attempt, exc, deadline)
-                attempt += 1
-                # The append may or may not have committed before the connection broke: look first.
-                if self._already_there(internal, events, fence):
-                    return
+            except psycopg.Error as exc:
+                if isinstance(exc, psycopg.OperationalError) and _is_connection_fault(exc):
+                    self._local.__dict__.pop("sticky", None)  # its connection goes back to the pool, which drops it
+                    self._recover(attempt, exc, deadline)
+                    attempt += 1
+                    # The append may or may not have committed before the connection broke: look first.
+                    if self._already_there(internal, events, fence):
+                        return
+                    continue
+                raise _refused(exc) from exc
         if inserted != len(events):
             self._refuse(tenant, task_id, internal, expected_version, fence, stale=_StaleIdError if retry else None)
 
@@ -871,6 +885,25 @@ class _Watchdog:
 
     def stop(self) -> None:
         self._stopping.set()
+
+
+# SQLSTATEs that mean the connection (not the statement) failed: class 08, and the server shutting
+# down or restarting. A client-side failure (lost socket, pool timeout) has no SQLSTATE at all.
+_CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+def _is_connection_fault(exc: Exception) -> bool:
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith("08") or state in _CONNECTION_STATES
+
+
+def _refused(exc: psycopg.Error) -> Exception:
+    """What the server said about a statement or its data, as a tether error (never a retry, never
+    "the server is down"): a value it cannot hold is an InvalidInputError."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.DataError | psycopg.IntegrityError | psycopg.errors.ProgramLimitExceeded):
+        return InvalidInputError(f"PostgreSQL cannot store this value ({exc.sqlstate}): {first}")
+    return TetherError(f"PostgreSQL refused the statement ({exc.sqlstate}): {first}")
 
 
 def _cut(conn: psycopg.Connection[Any]) -> None:
