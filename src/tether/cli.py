@@ -42,7 +42,7 @@ def _open(db: str | None, *, write: bool = False) -> tether.App:
             f"no database at {url[len('sqlite:///') :]!r}; run `tether demo` or your app to create one, "
             "or point --db (or TETHER_URL) at yours"
         )
-    if url.startswith("sqlite:") and not write:
+    if not write and not url.startswith("memory:"):
         return tether.App(tether.open_store(url, readonly=True), tenant=_tenant())
     return tether.App(url, tenant=_tenant())
 

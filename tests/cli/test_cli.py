@@ -269,3 +269,34 @@ def test_a_damaged_database_is_a_message_not_a_traceback(tmp_path: Path) -> None
         assert done.returncode == 1, (verb, done.stdout, done.stderr)
         output = done.stdout + done.stderr
         assert "Traceback" not in output and "integrity_check" in output and "tether.db" in output
+
+
+def test_read_verbs_create_no_postgres_schema(tmp_path: Path) -> None:
+    import uuid
+
+    from tests.conftest import PG_PROBLEM, PG_URL, pg_url
+
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    import psycopg
+
+    schema = f"never_{uuid.uuid4().hex[:12]}"
+    fresh = f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}"
+    done = run("tasks", "--db", fresh, cwd=tmp_path, ok=False)
+    assert done.returncode == 1 and "holds no tether database" in done.stderr
+    with psycopg.connect(PG_URL) as conn:
+        assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+    for url in pg_url("ro"):
+        app = tether.App(url)
+
+        @app.task
+        def job(ctx: tether.TaskContext) -> int:
+            return 1
+
+        app.run(job, task_id="pg-job")
+        app.close()
+        assert "pg-job" in run("tasks", "--db", url, cwd=tmp_path).stdout
+        store = tether.open_store(url, readonly=True)
+        with pytest.raises(tether.TetherError, match="read-only"):
+            store.release_lease("default", "pg-job", 1)
+        store.close()

@@ -84,10 +84,11 @@ def open_store(url: str | None = None, **options: Any) -> Store:
             from tether.store.postgres import PostgresStore
         except ImportError as exc:
             raise ConfigurationError(str(exc)) from None
-        unknown = set(options) - {"schema", "pool_min", "pool_max"}
+        known = {"schema", "pool_min", "pool_max", "query_timeout", "give_up_after", "readonly"}
+        unknown = set(options) - known
         if unknown:
             raise ConfigurationError(
-                f"unknown PostgreSQL option(s) {sorted(unknown)}; known: schema, pool_min, pool_max"
+                f"unknown PostgreSQL option(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
             )
         return PostgresStore(url, **options)
     raise ConfigurationError(f"no tether backend for scheme {scheme!r} in {url!r}; expected one of: {_SCHEMES}")

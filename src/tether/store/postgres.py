@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import orjson
 
@@ -205,7 +205,7 @@ def _split_url(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
     ours = {k: query.pop(k) for k in list(query) if k in _OPTIONS}
-    return urlunsplit(parts._replace(query=urlencode(query))), ours
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote))), ours
 
 
 class PostgresStore:
@@ -228,6 +228,7 @@ class PostgresStore:
         pool_max: int = 10,
         query_timeout: float = _QUERY_TIMEOUT,
         give_up_after: float = _GIVE_UP_AFTER,
+        readonly: bool = False,
     ) -> None:
         conninfo, ours = _split_url(url)
         waits: dict[str, Any] = {"query_timeout": query_timeout, "give_up_after": give_up_after}
@@ -252,6 +253,9 @@ class PostgresStore:
         # Every connection says whose it is (pg_stat_activity.application_name), so an operator,
         # or a test, can find and end tether's connections of one schema and nobody else's.
         self.application_name = f"tether:{self.schema}"
+        self.readonly = readonly
+        if readonly:  # the server itself refuses every write on these connections
+            conninfo = _with_default_params(conninfo, options="-c default_transaction_read_only=on")
         conninfo = _with_default_params(
             conninfo,
             application_name=self.application_name,
@@ -262,7 +266,10 @@ class PostgresStore:
         self._watchdog = _Watchdog()
         try:
             with psycopg.connect(conninfo, autocommit=True) as conn, self._watchdog.watch(conn, self.query_timeout):
-                self._migrate(conn)
+                if readonly:
+                    self._check_schema(conn)
+                else:
+                    self._migrate(conn)
         except psycopg.OperationalError as exc:
             raise ConfigurationError(f"cannot reach PostgreSQL at {_redact(conninfo)}: {exc}") from exc
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
@@ -291,6 +298,29 @@ class PostgresStore:
         self._closed = False
 
     # -- connections --------------------------------------------------------------
+    def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
+        """For a read-only open: the schema must hold tether's tables at this code's version; nothing
+        is created or migrated."""
+        found = conn.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'tether_meta'",
+            (self.schema,),
+        ).fetchone()
+        if found is None:
+            raise ConfigurationError(
+                f"schema {self.schema!r} holds no tether database; nothing to read, and nothing was created"
+            )
+        row = conn.execute(
+            sql.SQL("SELECT value FROM {}.tether_meta WHERE key = 'schema_version'").format(sql.Identifier(self.schema))
+        ).fetchone()
+        version = int(row[0]) if row else 0
+        if version != SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"schema {self.schema!r} has tether schema version {version}; this tether reads version "
+                f"{SCHEMA_VERSION}" + ("; upgrade tether" if version > SCHEMA_VERSION else "; open it once to migrate"),
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         schema = sql.Identifier(self.schema)
         with conn.transaction():
@@ -997,7 +1027,7 @@ def _with_default_params(conninfo: str, **params: str) -> str:
     query = dict(parse_qsl(parts.query))
     for key, value in params.items():
         query.setdefault(key, value)
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
 def _redact(conninfo: str) -> str:
