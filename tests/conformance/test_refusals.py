@@ -127,3 +127,13 @@ def test_none_is_the_only_way_to_ask_for_a_new_id(tmp_path: Path) -> None:
     with pytest.raises(tether.InvalidInputError):
         app.run("noop", task_id="")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [({"concurrency": 0}, "concurrency"), ({"poll": math.nan}, "poll"), ({"grace": math.inf}, "grace")],
+)
+def test_worker_options_are_checked_before_any_thread_starts(options: dict[str, float], name: str) -> None:
+    app = _app("memory://")
+    with pytest.raises(tether.ConfigurationError, match=name):
+        app.run_worker(idle_exit=True, **options)  # type: ignore[arg-type]

@@ -602,6 +602,9 @@ class App:
 
         Returns how many task runs it carried out.
         """
+        check_int(concurrency, "concurrency", low=1, high=1024, error=ConfigurationError)
+        check_positive(poll, "poll")
+        check_positive(grace, "grace", zero=True)
         from tether.runtime.worker import Worker
 
         return Worker(self, concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace).run()
