@@ -67,3 +67,16 @@ def test_worker_banner_and_errors_hold_no_password(secret_url: str, tmp_path: Pa
     )
     assert failed.returncode != 0 and "127.0.0.1" in failed.stdout + failed.stderr
     assert SECRET not in failed.stdout + failed.stderr
+
+
+def test_demo_output_holds_no_password(secret_url: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [TETHER, "demo", "--db", secret_url],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TETHER_URL": "", "COLUMNS": "300"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "postgres:***@" in done.stdout and SECRET not in done.stdout + done.stderr
