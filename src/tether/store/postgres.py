@@ -10,19 +10,14 @@ LOCKED`` and wake on ``LISTEN/NOTIFY``.
 
 from __future__ import annotations
 
-import base64
 import logging
-import os
-import socket
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
-
-import orjson
+from urllib.parse import parse_qsl, urlsplit
 
 try:
     import psycopg
@@ -37,11 +32,23 @@ from tether._validate import option_float, option_int
 from tether.errors import (
     ConfigurationError,
     ConflictError,
-    InvalidInputError,
     SchemaVersionError,
     StoreUnavailableError,
     TaskNotFoundError,
-    TetherError,
+)
+from tether.store._postgres_io import (
+    CONNECT_TIMEOUT,
+    GIVE_UP_AFTER,
+    QUERY_TIMEOUT,
+    TCP_OPTIONS,
+    Watchdog,
+    check_schema_name,
+    from_jsonb,
+    is_connection_fault,
+    refused,
+    split_url,
+    to_jsonb,
+    with_default_params,
 )
 from tether.store.base import (
     ChangeSignal,
@@ -124,20 +131,6 @@ MIGRATIONS: list[str] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 _LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations
-# Every wait is bounded (each is a URL option; docs/postgres.md states them):
-_CONNECT_TIMEOUT = 5.0  # seconds to open a connection (libpq connect_timeout), or to get one from the pool
-_QUERY_TIMEOUT = 30.0  # seconds one statement (or transaction) may wait for the server before its socket is cut
-_GIVE_UP_AFTER = 5.0  # seconds of retrying a statement whose connection broke, then StoreUnavailableError
-# TCP keepalives and tcp_user_timeout: a peer that vanished without a RST is noticed by the kernel
-# (about 5 + 2 × 3 s idle, or 15 s of unacknowledged data) even where no statement is running.
-_TCP = {
-    "keepalives": "1",
-    "keepalives_idle": "5",
-    "keepalives_interval": "2",
-    "keepalives_count": "3",
-    "tcp_user_timeout": "15000",
-}
-
 # One statement, one round trip: the guard (fencing token, predecessor present) and the
 # insert and the index update share a snapshot; a concurrent append of the same seq loses
 # on the primary key.
@@ -197,16 +190,6 @@ _TASK_COLUMNS = """
     p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at
 """
 
-_OPTIONS = {"schema", "pool_min", "pool_max", "query_timeout", "give_up_after"}
-
-
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    """The libpq URL, and tether's own options taken out of its query string."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    ours = {k: query.pop(k) for k in list(query) if k in _OPTIONS}
-    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote))), ours
-
 
 class PostgresStore:
     """The PostgreSQL backend.
@@ -226,15 +209,15 @@ class PostgresStore:
         schema: str | None = None,
         pool_min: int = 1,
         pool_max: int = 10,
-        query_timeout: float = _QUERY_TIMEOUT,
-        give_up_after: float = _GIVE_UP_AFTER,
+        query_timeout: float = QUERY_TIMEOUT,
+        give_up_after: float = GIVE_UP_AFTER,
         readonly: bool = False,
     ) -> None:
-        conninfo, ours = _split_url(url)
+        conninfo, ours = split_url(url)
         waits: dict[str, Any] = {"query_timeout": query_timeout, "give_up_after": give_up_after}
         waits.update({k: v for k, v in ours.items() if k in waits})
         libpq = dict(parse_qsl(urlsplit(conninfo).query))
-        waits["connect_timeout"] = libpq.get("connect_timeout", _CONNECT_TIMEOUT)
+        waits["connect_timeout"] = libpq.get("connect_timeout", CONNECT_TIMEOUT)
         for name in waits:
             option_float(waits, name)
         self.query_timeout: float = waits["query_timeout"]
@@ -249,21 +232,21 @@ class PostgresStore:
         pool_min, pool_max = sizes["pool_min"], sizes["pool_max"]
         if pool_min > pool_max:
             raise ConfigurationError(f"store option pool_min ({pool_min}) is above pool_max ({pool_max})")
-        _check_schema_name(self.schema)
+        check_schema_name(self.schema)
         # Every connection says whose it is (pg_stat_activity.application_name), so an operator,
         # or a test, can find and end tether's connections of one schema and nobody else's.
         self.application_name = f"tether:{self.schema}"
         self.readonly = readonly
         if readonly:  # the server itself refuses every write on these connections
-            conninfo = _with_default_params(conninfo, options="-c default_transaction_read_only=on")
-        conninfo = _with_default_params(
+            conninfo = with_default_params(conninfo, options="-c default_transaction_read_only=on")
+        conninfo = with_default_params(
             conninfo,
             application_name=self.application_name,
             connect_timeout=str(max(1, round(self.connect_timeout))),  # libpq counts whole seconds, at least 2
-            **_TCP,
+            **TCP_OPTIONS,
         )
         self._conninfo = conninfo
-        self._watchdog = _Watchdog()
+        self._watchdog = Watchdog()
         try:
             with psycopg.connect(conninfo, autocommit=True) as conn, self._watchdog.watch(conn, self.query_timeout):
                 if readonly:
@@ -271,7 +254,7 @@ class PostgresStore:
                 else:
                     self._migrate(conn)
         except psycopg.OperationalError as exc:
-            raise ConfigurationError(f"cannot reach PostgreSQL at {_redact(conninfo)}: {exc}") from exc
+            raise ConfigurationError(f"cannot reach PostgreSQL at {redact_url(conninfo)}: {exc}") from exc
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
 
         def configure(conn: psycopg.Connection[Any]) -> None:
@@ -373,7 +356,7 @@ class PostgresStore:
                 self._recover(attempt, exc, deadline)
                 attempt += 1
             except psycopg.Error as exc:
-                raise _refused(exc) from exc
+                raise refused(exc) from exc
 
     def _wait_left(self, deadline: float) -> float:
         return max(0.1, min(self.connect_timeout, deadline - time.monotonic()))
@@ -384,8 +367,8 @@ class PostgresStore:
         Broken connections leave the pool as they are returned to it (psycopg_pool discards a
         connection whose state is unknown), so trying again soon reaches a good one. An error the
         server raised about the statement or its data is no connection fault: never retried."""
-        if not _is_connection_fault(exc):
-            raise _refused(exc) from exc
+        if not is_connection_fault(exc):
+            raise refused(exc) from exc
         if time.monotonic() >= deadline:
             raise StoreUnavailableError(
                 f"PostgreSQL at {self.url} is unreachable: {attempt + 1} tries over {self.give_up_after:g} s "
@@ -413,11 +396,11 @@ class PostgresStore:
             ):
                 yield conn
         except psycopg.OperationalError as exc:
-            if not _is_connection_fault(exc):
-                raise _refused(exc) from exc
+            if not is_connection_fault(exc):
+                raise refused(exc) from exc
             raise StoreUnavailableError(f"PostgreSQL connection lost in a transaction: {exc}") from exc
         except psycopg.Error as exc:
-            raise _refused(exc) from exc
+            raise refused(exc) from exc
 
     def _fresh_id(self, tenant: str, task_id: str) -> int:
         """The task's row id as the store has it now (another process may have rewound or deleted it)."""
@@ -473,7 +456,7 @@ class PostgresStore:
                 assert found is not None
                 conn.execute(
                     "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                    (found[0], first.seq, first.type, first.schema, first.at, _jsonb(first.data)),
+                    (found[0], first.seq, first.type, first.schema, first.at, to_jsonb(first.data)),
                 )
                 return int(found[0])
 
@@ -522,7 +505,7 @@ class PostgresStore:
                 first.type,
                 first.schema,
                 first.at,
-                _jsonb(first.data),
+                to_jsonb(first.data),
                 fence,
                 task_id,
                 tenant,
@@ -539,7 +522,7 @@ class PostgresStore:
                 "types": [e.type for e in events],
                 "schemas": [e.schema for e in events],
                 "ats": [e.at for e in events],
-                "datas": [_jsonb(e.data) for e in events],
+                "datas": [to_jsonb(e.data) for e in events],
                 "reindex": index is not None,
                 "status": index.status if index is not None else None,
                 "wake": index.wake_at if index is not None else None,
@@ -559,7 +542,7 @@ class PostgresStore:
                     task_id, expected=expected_version, actual=self._run(lambda c: self._version_of(c, internal))
                 ) from None
             except psycopg.Error as exc:
-                if isinstance(exc, psycopg.OperationalError) and _is_connection_fault(exc):
+                if isinstance(exc, psycopg.OperationalError) and is_connection_fault(exc):
                     self._local.__dict__.pop("sticky", None)  # its connection goes back to the pool, which drops it
                     self._recover(attempt, exc, deadline)
                     attempt += 1
@@ -567,7 +550,7 @@ class PostgresStore:
                     if self._already_there(internal, events, fence):
                         return
                     continue
-                raise _refused(exc) from exc
+                raise refused(exc) from exc
         if inserted != len(events):
             self._refuse(tenant, task_id, internal, expected_version, fence, stale=_StaleIdError if retry else None)
 
@@ -627,7 +610,7 @@ class PostgresStore:
             conn.execute("UPDATE tasks SET task_id = %s WHERE id = %s", (archive_id, internal))
             conn.execute(
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                (internal, archived.seq, archived.type, archived.schema, archived.at, _jsonb(archived.data)),
+                (internal, archived.seq, archived.type, archived.schema, archived.at, to_jsonb(archived.data)),
             )
             new = conn.execute(
                 "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, parent, "
@@ -647,7 +630,7 @@ class PostgresStore:
             assert new is not None
             conn.execute(
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                (new[0], forked.seq, forked.type, forked.schema, forked.at, _jsonb(forked.data)),
+                (new[0], forked.seq, forked.type, forked.schema, forked.at, to_jsonb(forked.data)),
             )
         self._ids[(tenant, archive_id)] = internal
         self._ids[(tenant, task_id)] = int(new[0])
@@ -666,7 +649,7 @@ class PostgresStore:
                     "WHERE task = %s AND seq > %s AND (%s::integer IS NULL OR seq <= %s) ORDER BY seq",
                     (task, low, last, last),
                 )
-                return [EventRow(r[0], r[1], r[2], r[3], _from_jsonb(r[4]), r[5]) for r in cursor]
+                return [EventRow(r[0], r[1], r[2], r[3], from_jsonb(r[4]), r[5]) for r in cursor]
 
             return read_across_forks(internal, after, upto, parent_of, segment)
 
@@ -870,82 +853,6 @@ class PostgresStore:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
 
 
-class _Watchdog:
-    """Cuts the socket of a connection whose statement outlived its deadline.
-
-    libpq has no read timeout: a server that stops answering without closing the connection (a
-    blackholed network, a stopped proxy whose kernel still acknowledges) leaves a statement waiting
-    forever, and TCP keepalives do not help while the peer's kernel answers them. One thread per
-    store watches the statements in flight; past its deadline it shuts the connection's socket
-    down, the waiting call fails with ``OperationalError`` at once, and the usual retry (or
-    ``StoreUnavailableError``) follows.
-    """
-
-    def __init__(self) -> None:
-        self._watched: dict[int, tuple[float, psycopg.Connection[Any]]] = {}
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-
-    @contextmanager
-    def watch(self, conn: psycopg.Connection[Any], timeout: float) -> Iterator[None]:
-        key = id(conn)
-        self._watched[key] = (time.monotonic() + timeout, conn)
-        if self._thread is None:
-            self._start()
-        try:
-            yield
-        finally:
-            self._watched.pop(key, None)
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="tether-pg-watchdog", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stopping.wait(0.1):
-            now = time.monotonic()
-            for key, (deadline, conn) in list(self._watched.items()):
-                if deadline <= now and self._watched.get(key, (0.0, None))[1] is conn:
-                    self._watched.pop(key, None)
-                    log.warning("PostgreSQL statement got no answer in time; cutting its connection")
-                    _cut(conn)
-
-    def stop(self) -> None:
-        self._stopping.set()
-
-
-# SQLSTATEs that mean the connection (not the statement) failed: class 08, and the server shutting
-# down or restarting. A client-side failure (lost socket, pool timeout) has no SQLSTATE at all.
-_CONNECTION_STATES = frozenset({"57P01", "57P02", "57P03"})
-
-
-def _is_connection_fault(exc: Exception) -> bool:
-    state = getattr(exc, "sqlstate", None)
-    return state is None or state.startswith("08") or state in _CONNECTION_STATES
-
-
-def _refused(exc: psycopg.Error) -> Exception:
-    """What the server said about a statement or its data, as a tether error (never a retry, never
-    "the server is down"): a value it cannot hold is an InvalidInputError."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if isinstance(exc, psycopg.DataError | psycopg.IntegrityError | psycopg.errors.ProgramLimitExceeded):
-        return InvalidInputError(f"PostgreSQL cannot store this value ({exc.sqlstate}): {first}")
-    return TetherError(f"PostgreSQL refused the statement ({exc.sqlstate}): {first}")
-
-
-def _cut(conn: psycopg.Connection[Any]) -> None:
-    """Shut a connection's socket down under it: its blocked read returns, the connection is broken."""
-    try:
-        fd = conn.pgconn.socket
-        with socket.socket(fileno=os.dup(fd)) as sock:
-            sock.shutdown(socket.SHUT_RDWR)
-    except (OSError, psycopg.Error):  # closed meanwhile: nothing to cut
-        pass
-
-
 class _StaleIdError(Exception):
     """A cached row id that names another stream (or none) now; the append looks the id up again."""
 
@@ -977,58 +884,3 @@ def _close_pool(pool: ConnectionPool) -> None:
 
 def _text(data: str | bytes) -> str:
     return data.decode() if isinstance(data, bytes) else data
-
-
-# jsonb cannot hold a NUL character (``\u0000`` in a string). An event whose JSON has one is kept
-# whole, base64-encoded, under this key, and decoded on read: it round-trips exactly, and only
-# such events lose being queryable with PostgreSQL's JSON operators. An event's own JSON is an
-# object of its fields, never one with this key alone.
-_NUL_KEY = "$tether.nul"
-_NUL_PREFIX = '{"$tether.nul"'
-
-
-def _jsonb(data: str | bytes) -> str:
-    text = data.decode() if isinstance(data, bytes) else data
-    if "\\u0000" not in text:
-        return text
-    return orjson.dumps({_NUL_KEY: base64.b64encode(text.encode()).decode()}).decode()
-
-
-def _from_jsonb(text: str) -> str:
-    if text.startswith(_NUL_PREFIX):
-        return base64.b64decode(orjson.loads(text)[_NUL_KEY]).decode()
-    return text
-
-
-MAX_SCHEMA_LENGTH = 63 - len("tether_")
-"""PostgreSQL names are at most 63 bytes; the wake-up channel is ``tether_<schema>``."""
-
-
-def _check_schema_name(schema: str) -> None:
-    """Refuse, at open, a schema name PostgreSQL would take and then fail on at the first write."""
-    if not isinstance(schema, str) or not schema or not schema.isascii() or not schema.replace("_", "").isalnum():
-        raise ConfigurationError(f"schema must be ASCII letters, digits and _, got {schema!r}")
-    if len(schema) > MAX_SCHEMA_LENGTH:
-        raise ConfigurationError(
-            f"schema {schema!r} is {len(schema)} characters; at most {MAX_SCHEMA_LENGTH} "
-            "(PostgreSQL names are at most 63 bytes, and tether's notification channel is 'tether_' + schema)"
-        )
-    if schema.lower().startswith("pg_") or schema.lower() == "information_schema":
-        raise ConfigurationError(
-            f"schema {schema!r} is reserved by PostgreSQL (pg_*, information_schema); choose another"
-        )
-    if schema[0].isdigit():
-        raise ConfigurationError(f"schema {schema!r} starts with a digit; start it with a letter or _")
-
-
-def _with_default_params(conninfo: str, **params: str) -> str:
-    """``conninfo`` (a URL) with ``params`` added to its query string where it does not set them."""
-    parts = urlsplit(conninfo)
-    query = dict(parse_qsl(parts.query))
-    for key, value in params.items():
-        query.setdefault(key, value)
-    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
-
-
-def _redact(conninfo: str) -> str:
-    return redact_url(conninfo)

@@ -9,7 +9,6 @@ saying so.
 from __future__ import annotations
 
 import fcntl
-import functools
 import logging
 import mmap
 import os
@@ -17,8 +16,7 @@ import sqlite3
 import struct
 import threading
 import time
-import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -26,11 +24,9 @@ from tether.errors import (
     ConfigurationError,
     ConflictError,
     SchemaVersionError,
-    StoreCorruptError,
-    StoreFullError,
-    StoreUnavailableError,
     TaskNotFoundError,
 )
+from tether.store._sqlite_files import connect_readonly, create_private, file_mode, rollback, translate_errors
 from tether.store.base import (
     EventRow,
     IndexUpdate,
@@ -180,15 +176,6 @@ def _connect(path: str, durability: Durability, busy_timeout: float) -> sqlite3.
     return conn
 
 
-def _connect_readonly(path: str, busy_timeout: float) -> sqlite3.Connection:
-    """A connection that cannot change the file: ``mode=ro``, and no pragma that writes (the journal
-    mode stays what it is; a WAL database is read through its WAL as usual)."""
-    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
-    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-    return conn
-
-
 class _Checkpointer:
     """Copies the WAL back into the database on a thread of its own, off every commit's path.
 
@@ -274,6 +261,7 @@ class _Checkpointer:
         self._thread = None
 
 
+@translate_errors  # no sqlite3 error about the file crosses the store boundary
 class SQLiteStore:
     """The SQLite backend.
 
@@ -301,7 +289,7 @@ class SQLiteStore:
     ) -> None:
         if durability not in ("normal", "full"):
             raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
-        self.mode = _file_mode(mode)
+        self.mode = file_mode(mode)
         self.path = path
         self.url = f"sqlite:///{path}"
         folder = os.path.dirname(os.path.abspath(path))
@@ -316,11 +304,11 @@ class SQLiteStore:
         try:
             if readonly:
                 # For reading only: change nothing, not the journal mode, not the schema.
-                self._conn = _connect_readonly(path, busy_timeout)
+                self._conn = connect_readonly(path, busy_timeout)
                 self._check_schema()
             else:
                 if path != ":memory:":
-                    _create_private(path, self.mode)  # before SQLite does: -wal and -shm copy this file's mode
+                    create_private(path, self.mode)  # before SQLite does: -wal and -shm copy this file's mode
                 self._conn = _connect(path, durability, busy_timeout)
                 self._migrate()
         except sqlite3.DatabaseError as exc:
@@ -334,7 +322,7 @@ class SQLiteStore:
         self._commits = 0
         # One lock file per database, beside it: every tether writer queues on it (see _gate_in).
         if path != ":memory:" and not readonly:
-            self._gate = _create_private(path + "-lock", self.mode, keep=True)
+            self._gate = create_private(path + "-lock", self.mode, keep=True)
             if os.fstat(self._gate).st_size < _LOCK_SIZE:
                 os.ftruncate(self._gate, _LOCK_SIZE)  # idempotent: every opener sizes it alike
             # Shared memory over the file's first bytes: the write generation is read and bumped
@@ -403,7 +391,7 @@ class SQLiteStore:
                 conn.execute(f"PRAGMA user_version = {index + 1}")
             conn.execute("COMMIT")
         except BaseException:
-            _rollback(conn)
+            rollback(conn)
             raise
 
     @contextmanager
@@ -418,7 +406,7 @@ class SQLiteStore:
                     yield conn
                     conn.execute("COMMIT")
                 except BaseException:
-                    _rollback(conn)
+                    rollback(conn)
                     raise
             finally:
                 self._gate_out()
@@ -603,7 +591,7 @@ class SQLiteStore:
                     )
                 conn.execute("COMMIT")
             except BaseException:
-                _rollback(conn)
+                rollback(conn)
                 self._gate_out()
                 self._forget_known(internal)
                 raise
@@ -862,125 +850,6 @@ class SQLiteStore:
             if self._gate is not None:
                 os.close(self._gate)
                 self._gate = None
-
-
-def _file_mode(mode: int | str) -> int:
-    """The permission bits for tether's files: an int, or octal text from a URL (``?mode=0640``)."""
-    try:
-        bits = int(mode, 8) if isinstance(mode, str) else mode
-    except ValueError:
-        bits = -1
-    if not isinstance(bits, int) or isinstance(bits, bool) or not 0 <= bits <= 0o777 or not bits & 0o600 == 0o600:
-        raise ConfigurationError(
-            f"store option mode must be octal permission bits that let the owner read and write "
-            f"(e.g. 0600, 0640, 0660), got {mode!r}"
-        )
-    return bits
-
-
-def _create_private(path: str, mode: int, *, keep: bool = False) -> int:
-    """Create ``path`` with exactly ``mode`` if it does not exist (the umask may only narrow it, so
-    it is set again); an existing file keeps its mode. Returns the open descriptor with ``keep``."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
-    except FileExistsError:
-        if not keep:
-            return -1
-        return os.open(path, os.O_RDWR)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot create {path!r}: {exc.strerror}") from exc
-    os.fchmod(fd, mode)
-    if keep:
-        return fd
-    os.close(fd)
-    return -1
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    """Roll back if a transaction is still open (SQLite ends some by itself on a full disk or an I/O
-    error; a second ROLLBACK would hide the first error behind 'no transaction is active')."""
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error as exc:
-            log.warning("rollback failed: %s", exc)
-
-
-# SQLite's primary result codes that say what went wrong with the file, not with the query.
-_FULL = {13}  # SQLITE_FULL
-_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
-_UNAVAILABLE = {5, 6, 8, 10, 14, 15}  # BUSY, LOCKED, READONLY, IOERR, CANTOPEN, PROTOCOL
-
-
-def _store_error(path: str, exc: sqlite3.Error) -> Exception:
-    """A tether error for what SQLite raised about its file; other errors are returned unchanged."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
-    text = str(exc)
-    if primary in _FULL or "disk is full" in text:
-        return StoreFullError(
-            f"SQLite database {path!r} cannot grow: the disk is full ({text}). Nothing was written; "
-            "the task stays as it was and resumes once space is freed",
-            path=path,
-        )
-    if primary in _CORRUPT or "malformed" in text:
-        return StoreCorruptError(
-            f"SQLite database {path!r} is damaged ({text}). Check it with "
-            f"`sqlite3 {path} 'PRAGMA integrity_check'` and restore it from a backup "
-            "(or `.recover` it into a new file)",
-            path=path,
-        )
-    if primary in _UNAVAILABLE or isinstance(exc, sqlite3.OperationalError):
-        return StoreUnavailableError(f"SQLite database {path!r} cannot be used right now: {text}")
-    return exc
-
-
-def _translate_errors(cls: type[SQLiteStore]) -> type[SQLiteStore]:
-    """Wrap the store's public methods so that no sqlite3 error about the file crosses the store
-    boundary: it becomes :class:`StoreFullError`, :class:`StoreCorruptError` or
-    :class:`StoreUnavailableError`, which stop a run without failing its task."""
-
-    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def guarded(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return method(self, *args, **kwargs)
-            except sqlite3.Error as exc:
-                translated = _store_error(self.path, exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-
-        return guarded
-
-    for name in _STORE_METHODS:
-        setattr(cls, name, wrap(getattr(cls, name)))
-    return cls
-
-
-_STORE_METHODS = (
-    "create_task",
-    "append",
-    "rewind",
-    "read_events",
-    "get_task",
-    "delete_task",
-    "list_tasks",
-    "put_snapshot",
-    "get_snapshot",
-    "ledger_get",
-    "ledger_begin",
-    "ledger_finish",
-    "ledger_forget",
-    "acquire_lease",
-    "claim",
-    "renew_lease",
-    "release_lease",
-    "wait_for_change",
-)
-
-
-_translate_errors(SQLiteStore)
 
 
 def _text(data: str | bytes) -> str:
