@@ -32,17 +32,42 @@ def _url(db: str | None) -> str:
     return value if "://" in value else f"sqlite:///{value}"
 
 
-def _open(db: str | None) -> tether.TaskLog:
+def _open(db: str | None, *, write: bool = False) -> tether.App:
+    """The app over the store ``--db`` names, in the tenant ``--tenant`` names.
+
+    Verbs that only read open SQLite read-only: they never create, migrate or re-configure a file
+    (not even its journal mode). Only verbs that write (``fork``, ``send``) may.
+    """
     url = _url(db)
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
         raise click.ClickException(
             f"no database at {url[len('sqlite:///') :]!r}; run `tether demo` or your app to create one, "
             "or point --db (or TETHER_URL) at yours"
         )
-    return tether.TaskLog(url)
+    if not write and not url.startswith("memory:"):
+        return tether.App(tether.open_store(url, readonly=True), tenant=_tenant())
+    return tether.App(url, tenant=_tenant())
+
+
+def _tenant() -> str:
+    return str(click.get_current_context().meta.get("tether.tenant") or "default")
+
+
+def _remember_tenant(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    ctx.meta["tether.tenant"] = value
+    return value
 
 
 def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--db`` and ``--tenant``: which store, and whose tasks in it."""
+    fn = click.option(
+        "--tenant",
+        metavar="NAME",
+        envvar="TETHER_TENANT",
+        expose_value=False,
+        callback=_remember_tenant,
+        help="the tenant to look in (default: $TETHER_TENANT, then 'default')",
+    )(fn)
     return click.option(
         "--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)"
     )(fn)
@@ -75,8 +100,8 @@ def _suggest(db: str | None, task_id: str) -> str:
     import difflib
 
     try:
-        ids = [row.task_id for row in tether.TaskLog(_url(db)).list(limit=1000)]
-    except TetherError:
+        ids = [row.task_id for row in _open(db).log.list(limit=1000)]
+    except (TetherError, click.ClickException):
         return ""
     close = difflib.get_close_matches(task_id, ids, n=3, cutoff=0.5)
     prefixed = [i for i in ids if i.startswith(task_id)][:3]
@@ -180,8 +205,7 @@ def tasks(
     db: str | None, as_json: bool, status: tuple[str, ...], task_type: str | None, user_id: str | None, limit: int
 ) -> None:
     """List tasks, newest first: status, position, what each waits for, who holds it."""
-    _open(db)
-    app = tether.App(_url(db))
+    app = _open(db)
     rows = app.list_tasks(status=list(status) or None, type=task_type, user_id=user_id, limit=limit)
     if as_json:
         _emit_json(
@@ -219,7 +243,7 @@ def _status(status: str) -> str:
 @errors_as_messages
 def show(task_id: str, db: str | None, as_json: bool) -> None:
     """Status, position, plan, calls, failure and output of a task."""
-    state = _open(db).load(task_id)
+    state = _open(db).log.load(task_id)
     if as_json:
         _emit_json(_state_json(state))
         return
@@ -270,7 +294,7 @@ def _short(value: Any, limit: int = 100) -> str:
 @errors_as_messages
 def history(task_id: str, db: str | None, as_json: bool) -> None:
     """Every event of a task, in order."""
-    records = _open(db).events(task_id)
+    records = _open(db).log.events(task_id)
     if as_json:
         _emit_json(
             [
@@ -302,8 +326,7 @@ def state(
     """A task's full state: now, at any event, or around any step."""
     if sum(x is not None for x in (seq, before_step, after_step)) > 1:
         raise click.UsageError("use one of --at, --before-step, --after-step")
-    _open(db)
-    app = tether.App(_url(db))
+    app = _open(db)
     if seq is not None:
         value = app.state_at(task_id, seq)
     elif before_step is not None:
@@ -332,8 +355,7 @@ def _step(text: str) -> int | str:
 @errors_as_messages
 def diff(task_id: str, a: int, b: int, other: str | None, db: str | None, as_json: bool) -> None:
     """What changed from event A to event B: an RFC 6902 JSON patch."""
-    _open(db)
-    result = tether.App(_url(db)).diff(task_id, a, b, other=other)
+    result = _open(db).diff(task_id, a, b, other=other)
     if as_json:
         _emit_json(result.patch)
         return
@@ -355,7 +377,6 @@ def diff(task_id: str, a: int, b: int, other: str | None, db: str | None, as_jso
 @errors_as_messages
 def fork(task_id: str, seq: int, new_id: str | None, inputs: str | None, db: str | None, as_json: bool) -> None:
     """A new task sharing TASK's history up to SEQ (by reference); resume it to run from there."""
-    _open(db)
     parsed = None
     if inputs is not None:
         try:
@@ -364,7 +385,7 @@ def fork(task_id: str, seq: int, new_id: str | None, inputs: str | None, db: str
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from None
         if not isinstance(parsed, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--inputs")
-    app = tether.App(_url(db))
+    app = _open(db, write=True)
     handle = app.fork(task_id, at=seq, new_id=new_id, inputs=parsed)
     if as_json:
         _emit_json({"task_id": handle.task_id, "parent": task_id, "at": seq, "status": handle.status.value})
@@ -470,12 +491,12 @@ def retry(task_id: str, actor: str | None, app_spec: str, as_json: bool) -> None
 @errors_as_messages
 def send(task_id: str, key: str, value: str, db: str | None, as_json: bool) -> None:
     """Answer a task waiting for input KEY. VALUE is JSON if it parses as JSON, else a string."""
-    _open(db)
+    app = _open(db, write=True)
     try:
         parsed: Any = orjson.loads(value)
     except orjson.JSONDecodeError:
         parsed = value
-    _handle(_console(), tether.App(_url(db)).send_input(task_id, key, parsed), as_json)
+    _handle(_console(), app.send_input(task_id, key, parsed), as_json)
 
 
 @main.command()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import tether
+from tether.store.base import redact_url
 
 STEPS = ["understand", "search", "shortlist", "price", "choose", "hold", "invite", "itinerary", "summary"]
 KILL_AT_STEP = 6
@@ -144,7 +145,7 @@ def run_demo(url: str, folder: Path, out: Any) -> dict[str, Any]:
     world = World(folder)
     task_id = f"trip-{uuid.uuid4().hex[:8]}"
     started = time.time()
-    out.print(f"[bold]tether demo[/] — a 9-step trip-booking agent, task [cyan]{task_id}[/] in {url}")
+    out.print(f"[bold]tether demo[/] — a 9-step trip-booking agent, task [cyan]{task_id}[/] in {redact_url(url)}")
     out.print("Process A runs the agent. At step 6 (holding the seat) it is killed with SIGKILL.\n")
 
     first = _spawn(url, folder, task_id)

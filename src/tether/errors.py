@@ -10,6 +10,8 @@
     │   ├── ValueTooLargeError      value_too_large      payload over the configured limit
     │   └── UnknownEventTypeError   unknown_event_type   no event class of that name
     ├── StoreUnavailableError       store_unavailable    the database cannot be reached right now
+    │   ├── StoreFullError          store_full           the database cannot grow: its disk is full
+    │   └── StoreCorruptError       store_corrupt        the database file is damaged
     ├── TaskNotFoundError           task_not_found       no such task in this tenant
     ├── SequenceError               invalid_sequence     seq < 0 or beyond the last event
     ├── ConflictError               conflict             optimistic append lost the race
@@ -49,6 +51,8 @@ __all__ = [
     "RunInterrupted",
     "SchemaVersionError",
     "SequenceError",
+    "StoreCorruptError",
+    "StoreFullError",
     "StoreUnavailableError",
     "Suspend",
     "TaskBusyError",
@@ -115,6 +119,28 @@ class StoreUnavailableError(TetherError):
     """
 
     code = "store_unavailable"
+
+
+class StoreFullError(StoreUnavailableError):
+    """The store cannot write because its disk (or quota) is full. Nothing was written; the run
+    stops where it is and the task resumes once there is space."""
+
+    code = "store_full"
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class StoreCorruptError(StoreUnavailableError):
+    """The database file is damaged (a corrupted page). Not a task's failure: the task is left as
+    it stands; check the file (``PRAGMA integrity_check``) and restore it from a backup."""
+
+    code = "store_corrupt"
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class TaskNotFoundError(TetherError):

@@ -23,7 +23,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from tether._keys import json_default
+from tether._keys import MAX_DEPTH, check_finite, json_default, unserializable_reason
+from tether._validate import MAX_LIMIT, MAX_OFFSET, check_id, check_int, check_optional_id, check_task_id
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -112,9 +113,12 @@ class _Entry:
     at the tenth call as at the hundred-thousandth.
     """
 
-    __slots__ = ("base", "bytes_since", "calls", "pending", "snap_seq", "snap_size", "version")
+    __slots__ = ("base", "bytes_since", "calls", "created", "pending", "snap_seq", "snap_size", "version")
 
     def __init__(self, state: TaskState, snap_seq: int, snap_size: int, bytes_since: int) -> None:
+        self.created: float | None = None
+        """The stream's index row ``created_at``: which stream this is (a rewind elsewhere puts another
+        stream under the same id, a delete and re-create too). ``None`` until first checked."""
         self.base = state
         self.pending: list[Recorded] = []
         self.version = state.version
@@ -200,8 +204,7 @@ class TaskLog:
         max_event_bytes: int = 16 * 1024 * 1024,
         cache_size: int = 4096,
     ) -> None:
-        if not tenant or not isinstance(tenant, str):
-            raise ConfigurationError(f"tenant must be a non-empty string, got {tenant!r}")
+        check_id(tenant, "tenant", error=ConfigurationError)
         self.store: Store = store if store is not None and not isinstance(store, str) else open_store(store)
         self.tenant = tenant
         self.snapshots = snapshots or SnapshotPolicy()
@@ -217,6 +220,8 @@ class TaskLog:
             data = orjson.dumps(event, default=json_default)
         except TypeError as exc:
             raise NotSerializableError(_explain_unserializable(event, exc)) from None
+        if b"null" in data:  # where orjson puts a NaN or an infinity: refuse them, by name
+            check_finite(event, type(event).__name__)
         if len(data) > self.max_event_bytes:
             raise ValueTooLargeError(
                 f"{type(event).__name__} encodes to {len(data):,} bytes, over the limit of "
@@ -247,7 +252,9 @@ class TaskLog:
         """Create a task (status ``pending``) with its first event. ``ConflictError`` if the id exists."""
         if not type:
             raise InvalidInputError("a task needs a non-empty type")
-        task_id = task_id or uuid.uuid4().hex
+        task_id = uuid.uuid4().hex if task_id is None else check_task_id(task_id)
+        check_optional_id(user_id, "user_id")
+        check_optional_id(session_id, "session_id")
         event = TaskCreated(
             type=type,
             task_id=task_id,
@@ -266,7 +273,9 @@ class TaskLog:
         encoded = self.encode(event)
         row = self._index_row(task_id, type, user_id, session_id, now, version=1)
         self.store.create_task(self.tenant, row, EventRow(1, event.event_type, event.version, now, encoded))
-        self._remember(task_id, _Entry(state, 0, 0, len(encoded)))
+        entry = _Entry(state, 0, 0, len(encoded))
+        entry.created = now
+        self._remember(task_id, entry)
         return state
 
     def append(
@@ -369,28 +378,38 @@ class TaskLog:
 
         ``session_id``: the fork's own conversation (a branch of its parent's), when it has one.
         """
-        new_id = self.fork_stream(task_id, at, new_id=new_id, inputs=inputs, session_id=session_id)
+        check_int(at, "at", low=1)
+        parent = self.task_row(task_id, "forked")
+        if not 1 <= at <= parent.version:
+            raise SequenceError(task_id, at, parent.version)
+        new_id = uuid.uuid4().hex if new_id is None else check_task_id(new_id, "new_id")
+        row, first = self._fork_records(
+            new_id, task_id, at, parent.type, parent.user_id, session_id or parent.session_id, inputs, session_id
+        )
+        # Fold the fork's first event onto the parent's state before writing it: a fork that could
+        # not be read back is refused with nothing written.
+        apply(self.state_at(task_id, at), self.decode(first))
+        self.store.create_task(self.tenant, row, first)
         return self.load(new_id)
 
-    def fork_stream(
-        self,
-        stream_id: str,
-        at: int,
-        *,
-        new_id: str | None = None,
-        inputs: dict[str, Any] | None = None,
-        session_id: str | None = None,
-    ) -> str:
-        """Branch any stream (a task, a session) at ``at``: one row and one event, whatever its length."""
+    def fork_stream(self, stream_id: str, at: int, *, new_id: str) -> str:
+        """Branch one of tether's own streams (a session) at ``at``: one row and one event, by reference."""
+        check_int(at, "at", low=1)
         parent = self.get(stream_id)
-        if not isinstance(at, int) or isinstance(at, bool) or not 1 <= at <= parent.version:
-            raise SequenceError(stream_id, at if isinstance(at, int) else -1, parent.version)
-        new_id = new_id or uuid.uuid4().hex
-        row, first = self._fork_records(
-            new_id, stream_id, at, parent.type, parent.user_id, session_id or parent.session_id, inputs, session_id
-        )
+        if not 1 <= at <= parent.version:
+            raise SequenceError(stream_id, at, parent.version)
+        row, first = self._fork_records(new_id, stream_id, at, parent.type, parent.user_id, parent.session_id)
         self.store.create_task(self.tenant, row, first)
         return new_id
+
+    def task_row(self, task_id: str, verb: str) -> TaskRow:
+        """The index row of a task, refusing tether's own streams (sessions, user documents)."""
+        row = self.get(task_id)
+        if row.type.startswith("tether."):
+            raise InvalidInputError(
+                f"{task_id!r} is one of tether's own streams ({row.type}), not a task; it cannot be {verb}"
+            )
+        return row
 
     def _index_row(
         self,
@@ -440,6 +459,7 @@ class TaskLog:
 
         ``session_id``: the rewound task's own branch of its conversation, when it has one.
         """
+        self.task_row(task_id, "rewound")
         current = self.load(task_id)
         if not isinstance(to, int) or isinstance(to, bool) or not 1 <= to <= current.version:
             raise SequenceError(task_id, to if isinstance(to, int) else -1, current.version)
@@ -497,8 +517,28 @@ class TaskLog:
 
     # ----------------------------------------------------------------- reading
     def load(self, task_id: str) -> TaskState:
-        """The latest state: the nearest good snapshot plus the events after it."""
+        """The latest state: the nearest good snapshot plus the events after it.
+
+        What this log remembers of the task is checked against the store's index row first (one
+        cheap read): if another process rewound or deleted and re-created the task, the memory is
+        of another stream and is dropped, never trusted.
+        """
         entry = self._cache.get(task_id)
+        if entry is None:
+            check_id(task_id, "task_id")
+        else:
+            row = self.store.get_task(self.tenant, task_id)
+            if row is None:
+                self.forget(task_id)
+                raise TaskNotFoundError(task_id, tenant=self.tenant)
+            if entry.created is None:
+                entry.created = row.created_at
+            if row.created_at != entry.created or row.version < entry.version:
+                self.forget(task_id)  # another stream under this id now
+                entry = None
+            elif row.version == entry.version:
+                self._cache.move_to_end(task_id)
+                return entry.state
         if entry is not None:
             rows = self.store.read_events(self.tenant, task_id, after=entry.version)
             if rows:
@@ -526,11 +566,13 @@ class TaskLog:
 
     def events(self, task_id: str, *, after: int = 0, upto: int | None = None) -> list[Recorded]:
         """Decoded events with ``after < seq <= upto``."""
+        check_id(task_id, "task_id")
         if after < 0 or (upto is not None and upto < after):
             raise SequenceError(task_id, upto if upto is not None else after, self.version(task_id))
         return [self.decode(r) for r in self.store.read_events(self.tenant, task_id, after=after, upto=upto)]
 
     def version(self, task_id: str) -> int:
+        check_id(task_id, "task_id")
         row = self.store.get_task(self.tenant, task_id)
         if row is None:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
@@ -538,6 +580,7 @@ class TaskLog:
 
     def get(self, task_id: str) -> TaskRow:
         """The task's index row (status, lease, version) without folding anything."""
+        check_id(task_id, "task_id")
         row = self.store.get_task(self.tenant, task_id)
         if row is None:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
@@ -556,8 +599,8 @@ class TaskLog:
         offset: int = 0,
     ) -> list[TaskRow]:
         """Tasks of this tenant, newest first, filtered and paged."""
-        if limit < 1 or offset < 0:
-            raise InvalidInputError(f"limit must be >= 1 and offset >= 0, got limit={limit}, offset={offset}")
+        check_int(limit, "limit", low=1, high=MAX_LIMIT)
+        check_int(offset, "offset", low=0, high=MAX_OFFSET)
         statuses: tuple[str, ...] | None = None
         if status is not None:
             items = [status] if isinstance(status, str | Status) else list(status)
@@ -677,6 +720,8 @@ def _check_call_ordinal(task_id: str, event: Event, opened: set[int], opening: s
 
 
 def _explain_unserializable(event: Event, exc: Exception) -> str:
+    if "Recursion limit" in str(exc):
+        return f"{type(event).__name__} cannot be stored as JSON: {unserializable_reason(exc)}"
     for f in fields(event):  # type: ignore[arg-type]
         value = getattr(event, f.name)
         try:
@@ -686,7 +731,9 @@ def _explain_unserializable(event: Event, exc: Exception) -> str:
     return f"{type(event).__name__} cannot be stored as JSON: {exc}"
 
 
-def _describe_bad_value(value: Any, path: str = "") -> str:
+def _describe_bad_value(value: Any, path: str = "", depth: int = 0) -> str:
+    if depth > MAX_DEPTH:
+        return f"a value nested more than {MAX_DEPTH} levels deep at {path}"
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
@@ -694,11 +741,11 @@ def _describe_bad_value(value: Any, path: str = "") -> str:
             try:
                 orjson.dumps(v, default=json_default)
             except TypeError:
-                return _describe_bad_value(v, f"{path}.{k}" if path else str(k))
+                return _describe_bad_value(v, f"{path}.{k}" if path else str(k), depth + 1)
     if isinstance(value, list | tuple):
         for i, v in enumerate(value):
             try:
                 orjson.dumps(v, default=json_default)
             except TypeError:
-                return _describe_bad_value(v, f"{path}[{i}]")
+                return _describe_bad_value(v, f"{path}[{i}]", depth + 1)
     return f"value of type {type(value).__name__} at {path or 'top level'}"

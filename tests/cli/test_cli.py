@@ -194,3 +194,109 @@ def test_show_matches_its_snapshot(db: Path) -> None:
     out = run("show", "trip-abc123", cwd=db).stdout
     expected = (SNAPSHOTS / "show.txt").read_text()
     assert out == expected, f"`tether show` output changed; if on purpose, update {SNAPSHOTS / 'show.txt'}:\n{out}"
+
+
+def test_tenant_option_and_environment(tmp_path: Path) -> None:
+    app = tether.App(f"sqlite:///{tmp_path / 'tether.db'}", tenant="acme")
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> int:
+        return 1
+
+    app.run(job, task_id="acme-job")
+    app.close()
+    assert "no tasks" in run("tasks", cwd=tmp_path).stdout
+    assert "acme-job" in run("tasks", "--tenant", "acme", cwd=tmp_path).stdout
+    shown = subprocess.run(
+        [TETHER, "show", "acme-job", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TETHER_URL": "", "TETHER_TENANT": "acme"},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["tenant"] == "acme"
+    assert run("show", "acme-job", cwd=tmp_path, ok=False).returncode == 1
+
+
+def test_read_verbs_change_no_file(tmp_path: Path) -> None:
+    import hashlib
+    import sqlite3
+
+    other = tmp_path / "someone_else.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('mine')")
+    conn.close()
+    before = hashlib.sha256(other.read_bytes()).hexdigest()
+    empty = tmp_path / "empty-file"
+    empty.write_bytes(b"")
+    for verb in (("tasks",), ("show", "x"), ("history", "x"), ("state", "x")):
+        for target in (other, empty):
+            done = run(*verb, "--db", str(target), cwd=tmp_path, ok=False)
+            assert done.returncode == 1 and "not a tether database" in done.stderr, done.stderr
+            assert "Traceback" not in done.stderr
+    assert hashlib.sha256(other.read_bytes()).hexdigest() == before
+    with sqlite3.connect(other) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+    assert empty.read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty-file", "someone_else.sqlite"]
+
+
+def test_read_verbs_still_read(db: Path) -> None:
+    assert "trip-abc123" in run("tasks", cwd=db).stdout
+    assert "completed" in run("show", "trip-abc123", cwd=db).stdout
+
+
+def test_a_damaged_database_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    from tests.unit.test_sqlite_faults import _corrupt_a_data_page
+
+    path = tmp_path / "tether.db"
+    app = tether.App(f"sqlite:///{path}")
+
+    @app.task
+    def job(ctx: tether.TaskContext, blob: str) -> int:
+        return len(blob)
+
+    for n in range(40):
+        app.run(job, "y" * 2000, task_id=f"job-{n}")
+    app.close()
+    _corrupt_a_data_page(path)
+    for verb in (("tasks",), ("show", "job-39"), ("tasks", "--json")):
+        done = run(*verb, cwd=tmp_path, ok=False)
+        assert done.returncode == 1, (verb, done.stdout, done.stderr)
+        output = done.stdout + done.stderr
+        assert "Traceback" not in output and "integrity_check" in output and "tether.db" in output
+
+
+def test_read_verbs_create_no_postgres_schema(tmp_path: Path) -> None:
+    import uuid
+
+    from tests.conftest import PG_PROBLEM, PG_URL, pg_url
+
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    import psycopg
+
+    schema = f"never_{uuid.uuid4().hex[:12]}"
+    fresh = f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}"
+    done = run("tasks", "--db", fresh, cwd=tmp_path, ok=False)
+    assert done.returncode == 1 and "holds no tether database" in done.stderr
+    with psycopg.connect(PG_URL) as conn:
+        assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+    for url in pg_url("ro"):
+        app = tether.App(url)
+
+        @app.task
+        def job(ctx: tether.TaskContext) -> int:
+            return 1
+
+        app.run(job, task_id="pg-job")
+        app.close()
+        assert "pg-job" in run("tasks", "--db", url, cwd=tmp_path).stdout
+        store = tether.open_store(url, readonly=True)
+        with pytest.raises(tether.TetherError, match="read-only"):
+            store.release_lease("default", "pg-job", 1)
+        store.close()

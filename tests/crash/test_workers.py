@@ -248,7 +248,7 @@ def _events_or_none(app: tether.App, task_id: str) -> list[tether.events.Recorde
 @pytest.mark.crash
 @pytest.mark.timeout(360)
 def test_postgres_connections_cut_while_workers_run(tmp_path: Path) -> None:
-    """pg_terminate_backend on every tether connection, three times, while two workers run jobs."""
+    """pg_terminate_backend on every connection of this test's schema, three times, while two workers run jobs."""
     from tests.conftest import PG_PROBLEM, PG_URL, pg_url
 
     if PG_PROBLEM:
@@ -270,10 +270,11 @@ def test_postgres_connections_cut_while_workers_run(tmp_path: Path) -> None:
             with psycopg.connect(PG_URL, autocommit=True) as admin:
                 for _ in range(3):
                     _wait_for(lambda done=cuts: len(_query(tmp_path, "SELECT key FROM raw")) > done * 8, 60, "progress")
-                    killed = admin.execute(
+                    killed = admin.execute(  # only this test's connections: tagged with its schema
                         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                         "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                        "AND backend_type = 'client backend'"
+                        "AND application_name = %s",
+                        (app.store.application_name,),  # type: ignore[attr-defined]
                     ).fetchone()
                     assert killed is not None and killed[0] > 0
                     cuts += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -13,13 +14,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
 from tether._keys import as_json
+from tether._validate import check_id, check_int, check_optional_id, check_positive, check_task_id
 from tether.conversation import (
     Session,
     SessionInfo,
@@ -32,6 +34,7 @@ from tether.conversation import (
 from tether.conversation import stream_id as _session_stream
 from tether.errors import (
     Cancelled,
+    ConfigurationError,
     ConflictError,
     InvalidInputError,
     InvalidTransition,
@@ -79,12 +82,13 @@ from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.session import fork_conversation
 from tether.runtime.specs import ReplayCheck, TaskSpec, ToolSpec, guarded
-from tether.store import DEFAULT_URL
+from tether.store import DEFAULT_URL, Store, TaskRow
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
 from tether.userstate import UserState
 
 __all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
 
+_log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
@@ -335,7 +339,7 @@ class App:
 
     def __init__(
         self,
-        url: str | None = None,
+        url: str | Store | None = None,
         *,
         tenant: str = "default",
         snapshots: SnapshotPolicy | None = None,
@@ -343,8 +347,12 @@ class App:
         max_value_bytes: int = 16 * 1024 * 1024,
         inline_wait: float = 1.0,
     ) -> None:
-        if lease_ttl <= 0:
-            raise TetherError(f"lease_ttl must be positive, got {lease_ttl}")
+        if url is not None and not isinstance(url, str | Store):
+            raise ConfigurationError(f"url must be a store URL or a SQLite path, got {type(url).__name__} {url!r}")
+        check_id(tenant, "tenant", error=ConfigurationError)
+        check_positive(lease_ttl, "lease_ttl")
+        check_positive(inline_wait, "inline_wait", zero=True)
+        check_int(max_value_bytes, "max_value_bytes", low=1, error=ConfigurationError)
         self.log = TaskLog(url or DEFAULT_URL, tenant=tenant, snapshots=snapshots, max_event_bytes=max_value_bytes)
         self.store = self.log.store
         self.tenant = tenant
@@ -439,6 +447,7 @@ class App:
                 on_unknown=on_unknown,
                 replay_check=replay_check,
             )
+            check_id(spec.name, "tool name", error=TaskDefinitionError)
             wrapper = guarded(fn, spec.name)
             self._tools[fn] = self._tools[wrapper] = spec
             return wrapper  # type: ignore[return-value]
@@ -487,14 +496,14 @@ class App:
         session_id: str | None,
     ) -> TaskState:
         if task_id is not None:
+            check_task_id(task_id)
+        check_optional_id(user_id, "user_id")
+        check_optional_id(session_id, "session_id")
+        if task_id is not None:
             try:
-                existing = self.log.load(task_id)
+                return self._existing(spec, task_id)
             except TaskNotFoundError:
                 pass
-            else:
-                if existing.type != spec.name:
-                    raise InvalidInputError(f"task {task_id!r} exists as a {existing.type!r} task, not {spec.name!r}")
-                return existing
         inputs = spec.bind(args, kwargs)
         data = None
         if spec.state is not None:
@@ -505,16 +514,29 @@ class App:
                     f"task {spec.name!r}: its state model {spec.state.__name__} needs defaults for every "
                     f"field, so a new task can start with it ({exc.error_count()} fields lack one)"
                 ) from None
-        return self.log.create(
-            type=spec.name,
-            inputs=inputs,
-            task_id=task_id,
-            user_id=user_id,
-            session_id=session_id,
-            phases=spec.phases,
-            data=data,
-            data_version=spec.data_version,
-        )
+        try:
+            return self.log.create(
+                type=spec.name,
+                inputs=inputs,
+                task_id=task_id,
+                user_id=user_id,
+                session_id=session_id,
+                phases=spec.phases,
+                data=data,
+                data_version=spec.data_version,
+            )
+        except ConflictError:
+            if task_id is None:
+                raise
+            # Another caller created it between our look and our write: we get what a later
+            # caller gets, the task as it stands (running it then meets its lease).
+            return self._existing(spec, task_id)
+
+    def _existing(self, spec: TaskSpec, task_id: str) -> TaskState:
+        existing = self.log.load(task_id)
+        if existing.type != spec.name:
+            raise InvalidInputError(f"task {task_id!r} exists as a {existing.type!r} task, not {spec.name!r}")
+        return existing
 
     def run(
         self,
@@ -639,6 +661,8 @@ class App:
         With ``summarizer`` and ``compact_when_tokens_over``, adding a message compacts the session
         when the turns after its newest summary weigh more than that many tokens.
         """
+        check_optional_id(session_id, "session_id")
+        check_optional_id(user_id, "user_id")
         return open_session(
             self.log,
             session_id,
@@ -655,10 +679,12 @@ class App:
     def delete_session(self, session_id: str, *, cascade: bool = False) -> int:
         """Delete a session and its messages. Tasks linked to it are deleted with ``cascade=True``;
         without it, a session with tasks is refused, naming how many it would leave orphaned."""
+        check_id(session_id, "session_id")
         return delete_session(self.log, session_id, cascade=cascade)
 
     def user(self, user_id: str, *, schema: type[BaseModel] | None = None) -> UserState:
         """A user's versioned document (preferences, profile), validated by ``schema`` if given."""
+        check_id(user_id, "user_id")
         return UserState(self.log, user_id, schema)
 
     # ------------------------------------------------------------------ people and control
@@ -669,6 +695,7 @@ class App:
         value is refused with the validation error and nothing is recorded. The task
         becomes runnable: a worker (or ``app.resume``) continues it.
         """
+        check_id(key, "key")
         value = as_json(value)
         for _ in range(20):  # a running task appends too: reload and try again on a conflict
             state = self.log.load(task_id)
@@ -696,7 +723,11 @@ class App:
         """What tasks are waiting for, with their prompts, oldest question first."""
         found = []
         for row in self.log.list(status=Status.AWAITING_INPUT, user_id=user_id, limit=limit):
-            waiting = self.log.load(row.task_id).waiting
+            try:
+                waiting = self.log.load(row.task_id).waiting
+            except TetherError as exc:  # one unreadable stream must not hide the others
+                _log.warning("task %s cannot be read: %s", row.task_id, exc)
+                continue
             if waiting is not None:
                 found.append(
                     PendingInput(
@@ -728,8 +759,12 @@ class App:
         for row in self.log.list(
             status=status, type=type, user_id=user_id, session_id=session_id, limit=limit, offset=offset
         ):
-            state = self.log.load(row.task_id)
             held = row.lease_owner if row.lease_owner and (row.lease_expires or 0) > now else None
+            try:
+                state = self.log.load(row.task_id)
+            except TetherError as exc:  # one unreadable stream must not hide the others
+                summaries.append(_unreadable(row, held, exc))
+                continue
             summaries.append(
                 TaskSummary(
                     task_id=row.task_id,
@@ -777,6 +812,9 @@ class App:
 
         Returns how many task runs it carried out.
         """
+        check_int(concurrency, "concurrency", low=1, high=1024, error=ConfigurationError)
+        check_positive(poll, "poll")
+        check_positive(grace, "grace", zero=True)
         from tether.runtime.worker import Worker
 
         return Worker(self, concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace).run()
@@ -846,8 +884,12 @@ class App:
         Resuming it runs the task's code from that point; the parent is untouched.
         ``inputs`` replaces the task's inputs for the fork (to try it another way).
         """
+        check_int(at, "at", low=1)
+        if new_id is not None:
+            check_task_id(new_id, "new_id")
+        row = self.log.task_row(task_id, "forked")  # a task, not one of tether's own streams
         if inputs is not None:
-            self._task_spec(self.log.get(task_id).type)  # the code must be known to rerun it
+            self._task_spec(row.type)  # the code must be known to rerun it
             inputs = as_json(inputs)
         at_state = self.log.state_at(task_id, at)  # also checks ``at``
         new_id = new_id or uuid.uuid4().hex
@@ -878,6 +920,8 @@ class App:
         The abandoned branch stays listable as ``{task_id}~N`` (its state says which task
         took its place). A task that a live worker holds is refused with ``TaskBusyError``.
         """
+        check_int(to, "to", low=1)
+        self.log.task_row(task_id, "rewound")
         token = self._acquire(task_id)
         try:
             n = 1
@@ -900,6 +944,8 @@ class App:
         """Run the task's current code against its recorded log, executing no tool and writing
         nothing; report the first divergence, or that it replays cleanly. Run it before you
         deploy changed agent code."""
+        if upto is not None:
+            check_int(upto, "upto", low=1)
         spec = self._spec_of(task_id)
         return self._drive(spec, lambda: self._replay(spec, task_id, upto), "replay", "replay")
 
@@ -1120,6 +1166,28 @@ def _sigterm_as_interrupt(active: bool) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _unreadable(row: TaskRow, held: str | None, exc: TetherError) -> TaskSummary:
+    """A listing's line for a task whose log cannot be read: what its index row says, and why."""
+    _log.warning("task %s cannot be read: %s", row.task_id, exc)
+    try:
+        status = Status(row.status)
+    except ValueError:
+        status = Status.FAILED
+    return TaskSummary(
+        task_id=row.task_id,
+        type=row.type,
+        status=status,
+        position=f"unreadable: {type(exc).__name__}: {exc}",
+        waiting_for=None,
+        prompt=None,
+        wakes_at=None,
+        held_by=held,
+        user_id=row.user_id,
+        version=row.version,
+        updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
+    )
 
 
 def _owner_is_dead(owner: str) -> bool:

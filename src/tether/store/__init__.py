@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl
 
+from tether._validate import option_float
 from tether.errors import ConfigurationError
 from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, Store, TaskFilter, TaskRow
 
@@ -49,9 +50,11 @@ def open_store(url: str | None = None, **options: Any) -> Store:
         'memory://'
     """
     url = url or DEFAULT_URL
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise ConfigurationError(f"store URL {url!r} has no scheme; expected one of: {_SCHEMES}")
+    if not isinstance(url, str):
+        raise ConfigurationError(f"the store URL must be a string, got {type(url).__name__} {url!r}; {_SCHEMES}")
+    if "://" not in url:
+        url = f"sqlite:///{url}"  # a bare path is a SQLite file, as the CLI's --db takes it
+    scheme, _, rest = url.partition("://")
     rest, _, query = rest.partition("?")
     merged: dict[str, Any] = dict(parse_qsl(query))
     merged.update(options)
@@ -67,21 +70,25 @@ def open_store(url: str | None = None, **options: Any) -> Store:
         path = rest[1:]
         from tether.store.sqlite import SQLiteStore
 
-        if "busy_timeout" in merged:
-            merged["busy_timeout"] = float(merged["busy_timeout"])
-        unknown = set(merged) - {"durability", "busy_timeout"}
+        option_float(merged, "busy_timeout", zero=True)
+        unknown = set(merged) - {"durability", "busy_timeout", "mode", "readonly"}
         if unknown:
-            raise ConfigurationError(f"unknown SQLite option(s) {sorted(unknown)}; known: durability, busy_timeout")
+            raise ConfigurationError(
+                f"unknown SQLite option(s) {sorted(unknown)}; known: durability, busy_timeout, mode, readonly"
+            )
+        if isinstance(merged.get("readonly"), str):
+            merged["readonly"] = merged["readonly"].lower() in ("1", "true", "yes")
         return SQLiteStore(path, **merged)
     if scheme in ("postgresql", "postgres"):
         try:
             from tether.store.postgres import PostgresStore
         except ImportError as exc:
             raise ConfigurationError(str(exc)) from None
-        unknown = set(options) - {"schema", "pool_min", "pool_max"}
+        known = {"schema", "pool_min", "pool_max", "query_timeout", "give_up_after", "readonly"}
+        unknown = set(options) - known
         if unknown:
             raise ConfigurationError(
-                f"unknown PostgreSQL option(s) {sorted(unknown)}; known: schema, pool_min, pool_max"
+                f"unknown PostgreSQL option(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
             )
         return PostgresStore(url, **options)
     raise ConfigurationError(f"no tether backend for scheme {scheme!r} in {url!r}; expected one of: {_SCHEMES}")

@@ -31,6 +31,7 @@ __all__ = [
     "TaskFilter",
     "TaskRow",
     "read_across_forks",
+    "redact_url",
     "refusal",
 ]
 
@@ -314,3 +315,28 @@ def refusal(
     if fence is not None and token != fence:
         return LeaseLostError(task_id, token=fence, current=token)
     return ConflictError(task_id, expected=expected, actual=version())
+
+
+_SECRET_PARAMS = frozenset({"password", "passfile", "sslpassword"})
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (in the authority or the query string) replaced by ``***``: the
+    form every log line, banner, error and ``store.url`` shows."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            user, _, host = netloc.rpartition("@")
+            netloc = f"{user.partition(':')[0]}:***@{host}"
+        query = parts.query
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(k in _SECRET_PARAMS for k, _ in pairs):
+            query = urlencode([(k, "***" if k in _SECRET_PARAMS else v) for k, v in pairs], safe="*")
+        if (netloc, query) == (parts.netloc, parts.query):
+            return url
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+    except ValueError:  # not a URL we can take apart: show none of it rather than a secret
+        return url.partition("://")[0] + "://***"

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 try:
     import psycopg
@@ -28,12 +28,27 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
         "the PostgreSQL backend needs psycopg 3 and psycopg_pool: pip install 'tether[postgres]'"
     ) from exc
 
+from tether._validate import option_float, option_int
 from tether.errors import (
     ConfigurationError,
     ConflictError,
     SchemaVersionError,
     StoreUnavailableError,
     TaskNotFoundError,
+)
+from tether.store._postgres_io import (
+    CONNECT_TIMEOUT,
+    GIVE_UP_AFTER,
+    QUERY_TIMEOUT,
+    TCP_OPTIONS,
+    Watchdog,
+    check_schema_name,
+    from_jsonb,
+    is_connection_fault,
+    refused,
+    split_url,
+    to_jsonb,
+    with_default_params,
 )
 from tether.store.base import (
     ChangeSignal,
@@ -44,6 +59,7 @@ from tether.store.base import (
     TaskFilter,
     TaskRow,
     read_across_forks,
+    redact_url,
     refusal,
 )
 
@@ -115,14 +131,13 @@ MIGRATIONS: list[str] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 _LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations
-_RETRIES = 6  # tries of a statement whose connection broke (about 1.5 s in all, then give up)
-
 # One statement, one round trip: the guard (fencing token, predecessor present) and the
 # insert and the index update share a snapshot; a concurrent append of the same seq loses
 # on the primary key.
 _APPEND = """
 WITH guard AS (
     SELECT 1 WHERE (%(fence)s::bigint IS NULL OR (SELECT lease_token FROM tasks WHERE id = %(task)s) = %(fence)s)
+      AND EXISTS (SELECT 1 FROM tasks WHERE id = %(task)s AND task_id = %(task_id)s AND tenant = %(tenant)s)
       AND (EXISTS (SELECT 1 FROM events WHERE task = %(task)s AND seq = %(first)s - 1)
            OR (SELECT parent_seq FROM tasks WHERE id = %(task)s) = %(first)s - 1)
 ), ins AS (
@@ -145,9 +160,10 @@ SELECT (SELECT count(*) FROM ins)
 _APPEND_ONE = """
 INSERT INTO events (task, seq, type, schema, at, data, fence)
 SELECT v.task, v.seq, v.type, v.schema, v.at, v.data::jsonb, v.fence
-FROM (VALUES (%s::bigint, %s::integer, %s::text, %s::integer, %s::float8, %s::text, %s::bigint))
-    AS v (task, seq, type, schema, at, data, fence)
+FROM (VALUES (%s::bigint, %s::integer, %s::text, %s::integer, %s::float8, %s::text, %s::bigint, %s::text, %s::text))
+    AS v (task, seq, type, schema, at, data, fence, task_id, tenant)
 WHERE (v.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = v.task) = v.fence)
+  AND EXISTS (SELECT 1 FROM tasks WHERE id = v.task AND task_id = v.task_id AND tenant = v.tenant)
   AND (EXISTS (SELECT 1 FROM events WHERE task = v.task AND seq = v.seq - 1)
        OR (SELECT parent_seq FROM tasks WHERE id = v.task) = v.seq - 1)
 """
@@ -174,16 +190,6 @@ _TASK_COLUMNS = """
     p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at
 """
 
-_OPTIONS = {"schema", "pool_min", "pool_max"}
-
-
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    """The libpq URL, and tether's own options taken out of its query string."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    ours = {k: query.pop(k) for k in list(query) if k in _OPTIONS}
-    return urlunsplit(parts._replace(query=urlencode(query))), ours
-
 
 class PostgresStore:
     """The PostgreSQL backend.
@@ -196,20 +202,59 @@ class PostgresStore:
         >>> store = PostgresStore("postgresql://postgres@127.0.0.1:5432/test?schema=doc")  # doctest: +SKIP
     """
 
-    def __init__(self, url: str, *, schema: str | None = None, pool_min: int = 1, pool_max: int = 10) -> None:
-        conninfo, ours = _split_url(url)
-        self.url = url
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        query_timeout: float = QUERY_TIMEOUT,
+        give_up_after: float = GIVE_UP_AFTER,
+        readonly: bool = False,
+    ) -> None:
+        conninfo, ours = split_url(url)
+        waits: dict[str, Any] = {"query_timeout": query_timeout, "give_up_after": give_up_after}
+        waits.update({k: v for k, v in ours.items() if k in waits})
+        libpq = dict(parse_qsl(urlsplit(conninfo).query))
+        waits["connect_timeout"] = libpq.get("connect_timeout", CONNECT_TIMEOUT)
+        for name in waits:
+            option_float(waits, name)
+        self.query_timeout: float = waits["query_timeout"]
+        self.give_up_after: float = waits["give_up_after"]
+        self.connect_timeout: float = waits["connect_timeout"]
+        self.url = redact_url(url)  # what is shown and kept; the password lives only in _conninfo
         self.schema = schema or ours.get("schema", "tether")
-        pool_min = int(ours.get("pool_min", pool_min))
-        pool_max = int(ours.get("pool_max", pool_max))
-        if not self.schema.replace("_", "").isalnum():
-            raise ConfigurationError(f"schema must be letters, digits and _, got {self.schema!r}")
+        sizes: dict[str, Any] = {"pool_min": pool_min, "pool_max": pool_max}
+        sizes.update({k: v for k, v in ours.items() if k in sizes})
+        option_int(sizes, "pool_min", low=0)
+        option_int(sizes, "pool_max", low=1)
+        pool_min, pool_max = sizes["pool_min"], sizes["pool_max"]
+        if pool_min > pool_max:
+            raise ConfigurationError(f"store option pool_min ({pool_min}) is above pool_max ({pool_max})")
+        check_schema_name(self.schema)
+        # Every connection says whose it is (pg_stat_activity.application_name), so an operator,
+        # or a test, can find and end tether's connections of one schema and nobody else's.
+        self.application_name = f"tether:{self.schema}"
+        self.readonly = readonly
+        if readonly:  # the server itself refuses every write on these connections
+            conninfo = with_default_params(conninfo, options="-c default_transaction_read_only=on")
+        conninfo = with_default_params(
+            conninfo,
+            application_name=self.application_name,
+            connect_timeout=str(max(1, round(self.connect_timeout))),  # libpq counts whole seconds, at least 2
+            **TCP_OPTIONS,
+        )
         self._conninfo = conninfo
+        self._watchdog = Watchdog()
         try:
-            with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
-                self._migrate(conn)
+            with psycopg.connect(conninfo, autocommit=True) as conn, self._watchdog.watch(conn, self.query_timeout):
+                if readonly:
+                    self._check_schema(conn)
+                else:
+                    self._migrate(conn)
         except psycopg.OperationalError as exc:
-            raise ConfigurationError(f"cannot reach PostgreSQL at {_redact(conninfo)}: {exc}") from exc
+            raise ConfigurationError(f"cannot reach PostgreSQL at {redact_url(conninfo)}: {exc}") from exc
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
 
         def configure(conn: psycopg.Connection[Any]) -> None:
@@ -223,6 +268,8 @@ class PostgresStore:
             kwargs={"autocommit": True},
             configure=configure,
             name=f"tether-{self.schema}",
+            timeout=self.connect_timeout,
+            reconnect_timeout=max(self.give_up_after, 1.0),
         )
         # A store dropped without close() still closes its pool, quietly, when it is collected.
         weakref.finalize(self, _close_pool, self._pool)
@@ -234,6 +281,29 @@ class PostgresStore:
         self._closed = False
 
     # -- connections --------------------------------------------------------------
+    def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
+        """For a read-only open: the schema must hold tether's tables at this code's version; nothing
+        is created or migrated."""
+        found = conn.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'tether_meta'",
+            (self.schema,),
+        ).fetchone()
+        if found is None:
+            raise ConfigurationError(
+                f"schema {self.schema!r} holds no tether database; nothing to read, and nothing was created"
+            )
+        row = conn.execute(
+            sql.SQL("SELECT value FROM {}.tether_meta WHERE key = 'schema_version'").format(sql.Identifier(self.schema))
+        ).fetchone()
+        version = int(row[0]) if row else 0
+        if version != SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"schema {self.schema!r} has tether schema version {version}; this tether reads version "
+                f"{SCHEMA_VERSION}" + ("; upgrade tether" if version > SCHEMA_VERSION else "; open it once to migrate"),
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         schema = sql.Identifier(self.schema)
         with conn.transaction():
@@ -272,44 +342,73 @@ class PostgresStore:
 
     def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``fn`` on a pooled connection; again on fresh ones if connections broke (a restarted
-        server, terminated backends). ``fn`` must be safe to run more than once."""
-        for attempt in range(_RETRIES):
+        server, terminated backends), for at most ``give_up_after`` seconds. ``fn`` must be safe to
+        run more than once. Every wait inside is bounded: getting a connection by
+        ``connect_timeout``, the statements by ``query_timeout``."""
+        deadline = time.monotonic() + self.give_up_after
+        attempt = 0
+        while True:
             try:
-                with self._pool.connection() as conn:
-                    return fn(conn)
+                with self._pool.connection(timeout=self._wait_left(deadline)) as conn:
+                    with self._watchdog.watch(conn, self.query_timeout):
+                        return fn(conn)
             except psycopg.OperationalError as exc:
-                self._recover(attempt, exc)
-        raise AssertionError("unreachable")
+                self._recover(attempt, exc, deadline)
+                attempt += 1
+            except psycopg.Error as exc:
+                raise refused(exc) from exc
 
-    def _recover(self, attempt: int, exc: Exception) -> None:
-        """After a broken connection: drop every broken one from the pool, wait a little, or give up."""
-        if attempt + 1 >= _RETRIES:
-            raise StoreUnavailableError(f"PostgreSQL is unreachable after {_RETRIES} tries: {exc}") from exc
+    def _wait_left(self, deadline: float) -> float:
+        return max(0.1, min(self.connect_timeout, deadline - time.monotonic()))
+
+    def _recover(self, attempt: int, exc: psycopg.Error, deadline: float) -> None:
+        """After a broken connection: wait a little and try again, or give up at the deadline.
+
+        Broken connections leave the pool as they are returned to it (psycopg_pool discards a
+        connection whose state is unknown), so trying again soon reaches a good one. An error the
+        server raised about the statement or its data is no connection fault: never retried."""
+        if not is_connection_fault(exc):
+            raise refused(exc) from exc
+        if time.monotonic() >= deadline:
+            raise StoreUnavailableError(
+                f"PostgreSQL at {self.url} is unreachable: {attempt + 1} tries over {self.give_up_after:g} s "
+                f"(give_up_after) failed; the last said: {exc}"
+            ) from exc
         log.warning("PostgreSQL connection lost (%s); retrying", exc)
-        try:
-            self._pool.check()  # discards every idle connection that no longer works
-        except Exception:  # the server may still be down: the next try waits for it
-            pass
-        time.sleep(min(0.05 * 2**attempt, 1.0))
+        time.sleep(max(0.0, min(0.05 * 2**attempt, 1.0, deadline - time.monotonic())))
 
-    def _appender(self) -> psycopg.Cursor[Any]:
+    def _appender(self, deadline: float) -> psycopg.Cursor[Any]:
         """This thread's cursor for appends, on a connection kept while the thread lives: the hot path
         skips the pool. The connection goes back to the pool when the thread ends (or when it breaks)."""
         sticky: _Sticky | None = getattr(self._local, "sticky", None)
         if sticky is None or sticky.conn.closed:
-            sticky = self._local.sticky = _Sticky(self._pool, self._pool.getconn())
+            sticky = self._local.sticky = _Sticky(self._pool, self._pool.getconn(timeout=self._wait_left(deadline)))
         return sticky.cursor
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Connection[Any]]:
+        deadline = time.monotonic() + self.give_up_after
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with (
+                self._pool.connection(timeout=self._wait_left(deadline)) as conn,
+                self._watchdog.watch(conn, self.query_timeout),
+                conn.transaction(),
+            ):
                 yield conn
         except psycopg.OperationalError as exc:
-            self._pool.check()
+            if not is_connection_fault(exc):
+                raise refused(exc) from exc
             raise StoreUnavailableError(f"PostgreSQL connection lost in a transaction: {exc}") from exc
+        except psycopg.Error as exc:
+            raise refused(exc) from exc
+
+    def _fresh_id(self, tenant: str, task_id: str) -> int:
+        """The task's row id as the store has it now (another process may have rewound or deleted it)."""
+        self._ids.pop((tenant, task_id), None)
+        return self._id(tenant, task_id)
 
     def _id(self, tenant: str, task_id: str) -> int:
+        """The task's row id, cached: only appends use the cache, and their statement checks it."""
         key = (tenant, task_id)
         found = self._ids.get(key)
         if found is None:
@@ -331,7 +430,7 @@ class PostgresStore:
 
     # -- streams ------------------------------------------------------------------
     def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
-        parent = self._id(tenant, row.parent_id) if row.parent_id is not None else None
+        parent = self._fresh_id(tenant, row.parent_id) if row.parent_id is not None else None
 
         def create(conn: psycopg.Connection[Any]) -> int:
             with conn.transaction():
@@ -357,7 +456,7 @@ class PostgresStore:
                 assert found is not None
                 conn.execute(
                     "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                    (found[0], first.seq, first.type, first.schema, first.at, _text(first.data)),
+                    (found[0], first.seq, first.type, first.schema, first.at, to_jsonb(first.data)),
                 )
                 return int(found[0])
 
@@ -376,44 +475,84 @@ class PostgresStore:
         first = events[0]
         if first.seq != expected_version + 1:
             raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
-        internal = self._id(tenant, task_id)
+        try:
+            self._append_to(self._id(tenant, task_id), tenant, task_id, events, expected_version, fence, index)
+        except _StaleIdError:
+            # The cached row id names another stream now (a rewind or a delete elsewhere): once more
+            # with the id the store has; the statement checks it again.
+            internal = self._fresh_id(tenant, task_id)
+            self._append_to(internal, tenant, task_id, events, expected_version, fence, index, retry=False)
+
+    def _append_to(
+        self,
+        internal: int,
+        tenant: str,
+        task_id: str,
+        events: Sequence[EventRow],
+        expected_version: int,
+        fence: int | None,
+        index: IndexUpdate | None,
+        *,
+        retry: bool = True,
+    ) -> None:
+        first = events[0]
         params: tuple[Any, ...] | dict[str, Any]
         if len(events) == 1 and index is None:
             statement = _APPEND_ONE
-            params = (internal, first.seq, first.type, first.schema, first.at, _text(first.data), fence)
+            params = (
+                internal,
+                first.seq,
+                first.type,
+                first.schema,
+                first.at,
+                to_jsonb(first.data),
+                fence,
+                task_id,
+                tenant,
+            )
         else:
             statement = _APPEND
             params = {
                 "task": internal,
+                "task_id": task_id,
+                "tenant": tenant,
                 "fence": fence,
                 "first": first.seq,
                 "seqs": [e.seq for e in events],
                 "types": [e.type for e in events],
                 "schemas": [e.schema for e in events],
                 "ats": [e.at for e in events],
-                "datas": [_text(e.data) for e in events],
+                "datas": [to_jsonb(e.data) for e in events],
                 "reindex": index is not None,
                 "status": index.status if index is not None else None,
                 "wake": index.wake_at if index is not None else None,
             }
         inserted = 0
-        for attempt in range(_RETRIES):
+        deadline = time.monotonic() + self.give_up_after
+        attempt = 0
+        while True:
             try:
-                cursor = self._appender().execute(statement, params)
+                cursor = self._appender(deadline)
+                with self._watchdog.watch(cursor.connection, self.query_timeout):
+                    cursor.execute(statement, params)
                 inserted = cursor.rowcount if statement is _APPEND_ONE else cursor.fetchone()[0]  # type: ignore[index]
                 break
             except psycopg.errors.UniqueViolation:
                 raise ConflictError(
                     task_id, expected=expected_version, actual=self._run(lambda c: self._version_of(c, internal))
                 ) from None
-            except psycopg.OperationalError as exc:
-                self._local.__dict__.pop("sticky", None)  # its connection goes back to the pool, which drops it
-                self._recover(attempt, exc)
-                # The append may or may not have committed before the connection broke: look first.
-                if self._already_there(internal, events, fence):
-                    return
+            except psycopg.Error as exc:
+                if isinstance(exc, psycopg.OperationalError) and is_connection_fault(exc):
+                    self._local.__dict__.pop("sticky", None)  # its connection goes back to the pool, which drops it
+                    self._recover(attempt, exc, deadline)
+                    attempt += 1
+                    # The append may or may not have committed before the connection broke: look first.
+                    if self._already_there(internal, events, fence):
+                        return
+                    continue
+                raise refused(exc) from exc
         if inserted != len(events):
-            self._refuse(tenant, task_id, internal, expected_version, fence)
+            self._refuse(tenant, task_id, internal, expected_version, fence, stale=_StaleIdError if retry else None)
 
     def _already_there(self, internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
         last = events[-1]
@@ -424,10 +563,24 @@ class PostgresStore:
         )
         return found is not None and found[0] == last.type and found[1] == fence
 
-    def _refuse(self, tenant: str, task_id: str, internal: int, expected: int, fence: int | None) -> None:
-        row = self._run(lambda c: c.execute("SELECT lease_token FROM tasks WHERE id = %s", (internal,)).fetchone())
-        if row is None:
+    def _refuse(
+        self,
+        tenant: str,
+        task_id: str,
+        internal: int,
+        expected: int,
+        fence: int | None,
+        *,
+        stale: type[Exception] | None = None,
+    ) -> None:
+        row = self._run(
+            lambda c: c.execute("SELECT lease_token, tenant, task_id FROM tasks WHERE id = %s", (internal,)).fetchone()
+        )
+        if row is None or (row[1], row[2]) != (tenant, task_id):
             self._ids.pop((tenant, task_id), None)
+            if stale is not None:
+                raise stale()
+            row = None
         token = None if row is None else int(row[0])
         version = lambda: self._run(lambda c: self._version_of(c, internal))  # noqa: E731
         raise refusal(task_id, tenant, token, fence, expected, version)
@@ -443,7 +596,7 @@ class PostgresStore:
         fork: TaskRow,
         forked: EventRow,
     ) -> None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
             conn.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (internal,))
             actual = self._version_of(conn, internal)
@@ -457,7 +610,7 @@ class PostgresStore:
             conn.execute("UPDATE tasks SET task_id = %s WHERE id = %s", (archive_id, internal))
             conn.execute(
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                (internal, archived.seq, archived.type, archived.schema, archived.at, _text(archived.data)),
+                (internal, archived.seq, archived.type, archived.schema, archived.at, to_jsonb(archived.data)),
             )
             new = conn.execute(
                 "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, parent, "
@@ -477,13 +630,13 @@ class PostgresStore:
             assert new is not None
             conn.execute(
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                (new[0], forked.seq, forked.type, forked.schema, forked.at, _text(forked.data)),
+                (new[0], forked.seq, forked.type, forked.schema, forked.at, to_jsonb(forked.data)),
             )
         self._ids[(tenant, archive_id)] = internal
         self._ids[(tenant, task_id)] = int(new[0])
 
     def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
 
         def read(conn: psycopg.Connection[Any]) -> list[EventRow]:
             def parent_of(task: int) -> tuple[int, int] | None:
@@ -496,7 +649,7 @@ class PostgresStore:
                     "WHERE task = %s AND seq > %s AND (%s::integer IS NULL OR seq <= %s) ORDER BY seq",
                     (task, low, last, last),
                 )
-                return [EventRow(*r) for r in cursor]
+                return [EventRow(r[0], r[1], r[2], r[3], from_jsonb(r[4]), r[5]) for r in cursor]
 
             return read_across_forks(internal, after, upto, parent_of, segment)
 
@@ -513,7 +666,7 @@ class PostgresStore:
         return None if row is None else TaskRow(*row)
 
     def delete_task(self, tenant: str, task_id: str) -> int:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM tasks WHERE parent = %s", (internal,)).fetchone() is not None:
                 raise ConflictError(task_id, expected=0, actual=None)
@@ -550,7 +703,7 @@ class PostgresStore:
 
     # -- snapshots ----------------------------------------------------------------
     def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
 
         def put(c: psycopg.Connection[Any]) -> None:
             with c.transaction():
@@ -566,7 +719,7 @@ class PostgresStore:
         self._run(put)
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         row = self._run(
             lambda c: c.execute(
                 "SELECT seq, schema, checksum, data FROM snapshots WHERE task = %s AND seq <= %s "
@@ -620,7 +773,7 @@ class PostgresStore:
     def acquire_lease(
         self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         row = self._run(
             lambda c: c.execute(
                 "UPDATE tasks SET lease_owner = %s, lease_expires = %s, lease_token = lease_token + 1 "
@@ -638,7 +791,7 @@ class PostgresStore:
         return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         cur = self._run(
             lambda c: c.execute(
                 "UPDATE tasks SET lease_expires = %s WHERE id = %s AND lease_token = %s AND lease_owner IS NOT NULL",
@@ -648,7 +801,7 @@ class PostgresStore:
         return cur.rowcount == 1
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None:
-        internal = self._id(tenant, task_id)
+        internal = self._fresh_id(tenant, task_id)
         self._run(
             lambda c: c.execute(
                 "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = %s AND lease_token = %s",
@@ -690,6 +843,7 @@ class PostgresStore:
 
     def close(self) -> None:
         self._closed = True
+        self._watchdog.stop()
         self._local.__dict__.pop("sticky", None)
         self._pool.close()
 
@@ -697,6 +851,10 @@ class PostgresStore:
         """Remove tether's schema and everything in it (tests use this to clean up)."""
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+
+class _StaleIdError(Exception):
+    """A cached row id that names another stream (or none) now; the append looks the id up again."""
 
 
 class _Sticky:
@@ -726,11 +884,3 @@ def _close_pool(pool: ConnectionPool) -> None:
 
 def _text(data: str | bytes) -> str:
     return data.decode() if isinstance(data, bytes) else data
-
-
-def _redact(conninfo: str) -> str:
-    parts = urlsplit(conninfo)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return conninfo

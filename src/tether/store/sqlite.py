@@ -26,6 +26,7 @@ from tether.errors import (
     SchemaVersionError,
     TaskNotFoundError,
 )
+from tether.store._sqlite_files import connect_readonly, create_private, file_mode, rollback, translate_errors
 from tether.store.base import (
     EventRow,
     IndexUpdate,
@@ -114,6 +115,11 @@ _INSERT_FIRST_FENCED = (
     "AND EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1)"
 )
 _GENERATION = struct.Struct("<Q")  # the write generation at the start of the lock file
+# After it, the mapping generation: bumped by every change of which row a task id names (a rewind
+# renames a stream and puts a fork in its place; a delete frees the id for a new stream). A process
+# whose cached ids are from an older mapping generation drops them before it trusts one.
+_MAPPING = struct.Struct("<Q")
+_LOCK_SIZE = _GENERATION.size + _MAPPING.size
 _CLAIM = """
 UPDATE tasks SET lease_owner = :owner, lease_expires = :expires, lease_token = lease_token + 1
 WHERE id = (
@@ -217,7 +223,7 @@ class _Checkpointer:
     def _run(self) -> None:
         gate: int | None = None
         try:
-            gate = os.open(self._path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+            gate = os.open(self._path + "-lock", os.O_RDWR | os.O_CREAT, 0o600)
             conn = _connect(self._path, self._durability, self._busy_timeout)  # the store's own policy
         except (sqlite3.Error, OSError, ConfigurationError) as exc:  # the next poke starts a thread that tries again
             log.warning("checkpoints of %s cannot start: %s", self._path, exc)
@@ -255,6 +261,7 @@ class _Checkpointer:
         self._thread = None
 
 
+@translate_errors  # no sqlite3 error about the file crosses the store boundary
 class SQLiteStore:
     """The SQLite backend.
 
@@ -271,17 +278,39 @@ class SQLiteStore:
         []
     """
 
-    def __init__(self, path: str, *, durability: Durability = "normal", busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        durability: Durability = "normal",
+        busy_timeout: float = 30.0,
+        mode: int | str = 0o600,
+        readonly: bool = False,
+    ) -> None:
         if durability not in ("normal", "full"):
             raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
+        self.mode = file_mode(mode)
         self.path = path
         self.url = f"sqlite:///{path}"
+        folder = os.path.dirname(os.path.abspath(path))
+        if path != ":memory:" and not os.path.isdir(folder):
+            raise ConfigurationError(
+                f"cannot create the SQLite database {path!r}: its directory {folder!r} does not exist"
+            )
         self.durability = durability
         self._lock = threading.RLock()
         self._gate: int | None = None
+        self.readonly = readonly
         try:
-            self._conn = _connect(path, durability, busy_timeout)
-            self._migrate()
+            if readonly:
+                # For reading only: change nothing, not the journal mode, not the schema.
+                self._conn = connect_readonly(path, busy_timeout)
+                self._check_schema()
+            else:
+                if path != ":memory:":
+                    create_private(path, self.mode)  # before SQLite does: -wal and -shm copy this file's mode
+                self._conn = _connect(path, durability, busy_timeout)
+                self._migrate()
         except sqlite3.DatabaseError as exc:
             raise ConfigurationError(
                 f"{path!r} is not a tether database (SQLite says: {exc}); "
@@ -292,21 +321,50 @@ class SQLiteStore:
         self._checkpointer: _Checkpointer | None = None
         self._commits = 0
         # One lock file per database, beside it: every tether writer queues on it (see _gate_in).
-        if path != ":memory:":
-            self._gate = os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
-            if os.fstat(self._gate).st_size < _GENERATION.size:
-                os.ftruncate(self._gate, _GENERATION.size)  # idempotent: every opener sizes it alike
+        if path != ":memory:" and not readonly:
+            self._gate = create_private(path + "-lock", self.mode, keep=True)
+            if os.fstat(self._gate).st_size < _LOCK_SIZE:
+                os.ftruncate(self._gate, _LOCK_SIZE)  # idempotent: every opener sizes it alike
             # Shared memory over the file's first bytes: the write generation is read and bumped
             # without a system call (a store is always used under the file's flock).
-            self._generations = mmap.mmap(self._gate, _GENERATION.size)
+            self._generations = mmap.mmap(self._gate, _LOCK_SIZE)
             self._checkpointer = _Checkpointer(path, durability, busy_timeout)
         self._append_cursor = self._conn.cursor()  # reused: one fewer allocation per append
         # What this connection knows for sure while it is the only writer (see _gate_in and append).
         self._generation = -1
+        self._mapping = self._mapping_now()
         self._known: dict[int, int] = {}  # stream → the version we last wrote
         self._tokens: dict[int, int] = {}  # stream → the lease token our last write was fenced with
 
     # -- schema -----------------------------------------------------------------
+    def _check_schema(self) -> None:
+        """For a read-only open: the file must already be a tether database of a version we read."""
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "tether_meta" not in tables or version == 0:
+            what = f"it has tables {', '.join(sorted(tables))}" if tables else "it is empty"
+            raise ConfigurationError(
+                f"{self.path!r} is not a tether database ({what}); nothing to read, and nothing was changed"
+            )
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path!r} has tether schema version {version}, but this tether knows "
+                f"versions up to {SCHEMA_VERSION}; upgrade tether (pip install -U tether)",
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+        if version < SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path!r} has tether schema version {version} and needs migrating to {SCHEMA_VERSION}; "
+                "open it once with a command that writes (or your app) to migrate it",
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+
+    def _refuse_write(self) -> None:
+        if self.readonly:
+            raise ConfigurationError(f"{self.path!r} was opened read-only; open it without readonly to write")
+
     def _migrate(self) -> None:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it done
@@ -333,11 +391,12 @@ class SQLiteStore:
                 conn.execute(f"PRAGMA user_version = {index + 1}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            rollback(conn)
             raise
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        self._refuse_write()
         with self._lock:
             conn = self._conn
             self._gate_in()
@@ -345,10 +404,10 @@ class SQLiteStore:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn
+                    conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    rollback(conn)
                     raise
-                conn.execute("COMMIT")
             finally:
                 self._gate_out()
 
@@ -376,7 +435,26 @@ class SQLiteStore:
         if not alone:
             self._known.clear()
             self._tokens.clear()
+            self._check_mapping()
         return alone
+
+    def _mapping_now(self) -> int:
+        return 0 if self._generations is None else int(_MAPPING.unpack_from(self._generations, _GENERATION.size)[0])
+
+    def _check_mapping(self) -> None:
+        """Drop cached ids if any process renamed or deleted a stream since we cached them."""
+        current = self._mapping_now()
+        if current != self._mapping:
+            self._ids.clear()
+            self._known.clear()
+            self._tokens.clear()
+            self._mapping = current
+
+    def _bump_mapping(self) -> None:
+        """Under the write gate: tell every process that ids may now name other rows."""
+        if self._generations is not None:
+            self._mapping = self._mapping_now() + 1
+            _MAPPING.pack_into(self._generations, _GENERATION.size, self._mapping)
 
     def _gate_out(self) -> None:
         if self._gate is not None:
@@ -388,6 +466,8 @@ class SQLiteStore:
 
     def _id(self, tenant: str, task_id: str) -> int:
         key = (tenant, task_id)
+        if self._generations is not None:
+            self._check_mapping()
         found = self._ids.get(key)
         if found is None:
             row = self._conn.execute("SELECT id FROM tasks WHERE tenant = ? AND task_id = ?", key).fetchone()
@@ -447,11 +527,11 @@ class SQLiteStore:
         first = events[0]
         if first.seq != expected_version + 1:
             raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
+        self._refuse_write()
+        key = (tenant, task_id)
         with self._lock:
             conn = self._conn
-            internal = self._ids.get((tenant, task_id)) or self._id(tenant, task_id)
             data = first.data if type(first.data) is str else _text(first.data)
-            params = (internal, first.seq, first.type, first.schema, first.at, data, fence)
             sql = _INSERT_FIRST if fence is None else _INSERT_FIRST_FENCED
             if len(events) == 1 and index is None:
                 # The common case: one guarded INSERT in autocommit mode, one statement. A single
@@ -459,6 +539,9 @@ class SQLiteStore:
                 cursor = self._append_cursor
                 alone = self._gate_in()
                 try:
+                    # Looked up under the gate: a rewind or delete elsewhere has dropped a stale id.
+                    internal = self._ids.get(key) or self._id(tenant, task_id)
+                    params = (internal, first.seq, first.type, first.schema, first.at, data, fence)
                     if (
                         alone
                         and self._known.get(internal) == expected_version
@@ -482,6 +565,12 @@ class SQLiteStore:
                     self._tokens[internal] = fence
                 return
             self._gate_in()
+            try:
+                internal = self._id(tenant, task_id)
+            except BaseException:
+                self._gate_out()
+                raise
+            params = (internal, first.seq, first.type, first.schema, first.at, data, fence)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 try:
@@ -500,12 +589,12 @@ class SQLiteStore:
                         "UPDATE tasks SET status = COALESCE(?, status), wake_at = ? WHERE id = ?",
                         (index.status, index.wake_at, internal),
                     )
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                rollback(conn)
                 self._gate_out()
                 self._forget_known(internal)
                 raise
-            conn.execute("COMMIT")
             self._gate_out()
             self._known[internal] = events[-1].seq
 
@@ -529,6 +618,7 @@ class SQLiteStore:
             if taken.fetchone() is not None:
                 raise ConflictError(archive_id, expected=0, actual=None)
             self._forget_known(internal)
+            self._bump_mapping()
             conn.execute("UPDATE tasks SET task_id = ? WHERE id = ?", (archive_id, internal))
             conn.execute(
                 _INSERT_NEXT,
@@ -572,7 +662,11 @@ class SQLiteStore:
         conn = self._conn
 
         def parent_of(task: int) -> tuple[int, int] | None:
-            parent, parent_seq = conn.execute("SELECT parent, parent_seq FROM tasks WHERE id = ?", (task,)).fetchone()
+            found = conn.execute("SELECT parent, parent_seq FROM tasks WHERE id = ?", (task,)).fetchone()
+            if found is None:  # deleted under us: say so, as any read of a missing task does
+                self._ids.pop((tenant, task_id), None)
+                raise TaskNotFoundError(task_id, tenant=tenant)
+            parent, parent_seq = found
             return None if parent is None or parent_seq is None else (parent, parent_seq)
 
         def segment(task: int, low: int, last: int | None) -> list[EventRow]:
@@ -602,6 +696,7 @@ class SQLiteStore:
             if conn.execute("SELECT 1 FROM tasks WHERE parent = ?", (internal,)).fetchone() is not None:
                 raise ConflictError(task_id, expected=0, actual=None)
             self._forget_known(internal)
+            self._bump_mapping()
             gone = conn.execute("DELETE FROM events WHERE task = ?", (internal,)).rowcount
             conn.execute("DELETE FROM snapshots WHERE task = ?", (internal,))
             conn.execute("DELETE FROM tasks WHERE id = ?", (internal,))

@@ -1,0 +1,216 @@
+"""PostgreSQL faults: connections that say whose they are, schema names checked at open,
+and every wait bounded when the server goes away."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import tether
+from tests.conftest import PG_URL, pg_url
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    yield from pg_url("pgf")
+
+
+def test_connections_carry_the_schema_in_application_name(url: str) -> None:
+    import psycopg
+
+    app = tether.App(url)
+    app.session("s1").add("user", "hi")
+    schema = url.rpartition("schema=")[2]
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        names = [
+            r[0]
+            for r in admin.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND application_name = %s",
+                (f"tether:{schema}",),
+            )
+        ]
+        assert names, "tether's connections are not tagged with their schema"
+        # Ending only our own leaves every other client alone, and tether recovers.
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (f"tether:{schema}",),
+        )
+        assert admin.execute("SELECT 1").fetchone() == (1,)
+    assert [m.content for m in app.session("s1").messages()] == ["hi"]
+    app.close()
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ("s" * 57, "at most 56"),
+        ("s" * 63, "at most 56"),
+        ("pg_mine", "reserved"),
+        ("PG_Mine", "reserved"),
+        ("information_schema", "reserved"),
+        ("bad-name", "letters, digits"),
+        ("1abc", "digit"),
+        ("é", "letters, digits"),
+    ],
+)
+def test_bad_schema_names_are_refused_at_open(schema: str, says: str) -> None:
+    from tests.conftest import PG_PROBLEM
+
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    with pytest.raises(tether.ConfigurationError, match=says):
+        tether.open_store(f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}")
+
+
+def test_the_longest_schema_name_works() -> None:
+    for url in pg_url("L" + "l" * 42):  # 43 + 1 + 12 hex = 56 characters
+        schema = url.rpartition("schema=")[2]
+        assert len(schema) == 56
+        app = tether.App(url)
+        app.session("s").add("user", "hi")
+        assert app.store.wait_for_change(0.01) in (True, False)
+        app.close()
+
+
+def test_a_public_schema_with_other_tables_is_refused() -> None:
+    import uuid
+
+    import psycopg
+
+    from tests.conftest import PG_PROBLEM
+
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    table = f"someone_else_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f"CREATE TABLE public.{table} (x int)")
+        try:
+            with pytest.raises(tether.ConfigurationError, match="not tether's"):
+                tether.open_store(f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema=public")
+            found = admin.execute(
+                "SELECT count(*) FROM information_schema.tables "
+                "WHERE table_schema = 'public' AND table_name = 'tether_meta'"
+            ).fetchone()
+            assert found == (0,)
+        finally:
+            admin.execute(f"DROP TABLE public.{table}")
+
+
+class _Proxy:
+    """A TCP proxy in a process of its own, between tether and PostgreSQL: kill it, stop it."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+        from urllib.parse import urlsplit
+
+        target = urlsplit(PG_URL)
+        script = Path(__file__).parents[1] / "_tcp_proxy.py"
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), target.hostname or "127.0.0.1", str(target.port or 5432)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.port = int(self.process.stdout.readline())
+
+    def url(self, base: str, **options: object) -> str:
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(base)
+        user = parts.netloc.rpartition("@")[0]
+        extra = "".join(f"&{k}={v}" for k, v in options.items())
+        return urlunsplit(parts._replace(netloc=f"{user}@127.0.0.1:{self.port}")) + extra
+
+    def close(self) -> None:
+        import signal
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+@pytest.fixture
+def proxy() -> Iterator[_Proxy]:
+    from tests.conftest import PG_PROBLEM
+
+    if PG_PROBLEM:
+        pytest.skip(PG_PROBLEM)
+    running = _Proxy()
+    yield running
+    running.close()
+
+
+BOUNDS = {"connect_timeout": 2, "query_timeout": 2, "give_up_after": 1.5}
+
+
+def _unavailable_within(app: tether.App, seconds: float) -> float:
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(tether.StoreUnavailableError) as caught:
+        app.get("t")
+    took = time.monotonic() - start
+    assert took < seconds, f"StoreUnavailableError came after {took:.1f} s, over the bound {seconds} s"
+    assert "give_up_after" in str(caught.value) or "connection" in str(caught.value).lower()
+    return took
+
+
+def test_a_dead_server_is_reported_within_the_bound(url: str, proxy: _Proxy) -> None:
+    app = tether.App(proxy.url(url, **BOUNDS))
+
+    @app.task
+    def t(ctx: tether.TaskContext) -> int:
+        return 1
+
+    app.run(t, task_id="t")
+    proxy.process.kill()  # gone for good: connections reset, nothing listens
+    proxy.process.wait()
+    # give_up_after + one connect_timeout + a backoff: about 3.5 s, never minutes
+    _unavailable_within(app, 8.0)
+    app.close()
+
+
+def test_a_blackholed_connection_is_cut_within_the_bound(url: str, proxy: _Proxy) -> None:
+    import signal
+
+    app = tether.App(proxy.url(url, **BOUNDS))
+
+    @app.task
+    def t(ctx: tether.TaskContext) -> int:
+        return 1
+
+    app.run(t, task_id="t")
+    proxy.process.send_signal(signal.SIGSTOP)  # the peer stops answering; its kernel still ACKs, no RST
+    try:
+        # query_timeout cuts the hung statement, then retries meet connect_timeout, until give_up_after
+        _unavailable_within(app, 12.0)
+    finally:
+        proxy.process.send_signal(signal.SIGCONT)
+    app.close()
+
+
+def test_a_data_error_is_not_reported_as_an_outage(url: str) -> None:
+    import secrets
+    import time
+
+    from tether.store import EventRow, TaskRow
+
+    store = tether.open_store(url)
+    now = time.time()
+    huge = secrets.token_hex(5_000)  # 10,000 characters that do not compress: past the B-tree entry limit
+    row = TaskRow(huge, "default", "t", "pending", None, None, now, now, 1)
+    start = time.monotonic()
+    with pytest.raises(tether.InvalidInputError, match="cannot store") as caught:
+        store.create_task("default", row, EventRow(1, "TaskCreated", 1, now, "{}"))
+    assert not isinstance(caught.value, tether.StoreUnavailableError)
+    assert time.monotonic() - start < 1.0  # refused at once, not retried
+    with pytest.raises(tether.InvalidInputError, match="cannot store"):
+        store.get_task("default", "a\0b")
+    store.close()

@@ -1,0 +1,100 @@
+"""Values round-trip identically on every backend, or are refused with the same error everywhere."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import tether
+
+STRANGE = {"nul": "a\0b", "key\0": ["\0", "\\u0000", "x\0"], "nested": {"deep": "\0\0"}}
+
+
+def _app(url: str) -> tether.App:
+    app = tether.App(url)
+
+    @app.tool
+    def echo(value: object) -> object:
+        return value
+
+    @app.task
+    def relay(ctx: tether.TaskContext, value: object) -> object:
+        return ctx.call(echo, value)
+
+    return app
+
+
+def test_nul_characters_round_trip(store_url: str) -> None:
+    app = _app(store_url)
+    run = app.run("relay", STRANGE)
+    assert run.status is tether.Status.COMPLETED and run.output == STRANGE
+    elsewhere = tether.App(store_url) if not store_url.startswith("memory") else app
+    state = tether.TaskLog(app.store).load(run.task_id)
+    assert state.inputs == {"value": STRANGE} and state.output == STRANGE
+    assert state.calls[0].result == STRANGE and state.calls[0].status == "completed"
+    chat = app.session("s1")
+    chat.add("user", "a\0b")
+    assert [m.content for m in elsewhere.session("s1").messages()] == ["a\0b"]
+    app.close()
+
+
+def test_a_nul_tool_result_does_not_fail_the_task(store_url: str) -> None:
+    app = _app(store_url)
+    run = app.run("relay", "a\0b")
+    assert (run.status, run.output, run.failure) == (tether.Status.COMPLETED, "a\0b", None)
+    app.close()
+
+
+def _deep(levels: int) -> list[object]:
+    top: list[object] = []
+    current = top
+    for _ in range(levels):
+        inner: list[object] = []
+        current.append(inner)
+        current = inner
+    return top
+
+
+def test_deep_nesting_is_refused_at_every_entry_point(store_url: str) -> None:
+    app = _app(store_url)
+    deep = _deep(10_000)
+    with pytest.raises(tether.NotSerializableError, match="levels deep"):
+        app.run("relay", deep)
+    waiting = app.start("relay", 1)
+    with pytest.raises(tether.NotSerializableError, match="levels deep"):
+        app.send_input(waiting.task_id, "k", deep)
+    with pytest.raises(tether.NotSerializableError, match="levels deep"):
+        app.user("ada").set("k", deep)
+    with pytest.raises(tether.NotSerializableError, match="levels deep"):
+        app.fork(waiting.task_id, at=1, inputs={"value": deep})
+    app.close()
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
+def test_nan_and_infinity_are_refused_not_stored_as_null(store_url: str, number: float) -> None:
+    app = _app(store_url)
+    with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
+        app.run("relay", {"a": [1, number]})
+    assert app.list_tasks() == []
+    waiting = app.start("relay", 1)
+    with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
+        app.send_input(waiting.task_id, "k", number)
+    with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
+        app.user("ada").set("k", number)
+    with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
+        app.session("s1").add("user", "hi", score=number)
+
+    @app.tool
+    def measure() -> float:
+        return number
+
+    @app.task
+    def uses(ctx: tether.TaskContext) -> float:
+        return float(ctx.call(measure))
+
+    run = app.run(uses)
+    assert run.status is tether.Status.FAILED and run.failure is not None
+    assert "NaN or infinity" in run.failure.message
+    assert app.state(run.task_id).calls[0].result is None
+    app.close()
