@@ -226,12 +226,24 @@ class TaskDefinitionError(TetherError):
     code = "task_definition"
 
 
+def _lease_until(expires: float | None) -> str:
+    """A lease's expiry for people: a local time and how far off it is."""
+    if expires is None:
+        return ""
+    import time
+    from datetime import datetime
+
+    left = expires - time.time()
+    at = datetime.fromtimestamp(expires).astimezone().strftime("%H:%M:%S %Z")
+    return f" (lease until {at}, {left:.0f}s from now)" if left >= 0 else f" (lease ran out at {at})"
+
+
 class TaskBusyError(TetherError):
     code = "task_busy"
 
     def __init__(self, task_id: str, *, owner: str | None, expires: float | None) -> None:
         super().__init__(
-            f"task {task_id!r} is being run by {owner} (lease until {expires}); "
+            f"task {task_id!r} is being run by {owner}{_lease_until(expires)}; "
             "it resumes by itself if that worker dies"
         )
         self.task_id = task_id

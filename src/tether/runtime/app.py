@@ -838,11 +838,14 @@ class App:
 
         ``interruptible``: SIGTERM stops the run like Ctrl-C does — cleanly, the lease released and
         the task left resumable (a worker has its own SIGTERM grace, so it passes ``False``)."""
-        with _sigterm_as_interrupt(interruptible):
-            if spec.is_async:
-                _no_running_loop(name, twin)
-                return asyncio.run(drive_async(make_flow()))
-            return drive(make_flow())
+        try:
+            with _sigterm_as_interrupt(interruptible):
+                if spec.is_async:
+                    _no_running_loop(name, twin)
+                    return asyncio.run(drive_async(make_flow()))
+                return drive(make_flow())
+        except RunInterrupted as stop:
+            raise stop.with_traceback(None) from None  # one line saying how to resume, not tether's insides
 
     # ------------------------------------------------------------------ time travel
     def history(self, task_id: str) -> list[HistoryEntry]:

@@ -1,0 +1,46 @@
+"""Ctrl-C and SIGTERM stop `app.run` cleanly: the lease is released, the task is left resumable,
+and one line says how to resume it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tether
+
+HERE = Path(__file__).parent
+AGENT = HERE / "_interrupted_agent.py"
+ENV = {**os.environ, "PYTHONPATH": str(HERE.parent.parent / "src")}
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_releases_its_lease_and_resumes(tmp_path: Path, make_url: Any, signum: int) -> None:
+    url = make_url(tmp_path)
+    ready = tmp_path / "ready"
+    args = [sys.executable, str(AGENT), url, str(ready)]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.time() + 30
+    while not ready.exists():
+        assert time.time() < deadline and child.poll() is None, "the task never reached its slow call"
+        time.sleep(0.02)
+    child.send_signal(signum)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode != 0
+    assert "task 'int-1' stopped by" in err and "tether resume int-1" in err, err
+    assert len(err.strip().splitlines()) <= 12, err  # a short report, not a 30-line traceback
+    app = tether.App(url)
+    row = app.store.get_task(app.tenant, "int-1")
+    assert row is not None and row.lease_owner is None  # released: no waiting for it to expire
+    state = app.state("int-1")
+    assert state.status is tether.Status.RUNNING and state.call(2) is not None
+    done = subprocess.run([sys.executable, str(AGENT), url, str(ready)], capture_output=True, text=True, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert tether.App(url).state("int-1").output == 21
