@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,9 @@ def test_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         pytest.skip(PG_PROBLEM)
     monkeypatch.chdir(tmp_path)
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")  # a real module: dataclasses look theirs up
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
     for block in blocks:
         exec(compile(block, f"{page.name}", "exec"), namespace)
     assert os.getcwd() == str(tmp_path)
