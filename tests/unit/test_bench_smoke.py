@@ -1,11 +1,15 @@
 """The benchmarks run (in their quick mode) and end with one line of JSON: they do not rot.
 
-No timing is asserted here; the benchmarks print ratios for people to read.
+Timing targets are ratios against a floor measured in the same run; on these shared 2-core
+machines a quick run's ratio is noise for the benchmarks whose margin is a few tens of
+percent, so for those the test checks the report is whole (every ratio a positive finite
+number), and asserts the benchmark's own verdict only where the margin is wide.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +17,26 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).parents[2] / "bench"
+# script -> whether its own pass/fail verdict is asserted in the quick run
+SMOKE = {
+    "store.py": False,
+    "calls.py": False,
+    "timetravel.py": False,
+    "conversation.py": False,
+    "agent_loop.py": False,
+    "check.py": True,  # ~0.5 ms per task against a 10 ms target
+}
 
 
-@pytest.mark.parametrize("script", ["store.py", "calls.py", "timetravel.py", "conversation.py", "agent_loop.py", "check.py"])
+@pytest.mark.parametrize("script", sorted(SMOKE))
 def test_bench_runs_and_reports(script: str) -> None:
-    done = subprocess.run([sys.executable, str(BENCH / script), "--quick"], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), "--quick"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "pass" in report
+    assert isinstance(report["pass"], bool)
+    ratios = {k: v for k, v in report.items() if k.endswith("_ratio")}
+    assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in ratios.values()), ratios
+    if SMOKE[script]:
+        assert report["pass"], report
