@@ -991,18 +991,27 @@ class App:
                     f"the code now returns {outcome.value!r}; the record has {state.output!r}",
                 )
             return ReplayReport(task_id, True, ctx._record.walked, recorded, "the code returns")
-        error_type = type(outcome.value).__name__
-        if isinstance(outcome.value, ToolError):
-            error_type = outcome.value.error_type
-        if state.failure is not None and state.failure.exception_type != error_type:
-            return ReplayReport(
-                task_id,
-                False,
-                ctx._record.walked,
-                recorded,
-                f"the code now raises {error_type}; the record failed with {state.failure.exception_type}",
-            )
-        return ReplayReport(task_id, True, ctx._record.walked, recorded, f"the code raises {error_type}")
+        error = outcome.value
+        error_type = error.error_type if isinstance(error, ToolError) else type(error).__name__
+        walked = ctx._record.walked
+        if isinstance(error, NOT_A_TASK_FAILURE):  # the replay itself could not go on: never "clean"
+            stopped = f"the replay stopped: {type(error).__name__}: {error}"
+            return ReplayReport(task_id, False, walked, recorded, stopped)
+        if state.failure is not None:
+            if state.failure.exception_type != error_type:
+                return ReplayReport(
+                    task_id,
+                    False,
+                    walked,
+                    recorded,
+                    f"the code now raises {error_type}; the record failed with {state.failure.exception_type}",
+                )
+            return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type}, as recorded")
+        if ctx._record.done:  # the record ends here: a live run would fail the task at this point
+            return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type} where the record ends")
+        return ReplayReport(
+            task_id, False, walked, recorded, f"the code now raises {error_type}; the record goes on without a failure"
+        )
 
     def check(self, *, finished: int = 0, limit: int = 100_000) -> CheckReport:
         """Replay every task that has not finished (and the ``finished`` most recent finished ones)

@@ -248,6 +248,8 @@ class _Context:
 
     def _append(self, events: list[Event]) -> None:
         log = self._app.log
+        if self._replay_only:
+            raise ReplayEnd(self._record.walked)  # a replay never writes, whatever asks it to
         with self._lock:
             if self._ended:
                 raise RunEnded(f"task {self._task_id!r}: this run has stopped; a later run takes the work up")

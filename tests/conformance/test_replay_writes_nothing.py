@@ -1,0 +1,104 @@
+"""`app.replay` writes nothing — compared as a full dump of the database before and after — for a
+task stopped in every kind of position; and a replay that could not go on is never reported clean."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import tether
+from tests.conftest import dump_database
+
+
+class Stop(BaseException):
+    """Stands for a crash."""
+
+
+POSITIONS = ["inside_step", "after_steps_last_call", "waiting", "sleeping", "failed", "completed"]
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_replay_writes_nothing_wherever_the_task_stopped(store_url: str, position: str) -> None:
+    app = tether.App(store_url)
+    crash = {"on": True}
+
+    @app.tool
+    def work(n: int) -> int:
+        return n
+
+    @app.task
+    def job(ctx: tether.TaskContext, where: str) -> int:
+        ctx.plan(["one", "two"])
+        with ctx.step("one"):
+            ctx.call(work, 1)
+            if where == "inside_step":
+                ctx.call(work, 2)
+                if crash["on"]:
+                    raise Stop
+            ctx.call(work, 3)
+            if where == "after_steps_last_call" and crash["on"]:
+                raise Stop  # the step's last call is recorded, its end is not
+        with ctx.step("two"):
+            if where == "waiting":
+                ctx.wait_for_input("go")
+            if where == "sleeping":
+                ctx.sleep(3600)
+            if where == "failed":
+                raise ValueError("broken")
+        return 7
+
+    try:
+        app.run(job, position, task_id="t")
+    except Stop:
+        pass
+    crash["on"] = False  # the replay runs the code as it would run after the crash
+    before = dump_database(store_url, app.store)
+    report = app.replay("t")
+    assert report.clean, report
+    assert dump_database(store_url, app.store) == before
+    assert app.replay("t", upto=3).clean
+    assert dump_database(store_url, app.store) == before
+
+
+def test_a_replay_that_cannot_go_on_is_not_reported_clean(store_url: str) -> None:
+    app = tether.App(store_url)
+    mode = {"raise": False}
+
+    @app.tool
+    def work() -> int:
+        return 1
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> int:
+        ctx.call(work)
+        if mode["raise"]:
+            raise tether.ConflictError("t", expected=1, actual=2)
+        ctx.call(work)
+        return 1
+
+    app.run(job, task_id="t")
+    mode["raise"] = True
+    report = app.replay("t")
+    assert not report.clean and "ConflictError" in report.outcome
+
+
+def test_code_that_now_raises_before_recorded_work_diverges(store_url: str) -> None:
+    app = tether.App(store_url)
+    broken = {"on": False}
+
+    @app.tool
+    def work(n: int) -> int:
+        return n
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> Any:
+        ctx.call(work, 1)
+        if broken["on"]:
+            raise KeyError("new bug")
+        return ctx.call(work, 2)
+
+    app.run(job, task_id="t")
+    broken["on"] = True
+    report = app.replay("t")
+    assert not report.clean and "KeyError" in report.outcome
