@@ -16,9 +16,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from tether._conflicts import retry_on_conflict
 from tether._keys import as_json
 from tether._streams import Stream
-from tether.errors import ConflictError, InvalidInputError
+from tether.errors import ConflictError, InvalidInputError, TetherError
 from tether.events import Event, _event
 from tether.log import TaskLog
 
@@ -45,6 +46,14 @@ class UserChange:
     at: datetime
     set: dict[str, Any]
     removed: list[str]
+
+
+class _StaleError(TetherError):
+    """A write at an ``expected_version`` that is not the document's: raised, never retried."""
+
+    def __init__(self, stream: str, *, expected: int, actual: int | None) -> None:
+        super().__init__(f"{stream}: expected version {expected}, found {actual}")
+        self.task_id, self.expected, self.actual = stream, expected, actual
 
 
 class UserState:
@@ -106,10 +115,10 @@ class UserState:
     def _write(
         self, fn: Callable[[dict[str, Any]], dict[str, Any]], expected: int | None, retries: int = 20
     ) -> tuple[dict[str, Any], int]:
-        for _ in range(max(1, retries)):
+        def attempt() -> tuple[dict[str, Any], int]:
             doc, version = self._refresh()
             if expected is not None and expected != version:
-                raise ConflictError(self._stream.id, expected=expected, actual=version)
+                raise _StaleError(self._stream.id, expected=expected, actual=version)
             new = fn(dict(doc))
             if not isinstance(new, dict):
                 raise InvalidInputError(f"an update must return the new document (a dict), got {type(new).__name__}")
@@ -123,15 +132,19 @@ class UserState:
             removed = [k for k in doc if k not in new]
             if not changed and not removed:
                 return doc, version
+            orjson.dumps(changed)
             try:
-                orjson.dumps(changed)
                 version = self._stream.append([UserChanged(set=changed, removed=removed)], version)
-            except ConflictError:
-                if expected is not None:
-                    raise
-                continue
+            except ConflictError as conflict:
+                if expected is not None:  # the caller named the version: a conflict is theirs to see
+                    raise _StaleError(self._stream.id, expected=expected, actual=conflict.actual) from None
+                raise
             return new, version
-        raise ConflictError(self._stream.id, expected=self._version, actual=None)
+
+        try:
+            return retry_on_conflict(attempt, stream=self._stream.id, tries=retries)
+        except _StaleError as stale:
+            raise ConflictError(stale.task_id, expected=stale.expected, actual=stale.actual) from None
 
     def history(self) -> list[UserChange]:
         """Every change, oldest first."""

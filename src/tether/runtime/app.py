@@ -20,6 +20,7 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
+from tether._conflicts import retry_on_conflict
 from tether._keys import as_json
 from tether._validate import check_id, check_int, check_optional_id, check_positive, check_task_id
 from tether.conversation import (
@@ -38,7 +39,6 @@ from tether.errors import (
     ConflictError,
     InvalidInputError,
     InvalidTransition,
-    LeaseLostError,
     NonDeterminismError,
     RunInterrupted,
     Suspend,
@@ -142,7 +142,6 @@ class TaskHandle:
         )
 
 
-_CONFLICT_TRIES = 50
 _UNWINDING = (StepFailed, CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
 
 
@@ -615,16 +614,12 @@ class App:
 
     def _append_checked(self, task_id: str, make: Callable[[TaskState], list[Event]]) -> None:
         """Append what ``make`` decides from the latest state, again if another writer got there first."""
-        for _ in range(_CONFLICT_TRIES):
+
+        def attempt() -> None:
             state = self.log.load(task_id)
-            try:
-                self.log.append(task_id, make(state), state.version)
-                return
-            except LeaseLostError:
-                raise
-            except ConflictError:
-                continue
-        raise ConflictError(task_id, expected=self.log.version(task_id), actual=None)
+            self.log.append(task_id, make(state), state.version)
+
+        retry_on_conflict(attempt, stream=task_id)
 
     def get(self, task_id: str) -> TaskHandle:
         """Where a task stands now."""
@@ -697,7 +692,7 @@ class App:
         """
         check_id(key, "key")
         value = as_json(value)
-        for _ in range(20):  # a running task appends too: reload and try again on a conflict
+        def answer() -> TaskHandle:  # a running task appends too: decided again on a conflict
             state = self.log.load(task_id)
             if state.status in TERMINAL:
                 raise InvalidInputError(f"task {task_id!r} is {state.status.value}; it takes no more input")
@@ -712,12 +707,10 @@ class App:
                 )
             if state.waiting is not None and state.waiting.key == key and state.waiting.input_schema:
                 check_against_schema(task_id, key, value, state.waiting.input_schema)
-            try:
-                self.log.append(task_id, [InputReceived(key=key, value=value)], state.version)
-            except ConflictError:
-                continue
+            self.log.append(task_id, [InputReceived(key=key, value=value)], state.version)
             return TaskHandle.of(self.log.load(task_id))
-        raise ConflictError(task_id, expected=state.version, actual=None)
+
+        return retry_on_conflict(answer, stream=task_id)
 
     def pending_inputs(self, user_id: str | None = None, *, limit: int = 100) -> list[PendingInput]:
         """What tasks are waiting for, with their prompts, oldest question first."""
@@ -794,14 +787,18 @@ class App:
         if state.status in TERMINAL:
             raise InvalidTransition("status", state.status.value, Status.CANCELLED.value, [])
         if state.cancel_reason is None:
-            for _ in range(20):
-                try:
-                    self.log.append(task_id, [CancelRequested(reason=reason)], state.version)
-                    break
-                except ConflictError:
-                    state = self.log.load(task_id)
-                    if state.status in TERMINAL:
-                        return TaskHandle.of(state)
+
+            def request() -> TaskState | None:
+                current = self.log.load(task_id)
+                if current.status in TERMINAL or current.cancel_reason is not None:
+                    return current  # finished meanwhile, or another caller asked first
+                self.log.append(task_id, [CancelRequested(reason=reason)], current.version)
+                return None
+
+            # Under contention the request is recorded or the call fails: never a run without it.
+            done = retry_on_conflict(request, stream=task_id)
+            if done is not None and done.status in TERMINAL:
+                return TaskHandle.of(done)
         spec = self._task_spec(state.type)
         return self._drive(spec, lambda: self._execute(spec, task_id, force=True), "cancel", "cancel")
 
