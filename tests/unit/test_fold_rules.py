@@ -105,7 +105,13 @@ EXAMPLES: dict[type[Event], tuple[list[Event], Callable[[TaskState], bool]]] = {
     FailureRecorded: ([*FAILED_CALL, FAILURE], lambda s: s.failure is not None and s.failure.tool == "pay"),
     # A fork does not inherit its parent's failure (or output, or status).
     TaskForked: (
-        [RUNNING, *FAILED_CALL, FAILURE, StatusChanged(status="failed"), TaskForked(task_id="f1", parent_task_id="t1", at=5)],
+        [
+            RUNNING,
+            *FAILED_CALL,
+            FAILURE,
+            StatusChanged(status="failed"),
+            TaskForked(task_id="f1", parent_task_id="t1", at=5),
+        ],
         lambda s: s.task_id == "f1" and s.failure is None and s.status is Status.PENDING and s.parent is not None,
     ),
     TaskArchived: ([TaskArchived(task_id="t1~1", successor="t1")], lambda s: s.superseded_by == "t1"),
