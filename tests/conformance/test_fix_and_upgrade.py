@@ -169,12 +169,18 @@ def test_patched_code_replays_old_tasks_on_the_old_path_and_runs_new_ones_on_the
         return text + " (polite)"
 
     @app.tool
+    def keep(text: str) -> str:
+        ran.append("keep")
+        return text
+
+    @app.tool
     def send(text: str) -> str:
         ran.append("send")
         return f"sent {text}"
 
     def old_code(ctx: tether.TaskContext) -> str:
         text = ctx.call(draft, "hello")
+        text = ctx.call(keep, text)
         ctx.wait_for_input("approve")
         return str(ctx.call(send, text))
 
@@ -182,25 +188,31 @@ def test_patched_code_replays_old_tasks_on_the_old_path_and_runs_new_ones_on_the
         text = ctx.call(draft, "hello")
         if ctx.patched("tone-check"):
             text = ctx.call(check_tone, text)
+        text = ctx.call(keep, text)
         ctx.wait_for_input("approve")
         return str(ctx.call(send, text))
 
     def unpatched_new_code(ctx: tether.TaskContext) -> str:
         text = ctx.call(draft, "hello")
-        text = ctx.call(check_tone, text)  # inserted before a recorded wait: old tasks cannot replay it
+        text = ctx.call(check_tone, text)  # inserted before recorded work: old tasks cannot replay it
+        text = ctx.call(keep, text)
         ctx.wait_for_input("approve")
         return str(ctx.call(send, text))
 
+    tools = (draft, check_tone, keep, send)
     app.task(name="mail")(old_code)
     app.run("mail", task_id="old")  # waits for approval under the old code
     deployed = tether.App(app.store)
-    deployed.tool(draft), deployed.tool(check_tone), deployed.tool(send)
+    for tool in tools:
+        deployed.tool(tool)
     deployed.task(name="mail")(unpatched_new_code)
     report = deployed.check()
     assert not report.clean and [r.task_id for r in report.diverging] == ["old"]
+    assert "call #2 keep" in str(report) and "call #2 check_tone" in str(report)
 
     deployed = tether.App(app.store)
-    deployed.tool(draft), deployed.tool(check_tone), deployed.tool(send)
+    for tool in tools:
+        deployed.tool(tool)
     deployed.task(name="mail")(new_code)
     assert deployed.check().clean
     deployed.run("mail", task_id="new")
