@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from tether.errors import ConflictError, LeaseLostError, TaskNotFoundError, TetherError
+from tether.errors import ConflictError, InvalidInputError, LeaseLostError, TaskNotFoundError, TetherError
 
 __all__ = [
     "ChangeSignal",
@@ -303,6 +303,21 @@ def read_across_forks(
     for part, last in reversed(chain):
         rows.extend(segment(part, rows[-1].seq if rows else after, last))
     return rows
+
+
+def check_batch(task_id: str, events: Sequence[EventRow], expected_version: int) -> None:
+    """An append's events are numbered ``expected_version + 1`` onwards, without a gap: refused
+    before anything is written otherwise (every backend calls this first)."""
+    if not events:
+        raise InvalidInputError(f"an append to {task_id!r} needs at least one event")
+    if events[0].seq != expected_version + 1:
+        raise ConflictError(task_id, expected=events[0].seq - 1, actual=expected_version)
+    for offset, event in enumerate(events[1:], start=2):
+        if event.seq != expected_version + offset:
+            raise InvalidInputError(
+                f"an append to {task_id!r} numbers its events {[e.seq for e in events]}; "
+                f"they must follow on from version {expected_version} without a gap"
+            )
 
 
 def refusal(

@@ -19,6 +19,7 @@ from tether.store.base import (
     SnapshotRow,
     TaskFilter,
     TaskRow,
+    check_batch,
     read_across_forks,
 )
 
@@ -80,6 +81,7 @@ class MemoryStore:
         fence: int | None = None,
         index: IndexUpdate | None = None,
     ) -> None:
+        check_batch(task_id, events, expected_version)
         with self._lock:
             stream = self._stream(tenant, task_id)
             if fence is not None and stream.row.lease_token != fence:

@@ -58,6 +58,7 @@ from tether.store.base import (
     SnapshotRow,
     TaskFilter,
     TaskRow,
+    check_batch,
     read_across_forks,
     redact_url,
     refusal,
@@ -472,9 +473,7 @@ class PostgresStore:
         fence: int | None = None,
         index: IndexUpdate | None = None,
     ) -> None:
-        first = events[0]
-        if first.seq != expected_version + 1:
-            raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
+        check_batch(task_id, events, expected_version)
         try:
             self._append_to(self._id(tenant, task_id), tenant, task_id, events, expected_version, fence, index)
         except _StaleIdError:

@@ -34,6 +34,7 @@ from tether.store.base import (
     SnapshotRow,
     TaskFilter,
     TaskRow,
+    check_batch,
     read_across_forks,
     refusal,
 )
@@ -524,9 +525,8 @@ class SQLiteStore:
         fence: int | None = None,
         index: IndexUpdate | None = None,
     ) -> None:
+        check_batch(task_id, events, expected_version)
         first = events[0]
-        if first.seq != expected_version + 1:
-            raise ConflictError(task_id, expected=first.seq - 1, actual=expected_version)
         self._refuse_write()
         key = (tenant, task_id)
         with self._lock:
