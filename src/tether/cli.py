@@ -22,7 +22,7 @@ from rich.table import Table
 
 import tether
 from tether.errors import TetherError
-from tether.runtime.app import failure_summary
+from tether.runtime.handles import failure_summary
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

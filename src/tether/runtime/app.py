@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import signal
 import socket
-import threading
 import time
-import traceback
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar, overload
 
@@ -34,276 +27,51 @@ from tether.conversation import (
 )
 from tether.conversation import stream_id as _session_stream
 from tether.errors import (
-    Cancelled,
     ConfigurationError,
     ConflictError,
     InvalidInputError,
     InvalidTransition,
-    NonDeterminismError,
-    RunInterrupted,
-    Suspend,
-    TaskBusyError,
     TaskDefinitionError,
-    TaskFailedError,
-    TaskNotFinishedError,
     TaskNotFoundError,
     TetherError,
-    ToolError,
 )
 from tether.events import (
-    CallAttemptFailed,
     CallCompleted,
-    CallFailed,
-    CallStarted,
     CancelRequested,
-    DataMigrated,
     Event,
-    FailureRecorded,
     InputReceived,
-    OutputSet,
-    Recorded,
-    RetryRequested,
-    StatusChanged,
-    StepFailed,
 )
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
-from tether.model import Failure, TaskState
-from tether.runtime._flow import RUNNING_TASK, Flow, Invoke, drive, drive_async
+from tether.model import TaskState
+from tether.runtime._flow import drive_async
 from tether.runtime.context import (
-    NOT_A_TASK_FAILURE,
-    AsyncTaskContext,
-    ReplayEnd,
-    TaskContext,
-    _Context,
     upcast_data,
 )
+from tether.runtime.handles import (
+    CheckReport,
+    PendingInput,
+    TaskHandle,
+    TaskSummary,
+    check_against_schema,
+    failure_summary,
+    unreadable_summary,
+)
+from tether.runtime.leases import acquire
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
+from tether.runtime.run import drive_task, execute, replay, retry_event
 from tether.runtime.session import fork_conversation
 from tether.runtime.specs import ReplayCheck, TaskSpec, ToolSpec, guarded
-from tether.store import DEFAULT_URL, Store, TaskRow
+from tether.store import DEFAULT_URL, Store
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
 from tether.userstate import UserState
 
-__all__ = ["App", "PendingInput", "TaskHandle", "TaskSummary"]
+__all__ = ["App", "CheckReport", "PendingInput", "TaskHandle", "TaskSummary", "check_against_schema", "failure_summary"]
 
 _log = logging.getLogger("tether")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class TaskHandle:
-    """What :meth:`App.run` returns: where the task stands after this run."""
-
-    task_id: str
-    status: Status
-    output: Any
-    failure: Failure | None
-    state: TaskState
-
-    @classmethod
-    def of(cls, state: TaskState) -> TaskHandle:
-        return cls(state.task_id, state.status, state.output, state.failure, state)
-
-    def result(self) -> Any:
-        """The task's output. A task that failed or was cancelled raises :class:`~tether.TaskFailedError`
-        (with its failure record and how to retry); one that has not finished raises
-        :class:`~tether.TaskNotFinishedError` saying what it waits for.
-
-        Example:
-            >>> import tether
-            >>> app = tether.App("memory://")
-            >>> @app.task
-            ... def divide(ctx: tether.TaskContext, a: int, b: int) -> float:
-            ...     return a / b
-            >>> app.run(divide, 1, 2).result()
-            0.5
-            >>> app.run(divide, 1, 0, task_id="d0").result()
-            Traceback (most recent call last):
-            ...
-            tether.errors.TaskFailedError: task 'd0' failed: ZeroDivisionError: division by zero...
-        """
-        state = self.state
-        if state.status is Status.COMPLETED:
-            return state.output
-        if state.status in (Status.FAILED, Status.CANCELLED):
-            raise TaskFailedError(
-                failure_summary(state),
-                task_id=state.task_id,
-                failure=state.failure.model_dump(mode="json") if state.failure else None,
-            )
-        waiting = f" for input {state.waiting.key!r}" if state.waiting else ""
-        raise TaskNotFinishedError(
-            f"task {state.task_id!r} has no result yet: it is {state.status.value}{waiting}",
-            task_id=state.task_id,
-            status=state.status.value,
-        )
-
-
-_UNWINDING = (StepFailed, CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
-
-
-def retry_event(history: list[Recorded], state: TaskState, actor: str | None) -> RetryRequested:
-    """The record of a retry: which of the failure's records a replay passes over, which calls run again."""
-    failed_at = max((r.seq for r in history if type(r.event) is FailureRecorded), default=None)
-    if failed_at is None:
-        raise InvalidInputError(f"task {state.task_id!r} has no failure record to retry from")
-    by_seq = {r.seq: r for r in history}
-    retired: list[int] = []
-    calls: list[int] = []
-    failed_key = state.failure.call_key if state.failure else None
-    failed_call = next((c.n for c in state.calls if failed_key is not None and c.key == failed_key), None)
-    seq = failed_at - 1
-    # The failure as it unwound: the steps it failed and the calls that gave up, back to the last
-    # thing the code did in order (the events of parallel calls that ended meanwhile stay).
-    while seq in by_seq and isinstance(by_seq[seq].event, _UNWINDING):
-        event = by_seq[seq].event
-        if isinstance(event, StepFailed):
-            retired.append(seq)
-        elif isinstance(event, CallFailed):
-            retired.append(seq)
-            calls.append(event.n)
-        seq -= 1
-    if failed_call is not None and failed_call not in calls:
-        gave_up = [r.seq for r in history if isinstance(r.event, CallFailed) and r.event.n == failed_call]
-        retired.extend(gave_up)
-        calls.append(failed_call)
-    compensations = {c.n for c in state.calls if c.kind == "compensation"}
-    for rec in history:
-        n = getattr(rec.event, "n", None)
-        if rec.seq > failed_at and n in compensations:
-            retired.append(rec.seq)
-    ordinary = [c.n for c in state.calls if c.kind != "compensation"]
-    after_n = max(ordinary, default=0)
-    highest = max((c.n for c in state.calls), default=0)
-    failure = state.failure
-    return RetryRequested(
-        failure_type=failure.exception_type if failure else "unknown",
-        failure_message=failure.message if failure else "",
-        retired=sorted(retired),
-        calls=sorted(calls),
-        after_n=after_n,
-        shift=highest - after_n,
-        actor=actor,
-    )
-
-
-def failure_summary(state: TaskState) -> str:
-    """One paragraph on why a task failed and what to do about it."""
-    if state.status is Status.CANCELLED:
-        return f"task {state.task_id!r} was cancelled" + (f": {state.cancel_reason}" if state.cancel_reason else "")
-    failure = state.failure
-    if failure is None:
-        return f"task {state.task_id!r} failed"
-    where = "".join(
-        [f" at step {failure.step!r}" if failure.step else "", f" in tool {failure.tool!r}" if failure.tool else ""]
-    )
-    attempts = ""
-    if failure.call_key is not None:
-        call = next((c for c in state.calls if c.key == failure.call_key), None)
-        if call is not None:
-            attempts = f" after {len(call.attempts)} attempt{'s' if len(call.attempts) != 1 else ''}"
-    return (
-        f"task {state.task_id!r} failed{where}{attempts}: {failure.exception_type}: {failure.message}. "
-        f"Fix the code, then retry it: app.retry({state.task_id!r}), or "
-        f"`tether retry {state.task_id} --app MODULE:APP`"
-    )
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    """What :meth:`App.check` found: a replay report per task, and tasks of types this app lacks."""
-
-    reports: list[ReplayReport]
-    unknown: list[str]
-    """Tasks whose type is not a task of this app: not checked."""
-
-    @property
-    def diverging(self) -> list[ReplayReport]:
-        return [r for r in self.reports if not r.clean]
-
-    @property
-    def clean(self) -> bool:
-        return not self.diverging
-
-    def __str__(self) -> str:
-        lines = [str(r) for r in self.diverging]
-        skipped = f"; {len(self.unknown)} of unknown types skipped" if self.unknown else ""
-        clean = len(self.reports) - len(self.diverging)
-        diverge = len(self.diverging)
-        lines.append(f"{len(self.reports)} task(s) checked: {clean} replay cleanly, {diverge} diverge{skipped}")
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class PendingInput:
-    """A question a task is waiting on: what :meth:`App.pending_inputs` lists."""
-
-    task_id: str
-    type: str
-    user_id: str | None
-    key: str
-    prompt: str | None
-    schema: dict[str, Any] | None
-    requested_at: datetime
-    timeout_at: datetime | None
-
-
-@dataclass(frozen=True)
-class TaskSummary:
-    """One line of :meth:`App.list_tasks`: where a task stands."""
-
-    task_id: str
-    type: str
-    status: Status
-    position: str
-    waiting_for: str | None
-    prompt: str | None
-    wakes_at: datetime | None
-    held_by: str | None
-    user_id: str | None
-    version: int
-    updated_at: datetime
-
-
-def check_against_schema(task_id: str, key: str, value: Any, schema: dict[str, Any]) -> None:
-    """Refuse a value that does not fit a wait's JSON schema, saying where and why."""
-    import jsonschema
-
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path))
-    if errors:
-        details = "; ".join(f"{'/'.join(map(str, e.path)) or '(value)'}: {e.message}" for e in errors[:5])
-        raise InvalidInputError(f"input {key!r} for task {task_id!r} does not fit its schema: {details}")
-
-
-class _Heartbeat:
-    """Renews a task's lease in the background while a run holds it."""
-
-    def __init__(self, app: App, task_id: str, token: int) -> None:
-        self._app, self._task_id, self._token = app, task_id, token
-        self._stop = threading.Event()
-        self.lost = False
-        self._thread = threading.Thread(target=self._beat, name=f"tether-heartbeat-{task_id}", daemon=True)
-
-    def _beat(self) -> None:
-        interval = self._app.lease_ttl / 3
-        while not self._stop.wait(interval):
-            renewed = self._app.store.renew_lease(
-                self._app.tenant, self._task_id, self._token, self._app.lease_ttl, time.time()
-            )
-            if not renewed:
-                self.lost = True  # the next append is refused by its fencing token
-                return
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 class App:
@@ -552,9 +320,9 @@ class App:
         returns it as it is if it has finished.
         """
         spec = self._task_spec(task)
-        return self._drive(
+        return drive_task(
             spec,
-            lambda: self._execute(spec, self._create(spec, args, kwargs, task_id, user_id, session_id).task_id),
+            lambda: execute(self, spec, self._create(spec, args, kwargs, task_id, user_id, session_id).task_id),
             "run",
             "run_async",
         )
@@ -571,16 +339,16 @@ class App:
         """The async twin of :meth:`run`."""
         spec = self._task_spec(task)
         state = self._create(spec, args, kwargs, task_id, user_id, session_id)
-        return await drive_async(self._execute(spec, state.task_id))
+        return await drive_async(execute(self, spec, state.task_id))
 
     def resume(self, task_id: str) -> TaskHandle:
         """Continue a stored task from its log; recorded steps are not run again."""
         spec = self._spec_of(task_id)
-        return self._drive(spec, lambda: self._execute(spec, task_id), "resume", "resume_async")
+        return drive_task(spec, lambda: execute(self, spec, task_id), "resume", "resume_async")
 
     async def resume_async(self, task_id: str) -> TaskHandle:
         """The async twin of :meth:`resume`."""
-        return await drive_async(self._execute(self._spec_of(task_id), task_id))
+        return await drive_async(execute(self, self._spec_of(task_id), task_id))
 
     def retry(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
         """Run a failed task again with the code as it is now — after you fixed it.
@@ -593,13 +361,13 @@ class App:
         """
         spec = self._spec_of(task_id)
         self._request_retry(task_id, actor)
-        return self._drive(spec, lambda: self._execute(spec, task_id), "retry", "retry_async")
+        return drive_task(spec, lambda: execute(self, spec, task_id), "retry", "retry_async")
 
     async def retry_async(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
         """The async twin of :meth:`retry`."""
         spec = self._spec_of(task_id)
         self._request_retry(task_id, actor)
-        return await drive_async(self._execute(spec, task_id))
+        return await drive_async(execute(self, spec, task_id))
 
     def _request_retry(self, task_id: str, actor: str | None) -> None:
         def request(state: TaskState) -> list[Event]:
@@ -756,7 +524,7 @@ class App:
             try:
                 state = self.log.load(row.task_id)
             except TetherError as exc:  # one unreadable stream must not hide the others
-                summaries.append(_unreadable(row, held, exc))
+                summaries.append(unreadable_summary(row, held, exc))
                 continue
             summaries.append(
                 TaskSummary(
@@ -800,7 +568,7 @@ class App:
             if done is not None and done.status in TERMINAL:
                 return TaskHandle.of(done)
         spec = self._task_spec(state.type)
-        return self._drive(spec, lambda: self._execute(spec, task_id, force=True), "cancel", "cancel")
+        return drive_task(spec, lambda: execute(self, spec, task_id, force=True), "cancel", "cancel")
 
     def run_worker(
         self, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
@@ -823,26 +591,9 @@ class App:
         except TetherError:
             self.store.release_lease(self.tenant, task_id, token)
             raise
-        return self._drive(
-            spec, lambda: self._execute(spec, task_id, token=token), "run", "run_async", interruptible=False
+        return drive_task(
+            spec, lambda: execute(self, spec, task_id, token=token), "run", "run_async", interruptible=False
         )
-
-    def _drive(
-        self, spec: TaskSpec, make_flow: Callable[[], Flow[T]], name: str, twin: str, *, interruptible: bool = True
-    ) -> T:
-        """Run a flow with the driver the task needs: in plain Python, or on a fresh event loop for an
-        async task (refused inside a running loop, before anything is done, pointing at ``twin``).
-
-        ``interruptible``: SIGTERM stops the run like Ctrl-C does — cleanly, the lease released and
-        the task left resumable (a worker has its own SIGTERM grace, so it passes ``False``)."""
-        try:
-            with _sigterm_as_interrupt(interruptible):
-                if spec.is_async:
-                    _no_running_loop(name, twin)
-                    return asyncio.run(drive_async(make_flow()))
-                return drive(make_flow())
-        except RunInterrupted as stop:
-            raise stop.with_traceback(None) from None  # one line saying how to resume, not tether's insides
 
     # ------------------------------------------------------------------ time travel
     def history(self, task_id: str) -> list[HistoryEntry]:
@@ -922,7 +673,7 @@ class App:
         """
         check_int(to, "to", low=1)
         self.log.task_row(task_id, "rewound")
-        token = self._acquire(task_id)
+        token = acquire(self.store, self.tenant, task_id, self.worker_id, self.lease_ttl)
         try:
             n = 1
             while self.store.get_task(self.tenant, f"{task_id}~{n}") is not None:
@@ -947,68 +698,7 @@ class App:
         if upto is not None:
             check_int(upto, "upto", low=1)
         spec = self._spec_of(task_id)
-        return self._drive(spec, lambda: self._replay(spec, task_id, upto), "replay", "replay")
-
-    def _replay(self, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[ReplayReport]:
-        history = self.log.events(task_id, upto=upto)
-        state = self.log.state_at(task_id, history[-1].seq)
-        context_type = AsyncTaskContext if spec.is_async else TaskContext
-        ctx = context_type(self, spec, state, history, None)
-        ctx._replay_only = True
-        recorded = len(history)
-        running = RUNNING_TASK.set(task_id)
-        try:
-            outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
-        except ReplayEnd:
-            return ReplayReport(task_id, True, ctx._record.walked, recorded, "reached the end of the record")
-        except (Suspend, Cancelled):
-            return ReplayReport(task_id, True, ctx._record.walked, recorded, "reached the end of the record")
-        finally:
-            ctx._end()
-            RUNNING_TASK.reset(running)
-        assert outcome is not None
-        if isinstance(outcome.value, NonDeterminismError):
-            return ReplayReport(task_id, False, ctx._record.walked, recorded, str(outcome.value), outcome.value)
-        head = ctx._record.first_left()
-        if head is not None:
-            error = NonDeterminismError(
-                task_id,
-                head.seq,
-                f"more work ({head.event.event_type})",
-                "the task to end" if outcome.ok else f"it to raise {outcome.value!r}",
-            )
-            return ReplayReport(task_id, False, ctx._record.walked, recorded, str(error), error)
-        if outcome.ok:
-            if state.status is Status.COMPLETED and state.output != as_json(outcome.value):
-                return ReplayReport(
-                    task_id,
-                    False,
-                    ctx._record.walked,
-                    recorded,
-                    f"the code now returns {outcome.value!r}; the record has {state.output!r}",
-                )
-            return ReplayReport(task_id, True, ctx._record.walked, recorded, "the code returns")
-        error = outcome.value
-        error_type = error.error_type if isinstance(error, ToolError) else type(error).__name__
-        walked = ctx._record.walked
-        if isinstance(error, NOT_A_TASK_FAILURE):  # the replay itself could not go on: never "clean"
-            stopped = f"the replay stopped: {type(error).__name__}: {error}"
-            return ReplayReport(task_id, False, walked, recorded, stopped)
-        if state.failure is not None:
-            if state.failure.exception_type != error_type:
-                return ReplayReport(
-                    task_id,
-                    False,
-                    walked,
-                    recorded,
-                    f"the code now raises {error_type}; the record failed with {state.failure.exception_type}",
-                )
-            return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type}, as recorded")
-        if ctx._record.done:  # the record ends here: a live run would fail the task at this point
-            return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type} where the record ends")
-        return ReplayReport(
-            task_id, False, walked, recorded, f"the code now raises {error_type}; the record goes on without a failure"
-        )
+        return drive_task(spec, lambda: replay(self, spec, task_id, upto), "replay", "replay")
 
     def check(self, *, finished: int = 0, limit: int = 100_000) -> CheckReport:
         """Replay every task that has not finished (and the ``finished`` most recent finished ones)
@@ -1030,204 +720,14 @@ class App:
             except TaskDefinitionError:
                 unknown.append(row.task_id)
                 continue
-            reports.append(self._drive(spec, partial(self._replay, spec, row.task_id, None), "check", "check"))
+            reports.append(drive_task(spec, partial(replay, self, spec, row.task_id, None), "check", "check"))
         return CheckReport(reports=reports, unknown=unknown)
 
     def _spec_of(self, task_id: str) -> TaskSpec:
         return self._task_spec(self.log.load(task_id).type)
 
     # ------------------------------------------------------------------ the run
-    def _acquire(self, task_id: str, *, force: bool = False) -> int:
-        now = time.time()
-        token = self.store.acquire_lease(self.tenant, task_id, self.worker_id, self.lease_ttl, now)
-        if token is not None:
-            return token
-        row = self.log.get(task_id)
-        if row.lease_owner is not None and (force or _owner_is_dead(row.lease_owner)):
-            token = self.store.acquire_lease(
-                self.tenant, task_id, self.worker_id, self.lease_ttl, now, steal_from=row.lease_owner
-            )
-            if token is not None:
-                return token
-        raise TaskBusyError(task_id, owner=row.lease_owner, expires=row.lease_expires)
-
-    def _execute(
-        self, spec: TaskSpec, task_id: str, *, token: int | None = None, force: bool = False
-    ) -> Flow[TaskHandle]:
-        """Run (or replay, then continue) a task while holding its lease: ``token``, or one taken here."""
-        ended: Callable[[], None] | None = None
-        if token is None:
-            state = self.log.load(task_id)
-            if state.status in TERMINAL:
-                return TaskHandle.of(state)
-            token = self._acquire(task_id, force=force)
-        try:
-            with _Heartbeat(self, task_id, token):
-                history = self.log.events(task_id)
-                # The state at the end of that history: from memory when this log just loaded it.
-                state = self.log.cached(task_id, history[-1].seq)
-                if state.status in TERMINAL:
-                    return TaskHandle.of(state)
-                context_type = AsyncTaskContext if spec.is_async else TaskContext
-                ctx = context_type(self, spec, state, history, token)
-                ended = ctx._end
-                if state.status is not Status.RUNNING:
-                    ctx._append([StatusChanged(status=Status.RUNNING.value)])
-                if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
-                    migrated = self._data_model(spec, state).model_dump(mode="json")
-                    ctx._append(
-                        [DataMigrated(data=migrated, from_version=state.data_version, to_version=spec.data_version)]
-                    )
-                running = RUNNING_TASK.set(task_id)
-                try:
-                    outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
-                except KeyboardInterrupt as stop:
-                    raise RunInterrupted(task_id, stop) from None
-                except Suspend:
-                    return TaskHandle.of(ctx._latest)  # waiting or sleeping: no process needs to stay
-                except Cancelled as cancel:
-                    yield from self._end_cancelled(ctx, cancel.reason)
-                    return TaskHandle.of(ctx._latest)
-                finally:
-                    RUNNING_TASK.reset(running)
-                assert outcome is not None
-                if ctx._cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
-                    yield from self._end_cancelled(ctx, ctx._cancel_reason)
-                elif outcome.ok:
-                    head = ctx._record.first_left()
-                    if head is not None:
-                        raise NonDeterminismError(
-                            task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
-                        )
-                    try:
-                        ctx._append([OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)])
-                    except InvalidInputError as exc:
-                        yield from self._fail(ctx, exc)
-                else:
-                    if isinstance(outcome.value, NOT_A_TASK_FAILURE):
-                        raise outcome.value
-                    yield from self._fail(ctx, outcome.value)
-                return TaskHandle.of(ctx._latest)
-        finally:
-            if ended is not None:
-                ended()  # a parallel branch still going records nothing more
-            try:
-                self.log.snapshot_if_due(task_id)
-                self.store.release_lease(self.tenant, task_id, token)
-            except TetherError:
-                pass  # the lease runs out by itself; the snapshot is only a cache
-
-    def _end_cancelled(self, ctx: _Context, reason: str) -> Flow[None]:
-        """Run the compensations of completed calls in reverse order, then mark the task cancelled."""
-        yield from ctx._compensate_flow()
-        ctx._append([StatusChanged(status=Status.CANCELLED.value, reason=reason)])
-
-    def _fail(self, ctx: _Context, error: BaseException) -> Flow[None]:
-        """Record the failure, run the compensations in reverse order, and mark the task failed."""
-        if ctx._latest.failure is None:
-            ctx._append([_failure_event(ctx, error)])
-        yield from ctx._compensate_flow()
-        ctx._append([StatusChanged(status=Status.FAILED.value, reason=f"{type(error).__name__}: {error}")])
-
     def close(self) -> None:
         self.store.close()
 
 
-def _failure_event(ctx: _Context, error: BaseException) -> FailureRecorded:
-    state = ctx._latest
-    step = next((s.name for s in state.plan if s.status == "failed"), None)
-    if isinstance(error, ToolError):
-        call = next((c for c in state.calls if c.key == error.key), None)
-        return FailureRecorded(
-            exception_type=error.error_type,
-            message=error.error_message,
-            traceback=error.traceback,
-            step=step,
-            tool=error.tool,
-            call_key=error.key,
-            input=call.args if call else None,
-            output=None,
-        )
-    return FailureRecorded(
-        exception_type=type(error).__name__,
-        message=str(error),
-        traceback="".join(traceback.format_exception(error)),
-        step=step,
-    )
-
-
-@contextmanager
-def _sigterm_as_interrupt(active: bool) -> Iterator[None]:
-    """While a run goes on in the main thread, SIGTERM raises KeyboardInterrupt, so it stops cleanly."""
-    if not active or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt("SIGTERM")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main interpreter's main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _unreadable(row: TaskRow, held: str | None, exc: TetherError) -> TaskSummary:
-    """A listing's line for a task whose log cannot be read: what its index row says, and why."""
-    _log.warning("task %s cannot be read: %s", row.task_id, exc)
-    try:
-        status = Status(row.status)
-    except ValueError:
-        status = Status.FAILED
-    return TaskSummary(
-        task_id=row.task_id,
-        type=row.type,
-        status=status,
-        position=f"unreadable: {type(exc).__name__}: {exc}",
-        waiting_for=None,
-        prompt=None,
-        wakes_at=None,
-        held_by=held,
-        user_id=row.user_id,
-        version=row.version,
-        updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
-    )
-
-
-def _owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` names a process on this machine that no longer exists."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _no_running_loop(name: str, twin: str) -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise TetherError(f"app.{name}() of an async task was called inside a running event loop; await app.{twin}()")

@@ -70,6 +70,7 @@ from tether.machine import Status
 from tether.model import TaskState, ToolCall
 from tether.runtime._flow import CURRENT_CALL, Flow, Invoke, Wait, _tuple_new, drive, drive_async, invoke
 from tether.runtime._replay import ReleaseGate, Replay, describe
+from tether.runtime.handles import check_against_schema
 from tether.runtime.session import TaskSession
 from tether.runtime.specs import TaskSpec, ToolSpec
 
@@ -677,8 +678,6 @@ class _Context:
             value = received[key]
             rejected = None
             if json_schema is not None and recorded is None:  # sent before it was asked for: check now
-                from tether.runtime.app import check_against_schema
-
                 try:
                     check_against_schema(self._task_id, key, value, json_schema)
                 except InvalidInputError as exc:

@@ -1,0 +1,191 @@
+"""What the runtime hands back: a task's handle and its result, listing lines, pending questions,
+the report of a check, and the words for a failure."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import jsonschema
+
+from tether.errors import InvalidInputError, TaskFailedError, TaskNotFinishedError, TetherError
+from tether.machine import Status
+from tether.model import Failure, TaskState
+from tether.store import TaskRow
+from tether.timetravel import ReplayReport
+
+__all__ = [
+    "CheckReport",
+    "PendingInput",
+    "TaskHandle",
+    "TaskSummary",
+    "check_against_schema",
+    "failure_summary",
+    "unreadable_summary",
+]
+
+_log = logging.getLogger("tether")
+
+
+@dataclass(frozen=True)
+class TaskHandle:
+    """What :meth:`App.run` returns: where the task stands after this run."""
+
+    task_id: str
+    status: Status
+    output: Any
+    failure: Failure | None
+    state: TaskState
+
+    @classmethod
+    def of(cls, state: TaskState) -> TaskHandle:
+        return cls(state.task_id, state.status, state.output, state.failure, state)
+
+    def result(self) -> Any:
+        """The task's output. A task that failed or was cancelled raises :class:`~tether.TaskFailedError`
+        (with its failure record and how to retry); one that has not finished raises
+        :class:`~tether.TaskNotFinishedError` saying what it waits for.
+
+        Example:
+            >>> import tether
+            >>> app = tether.App("memory://")
+            >>> @app.task
+            ... def divide(ctx: tether.TaskContext, a: int, b: int) -> float:
+            ...     return a / b
+            >>> app.run(divide, 1, 2).result()
+            0.5
+            >>> app.run(divide, 1, 0, task_id="d0").result()
+            Traceback (most recent call last):
+            ...
+            tether.errors.TaskFailedError: task 'd0' failed: ZeroDivisionError: division by zero...
+        """
+        state = self.state
+        if state.status is Status.COMPLETED:
+            return state.output
+        if state.status in (Status.FAILED, Status.CANCELLED):
+            raise TaskFailedError(
+                failure_summary(state),
+                task_id=state.task_id,
+                failure=state.failure.model_dump(mode="json") if state.failure else None,
+            )
+        waiting = f" for input {state.waiting.key!r}" if state.waiting else ""
+        raise TaskNotFinishedError(
+            f"task {state.task_id!r} has no result yet: it is {state.status.value}{waiting}",
+            task_id=state.task_id,
+            status=state.status.value,
+        )
+
+
+
+def failure_summary(state: TaskState) -> str:
+    """One paragraph on why a task failed and what to do about it."""
+    if state.status is Status.CANCELLED:
+        return f"task {state.task_id!r} was cancelled" + (f": {state.cancel_reason}" if state.cancel_reason else "")
+    failure = state.failure
+    if failure is None:
+        return f"task {state.task_id!r} failed"
+    where = "".join(
+        [f" at step {failure.step!r}" if failure.step else "", f" in tool {failure.tool!r}" if failure.tool else ""]
+    )
+    attempts = ""
+    if failure.call_key is not None:
+        call = next((c for c in state.calls if c.key == failure.call_key), None)
+        if call is not None:
+            attempts = f" after {len(call.attempts)} attempt{'s' if len(call.attempts) != 1 else ''}"
+    return (
+        f"task {state.task_id!r} failed{where}{attempts}: {failure.exception_type}: {failure.message}. "
+        f"Fix the code, then retry it: app.retry({state.task_id!r}), or "
+        f"`tether retry {state.task_id} --app MODULE:APP`"
+    )
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What :meth:`App.check` found: a replay report per task, and tasks of types this app lacks."""
+
+    reports: list[ReplayReport]
+    unknown: list[str]
+    """Tasks whose type is not a task of this app: not checked."""
+
+    @property
+    def diverging(self) -> list[ReplayReport]:
+        return [r for r in self.reports if not r.clean]
+
+    @property
+    def clean(self) -> bool:
+        return not self.diverging
+
+    def __str__(self) -> str:
+        lines = [str(r) for r in self.diverging]
+        skipped = f"; {len(self.unknown)} of unknown types skipped" if self.unknown else ""
+        clean = len(self.reports) - len(self.diverging)
+        diverge = len(self.diverging)
+        lines.append(f"{len(self.reports)} task(s) checked: {clean} replay cleanly, {diverge} diverge{skipped}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class PendingInput:
+    """A question a task is waiting on: what :meth:`App.pending_inputs` lists."""
+
+    task_id: str
+    type: str
+    user_id: str | None
+    key: str
+    prompt: str | None
+    schema: dict[str, Any] | None
+    requested_at: datetime
+    timeout_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """One line of :meth:`App.list_tasks`: where a task stands."""
+
+    task_id: str
+    type: str
+    status: Status
+    position: str
+    waiting_for: str | None
+    prompt: str | None
+    wakes_at: datetime | None
+    held_by: str | None
+    user_id: str | None
+    version: int
+    updated_at: datetime
+
+
+def check_against_schema(task_id: str, key: str, value: Any, schema: dict[str, Any]) -> None:
+    """Refuse a value that does not fit a wait's JSON schema, saying where and why."""
+
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path))
+    if errors:
+        details = "; ".join(f"{'/'.join(map(str, e.path)) or '(value)'}: {e.message}" for e in errors[:5])
+        raise InvalidInputError(f"input {key!r} for task {task_id!r} does not fit its schema: {details}")
+
+
+
+def unreadable_summary(row: TaskRow, held: str | None, exc: TetherError) -> TaskSummary:
+    """A listing's line for a task whose log cannot be read: what its index row says, and why."""
+    _log.warning("task %s cannot be read: %s", row.task_id, exc)
+    try:
+        status = Status(row.status)
+    except ValueError:
+        status = Status.FAILED
+    return TaskSummary(
+        task_id=row.task_id,
+        type=row.type,
+        status=status,
+        position=f"unreadable: {type(exc).__name__}: {exc}",
+        waiting_for=None,
+        prompt=None,
+        wakes_at=None,
+        held_by=held,
+        user_id=row.user_id,
+        version=row.version,
+        updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
+    )
+
+

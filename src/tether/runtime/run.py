@@ -1,0 +1,315 @@
+"""The run: one execution of a task's code while holding its lease — replay up to the end of the
+record, then live work — and the paths out of it (completed, suspended, failed with compensation,
+cancelled, interrupted). ``App``, the worker and time travel call this room; it calls no facade."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+from tether._keys import as_json
+from tether.errors import (
+    Cancelled,
+    InvalidInputError,
+    NonDeterminismError,
+    RunInterrupted,
+    Suspend,
+    TetherError,
+    ToolError,
+)
+from tether.events import (
+    CallAttemptFailed,
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    DataMigrated,
+    FailureRecorded,
+    OutputSet,
+    Recorded,
+    RetryRequested,
+    StatusChanged,
+    StepFailed,
+)
+from tether.machine import TERMINAL, Status
+from tether.model import TaskState
+from tether.runtime._flow import RUNNING_TASK, Flow, Invoke, drive, drive_async
+from tether.runtime.context import NOT_A_TASK_FAILURE, AsyncTaskContext, ReplayEnd, TaskContext, _Context
+from tether.runtime.handles import TaskHandle
+from tether.runtime.leases import Heartbeat, acquire
+from tether.runtime.specs import TaskSpec
+from tether.timetravel import ReplayReport
+
+if TYPE_CHECKING:
+    from tether.runtime.app import App
+
+__all__ = ["drive_task", "execute", "replay", "retry_event"]
+
+T = TypeVar("T")
+
+
+def execute(
+    app: App, spec: TaskSpec, task_id: str, *, token: int | None = None, force: bool = False
+) -> Flow[TaskHandle]:
+    """Run (or replay, then continue) a task while holding its lease: ``token``, or one taken here."""
+    ended: Callable[[], None] | None = None
+    if token is None:
+        state = app.log.load(task_id)
+        if state.status in TERMINAL:
+            return TaskHandle.of(state)
+        token = acquire(app.store, app.tenant, task_id, app.worker_id, app.lease_ttl, force=force)
+    try:
+        with Heartbeat(app.store, app.tenant, task_id, token, app.lease_ttl):
+            history = app.log.events(task_id)
+            # The state at the end of that history: from memory when this log just loaded it.
+            state = app.log.cached(task_id, history[-1].seq)
+            if state.status in TERMINAL:
+                return TaskHandle.of(state)
+            context_type = AsyncTaskContext if spec.is_async else TaskContext
+            ctx = context_type(app, spec, state, history, token)
+            ended = ctx._end
+            if state.status is not Status.RUNNING:
+                ctx._append([StatusChanged(status=Status.RUNNING.value)])
+            if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
+                migrated = app._data_model(spec, state).model_dump(mode="json")
+                ctx._append(
+                    [DataMigrated(data=migrated, from_version=state.data_version, to_version=spec.data_version)]
+                )
+            running = RUNNING_TASK.set(task_id)
+            try:
+                outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+            except KeyboardInterrupt as stop:
+                raise RunInterrupted(task_id, stop) from None
+            except Suspend:
+                return TaskHandle.of(ctx._latest)  # waiting or sleeping: no process needs to stay
+            except Cancelled as cancel:
+                yield from end_cancelled(ctx, cancel.reason)
+                return TaskHandle.of(ctx._latest)
+            finally:
+                RUNNING_TASK.reset(running)
+            assert outcome is not None
+            if ctx._cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
+                yield from end_cancelled(ctx, ctx._cancel_reason)
+            elif outcome.ok:
+                head = ctx._record.first_left()
+                if head is not None:
+                    raise NonDeterminismError(
+                        task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
+                    )
+                try:
+                    ctx._append([OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)])
+                except InvalidInputError as exc:
+                    yield from fail(ctx, exc)
+            else:
+                if isinstance(outcome.value, NOT_A_TASK_FAILURE):
+                    raise outcome.value
+                yield from fail(ctx, outcome.value)
+            return TaskHandle.of(ctx._latest)
+    finally:
+        if ended is not None:
+            ended()  # a parallel branch still going records nothing more
+        try:
+            app.log.snapshot_if_due(task_id)
+            app.store.release_lease(app.tenant, task_id, token)
+        except TetherError:
+            pass  # the lease runs out by itself; the snapshot is only a cache
+
+def end_cancelled(ctx: _Context, reason: str) -> Flow[None]:
+    """Run the compensations of completed calls in reverse order, then mark the task cancelled."""
+    yield from ctx._compensate_flow()
+    ctx._append([StatusChanged(status=Status.CANCELLED.value, reason=reason)])
+
+def fail(ctx: _Context, error: BaseException) -> Flow[None]:
+    """Record the failure, run the compensations in reverse order, and mark the task failed."""
+    if ctx._latest.failure is None:
+        ctx._append([failure_event(ctx, error)])
+    yield from ctx._compensate_flow()
+    ctx._append([StatusChanged(status=Status.FAILED.value, reason=f"{type(error).__name__}: {error}")])
+
+
+def failure_event(ctx: _Context, error: BaseException) -> FailureRecorded:
+    state = ctx._latest
+    step = next((s.name for s in state.plan if s.status == "failed"), None)
+    if isinstance(error, ToolError):
+        call = next((c for c in state.calls if c.key == error.key), None)
+        return FailureRecorded(
+            exception_type=error.error_type,
+            message=error.error_message,
+            traceback=error.traceback,
+            step=step,
+            tool=error.tool,
+            call_key=error.key,
+            input=call.args if call else None,
+            output=None,
+        )
+    return FailureRecorded(
+        exception_type=type(error).__name__,
+        message=str(error),
+        traceback="".join(traceback.format_exception(error)),
+        step=step,
+    )
+
+
+
+def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[ReplayReport]:
+    """Run the task's current code against its record, executing nothing and writing nothing."""
+    history = app.log.events(task_id, upto=upto)
+    state = app.log.state_at(task_id, history[-1].seq)
+    context_type = AsyncTaskContext if spec.is_async else TaskContext
+    ctx = context_type(app, spec, state, history, None)
+    ctx._replay_only = True
+    recorded = len(history)
+    running = RUNNING_TASK.set(task_id)
+    try:
+        outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+    except ReplayEnd:
+        return ReplayReport(task_id, True, ctx._record.walked, recorded, "reached the end of the record")
+    except (Suspend, Cancelled):
+        return ReplayReport(task_id, True, ctx._record.walked, recorded, "reached the end of the record")
+    finally:
+        ctx._end()
+        RUNNING_TASK.reset(running)
+    assert outcome is not None
+    if isinstance(outcome.value, NonDeterminismError):
+        return ReplayReport(task_id, False, ctx._record.walked, recorded, str(outcome.value), outcome.value)
+    head = ctx._record.first_left()
+    if head is not None:
+        error = NonDeterminismError(
+            task_id,
+            head.seq,
+            f"more work ({head.event.event_type})",
+            "the task to end" if outcome.ok else f"it to raise {outcome.value!r}",
+        )
+        return ReplayReport(task_id, False, ctx._record.walked, recorded, str(error), error)
+    if outcome.ok:
+        if state.status is Status.COMPLETED and state.output != as_json(outcome.value):
+            return ReplayReport(
+                task_id,
+                False,
+                ctx._record.walked,
+                recorded,
+                f"the code now returns {outcome.value!r}; the record has {state.output!r}",
+            )
+        return ReplayReport(task_id, True, ctx._record.walked, recorded, "the code returns")
+    error = outcome.value
+    error_type = error.error_type if isinstance(error, ToolError) else type(error).__name__
+    walked = ctx._record.walked
+    if isinstance(error, NOT_A_TASK_FAILURE):  # the replay itself could not go on: never "clean"
+        stopped = f"the replay stopped: {type(error).__name__}: {error}"
+        return ReplayReport(task_id, False, walked, recorded, stopped)
+    if state.failure is not None:
+        if state.failure.exception_type != error_type:
+            return ReplayReport(
+                task_id,
+                False,
+                walked,
+                recorded,
+                f"the code now raises {error_type}; the record failed with {state.failure.exception_type}",
+            )
+        return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type}, as recorded")
+    if ctx._record.done:  # the record ends here: a live run would fail the task at this point
+        return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type} where the record ends")
+    return ReplayReport(
+        task_id, False, walked, recorded, f"the code now raises {error_type}; the record goes on without a failure"
+    )
+
+
+_UNWINDING = (StepFailed, CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
+
+
+def retry_event(history: list[Recorded], state: TaskState, actor: str | None) -> RetryRequested:
+    """The record of a retry: which of the failure's records a replay passes over, which calls run again."""
+    failed_at = max((r.seq for r in history if type(r.event) is FailureRecorded), default=None)
+    if failed_at is None:
+        raise InvalidInputError(f"task {state.task_id!r} has no failure record to retry from")
+    by_seq = {r.seq: r for r in history}
+    retired: list[int] = []
+    calls: list[int] = []
+    failed_key = state.failure.call_key if state.failure else None
+    failed_call = next((c.n for c in state.calls if failed_key is not None and c.key == failed_key), None)
+    seq = failed_at - 1
+    # The failure as it unwound: the steps it failed and the calls that gave up, back to the last
+    # thing the code did in order (the events of parallel calls that ended meanwhile stay).
+    while seq in by_seq and isinstance(by_seq[seq].event, _UNWINDING):
+        event = by_seq[seq].event
+        if isinstance(event, StepFailed):
+            retired.append(seq)
+        elif isinstance(event, CallFailed):
+            retired.append(seq)
+            calls.append(event.n)
+        seq -= 1
+    if failed_call is not None and failed_call not in calls:
+        gave_up = [r.seq for r in history if isinstance(r.event, CallFailed) and r.event.n == failed_call]
+        retired.extend(gave_up)
+        calls.append(failed_call)
+    compensations = {c.n for c in state.calls if c.kind == "compensation"}
+    for rec in history:
+        n = getattr(rec.event, "n", None)
+        if rec.seq > failed_at and n in compensations:
+            retired.append(rec.seq)
+    ordinary = [c.n for c in state.calls if c.kind != "compensation"]
+    after_n = max(ordinary, default=0)
+    highest = max((c.n for c in state.calls), default=0)
+    failure = state.failure
+    return RetryRequested(
+        failure_type=failure.exception_type if failure else "unknown",
+        failure_message=failure.message if failure else "",
+        retired=sorted(retired),
+        calls=sorted(calls),
+        after_n=after_n,
+        shift=highest - after_n,
+        actor=actor,
+    )
+
+
+
+def drive_task(
+    spec: TaskSpec, make_flow: Callable[[], Flow[T]], name: str, twin: str, *, interruptible: bool = True
+) -> T:
+    """Run a flow with the driver the task needs: in plain Python, or on a fresh event loop for an
+    async task (refused inside a running loop, before anything is done, pointing at ``twin``).
+
+    ``interruptible``: SIGTERM stops the run like Ctrl-C does — cleanly, the lease released and
+    the task left resumable (a worker has its own SIGTERM grace, so it passes ``False``)."""
+    try:
+        with sigterm_as_interrupt(interruptible):
+            if spec.is_async:
+                no_running_loop(name, twin)
+                return asyncio.run(drive_async(make_flow()))
+            return drive(make_flow())
+    except RunInterrupted as stop:
+        raise stop.with_traceback(None) from None  # one line saying how to resume, not tether's insides
+
+
+@contextmanager
+def sigterm_as_interrupt(active: bool) -> Iterator[None]:
+    """While a run goes on in the main thread, SIGTERM raises KeyboardInterrupt, so it stops cleanly."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main interpreter's main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+
+def no_running_loop(name: str, twin: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise TetherError(f"app.{name}() of an async task was called inside a running event loop; await app.{twin}()")
