@@ -44,3 +44,24 @@ def test_an_interrupted_run_releases_its_lease_and_resumes(tmp_path: Path, make_
     done = subprocess.run([sys.executable, str(AGENT), url, str(ready)], capture_output=True, text=True, env=ENV)
     assert done.returncode == 0, done.stderr
     assert tether.App(url).state("int-1").output == 21
+
+
+@pytest.mark.crash
+def test_a_task_held_by_a_dead_process_is_reported_and_taken_over(tmp_path: Path, make_url: Any) -> None:
+    url = make_url(tmp_path)
+    ready = tmp_path / "ready"
+    args = [sys.executable, str(AGENT), url, str(ready)]
+    child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    deadline = time.time() + 30
+    while not ready.exists():
+        assert time.time() < deadline and child.poll() is None
+        time.sleep(0.02)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    app = tether.App(url)
+    [line] = [t for t in app.list_tasks() if t.task_id == "int-1"]
+    assert line.held_by is not None and "process gone" in line.held_by
+    started = time.time()
+    done = subprocess.run(args, capture_output=True, text=True, env=ENV)  # no waiting out the 30 s lease
+    assert done.returncode == 0, done.stderr
+    assert time.time() - started < 20 and tether.App(url).state("int-1").output == 21

@@ -57,7 +57,7 @@ from tether.runtime.handles import (
     failure_summary,
     unreadable_summary,
 )
-from tether.runtime.leases import acquire
+from tether.runtime.leases import acquire, owner_is_dead
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.run import drive_task, execute, replay, retry_event
@@ -521,6 +521,8 @@ class App:
             status=status, type=type, user_id=user_id, session_id=session_id, limit=limit, offset=offset
         ):
             held = row.lease_owner if row.lease_owner and (row.lease_expires or 0) > now else None
+            if held is not None and owner_is_dead(held):
+                held += " (process gone: the next run takes it over)"
             try:
                 state = self.log.load(row.task_id)
             except TetherError as exc:  # one unreadable stream must not hide the others
