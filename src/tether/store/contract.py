@@ -1,0 +1,303 @@
+"""The store contract: checks any :class:`~tether.store.Store` must pass, shipped with tether.
+
+A new backend proves itself by running them (tether runs them for memory, SQLite and
+PostgreSQL). Each check takes a fresh, empty store and raises ``AssertionError`` (or lets a
+wrong exception through) when the backend breaks the contract. Checks are grouped by
+capability: ``required`` ones every backend passes; ``push`` (``wait_for_change`` wakes when
+the same store object commits, as memory and PostgreSQL's LISTEN/NOTIFY do; SQLite's wake-up
+watches other connections' commits, and is tested with real processes instead) is optional.
+
+Example, with pytest::
+
+    import pytest
+    from tether.store.contract import CHECKS
+
+    @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.name)
+    def test_my_backend(check, tmp_path):
+        store = MyStore(tmp_path)
+        try:
+            check(store)
+        finally:
+            store.close()
+
+Or ``run_contract(factory)`` returns each check's outcome without pytest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from tether.errors import ConflictError, InvalidInputError, LeaseLostError, TaskNotFoundError
+from tether.store.base import EventRow, SnapshotRow, Store, TaskFilter, TaskRow
+
+__all__ = ["CHECKS", "Check", "ContractResult", "run_contract"]
+
+TENANT = "contract"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One clause of the contract: ``fn(store)`` passes or raises."""
+
+    name: str
+    capability: str
+    fn: Callable[[Store], None] = field(repr=False)
+
+    def __call__(self, store: Store) -> None:
+        self.fn(store)
+
+
+CHECKS: list[Check] = []
+
+
+def _check(capability: str = "required") -> Callable[[Callable[[Store], None]], Callable[[Store], None]]:
+    def register(fn: Callable[[Store], None]) -> Callable[[Store], None]:
+        CHECKS.append(Check(fn.__name__, capability, fn))
+        return fn
+
+    return register
+
+
+def _row(task_id: str, *, type: str = "t", status: str = "pending", version: int = 1) -> TaskRow:
+    now = time.time()
+    return TaskRow(task_id, TENANT, type, status, "u1", None, now, now, version)
+
+
+def _event(seq: int, payload: str = '{"n": 1}') -> EventRow:
+    return EventRow(seq, "DecisionMade", 1, time.time(), payload)
+
+
+def _create(store: Store, task_id: str, events: int = 1, *, type: str = "t") -> None:
+    store.create_task(TENANT, _row(task_id, type=type), _event(1))
+    if events > 1:
+        store.append(TENANT, task_id, [_event(seq) for seq in range(2, events + 1)], 1)
+
+
+def _seqs(store: Store, task_id: str, **bounds: int) -> list[int]:
+    return [e.seq for e in store.read_events(TENANT, task_id, **bounds)]
+
+
+def _expect(error: type[BaseException] | tuple[type[BaseException], ...], action: Callable[[], object]) -> None:
+    try:
+        action()
+    except error:
+        return
+    raise AssertionError(f"expected {error} from {action}")
+
+
+# ------------------------------------------------------------------ streams
+
+
+@_check()
+def create_then_read_back(store: Store) -> None:
+    _create(store, "a", events=3)
+    row = store.get_task(TENANT, "a")
+    assert row is not None and row.version == 3 and row.type == "t" and row.user_id == "u1"
+    assert _seqs(store, "a") == [1, 2, 3]
+    first = store.read_events(TENANT, "a")[0].data
+    assert first in ('{"n": 1}', '{"n":1}', b'{"n": 1}', b'{"n":1}')
+    assert store.get_task(TENANT, "missing") is None
+
+
+@_check()
+def create_twice_is_a_conflict(store: Store) -> None:
+    _create(store, "a")
+    _expect(ConflictError, lambda: store.create_task(TENANT, _row("a"), _event(1)))
+    assert _seqs(store, "a") == [1]
+
+
+@_check()
+def append_at_a_stale_version_writes_nothing(store: Store) -> None:
+    _create(store, "a", events=2)
+    for stale in (0, 1, 3, 9):  # behind and ahead
+        _expect(ConflictError, partial(store.append, TENANT, "a", [_event(stale + 1)], stale))
+    assert _seqs(store, "a") == [1, 2] and store.get_task(TENANT, "a").version == 2  # type: ignore[union-attr]
+
+
+@_check()
+def append_with_a_gap_writes_nothing(store: Store) -> None:
+    _create(store, "a")
+    _expect((ConflictError, InvalidInputError), lambda: store.append(TENANT, "a", [_event(3)], 1))
+    _expect((ConflictError, InvalidInputError), lambda: store.append(TENANT, "a", [_event(2), _event(4)], 1))
+    assert _seqs(store, "a") == [1]
+
+
+@_check()
+def append_to_a_missing_stream_is_not_found(store: Store) -> None:
+    _expect(TaskNotFoundError, lambda: store.append(TENANT, "missing", [_event(2)], 1))
+
+
+@_check()
+def reads_are_ranged(store: Store) -> None:
+    _create(store, "a", events=6)
+    assert _seqs(store, "a", after=2) == [3, 4, 5, 6]
+    assert _seqs(store, "a", after=2, upto=4) == [3, 4]
+    assert _seqs(store, "a", upto=1) == [1]
+    assert _seqs(store, "a", after=6) == []
+
+
+@_check()
+def a_fork_reads_its_parents_events_by_reference(store: Store) -> None:
+    _create(store, "p", events=5)
+    now = time.time()
+    fork = TaskRow("f", TENANT, "t", "pending", None, None, now, now, 4, parent_id="p", parent_seq=3)
+    store.create_task(TENANT, fork, _event(4, '{"fork": true}'))
+    store.append(TENANT, "f", [_event(5)], 4)
+    assert _seqs(store, "f") == [1, 2, 3, 4, 5]
+    assert _seqs(store, "f", after=2, upto=4) == [3, 4]
+    assert _seqs(store, "p") == [1, 2, 3, 4, 5]  # the parent is untouched
+    _expect(ConflictError, lambda: store.delete_task(TENANT, "p"))  # a parent with forks stays
+
+
+@_check()
+def tenants_never_see_each_other(store: Store) -> None:
+    _create(store, "a")
+    assert store.get_task("someone-else", "a") is None
+    assert store.list_tasks("someone-else", TaskFilter()) == []
+    _expect(TaskNotFoundError, lambda: store.read_events("someone-else", "a"))
+
+
+@_check()
+def listing_filters_and_pages(store: Store) -> None:
+    for i in range(5):
+        _create(store, f"t{i}", type="odd" if i % 2 else "even")
+        time.sleep(0.002)
+    _create(store, "internal", type="tether.session")
+    newest_first = [r.task_id for r in store.list_tasks(TENANT, TaskFilter())]
+    assert newest_first == ["t4", "t3", "t2", "t1", "t0"]  # internal streams hidden
+    assert [r.task_id for r in store.list_tasks(TENANT, TaskFilter(type="odd"))] == ["t3", "t1"]
+    assert [r.task_id for r in store.list_tasks(TENANT, TaskFilter(), limit=2, offset=1)] == ["t3", "t2"]
+    assert "internal" in [r.task_id for r in store.list_tasks(TENANT, TaskFilter(internal=True))]
+
+
+@_check()
+def delete_removes_a_stream(store: Store) -> None:
+    _create(store, "a", events=3)
+    assert store.delete_task(TENANT, "a") == 3
+    assert store.get_task(TENANT, "a") is None
+
+
+# ------------------------------------------------------------------ snapshots
+
+
+@_check()
+def snapshots_are_found_at_most_a_seq_and_replaced(store: Store) -> None:
+    _create(store, "a", events=9)
+    for seq in (3, 6):
+        store.put_snapshot(TENANT, "a", SnapshotRow(seq, 1, f"sum{seq}", f'{{"at": {seq}}}'))
+    got = store.get_snapshot(TENANT, "a", at_most=5)
+    assert got is not None and got.seq == 3 and got.checksum == "sum3"
+    assert store.get_snapshot(TENANT, "a", at_most=2) is None
+    store.put_snapshot(TENANT, "a", SnapshotRow(9, 1, "sum9", '{"at": 9}'), replaces=6)
+    assert store.get_snapshot(TENANT, "a", at_most=8).seq == 3  # type: ignore[union-attr]
+    assert store.get_snapshot(TENANT, "a", at_most=100).seq == 9  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ ledger
+
+
+@_check()
+def the_ledger_runs_a_key_once(store: Store) -> None:
+    now = time.time()
+    assert store.ledger_begin(TENANT, "k", now).status == "new"
+    again = store.ledger_begin(TENANT, "k", now)
+    assert again.status == "started"
+    done = store.ledger_finish(TENANT, "k", '"paid"', now)
+    assert done.status == "done"
+    assert store.ledger_finish(TENANT, "k", '"paid twice"', now).result in ('"paid"', b'"paid"')  # the first stands
+    assert store.ledger_begin(TENANT, "k", now).status == "done"
+    store.ledger_forget(TENANT, "k")
+    assert store.ledger_get(TENANT, "k") is None
+
+
+# ------------------------------------------------------------------ leases
+
+
+@_check()
+def a_live_lease_is_exclusive_and_fences_writes(store: Store) -> None:
+    _create(store, "a")
+    now = time.time()
+    token = store.acquire_lease(TENANT, "a", "w1", 30, now)
+    assert token is not None
+    assert store.acquire_lease(TENANT, "a", "w2", 30, now) is None  # held and alive
+    store.append(TENANT, "a", [_event(2)], 1, fence=token)
+    _expect(LeaseLostError, lambda: store.append(TENANT, "a", [_event(3)], 2, fence=token - 1))
+    assert store.renew_lease(TENANT, "a", token, 30, now)
+    stolen = store.acquire_lease(TENANT, "a", "w2", 30, now, steal_from="w1")  # w1 known dead
+    assert stolen is not None and stolen > token
+    assert not store.renew_lease(TENANT, "a", token, 30, now)
+    _expect(LeaseLostError, lambda: store.append(TENANT, "a", [_event(3)], 2, fence=token))
+    store.release_lease(TENANT, "a", stolen)
+    row = store.get_task(TENANT, "a")
+    assert row is not None and row.lease_owner is None
+
+
+@_check()
+def an_expired_lease_can_be_taken(store: Store) -> None:
+    _create(store, "a")
+    now = time.time()
+    first = store.acquire_lease(TENANT, "a", "w1", 0.01, now)
+    second = store.acquire_lease(TENANT, "a", "w2", 30, now + 1)
+    assert first is not None and second is not None and second > first
+
+
+@_check()
+def claim_takes_one_runnable_task_at_a_time(store: Store) -> None:
+    _create(store, "a")
+    now = time.time()
+    claimed = store.claim(TENANT, "w1", 30, now)
+    assert claimed is not None and claimed[0] == "a"
+    assert store.claim(TENANT, "w2", 30, now) is None  # the only task is leased
+
+
+@_check("push")
+def another_writer_wakes_a_waiting_reader(store: Store) -> None:
+    _create(store, "a")
+    woke: list[bool] = []
+    started = threading.Event()
+
+    def wait() -> None:
+        started.set()
+        woke.append(store.wait_for_change(5.0))
+
+    reader = threading.Thread(target=wait)
+    reader.start()
+    started.wait()
+    time.sleep(0.05)
+    store.append(TENANT, "a", [_event(2)], 1)
+    reader.join(6)
+    assert woke == [True]
+
+
+@dataclass(frozen=True)
+class ContractResult:
+    check: Check
+    error: BaseException | None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None
+
+
+def run_contract(
+    factory: Callable[[], Store], *, capabilities: tuple[str, ...] = ("required",)
+) -> list[ContractResult]:
+    """Run every check of the given capabilities, each on a fresh store from ``factory``."""
+    results = []
+    for check in CHECKS:
+        if check.capability not in capabilities:
+            continue
+        store = factory()
+        try:
+            check(store)
+        except Exception as exc:  # an AssertionError or a wrong exception: the clause is broken
+            results.append(ContractResult(check, exc))
+        else:
+            results.append(ContractResult(check, None))
+        finally:
+            store.close()
+    return results
