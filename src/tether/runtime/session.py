@@ -60,7 +60,7 @@ from tether.runtime._replay import describe
 if TYPE_CHECKING:
     from tether.log import TaskLog
     from tether.model import TaskState
-    from tether.runtime.context import _Context
+    from tether.runtime._recording import _Recording
 
 __all__ = ["TaskSession", "fork_conversation"]
 
@@ -84,7 +84,7 @@ class TaskSession:
         ['Capital of France?', 'Paris.']
     """
 
-    def __init__(self, ctx: _Context, session_id: str) -> None:
+    def __init__(self, ctx: _Recording, session_id: str) -> None:
         self._ctx = ctx
         self.id = session_id
         self._log: TaskLog = ctx._app.log

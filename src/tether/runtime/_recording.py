@@ -1,0 +1,291 @@
+"""What a task's context is made of under its operations: the record it walks (replay), the one
+write path, and the checks every operation makes before it runs live."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from tether.errors import (
+    Cancelled,
+    ConflictError,
+    LeaseLostError,
+    NonDeterminismError,
+    OutcomeUnknownError,
+    SchemaVersionError,
+    StoreUnavailableError,
+    Suspend,
+    TetherError,
+)
+from tether.events import (
+    CancelRequested,
+    Event,
+    InputReceived,
+    Recorded,
+    StatusChanged,
+)
+from tether.model import TaskState
+from tether.runtime._replay import Replay, describe
+from tether.runtime.session import TaskSession
+from tether.runtime.specs import TaskSpec, ToolSpec
+
+if TYPE_CHECKING:
+    from tether.runtime.app import App
+
+
+__all__ = ["NOT_A_TASK_FAILURE", "ReplayEnd", "RunEnded", "upcast_data"]
+
+# Errors that say "this run cannot go on here", not "this task failed": they leave the task
+# as it is (no failure record, no step marked failed) and reach the caller.
+NOT_A_TASK_FAILURE = (
+    NonDeterminismError,
+    OutcomeUnknownError,
+    ConflictError,
+    SchemaVersionError,
+    StoreUnavailableError,
+)
+
+# What another process may append to a task while a run holds it (send_input, cancel).
+_EXTERNAL = (InputReceived, CancelRequested)
+
+
+class ReplayEnd(BaseException):
+    """Stops a replay where the record runs out, before anything would run or be written."""
+
+    def __init__(self, cursor: int) -> None:
+        super().__init__(cursor)
+        self.cursor = cursor
+
+
+class RunEnded(BaseException):
+    """Raised in a parallel branch that tries to record after its run stopped (suspended, failed,
+    ended): the branch's work is left as the record says, and a later run takes it up again."""
+
+
+class _Recording:
+    """The state a context keeps, the record it walks, and its one write path."""
+
+    def __init__(self, app: App, spec: TaskSpec, state: TaskState, history: list[Recorded], fence: int | None):
+        self._app = app
+        self._spec = spec
+        self._task_id = state.task_id
+        self._version = state.version  # the latest version: appends go on from it
+        self._record = Replay(state.task_id, history, state)
+        self._fence = fence
+        self._n = 0  # ordinal of the last call issued
+        self._s = 0  # ordinal of the last conversation operation issued
+        self._compensations: list[tuple[int, ToolSpec, Any]] = []
+        self._data_cache: tuple[int, BaseModel] | None = None
+        self._cancel_reason = state.cancel_reason
+        self._compensating = False
+        self._replay_only = False
+        self._ended = False
+        self._owner = threading.get_ident()  # the thread the task's code runs in
+        self._lock = threading.RLock()  # ctx.map's threads record through one writer
+        self._inflight = 0  # live calls issued and not ended (more than one: a parallel batch)
+        self._undelivered = 0  # replayed calls issued whose recorded outcome the code has not received
+        self._deferred: list[Event] = []  # recorded reads, written with the next append
+        self._session: TaskSession | None = None
+        self.scratch: dict[str, Any] = {}
+        """Working memory for the current step: never persisted, emptied at every step boundary."""
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def task_id(self) -> str:
+        return self._task_id
+
+    @property
+    def state(self) -> TaskState:
+        """The task's state as of the point the code has reached (read-only)."""
+        if self.live:
+            return self._latest
+        return self._record.view()
+
+    @property
+    def _latest(self) -> TaskState:
+        return self._app.log.cached(self._task_id, self._version)
+
+    @property
+    def live(self) -> bool:
+        """``False`` while the code is still replaying recorded history."""
+        return self._record.done
+
+    @property
+    def data(self) -> BaseModel:
+        """The task's typed data (``@app.task(state=Model)``), validated from the recorded fields."""
+        model = self._spec.state
+        if model is None:
+            raise TetherError(f"task {self._spec.name!r} declares no state model; use @app.task(state=Model)")
+        state = self.state
+        if self._data_cache is None or self._data_cache[0] != state.version:
+            self._data_cache = (state.version, _read_only(model).model_validate(upcast_data(self._spec, state)))
+        return self._data_cache[1]
+
+    @property
+    def session(self) -> TaskSession:
+        """The task's conversation: the session named by ``session_id`` when the task started, or one
+        made for it (named after the task). Its reads and appends are part of the task's record:
+        an append happens once however often the task is resumed, a replay sees what the first
+        run saw, and a fork sees the conversation as it was at the fork point."""
+        if self._session is None:
+            self._session = TaskSession(self, self._record.final.session_id or self._task_id)
+        return self._session
+
+    # ------------------------------------------------------------------ replay
+    def _replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
+        """The recorded event this operation corresponds to, or ``None`` when it runs live."""
+        recorded = self._record.take(expected, matches, requested)
+        if recorded is None:
+            self._check_nothing_left(requested)
+        return recorded
+
+    def _check_nothing_left(self, requested: str) -> None:
+        """An operation with no record runs live — unless records the code has not asked for remain
+        while nothing else is under way (no parallel call in flight or waiting for its recorded
+        result): then the code no longer does what it did, and running it would write a history
+        that cannot be replayed."""
+        if self._record.done or self._undelivered or self._inflight:
+            return
+        head = self._record.first_left()
+        if head is not None:
+            raise NonDeterminismError(self._task_id, head.seq, describe(head.event), requested)
+
+    def _replayed_if(self, expected: type[Event], matches: Callable[[Any], bool]) -> bool:
+        """Consume the next recorded event if it is this one; ``False`` (and nothing consumed) if not."""
+        return self._record.take_if(expected, matches)
+
+    def _append(self, events: list[Event]) -> None:
+        log = self._app.log
+        if self._replay_only:
+            raise ReplayEnd(self._record.walked)  # a replay never writes, whatever asks it to
+        with self._lock:
+            if self._ended:
+                raise RunEnded(f"task {self._task_id!r}: this run has stopped; a later run takes the work up")
+            if self._deferred:
+                events = [*self._deferred, *events]
+            while True:
+                try:
+                    # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
+                    self._version = log.append(
+                        self._task_id, events, self._version, fence=self._fence, snapshot=False
+                    )
+                    self._deferred.clear()
+                    return
+                except LeaseLostError:
+                    raise
+                except ConflictError:
+                    self._take_external()
+
+    def _defer(self, event: Event) -> None:
+        """Record ``event`` with the next append: a read that nothing depends on until something is written."""
+        with self._lock:
+            self._deferred.append(event)
+
+    def _take_external(self) -> None:
+        """Accept what another process appended meanwhile (an answer, a cancel); anything else is a conflict."""
+        newer = self._app.log.events(self._task_id, after=self._version)
+        for rec in newer:
+            if not isinstance(rec.event, _EXTERNAL):
+                raise ConflictError(self._task_id, expected=self._version, actual=newer[-1].seq)
+            if isinstance(rec.event, CancelRequested):
+                self._cancel_reason = rec.event.reason or "cancelled"
+        if not newer:
+            raise ConflictError(self._task_id, expected=self._version, actual=None)
+        self._version = newer[-1].seq
+
+    def _going_live(self) -> None:
+        """Called before an operation runs live: a cancelled task stops here, before doing anything,
+        and so does a replay (``app.replay``), which never runs or writes anything."""
+        if self._replay_only:
+            raise ReplayEnd(self._record.walked)
+        if self._cancel_reason is not None and not self._compensating:
+            raise Cancelled(self._cancel_reason)
+
+    def _suspend(self, status: str, wake_at: float | None, reason: str) -> None:
+        self._going_live()  # a cancelled task does not go back to waiting
+        self._append([StatusChanged(status=status, wake_at=wake_at)])
+        raise Suspend(reason)
+
+    def _answered(self) -> bool:
+        """Whether the recorded history goes on past this point (so a wait or sleep here ended)."""
+        return not self._record.done
+
+    def _end(self) -> None:
+        """The run stopped: a parallel branch still going records nothing more."""
+        with self._lock:
+            self._ended = True
+
+    def _check_thread(self, operation: str) -> None:
+        if threading.get_ident() != self._owner:
+            raise TetherError(
+                f"{operation} was called from a thread task {self._task_id!r} did not start: a call's identity "
+                "(its ordinal and idempotency key) comes from the order the task issues it, which another thread "
+                "cannot keep. Run calls in parallel threads with ctx.map(tool, items), or in an async task with "
+                "asyncio.gather(ctx.call(...), ...)"
+            )
+
+    def _issue_session_op(self) -> int:
+        self._check_thread("ctx.session")
+        with self._lock:
+            self._s += 1
+            return self._s
+
+
+@functools.cache
+def _read_only(model: type[BaseModel]) -> type[BaseModel]:
+    """``model`` as ``ctx.data`` hands it out: assigning a field raises, naming ``ctx.update``
+    (the assignment would change this object and record nothing)."""
+
+    def __setattr__(self: BaseModel, name: str, value: Any) -> None:  # noqa: N807
+        raise TetherError(
+            f"ctx.data is read-only: assigning {model.__name__}.{name} would record nothing. "
+            f"Use ctx.update({name}=...), which validates and records the change"
+        )
+
+    def __eq__(self: BaseModel, other: object) -> bool:  # noqa: N807
+        return isinstance(other, model) and self.model_dump() == other.model_dump()
+
+    namespace = {
+        "__setattr__": __setattr__,
+        "__eq__": __eq__,
+        "__hash__": model.__hash__,
+        "__module__": model.__module__,
+        "__qualname__": model.__qualname__,
+    }
+    return type(model.__name__, (model,), namespace)
+
+
+
+def upcast_data(spec: TaskSpec, state: TaskState) -> dict[str, Any]:
+    """The task's stored data, migrated to the model's current ``schema_version``."""
+    data = dict(state.data)
+    stored = state.data_version
+    current = spec.data_version
+    if stored is None or current is None or stored == current:
+        return data
+    if stored > current:
+        raise SchemaVersionError(
+            f"task {state.task_id!r} stores {spec.state.__name__ if spec.state else 'data'} at schema version "
+            f"{stored}, newer than the code's {current}",
+            found=stored,
+            supported=current,
+        )
+    version = stored
+    while version < current:
+        step = spec.upcast.get(version)
+        if step is None:
+            raise SchemaVersionError(
+                f"task {state.task_id!r} stores its data at schema version {version} and the model is at "
+                f"{current}, but no upcaster is registered for {version} (upcast={{{version}: fn}})",
+                found=version,
+                supported=current,
+            )
+        data = step(data)
+        version += 1
+    data["schema_version"] = current
+    return data
+

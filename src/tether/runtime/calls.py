@@ -1,0 +1,405 @@
+"""Recorded calls: identity at issue, replay by ordinal with the arguments checked, attempts,
+retries and backoff, in-doubt outcomes, compensation — one flow for sync and async."""
+
+from __future__ import annotations
+
+import time
+import traceback
+import types
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import orjson
+
+from tether._keys import args_hash, as_json, call_key, json_default
+from tether.errors import (
+    InvalidInputError,
+    NonDeterminismError,
+    OutcomeUnknownError,
+    TetherError,
+    ToolError,
+)
+from tether.events import (
+    CallAttemptFailed,
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    Event,
+)
+from tether.machine import Status
+from tether.model import ToolCall
+from tether.runtime._flow import CURRENT_CALL, Flow, Invoke, Wait, _tuple_new, invoke
+from tether.runtime.specs import ToolSpec
+
+if TYPE_CHECKING:
+    pass
+
+
+from tether.runtime._recording import _Recording
+
+__all__ = ["CallInfo", "current_call"]
+
+class CallInfo(NamedTuple):
+    """The call running right now, as the tool sees it through :func:`current_call`."""
+
+    task_id: str
+    n: int
+    tool: str
+    key: str
+    attempt: int
+
+
+def current_call() -> CallInfo:
+    """The recorded call this code runs inside: its idempotency ``key``, ``attempt`` and ``task_id``.
+
+    Example:
+        >>> import tether
+        >>> app = tether.App("memory://")
+        >>> @app.tool
+        ... def send_invite(to: str) -> str:
+        ...     return tether.current_call().key   # pass it to the mail API as its idempotency key
+        >>> @app.task
+        ... def invite(ctx):
+        ...     return ctx.call(send_invite, "ada@example.com")
+        >>> app.run(invite, task_id="t1").output
+        't1:1:send_invite:...'
+    """
+    info: CallInfo | None = CURRENT_CALL.get()
+    if info is None:
+        raise TetherError("current_call() is only available inside a tool run by ctx.call()")
+    return info
+
+
+class _Issued(NamedTuple):
+    """A call as the code issued it: its ordinal, what it runs, and its record if it has one."""
+
+    n: int
+    spec: ToolSpec
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    arguments: dict[str, Any]
+    key: str
+    record: ToolCall | None
+
+
+def _excerpt(arguments: Any, limit: int = 80) -> str:
+    text = orjson.dumps(arguments, default=json_default).decode() if arguments is not None else ""
+    text = text[1:-1] if text.startswith("{") else text
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+
+class _Calls(_Recording):
+    """The call machinery every context has."""
+
+    # ------------------------------------------------------------------ calls
+    def _issue(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Issued:
+        """Give a call its identity as the code issues it: the next ordinal, in program order."""
+        self._check_thread("ctx.call()")
+        spec = self._app._tool_spec(fn)
+        arguments = spec.bind(args, kwargs)
+        with self._lock:
+            self._n += 1
+            n = self._record.ordinal(self._n)
+            record = self._record.call(n)
+            # A call with no record is not checked against records left ahead of it: in a parallel
+            # batch a sibling issued after it may be recorded while it is not (a readonly call that
+            # had not finished). Its identity is its ordinal: an inserted or removed call shifts the
+            # ordinals of the recorded ones after it, and they refuse.
+            if record is None or record.status == "intended":
+                self._inflight += 1  # it will run: issued and not yet ended
+            else:
+                self._undelivered += 1  # its recorded outcome is handed back when the code awaits it
+        key = call_key(self._task_id, n, spec.name, arguments)
+        if record is not None:
+            self._check_same_call(n, record, spec, arguments)
+            key = record.key  # retries keep the key the call was first given
+        return _tuple_new(_Issued, (n, spec, args, kwargs, arguments, key, record))
+
+    def _check_same_call(self, n: int, record: ToolCall, spec: ToolSpec, arguments: dict[str, Any]) -> None:
+        """A recorded result goes only to the same call: same position, same tool, same arguments."""
+        same = record.tool == spec.name
+        if same and spec.replay_check == "args":
+            same = record.key.rpartition(":")[2] == args_hash(arguments)
+        if not same:
+            raise NonDeterminismError(
+                self._task_id,
+                self._record.first_seq_of_call(n),
+                f"call #{n} {record.tool}({_excerpt(record.args)})",
+                f"call #{n} {spec.name}({_excerpt(as_json(arguments))})",
+            )
+
+    def _call_flow(
+        self,
+        issued: _Issued,
+        compensate: Callable[..., Any] | None = None,
+        kind: str = "call",
+        compensates: int | None = None,
+        readonly: bool | None = None,
+    ) -> Flow[Any]:
+        """The recorded call, written once for sync and async (see :mod:`tether.runtime._flow`)."""
+        n, spec, _, _, _, key, record = issued
+        readonly = spec.readonly if readonly is None else readonly
+        undo = compensate or spec.compensate
+        if record is not None and record.status != "intended":
+            with self._lock:
+                self._undelivered -= 1
+        if record is not None:
+            if record.status == "completed":
+                result = spec.rehydrate(record.result)
+                if undo is not None:
+                    self._compensations.append((n, self._app._tool_spec(undo), record.result))
+                return result
+            last = record.attempts[-1]
+            if record.status == "failed":
+                raise ToolError(
+                    spec.name,
+                    key=key,
+                    error_type=last.error_type or "Error",
+                    message=last.message or "",
+                    attempts=sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")),
+                    traceback=last.traceback,
+                )
+        with self._running():
+            return (yield from self._live_call(issued, undo, kind, compensates, readonly))
+
+    @contextmanager
+    def _running(self) -> Iterator[None]:
+        """A live call, counted in ``_inflight`` from its issue until it ends."""
+        try:
+            yield
+        finally:
+            self._settled()
+
+    def _settled(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+
+    def _live_call(
+        self, issued: _Issued, undo: Callable[..., Any] | None, kind: str, compensates: int | None, readonly: bool
+    ) -> Flow[Any]:
+        """A call with no outcome recorded: run it (again, under the same key), record each attempt."""
+        n, spec, args, kwargs, arguments, key, record = issued
+        attempt = 1
+        if record is not None:
+            last = record.attempts[-1]
+            self._going_live()  # the record ends inside this call: what follows is live
+            if last.finished_at is None:
+                # The process stopped inside this attempt: the effect may or may not have happened.
+                if spec.on_unknown == "raise":
+                    raise OutcomeUnknownError(key)
+                if callable(spec.on_unknown):
+                    found = yield Invoke(spec.on_unknown, (key,))
+                    assert found is not None
+                    if not found.ok:
+                        raise found.value
+                    if found.value is not None:
+                        self._append([CallCompleted(n=n, result=found.value, attempt=last.number, duration=0.0)])
+                        if undo is not None:
+                            self._compensations.append((n, self._app._tool_spec(undo), found.value))
+                        return spec.rehydrate(found.value)
+                stopped = time.time() - last.started_at.timestamp()
+                self._append(
+                    [
+                        CallAttemptFailed(
+                            n=n,
+                            attempt=last.number,
+                            error_type="Interrupted",
+                            message="the process stopped during this attempt",
+                            traceback=None,
+                            duration=stopped,
+                            backoff=0.0,
+                        )
+                    ]
+                )
+            elif last.backoff:
+                # Stopped (or suspended) during the backoff: wait only what is left of it.
+                assert last.finished_at is not None
+                until = last.finished_at.timestamp() + last.backoff
+                yield from self._backoff(until)
+            attempt = last.number + 1
+        # Attempts that ended in an error count against the policy; one cut short by a crash
+        # does not (it is run again: at-least-once), though it keeps its number in the record;
+        # nor do the attempts before a retry of the task (a retry is a fresh round).
+        errors = 0
+        if record is not None:
+            errors = sum(
+                1
+                for a in record.attempts
+                if a.error_type not in (None, "Interrupted") and a.number > record.retried_after
+            )
+        task_id = self._task_id
+        exists = record is not None
+
+        def intent(attempt: int) -> CallStarted:
+            return CallStarted(
+                n=n, key=key, tool=spec.name, args=arguments, attempt=attempt, kind=kind, compensates=compensates
+            )
+
+        self._going_live()
+        while True:
+            if not readonly:
+                self._append([intent(attempt)])
+                exists = True
+            current = _tuple_new(CallInfo, (task_id, n, spec.name, key, attempt))
+            outcome = yield invoke(spec.fn, args, kwargs, current)
+            assert outcome is not None
+            if outcome.ok:
+                value = outcome.value
+                try:
+                    # Live code gets what replay will get: the result's JSON form (as the tool's
+                    # return annotation promises, for a model), never the object it happened to be.
+                    recorded = as_json(value)
+                    # A readonly call has no intent: its completion carries the call's identity.
+                    done = CallCompleted(
+                        n=n,
+                        result=recorded,
+                        attempt=attempt,
+                        duration=outcome.duration,
+                        kind=kind,
+                        key=None if exists else key,
+                        tool=None if exists else spec.name,
+                        args=None if exists else arguments,
+                    )
+                    self._append([done])
+                except InvalidInputError as exc:
+                    # The value cannot be stored: fail the call, never half-write it.
+                    failure: BaseException = type(exc)(
+                        f"tool {spec.name!r} returned a {type(value).__name__} that cannot be stored: {exc}"
+                    )
+                    retry = False
+                    errors += 1
+                else:
+                    if undo is not None:
+                        self._compensations.append((n, self._app._tool_spec(undo), recorded))
+                    return spec.rehydrate(recorded)
+            else:
+                failure = outcome.value
+                errors += 1
+                retry = spec.retry.should_retry(failure, attempt=errors)
+            backoff = spec.retry.delay(attempt) if retry else None
+            tb = "".join(traceback.format_exception(failure))
+            events: list[Event] = []
+            if not exists:  # a readonly call that failed: its record starts with this attempt
+                events.append(intent(attempt))
+                exists = True
+            events.append(
+                CallAttemptFailed(
+                    n=n,
+                    attempt=attempt,
+                    error_type=type(failure).__name__,
+                    message=str(failure),
+                    traceback=tb,
+                    duration=outcome.duration,
+                    backoff=backoff,
+                )
+            )
+            if backoff is None:
+                exhausted = errors >= spec.retry.max_attempts
+                events.append(CallFailed(n=n, reason="no attempts left" if exhausted else "error not retried"))
+            self._append(events)
+            if backoff is None:
+                raise ToolError(
+                    spec.name,
+                    key=key,
+                    error_type=type(failure).__name__,
+                    message=str(failure),
+                    attempts=errors,
+                    traceback=tb,
+                ) from failure
+            yield from self._backoff(time.time() + backoff)
+            attempt += 1
+
+    def _backoff(self, until: float) -> Flow[None]:
+        """Wait until ``until``: here if it is short, else as a durable sleep that frees the worker."""
+        remaining = until - time.time()
+        if remaining <= 0:
+            return
+        self._going_live()
+        # A long wait frees the worker (a durable sleep) — unless other calls of the task run
+        # beside this one: suspending would abandon them mid-flight, so it waits here.
+        if remaining > self._app.inline_wait and self._inflight <= 1:
+            self._suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
+        yield Wait(remaining)
+
+    def _fetch_flow(self, issued: _Issued, ttl: float) -> Flow[Any]:
+        """A recorded read of outside state: replay returns what was read; live, a read of the same
+        thing recorded less than ``ttl`` seconds ago is served again, an older one is read afresh."""
+        if issued.record is None and ttl > 0:
+            n, spec, _, _, arguments, key, _ = issued
+            arguments = as_json(arguments)
+            now = time.time()
+            for earlier in reversed(self._latest.calls):
+                if earlier.kind != "fetch" or earlier.tool != spec.name or earlier.args != arguments:
+                    continue
+                fresh = earlier.finished_at is not None and now - earlier.finished_at.timestamp() < ttl
+                if earlier.status == "completed" and fresh:
+                    self._going_live()
+                    served = CallCompleted(
+                        n=n,
+                        result=earlier.result,
+                        attempt=1,
+                        duration=0.0,
+                        key=key,
+                        tool=spec.name,
+                        args=arguments,
+                        kind="fetch",
+                    )
+                    try:
+                        self._append([served])
+                    finally:
+                        self._settled()
+                    return spec.rehydrate(earlier.result)
+                break
+        return (yield from self._call_flow(issued, kind="fetch", readonly=True))
+
+    def _compensate_flow(self) -> Flow[None]:
+        """Undo completed calls in reverse order, each as its own recorded call."""
+        self._compensating = True
+        # A call compensated before (by a failure a retry answered) is not compensated twice.
+        done = {c.compensates for c in self._latest.calls if c.kind == "compensation" and c.status == "completed"}
+        # In reverse order of the calls' ordinals (parallel calls finish in any order).
+        for n, spec, result in sorted(self._compensations, key=lambda c: c[0], reverse=True):
+            if n in done:
+                continue
+            issued = self._issue(spec.fn, (result,), {})
+            try:
+                yield from self._call_flow(issued, kind="compensation", compensates=n)
+            except ToolError:
+                continue  # recorded; it must not hide the original failure
+
+
+
+def _check_ttl(ttl: float) -> None:
+    if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not ttl >= 0:
+        raise InvalidInputError(f"ttl must be a number of seconds >= 0, got {ttl!r}")
+
+
+def _check_concurrency(max_concurrency: int | None) -> None:
+    if max_concurrency is not None and (type(max_concurrency) is not int or max_concurrency < 1):
+        raise InvalidInputError(f"max_concurrency must be None or an int >= 1, got {max_concurrency!r}")
+
+
+def _first_error(outcomes: list[tuple[bool, Any]]) -> BaseException | None:
+    """What a batch raises: a stop of the run (suspension, lost lease...) before any call's failure,
+    and of the failures, the first in input order."""
+    errors: list[BaseException] = [value for ok, value in outcomes if not ok]
+    stops = [e for e in errors if not isinstance(e, ToolError)]
+    return (stops or errors)[0] if errors else None
+
+
+
+@types.coroutine
+def _next_turn() -> Generator[None, None, None]:
+    """Yield to the event loop once (what ``asyncio.sleep(0)`` does, without its machinery)."""
+    yield
+
+
+def _outcome_of(run: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, run()
+    except BaseException as exc:  # collected: every call of the batch ends before one is raised
+        return False, exc
+
+
