@@ -140,6 +140,8 @@ class IncrementalView:
         self.tail_from = 0
         """The tail holds every recent message with a larger seq than this."""
         self._snap_seq = 0
+        self._costs: dict[int, int] = {}  # tokens of tail messages by seq, by ``_costs_counter``
+        self._costs_counter: TokenCounter | None = None
 
     # ------------------------------------------------------------------ loading
     def load(self) -> bool:
@@ -277,16 +279,16 @@ class IncrementalView:
 
     def window(self, max_tokens: int, keep_last: int, counter: TokenCounter) -> Window:
         """The window (see :func:`~tether.conversation.window.build_window`), reading back only as far as it reaches."""
-        page = _FIRST_PAGE
+        if counter is not self._costs_counter or len(self._costs) > 2 * _TAIL_CAP:
+            self._costs, self._costs_counter = {}, counter
         while True:
             window = window_over(
                 self.head.system, self.head.summary, self.tail, complete=self.complete, total=self.head.count,
-                max_tokens=max_tokens, keep_last=keep_last, counter=counter,
+                max_tokens=max_tokens, keep_last=keep_last, counter=counter, costs=self._costs,
             )
             if window is not None:
                 return window
-            self.extend(page)
-            page *= 4
+            self.extend(max(_FIRST_PAGE, self.head.version - self.tail_from))  # doubling what was read
 
     def last(self) -> Message | None:
         """The newest message still in the session (system or not)."""

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+
 from tether._streams import Stream
 from tether.conversation._incremental import VIEW_SCHEMA, Head, IncrementalView
 from tether.conversation.messages import (

@@ -201,13 +201,16 @@ def window_over(
     max_tokens: int,
     keep_last: int,
     counter: TokenCounter,
+    costs: dict[int, int] | None = None,
 ) -> Window | None:
     """The window from the newest part of a conversation (pure).
 
     ``recent`` is a suffix of the messages after the summary (all of them when ``complete``), and
     ``total`` how many of those there are. ``None`` when the suffix is too short to answer: the
-    window would reach further back than it goes (read more, and ask again).
+    window would reach further back than it goes (read more, and ask again). ``costs``: the
+    messages' token counts by seq, by this counter, kept between calls (filled in as they are counted).
     """
+    costs = {} if costs is None else costs
     fixed = list(system)
     if summary is not None:
         content = f"Summary of the earlier conversation:\n{summary.text}"
@@ -217,14 +220,20 @@ def window_over(
         )
     budget = max_tokens - sum(message_tokens(m, counter) for m in fixed)
     want = max(keep_last, 1)
-    span = 32
+    span = _FIRST_SPAN
     while True:
         start = max(0, len(recent) - span)
         while start > 0 and not _turn_starts(recent, start):
             start -= 1  # a turn that begins before the suffix would be grouped differently: widen
         if start == 0 and not complete:
-            return None
-        chosen, left, exhausted = _newest_fitting(turns(recent[start:]), budget, want, counter)
+            # The oldest messages held may belong to a turn that began before them: group from the
+            # first certain turn start, and ask for more only if the window reaches past it.
+            start = next((i for i in range(1, len(recent)) if _turn_starts(recent, i)), len(recent))
+            chosen, exhausted = _newest_fitting(turns(recent[start:]), budget, want, counter, costs)
+            if exhausted:
+                return None
+            break
+        chosen, exhausted = _newest_fitting(turns(recent[start:]), budget, want, counter, costs)
         if not exhausted or start == 0:
             break
         span *= 4
@@ -234,27 +243,35 @@ def window_over(
     return Window(
         messages=messages,
         summary=summary,
-        tokens=sum(message_tokens(m, counter) for m in messages),
+        tokens=sum(message_tokens(m, counter) for m in fixed) + sum(costs[m.seq] for m in picked),
         max_tokens=max_tokens,
         counter=counter.name,
         dropped=total - len(picked),
     )
 
 
+_FIRST_SPAN = 32  # messages grouped at first, from the newest back (then 4x as many, as needed)
+
+
 def _newest_fitting(
-    groups: list[list[Message]], budget: int, want: int, counter: TokenCounter
-) -> tuple[list[list[Message]], int, bool]:
-    """The newest turns that fit ``budget`` (at least ``want`` of them), newest first; the budget
-    left; and whether every turn was taken (an earlier one might fit too)."""
+    groups: list[list[Message]], budget: int, want: int, counter: TokenCounter, costs: dict[int, int]
+) -> tuple[list[list[Message]], bool]:
+    """The newest turns that fit ``budget`` (at least ``want`` of them), newest first, and whether
+    every turn was taken (an earlier one might fit too)."""
     chosen: list[list[Message]] = []
     for group in reversed(groups):
-        cost = sum(message_tokens(m, counter) for m in group)
+        cost = 0
+        for m in group:
+            tokens = costs.get(m.seq)
+            if tokens is None:
+                tokens = costs[m.seq] = message_tokens(m, counter)
+            cost += tokens
         if len(chosen) < want or cost <= budget:
             chosen.append(group)
             budget -= cost
         else:
-            return chosen, budget, False
-    return chosen, budget, True
+            return chosen, False
+    return chosen, True
 
 
 def _turn_starts(messages: Sequence[Message], i: int) -> bool:
@@ -265,6 +282,10 @@ def _turn_starts(messages: Sequence[Message], i: int) -> bool:
     that is not an assistant with calls pending), or after tool results of which one certainly
     answers the assistant message before them (it is kept, so the next assistant message opens a
     turn). Anything else may depend on earlier messages: False (the caller looks further back).
+
+    Only the oldest turn of a suffix can be grouped differently from the whole (a suffix that
+    starts a turn is in the whole's state from there on), and ``window_over`` never uses that turn
+    unless the suffix is the whole: this rule saves reading further, it does not make the result.
     """
     m = messages[i]
     if m.role in ("user", "system"):
