@@ -679,6 +679,25 @@ class TaskLog:
             log.warning("snapshot of stream %s at seq %d %s; rebuilding from events", stream_id, snap.seq, reason)
             at_most = snap.seq - 1
 
+    def latest(
+        self, stream_id: str, parse: Callable[[SnapshotRow], _T]
+    ) -> tuple[SnapshotRow | None, _T | None, Sequence[Recorded]]:
+        """A stream's newest intact snapshot (read by ``parse``, as in :meth:`intact_snapshot`) and
+        the decoded events after it, in one store read when the newest snapshot is good."""
+        snap, rows = self.store.read_latest(self.tenant, stream_id)
+        if snap is not None:
+            parsed: _T | None = None
+            if checksum(snap.data) == snap.checksum:
+                try:
+                    parsed = parse(snap)
+                except ValueError:
+                    parsed = None
+            if parsed is None:  # the general path says why, and looks further back
+                snap, parsed = self.intact_snapshot(stream_id, None, parse)
+                rows = self.store.read_events(self.tenant, stream_id, after=snap.seq if snap else 0)
+            return snap, parsed, [self.decode(r) for r in rows]
+        return None, None, [self.decode(r) for r in rows]
+
     def put_stream_snapshot(
         self, stream_id: str, seq: int, schema: int, data: str, *, replaces: int | None = None
     ) -> None:

@@ -125,3 +125,46 @@ def test_a_long_session_opens_from_its_head_snapshot(log: tether.TaskLog) -> Non
     assert [m.content for m in window.messages][:1] == ["be brief"]
     assert all(after > 0 for after, _ in reads)  # never from the first event
     _check(log, reopened)
+
+
+def test_read_latest_is_the_newest_snapshot_and_the_events_after_it(log: tether.TaskLog) -> None:
+    store, tenant = log.store, log.tenant
+    session = _open(log, "latest")
+    for i in range(7):
+        session.add("user", f"m{i}")  # every=3: head snapshots along the way
+    snap, rows = store.read_latest(tenant, "session:latest")
+    newest = store.get_snapshot(tenant, "session:latest", at_most=2**30)
+    assert snap == newest and snap is not None
+    assert [r.seq for r in rows] == list(range(snap.seq + 1, session.view().version + 1))
+    assert rows == store.read_events(tenant, "session:latest", after=snap.seq)
+    log.fork_stream("session:latest", 4, new_id="session:branch")  # a fork reads its parent's part too
+    snap, rows = store.read_latest(tenant, "session:branch")
+    after = snap.seq if snap else 0
+    assert rows == store.read_events(tenant, "session:branch", after=after)
+    assert _open(log, "branch").view() == fold_view(_open(log, "branch")._stream.read())
+    with pytest.raises(tether.TaskNotFoundError):
+        store.read_latest(tenant, "session:nobody")
+
+
+def test_opening_a_postgres_session_is_one_round_trip(store_url: str) -> None:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("counts PostgreSQL statements")
+    import psycopg
+
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=50))
+    session = _open(log, "rt")
+    for i in range(120):
+        session.add("user", f"m{i}")
+    statements: list[str] = []
+    original = psycopg.Connection.execute
+
+    def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements.append(str(query))
+        return original(self, query, *args, **kwargs)
+
+    psycopg.Connection.execute = execute  # type: ignore[method-assign]
+    try:
+        _open(log, "rt")
+    finally:
+        psycopg.Connection.execute = original  # type: ignore[method-assign]
+    assert len(statements) <= 2, statements

@@ -147,8 +147,7 @@ class IncrementalView:
     def load(self) -> bool:
         """Read the newest head snapshot and the events after it; ``False`` if the stream does not exist."""
         try:
-            snap, head = self._stream.log.intact_snapshot(self._stream.id, None, Head.from_snapshot)
-            records = self._stream.read(after=snap.seq if snap else 0)
+            snap, head, records = self._stream.log.latest(self._stream.id, Head.from_snapshot)
         except TaskNotFoundError:
             return False
         if head is None and not records:
