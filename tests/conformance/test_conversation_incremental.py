@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tether
-from tether.conversation import EstimateCounter, _incremental, build_window, fold_view, window
+from tether.conversation import EstimateCounter, _incremental, build_window, extractive_summarizer, fold_view, window
 from tether.conversation.session import Session, open_session
 
 COUNTER = EstimateCounter()
@@ -41,8 +41,10 @@ def log(store_url: str, monkeypatch: pytest.MonkeyPatch) -> tether.TaskLog:
     return tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=3))
 
 
-def _open(log: tether.TaskLog, sid: str) -> Session:
-    return open_session(log, sid, user_id="u", counter=COUNTER, summarizer=None, compact_when_tokens_over=None)
+def _open(log: tether.TaskLog, sid: str, auto: bool = False) -> Session:
+    """``auto``: compacts itself once the turns after its summary weigh over 150 tokens."""
+    return open_session(log, sid, user_id="u", counter=COUNTER, summarizer=extractive_summarizer if auto else None,
+                        compact_when_tokens_over=150 if auto else None)
 
 
 def _apply(session: Session, name: str, arg: int, n: int) -> None:
@@ -94,13 +96,13 @@ def _whole_window(view: Any, max_tokens: int, keep_last: int) -> tuple[Any, ...]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(op, max_size=25))
-def test_incremental_session_equals_whole_fold(log: tether.TaskLog, ops: list[tuple[str, Any]]) -> None:
+@given(ops=st.lists(op, max_size=25), auto=st.booleans())
+def test_incremental_session_equals_whole_fold(log: tether.TaskLog, ops: list[tuple[str, Any]], auto: bool) -> None:
     sid = f"s{next(_ids)}"
-    session = _open(log, sid)
+    session = _open(log, sid, auto)
     for n, (name, arg) in enumerate(ops):
         if name == "reopen":
-            session = _open(log, sid)
+            session = _open(log, sid, auto)
         else:
             _apply(session, name, arg, n)
     _check(log, session)

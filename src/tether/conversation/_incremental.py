@@ -39,7 +39,7 @@ from tether.conversation.messages import (
     message_from_event,
     summary_from_event,
 )
-from tether.conversation.window import TokenCounter, Window, window_over
+from tether.conversation.window import TokenCounter, Window, message_tokens, window_over
 from tether.errors import TaskNotFoundError
 from tether.events import Recorded
 from tether.store import SnapshotRow
@@ -276,10 +276,26 @@ class IncrementalView:
             version=head.version,
         )
 
-    def window(self, max_tokens: int, keep_last: int, counter: TokenCounter) -> Window:
-        """The window (see :func:`~tether.conversation.window.build_window`), reading back only as far as it reaches."""
+    def _token_costs(self, counter: TokenCounter) -> dict[int, int]:
+        """Token counts of messages by seq, by ``counter``, kept between windows."""
         if counter is not self._costs_counter or len(self._costs) > 2 * _TAIL_CAP:
             self._costs, self._costs_counter = {}, counter
+        return self._costs
+
+    def recent_tokens(self, counter: TokenCounter) -> int:
+        """The weight of every recent message (what automatic compaction compares with its limit)."""
+        costs = self._token_costs(counter)
+        total = 0
+        for m in self.recent():
+            tokens = costs.get(m.seq)
+            if tokens is None:
+                tokens = costs[m.seq] = message_tokens(m, counter)
+            total += tokens
+        return total
+
+    def window(self, max_tokens: int, keep_last: int, counter: TokenCounter) -> Window:
+        """The window (see :func:`~tether.conversation.window.build_window`), reading back only as far as it reaches."""
+        self._token_costs(counter)
         while True:
             window = window_over(
                 self.head.system, self.head.summary, self.tail, complete=self.complete, total=self.head.count,

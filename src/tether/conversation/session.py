@@ -38,7 +38,7 @@ from tether.conversation.messages import (
     to_event,
 )
 from tether.conversation.shapes import FORMATS
-from tether.conversation.window import TokenCounter, Window, default_counter, message_tokens, turns
+from tether.conversation.window import TokenCounter, Window, default_counter, turns
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, _ts
 from tether.log import TaskLog
@@ -295,9 +295,7 @@ class Session:
     def _maybe_compact(self) -> None:
         if self._compact_over is None:
             return
-        counter = self._counter or default_counter()
-        view = self.view()
-        if sum(message_tokens(m, counter) for m in view.recent) > self._compact_over:
+        if self._end.recent_tokens(self._counter or default_counter()) > self._compact_over:
             self.compact()
 
     def _retry(self, make: Callable[[], list[Event]], status: str | None = None) -> None:
