@@ -221,9 +221,7 @@ class TaskLog:
             data = orjson.dumps(event, default=json_default)
         except TypeError as exc:
             raise NotSerializableError(_explain_unserializable(event, exc)) from None
-        if b"null" in data and data.count(b"null") != _nones(event):
-            # orjson writes a NaN or an infinity as null: when there are more nulls than the event's
-            # None fields (each is exactly one), walk it to refuse them, by name (or find text).
+        if b"null" in data:  # where orjson puts a NaN or an infinity: refuse them, by name
             check_finite(event, type(event).__name__)
         if len(data) > self.max_event_bytes:
             raise ValueTooLargeError(
@@ -726,17 +724,6 @@ def _parse_state(snap: SnapshotRow) -> TaskState:
         return TaskState.model_validate_json(snap.data)
     except ValidationError as exc:
         raise ValueError(f"does not validate ({exc.error_count()} errors)") from None
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _nones(event: Event) -> int:
-    """How many of an event's own fields are ``None`` (each one a ``null`` in its JSON)."""
-    names = _FIELDS.get(type(event))
-    if names is None:
-        names = _FIELDS[type(event)] = tuple(event.__dataclass_fields__)  # type: ignore[attr-defined]
-    return sum(1 for name in names if getattr(event, name) is None)
 
 
 def _iso(value: Any) -> bool:
