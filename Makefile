@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/workers.py
 	$(BIN)/python bench/timetravel.py
 	$(BIN)/python bench/conversation.py
+	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/postgres.py
 
 clean:
