@@ -10,7 +10,6 @@ O(events since the last snapshot), never O(history).
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import logging
 import time
@@ -65,7 +64,7 @@ from tether.events import (
     fold,
 )
 from tether.machine import Phases, Status
-from tether.model import STATE_SCHEMA_VERSION, TaskState, ToolCall
+from tether.model import STATE_SCHEMA_VERSION, TaskState
 from tether.store import EventRow, IndexUpdate, SnapshotRow, Store, TaskFilter, TaskRow, open_store
 
 __all__ = ["SnapshotPolicy", "TaskLog"]
@@ -115,9 +114,7 @@ class _Entry:
     at the tenth call as at the hundred-thousandth.
     """
 
-    __slots__ = (
-        "base", "bytes_since", "calls", "created", "pending", "result_seqs", "snap_seq", "snap_size", "version"
-    )
+    __slots__ = ("base", "bytes_since", "calls", "created", "pending", "snap_seq", "snap_size", "version")
 
     def __init__(self, state: TaskState, snap_seq: int, snap_size: int, bytes_since: int) -> None:
         self.created: float | None = None
@@ -130,16 +127,6 @@ class _Entry:
         self.snap_seq = snap_seq
         self.snap_size = snap_size
         self.bytes_since = bytes_since
-        self.result_seqs: dict[int, int] = {}
-        """Call ordinal -> seq of the event that recorded its result: a snapshot refers to the result
-        there instead of holding a second copy of it."""
-
-    def saw(self, records: Iterable[Recorded]) -> None:
-        """Note where these records put calls' results."""
-        seqs = self.result_seqs
-        for rec in records:
-            if type(rec.event) is CallCompleted:
-                seqs[rec.event.n] = rec.seq
 
     @property
     def state(self) -> TaskState:
@@ -366,9 +353,6 @@ class TaskLog:
             entry.pending = staged
         else:
             entry.pending.extend(staged)
-        for event, row in zip(events, rows, strict=True):
-            if type(event) is CallCompleted:
-                entry.result_seqs[event.n] = row.seq
         entry.version = seq
         opened |= opening
         entry.bytes_since += size
@@ -513,7 +497,7 @@ class TaskLog:
             return
         if entry.bytes_since < policy.size_ratio * entry.snap_size:
             return
-        data = _snapshot_data(entry.state, entry.result_seqs)
+        data = entry.state.model_dump_json(exclude={"position"})
         # A state that grew by what its events carried replaces its previous snapshot (when that one
         # is this task's own: a fork may start from its parent's, which is left alone).
         grew = len(data) - entry.snap_size >= policy.growth_ratio * entry.bytes_since
@@ -559,9 +543,7 @@ class TaskLog:
         if entry is not None:
             rows = self.store.read_events(self.tenant, task_id, after=entry.version)
             if rows:
-                decoded = [self.decode(r) for r in rows]
-                entry.saw(decoded)
-                entry.pending.extend(decoded)
+                entry.pending.extend(self.decode(r) for r in rows)
                 entry.version = rows[-1].seq
                 entry.bytes_since += sum(len(r.data) for r in rows)
                 state = entry.state
@@ -650,82 +632,25 @@ class TaskLog:
         return entry
 
     def _load_entry(self, task_id: str, *, upto: int | None) -> _Entry:
-        snapshot, loaded = self._good_snapshot(task_id, upto)
+        snapshot, base = self._good_snapshot(task_id, upto)
         rows = self.store.read_events(self.tenant, task_id, after=snapshot.seq if snapshot else 0, upto=upto)
-        if loaded is None and not rows:
+        if base is None and not rows:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
-        records = [self.decode(r) for r in rows]
-        state = fold(records, loaded[0] if loaded else None)
-        entry = _Entry(
+        state = fold((self.decode(r) for r in rows), base)
+        return _Entry(
             state,
             snapshot.seq if snapshot else 0,
             len(snapshot.data) if snapshot else 0,
             sum(len(r.data) for r in rows),
         )
-        if loaded:
-            entry.result_seqs.update(loaded[1])
-        entry.saw(records)
-        return entry
 
-    def _good_snapshot(
-        self, task_id: str, upto: int | None
-    ) -> tuple[SnapshotRow | None, tuple[TaskState, dict[int, int]] | None]:
-        """The newest snapshot at or before ``upto`` that is intact and of the current schema, as
-        a state (its calls' results read back from the events it refers to) and those references.
+    def _good_snapshot(self, task_id: str, upto: int | None) -> tuple[SnapshotRow | None, TaskState | None]:
+        """The newest snapshot at or before ``upto`` that is intact and of the current schema.
 
         A fork with none of its own uses its parent's (from before the fork point): the
         events after it, which ``read_events`` follows across the fork, make up the rest.
         """
-        return self.intact_snapshot(task_id, upto, lambda snap: self._read_snapshot(task_id, snap))
-
-    def _read_snapshot(self, task_id: str, snap: SnapshotRow) -> tuple[TaskState, dict[int, int]]:
-        """A state snapshot, with the results it refers to read from the events that recorded them.
-
-        The references are read through ``task_id`` (a fork reads its parent's events up to the
-        fork point, where a snapshot it borrows from its parent lies)."""
-        data = snap.data if isinstance(snap.data, str) else snap.data.decode()
-        state = _parse_state(snap)
-        cut = data.rfind(_RESULTS_KEY) if data.endswith("]]}") else -1
-        if cut < 0:
-            return state, {}
-        try:
-            pairs = orjson.loads(data[cut + len(_RESULTS_KEY) : -1])
-            refs = {int(n): int(seq) for n, seq in pairs}
-        except (orjson.JSONDecodeError, TypeError, ValueError):
-            raise ValueError("holds unreadable result references") from None
-        if not refs:
-            return state, refs
-        wanted = {seq: n for n, seq in refs.items()}
-        rows = self.store.read_events(self.tenant, task_id, after=min(wanted) - 1, upto=max(wanted))
-        results: dict[int, Any] = {}
-        current = CallCompleted.version
-        for row in rows:
-            n = wanted.get(row.seq)
-            if n is None:
-                continue
-            if row.type == "CallCompleted" and row.schema == current:  # no upcaster to run: read the field
-                fields = orjson.loads(row.data)
-                found, result = fields.get("n"), fields.get("result")
-            else:
-                event = self.decode(row).event
-                found, result = getattr(event, "n", None), getattr(event, "result", None)
-                if type(event) is not CallCompleted:
-                    found = None
-            if found != n:
-                raise ValueError(f"refers to event #{row.seq} for the result of call #{n}, which is not it")
-            results[n] = result
-        if len(results) != len(refs):
-            raise ValueError("refers to results whose events are missing")
-        # Thousands of small objects at once: the collector would walk the whole heap again and
-        # again while they are made, and none of them can be garbage yet.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            calls = tuple(_with_result(call, results[call.n]) if call.n in results else call for call in state.calls)
-        finally:
-            if collecting:
-                gc.enable()
-        return state.model_copy(update={"calls": calls}), refs
+        return self.intact_snapshot(task_id, upto, _parse_state)
 
     def intact_snapshot(
         self, stream_id: str, upto: int | None, parse: Callable[[SnapshotRow], _T]
@@ -790,40 +715,6 @@ class TaskLog:
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""
         self._cache.pop(task_id, None)
-
-
-_RESULTS_KEY = ',"_results":'
-"""The last key of a state snapshot that refers to its calls' results: ``[[n, seq], ...]``."""
-
-
-def _snapshot_data(state: TaskState, result_seqs: dict[int, int]) -> str:
-    """A state's snapshot JSON. A completed call whose result was recorded by an event this log has
-    seen keeps no copy of it: the snapshot refers to that event (``_results``), so a result is
-    stored once. (``TaskState`` ignores the key when the JSON is validated.)"""
-    refs = [
-        (i, call.n, result_seqs[call.n])
-        for i, call in enumerate(state.calls)
-        if call.status == "completed" and call.result is not None and call.n in result_seqs
-    ]
-    if not refs:
-        return state.model_dump_json(exclude={"position"})
-    exclude: Any = {"position": True, "calls": {i: {"result"} for i, _, _ in refs}}
-    data = state.model_dump_json(exclude=exclude)
-    pairs = orjson.dumps([[n, seq] for _, n, seq in refs]).decode()
-    return f"{data[:-1]}{_RESULTS_KEY}{pairs}}}"
-
-
-_RESULT_FIELD = frozenset({"result"})
-
-
-def _with_result(call: ToolCall, result: Any) -> ToolCall:
-    """``call`` with its result put back (built like the fold builds records: no validation)."""
-    new = object.__new__(ToolCall)
-    object.__setattr__(new, "__dict__", {**call.__dict__, "result": result})
-    object.__setattr__(new, "__pydantic_fields_set__", call.__pydantic_fields_set__ | _RESULT_FIELD)
-    object.__setattr__(new, "__pydantic_extra__", None)
-    object.__setattr__(new, "__pydantic_private__", None)
-    return new
 
 
 def _parse_state(snap: SnapshotRow) -> TaskState:
