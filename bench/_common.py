@@ -122,10 +122,11 @@ def threaded_rate(
     return sum(counts) / (time.perf_counter() - begin), statistics.median(latencies)
 
 
-def recorded_call(url: str, n: int, *, readonly: bool) -> float:
-    """Seconds per ``ctx.call`` of a no-op tool, over a task of ``n`` calls on ``url``."""
+def recorded_call(url: str, n: int, *, readonly: bool, result: object = None) -> float:
+    """Seconds per ``ctx.call`` of a tool that returns ``result`` (``None`` by default; ``MESSAGE``
+    for a ~500-byte result), over a task of ``n`` calls on ``url``."""
     app = tether.App(url)
-    tool = app.tool(name="noop", readonly=readonly)(lambda: None)
+    tool = app.tool(name="noop", readonly=readonly)(lambda: result)
     elapsed = 0.0
 
     @app.task

@@ -36,11 +36,11 @@ import tether
 from tether.events import DecisionMade, ObservationRecorded
 
 
-def floor_per_commit(path: str, n: int) -> float:
-    """Raw sqlite3: one INSERT + COMMIT per step, WAL and synchronous=NORMAL like tether."""
+def floor_per_commit(path: str, n: int, *, synchronous: str = "NORMAL") -> float:
+    """Raw sqlite3: one INSERT + COMMIT per step, WAL and synchronous=NORMAL like tether (or FULL)."""
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("CREATE TABLE IF NOT EXISTS raw (task INTEGER, seq INTEGER, data TEXT, PRIMARY KEY (task, seq))")
     conn.commit()
     payload = orjson.dumps({"key": "message", "value": MESSAGE}).decode()

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -72,6 +72,7 @@ __all__ = ["SnapshotPolicy", "TaskLog"]
 log = logging.getLogger("tether")
 
 _FAR = 2**62
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -649,8 +650,17 @@ class TaskLog:
         A fork with none of its own uses its parent's (from before the fork point): the
         events after it, which ``read_events`` follows across the fork, make up the rest.
         """
+        return self.intact_snapshot(task_id, upto, _parse_state)
+
+    def intact_snapshot(
+        self, stream_id: str, upto: int | None, parse: Callable[[SnapshotRow], _T]
+    ) -> tuple[SnapshotRow | None, _T | None]:
+        """The newest snapshot of a stream at or before ``upto`` that passes its checksum and that
+        ``parse`` reads (``parse`` raises ``ValueError`` naming why not: an unknown schema, a shape
+        that does not validate); a fork with none of its own uses its parent's from before the fork
+        point. Tasks' states and tether's own streams' views (sessions) share this one mechanism."""
         at_most = _FAR if upto is None else upto
-        owner = task_id
+        owner = stream_id
         while True:
             snap = self.store.get_snapshot(self.tenant, owner, at_most=at_most)
             if snap is None:
@@ -659,17 +669,42 @@ class TaskLog:
                     return None, None
                 owner, at_most = row.parent_id, min(at_most, row.parent_seq)
                 continue
-            if snap.schema == STATE_SCHEMA_VERSION and checksum(snap.data) == snap.checksum:
+            if checksum(snap.data) == snap.checksum:
                 try:
-                    return snap, TaskState.model_validate_json(snap.data)
-                except ValidationError as exc:
-                    reason = f"does not validate ({exc.error_count()} errors)"
-            elif snap.schema != STATE_SCHEMA_VERSION:
-                reason = f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}"
+                    return snap, parse(snap)
+                except ValueError as exc:  # pydantic's ValidationError is one
+                    reason = str(exc).splitlines()[0]
             else:
                 reason = "fails its checksum"
-            log.warning("snapshot of task %s at seq %d %s; rebuilding from events", task_id, snap.seq, reason)
+            log.warning("snapshot of stream %s at seq %d %s; rebuilding from events", stream_id, snap.seq, reason)
             at_most = snap.seq - 1
+
+    def latest(
+        self, stream_id: str, parse: Callable[[SnapshotRow], _T]
+    ) -> tuple[SnapshotRow | None, _T | None, Sequence[Recorded]]:
+        """A stream's newest intact snapshot (read by ``parse``, as in :meth:`intact_snapshot`) and
+        the decoded events after it, in one store read when the newest snapshot is good."""
+        snap, rows = self.store.read_latest(self.tenant, stream_id)
+        if snap is not None:
+            parsed: _T | None = None
+            if checksum(snap.data) == snap.checksum:
+                try:
+                    parsed = parse(snap)
+                except ValueError:
+                    parsed = None
+            if parsed is None:  # the general path says why, and looks further back
+                snap, parsed = self.intact_snapshot(stream_id, None, parse)
+                rows = self.store.read_events(self.tenant, stream_id, after=snap.seq if snap else 0)
+            return snap, parsed, [self.decode(r) for r in rows]
+        return None, None, [self.decode(r) for r in rows]
+
+    def put_stream_snapshot(
+        self, stream_id: str, seq: int, schema: int, data: str, *, replaces: int | None = None
+    ) -> None:
+        """Store a snapshot (with its checksum) of one of tether's own streams at ``seq``."""
+        self.store.put_snapshot(
+            self.tenant, stream_id, SnapshotRow(seq, schema, checksum(data), data), replaces=replaces
+        )
 
     def _remember(self, task_id: str, entry: _Entry) -> None:
         self._cache[task_id] = entry
@@ -680,6 +715,15 @@ class TaskLog:
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""
         self._cache.pop(task_id, None)
+
+
+def _parse_state(snap: SnapshotRow) -> TaskState:
+    if snap.schema != STATE_SCHEMA_VERSION:
+        raise ValueError(f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}")
+    try:
+        return TaskState.model_validate_json(snap.data)
+    except ValidationError as exc:
+        raise ValueError(f"does not validate ({exc.error_count()} errors)") from None
 
 
 def _iso(value: Any) -> bool:

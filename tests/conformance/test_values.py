@@ -98,3 +98,15 @@ def test_nan_and_infinity_are_refused_not_stored_as_null(store_url: str, number:
     assert "NaN or infinity" in run.failure.message
     assert app.state(run.task_id).calls[0].result is None
     app.close()
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf])
+def test_a_nan_beside_none_fields_and_null_text_is_still_refused(store_url: str, number: float) -> None:
+    """The check skips its walk only when an event's nulls are exactly its None fields: a NaN adds
+    one, and text that reads "null" cannot hide it (it only adds more)."""
+    log = tether.TaskLog(store_url)
+    state = log.create(type="t")
+    for value in ({"x": number}, ["null", number], {"null": None, "y": number}):
+        with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
+            log.append(state.task_id, [tether.events.DataUpdated(fields={"v": value})], state.version)
+    assert log.append(state.task_id, [tether.events.DataUpdated(fields={"v": "null", "w": None})], 1) == 2

@@ -320,7 +320,9 @@ def fold_view(events: Iterable[Recorded], view: SessionView | None = None) -> Se
             recent = [m for m in recent if m.seq > ev.covers_to]
         elif isinstance(ev, SessionClosed):
             closed = True
-    return SessionView(
+    # Built from records already validated: constructed, not validated again (that would cost a
+    # pass over every message in the view on every fold).
+    return SessionView.model_construct(
         session_id=session_id,
         user_id=user_id,
         system=tuple(system),

@@ -3,9 +3,9 @@
 A session is an append-only stream of messages in the same store as tasks.
 ``session.window(max_tokens)`` is what goes into the next model call: system
 messages, the newest summary, and the most recent turns that fit. Compaction
-folds older turns into a summary; originals are never deleted. The window is
-computed from a cached view (the newest summary, the turns after it), so its
-cost does not grow with the length of the stored history once a summary exists.
+folds older turns into a summary; originals are never deleted. Opening a session,
+appending to it and reading its window cost the same at any length: a session is
+read from its newest end (see ``_incremental``), never from its first message.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 
 from tether._streams import Stream
+from tether.conversation._incremental import VIEW_SCHEMA, Head, IncrementalView
 from tether.conversation.messages import (
     Message,
     MessageAdded,
@@ -33,17 +33,15 @@ from tether.conversation.messages import (
     SessionView,
     Summary,
     SummaryAdded,
-    fold_view,
     message_from_event,
     summary_from_event,
     to_event,
 )
 from tether.conversation.shapes import FORMATS
-from tether.conversation.window import TokenCounter, Window, build_window, default_counter, message_tokens, turns
+from tether.conversation.window import TokenCounter, Window, default_counter, turns
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, _ts
-from tether.log import TaskLog, checksum
-from tether.store import SnapshotRow
+from tether.log import TaskLog
 
 __all__ = [
     "Session",
@@ -56,7 +54,6 @@ __all__ = [
 ]
 
 SESSION_TYPE = "tether.session"
-_VIEW_VERSION = 2  # 2: messages carry their format and original
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -91,9 +88,8 @@ class SessionInfo:
 
 
 def write_view_snapshot(log: TaskLog, stream: str, view: SessionView) -> None:
-    """Cache a session's view (written at each compaction: a window reads from the newest summary on)."""
-    data = view.model_dump_json()
-    log.store.put_snapshot(log.tenant, stream, SnapshotRow(view.version, _VIEW_VERSION, checksum(data), data))
+    """Cache a session's view as of ``view`` (its head: see ``_incremental``), as a compaction does."""
+    log.put_stream_snapshot(stream, view.version, VIEW_SCHEMA, Head.from_view(view).to_json())
 
 
 def stream_id(session_id: str) -> str:
@@ -136,37 +132,29 @@ class Session:
         self._compact_over = compact_when_tokens_over
         if compact_when_tokens_over is not None and summarizer is None:
             raise InvalidInputError("compact_when_tokens_over= needs a summarizer= to compact with")
-        self._stream.create(
-            SessionOpened(session_id=session_id, user_id=user_id), user_id=user_id, session_id=session_id
-        )
-        self._view: SessionView | None = None
-        self.user_id = self.view().user_id
+        self._end = IncrementalView(self._stream, log.snapshots.every)
+        # An existing session opens with two reads (its head snapshot, the events after it); a
+        # new one is created first (and if another process creates it at the same moment, fine).
+        if not self._end.load():
+            self._stream.create(
+                SessionOpened(session_id=session_id, user_id=user_id), user_id=user_id, session_id=session_id
+            )
+            self._end.load()
+        self.user_id = self._end.head.user_id
 
     # -- reading ----------------------------------------------------------------------
     def view(self) -> SessionView:
-        """The current view: from the newest snapshot (written at compaction) plus the events after it."""
-        if self._view is None:
-            self._view = self._load_view()
-        else:
-            newer = self._stream.read(after=self._view.version)
-            if newer:
-                self._view = fold_view(newer, self._view)
-        return self._view
+        """The whole current view: system messages, the newest summary and every message after it.
 
-    def _load_view(self) -> SessionView:
-        store, tenant = self._log.store, self._log.tenant
-        snap = store.get_snapshot(tenant, self._stream.id, at_most=2**31 - 1)
-        base = None
-        if snap is not None and snap.schema == _VIEW_VERSION and checksum(snap.data) == snap.checksum:
-            try:
-                base = SessionView.model_validate_json(snap.data)
-            except ValidationError:
-                base = None
-        return fold_view(self._stream.read(after=base.version if base else 0), base)
+        Its cost grows with the messages after the summary; ``window()`` and ``add()`` do not need it.
+        """
+        self._end.refresh()
+        return self._end.view()
 
     @property
     def closed(self) -> bool:
-        return self.view().closed
+        self._end.refresh()
+        return self._end.head.closed
 
     def messages(self, since: int | None = None, limit: int | None = None) -> list[Message]:
         """Every message still in the session (summaries never remove any), oldest first, each with
@@ -195,7 +183,8 @@ class Session:
         without the assistant message that called it."""
         if max_tokens < 1 or keep_last < 0:
             raise InvalidInputError(f"max_tokens must be >= 1 and keep_last >= 0, got {max_tokens}, {keep_last}")
-        return build_window(self.view(), max_tokens, keep_last, counter or self._counter or default_counter())
+        self._end.refresh()
+        return self._end.window(max_tokens, keep_last, counter or self._counter or default_counter())
 
     # -- writing ----------------------------------------------------------------------
     def add(
@@ -238,46 +227,45 @@ class Session:
                 raise InvalidInputError(f"message metadata must be JSON: {exc}") from None
         if not events:
             return []
+        end = self._end
         for _ in range(100):  # another process may append at the same moment: both land, in some order
-            view = self.view()
-            if view.closed:
+            end.refresh()
+            if end.head.closed:
                 raise InvalidInputError(f"session {self.id!r} is closed")
+            version = end.head.version
             now = time.time()  # the stored time, so the cached view's messages equal the stored ones
             try:
-                version = self._stream.append(events, view.version, at=now)
+                self._stream.append(events, version, at=now)
             except ConflictError:
                 continue
-            self._view = fold_view([Recorded(view.version + i, now, e) for i, e in enumerate(events, 1)], view)
-            added = [m for m in (*self._view.system, *self._view.recent) if m.seq > view.version]
-            added.sort(key=lambda m: m.seq)
-            assert version == self._view.version
+            added = end.fold([Recorded(version + i, now, e) for i, e in enumerate(events, 1)])
+            end.maybe_snapshot()
             self._maybe_compact()
             return added
-        raise ConflictError(self.id, expected=self.view().version, actual=None)
+        raise ConflictError(self.id, expected=end.head.version, actual=None)
 
     def pop(self) -> Message | None:
         """Remove the last message (undo); it no longer shows in ``messages()`` or windows."""
         for _ in range(100):
-            view = self.view()
-            candidates = [*view.system, *view.recent]
-            if not candidates:
+            self._end.refresh()
+            last = self._end.last()
+            if last is None:
                 return None
-            last = max(candidates, key=lambda m: m.seq)
             try:
-                self._stream.append([MessageRemoved(seq=last.seq)], view.version)
+                self._stream.append([MessageRemoved(seq=last.seq)], self._end.head.version)
             except ConflictError:
                 continue
             return last
-        raise ConflictError(self.id, expected=self.view().version, actual=None)
+        raise ConflictError(self.id, expected=self._end.head.version, actual=None)
 
     def clear(self) -> None:
         """Hide every message (and summary) so far; the session goes on, empty."""
-        self._retry(lambda view: [MessagesCleared()])
+        self._retry(lambda: [MessagesCleared()])
 
     def close(self) -> None:
         """Close the session: it takes no more messages."""
-        if not self.view().closed:
-            self._retry(lambda view: [SessionClosed()], status="closed")
+        if not self.closed:
+            self._retry(lambda: [SessionClosed()], status="closed")
 
     def compact(self, summarizer: Summarizer | None = None, keep_last: int = 6) -> Summary | None:
         """Fold everything before the last ``keep_last`` turns (and the previous summary) into a new
@@ -299,28 +287,26 @@ class Session:
                 )
             except ConflictError:
                 continue
-            compacted = self.view()
-            write_view_snapshot(self._log, self._stream.id, compacted)
-            return compacted.summary
-        raise ConflictError(self.id, expected=self.view().version, actual=None)
+            self._end.refresh()
+            self._end.snapshot()
+            return self._end.head.summary
+        raise ConflictError(self.id, expected=self._end.head.version, actual=None)
 
     def _maybe_compact(self) -> None:
         if self._compact_over is None:
             return
-        counter = self._counter or default_counter()
-        view = self.view()
-        if sum(message_tokens(m, counter) for m in view.recent) > self._compact_over:
+        if self._end.recent_tokens(self._counter or default_counter()) > self._compact_over:
             self.compact()
 
-    def _retry(self, make: Callable[[SessionView], list[Event]], status: str | None = None) -> None:
+    def _retry(self, make: Callable[[], list[Event]], status: str | None = None) -> None:
         for _ in range(100):
-            view = self.view()
+            self._end.refresh()
             try:
-                self._stream.append(make(view), view.version, status=status)
+                self._stream.append(make(), self._end.head.version, status=status)
                 return
             except ConflictError:
                 continue
-        raise ConflictError(self.id, expected=self.view().version, actual=None)
+        raise ConflictError(self.id, expected=self._end.head.version, actual=None)
 
 
 def open_session(

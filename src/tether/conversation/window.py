@@ -31,6 +31,7 @@ __all__ = [
     "default_counter",
     "message_tokens",
     "turns",
+    "window_over",
 ]
 
 IMAGE_TOKENS_LOW = 85
@@ -158,7 +159,8 @@ class Window:
     max_tokens: int
     counter: str
     dropped: int
-    """Messages after the summary that did not fit."""
+    """Messages after the summary left out: those that did not fit, and tool results whose call
+    was summarized (a model API refuses them)."""
 
     def to_openai(self) -> list[dict[str, Any]]:
         """OpenAI Chat Completions ``messages``; messages stored in that shape come back verbatim."""
@@ -176,37 +178,130 @@ class Window:
 
 
 def build_window(view: SessionView, max_tokens: int, keep_last: int, counter: TokenCounter) -> Window:
-    """The window over ``view`` (pure): system messages, the summary, then the newest turns that fit."""
-    fixed = list(view.system)
-    if view.summary is not None:
-        content = f"Summary of the earlier conversation:\n{view.summary.text}"
+    """The window over ``view`` (pure): system messages, the summary, then the newest turns that fit.
+
+    Its cost is the window's, not the conversation's: turns are grouped from the newest message
+    backwards, only as far as the budget (and ``keep_last``) reaches.
+    """
+    window = window_over(
+        view.system, view.summary, view.recent, complete=True, total=len(view.recent),
+        max_tokens=max_tokens, keep_last=keep_last, counter=counter,
+    )
+    assert window is not None  # a complete list of messages always answers
+    return window
+
+
+def window_over(
+    system: Sequence[Message],
+    summary: Summary | None,
+    recent: Sequence[Message],
+    *,
+    complete: bool,
+    total: int,
+    max_tokens: int,
+    keep_last: int,
+    counter: TokenCounter,
+    costs: dict[int, int] | None = None,
+) -> Window | None:
+    """The window from the newest part of a conversation (pure).
+
+    ``recent`` is a suffix of the messages after the summary (all of them when ``complete``), and
+    ``total`` how many of those there are. ``None`` when the suffix is too short to answer: the
+    window would reach further back than it goes (read more, and ask again). ``costs``: the
+    messages' token counts by seq, by this counter, kept between calls (filled in as they are counted).
+    """
+    costs = {} if costs is None else costs
+    fixed = list(system)
+    if summary is not None:
+        content = f"Summary of the earlier conversation:\n{summary.text}"
         fixed.append(
-            Message(
-                seq=view.summary.seq,
-                role="system",
-                at=view.summary.at,
-                content=content,
-                original={"role": "system", "content": content},
-            )
+            Message(seq=summary.seq, role="system", at=summary.at, content=content,
+                    original={"role": "system", "content": content})
         )
     budget = max_tokens - sum(message_tokens(m, counter) for m in fixed)
-    groups = turns(view.recent)
-    chosen: list[list[Message]] = []
-    for group in reversed(groups):
-        cost = sum(message_tokens(m, counter) for m in group)
-        if len(chosen) < max(keep_last, 1) or cost <= budget:
-            chosen.append(group)
-            budget -= cost
-        else:
+    want = max(keep_last, 1)
+    span = _FIRST_SPAN
+    while True:
+        start = max(0, len(recent) - span)
+        while start > 0 and not _turn_starts(recent, start):
+            start -= 1  # a turn that begins before the suffix would be grouped differently: widen
+        if start == 0 and not complete:
+            # The oldest messages held may belong to a turn that began before them: group from the
+            # first certain turn start, and ask for more only if the window reaches past it.
+            start = next((i for i in range(1, len(recent)) if _turn_starts(recent, i)), len(recent))
+            chosen, exhausted = _newest_fitting(turns(recent[start:]), budget, want, counter, costs)
+            if exhausted:
+                return None
             break
+        chosen, exhausted = _newest_fitting(turns(recent[start:]), budget, want, counter, costs)
+        if not exhausted or start == 0:
+            break
+        span *= 4
     chosen.reverse()
     picked = [m for group in chosen for m in group]
     messages = tuple(fixed + picked)
     return Window(
         messages=messages,
-        summary=view.summary,
-        tokens=sum(message_tokens(m, counter) for m in messages),
+        summary=summary,
+        tokens=sum(message_tokens(m, counter) for m in fixed) + sum(costs[m.seq] for m in picked),
         max_tokens=max_tokens,
         counter=counter.name,
-        dropped=sum(len(g) for g in groups) - len(picked),
+        dropped=total - len(picked),
     )
+
+
+_FIRST_SPAN = 32  # messages grouped at first, from the newest back (then 4x as many, as needed)
+
+
+def _newest_fitting(
+    groups: list[list[Message]], budget: int, want: int, counter: TokenCounter, costs: dict[int, int]
+) -> tuple[list[list[Message]], bool]:
+    """The newest turns that fit ``budget`` (at least ``want`` of them), newest first, and whether
+    every turn was taken (an earlier one might fit too)."""
+    chosen: list[list[Message]] = []
+    for group in reversed(groups):
+        cost = 0
+        for m in group:
+            tokens = costs.get(m.seq)
+            if tokens is None:
+                tokens = costs[m.seq] = message_tokens(m, counter)
+            cost += tokens
+        if len(chosen) < want or cost <= budget:
+            chosen.append(group)
+            budget -= cost
+        else:
+            return chosen, False
+    return chosen, True
+
+
+def _turn_starts(messages: Sequence[Message], i: int) -> bool:
+    """Whether ``turns(messages)`` certainly starts a turn at ``messages[i]`` in a state that does
+    not depend on anything before it, so ``turns(messages[i:])`` groups the rest the same way.
+
+    True for a user message; for an assistant message after a message it cannot belong to (one
+    that is not an assistant with calls pending), or after tool results of which one certainly
+    answers the assistant message before them (it is kept, so the next assistant message opens a
+    turn). Anything else may depend on earlier messages: False (the caller looks further back).
+
+    Only the oldest turn of a suffix can be grouped differently from the whole (a suffix that
+    starts a turn is in the whole's state from there on), and ``window_over`` never uses that turn
+    unless the suffix is the whole: this rule saves reading further, it does not make the result.
+    """
+    m = messages[i]
+    if m.role in ("user", "system"):
+        return True
+    if m.role != "assistant":
+        return False
+    previous = messages[i - 1]
+    if previous.role != "tool":
+        return not _leads_on(previous)
+    j = i - 1
+    while j >= 0 and messages[j].role == "tool":
+        j -= 1
+    if j < 0:
+        return False
+    caller = messages[j]
+    if not _leads_on(caller):
+        return True
+    ids = {c.id for c in caller.tool_calls}
+    return any(t.answers and ids.issuperset(t.answers) for t in messages[j + 1 : i])

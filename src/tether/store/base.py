@@ -224,6 +224,12 @@ class Store(Protocol):
         """The newest snapshot with ``seq <= at_most``."""
         ...
 
+    def read_latest(self, tenant: str, task_id: str) -> tuple[SnapshotRow | None, list[EventRow]]:
+        """The stream's newest snapshot (of any schema, checksum unchecked) and its events after it
+        (all of them without one): what opening a stream reads, in one round trip where the backend
+        can. ``TaskNotFoundError`` if there is no such stream."""
+        ...
+
     # -- idempotency ledger -----------------------------------------------------
     def ledger_get(self, tenant: str, key: str) -> LedgerRow | None: ...
 

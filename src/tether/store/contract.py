@@ -197,6 +197,18 @@ def snapshots_are_found_at_most_a_seq_and_replaced(store: Store) -> None:
     assert store.get_snapshot(TENANT, "a", at_most=100).seq == 9  # type: ignore[union-attr]
 
 
+@_check()
+def read_latest_is_the_newest_snapshot_and_the_events_after_it(store: Store) -> None:
+    _create(store, "a", events=7)
+    snapshot, events = store.read_latest(TENANT, "a")
+    assert snapshot is None and [e.seq for e in events] == [1, 2, 3, 4, 5, 6, 7]
+    store.put_snapshot(TENANT, "a", SnapshotRow(3, 1, "s3", '{"at": 3}'))
+    store.put_snapshot(TENANT, "a", SnapshotRow(5, 1, "s5", '{"at": 5}'))
+    snapshot, events = store.read_latest(TENANT, "a")
+    assert snapshot is not None and snapshot.seq == 5 and [e.seq for e in events] == [6, 7]
+    _expect(TaskNotFoundError, lambda: store.read_latest(TENANT, "missing"))
+
+
 # ------------------------------------------------------------------ ledger
 
 

@@ -180,6 +180,10 @@ class MemoryStore:
             seqs = [seq for seq in stream.snapshots if seq <= at_most]
             return stream.snapshots[max(seqs)] if seqs else None
 
+    def read_latest(self, tenant: str, task_id: str) -> tuple[SnapshotRow | None, list[EventRow]]:
+        snap = self.get_snapshot(tenant, task_id, at_most=2**62)  # appends after it are read too
+        return snap, self.read_events(tenant, task_id, after=snap.seq if snap else 0)
+
     # -- idempotency ledger -----------------------------------------------------
     def ledger_get(self, tenant: str, key: str) -> LedgerRow | None:
         with self._lock:

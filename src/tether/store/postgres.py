@@ -728,6 +728,32 @@ class PostgresStore:
         )
         return None if row is None else SnapshotRow(*row)
 
+    # One statement, one round trip: the stream's row, its newest snapshot, and its own events
+    # after that snapshot. A fork whose events reach back past its fork point (into its parent's)
+    # takes the general path instead.
+    _LATEST = (
+        "WITH t AS (SELECT id, parent, parent_seq FROM tasks WHERE tenant = %s AND task_id = %s), "
+        "s AS (SELECT seq, schema, checksum, data FROM snapshots WHERE task = (SELECT id FROM t) "
+        "ORDER BY seq DESC LIMIT 1) "
+        "SELECT 0, t.parent_seq, NULL::integer, NULL::text, NULL::text, NULL::double precision, "
+        "NULL::bigint, (t.parent IS NOT NULL) FROM t "
+        "UNION ALL SELECT 1, seq, schema, checksum, data, NULL, NULL, NULL FROM s "
+        "UNION ALL (SELECT 2, e.seq, e.schema, e.type, e.data::text, e.at, e.fence, NULL FROM events e "
+        "WHERE e.task = (SELECT id FROM t) AND e.seq > COALESCE((SELECT seq FROM s), 0) ORDER BY e.seq)"
+    )
+
+    def read_latest(self, tenant: str, task_id: str) -> tuple[SnapshotRow | None, list[EventRow]]:
+        rows = self._run(lambda c: c.execute(self._LATEST, (tenant, task_id)).fetchall())
+        if not rows or rows[0][0] != 0:
+            raise TaskNotFoundError(task_id, tenant=tenant)
+        fork_point, is_fork = rows[0][1], rows[0][7]
+        snap = next((SnapshotRow(r[1], r[2], r[3], r[4]) for r in rows if r[0] == 1), None)
+        if is_fork and (snap is None or fork_point is None or snap.seq < fork_point):
+            snap = self.get_snapshot(tenant, task_id, at_most=2**31 - 1)
+            return snap, self.read_events(tenant, task_id, after=snap.seq if snap else 0)
+        events = [EventRow(r[1], r[3], r[2], r[5], from_jsonb(r[4]), r[6]) for r in rows if r[0] == 2]
+        return snap, events
+
     # -- idempotency ledger ---------------------------------------------------------
     _LEDGER = "SELECT key, status, result, started_at, finished_at, runs FROM ledger WHERE tenant = %s AND key = %s"
 

@@ -750,6 +750,11 @@ class SQLiteStore:
             ).fetchone()
             return None if row is None else SnapshotRow(*row)
 
+    def read_latest(self, tenant: str, task_id: str) -> tuple[SnapshotRow | None, list[EventRow]]:
+        with self._lock:  # one snapshot and the events after it, as of one moment
+            snap = self.get_snapshot(tenant, task_id, at_most=2**62)
+            return snap, self.read_events(tenant, task_id, after=snap.seq if snap else 0)
+
     # -- idempotency ledger -----------------------------------------------------
     _LEDGER = "SELECT key, status, result, started_at, finished_at, runs FROM ledger WHERE tenant = ? AND key = ?"
 
