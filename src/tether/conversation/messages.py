@@ -213,6 +213,21 @@ def _tether_event(message: dict[str, Any]) -> MessageAdded:
 # ----------------------------------------------------------------------------- reading
 
 
+def list_messages(records: Iterable[Recorded], shown: dict[int, Message] | None = None) -> dict[int, Message]:
+    """Every message still in a session after ``records`` (by seq): added ones, less the removed
+    and the cleared. ``shown`` is the listing to go on from (updated in place)."""
+    listing: dict[int, Message] = {} if shown is None else shown
+    for rec in records:
+        event = rec.event
+        if isinstance(event, MessageAdded):
+            listing[rec.seq] = message_from_event(rec, event)
+        elif isinstance(event, MessageRemoved):
+            listing.pop(event.seq, None)
+        elif isinstance(event, MessagesCleared):
+            listing.clear()
+    return listing
+
+
 def message_from_event(rec: Recorded, ev: MessageAdded) -> Message:
     """The :class:`Message` a stored ``MessageAdded`` holds."""
     common: dict[str, Any] = {"seq": rec.seq, "meta": ev.meta or {}, "at": _ts(rec.at), "origin": ev.origin}

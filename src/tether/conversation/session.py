@@ -25,7 +25,6 @@ from tether._streams import Stream
 from tether.conversation._incremental import VIEW_SCHEMA, Head, IncrementalView
 from tether.conversation.messages import (
     Message,
-    MessageAdded,
     MessageRemoved,
     MessagesCleared,
     SessionClosed,
@@ -33,7 +32,7 @@ from tether.conversation.messages import (
     SessionView,
     Summary,
     SummaryAdded,
-    message_from_event,
+    list_messages,
     summary_from_event,
     to_event,
 )
@@ -162,15 +161,7 @@ class Session:
 
         ``since``: only messages with a larger seq. ``limit``: at most that many, the oldest of them.
         """
-        shown: dict[int, Message] = {}
-        for rec in self._stream.read(after=0):
-            ev = rec.event
-            if isinstance(ev, MessageAdded):
-                shown[rec.seq] = message_from_event(rec, ev)
-            elif isinstance(ev, MessageRemoved):
-                shown.pop(ev.seq, None)
-            elif isinstance(ev, MessagesCleared):
-                shown.clear()
+        shown = list_messages(self._stream.read(after=0))
         result = [m for seq, m in sorted(shown.items()) if since is None or seq > since]
         return result[:limit] if limit is not None else result
 

@@ -33,9 +33,6 @@ from tether._streams import Stream
 from tether.conversation import (
     SESSION_TYPE,
     Message,
-    MessageAdded,
-    MessageRemoved,
-    MessagesCleared,
     SessionOpened,
     SessionView,
     Summarizer,
@@ -47,7 +44,7 @@ from tether.conversation import (
     default_counter,
     extractive_summarizer,
     fold_view,
-    message_from_event,
+    list_messages,
     stream_id,
     to_event,
     turns,
@@ -256,15 +253,7 @@ class TaskSession:
             return
         records = self._stream.read(after=self._seen, upto=version)
         self._view = fold_view(records, self._view)
-        shown = self._shown
-        for rec in records:
-            event = rec.event
-            if isinstance(event, MessageAdded):
-                shown[rec.seq] = message_from_event(rec, event)
-            elif isinstance(event, MessageRemoved):
-                shown.pop(event.seq, None)
-            elif isinstance(event, MessagesCleared):
-                shown.clear()
+        list_messages(records, self._shown)
         self._seen = version
 
 
