@@ -411,6 +411,13 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     return router
 
 
+_RECHECK = 3.0
+"""Seconds a listener waits for a wake-up before it looks anyway: a safety net, since a store's
+change signal can fall between two waits (a notification that lands while the feed thread is
+handing out the previous one), not the way changes are found."""
+_KEEPALIVE = 15.0
+
+
 def _step(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
@@ -428,12 +435,16 @@ async def _task_events(app: App, request: Request, feed: Any) -> AsyncIterator[b
     seen = {k: r.version for k, r in (await asyncio.to_thread(_listing, app)).items()}
     yield b": connected\n\n"
     count = feed.count
+    quiet = 0.0
     while not await request.is_disconnected():
-        if not await feed.wait(count, 15.0):
-            yield b": keep-alive\n\n"
-            continue
+        if not await feed.wait(count, _RECHECK):
+            quiet += _RECHECK
+            if quiet >= _KEEPALIVE:
+                quiet = 0.0
+                yield b": keep-alive\n\n"
+        else:
+            await asyncio.sleep(0.05)  # let a burst of commits land: one look for them all
         count = feed.count
-        await asyncio.sleep(0.05)  # let a burst of commits land: one look for them all
         rows = await asyncio.to_thread(_listing, app)
         changed = [r for k, r in rows.items() if seen.get(k) != r.version]
         for row in changed:
@@ -447,6 +458,7 @@ async def _task_events(app: App, request: Request, feed: Any) -> AsyncIterator[b
 async def _history_events(app: App, task_id: str, after: int, request: Request, feed: Any) -> AsyncIterator[bytes]:
     yield b": connected\n\n"
     count = feed.count
+    quiet = 0.0
     while not await request.is_disconnected():
         entries = await asyncio.to_thread(app.history, task_id)
         for entry in entries:
@@ -457,6 +469,9 @@ async def _history_events(app: App, task_id: str, after: int, request: Request, 
         if row is None or row.status in TERMINAL:
             yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
             return
-        if not await feed.wait(count, 15.0):
-            yield b": keep-alive\n\n"
+        if not await feed.wait(count, _RECHECK):
+            quiet += _RECHECK
+            if quiet >= _KEEPALIVE:
+                quiet = 0.0
+                yield b": keep-alive\n\n"
         count = feed.count

@@ -1,0 +1,90 @@
+"""Server-sent events over a real server: woken by the store's change notifications, scoped by tenant."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from tests.serve._agents import work
+from tests.serve.conftest import LiveServer, Served
+
+
+def _listen(url: str, key: str, out: queue.Queue[tuple[str, Any]], stop: threading.Event) -> None:
+    try:
+        _read(url, key, out, stop)
+    except httpx.HTTPError:  # the server went away at the end of the test
+        pass
+
+
+def _read(url: str, key: str, out: queue.Queue[tuple[str, Any]], stop: threading.Event) -> None:
+    with httpx.Client(timeout=httpx.Timeout(30, read=30)) as client:
+        with client.stream("GET", url, headers={"Authorization": f"Bearer {key}"}) as response:
+            out.put(("status", response.status_code))
+            event = None
+            for line in response.iter_lines():
+                if stop.is_set():
+                    return
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event:
+                    out.put((event, json.loads(line[6:])))
+                elif line.startswith(": connected"):
+                    out.put(("connected", None))
+
+
+def _events(out: queue.Queue[tuple[str, Any]], until: float) -> Iterator[tuple[str, Any]]:
+    while time.monotonic() < until:
+        try:
+            yield out.get(timeout=max(0.01, until - time.monotonic()))
+        except queue.Empty:
+            return
+
+
+def _start(url: str, key: str) -> tuple[queue.Queue[tuple[str, Any]], threading.Event]:
+    out: queue.Queue[tuple[str, Any]] = queue.Queue()
+    stop = threading.Event()
+    threading.Thread(target=_listen, args=(url, key, out, stop), daemon=True).start()
+    deadline = time.monotonic() + 10
+    for kind, _ in _events(out, deadline):
+        if kind == "connected":
+            break
+    return out, stop
+
+
+def test_task_changes_and_new_inputs_arrive_live(served: Served) -> None:
+    with LiveServer(served.asgi) as live:
+        mine, stop_mine = _start(f"{live.base}/v1/events", served.key)
+        theirs, stop_theirs = _start(f"{live.base}/v1/events", served.other_key)
+        started = time.monotonic()
+        task = served.app.start("trip", city="Rome").task_id  # another writer: the worker's side
+        work(served.app)
+        seen: dict[str, list[Any]] = {}
+        for kind, data in _events(mine, time.monotonic() + 10):
+            seen.setdefault(kind, []).append(data)
+            if any(d["task_id"] == task for d in seen.get("input", [])):
+                break
+        assert any(d["task_id"] == task and d["key"] == "approve" for d in seen["input"])
+        assert any(d["task_id"] == task for d in seen["task"])
+        assert time.monotonic() - started < 5  # woken by the store, not a long poll
+        assert [k for k, _ in _events(theirs, time.monotonic() + 0.5)] == []  # another tenant hears nothing
+        stop_mine.set()
+        stop_theirs.set()
+
+
+def test_a_tasks_history_streams_until_it_ends(served: Served) -> None:
+    with LiveServer(served.asgi) as live:
+        out, stop = _start(f"{live.base}/v1/tasks/{served.waiting}/events?after=0", served.key)
+        first = [d for k, d in _events(out, time.monotonic() + 3) if k == "history"]
+        assert first[0]["seq"] == 1 and first[-1]["type"] in ("InputRequested", "StatusChanged")
+        served.app.send_input(served.waiting, "approve", {"yes": False})
+        work(served.app)
+        rest = list(_events(out, time.monotonic() + 10))
+        assert any(k == "history" and d["type"] == "OutputSet" for k, d in rest)
+        assert rest[-1] == ("end", {"task_id": served.waiting, "status": "completed"})
+        stop.set()
