@@ -460,12 +460,12 @@ async def _history_events(app: App, task_id: str, after: int, request: Request, 
     count = feed.count
     quiet = 0.0
     while not await request.is_disconnected():
+        row = await asyncio.to_thread(app.store.get_task, app.tenant, task_id)  # before the events: none missed
         entries = await asyncio.to_thread(app.history, task_id)
         for entry in entries:
             if entry.seq > after:
                 yield _sse("history", entry_json(entry))
                 after = entry.seq
-        row = await asyncio.to_thread(app.store.get_task, app.tenant, task_id)
         if row is None or row.status in TERMINAL:
             yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
             return
