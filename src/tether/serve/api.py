@@ -41,7 +41,11 @@ def _current(request: Request) -> Principal:
 
 
 Who = Annotated[Principal, Depends(_current)]
-TaskId = Annotated[str, Path(min_length=1, max_length=512)]
+ID_PATTERN = r"^[^\x00]*[^\s\x00][^\x00]*$"
+"""What an id may be (see ``check_id``): not empty, not only whitespace, no NUL."""
+TaskId = Annotated[str, Path(min_length=1, max_length=512, pattern=ID_PATTERN)]
+IdPath = Annotated[str, Path(min_length=1, max_length=512, pattern=ID_PATTERN)]
+IdQuery = Annotated[str | None, Query(min_length=1, max_length=512, pattern=ID_PATTERN)]
 
 
 class NotRunnableError(TetherError):
@@ -69,7 +73,7 @@ class TaskPage(BaseModel):
 class ForkBody(BaseModel):
     at: int = Field(ge=1, le=2**31, description="the last event the fork shares")
     inputs: dict[str, Any] | None = None
-    new_id: str | None = Field(default=None, min_length=1, max_length=512)
+    new_id: str | None = Field(default=None, min_length=1, max_length=512, pattern=ID_PATTERN)
 
 
 class RewindBody(BaseModel):
@@ -115,9 +119,9 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     def list_tasks(
         who: Who,
         status: Annotated[list[Status] | None, Query()] = None,
-        type: Annotated[str | None, Query(max_length=512)] = None,
-        user_id: Annotated[str | None, Query(max_length=512)] = None,
-        session_id: Annotated[str | None, Query(max_length=512)] = None,
+        type: IdQuery = None,
+        user_id: IdQuery = None,
+        session_id: IdQuery = None,
         q: Annotated[str | None, Query(max_length=200, description="part of an id, type or user")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
         offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
@@ -164,8 +168,8 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         who: Who,
         task_id: TaskId,
         at: Annotated[int | None, Query(ge=1, le=2**31)] = None,
-        before_step: Annotated[str | None, Query(max_length=512)] = None,
-        after_step: Annotated[str | None, Query(max_length=512)] = None,
+        before_step: IdQuery = None,
+        after_step: IdQuery = None,
     ) -> dict[str, Any]:
         """The state now, right after event ``at``, or just before / right after a step (number or name)."""
         app = app_for(who)
@@ -189,7 +193,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         task_id: TaskId,
         a: Annotated[int, Query(ge=1, le=2**31)],
         b: Annotated[int, Query(ge=1, le=2**31)],
-        other: Annotated[str | None, Query(min_length=1, max_length=512, description="B is this task's")] = None,
+        other: Annotated[str | None, Query(min_length=1, max_length=512, pattern=ID_PATTERN, description="B is this task's")] = None,
     ) -> dict[str, Any]:
         """An RFC 6902 patch from the state after event ``a`` to the state after ``b`` (of ``other``)."""
         app = app_for(who)
@@ -315,7 +319,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     @router.get("/inputs", tags=["inputs"])
     def pending_inputs(
         who: Who,
-        user_id: Annotated[str | None, Query(max_length=512)] = None,
+        user_id: IdQuery = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         """What tasks wait for, oldest question first, with prompts and JSON schemas."""
@@ -326,7 +330,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
 
     @router.post("/tasks/{task_id}/inputs/{key}", tags=["inputs"])
     def answer(
-        who: Who, task_id: TaskId, key: Annotated[str, Path(min_length=1, max_length=512)], body: AnswerBody
+        who: Who, task_id: TaskId, key: IdPath, body: AnswerBody
     ) -> dict[str, Any]:
         """Answer the task's wait ``key`` (checked against its schema; 400 with the reason if it does not
         fit). The task becomes runnable and a worker continues it."""
@@ -340,7 +344,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     @router.get("/sessions", tags=["sessions"])
     def sessions(
         who: Who,
-        user_id: Annotated[str | None, Query(max_length=512)] = None,
+        user_id: IdQuery = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     ) -> dict[str, Any]:
@@ -359,7 +363,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     @router.get("/sessions/{session_id}/messages", tags=["sessions"])
     def messages(
         who: Who,
-        session_id: Annotated[str, Path(min_length=1, max_length=512)],
+        session_id: IdPath,
         since: Annotated[int | None, Query(ge=0, le=2**31)] = None,
         limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
     ) -> dict[str, Any]:
@@ -374,7 +378,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     @router.get("/sessions/{session_id}/window", tags=["sessions"])
     def window(
         who: Who,
-        session_id: Annotated[str, Path(min_length=1, max_length=512)],
+        session_id: IdPath,
         max_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 8000,
         keep_last: Annotated[int, Query(ge=0, le=10_000)] = 6,
     ) -> dict[str, Any]:
@@ -384,7 +388,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         return result
 
     @router.get("/users/{user_id}", tags=["users"])
-    def user(who: Who, user_id: Annotated[str, Path(min_length=1, max_length=512)]) -> dict[str, Any]:
+    def user(who: Who, user_id: IdPath) -> dict[str, Any]:
         """A user's document (preferences, facts) and its version."""
         app = app_for(who)
         check_id(user_id, "user_id")
