@@ -584,7 +584,8 @@ def keys_create(db: str | None, tenant: str, name: str) -> None:
 
     secret, key = KeyRing(tether.open_store(_url(db))).create(tenant=tenant, name=name)
     click.echo(secret)
-    Console(stderr=True, highlight=False).print(f"key {key.key_id} for tenant {tenant!r} ({name}); keep it: it is shown once")
+    note = f"key {key.key_id} for tenant {tenant!r} ({name}); keep it: it is shown once"
+    Console(stderr=True, highlight=False).print(note)
 
 
 @keys.command("list")
@@ -605,8 +606,8 @@ def keys_list(db: str | None, as_json: bool) -> None:
     for k in found:
         from datetime import datetime
 
-        table.add_row(k.key_id, k.tenant, k.name, datetime.fromtimestamp(k.created_at).isoformat(" ", "seconds"),
-                      "yes" if k.revoked else "")
+        made = datetime.fromtimestamp(k.created_at).isoformat(" ", "seconds")
+        table.add_row(k.key_id, k.tenant, k.name, made, "yes" if k.revoked else "")
     _console().print(table)
 
 

@@ -124,7 +124,9 @@ def test_cancel_is_queued_and_names_the_key(served: Served) -> None:
 def test_resume_says_what_the_task_needs(served: Served) -> None:
     waits = served.post(f"/v1/tasks/{served.waiting}/resume")
     assert waits.status_code == 409 and waits.json()["code"] == "not_runnable" and "approve" in waits.json()["message"]
-    assert served.post(f"/v1/tasks/{served.failed}/resume").json()["message"].endswith("retry it instead (POST …/retry)")
+    assert (
+        served.post(f"/v1/tasks/{served.failed}/resume").json()["message"].endswith("retry it instead (POST …/retry)")
+    )
     fork = served.post(f"/v1/tasks/{served.waiting}/fork", json={"at": 2}).json()["summary"]["task_id"]
     queued = served.post(f"/v1/tasks/{fork}/resume")
     assert queued.status_code == 202 and queued.json()["runnable"] is True

@@ -51,8 +51,10 @@ def test_the_list_covers_every_endpoint(served: Served) -> None:
         parts = path.split("?")[0].split("/")
         for route_method, route in documented:
             pattern = route.split("/")
-            if route_method == method and len(pattern) == len(parts) and all(
-                a == b or a.startswith("{") for a, b in zip(pattern, parts, strict=True)
+            if (
+                route_method == method
+                and len(pattern) == len(parts)
+                and all(a == b or a.startswith("{") for a, b in zip(pattern, parts, strict=True))
             ):
                 listed.add((route_method, route))
     assert listed == documented
@@ -117,7 +119,12 @@ def test_keys_are_stored_as_hashes_only(served: Served) -> None:
 
 def test_browser_writes_need_the_csrf_header(served: Served) -> None:
     client = served.client
-    login = client.post("/login", content=f"key={served.key}", headers={"Content-Type": "application/x-www-form-urlencoded"}, follow_redirects=False)
+    login = client.post(
+        "/login",
+        content=f"key={served.key}",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        follow_redirects=False,
+    )
     assert login.status_code == 303 and login.headers["location"] == "/"
     assert "httponly" in login.headers.get("set-cookie", "").lower()
     assert client.get("/v1/whoami").json()["name"] == "alice"  # the cookie is enough to read

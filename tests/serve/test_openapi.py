@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 import schemathesis
-from schemathesis import checks
 from hypothesis import HealthCheck, given, settings
+from schemathesis import checks
 
 from tests.serve.conftest import Served
 

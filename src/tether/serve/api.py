@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from tether._validate import check_id
 from tether.conversation.session import stream_id as session_stream
-from tether.errors import ConflictError, TetherError, InvalidInputError, InvalidTransition, TaskNotFoundError
+from tether.errors import ConflictError, InvalidInputError, InvalidTransition, TaskNotFoundError, TetherError
 from tether.events import CancelRequested
 from tether.machine import Status
 from tether.runtime.app import App, retry_event
@@ -193,7 +193,9 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         task_id: TaskId,
         a: Annotated[int, Query(ge=1, le=2**31)],
         b: Annotated[int, Query(ge=1, le=2**31)],
-        other: Annotated[str | None, Query(min_length=1, max_length=512, pattern=ID_PATTERN, description="B is this task's")] = None,
+        other: Annotated[
+            str | None, Query(min_length=1, max_length=512, pattern=ID_PATTERN, description="B is this task's")
+        ] = None,
     ) -> dict[str, Any]:
         """An RFC 6902 patch from the state after event ``a`` to the state after ``b`` (of ``other``)."""
         app = app_for(who)
@@ -329,9 +331,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         return {"items": jsonable(app.pending_inputs(user_id, limit=limit))}
 
     @router.post("/tasks/{task_id}/inputs/{key}", tags=["inputs"])
-    def answer(
-        who: Who, task_id: TaskId, key: IdPath, body: AnswerBody
-    ) -> dict[str, Any]:
+    def answer(who: Who, task_id: TaskId, key: IdPath, body: AnswerBody) -> dict[str, Any]:
         """Answer the task's wait ``key`` (checked against its schema; 400 with the reason if it does not
         fit). The task becomes runnable and a worker continues it."""
         app = app_for(who)

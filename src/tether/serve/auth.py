@@ -71,7 +71,9 @@ def authenticate(
     """The principal of ``request``, or :class:`AuthError`."""
     if no_auth_tenant is not None:
         if _host_name(request) not in allowed_hosts:
-            raise AuthError("this server runs without keys and answers loopback hosts only", status=403, code="bad_host")
+            raise AuthError(
+                "this server runs without keys and answers loopback hosts only", status=403, code="bad_host"
+            )
         principal = Principal(no_auth_tenant, "local", "none")
     else:
         principal = _from_key(request, keys)

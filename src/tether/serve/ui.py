@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -172,13 +172,16 @@ def build_pages(
         items = app_for(who).pending_inputs(limit=200)
         cards = "".join(
             f'<section class="input" data-task="{e(p.task_id)}" data-key="{e(p.key)}">'
-            f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} waits for <code>{e(p.key)}</code></h2>'
+            f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} '
+            f"waits for <code>{e(p.key)}</code></h2>"
             f'<p class="prompt">{e(p.prompt or "")}</p>'
             f'<script type="application/json" class="schema">{_data(p.schema)}</script>'
             '<form class="answer"></form><p class="result"></p></section>'
             for p in items
         )
-        return f'<h1>Inbox</h1><p class="count">{len(items):,} waiting</p>{cards or "<p>Nothing waits for an answer.</p>"}'
+        return (
+            f'<h1>Inbox</h1><p class="count">{len(items):,} waiting</p>{cards or "<p>Nothing waits for an answer.</p>"}'
+        )
 
     def failed(request: Request, who: Principal) -> str:
         app = app_for(who)
@@ -194,7 +197,7 @@ def build_pages(
                 f'{e(r.task_id)}</a> · {e(r.type)}</h2><p class="failure">{e(text)}</p>'
                 '<button class="retry">Retry</button><p class="result"></p></section>'
             )
-        return f'<h1>Failed tasks</h1>{"".join(cards) or "<p>No failed tasks.</p>"}'
+        return f"<h1>Failed tasks</h1>{''.join(cards) or '<p>No failed tasks.</p>'}"
 
     router.add_api_route("/", guarded(task_list, "tasks"), methods=["GET"])
     router.add_api_route("/tasks/{task_id}", guarded(task_page, "task"), methods=["GET"])
@@ -207,8 +210,8 @@ def _task_row(s: dict[str, Any]) -> str:
     return (
         f'<tr data-task="{e(s["task_id"])}"><td><a href="/tasks/{e(s["task_id"])}">{e(s["task_id"])}</a></td>'
         f'<td>{e(s["type"])}</td><td class="status {e(s["status"])}">{e(s["status"])}</td>'
-        f'<td>{e(s["position"])}</td><td>{e(s["waiting_for"] or "")}</td><td>{e(s["held_by"] or "")}</td>'
-        f'<td>{e((s["updated_at"] or "")[:19])}</td></tr>'
+        f"<td>{e(s['position'])}</td><td>{e(s['waiting_for'] or '')}</td><td>{e(s['held_by'] or '')}</td>"
+        f"<td>{e((s['updated_at'] or '')[:19])}</td></tr>"
     )
 
 
@@ -236,21 +239,26 @@ def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) 
         actions.append('<button class="cancel">Cancel</button>')
     timeline = "".join(
         f'<li class="point {e(h.type)}" data-seq="{h.seq}" tabindex="0">'
-        f'{f"<span class=boundary>{e(h.boundary)}</span>" if h.boundary else ""}'
+        f"{f'<span class=boundary>{e(h.boundary)}</span>' if h.boundary else ''}"
         f'<span class="seq">#{h.seq}</span> <span class="type">{e(h.type)}</span> {e(h.summary)}</li>'
         for h in history
     )
     calls = "".join(
-        f'<tr><td>{c.n}</td><td>{e(c.tool)}</td><td>{e(c.status)}</td><td><code>{e(_short(c.args))}</code></td>'
-        f'<td><code>{e(_short(c.result))}</code></td><td>{len(c.attempts)}</td>'
-        f'<td>{e(_duration(c))}</td></tr>'
+        f"<tr><td>{c.n}</td><td>{e(c.tool)}</td><td>{e(c.status)}</td><td><code>{e(_short(c.args))}</code></td>"
+        f"<td><code>{e(_short(c.result))}</code></td><td>{len(c.attempts)}</td>"
+        f"<td>{e(_duration(c))}</td></tr>"
         for c in state.calls
     )
     decisions = "".join(
         f"<li><b>{e(d.name)}</b>: {e(_short(d.choice))} — {e(d.rationale or '')}</li>" for d in state.decisions
     )
     parent = f' · fork of <a href="/tasks/{e(parent_id)}">{e(parent_id)}</a>' if parent_id else ""
-    session = f'<section id="conversation" data-session="{e(state.session_id)}"><h2>Conversation</h2><div class="chat"></div></section>' if state.session_id else ""
+    session = (
+        f'<section id="conversation" data-session="{e(state.session_id)}">'
+        '<h2>Conversation</h2><div class="chat"></div></section>'
+        if state.session_id
+        else ""
+    )
     return (
         f'<div id="task" data-task="{e(tid)}" data-version="{state.version}"><h1>{e(tid)}</h1>'
         f'<p class="meta">{e(state.type)} · <span class="status {e(state.status.value)}">{e(state.status.value)}</span>'
@@ -265,8 +273,8 @@ def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) 
         '<h3>State</h3><pre id="state"></pre></section></div>'
         f'<h2>Calls</h2><table class="calls"><thead><tr><th>#</th><th>tool</th><th>status</th><th>args</th>'
         f"<th>result</th><th>attempts</th><th>duration</th></tr></thead><tbody>{calls}</tbody></table>"
-        f'<h2>Decisions</h2><ul>{decisions or "<li>none</li>"}</ul>'
-        f'<h2>Output</h2><pre>{e(_short(state.output, 2000))}</pre>'
+        f"<h2>Decisions</h2><ul>{decisions or '<li>none</li>'}</ul>"
+        f"<h2>Output</h2><pre>{e(_short(state.output, 2000))}</pre>"
         f'<section><h2>Fork tree</h2><div id="tree"></div></section>{session}</div>'
     )
 
@@ -274,7 +282,3 @@ def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) 
 def _duration(call: Any) -> str:
     total = sum((a.duration or 0.0) for a in call.attempts if getattr(a, "duration", None) is not None)
     return f"{total * 1000:.0f} ms" if call.attempts else ""
-
-
-def _query(**params: str) -> str:
-    return urlencode({k: v for k, v in params.items() if v})
