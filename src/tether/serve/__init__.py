@@ -125,6 +125,8 @@ def create_app(
         version="1",
         description="Durable state for AI agents: tasks, their history and state, control, inputs, sessions.",
         lifespan=lifespan,
+        docs_url=None,  # the interactive docs pages load their script from a CDN: the document is enough
+        redoc_url=None,
         responses=_DOCUMENTED,  # type: ignore[arg-type]
     )
     api.state.keys = keys

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
@@ -29,6 +30,7 @@ from tether.store import TaskFilter, TaskRow
 
 __all__ = ["ErrorBody", "NotRunnableError", "build_router"]
 
+_audit = logging.getLogger("tether.serve.audit")
 _SCAN = 10_000
 """Rows a search, a total or a fork tree looks through at most."""
 Seq = Annotated[int, Query(ge=0, le=2**31, description="an event's seq (0: before the first)")]
@@ -240,6 +242,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         app = app_for(who)
         row_of(app, task_id)
         handle = app.fork(task_id, at=body.at, inputs=body.inputs, new_id=body.new_id)
+        _audit.info("%s/%s forked %s at %d as %s", who.tenant, who.name, task_id, body.at, handle.task_id)
         bump()
         return task_json(app, row_of(app, handle.task_id), handle.state)
 
@@ -249,6 +252,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         app = app_for(who)
         row_of(app, task_id)
         handle = app.rewind(task_id, to=body.to)
+        _audit.info("%s/%s rewound %s to %d", who.tenant, who.name, task_id, body.to)
         bump()
         return task_json(app, row_of(app, task_id), handle.state)
 
@@ -337,6 +341,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         app = app_for(who)
         row_of(app, task_id)
         handle = app.send_input(task_id, key, body.value)
+        _audit.info("%s/%s answered %s for %s", who.tenant, who.name, key, task_id)
         bump()
         return {"task_id": task_id, "status": handle.status.value, "position": handle.state.position}
 
