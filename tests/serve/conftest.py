@@ -63,6 +63,9 @@ def served(store_url: str) -> Iterator[Served]:
     app.user("u1").set("seat", "aisle")
     with TestClient(asgi, base_url="http://127.0.0.1") as client:
         yield Served(app, flags, asgi, client, key, other, store_url, waiting, failed, chatted)
+    asgi.state.feed.stop()
+    if asgi.state.store is not app.store:
+        asgi.state.store.close()
     app.close()
 
 

@@ -164,6 +164,7 @@ def test_no_auth_answers_loopback_hosts_only(tmp_path: Any) -> None:
         task = app.start("trip", city="Oslo").task_id
         refused = client.post(f"/v1/tasks/{task}/cancel")
         assert refused.status_code == 403  # even without keys, a browser write needs the CSRF token
+    asgi.state.store.close()
     app.close()
 
 

@@ -129,6 +129,7 @@ def create_app(
         redoc_url=None,
         responses=_DOCUMENTED,  # type: ignore[arg-type]
     )
+    api.state.store = store  # close it when done if create_app opened it from a URL
     api.state.keys = keys
     api.state.feed = feed
     api.state.no_auth = no_auth
