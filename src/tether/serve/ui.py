@@ -78,7 +78,9 @@ def build_pages(
             response.set_cookie(CSRF_COOKIE, new_csrf_token(), httponly=False, samesite="strict", path="/")
         return response
 
-    def guarded(render: Callable[[Request, Principal], str | Response], title: str) -> Callable[..., Any]:
+    def guarded(
+        render: Callable[[Request, Principal], str | Response], title: str | Callable[[Request], str]
+    ) -> Callable[..., Any]:
         def handler(request: Request) -> Response:
             try:
                 who = principal(request)
@@ -92,7 +94,8 @@ def build_pages(
                 return page(request, "not found", f'<p class="error">{e(exc)}</p>', who)
             except TetherError as exc:
                 return page(request, "error", f'<p class="error">{e(exc)}</p>', who)
-            return out if isinstance(out, Response) else page(request, title, out, who)
+            named = title(request) if callable(title) else title
+            return out if isinstance(out, Response) else page(request, named, out, who)
 
         return handler
 
@@ -200,7 +203,9 @@ def build_pages(
         return f"<h1>Failed tasks</h1>{''.join(cards) or '<p>No failed tasks.</p>'}"
 
     router.add_api_route("/", guarded(task_list, "tasks"), methods=["GET"])
-    router.add_api_route("/tasks/{task_id}", guarded(task_page, "task"), methods=["GET"])
+    router.add_api_route(
+        "/tasks/{task_id}", guarded(task_page, lambda request: str(request.path_params["task_id"])), methods=["GET"]
+    )
     router.add_api_route("/inbox", guarded(inbox, "inbox"), methods=["GET"])
     router.add_api_route("/failed", guarded(failed, "failed"), methods=["GET"])
     return router
