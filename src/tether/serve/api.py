@@ -295,6 +295,8 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
                 break
             except ConflictError:
                 continue
+        else:
+            raise ConflictError(task_id, expected=state.version, actual=None)  # busy: the caller may try again
         bump()
         status = app.state(task_id).status.value
         return Queued(task_id=task_id, status=status, runnable=True, note=f"retry requested by {who.name}")
@@ -317,6 +319,8 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
                 break
             except ConflictError:
                 continue
+        else:
+            raise ConflictError(task_id, expected=state.version, actual=None)  # busy: the caller may try again
         bump()
         status = app.state(task_id).status.value
         return Queued(task_id=task_id, status=status, runnable=True, note="cancel requested; a worker ends it")
