@@ -67,7 +67,7 @@ def _client(base: str, key: str, ids: list[str], stop_at: float, out: list[float
         "/v1/tasks?limit=20",
         "/v1/tasks/{id}",
         "/v1/tasks/{id}/history",
-        "/v1/tasks/{id}/state?at=3",
+        "/v1/tasks/{id}/state?at=1",
         "/v1/inputs",
     ]
     i = 0
@@ -79,7 +79,7 @@ def _client(base: str, key: str, ids: list[str], stop_at: float, out: list[float
             try:
                 response = client.get(path)
                 if response.status_code != 200:
-                    errors.append(f"{path}: {response.status_code}")
+                    errors.append(f"{path}: {response.status_code} {response.text[:300]}")
             except httpx.HTTPError as exc:
                 errors.append(f"{path}: {exc!r}")
             out.append(time.perf_counter() - start)

@@ -97,3 +97,36 @@ def test_a_tasks_history_streams_until_it_ends(served: Served) -> None:
         assert any(k == "history" and d["type"] == "OutputSet" for k, d in rest), rest
         assert rest[-1] == ("end", {"task_id": served.waiting, "status": "completed"})
         stop.set()
+
+
+def test_concurrent_readers_while_workers_write(served: Served) -> None:
+    """Reads from many threads at once while tasks move: never an error. (One App shared by the
+    server's threads once folded an event twice: `completed → completed`.)"""
+    tasks = [served.app.start("trip", city=f"c{i}").task_id for i in range(6)]
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def read(i: int) -> None:
+        with httpx.Client(base_url=live.base, headers=served.headers(), timeout=30) as client:
+            n = 0
+            while not stop.is_set():
+                task = tasks[(i + n) % len(tasks)]
+                n += 1
+                for path in (f"/v1/tasks/{task}", "/v1/tasks?limit=10", f"/v1/tasks/{task}/history"):
+                    response = client.get(path)
+                    if response.status_code != 200:
+                        failures.append(f"{path}: {response.status_code} {response.text[:200]}")
+
+    with LiveServer(served.asgi) as live:
+        readers = [threading.Thread(target=read, args=(i,)) for i in range(12)]
+        for t in readers:
+            t.start()
+        work(served.app)
+        for task in tasks:
+            served.app.send_input(task, "approve", {"yes": True})
+        work(served.app)
+        stop.set()
+        for t in readers:
+            t.join()
+    assert failures == []
+    assert all(served.app.state(t).status.value == "completed" for t in tasks)

@@ -96,18 +96,21 @@ def create_app(
     check_id(tenant, "tenant")
     keys = KeyRing(store)
     feed = ChangeFeed(store)
-    apps: dict[str, App] = {}
-    lock = threading.Lock()
+    # One App per thread and tenant: an App's TaskLog caches folded states and is not safe to load
+    # from two threads at once (a fold can take an event twice), while the store itself is.
+    local = threading.local()
     hosts = frozenset(allowed_hosts) if allowed_hosts is not None else LOOPBACK_HOSTS
 
     def app_for(who: Principal) -> App:
         if who.tenant == SYSTEM_TENANT:  # never reachable with a key; refused all the same
             raise AuthError("no such tenant", status=403)
-        with lock:
-            found = apps.get(who.tenant)
-            if found is None:
-                found = apps[who.tenant] = App(store, tenant=who.tenant)
-            return found
+        apps: dict[str, App] | None = getattr(local, "apps", None)
+        if apps is None:
+            apps = local.apps = {}
+        found = apps.get(who.tenant)
+        if found is None:
+            found = apps[who.tenant] = App(store, tenant=who.tenant)
+        return found
 
     def principal(request: Request) -> Principal:
         return authenticate(request, keys, no_auth_tenant=tenant if no_auth else None, allowed_hosts=hosts)

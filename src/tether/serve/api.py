@@ -27,6 +27,7 @@ from tether.runtime.app import App, retry_event
 from tether.serve._json import TERMINAL, entry_json, jsonable, state_json, summary_json, task_json
 from tether.serve.auth import Principal
 from tether.store import TaskFilter, TaskRow
+from tether.timetravel import HistoryEntry
 
 __all__ = ["ErrorBody", "NotRunnableError", "build_router"]
 
@@ -411,15 +412,14 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     async def events(who: Who, request: Request) -> StreamingResponse:
         """Server-sent events: ``task`` (a task's summary when it changed) and ``input`` (a task began
         waiting for input), woken by the store's change notifications; a comment every 15 s."""
-        app = app_for(who)
-        return StreamingResponse(_task_events(app, request, feed), media_type="text/event-stream")
+        return StreamingResponse(_task_events(lambda: app_for(who), request, feed), media_type="text/event-stream")
 
     @router.get("/tasks/{task_id}/events", tags=["live"], response_class=StreamingResponse)
     async def task_events(who: Who, task_id: TaskId, request: Request, after: Seq = 0) -> StreamingResponse:
         """Server-sent events: each new ``history`` entry of one task as it lands; ``end`` once it finished."""
-        app = app_for(who)
-        await asyncio.to_thread(row_of, app, task_id)
-        return StreamingResponse(_history_events(app, task_id, after, request, feed), media_type="text/event-stream")
+        await asyncio.to_thread(lambda: row_of(app_for(who), task_id))
+        stream = _history_events(lambda: app_for(who), task_id, after, request, feed)
+        return StreamingResponse(stream, media_type="text/event-stream")
 
     return router
 
@@ -439,13 +439,25 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def _listing(app: App) -> dict[str, TaskRow]:
+def _row_and_history(get_app: Callable[[], App], task_id: str) -> tuple[TaskRow | None, list[HistoryEntry]]:
+    app = get_app()
+    row = app.store.get_task(app.tenant, task_id)  # before the events: the end never overtakes them
+    return row, app.history(task_id)
+
+
+def _summary(get_app: Callable[[], App], row: TaskRow) -> dict[str, Any]:
+    return summary_json(get_app(), row)
+
+
+def _listing(get_app: Callable[[], App]) -> dict[str, TaskRow]:
+    app = get_app()
     rows = app.store.list_tasks(app.tenant, TaskFilter(), limit=500, offset=0)
     return {r.task_id: r for r in rows}
 
 
-async def _task_events(app: App, request: Request, feed: Any) -> AsyncIterator[bytes]:
-    seen = {k: r.version for k, r in (await asyncio.to_thread(_listing, app)).items()}
+async def _task_events(get_app: Callable[[], App], request: Request, feed: Any) -> AsyncIterator[bytes]:
+    """``get_app`` is called in the thread that uses it: an App belongs to one thread."""
+    seen = {k: r.version for k, r in (await asyncio.to_thread(_listing, get_app)).items()}
     yield b": connected\n\n"
     count = feed.count
     quiet = 0.0
@@ -458,23 +470,24 @@ async def _task_events(app: App, request: Request, feed: Any) -> AsyncIterator[b
         else:
             await asyncio.sleep(0.05)  # let a burst of commits land: one look for them all
         count = feed.count
-        rows = await asyncio.to_thread(_listing, app)
+        rows = await asyncio.to_thread(_listing, get_app)
         changed = [r for k, r in rows.items() if seen.get(k) != r.version]
         for row in changed:
             seen[row.task_id] = row.version
-            body = await asyncio.to_thread(summary_json, app, row)
+            body = await asyncio.to_thread(_summary, get_app, row)
             yield _sse("task", body)
             if body["status"] == Status.AWAITING_INPUT.value and body["waiting_for"]:
                 yield _sse("input", {"task_id": row.task_id, "key": body["waiting_for"], "prompt": body["prompt"]})
 
 
-async def _history_events(app: App, task_id: str, after: int, request: Request, feed: Any) -> AsyncIterator[bytes]:
+async def _history_events(
+    get_app: Callable[[], App], task_id: str, after: int, request: Request, feed: Any
+) -> AsyncIterator[bytes]:
     yield b": connected\n\n"
     count = feed.count
     quiet = 0.0
     while not await request.is_disconnected():
-        row = await asyncio.to_thread(app.store.get_task, app.tenant, task_id)  # before the events: none missed
-        entries = await asyncio.to_thread(app.history, task_id)
+        row, entries = await asyncio.to_thread(_row_and_history, get_app, task_id)
         for entry in entries:
             if entry.seq > after:
                 yield _sse("history", entry_json(entry))
