@@ -249,9 +249,10 @@ def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) 
         for h in history
     )
     calls = "".join(
-        f"<tr><td>{c.n}</td><td>{e(c.tool)}</td><td>{e(c.status)}</td><td><code>{e(_short(c.args))}</code></td>"
-        f"<td><code>{e(_short(c.result))}</code></td><td>{len(c.attempts)}</td>"
-        f"<td>{e(_duration(c))}</td></tr>"
+        f'<tr class="call {e(c.kind)}"><td>{c.n}</td>'
+        f"<td>{e(c.tool)}{' (compensation)' if c.kind == 'compensation' else ''}</td><td>{e(c.status)}</td>"
+        f"<td><code>{e(_short(c.args))}</code></td><td><code>{e(_short(c.result))}</code></td>"
+        f"<td>{_attempts(c)}</td><td>{e(_duration(c))}</td></tr>"
         for c in state.calls
     )
     decisions = "".join(
@@ -282,6 +283,18 @@ def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) 
         f"<h2>Output</h2><pre>{e(_short(state.output, 2000))}</pre>"
         f'<section><h2>Fork tree</h2><div id="tree"></div></section>{session}</div>'
     )
+
+
+def _attempts(call: Any) -> str:
+    """How many attempts, and each failed one's error and backoff."""
+    failed = "".join(
+        f"<li>#{a.number}: {e(a.error_type)}: {e(a.message)}"
+        + (f" (backoff {a.backoff:.2f}s)" if a.backoff else "")
+        + "</li>"
+        for a in call.attempts
+        if a.error_type
+    )
+    return f"{len(call.attempts)}" + (f'<ul class="attempts">{failed}</ul>' if failed else "")
 
 
 def _duration(call: Any) -> str:
