@@ -751,8 +751,8 @@ def worker(
 ) -> None:
     """Claim and run runnable tasks of an app until stopped (SIGTERM finishes running tasks first).
 
-    One line per task run on stderr: when it ended, the task, its type, the status it reached and
-    how long the run took (--verbose: when it started too; --quiet: none)."""
+    One line per task run on stderr: when it started and ended, the task, its type, the status it
+    reached and how long the run took (--verbose: a line as each run starts too; --quiet: none)."""
     app = _load_app(app_spec)
     err = Console(stderr=True, highlight=False)
     err.print(f"worker {app.worker_id} on {app.store.url} (concurrency {concurrency})")
@@ -795,7 +795,8 @@ class _RunLines(logging.Handler):
             if self.verbose:
                 self.out.print(f"{when} {task_id} {task_type} started")
             return
-        self.out.print(f"{when} {task_id} {task_type} {_status(status)} in {seconds:.2f}s")
+        began = datetime.fromtimestamp(record.created - seconds).strftime("%H:%M:%S")
+        self.out.print(f"{began}–{when} {task_id} {task_type} {_status(status)} in {seconds:.2f}s")
 
 
 @main.command()
