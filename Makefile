@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/task_reads.py
 	$(BIN)/python bench/postgres.py
+	$(BIN)/python bench/serve.py
 
 clean:
 	rm -rf $(VENV) tether.db tether.db-wal tether.db-shm tether.db-lock .pytest_cache

@@ -93,8 +93,16 @@ class Worker:
             task_id, token = claimed
             with self._lock:
                 self._busy += 1
+            started = time.monotonic()
+            log.debug("worker %s: task %s started", app.worker_id, task_id, extra={"tether_run": (task_id, None, 0.0)})
             try:
-                app._run_claimed(task_id, token)
+                handle = app._run_claimed(task_id, token)
+                elapsed = time.monotonic() - started
+                # One record per run, with what a person watching the worker wants on one line.
+                run = (task_id, handle.status.value, elapsed)
+                log.info(
+                    "worker %s: task %s %s in %.3fs", app.worker_id, task_id, run[1], elapsed, extra={"tether_run": run}
+                )
             except TetherError as exc:
                 # Not the task's failure (that is recorded in it): the run could not go on here.
                 log.warning("worker %s: task %s stopped: %s", app.worker_id, task_id, exc)

@@ -1,0 +1,164 @@
+"""``tether serve``: an HTTP API (``/v1``, OpenAPI at ``/openapi.json``) and a web inspector (``/``).
+
+Install with ``pip install 'tether[serve]'``. Mount it in your own ASGI server, or run
+``tether serve --db URL``.
+
+Example:
+    >>> import tether
+    >>> from tether.serve import create_app
+    >>> asgi = create_app("memory://", no_auth=True)   # keys: `tether keys create --tenant T --name N`
+    >>> sorted(r for r in ("/v1/tasks", "/v1/events") if any(getattr(x, "path", "") == r for x in asgi.routes))
+    ['/v1/events', '/v1/tasks']
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+try:
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError("tether serve needs its extra: pip install 'tether[serve]'") from exc
+
+from tether._validate import check_id
+from tether.errors import TetherError
+from tether.runtime.app import App
+from tether.serve.api import ErrorBody, build_router
+from tether.serve.auth import LOOPBACK_HOSTS, AuthError, Principal, authenticate
+from tether.serve.feed import ChangeFeed
+from tether.serve.keys import SYSTEM_TENANT, KeyRing
+from tether.serve.ui import build_pages
+from tether.store import Store, open_store
+
+__all__ = ["create_app", "status_of"]
+
+_log = logging.getLogger("tether.serve")
+
+_STATUS = {
+    "unauthorized": 401,
+    "csrf_failed": 403,
+    "bad_host": 403,
+    "task_not_found": 404,
+    "invalid_input": 400,
+    "not_serializable": 400,
+    "unknown_event_type": 400,
+    "invalid_sequence": 400,
+    "configuration": 400,
+    "value_too_large": 413,
+    "conflict": 409,
+    "lease_lost": 409,
+    "invalid_transition": 409,
+    "task_busy": 409,
+    "task_definition": 409,
+    "not_runnable": 409,
+    "store_unavailable": 503,
+    "store_full": 507,
+}
+_DOCUMENTED = {
+    code: {"model": ErrorBody, "description": "an error, with the tether error tree's code"}
+    for code in (400, 401, 403, 404, 409, 413, 422, 503)
+}
+
+
+def status_of(error: TetherError) -> int:
+    """The HTTP status of a tether error: 4xx for the caller's mistakes, 503 while the store is away."""
+    if isinstance(error, AuthError):
+        return error.status
+    return _STATUS.get(error.code, 500)
+
+
+def create_app(
+    app_or_url: App | Store | str,
+    *,
+    no_auth: bool = False,
+    tenant: str = "default",
+    allowed_hosts: frozenset[str] | set[str] | None = None,
+) -> FastAPI:
+    """The ASGI app: the ``/v1`` API, its OpenAPI document, and the web inspector.
+
+    Args:
+        app_or_url: an :class:`~tether.App`, a store, or a store URL. Only the store is used:
+            tasks run in workers, never here.
+        no_auth: answer without keys, as ``tenant``, to loopback ``Host`` names only (a local
+            inspector). ``tether serve`` refuses it on a non-loopback bind.
+        tenant: the tenant of ``no_auth`` mode; with keys, each key names its own.
+        allowed_hosts: ``Host`` names accepted under ``no_auth`` (default: loopback names).
+    """
+    store = app_or_url.store if isinstance(app_or_url, App) else app_or_url
+    if isinstance(store, str):
+        store = open_store(store)
+    check_id(tenant, "tenant")
+    keys = KeyRing(store)
+    feed = ChangeFeed(store)
+    # One App per thread and tenant: an App's TaskLog caches folded states and is not safe to load
+    # from two threads at once (a fold can take an event twice), while the store itself is.
+    local = threading.local()
+    hosts = frozenset(allowed_hosts) if allowed_hosts is not None else LOOPBACK_HOSTS
+
+    def app_for(who: Principal) -> App:
+        if who.tenant == SYSTEM_TENANT:  # never reachable with a key; refused all the same
+            raise AuthError("no such tenant", status=403)
+        apps: dict[str, App] | None = getattr(local, "apps", None)
+        if apps is None:
+            apps = local.apps = {}
+        found = apps.get(who.tenant)
+        if found is None:
+            found = apps[who.tenant] = App(store, tenant=who.tenant)
+        return found
+
+    def principal(request: Request) -> Principal:
+        return authenticate(request, keys, no_auth_tenant=tenant if no_auth else None, allowed_hosts=hosts)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        feed.start()
+        try:
+            yield
+        finally:
+            feed.stop()
+
+    api = FastAPI(
+        title="tether",
+        version="1",
+        description="Durable state for AI agents: tasks, their history and state, control, inputs, sessions.",
+        lifespan=lifespan,
+        docs_url=None,  # the interactive docs pages load their script from a CDN: the document is enough
+        redoc_url=None,
+        responses=_DOCUMENTED,  # type: ignore[arg-type]
+    )
+    api.state.store = store  # close it when done if create_app opened it from a URL
+    api.state.keys = keys
+    api.state.feed = feed
+    api.state.no_auth = no_auth
+    api.state.authenticate = principal
+
+    @api.exception_handler(TetherError)
+    async def tether_error(request: Request, exc: TetherError) -> JSONResponse:
+        status = status_of(exc)
+        if status >= 500:
+            _log.error("%s %s failed: %s", request.method, request.url.path, exc)
+        return JSONResponse(_body(exc), status_code=status)
+
+    @api.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
+        body = {"code": "invalid_request", "message": "the request does not fit the API", "errors": errors}
+        return JSONResponse(body, status_code=422)
+
+    api.include_router(build_router(app_for, feed.bump, feed), responses=_DOCUMENTED)  # type: ignore[arg-type]
+    api.include_router(build_pages(app_for, principal, keys, no_auth=no_auth))
+    return api
+
+
+def _body(exc: TetherError) -> dict[str, Any]:
+    body = exc.to_dict()
+    for name, value in list(body.items()):  # structured fields must stay JSON: show anything else as text
+        if not isinstance(value, str | int | float | bool | type(None) | list | dict):
+            body[name] = repr(value)
+    return body

@@ -1,0 +1,107 @@
+"""Turning tether's records into JSON bodies, in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import datetime
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from tether.errors import TetherError
+from tether.machine import Status
+from tether.model import TaskState
+from tether.runtime.app import App, failure_summary
+from tether.store import TaskRow
+from tether.timetravel import HistoryEntry
+
+__all__ = ["entry_json", "jsonable", "state_json", "summary_json"]
+
+TERMINAL = {Status.COMPLETED.value, Status.FAILED.value, Status.CANCELLED.value}
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return repr(value)  # anything else is shown, never a 500
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON types (pydantic models, dataclasses, datetimes, enums included)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return orjson.loads(orjson.dumps(value, default=_default, option=orjson.OPT_NON_STR_KEYS))
+
+
+def _iso(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch).astimezone().isoformat()
+
+
+def summary_json(app: App, row: TaskRow) -> dict[str, Any]:
+    """One line of the task list: where the task stands, what it waits for, who holds it."""
+    held = row.lease_owner if row.lease_owner and (row.lease_expires or 0) > time.time() else None
+    body: dict[str, Any] = {
+        "task_id": row.task_id,
+        "type": row.type,
+        "status": row.status,
+        "user_id": row.user_id,
+        "session_id": row.session_id,
+        "parent_id": row.parent_id,
+        "version": row.version,
+        "created_at": _iso(row.created_at),
+        "updated_at": _iso(row.updated_at),
+        "held_by": held,
+        "position": None,
+        "waiting_for": None,
+        "prompt": None,
+        "wakes_at": _iso(row.wake_at),
+        "error": None,
+    }
+    try:
+        state = app.state(row.task_id)
+    except TetherError as exc:  # one unreadable stream must not hide the others
+        body["error"] = exc.to_dict()
+        return body
+    body.update(
+        status=state.status.value,
+        version=state.version,
+        position=state.position,
+        waiting_for=state.waiting.key if state.waiting else None,
+        prompt=state.waiting.prompt if state.waiting else None,
+    )
+    return body
+
+
+def state_json(state: TaskState) -> dict[str, Any]:
+    body: dict[str, Any] = state.model_dump(mode="json")
+    return body
+
+
+def task_json(app: App, row: TaskRow, state: TaskState) -> dict[str, Any]:
+    """A task's page: its summary line, its full state, and the failure in words."""
+    failed = state.status in (Status.FAILED, Status.CANCELLED)
+    return {
+        "summary": summary_json(app, row),
+        "state": state_json(state),
+        "failure_summary": failure_summary(state) if failed else None,
+    }
+
+
+def entry_json(entry: HistoryEntry) -> dict[str, Any]:
+    event = entry.event
+    data = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}  # type: ignore[arg-type]
+    return {
+        "seq": entry.seq,
+        "at": entry.at.isoformat(),
+        "type": entry.type,
+        "summary": entry.summary,
+        "step": entry.step,
+        "boundary": entry.boundary,
+        "data": jsonable(data),
+    }

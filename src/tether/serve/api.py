@@ -1,0 +1,504 @@
+"""The versioned JSON API, ``/v1/…``: tasks, time travel, control, inputs, sessions, users, live events.
+
+The server does not have the tasks' code, so it never runs a task: control verbs record their
+request and leave the task runnable for ``tether worker`` processes (cancel, retry, answers), or
+say why it is not (resume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+
+from tether._validate import check_id
+from tether.conversation.session import stream_id as session_stream
+from tether.errors import ConflictError, InvalidInputError, InvalidTransition, TaskNotFoundError, TetherError
+from tether.events import CancelRequested
+from tether.machine import Status
+from tether.runtime.app import App
+from tether.runtime.run import retry_event
+from tether.serve._json import TERMINAL, entry_json, jsonable, state_json, summary_json, task_json
+from tether.serve.auth import Principal
+from tether.store import TaskFilter, TaskRow
+from tether.timetravel import HistoryEntry
+
+__all__ = ["ErrorBody", "NotRunnableError", "build_router"]
+
+_audit = logging.getLogger("tether.serve.audit")
+_SCAN = 10_000
+"""Rows a search, a total or a fork tree looks through at most."""
+Seq = Annotated[int, Query(ge=0, le=2**31, description="an event's seq (0: before the first)")]
+
+
+def _current(request: Request) -> Principal:
+    """The request's principal, by the authenticator ``create_app`` put on the app."""
+    who: Principal = request.app.state.authenticate(request)
+    return who
+
+
+Who = Annotated[Principal, Depends(_current)]
+ID_PATTERN = r"^[^\x00]*[^\s\x00][^\x00]*$"
+"""What an id may be (see ``check_id``): not empty, not only whitespace, no NUL."""
+TaskId = Annotated[str, Path(min_length=1, max_length=512, pattern=ID_PATTERN)]
+IdPath = Annotated[str, Path(min_length=1, max_length=512, pattern=ID_PATTERN)]
+IdQuery = Annotated[str | None, Query(min_length=1, max_length=512, pattern=ID_PATTERN)]
+
+
+class NotRunnableError(TetherError):
+    """A resume the server cannot honour: the task waits for something, or has finished."""
+
+    code = "not_runnable"
+
+
+class ErrorBody(BaseModel):
+    """Every error: the tether error tree's stable ``code``, a message, and structured fields."""
+
+    model_config = {"extra": "allow"}
+    code: str
+    message: str
+
+
+class TaskPage(BaseModel):
+    items: list[dict[str, Any]]
+    total: int
+    limit: int
+    offset: int
+    truncated: bool = Field(description=f"the total stopped counting at {_SCAN:,}")
+
+
+class ForkBody(BaseModel):
+    at: int = Field(ge=1, le=2**31, description="the last event the fork shares")
+    inputs: dict[str, Any] | None = None
+    new_id: str | None = Field(default=None, min_length=1, max_length=512, pattern=ID_PATTERN)
+
+
+class RewindBody(BaseModel):
+    to: int = Field(ge=1, le=2**31, description="the last event to keep")
+
+
+class CancelBody(BaseModel):
+    reason: str = Field(default="cancelled", max_length=2000)
+
+
+class AnswerBody(BaseModel):
+    value: Any = Field(description="the answer, checked against the wait's JSON schema")
+
+
+class Queued(BaseModel):
+    """What a control verb did: the task's status now and whether a worker will take it up."""
+
+    task_id: str
+    status: str
+    runnable: bool
+    note: str
+
+
+def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], feed: Any) -> APIRouter:
+    """The ``/v1`` routes (the authenticator is ``app.state.authenticate``). ``app_for`` gives the
+    tenant's App, ``bump`` wakes live listeners after a write, ``feed`` is the :class:`ChangeFeed`."""
+    router = APIRouter(prefix="/v1")
+
+    def row_of(app: App, task_id: str) -> TaskRow:
+        check_id(task_id, "task_id")
+        row = app.store.get_task(app.tenant, task_id)
+        if row is None or row.type.startswith("tether."):
+            raise TaskNotFoundError(task_id, tenant=app.tenant)
+        return row
+
+    @router.get("/whoami", tags=["meta"])
+    def whoami(who: Who) -> dict[str, str]:
+        """The tenant this key acts in and the name its writes are recorded under."""
+        return {"tenant": who.tenant, "name": who.name}
+
+    # ----------------------------------------------------------------- tasks
+    @router.get("/tasks", response_model=TaskPage, tags=["tasks"])
+    def list_tasks(
+        who: Who,
+        status: Annotated[list[Status] | None, Query()] = None,
+        type: IdQuery = None,
+        user_id: IdQuery = None,
+        session_id: IdQuery = None,
+        q: Annotated[str | None, Query(max_length=200, description="part of an id, type or user")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    ) -> dict[str, Any]:
+        """Tasks, newest first, with filters, paging and the total that matched."""
+        app = app_for(who)
+        for name, value in (("type", type), ("user_id", user_id), ("session_id", session_id)):
+            if value is not None:
+                check_id(value, name)
+        flt = TaskFilter(
+            status=tuple(s.value for s in status) if status else None,
+            type=type,
+            user_id=user_id,
+            session_id=session_id,
+        )
+        scanned = app.store.list_tasks(app.tenant, flt, limit=_SCAN + 1, offset=0)
+        truncated = len(scanned) > _SCAN
+        scanned = scanned[:_SCAN]
+        if q:
+            needle = q.lower()
+            scanned = [r for r in scanned if needle in f"{r.task_id} {r.type} {r.user_id or ''}".lower()]
+        page = scanned[offset : offset + limit]
+        items = [summary_json(app, row) for row in page]
+        return {"items": items, "total": len(scanned), "limit": limit, "offset": offset, "truncated": truncated}
+
+    @router.get("/tasks/{task_id}", tags=["tasks"])
+    def get_task(who: Who, task_id: TaskId) -> dict[str, Any]:
+        """A task: its summary line, its state (plan, steps, calls with args, results, attempts and
+        durations, decisions, observations, failure, output) and its failure in words."""
+        app = app_for(who)
+        row = row_of(app, task_id)
+        return task_json(app, row, app.state(task_id))
+
+    @router.get("/tasks/{task_id}/history", tags=["time travel"])
+    def history(who: Who, task_id: TaskId, after: Seq = 0) -> dict[str, Any]:
+        """Every event in order, in words, with the step it fell in (events after ``after``)."""
+        app = app_for(who)
+        row_of(app, task_id)
+        entries = [entry_json(e) for e in app.history(task_id) if e.seq > after]
+        return {"task_id": task_id, "entries": entries}
+
+    @router.get("/tasks/{task_id}/state", tags=["time travel"])
+    def state_at(
+        who: Who,
+        task_id: TaskId,
+        at: Annotated[int | None, Query(ge=1, le=2**31)] = None,
+        before_step: IdQuery = None,
+        after_step: IdQuery = None,
+    ) -> dict[str, Any]:
+        """The state now, right after event ``at``, or just before / right after a step (number or name)."""
+        app = app_for(who)
+        row_of(app, task_id)
+        given = [x for x in (at, before_step, after_step) if x is not None]
+        if len(given) > 1:
+            raise InvalidInputError("give at most one of at, before_step and after_step")
+        if at is not None:
+            state = app.state_at(task_id, at)
+        elif before_step is not None:
+            state = app.state_before(task_id, _step(before_step))
+        elif after_step is not None:
+            state = app.state_after(task_id, _step(after_step))
+        else:
+            state = app.state(task_id)
+        return state_json(state)
+
+    @router.get("/tasks/{task_id}/diff", tags=["time travel"])
+    def diff(
+        who: Who,
+        task_id: TaskId,
+        a: Annotated[int, Query(ge=1, le=2**31)],
+        b: Annotated[int, Query(ge=1, le=2**31)],
+        other: Annotated[
+            str | None, Query(min_length=1, max_length=512, pattern=ID_PATTERN, description="B is this task's")
+        ] = None,
+    ) -> dict[str, Any]:
+        """An RFC 6902 patch from the state after event ``a`` to the state after ``b`` (of ``other``)."""
+        app = app_for(who)
+        row_of(app, task_id)
+        if other is not None:
+            row_of(app, other)
+        result = app.diff(task_id, a, b, other=other)
+        return {"a": result.a, "b": result.b, "patch": jsonable(result.patch), "text": result.render()}
+
+    @router.get("/tasks/{task_id}/tree", tags=["time travel"])
+    def fork_tree(who: Who, task_id: TaskId) -> dict[str, Any]:
+        """The fork tree ``task_id`` is in: from its root, each task with the forks made of it."""
+        app = app_for(who)
+        row = row_of(app, task_id)
+        seen = {row.task_id}
+        while row.parent_id is not None and row.parent_id not in seen:
+            parent = app.store.get_task(app.tenant, row.parent_id)
+            if parent is None:
+                break
+            seen.add(parent.task_id)
+            row = parent
+        children: dict[str, list[TaskRow]] = {}
+        for r in app.store.list_tasks(app.tenant, TaskFilter(), limit=_SCAN, offset=0):
+            if r.parent_id is not None:
+                children.setdefault(r.parent_id, []).append(r)
+
+        def node(r: TaskRow, depth: int) -> dict[str, Any]:
+            kids = sorted(children.get(r.task_id, []), key=lambda k: k.created_at) if depth < 50 else []
+            return {
+                "task_id": r.task_id,
+                "status": r.status,
+                "fork_at": r.parent_seq,
+                "forks": [node(k, depth + 1) for k in kids],
+            }
+
+        return node(row, 0)
+
+    # ----------------------------------------------------------------- control
+    @router.post("/tasks/{task_id}/fork", status_code=201, tags=["control"])
+    def fork(who: Who, task_id: TaskId, body: ForkBody, request: Request) -> dict[str, Any]:
+        """A new pending task sharing this task's history up to ``at``; a worker runs it from there."""
+        app = app_for(who)
+        row_of(app, task_id)
+        handle = app.fork(task_id, at=body.at, inputs=body.inputs, new_id=body.new_id)
+        _audit.info("%s/%s forked %s at %d as %s", who.tenant, who.name, task_id, body.at, handle.task_id)
+        bump()
+        return task_json(app, row_of(app, handle.task_id), handle.state)
+
+    @router.post("/tasks/{task_id}/rewind", tags=["control"])
+    def rewind(who: Who, task_id: TaskId, body: RewindBody) -> dict[str, Any]:
+        """Go back to event ``to``: the task becomes a fork of itself there; the old branch stays as ``TASK~N``."""
+        app = app_for(who)
+        row_of(app, task_id)
+        handle = app.rewind(task_id, to=body.to)
+        _audit.info("%s/%s rewound %s to %d", who.tenant, who.name, task_id, body.to)
+        bump()
+        return task_json(app, row_of(app, task_id), handle.state)
+
+    @router.post("/tasks/{task_id}/resume", status_code=202, response_model=Queued, tags=["control"])
+    def resume(who: Who, task_id: TaskId) -> Queued:
+        """Make sure a worker will continue the task. The server has no task code, so it runs
+        nothing: a task that is runnable is left to the workers; one that waits for an answer
+        or a timer, or has finished, is refused (409) saying what it needs."""
+        app = app_for(who)
+        row = row_of(app, task_id)
+        state = app.state(task_id)
+        now = time.time()
+        if state.status.value in TERMINAL:
+            hint = "; retry it instead (POST …/retry)" if state.status is Status.FAILED else ""
+            raise NotRunnableError(f"task {task_id!r} is {state.status.value}; there is nothing to resume{hint}")
+        if state.status is Status.AWAITING_INPUT and (row.wake_at is None or row.wake_at > now):
+            key = state.waiting.key if state.waiting else "?"
+            raise NotRunnableError(
+                f"task {task_id!r} waits for input {key!r}: answer it (POST …/inputs/{key}) and a worker continues"
+            )
+        if state.status is Status.SLEEPING and row.wake_at is not None and row.wake_at > now:
+            note = f"sleeping; a worker continues it when it wakes, in {row.wake_at - now:.0f}s"
+            return Queued(task_id=task_id, status=state.status.value, runnable=False, note=note)
+        held = row.lease_owner if row.lease_owner and (row.lease_expires or 0) > now else None
+        note = f"running in {held}" if held else "runnable: the next free worker continues it"
+        return Queued(task_id=task_id, status=state.status.value, runnable=True, note=note)
+
+    @router.post("/tasks/{task_id}/retry", status_code=202, response_model=Queued, tags=["control"])
+    def retry(who: Who, task_id: TaskId) -> Queued:
+        """Send a failed task to run again with the workers' code; recorded with the key's name as actor."""
+        app = app_for(who)
+        row_of(app, task_id)
+        for _ in range(20):
+            state = app.state(task_id)
+            if state.status is not Status.FAILED:
+                raise InvalidInputError(f"task {task_id!r} is {state.status.value}; only a failed task can be retried")
+            event = retry_event(app.log.events(task_id), state, who.name)
+            try:
+                app.log.append(task_id, [event], state.version)
+                break
+            except ConflictError:
+                continue
+        else:
+            raise ConflictError(task_id, expected=state.version, actual=None)  # busy: the caller may try again
+        bump()
+        status = app.state(task_id).status.value
+        return Queued(task_id=task_id, status=status, runnable=True, note=f"retry requested by {who.name}")
+
+    @router.post("/tasks/{task_id}/cancel", status_code=202, response_model=Queued, tags=["control"])
+    def cancel(who: Who, task_id: TaskId, body: Annotated[CancelBody | None, Body()] = None) -> Queued:
+        """Ask the task to stop; the next worker run compensates its completed calls and ends it
+        cancelled (a running worker stops at its next step). The reason names the key."""
+        app = app_for(who)
+        row_of(app, task_id)
+        reason = f"{(body or CancelBody()).reason} (by {who.name})"
+        for _ in range(20):
+            state = app.state(task_id)
+            if state.status is Status.CANCELLED or state.cancel_reason is not None:
+                return Queued(task_id=task_id, status=state.status.value, runnable=True, note="already cancelled")
+            if state.status.value in TERMINAL:
+                raise InvalidTransition("status", state.status.value, Status.CANCELLED.value, [])
+            try:
+                app.log.append(task_id, [CancelRequested(reason=reason)], state.version)
+                break
+            except ConflictError:
+                continue
+        else:
+            raise ConflictError(task_id, expected=state.version, actual=None)  # busy: the caller may try again
+        bump()
+        status = app.state(task_id).status.value
+        return Queued(task_id=task_id, status=status, runnable=True, note="cancel requested; a worker ends it")
+
+    # ----------------------------------------------------------------- inputs
+    @router.get("/inputs", tags=["inputs"])
+    def pending_inputs(
+        who: Who,
+        user_id: IdQuery = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        """What tasks wait for, oldest question first, with prompts and JSON schemas."""
+        app = app_for(who)
+        if user_id is not None:
+            check_id(user_id, "user_id")
+        return {"items": jsonable(app.pending_inputs(user_id, limit=limit))}
+
+    @router.post("/tasks/{task_id}/inputs/{key}", tags=["inputs"])
+    def answer(who: Who, task_id: TaskId, key: IdPath, body: AnswerBody) -> dict[str, Any]:
+        """Answer the task's wait ``key`` (checked against its schema; 400 with the reason if it does not
+        fit). The task becomes runnable and a worker continues it."""
+        app = app_for(who)
+        row_of(app, task_id)
+        handle = app.send_input(task_id, key, body.value)
+        _audit.info("%s/%s answered %s for %s", who.tenant, who.name, key, task_id)
+        bump()
+        return {"task_id": task_id, "status": handle.status.value, "position": handle.state.position}
+
+    # ----------------------------------------------------------------- sessions and users
+    @router.get("/sessions", tags=["sessions"])
+    def sessions(
+        who: Who,
+        user_id: IdQuery = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    ) -> dict[str, Any]:
+        """Sessions (conversations), newest first."""
+        app = app_for(who)
+        if user_id is not None:
+            check_id(user_id, "user_id")
+        return {"items": jsonable(app.sessions(user_id=user_id, limit=limit, offset=offset))}
+
+    def open_session(app: App, session_id: str) -> Any:
+        check_id(session_id, "session_id")
+        if app.store.get_task(app.tenant, session_stream(session_id)) is None:
+            raise TaskNotFoundError(session_id, tenant=app.tenant)
+        return app.session(session_id)
+
+    @router.get("/sessions/{session_id}/messages", tags=["sessions"])
+    def messages(
+        who: Who,
+        session_id: IdPath,
+        since: Annotated[int | None, Query(ge=0, le=2**31)] = None,
+        limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+    ) -> dict[str, Any]:
+        """A session's messages in order, summaries beside them."""
+        session = open_session(app_for(who), session_id)
+        return {
+            "session_id": session_id,
+            "messages": jsonable(session.messages(since=since, limit=limit)),
+            "summaries": jsonable(session.summaries()),
+        }
+
+    @router.get("/sessions/{session_id}/window", tags=["sessions"])
+    def window(
+        who: Who,
+        session_id: IdPath,
+        max_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 8000,
+        keep_last: Annotated[int, Query(ge=0, le=10_000)] = 6,
+    ) -> dict[str, Any]:
+        """What would go into the next model call."""
+        session = open_session(app_for(who), session_id)
+        result: dict[str, Any] = jsonable(session.window(max_tokens, keep_last=keep_last))
+        return result
+
+    @router.get("/users/{user_id}", tags=["users"])
+    def user(who: Who, user_id: IdPath) -> dict[str, Any]:
+        """A user's document (preferences, facts) and its version."""
+        app = app_for(who)
+        check_id(user_id, "user_id")
+        if app.store.get_task(app.tenant, f"user:{user_id}") is None:
+            raise TaskNotFoundError(user_id, tenant=app.tenant)
+        doc = app.user(user_id)
+        return {"user_id": user_id, "version": doc.version, "document": jsonable(doc.get())}
+
+    # ----------------------------------------------------------------- live
+    @router.get("/events", tags=["live"], response_class=StreamingResponse)
+    async def events(who: Who, request: Request) -> StreamingResponse:
+        """Server-sent events: ``task`` (a task's summary when it changed) and ``input`` (a task began
+        waiting for input), woken by the store's change notifications; a comment every 15 s."""
+        return StreamingResponse(_task_events(lambda: app_for(who), request, feed), media_type="text/event-stream")
+
+    @router.get("/tasks/{task_id}/events", tags=["live"], response_class=StreamingResponse)
+    async def task_events(who: Who, task_id: TaskId, request: Request, after: Seq = 0) -> StreamingResponse:
+        """Server-sent events: each new ``history`` entry of one task as it lands; ``end`` once it finished."""
+        await asyncio.to_thread(lambda: row_of(app_for(who), task_id))
+        stream = _history_events(lambda: app_for(who), task_id, after, request, feed)
+        return StreamingResponse(stream, media_type="text/event-stream")
+
+    return router
+
+
+_RECHECK = 3.0
+"""Seconds a listener waits for a wake-up before it looks anyway: a safety net, since a store's
+change signal can fall between two waits (a notification that lands while the feed thread is
+handing out the previous one), not the way changes are found."""
+_KEEPALIVE = 15.0
+
+
+def _step(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _row_and_history(get_app: Callable[[], App], task_id: str) -> tuple[TaskRow | None, list[HistoryEntry]]:
+    app = get_app()
+    row = app.store.get_task(app.tenant, task_id)  # before the events: the end never overtakes them
+    return row, app.history(task_id)
+
+
+def _summary(get_app: Callable[[], App], row: TaskRow) -> dict[str, Any]:
+    return summary_json(get_app(), row)
+
+
+def _listing(get_app: Callable[[], App]) -> dict[str, TaskRow]:
+    app = get_app()
+    rows = app.store.list_tasks(app.tenant, TaskFilter(), limit=500, offset=0)
+    return {r.task_id: r for r in rows}
+
+
+async def _task_events(get_app: Callable[[], App], request: Request, feed: Any) -> AsyncIterator[bytes]:
+    """``get_app`` is called in the thread that uses it: an App belongs to one thread."""
+    seen = {k: r.version for k, r in (await asyncio.to_thread(_listing, get_app)).items()}
+    yield b": connected\n\n"
+    count = feed.count
+    quiet = 0.0
+    while not await request.is_disconnected():
+        if not await feed.wait(count, _RECHECK):
+            quiet += _RECHECK
+            if quiet >= _KEEPALIVE:
+                quiet = 0.0
+                yield b": keep-alive\n\n"
+        else:
+            await asyncio.sleep(0.05)  # let a burst of commits land: one look for them all
+        count = feed.count
+        rows = await asyncio.to_thread(_listing, get_app)
+        changed = [r for k, r in rows.items() if seen.get(k) != r.version]
+        for row in changed:
+            seen[row.task_id] = row.version
+            body = await asyncio.to_thread(_summary, get_app, row)
+            yield _sse("task", body)
+            if body["status"] == Status.AWAITING_INPUT.value and body["waiting_for"]:
+                yield _sse("input", {"task_id": row.task_id, "key": body["waiting_for"], "prompt": body["prompt"]})
+
+
+async def _history_events(
+    get_app: Callable[[], App], task_id: str, after: int, request: Request, feed: Any
+) -> AsyncIterator[bytes]:
+    yield b": connected\n\n"
+    count = feed.count
+    quiet = 0.0
+    while not await request.is_disconnected():
+        row, entries = await asyncio.to_thread(_row_and_history, get_app, task_id)
+        for entry in entries:
+            if entry.seq > after:
+                yield _sse("history", entry_json(entry))
+                after = entry.seq
+        if row is None or row.status in TERMINAL:
+            yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
+            return
+        if not await feed.wait(count, _RECHECK):
+            quiet += _RECHECK
+            if quiet >= _KEEPALIVE:
+                quiet = 0.0
+                yield b": keep-alive\n\n"
+        count = feed.count

@@ -1,0 +1,212 @@
+// tether inspector: vanilla JavaScript over the /v1 API. No build step, no dependencies.
+"use strict";
+
+function cookie(name) {
+  const found = document.cookie.split("; ").find((c) => c.startsWith(name + "="));
+  return found ? decodeURIComponent(found.slice(name.length + 1)) : "";
+}
+
+async function api(method, path, body) {
+  const headers = { "X-Tether-CSRF": cookie("tether_csrf") };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers, credentials: "same-origin",
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error((data.code ? data.code + ": " : "") + (data.message || response.status));
+  return data;
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v; else node.setAttribute(k, v);
+  }
+  for (const child of children) node.append(child instanceof Node ? child : String(child ?? ""));
+  return node;
+}
+
+function show(target, text, isError) {
+  if (!target) return;
+  target.textContent = text;
+  target.classList.toggle("error", !!isError);
+}
+
+// ---------------------------------------------------------------- the task list, live
+function taskRow(s) {
+  const link = el("a", { href: "/tasks/" + encodeURIComponent(s.task_id) }, s.task_id);
+  return el("tr", { "data-task": s.task_id, class: "flash" },
+    el("td", {}, link), el("td", {}, s.type), el("td", { class: "status " + s.status }, s.status),
+    el("td", {}, s.position || ""), el("td", {}, s.waiting_for || ""), el("td", {}, s.held_by || ""),
+    el("td", {}, (s.updated_at || "").slice(0, 19)));
+}
+
+function matches(s) {
+  const status = document.getElementById("status-filter").value;
+  const q = document.getElementById("search").value.toLowerCase();
+  if (status && s.status !== status) return false;
+  return !q || `${s.task_id} ${s.type} ${s.user_id || ""}`.toLowerCase().includes(q);
+}
+
+function initTaskList(table) {
+  const body = table.tBodies[0];
+  const search = document.getElementById("search");
+  search.addEventListener("input", () => {
+    const q = search.value.toLowerCase();
+    for (const row of body.rows) row.hidden = q && !row.textContent.toLowerCase().includes(q);
+  });
+  const events = new EventSource("/v1/events");
+  events.addEventListener("task", (msg) => {
+    const s = JSON.parse(msg.data);
+    const old = body.querySelector(`tr[data-task="${CSS.escape(s.task_id)}"]`);
+    if (!matches(s)) { if (old) old.remove(); return; }
+    const row = taskRow(s);
+    if (old) old.replaceWith(row); else body.prepend(row);
+  });
+}
+
+// ---------------------------------------------------------------- forms from JSON schemas
+function fieldFor(schema, name, required) {
+  schema = schema || {};
+  const label = schema.title || name;
+  const type = Array.isArray(schema.type) ? schema.type.find((t) => t !== "null") : schema.type;
+  if (type === "object" && schema.properties) {
+    const box = el("fieldset", {}, el("legend", {}, label || "answer"));
+    const fields = Object.entries(schema.properties).map(([key, sub]) => {
+      const f = fieldFor(sub, key, (schema.required || []).includes(key));
+      box.append(f.node);
+      return [key, f];
+    });
+    return { node: box, read: () => {
+      const out = {};
+      for (const [key, f] of fields) { const v = f.read(); if (v !== undefined) out[key] = v; }
+      return out;
+    } };
+  }
+  let input;
+  let read;
+  if (type === "boolean") {
+    input = el("input", { type: "checkbox", name });
+    read = () => input.checked;
+  } else if (Array.isArray(schema.enum)) {
+    input = el("select", { name }, ...schema.enum.map((v) => el("option", { value: JSON.stringify(v) }, String(v))));
+    read = () => JSON.parse(input.value);
+  } else if (type === "integer" || type === "number") {
+    input = el("input", { type: "number", name, step: type === "integer" ? "1" : "any" });
+    read = () => (input.value === "" ? undefined : Number(input.value));
+  } else if (type === "string") {
+    input = el("input", { type: "text", name });
+    read = () => (input.value === "" && !required ? undefined : input.value);
+  } else {
+    input = el("textarea", { name, rows: "3", placeholder: "JSON, or plain text" });
+    read = () => { try { return JSON.parse(input.value); } catch { return input.value; } };
+  }
+  if (required) input.required = true;
+  const text = label ? label + (schema.description ? ` — ${schema.description}` : "") : "answer";
+  return { node: el("label", {}, text + " ", input), read };
+}
+
+function initInput(section) {
+  const schemaNode = section.querySelector("script.schema");
+  const schema = schemaNode ? JSON.parse(schemaNode.textContent) : null;
+  const form = section.querySelector("form.answer");
+  const field = fieldFor(schema, schema ? "" : "value", true);
+  form.append(field.node, el("button", { type: "submit" }, "Send"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const { task, key } = section.dataset;
+    const result = section.querySelector(".result");
+    try {
+      const out = await api("POST", `/v1/tasks/${encodeURIComponent(task)}/inputs/${encodeURIComponent(key)}`,
+        { value: field.read() });
+      show(result, `answered; the task is ${out.status}`);
+      form.querySelector("button").disabled = true;
+    } catch (err) { show(result, err.message, true); }
+  });
+}
+
+// ---------------------------------------------------------------- a task
+function initTask(root) {
+  const id = root.dataset.task;
+  const base = "/v1/tasks/" + encodeURIComponent(id);
+  const result = document.getElementById("action-result");
+  const timeline = document.getElementById("timeline");
+  const select = async (li) => {
+    for (const other of timeline.querySelectorAll("li.selected")) other.classList.remove("selected");
+    li.classList.add("selected");
+    const seq = Number(li.dataset.seq);
+    document.getElementById("at").textContent = "#" + seq;
+    const forkAt = root.querySelector("form.fork input[name=at]");
+    if (forkAt) forkAt.value = seq;
+    try {
+      const state = await api("GET", `${base}/state?at=${seq}`);
+      document.getElementById("state").textContent = JSON.stringify(state, null, 2);
+      const diff = seq > 1 ? await api("GET", `${base}/diff?a=${seq - 1}&b=${seq}`) : { text: "the first event" };
+      document.getElementById("diff").textContent = diff.text;
+    } catch (err) { document.getElementById("diff").textContent = err.message; }
+  };
+  timeline.addEventListener("click", (ev) => { const li = ev.target.closest("li.point"); if (li) select(li); });
+  timeline.addEventListener("keydown", (ev) => {
+    const li = ev.target.closest("li.point"); if (li && ev.key === "Enter") select(li);
+  });
+  const fork = root.querySelector("form.fork");
+  fork.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const out = await api("POST", `${base}/fork`, { at: Number(fork.elements.at.value) });
+      location.href = "/tasks/" + encodeURIComponent(out.summary.task_id);
+    } catch (err) { show(result, err.message, true); }
+  });
+  for (const [cls, verb] of [["retry", "retry"], ["cancel", "cancel"]]) {
+    const button = root.querySelector("button." + cls);
+    if (button) button.addEventListener("click", async () => {
+      try { const out = await api("POST", `${base}/${verb}`); show(result, `${out.note}; status ${out.status}`); }
+      catch (err) { show(result, err.message, true); }
+    });
+  }
+  api("GET", `${base}/tree`).then((tree) => {
+    const render = (node) => el("li", {},
+      node.task_id === id ? el("b", {}, node.task_id)
+        : el("a", { href: "/tasks/" + encodeURIComponent(node.task_id) }, node.task_id),
+      ` ${node.status}${node.fork_at ? " (at #" + node.fork_at + ")" : ""}`,
+      node.forks.length ? el("ul", {}, ...node.forks.map(render)) : "");
+    document.getElementById("tree").append(el("ul", { class: "tree" }, render(tree)));
+  }).catch(() => {});
+  const conversation = document.getElementById("conversation");
+  if (conversation) {
+    api("GET", `/v1/sessions/${encodeURIComponent(conversation.dataset.session)}/messages`).then((data) => {
+      const chat = conversation.querySelector(".chat");
+      for (const m of data.messages) chat.append(el("div", { class: "msg " + m.role }, el("span", { class: "role" }, m.role), m.content));
+    }).catch((err) => show(conversation.querySelector(".chat"), err.message, true));
+  }
+  let live = false;
+  const events = new EventSource(`${base}/events?after=${root.dataset.version}`);
+  events.addEventListener("history", (msg) => {
+    const h = JSON.parse(msg.data);
+    live = true;
+    const li = el("li", { class: "point " + h.type, "data-seq": String(h.seq), tabindex: "0" },
+      el("span", { class: "seq" }, "#" + h.seq), " ", el("span", { class: "type" }, h.type), " " + h.summary);
+    timeline.append(li);
+  });
+  events.addEventListener("end", () => { events.close(); if (live) location.reload(); });
+}
+
+// ---------------------------------------------------------------- failed tasks
+function initFailed(section) {
+  section.querySelector("button.retry").addEventListener("click", async () => {
+    try {
+      const out = await api("POST", `/v1/tasks/${encodeURIComponent(section.dataset.task)}/retry`);
+      show(section.querySelector(".result"), `${out.note}; status ${out.status}`);
+    } catch (err) { show(section.querySelector(".result"), err.message, true); }
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const tasks = document.getElementById("tasks");
+  if (tasks) initTaskList(tasks);
+  const task = document.getElementById("task");
+  if (task) initTask(task);
+  for (const section of document.querySelectorAll("section.input")) initInput(section);
+  for (const section of document.querySelectorAll("section.failed")) initFailed(section);
+});

@@ -1,0 +1,302 @@
+"""The web inspector: server-rendered HTML pages, a little vanilla JavaScript, no build step, no CDN.
+
+Pages: the task list (live over SSE, with search and filters), a task (timeline, calls, state at
+any point and the diff from the point before, the fork tree, the conversation), the inbox of
+pending inputs (forms made from their JSON schemas) and the failed tasks (with a retry button).
+The JavaScript calls the same ``/v1`` API as any client, authenticated by the login cookie and
+the CSRF header (see :mod:`tether.serve.auth`).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from tether.errors import TaskNotFoundError, TetherError
+from tether.machine import Status
+from tether.runtime.app import App, failure_summary
+from tether.serve._json import jsonable, summary_json
+from tether.serve.auth import CSRF_COOKIE, KEY_COOKIE, AuthError, Principal, new_csrf_token
+from tether.serve.keys import KeyRing
+from tether.store import TaskFilter
+
+__all__ = ["build_pages"]
+
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+_STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
+
+
+def e(value: Any) -> str:
+    """Escaped for HTML text and attribute values."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _data(value: Any) -> str:
+    """JSON for a ``<script type="application/json">`` block: ``<`` escaped so no tag can close it."""
+    return json.dumps(jsonable(value)).replace("<", "\\u003c")
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(jsonable(value), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def build_pages(
+    app_for: Callable[[Principal], App], principal: Callable[[Request], Principal], keys: KeyRing, *, no_auth: bool
+) -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+
+    def page(request: Request, title: str, body: str, who: Principal | None) -> HTMLResponse:
+        nav = ""
+        if who is not None:
+            out = "" if no_auth else '<form method="post" action="/logout"><button>Log out</button></form>'
+            nav = (
+                '<nav><a href="/">Tasks</a><a href="/inbox">Inbox</a><a href="/failed">Failed</a>'
+                f'<span class="who">{e(who.tenant)} · {e(who.name)}</span>{out}</nav>'
+            )
+        doc = (
+            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width"><title>{e(title)} · tether</title>'
+            '<link rel="stylesheet" href="/static/style.css"><script src="/static/app.js" defer></script>'
+            f"</head><body>{nav}<main>{body}</main></body></html>"
+        )
+        response = HTMLResponse(doc, headers=_HEADERS)
+        if not request.cookies.get(CSRF_COOKIE):
+            response.set_cookie(CSRF_COOKIE, new_csrf_token(), httponly=False, samesite="strict", path="/")
+        return response
+
+    def guarded(
+        render: Callable[[Request, Principal], str | Response], title: str | Callable[[Request], str]
+    ) -> Callable[..., Any]:
+        def handler(request: Request) -> Response:
+            try:
+                who = principal(request)
+            except AuthError as exc:
+                if exc.status == 401:
+                    return RedirectResponse("/login", status_code=303)
+                return HTMLResponse(e(str(exc)), status_code=exc.status, headers=_HEADERS)
+            try:
+                out = render(request, who)
+            except TaskNotFoundError as exc:
+                return page(request, "not found", f'<p class="error">{e(exc)}</p>', who)
+            except TetherError as exc:
+                return page(request, "error", f'<p class="error">{e(exc)}</p>', who)
+            named = title(request) if callable(title) else title
+            return out if isinstance(out, Response) else page(request, named, out, who)
+
+        return handler
+
+    # -------------------------------------------------------------- login
+    @router.get("/login")
+    def login_form(request: Request, error: str = "") -> HTMLResponse:
+        message = '<p class="error">That key is not valid.</p>' if error else ""
+        body = (
+            "<h1>tether</h1><p>Paste an API key (<code>tether keys create --tenant T --name N</code>).</p>"
+            f'{message}<form method="post" action="/login" class="login">'
+            '<input type="password" name="key" autocomplete="off" required placeholder="tk_…">'
+            "<button>Log in</button></form>"
+        )
+        return page(request, "log in", body, None)
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        origin = request.headers.get("origin")
+        if origin and origin.split("://", 1)[-1] != request.headers.get("host"):
+            return HTMLResponse("cross-origin login refused", status_code=403, headers=_HEADERS)
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        secret = (form.get("key") or [""])[0].strip()
+        if keys.verify(secret) is None:
+            return RedirectResponse("/login?error=1", status_code=303)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(KEY_COOKIE, secret, httponly=True, samesite="strict", path="/")
+        response.set_cookie(CSRF_COOKIE, new_csrf_token(), httponly=False, samesite="strict", path="/")
+        return response
+
+    @router.post("/logout")
+    def logout() -> Response:
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(KEY_COOKIE, path="/")
+        return response
+
+    @router.get("/static/{name}")
+    def static(name: str) -> Response:
+        if name not in _STATIC:
+            return Response("not found", status_code=404)
+        text = resources.files("tether.serve").joinpath("static", name).read_text(encoding="utf-8")
+        return Response(text, media_type=_STATIC[name], headers={"Cache-Control": "no-cache"})
+
+    # -------------------------------------------------------------- pages
+    def task_list(request: Request, who: Principal) -> str:
+        app = app_for(who)
+        status = request.query_params.get("status") or ""
+        q = request.query_params.get("q") or ""
+        statuses = (status,) if status in {s.value for s in Status} else None
+        rows = app.store.list_tasks(app.tenant, TaskFilter(status=statuses), limit=1000, offset=0)
+        if q:
+            rows = [r for r in rows if q.lower() in f"{r.task_id} {r.type} {r.user_id or ''}".lower()]
+        shown = rows[:100]
+        options = "".join(
+            f'<option value="{s.value}"{" selected" if s.value == status else ""}>{s.value}</option>' for s in Status
+        )
+        lines = "".join(_task_row(summary_json(app, r)) for r in shown)
+        return (
+            f'<h1>Tasks</h1><form class="filters" method="get" action="/">'
+            f'<input name="q" value="{e(q)}" placeholder="search id, type, user" id="search">'
+            f'<select name="status" id="status-filter"><option value="">any status</option>{options}</select>'
+            f'<button>Filter</button></form><p class="count" id="count">{len(shown):,} of {len(rows):,}</p>'
+            '<table id="tasks" data-live="1"><thead><tr><th>task</th><th>type</th><th>status</th><th>position</th>'
+            f"<th>waiting for</th><th>held by</th><th>updated</th></tr></thead><tbody>{lines}</tbody></table>"
+        )
+
+    def task_page(request: Request, who: Principal) -> str:
+        app = app_for(who)
+        task_id = request.path_params["task_id"]
+        row = app.store.get_task(app.tenant, task_id)
+        if row is None or row.type.startswith("tether."):
+            raise TaskNotFoundError(task_id, tenant=app.tenant)
+        state = app.state(task_id)
+        history = app.history(task_id)
+        return _task_body(app, state, history, row.parent_id)
+
+    def inbox(request: Request, who: Principal) -> str:
+        items = app_for(who).pending_inputs(limit=200)
+        cards = "".join(
+            f'<section class="input" data-task="{e(p.task_id)}" data-key="{e(p.key)}">'
+            f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} '
+            f"waits for <code>{e(p.key)}</code></h2>"
+            f'<p class="prompt">{e(p.prompt or "")}</p>'
+            f'<script type="application/json" class="schema">{_data(p.schema)}</script>'
+            '<form class="answer"></form><p class="result"></p></section>'
+            for p in items
+        )
+        return (
+            f'<h1>Inbox</h1><p class="count">{len(items):,} waiting</p>{cards or "<p>Nothing waits for an answer.</p>"}'
+        )
+
+    def failed(request: Request, who: Principal) -> str:
+        app = app_for(who)
+        rows = app.store.list_tasks(app.tenant, TaskFilter(status=(Status.FAILED.value,)), limit=200, offset=0)
+        cards = []
+        for r in rows:
+            try:
+                text = failure_summary(app.state(r.task_id))
+            except TetherError as exc:
+                text = str(exc)
+            cards.append(
+                f'<section class="failed" data-task="{e(r.task_id)}"><h2><a href="/tasks/{e(r.task_id)}">'
+                f'{e(r.task_id)}</a> · {e(r.type)}</h2><p class="failure">{e(text)}</p>'
+                '<button class="retry">Retry</button><p class="result"></p></section>'
+            )
+        return f"<h1>Failed tasks</h1>{''.join(cards) or '<p>No failed tasks.</p>'}"
+
+    router.add_api_route("/", guarded(task_list, "tasks"), methods=["GET"])
+    router.add_api_route(
+        "/tasks/{task_id}", guarded(task_page, lambda request: str(request.path_params["task_id"])), methods=["GET"]
+    )
+    router.add_api_route("/inbox", guarded(inbox, "inbox"), methods=["GET"])
+    router.add_api_route("/failed", guarded(failed, "failed"), methods=["GET"])
+    return router
+
+
+def _task_row(s: dict[str, Any]) -> str:
+    return (
+        f'<tr data-task="{e(s["task_id"])}"><td><a href="/tasks/{e(s["task_id"])}">{e(s["task_id"])}</a></td>'
+        f'<td>{e(s["type"])}</td><td class="status {e(s["status"])}">{e(s["status"])}</td>'
+        f"<td>{e(s['position'])}</td><td>{e(s['waiting_for'] or '')}</td><td>{e(s['held_by'] or '')}</td>"
+        f"<td>{e((s['updated_at'] or '')[:19])}</td></tr>"
+    )
+
+
+def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) -> str:
+    tid = state.task_id
+    failure = ""
+    if state.status in (Status.FAILED, Status.CANCELLED):
+        failure = f'<div class="failure"><h2>Failure</h2><p>{e(failure_summary(state))}</p>'
+        if state.failure is not None and state.failure.traceback:
+            failure += f"<details><summary>traceback</summary><pre>{e(state.failure.traceback)}</pre></details>"
+        failure += "</div>"
+    waiting = ""
+    if state.waiting is not None:
+        w = state.waiting
+        waiting = (
+            f'<section class="input" data-task="{e(tid)}" data-key="{e(w.key)}"><h2>Waiting for <code>{e(w.key)}</code>'
+            f'</h2><p class="prompt">{e(w.prompt or "")}</p>'
+            f'<script type="application/json" class="schema">{_data(w.input_schema)}</script>'
+            '<form class="answer"></form><p class="result"></p></section>'
+        )
+    actions = []
+    if state.status is Status.FAILED:
+        actions.append('<button class="retry">Retry</button>')
+    if state.status.value not in ("completed", "failed", "cancelled"):
+        actions.append('<button class="cancel">Cancel</button>')
+    timeline = "".join(
+        f'<li class="point {e(h.type)}" data-seq="{h.seq}" tabindex="0">'
+        f"{f'<span class=boundary>{e(h.boundary)}</span>' if h.boundary else ''}"
+        f'<span class="seq">#{h.seq}</span> <span class="type">{e(h.type)}</span> {e(h.summary)}</li>'
+        for h in history
+    )
+    calls = "".join(
+        f'<tr class="call {e(c.kind)}"><td>{c.n}</td>'
+        f"<td>{e(c.tool)}{' (compensation)' if c.kind == 'compensation' else ''}</td><td>{e(c.status)}</td>"
+        f"<td><code>{e(_short(c.args))}</code></td><td><code>{e(_short(c.result))}</code></td>"
+        f"<td>{_attempts(c)}</td><td>{e(_duration(c))}</td></tr>"
+        for c in state.calls
+    )
+    decisions = "".join(
+        f"<li><b>{e(d.name)}</b>: {e(_short(d.choice))} — {e(d.rationale or '')}</li>" for d in state.decisions
+    )
+    parent = f' · fork of <a href="/tasks/{e(parent_id)}">{e(parent_id)}</a>' if parent_id else ""
+    session = (
+        f'<section id="conversation" data-session="{e(state.session_id)}">'
+        '<h2>Conversation</h2><div class="chat"></div></section>'
+        if state.session_id
+        else ""
+    )
+    return (
+        f'<div id="task" data-task="{e(tid)}" data-version="{state.version}"><h1>{e(tid)}</h1>'
+        f'<p class="meta">{e(state.type)} · <span class="status {e(state.status.value)}">{e(state.status.value)}</span>'
+        f" · {e(state.position)}{parent}</p>"
+        f'<div class="actions">{"".join(actions)}<form class="fork"><label>Fork at event '
+        f'<input type="number" name="at" min="1" max="{state.version}" value="{state.version}"></label>'
+        f'<button>Fork</button></form></div><p class="result" id="action-result"></p>'
+        f"{failure}{waiting}"
+        '<div class="columns"><section><h2>Timeline</h2><ol id="timeline">'
+        f'{timeline}</ol></section><section id="inspect"><h2>State at <span id="at">now</span></h2>'
+        '<h3>Changes from the point before</h3><pre id="diff">click a point in the timeline</pre>'
+        '<h3>State</h3><pre id="state"></pre></section></div>'
+        f'<h2>Calls</h2><table class="calls"><thead><tr><th>#</th><th>tool</th><th>status</th><th>args</th>'
+        f"<th>result</th><th>attempts</th><th>duration</th></tr></thead><tbody>{calls}</tbody></table>"
+        f"<h2>Decisions</h2><ul>{decisions or '<li>none</li>'}</ul>"
+        f"<h2>Output</h2><pre>{e(_short(state.output, 2000))}</pre>"
+        f'<section><h2>Fork tree</h2><div id="tree"></div></section>{session}</div>'
+    )
+
+
+def _attempts(call: Any) -> str:
+    """How many attempts, and each failed one's error and backoff."""
+    failed = "".join(
+        f"<li>#{a.number}: {e(a.error_type)}: {e(a.message)}"
+        + (f" (backoff {a.backoff:.2f}s)" if a.backoff else "")
+        + "</li>"
+        for a in call.attempts
+        if a.error_type
+    )
+    return f"{len(call.attempts)}" + (f'<ul class="attempts">{failed}</ul>' if failed else "")
+
+
+def _duration(call: Any) -> str:
+    total = sum((a.duration or 0.0) for a in call.attempts if getattr(a, "duration", None) is not None)
+    return f"{total * 1000:.0f} ms" if call.attempts else ""

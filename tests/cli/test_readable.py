@@ -1,0 +1,132 @@
+"""The CLI for people: prefixes, paging, history in words, show and state, send, diff by step, worker lines, logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import tether
+from tests.cli.test_cli import TETHER, run
+
+AGENT = textwrap.dedent(
+    """
+    import tether
+
+    app = tether.App("sqlite:///tether.db")
+
+    @app.tool
+    def lookup(city: str) -> dict:
+        return {"city": city, "price": 120, "notes": "x" * 300}
+
+    @app.tool(retry=tether.Retry(max_attempts=2, backoff=0))
+    def explode(n: int) -> int:
+        raise RuntimeError("the service is down")
+
+    @app.task
+    def trip(ctx: tether.TaskContext, city: str) -> str:
+        ctx.plan(["search", "approve"])
+        with ctx.step("search"):
+            ctx.call(lookup, city=city)
+        with ctx.step("approve"):
+            ok = ctx.wait_for_input("approve", prompt=f"Book {city}?", schema={"type": "boolean"})
+        return "booked" if ok else "no"
+
+    @app.task
+    def broken(ctx: tether.TaskContext, n: int) -> int:
+        return ctx.call(explode, n)
+    """
+)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """Four tasks run by `tether worker agent:app`: three trips waiting for approval, one failed."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    app = tether.App(f"sqlite:///{tmp_path / 'tether.db'}")
+    app.task(name="trip")(lambda ctx, city: city)  # only to enqueue: the worker has the code
+    app.task(name="broken")(lambda ctx, n: n)
+    for i in range(3):
+        app.start("trip", city=f"c{i}", task_id=f"trip-{i}-{'a' * 30}")
+    app.start("broken", n=1, task_id="broken-1")
+    app.close()
+    run("worker", "agent:app", "--idle-exit", "--quiet", cwd=tmp_path)
+    return tmp_path
+
+
+def test_prefixes_and_ambiguity(folder: Path) -> None:
+    assert run("show", "trip-1", cwd=folder).stdout.startswith(f"trip-1-{'a' * 30}")
+    ambiguous = run("show", "trip-", cwd=folder, ok=False)
+    assert ambiguous.returncode == 1 and "is the start of 3 task ids" in ambiguous.stderr
+    assert f"trip-0-{'a' * 30}" in ambiguous.stderr
+
+
+def test_tasks_pages_with_totals_and_full_ids_in_a_pipe(folder: Path) -> None:
+    first = run("tasks", "--limit", "2", cwd=folder).stdout
+    assert "2 of 4; next: --page 2" in first
+    assert f"-{'a' * 30}" in first  # a pipe gets whole ids
+    second = run("tasks", "--limit", "2", "--page", "2", cwd=folder).stdout
+    assert "3–4 of 4" in second and "next" not in second
+
+
+def test_history_in_words_with_step_boundaries(folder: Path) -> None:
+    out = run("history", "trip-0", cwd=folder).stdout
+    assert "call #1 lookup" in out and "waiting for 'approve'" in out
+    assert "search" in out and "approve" in out
+    assert out.count("├") >= 2  # sections between steps
+
+
+def test_show_a_waiting_task_and_a_failed_one(folder: Path) -> None:
+    waiting = run("show", "trip-0", cwd=folder).stdout
+    assert "waiting for input approve" in waiting and "prompt: Book c0?" in waiting
+    assert 'schema: {"type":"boolean"}' in waiting and "tether send TASK approve VALUE" in waiting
+    assert '{"city":"c0"}' in waiting and "…" in waiting  # args, and a long result cut short
+    assert run("show", "trip-0", "--full", cwd=folder).stdout.count("x") >= 300 > waiting.count("x")
+    failed = run("show", "broken-1", cwd=folder).stdout
+    assert "failure at" in failed and "RuntimeError: the service is down" in failed
+    assert "tool: explode" in failed and "traceback" in failed
+
+
+def test_state_summary_and_full(folder: Path) -> None:
+    summary = run("state", "trip-0", cwd=folder).stdout
+    assert "awaiting_input" in summary and "calls: 1 (1 completed)" in summary and "--full" in summary
+    full = run("state", "trip-0", "--full", cwd=folder).stdout
+    assert json.loads(full)["waiting"]["key"] == "approve"
+
+
+def test_diff_by_step_name(folder: Path) -> None:
+    out = run("diff", "trip-0", "before:search", "search", cwd=folder).stdout
+    assert "/calls/0" in out
+
+
+def test_send_says_where_the_task_stands_then_worker_lines(folder: Path) -> None:
+    sent = run("send", "trip-0", "approve", "true", cwd=folder).stdout
+    assert "answered 'approve'" in sent and "awaiting_input" in sent and "runnable" in sent
+    worked = run("worker", "agent:app", "--idle-exit", cwd=folder)
+    lines = [line for line in worked.stderr.splitlines() if "trip-0" in line]
+    assert len(lines) == 1 and "trip completed in" in lines[0]
+
+
+def test_worker_verbose_and_quiet(folder: Path) -> None:
+    run("send", "trip-1", "approve", "false", cwd=folder)
+    verbose = run("worker", "agent:app", "--idle-exit", "--verbose", cwd=folder).stderr
+    assert "trip started" in verbose and "trip completed" in verbose
+    run("send", "trip-2", "approve", "false", cwd=folder)
+    quiet = run("worker", "agent:app", "--idle-exit", "--quiet", cwd=folder).stderr
+    assert "trip-2" not in quiet
+
+
+def test_logs_follow_streams_until_the_task_ends(folder: Path) -> None:
+    follow = subprocess.Popen(
+        [TETHER, "logs", "trip-0", "--follow"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(1.0)
+    run("send", "trip-0", "approve", "true", cwd=folder)
+    run("worker", "agent:app", "--idle-exit", "--quiet", cwd=folder)
+    out, err = follow.communicate(timeout=30)
+    assert follow.returncode == 0, err
+    assert "created trip" in out and "received 'approve' = true" in out and "status → completed" in out

@@ -1,0 +1,144 @@
+"""The web inspector in a real browser: Debian's chromium, driven by Playwright (never `playwright install`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.serve._agents import work
+from tests.serve.conftest import LiveServer, Served
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium, installed with apt-get when it is missing (the tests never skip for it)."""
+    if not os.path.exists(CHROMIUM):
+        if shutil.which("apt-get") is None:
+            pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install it")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-q"], check=False, env=env, capture_output=True, timeout=600)
+        done = subprocess.run(
+            ["apt-get", "install", "-y", "-q", "chromium"], env=env, capture_output=True, text=True, timeout=1200
+        )
+        if done.returncode != 0 or not os.path.exists(CHROMIUM):
+            pytest.fail(f"could not install chromium: {done.stderr[-2000:]}")
+    return CHROMIUM
+
+
+@pytest.fixture(params=["sqlite"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    yield f"sqlite:///{tmp_path / 'tether.db'}"
+
+
+@pytest.fixture
+def page(chromium: str, served: Served) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=ARGS, headless=True)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        tab = context.new_page()
+        tab.set_default_timeout(15_000)
+        errors: list[str] = []
+        tab.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield tab
+        context.close()
+        browser.close()
+        assert errors == [], errors
+
+
+@pytest.mark.timeout(300)
+def test_inspect_answer_and_fork_in_a_browser(page: Any, served: Served, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    with LiveServer(served.asgi) as live:
+        page.goto(f"{live.base}/")
+        assert page.url.endswith("/login")  # no key, no inspector
+        page.fill("input[name=key]", served.key)
+        page.click("form.login button")
+        expect(page.locator("#tasks tbody tr")).to_have_count(3)
+        expect(page.locator(f'tr[data-task="{served.waiting}"] td.status')).to_have_text("awaiting_input")
+        page.screenshot(path=str(shots / "1-task-list.png"), full_page=True)
+
+        # The list is live: a task started elsewhere appears without a reload.
+        newcomer = served.app.start("trip", city="Porto").task_id
+        expect(page.locator(f'tr[data-task="{newcomer}"]')).to_have_count(1)
+        work(served.app)
+        expect(page.locator(f'tr[data-task="{newcomer}"] td.status')).to_have_text("awaiting_input")
+        page.fill("#search", "brok")
+        expect(page.locator("#tasks tbody tr:visible")).to_have_count(1)
+        page.fill("#search", "")
+
+        # A task: click a point of the timeline, see the state there and the diff from the point before.
+        page.click(f'a[href="/tasks/{served.waiting}"]')
+        expect(page.locator("#task h1")).to_have_text(served.waiting)
+        page.click('#timeline li[data-seq="3"]')
+        expect(page.locator("#at")).to_have_text("#3")
+        expect(page.locator("#state")).to_contain_text('"version": 3')
+        expect(page.locator("#diff")).to_contain_text("/plan/0")
+        expect(page.locator("table.calls")).to_contain_text("lookup")
+        expect(page.locator("#tree")).to_contain_text(served.waiting)
+        page.screenshot(path=str(shots / "2-task-timeline.png"), full_page=True)
+
+        # Answer the pending input through the form made from its schema; a worker continues the task.
+        form = page.locator("section.input form.answer")
+        form.locator("input[name=yes]").check()
+        form.locator("input[name=note]").fill("window seat")
+        form.locator("button").click()
+        expect(page.locator("section.input .result")).to_contain_text("answered")
+        work(served.app)
+        expect(page.locator(".meta .status")).to_have_text("completed")  # the page follows the task live
+        assert served.app.state(served.waiting).output == {"booked": True, "note": "window seat"}
+        page.screenshot(path=str(shots / "3-answered-and-completed.png"), full_page=True)
+
+        # Fork from the UI at event 3: the new task's page, a fork of this one.
+        page.fill("form.fork input[name=at]", "3")
+        page.click("form.fork button")
+        expect(page.locator(".meta")).to_contain_text(f"fork of {served.waiting}")
+        fork_id = page.locator("#task").get_attribute("data-task")
+        assert fork_id and served.app.state(fork_id).parent is not None
+        page.screenshot(path=str(shots / "4-fork.png"), full_page=True)
+
+        # The inbox renders the newcomer's question as a form; the failed list retries.
+        page.click("nav a[href='/inbox']")
+        expect(page.locator(f'section.input[data-task="{newcomer}"] input[name=yes]')).to_have_count(1)
+        page.screenshot(path=str(shots / "5-inbox.png"), full_page=True)
+        page.click("nav a[href='/failed']")
+        page.locator(f'section.failed[data-task="{served.failed}"] button.retry').click()
+        expect(page.locator(f'section.failed[data-task="{served.failed}"] .result')).to_contain_text("alice")
+        page.screenshot(path=str(shots / "6-failed-retried.png"), full_page=True)
+    assert served.app.state(served.failed).status.value == "pending"
+    assert len(list(shots.glob("*.png"))) == 6
+
+
+@pytest.mark.timeout(120)
+def test_the_conversation_reads_as_a_chat(page: Any, served: Served) -> None:
+    from playwright.sync_api import expect
+
+    with LiveServer(served.asgi) as live:
+        page.goto(f"{live.base}/login")
+        page.fill("input[name=key]", served.key)
+        page.click("form.login button")
+        page.goto(f"{live.base}/tasks/{served.chatted}")
+        expect(page.locator("#conversation .msg")).to_have_count(2)
+        expect(page.locator("#conversation .msg.user")).to_contain_text("hello")
+        expect(page.locator("#conversation .msg.assistant")).to_contain_text("you said hello")
