@@ -10,15 +10,17 @@ O(events since the last snapshot), never O(history).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -175,6 +177,24 @@ def _epoch(value: datetime | float | None) -> float | None:
     return value.timestamp()
 
 
+_STRIPES = 64
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _per_task(
+    method: Callable[Concatenate[TaskLog, str, _P], _R],
+) -> Callable[Concatenate[TaskLog, str, _P], _R]:
+    """Run a method that reads or changes what the log remembers of ``task_id`` under its lock."""
+
+    @functools.wraps(method)
+    def locked(self: TaskLog, task_id: str, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock(task_id):
+            return method(self, task_id, *args, **kwargs)
+
+    return locked
+
+
 class TaskLog:
     """Typed access to task event streams for one tenant.
 
@@ -213,6 +233,11 @@ class TaskLog:
         self.max_event_bytes = max_event_bytes
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._cache_size = cache_size
+        # One App is shared by threads (ctx.map, a worker's concurrency, a server's requests): what
+        # the log remembers of a task is read and changed under that task's lock (striped, so
+        # unrelated tasks rarely wait on each other), the cache's order under its own.
+        self._stripes = [threading.RLock() for _ in range(_STRIPES)]
+        self._cache_lock = threading.RLock()
 
     # ----------------------------------------------------------------- encoding
     def encode(self, event: Event) -> str:
@@ -279,6 +304,7 @@ class TaskLog:
         self._remember(task_id, entry)
         return state
 
+    @_per_task
     def append(
         self,
         task_id: str,
@@ -346,7 +372,7 @@ class TaskLog:
         try:
             self.store.append(self.tenant, task_id, rows, expected_version, fence=fence, index=index)
         except BaseException:
-            self._cache.pop(task_id, None)  # what happened is for the store to say, on the next read
+            self.forget(task_id)  # what happened is for the store to say, on the next read
             raise
         if base is not None:
             entry.base = base
@@ -360,6 +386,7 @@ class TaskLog:
             self._maybe_snapshot(task_id, entry)
         return seq
 
+    @_per_task
     def snapshot_if_due(self, task_id: str) -> None:
         """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``)."""
         entry = self._cache.get(task_id)
@@ -455,6 +482,7 @@ class TaskLog:
         row = self._index_row(new_id, type, user_id, session_id, now, version=at + 1, parent=(parent_id, at))
         return row, EventRow(at + 1, event.event_type, event.version, now, self.encode(event))
 
+    @_per_task
     def rewind(self, task_id: str, to: int, *, archive_id: str, session_id: str | None = None) -> TaskState:
         """Set the task's branch aside as ``archive_id`` and put a fork of it at ``to`` in its place.
 
@@ -481,6 +509,7 @@ class TaskLog:
         self.forget(task_id)
         return self.load(task_id)
 
+    @_per_task
     def cached(self, task_id: str, version: int) -> TaskState:
         """The state at ``version`` from this log's memory when it has it, else from the store.
 
@@ -517,6 +546,7 @@ class TaskLog:
             entry.snap_size = len(data)
 
     # ----------------------------------------------------------------- reading
+    @_per_task
     def load(self, task_id: str) -> TaskState:
         """The latest state: the nearest good snapshot plus the events after it.
 
@@ -538,7 +568,7 @@ class TaskLog:
                 self.forget(task_id)  # another stream under this id now
                 entry = None
             elif row.version == entry.version:
-                self._cache.move_to_end(task_id)
+                self._touch(task_id)
                 return entry.state
         if entry is not None:
             rows = self.store.read_events(self.tenant, task_id, after=entry.version)
@@ -549,7 +579,7 @@ class TaskLog:
                 state = entry.state
                 entry.calls = {call.n for call in state.calls}
                 self._maybe_snapshot(task_id, entry)
-            self._cache.move_to_end(task_id)
+            self._touch(task_id)
             return entry.state
         entry = self._load_entry(task_id, upto=None)
         self._remember(task_id, entry)
@@ -707,14 +737,24 @@ class TaskLog:
         )
 
     def _remember(self, task_id: str, entry: _Entry) -> None:
-        self._cache[task_id] = entry
-        self._cache.move_to_end(task_id)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            self._cache[task_id] = entry
+            self._cache.move_to_end(task_id)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def _touch(self, task_id: str) -> None:
+        with self._cache_lock:
+            if task_id in self._cache:
+                self._cache.move_to_end(task_id)
+
+    def _lock(self, task_id: str) -> threading.RLock:
+        return self._stripes[hash(task_id) % _STRIPES]
 
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""
-        self._cache.pop(task_id, None)
+        with self._cache_lock:
+            self._cache.pop(task_id, None)
 
 
 def _parse_state(snap: SnapshotRow) -> TaskState:
