@@ -37,7 +37,7 @@ def test_readers_and_a_writer_share_one_app(tmp_path: Path, url: str) -> None:
                     state = app.state(f"t{t}")
                     assert [c.n for c in state.calls] == list(range(1, len(state.calls) + 1))
                 app.list_tasks()
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     readers = [threading.Thread(target=read) for _ in range(4)]
