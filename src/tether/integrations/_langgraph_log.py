@@ -1,0 +1,341 @@
+"""What a LangGraph thread looks like in tether: its events, and the fold that reads them back.
+
+A thread is one internal stream (type ``tether.langgraph``, id ``langgraph:{thread_id}``) holding
+every namespace of the thread (the graph's and its subgraphs'). Three events, all facts:
+
+- ``CheckpointSaved``: one checkpoint, and the value of every channel whose version changed in
+  it, and only those. A list that grew by appending (``add_messages``) stores only the new items.
+- ``WritesSaved``: one task's pending writes against a checkpoint.
+- ``CheckpointsDeleted``: checkpoints that ``delete_for_runs`` or ``prune`` took away.
+
+This module imports nothing from LangGraph (so ``tether history`` can decode a thread's events
+without it); values are encoded by the saver's serializer, passed in.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections import OrderedDict
+from typing import Any, Protocol
+
+import orjson
+
+from tether.errors import InvalidInputError
+from tether.events import Event, Recorded, _event
+
+__all__ = [
+    "THREAD_TYPE",
+    "CheckpointSaved",
+    "CheckpointsDeleted",
+    "Serde",
+    "ThreadView",
+    "WritesSaved",
+    "stream_id",
+]
+
+THREAD_TYPE = "tether.langgraph"
+_PREFIX = "langgraph:"
+
+
+def stream_id(thread_id: str) -> str:
+    return f"{_PREFIX}{thread_id}"
+
+
+def thread_of(stream: str) -> str:
+    return stream.removeprefix(_PREFIX)
+
+
+class Serde(Protocol):
+    """The part of LangGraph's ``SerializerProtocol`` this module uses."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]: ...
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any: ...
+
+
+# ----------------------------------------------------------------------------- events
+
+
+@_event
+class CheckpointSaved(Event):
+    """A checkpoint of namespace ``ns``; ``values`` holds only the channels whose version changed.
+
+    A value is ``["f", item]`` (a whole value), ``["l", [items]]`` (a whole list, item by item),
+    ``["a", [items]]`` (the items appended to the parent checkpoint's value of that channel) or
+    ``["e"]`` (the channel is empty). An item is the serializer's bytes in base64 (a string when
+    the serializer's type is ``msgpack``, else ``[type, base64]``).
+    """
+
+    ns: str
+    id: str
+    parent: str | None
+    versions: dict[str, Any]
+    checkpoint: dict[str, Any]
+    metadata: dict[str, Any]
+    values: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+
+
+@_event
+class WritesSaved(Event):
+    """Writes of task ``task_id`` against checkpoint ``checkpoint_id``: ``[idx, channel, item]`` each."""
+
+    ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    writes: list[list[Any]]
+
+
+@_event
+class CheckpointsDeleted(Event):
+    """Checkpoints (``[ns, id]`` pairs) and their writes taken away by ``reason``."""
+
+    checkpoints: list[list[str]]
+    reason: str
+
+
+# ----------------------------------------------------------------------------- encoding
+
+_SERDE_KEY = "__serde__"
+
+
+def encode_item(serde: Serde, value: Any) -> Any:
+    kind, data = serde.dumps_typed(value)
+    text = base64.b64encode(data).decode()
+    return text if kind == "msgpack" else [kind, text]
+
+
+def decode_item(serde: Serde, item: Any) -> Any:
+    if isinstance(item, str):
+        return serde.loads_typed(("msgpack", base64.b64decode(item)))
+    return serde.loads_typed((item[0], base64.b64decode(item[1])))
+
+
+def encode_json(serde: Serde, value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` as it is (JSON, queryable in the database) when JSON keeps it whole, else serialized."""
+    try:
+        if orjson.loads(orjson.dumps(value)) == value:
+            return value
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    return {_SERDE_KEY: encode_item(serde, value)}
+
+
+def decode_json(serde: Serde, data: bytes) -> Any:
+    value = orjson.loads(data)
+    if isinstance(value, dict) and _SERDE_KEY in value and len(value) == 1:
+        return decode_item(serde, value[_SERDE_KEY])
+    return value
+
+
+# ----------------------------------------------------------------------------- the fold
+
+
+class Blob:
+    """One stored channel value: whole, or items appended to ``base``."""
+
+    __slots__ = ("base", "item", "items", "kind", "length", "objects", "tip")
+
+    def __init__(self, kind: str, item: Any = None, items: list[Any] | None = None, base: Blob | None = None) -> None:
+        self.kind = kind  # "f", "l", "a" or "e"
+        self.item = item
+        self.items = items or []
+        self.base = base
+        self.length = len(self.items) + (base.length if base is not None else 0)
+        self.objects: list[Any] | None = None  # the items decoded, once per process
+        self.tip: Blob | None = None  # a blob whose value starts with this one's (see ThreadView.value)
+
+    @property
+    def is_list(self) -> bool:
+        return self.kind in ("l", "a")
+
+
+class Saved:
+    """A checkpoint as the fold keeps it; ``body`` (the checkpoint but its id, versions and values)
+    and ``metadata`` are JSON, decoded per read, so every reader gets dicts of its own."""
+
+    __slots__ = ("body", "id", "metadata", "ns", "parent", "seq", "sources", "versions")
+
+    def __init__(
+        self,
+        seq: int,
+        ns: str,
+        id: str,
+        parent: str | None,
+        versions: dict[str, Any],
+        body: bytes,
+        metadata: bytes,
+        sources: dict[str, Blob],
+    ) -> None:
+        self.seq = seq
+        self.ns = ns
+        self.id = id
+        self.parent = parent
+        self.versions = versions
+        self.body = body
+        self.metadata = metadata
+        self.sources = sources
+
+
+@dataclasses.dataclass(slots=True)
+class Write:
+    task_id: str
+    idx: int
+    channel: str
+    item: Any
+    task_path: str
+
+
+_FLAT_CACHE = 16
+
+
+class ThreadView:
+    """Everything of one thread, folded from its events: checkpoints by namespace, their writes,
+    and where each channel value lives. Values are decoded lazily, each stored item once."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.checkpoints: dict[tuple[str, str], Saved] = {}
+        self.gone: dict[tuple[str, str], Saved] = {}  # deleted, still the base of values stored after them
+        self.ids: dict[str, list[str]] = {}  # ns -> checkpoint ids in the order they were saved
+        self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
+        self._index: dict[tuple[str, str, Any], Blob] = {}  # (ns, channel, version) -> the newest blob
+        self._flat: OrderedDict[int, tuple[Blob, list[Any]]] = OrderedDict()
+
+    # -- folding ------------------------------------------------------------------------
+    def apply(self, rec: Recorded) -> None:
+        ev = rec.event
+        if isinstance(ev, CheckpointSaved):
+            self._saved(rec.seq, ev)
+        elif isinstance(ev, WritesSaved):
+            self._writes(ev)
+        elif isinstance(ev, CheckpointsDeleted):
+            for ns, cid in ev.checkpoints:
+                saved = self.checkpoints.pop((ns, cid), None)
+                if saved is not None:
+                    self.ids[ns].remove(cid)
+                    self.gone[(ns, cid)] = saved
+                self.writes.pop((ns, cid), None)
+        self.version = rec.seq
+
+    def _saved(self, seq: int, ev: CheckpointSaved) -> None:
+        parent = self.find(ev.ns, ev.parent) if ev.parent else None
+        versions = ev.versions
+        parent_versions = parent.versions if parent is not None else {}
+        sources: dict[str, Blob] = {}
+        for channel, version in versions.items():
+            stored = ev.values.get(channel)
+            blob: Blob | None
+            if stored is not None:
+                blob = self._blob(ev, channel, stored, parent)
+            elif parent is not None and parent_versions.get(channel) == version and channel in parent.sources:
+                blob = parent.sources[channel]
+            else:
+                blob = self._index.get((ev.ns, channel, version))
+            if blob is not None:
+                sources[channel] = blob
+                self._index[(ev.ns, channel, version)] = blob
+        body = orjson.dumps(ev.checkpoint)
+        saved = Saved(seq, ev.ns, ev.id, ev.parent, versions, body, orjson.dumps(ev.metadata), sources)
+        key = (ev.ns, ev.id)
+        if key in self.checkpoints:  # the same checkpoint saved again (a retried put): the newer stands
+            self.ids[ev.ns].remove(ev.id)
+        self.checkpoints[key] = saved
+        self.ids.setdefault(ev.ns, []).append(ev.id)
+
+    @staticmethod
+    def _blob(ev: CheckpointSaved, channel: str, stored: list[Any], parent: Saved | None) -> Blob:
+        kind = stored[0]
+        if kind == "f":
+            return Blob("f", item=stored[1])
+        if kind == "l":
+            return Blob("l", items=stored[1])
+        if kind == "e":
+            return Blob("e")
+        if kind == "a":
+            base = parent.sources.get(channel) if parent is not None else None
+            if base is None or not base.is_list:
+                raise InvalidInputError(
+                    f"checkpoint {ev.id} appends to channel {channel!r} of parent {ev.parent}, "
+                    "which holds no list here; the thread's log is incomplete"
+                )
+            return Blob("a", items=stored[1], base=base)
+        raise InvalidInputError(f"checkpoint {ev.id}: unknown value kind {kind!r} for channel {channel!r}")
+
+    def _writes(self, ev: WritesSaved) -> None:
+        table = self.writes.setdefault((ev.ns, ev.checkpoint_id), {})
+        for idx, channel, item in ev.writes:
+            key = (ev.task_id, idx)
+            # A task's regular writes are kept once (a retried put_writes repeats them); its special
+            # writes (errors, interrupts, resumes: negative idx) are replaced by the newest.
+            if idx >= 0 and key in table:
+                continue
+            table[key] = Write(ev.task_id, idx, channel, item, ev.task_path)
+
+    # -- reading ------------------------------------------------------------------------
+    def find(self, ns: str, checkpoint_id: str) -> Saved | None:
+        """A checkpoint, deleted or not (a deleted one may still hold the start of a later value)."""
+        key = (ns, checkpoint_id)
+        return self.checkpoints.get(key) or self.gone.get(key)
+
+    def latest(self, ns: str) -> Saved | None:
+        ids = self.ids.get(ns)
+        return self.checkpoints[(ns, max(ids))] if ids else None
+
+    def has_value(self, blob: Blob) -> bool:
+        return blob.kind != "e"
+
+    def value(self, serde: Serde, blob: Blob) -> Any:
+        """A fresh copy of a stored value (a list is a new list; its items are shared, decoded once)."""
+        if blob.kind == "f":
+            return decode_item(serde, blob.item)
+        return list(self._list(serde, blob))
+
+    def _list(self, serde: Serde, blob: Blob) -> list[Any]:
+        """The whole list a list blob stands for.
+
+        Walks the appends back to a whole list, or to a blob whose list is cached; every blob on the
+        way is a prefix of this one, so it remembers this one as its ``tip`` and its own list is
+        then a slice of the tip's, without walking again (reading a history newest first is linear).
+        """
+        segments: list[Blob] = []
+        start: list[Any] = []
+        current: Blob | None = blob
+        while current is not None:
+            hit = self._cached(current)
+            if hit is not None:
+                start = hit
+                break
+            segments.append(current)
+            current = current.base if current.kind == "a" else None
+        flat = list(start)
+        for segment in reversed(segments):
+            if segment.objects is None:
+                segment.objects = [decode_item(serde, item) for item in segment.items]
+            flat.extend(segment.objects)
+        for segment in segments:
+            segment.tip = blob
+        self._flat[id(blob)] = (blob, flat)
+        while len(self._flat) > _FLAT_CACHE:
+            self._flat.popitem(last=False)
+        return flat
+
+    def _cached(self, blob: Blob) -> list[Any] | None:
+        hit = self._flat.get(id(blob))
+        if hit is not None and hit[0] is blob:
+            self._flat.move_to_end(id(blob))
+            return hit[1]
+        tip = blob.tip
+        if tip is not None:
+            hit = self._flat.get(id(tip))
+            if hit is not None and hit[0] is tip:
+                return hit[1][: blob.length]
+        return None
+
+    def ordered_writes(self, ns: str, checkpoint_id: str) -> list[Write]:
+        """A checkpoint's writes in ``writes_sort_key`` order: (task_path, task_id, idx)."""
+        table = self.writes.get((ns, checkpoint_id))
+        if not table:
+            return []
+        return sorted(table.values(), key=lambda w: (w.task_path, w.task_id, w.idx))

@@ -1,0 +1,498 @@
+"""tether as a LangGraph checkpointer: ``TetherSaver``.
+
+Every thread is one tether stream (type ``tether.langgraph``, id ``langgraph:{thread_id}``) in the
+same database, tenant and transaction rules as tasks. A checkpoint is one event holding only the
+channels whose version changed; a list that grew by appending (``add_messages``) stores only its
+new items, so a chat stores each message once instead of the whole conversation per step.
+
+Concurrency: every write is one optimistic append at the version this process last read. When
+another process got there first, the append writes nothing (``ConflictError`` inside), the saver
+reads what the other wrote and appends again; an event never depends on its position in the
+stream, so nothing is lost and no checkpoint is ever half written. After ``_RETRIES`` conflicts in
+a row it gives up with ``ConflictError``.
+
+Requires ``pip install 'tether[langgraph]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        DeltaChannelHistory,
+        PendingWrite,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f"tether.integrations.langgraph needs LangGraph ({exc}); install it with: pip install 'tether[langgraph]'"
+    ) from None
+
+from tether._streams import Stream
+from tether.errors import ConflictError, InvalidInputError
+from tether.events import Event, Recorded
+from tether.integrations._langgraph_log import (
+    THREAD_TYPE,
+    CheckpointSaved,
+    CheckpointsDeleted,
+    Saved,
+    ThreadView,
+    WritesSaved,
+    decode_item,
+    decode_json,
+    encode_item,
+    encode_json,
+    stream_id,
+    thread_of,
+)
+from tether.log import TaskLog
+from tether.store import TaskFilter
+
+__all__ = ["THREAD_TYPE", "TetherSaver"]
+
+_RETRIES = 100
+_ALL = 1_000_000_000
+
+
+class _Thread:
+    """A thread this process has read: its stream, its folded view, and which stream that was."""
+
+    __slots__ = ("created_at", "stream", "view")
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.view = ThreadView()
+        self.created_at: float | None = None
+
+
+class TetherSaver(BaseCheckpointSaver[int]):
+    """A LangGraph checkpointer that keeps threads in a tether database.
+
+    Args:
+        target: a store URL (``sqlite:///tether.db``, ``postgresql://…``), a
+            :class:`~tether.TaskLog`, or a :class:`~tether.App` (its log is used).
+            ``None`` opens tether's default database.
+        tenant: with a URL, the tenant every read and write is scoped to (a log or
+            app brings its own).
+        serde: LangGraph's serializer for channel values and writes (its default
+            ``JsonPlusSerializer`` when not given).
+
+    Example:
+        >>> from typing import Annotated, TypedDict
+        >>> from langgraph.graph import StateGraph, START
+        >>> from langgraph.graph.message import add_messages
+        >>> from tether.integrations.langgraph import TetherSaver
+        >>> class Chat(TypedDict):
+        ...     messages: Annotated[list, add_messages]
+        >>> def reply(state: Chat) -> dict:
+        ...     return {"messages": [("ai", f"you said {state['messages'][-1].content}")]}
+        >>> builder = StateGraph(Chat)
+        >>> _ = builder.add_node("reply", reply).add_edge(START, "reply")
+        >>> graph = builder.compile(checkpointer=TetherSaver("memory://"))
+        >>> config = {"configurable": {"thread_id": "t1"}}
+        >>> _ = graph.invoke({"messages": [("user", "hi")]}, config)
+        >>> [m.content for m in graph.get_state(config).values["messages"]]
+        ['hi', 'you said hi']
+    """
+
+    def __init__(
+        self,
+        target: str | TaskLog | Any | None = None,
+        *,
+        tenant: str = "default",
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        if isinstance(target, TaskLog):
+            self.log = target
+        elif target is None or isinstance(target, str):
+            self.log = TaskLog(target, tenant=tenant)
+        elif isinstance(getattr(target, "log", None), TaskLog):
+            self.log = target.log
+        else:
+            raise InvalidInputError(f"TetherSaver takes a store URL, a TaskLog or an App, not {type(target).__name__}")
+        self._threads: dict[str, _Thread] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ reading the log
+    def _thread(self, thread_id: str, *, refresh: bool = True) -> _Thread:
+        """The thread's view, brought up to date with the store (one indexed read when nothing changed)."""
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            thread = self._threads[thread_id] = _Thread(Stream(self.log, stream_id(thread_id), THREAD_TYPE))
+        elif not refresh:
+            return thread
+        row = self.log.store.get_task(self.log.tenant, thread.stream.id)
+        if row is None or (thread.created_at is not None and row.created_at != thread.created_at):
+            # Deleted, or deleted and started again, by someone else: forget what we knew.
+            thread.view, thread.created_at = ThreadView(), None
+            if row is None:
+                return thread
+        if row.version != thread.view.version:
+            for rec in thread.stream.read(after=thread.view.version):
+                thread.view.apply(rec)
+        thread.created_at = row.created_at
+        return thread
+
+    def _append(self, thread_id: str, event: Event) -> None:
+        """Append one event to the thread's stream, re-reading and trying again when another writer won."""
+        thread = self._thread(thread_id, refresh=False)
+        for _ in range(_RETRIES):
+            expected = thread.view.version
+            try:
+                if expected == 0:
+                    if not thread.stream.create(event):
+                        thread = self._thread(thread_id)
+                        continue
+                    version = 1
+                else:
+                    version = thread.stream.append([event], expected)
+            except ConflictError:
+                thread = self._thread(thread_id)
+                continue
+            if thread.created_at is None:
+                row = self.log.store.get_task(self.log.tenant, thread.stream.id)
+                thread.created_at = row.created_at if row is not None else None
+            if version == expected + 1:
+                thread.view.apply(Recorded(version, 0.0, event))
+            else:  # pragma: no cover - a store that numbered differently: read it back
+                self._thread(thread_id)
+            return
+        raise ConflictError(thread.stream.id, expected=thread.view.version, actual=None)
+
+    def _thread_ids(self) -> list[str]:
+        rows = self.log.store.list_tasks(self.log.tenant, TaskFilter(type=THREAD_TYPE), limit=_ALL)
+        return [thread_of(r.task_id) for r in rows]
+
+    def _tuple(self, thread_id: str, view: ThreadView, saved: Saved) -> CheckpointTuple:
+        serde = self.serde
+        checkpoint = decode_json(serde, saved.body)
+        checkpoint["id"] = saved.id
+        checkpoint["channel_versions"] = dict(saved.versions)
+        checkpoint["channel_values"] = {
+            channel: view.value(serde, blob) for channel, blob in saved.sources.items() if blob.kind != "e"
+        }
+        writes = [(w.task_id, w.channel, decode_item(serde, w.item)) for w in view.ordered_writes(saved.ns, saved.id)]
+        parent = None
+        if saved.parent is not None:
+            parent = _config(thread_id, saved.ns, saved.parent)
+        return CheckpointTuple(
+            config=_config(thread_id, saved.ns, saved.id),
+            checkpoint=checkpoint,  # type: ignore[arg-type]
+            metadata=decode_json(serde, saved.metadata),
+            parent_config=parent,
+            pending_writes=writes,
+        )
+
+    # ------------------------------------------------------------------ the saver contract
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``), or the thread's newest in its namespace."""
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        checkpoint_id = get_checkpoint_id(config)
+        with self._lock:
+            view = self._thread(thread_id).view
+            saved = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
+            return self._tuple(thread_id, view, saved) if saved is not None else None
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by checkpoint id): of one thread, or of every thread with ``config=None``.
+
+        ``config`` may narrow to a namespace (``checkpoint_ns``) or one checkpoint (``checkpoint_id``);
+        ``filter`` keeps those whose metadata has every given key with the given value; ``before``
+        keeps those older than its checkpoint; ``limit`` stops after that many.
+        """
+        conf = config["configurable"] if config else {}
+        ns = conf.get("checkpoint_ns")
+        only = get_checkpoint_id(config) if config else None
+        before_id = get_checkpoint_id(before) if before else None
+        with self._lock:
+            threads = [str(conf["thread_id"])] if config else self._thread_ids()
+            found: list[tuple[str, str, Saved]] = []
+            for thread_id in threads:
+                view = self._thread(thread_id).view
+                for saved in view.checkpoints.values():
+                    if (ns is not None and saved.ns != ns) or (only and saved.id != only):
+                        continue
+                    if before_id is not None and saved.id >= before_id:
+                        continue
+                    found.append((saved.id, thread_id, saved))
+        found.sort(key=lambda item: item[0], reverse=True)
+        left = limit
+        for _, thread_id, saved in found:
+            if left is not None and left <= 0:
+                return
+            if filter:
+                metadata = decode_json(self.serde, saved.metadata)
+                if not all(metadata.get(k) == v for k, v in filter.items()):
+                    continue
+            with self._lock:
+                tup = self._tuple(thread_id, self._thread(thread_id, refresh=False).view, saved)
+            if left is not None:
+                left -= 1
+            yield tup
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint: one event with the values of the channels in ``new_versions`` only."""
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        parent_id: str | None = conf.get("checkpoint_id")
+        with self._lock:
+            thread = self._thread(thread_id, refresh=False)
+            if parent_id is not None and thread.view.find(ns, parent_id) is None:
+                thread = self._thread(thread_id)  # the parent was written elsewhere: read it first
+            event = self._checkpoint_event(thread.view, ns, parent_id, checkpoint, config, metadata, new_versions)
+            self._append(thread_id, event)
+        return _config(thread_id, ns, checkpoint["id"])
+
+    def _checkpoint_event(
+        self,
+        view: ThreadView,
+        ns: str,
+        parent_id: str | None,
+        checkpoint: Checkpoint,
+        config: RunnableConfig,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> CheckpointSaved:
+        serde = self.serde
+        values = checkpoint["channel_values"]
+        parent = view.find(ns, parent_id) if parent_id is not None else None
+        stored: dict[str, list[Any]] = {}
+        for channel in new_versions:
+            if channel not in values:
+                stored[channel] = ["e"]
+                continue
+            value = values[channel]
+            if type(value) is not list:
+                stored[channel] = ["f", encode_item(serde, value)]
+                continue
+            base = parent.sources.get(channel) if parent is not None else None
+            if base is not None and base.is_list and len(value) >= base.length:
+                before = view.value(serde, base)
+                if value[: len(before)] == before:  # identical items compare by identity: cheap
+                    stored[channel] = ["a", [encode_item(serde, item) for item in value[len(before) :]]]
+                    continue
+            stored[channel] = ["l", [encode_item(serde, item) for item in value]]
+        rest = {k: v for k, v in checkpoint.items() if k not in ("id", "channel_values", "channel_versions")}
+        return CheckpointSaved(
+            ns=ns,
+            id=checkpoint["id"],
+            parent=parent_id,
+            versions=dict(checkpoint["channel_versions"]),
+            checkpoint=encode_json(serde, rest),
+            metadata=encode_json(serde, dict(get_checkpoint_metadata(config, metadata))),
+            values=stored,
+        )
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes against a checkpoint; writes already stored for (task, index) are kept."""
+        conf = config["configurable"]
+        thread_id, ns, checkpoint_id = str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+        with self._lock:
+            known = self._thread(thread_id, refresh=False).view.writes.get((ns, checkpoint_id), {})
+            items = []
+            for i, (channel, value) in enumerate(writes):
+                idx = WRITES_IDX_MAP.get(channel, i)
+                if idx >= 0 and (task_id, idx) in known:
+                    continue  # a retried put_writes: this one is stored already
+                items.append([idx, channel, encode_item(self.serde, value)])
+            if items:
+                event = WritesSaved(
+                    ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path, writes=items
+                )
+                self._append(thread_id, event)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread: its stream, every namespace's checkpoints and writes."""
+        with self._lock:
+            stream = stream_id(str(thread_id))
+            if self.log.store.get_task(self.log.tenant, stream) is not None:
+                self.log.store.delete_task(self.log.tenant, stream)
+            self._threads.pop(str(thread_id), None)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata names one of ``run_ids``, in every thread."""
+        runs = set(run_ids)
+        if not runs:
+            return
+        with self._lock:
+            for thread_id in self._thread_ids():
+                view = self._thread(thread_id).view
+                doomed = [
+                    s for s in view.checkpoints.values() if decode_json(self.serde, s.metadata).get("run_id") in runs
+                ]
+                self._delete(thread_id, doomed, "delete_for_runs")
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of one thread to another, as they were."""
+        with self._lock:
+            source = self._thread(str(source_thread_id))
+            records = source.stream.read() if source.view.version else []
+            events = [r.event for r in records]
+            if not events:
+                return
+            # Two writes when the target is new: a create with the first event, then the rest at once.
+            target = self._thread(str(target_thread_id))
+            if target.view.version == 0 and target.stream.create(events[0]):
+                target = self._thread(str(target_thread_id))
+                events = events[1:]
+            if events:
+                self._append_many(str(target_thread_id), events)
+
+    def _append_many(self, thread_id: str, events: Sequence[Event]) -> None:
+        for _ in range(_RETRIES):
+            thread = self._thread(thread_id)
+            try:
+                thread.stream.append(events, thread.view.version)
+            except ConflictError:
+                continue
+            self._thread(thread_id)
+            return
+        raise ConflictError(stream_id(thread_id), expected=None, actual=None)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep only each namespace's newest checkpoint; ``delete``: delete the threads."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(f"prune strategy must be 'keep_latest' or 'delete', got {strategy!r}")
+        with self._lock:
+            for thread_id in thread_ids:
+                if strategy == "delete":
+                    self.delete_thread(thread_id)
+                    continue
+                view = self._thread(str(thread_id)).view
+                keep = {ns: max(ids) for ns, ids in view.ids.items() if ids}
+                doomed = [s for s in view.checkpoints.values() if keep.get(s.ns) != s.id]
+                self._delete(str(thread_id), doomed, "prune")
+
+    def _delete(self, thread_id: str, doomed: Sequence[Saved], reason: str) -> None:
+        if not doomed:
+            return
+        view = self._thread(thread_id, refresh=False).view
+        if len(doomed) == len(view.checkpoints):
+            self.delete_thread(thread_id)  # nothing left: the stream goes as a whole
+            return
+        self._append(thread_id, CheckpointsDeleted(checkpoints=[[s.ns, s.id] for s in doomed], reason=reason))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Each channel's writes along the parent chain of ``config``'s checkpoint, oldest first, back to
+        the nearest ancestor that stores a value for it (its ``seed``). Read from memory, not per tuple."""
+        if not channels:
+            return {}
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        checkpoint_id = get_checkpoint_id(config)
+        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        with self._lock:
+            view = self._thread(thread_id).view
+            target = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
+            remaining = set(channels)
+            cursor = view.checkpoints.get((ns, target.parent)) if target and target.parent else None
+            while cursor is not None and remaining:
+                for w in reversed(view.ordered_writes(ns, cursor.id)):
+                    if w.channel in remaining:
+                        collected[w.channel].append((w.task_id, w.channel, decode_item(self.serde, w.item)))
+                for channel in list(remaining):
+                    blob = cursor.sources.get(channel)
+                    if blob is not None and blob.kind != "e":
+                        seeds[channel] = view.value(self.serde, blob)
+                        remaining.discard(channel)
+                cursor = view.checkpoints.get((ns, cursor.parent)) if cursor.parent else None
+        result: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            entry: DeltaChannelHistory = {"writes": list(reversed(collected[channel]))}
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            result[channel] = entry
+        return result
+
+    # ------------------------------------------------------------------ async twins
+    # The work is the same database I/O; it runs on a worker thread so the event loop never waits on it.
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(lambda: [*self.list(config, filter=filter, before=before, limit=limit)])
+        for tup in found:
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(lambda: self.get_delta_channel_history(config=config, channels=channels))
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
