@@ -142,7 +142,7 @@ class Blob:
         self.item = item
         self.items = items or []
         self.base = base
-        self.length = len(self.items) + (base.length if base is not None else 0)
+        self.length: int = len(self.items) + (base.length if base is not None else 0)
         self.objects: list[Any] | None = None  # the items decoded, once per process
         self.tip: Blob | None = None  # a blob whose value starts with this one's (see ThreadView.value)
 

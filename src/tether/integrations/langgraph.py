@@ -191,7 +191,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             parent = _config(thread_id, saved.ns, saved.parent)
         return CheckpointTuple(
             config=_config(thread_id, saved.ns, saved.id),
-            checkpoint=checkpoint,  # type: ignore[arg-type]
+            checkpoint=checkpoint,
             metadata=decode_json(serde, saved.metadata),
             parent_config=parent,
             pending_writes=writes,
@@ -381,7 +381,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
                 continue
             self._thread(thread_id)
             return
-        raise ConflictError(stream_id(thread_id), expected=None, actual=None)
+        raise ConflictError(stream_id(thread_id), expected=self._thread(thread_id).view.version, actual=None)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep only each namespace's newest checkpoint; ``delete``: delete the threads."""
