@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 from collections import OrderedDict
 from typing import Any, Protocol
 
@@ -62,9 +63,16 @@ class CheckpointSaved(Event):
     """A checkpoint of namespace ``ns``; ``values`` holds only the channels whose version changed.
 
     A value is ``["f", item]`` (a whole value), ``["l", [items]]`` (a whole list, item by item),
-    ``["a", [items]]`` (the items appended to the parent checkpoint's value of that channel) or
-    ``["e"]`` (the channel is empty). An item is the serializer's bytes in base64 (a string when
-    the serializer's type is ``msgpack``, else ``[type, base64]``).
+    ``["a", [items]]`` (the items appended to the parent checkpoint's value of that channel),
+    ``["a", [items], [ns, checkpoint_id, channel]]`` (appended to that checkpoint's value of that
+    channel, or to that key of a dict value there, with ``[ns, checkpoint_id, channel, key]``: a
+    subgraph starting from its parent's messages), ``["d", {key: value}]`` (a dict whose entries are
+    encoded the same way: a graph's input) or ``["e"]`` (the channel is empty).
+
+    An item is the serializer's bytes in base64 (a string when the serializer's type is
+    ``msgpack``, else ``[type, base64]``), or ``"#" + key``: the same item stored by an earlier
+    event of the thread (its key is a hash of its bytes). A message a node returns is stored in
+    its write; the checkpoint that appends it to the conversation refers to it.
     """
 
     ns: str
@@ -78,7 +86,8 @@ class CheckpointSaved(Event):
 
 @_event
 class WritesSaved(Event):
-    """Writes of task ``task_id`` against checkpoint ``checkpoint_id``: ``[idx, channel, item]`` each."""
+    """Writes of task ``task_id`` against checkpoint ``checkpoint_id``: ``[idx, channel, value]`` each,
+    the value encoded as in :class:`CheckpointSaved` (a list may append to a checkpoint's value)."""
 
     ns: str
     checkpoint_id: str
@@ -133,22 +142,36 @@ def decode_json(serde: Serde, data: bytes) -> Any:
 
 
 class Blob:
-    """One stored channel value: whole, or items appended to ``base``."""
+    """One stored value: whole, items appended to ``base``, or a dict of values."""
 
-    __slots__ = ("base", "item", "items", "kind", "length", "objects", "tip")
+    __slots__ = ("base", "fields", "item", "items", "kind", "length", "objects", "tip")
 
-    def __init__(self, kind: str, item: Any = None, items: list[Any] | None = None, base: Blob | None = None) -> None:
-        self.kind = kind  # "f", "l", "a" or "e"
+    def __init__(
+        self,
+        kind: str,
+        item: Any = None,
+        items: list[Any] | None = None,
+        base: Blob | None = None,
+        fields: dict[str, Blob] | None = None,
+    ) -> None:
+        self.kind = kind  # "f", "l", "a", "d" or "e"
         self.item = item
         self.items = items or []
         self.base = base
+        self.fields = fields
         self.length: int = len(self.items) + (base.length if base is not None else 0)
-        self.objects: list[Any] | None = None  # the items decoded, once per process
+        self.objects: list[Any] | None = None  # this segment's items decoded, once per process
         self.tip: Blob | None = None  # a blob whose value starts with this one's (see ThreadView.value)
 
     @property
     def is_list(self) -> bool:
         return self.kind in ("l", "a")
+
+
+def item_key(item: Any) -> str:
+    """The key an item is referred to by: a hash of its type and bytes (as stored, in base64)."""
+    text = item if isinstance(item, str) else f"{item[0]}:{item[1]}"
+    return base64.urlsafe_b64encode(hashlib.blake2b(text.encode(), digest_size=12).digest()).decode()
 
 
 class Saved:
@@ -183,7 +206,7 @@ class Write:
     task_id: str
     idx: int
     channel: str
-    item: Any
+    blob: Blob
     task_path: str
 
 
@@ -200,7 +223,9 @@ class ThreadView:
         self.gone: dict[tuple[str, str], Saved] = {}  # deleted, still the base of values stored after them
         self.ids: dict[str, list[str]] = {}  # ns -> checkpoint ids in the order they were saved
         self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
+        self.items: dict[str, Any] = {}  # item key -> the item as first stored
         self._index: dict[tuple[str, str, Any], Blob] = {}  # (ns, channel, version) -> the newest blob
+        self.last_list: dict[str, tuple[list[str], Blob]] = {}  # channel -> the newest list stored, and its ref
         self._flat: OrderedDict[int, tuple[Blob, list[Any]]] = OrderedDict()
 
     # -- folding ------------------------------------------------------------------------
@@ -228,7 +253,13 @@ class ThreadView:
             stored = ev.values.get(channel)
             blob: Blob | None
             if stored is not None:
-                blob = self._blob(ev, channel, stored, parent)
+                base = parent.sources.get(channel) if parent is not None else None
+                blob = self.blob(stored, base, f"checkpoint {ev.id}, channel {channel!r}")
+                if blob.is_list:
+                    self.last_list[channel] = ([ev.ns, ev.id, channel], blob)
+                for name, field in (blob.fields or {}).items():
+                    if field.is_list:
+                        self.last_list[name] = ([ev.ns, ev.id, channel, name], field)
             elif parent is not None and parent_versions.get(channel) == version and channel in parent.sources:
                 blob = parent.sources[channel]
             else:
@@ -244,34 +275,52 @@ class ThreadView:
         self.checkpoints[key] = saved
         self.ids.setdefault(ev.ns, []).append(ev.id)
 
-    @staticmethod
-    def _blob(ev: CheckpointSaved, channel: str, stored: list[Any], parent: Saved | None) -> Blob:
+    def blob(self, stored: list[Any], base: Blob | None, where: str) -> Blob:
+        """The blob a stored value stands for; ``base`` is what a bare append extends (the parent's value)."""
         kind = stored[0]
         if kind == "f":
-            return Blob("f", item=stored[1])
+            return Blob("f", item=self._intern(stored[1], where))
         if kind == "l":
-            return Blob("l", items=stored[1])
+            return Blob("l", items=[self._intern(item, where) for item in stored[1]])
         if kind == "e":
             return Blob("e")
+        if kind == "d":
+            return Blob("d", fields={k: self.blob(v, None, f"{where}[{k!r}]") for k, v in stored[1].items()})
         if kind == "a":
-            base = parent.sources.get(channel) if parent is not None else None
+            if len(stored) > 2:
+                base = self._referred(stored[2])
             if base is None or not base.is_list:
-                raise InvalidInputError(
-                    f"checkpoint {ev.id} appends to channel {channel!r} of parent {ev.parent}, "
-                    "which holds no list here; the thread's log is incomplete"
-                )
-            return Blob("a", items=stored[1], base=base)
-        raise InvalidInputError(f"checkpoint {ev.id}: unknown value kind {kind!r} for channel {channel!r}")
+                raise InvalidInputError(f"{where} appends to a list this thread does not hold; its log is incomplete")
+            return Blob("a", items=[self._intern(item, where) for item in stored[1]], base=base)
+        raise InvalidInputError(f"{where}: unknown value kind {kind!r}")
+
+    def _referred(self, ref: list[str]) -> Blob | None:
+        owner = self.find(ref[0], ref[1])
+        blob = owner.sources.get(ref[2]) if owner is not None else None
+        if blob is not None and len(ref) > 3:
+            blob = (blob.fields or {}).get(ref[3])
+        return blob
+
+    def _intern(self, item: Any, where: str) -> Any:
+        """An item as stored the first time: a reference is looked up, anything else remembered."""
+        if isinstance(item, str) and item.startswith("#"):
+            found = self.items.get(item[1:])
+            if found is None:
+                raise InvalidInputError(f"{where} refers to item {item}, which this thread does not hold")
+            return found
+        self.items.setdefault(item_key(item), item)
+        return item
 
     def _writes(self, ev: WritesSaved) -> None:
         table = self.writes.setdefault((ev.ns, ev.checkpoint_id), {})
-        for idx, channel, item in ev.writes:
+        for idx, channel, stored in ev.writes:
             key = (ev.task_id, idx)
             # A task's regular writes are kept once (a retried put_writes repeats them); its special
             # writes (errors, interrupts, resumes: negative idx) are replaced by the newest.
             if idx >= 0 and key in table:
                 continue
-            table[key] = Write(ev.task_id, idx, channel, item, ev.task_path)
+            blob = self.blob(stored, None, f"write {idx} of task {ev.task_id}")
+            table[key] = Write(ev.task_id, idx, channel, blob, ev.task_path)
 
     # -- reading ------------------------------------------------------------------------
     def find(self, ns: str, checkpoint_id: str) -> Saved | None:
@@ -290,6 +339,8 @@ class ThreadView:
         """A fresh copy of a stored value (a list is a new list; its items are shared, decoded once)."""
         if blob.kind == "f":
             return decode_item(serde, blob.item)
+        if blob.kind == "d":
+            return {k: self.value(serde, v) for k, v in (blob.fields or {}).items()}
         return list(self._list(serde, blob))
 
     def _list(self, serde: Serde, blob: Blob) -> list[Any]:

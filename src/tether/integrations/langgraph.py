@@ -17,6 +17,7 @@ Requires ``pip install 'tether[langgraph]'``.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -46,15 +47,16 @@ from tether.errors import ConflictError, InvalidInputError
 from tether.events import Event, Recorded
 from tether.integrations._langgraph_log import (
     THREAD_TYPE,
+    Blob,
     CheckpointSaved,
     CheckpointsDeleted,
     Saved,
     ThreadView,
     WritesSaved,
-    decode_item,
     decode_json,
     encode_item,
     encode_json,
+    item_key,
     stream_id,
     thread_of,
 )
@@ -185,7 +187,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         checkpoint["channel_values"] = {
             channel: view.value(serde, blob) for channel, blob in saved.sources.items() if blob.kind != "e"
         }
-        writes = [(w.task_id, w.channel, decode_item(serde, w.item)) for w in view.ordered_writes(saved.ns, saved.id)]
+        writes = [(w.task_id, w.channel, view.value(serde, w.blob)) for w in view.ordered_writes(saved.ns, saved.id)]
         parent = None
         if saved.parent is not None:
             parent = _config(thread_id, saved.ns, saved.parent)
@@ -281,35 +283,62 @@ class TetherSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> CheckpointSaved:
-        serde = self.serde
         values = checkpoint["channel_values"]
         parent = view.find(ns, parent_id) if parent_id is not None else None
         stored: dict[str, list[Any]] = {}
         for channel in new_versions:
             if channel not in values:
                 stored[channel] = ["e"]
-                continue
-            value = values[channel]
-            if type(value) is not list:
-                stored[channel] = ["f", encode_item(serde, value)]
-                continue
-            base = parent.sources.get(channel) if parent is not None else None
-            if base is not None and base.is_list and len(value) >= base.length:
-                before = view.value(serde, base)
-                if value[: len(before)] == before:  # identical items compare by identity: cheap
-                    stored[channel] = ["a", [encode_item(serde, item) for item in value[len(before) :]]]
-                    continue
-            stored[channel] = ["l", [encode_item(serde, item) for item in value]]
+            else:
+                base = parent.sources.get(channel) if parent is not None else None
+                stored[channel] = self._encode(view, channel, values[channel], base)
         rest = {k: v for k, v in checkpoint.items() if k not in ("id", "channel_values", "channel_versions")}
         return CheckpointSaved(
             ns=ns,
             id=checkpoint["id"],
             parent=parent_id,
             versions=dict(checkpoint["channel_versions"]),
-            checkpoint=encode_json(serde, rest),
-            metadata=encode_json(serde, dict(get_checkpoint_metadata(config, metadata))),
+            checkpoint=encode_json(self.serde, rest),
+            metadata=encode_json(self.serde, dict(get_checkpoint_metadata(config, metadata))),
             values=stored,
         )
+
+    def _encode(self, view: ThreadView, channel: str, value: Any, base: Blob | None) -> builtins.list[Any]:
+        """A value as stored: a list that starts with a list the thread holds stores only what follows.
+
+        Tried both, the shorter rest wins: the parent checkpoint's value of the channel (``base``;
+        a bare ``"a"`` needs no reference), and the newest list stored for a channel (or input key)
+        of that name (a subgraph's first checkpoint starts from its parent's messages). Items
+        compare with ``==``; the ones LangGraph passes back are the very objects this saver handed
+        out, so the comparison is an identity check in C and costs next to nothing. A dict with
+        lists in it (a graph's input) is stored entry by entry, so its lists can be referred to.
+        """
+        if type(value) is dict and any(type(v) is list and v for v in value.values()):
+            if all(type(k) is str for k in value):
+                return ["d", {k: self._encode(view, k, v, None) for k, v in value.items()}]
+        if type(value) is not list:
+            return ["f", self._item(view, value)]
+        candidates: builtins.list[tuple[Blob, builtins.list[str] | None]] = [(base, None)] if base is not None else []
+        newest = view.last_list.get(channel)
+        if newest is not None and newest[1] is not base:
+            candidates.append((newest[1], newest[0]))
+        best: tuple[builtins.list[Any], builtins.list[str] | None] | None = None
+        for blob, ref in candidates:
+            if blob.is_list and len(value) >= blob.length:
+                start = view.value(self.serde, blob)
+                if value[: len(start)] == start and (best is None or len(value) - len(start) < len(best[0])):
+                    best = (value[len(start) :], ref)
+        if best is None:
+            return ["l", [self._item(view, item) for item in value]]
+        rest, ref = best
+        appended = [self._item(view, item) for item in rest]
+        return ["a", appended] if ref is None else ["a", appended, ref]
+
+    def _item(self, view: ThreadView, value: Any) -> Any:
+        """One item as stored: its bytes, or a reference to the same bytes stored before in this thread."""
+        item = encode_item(self.serde, value)
+        key = item_key(item)
+        return f"#{key}" if key in view.items else item
 
     def put_writes(
         self,
@@ -322,13 +351,14 @@ class TetherSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         thread_id, ns, checkpoint_id = str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
         with self._lock:
-            known = self._thread(thread_id, refresh=False).view.writes.get((ns, checkpoint_id), {})
+            view = self._thread(thread_id, refresh=False).view
+            known = view.writes.get((ns, checkpoint_id), {})
             items = []
             for i, (channel, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(channel, i)
                 if idx >= 0 and (task_id, idx) in known:
                     continue  # a retried put_writes: this one is stored already
-                items.append([idx, channel, encode_item(self.serde, value)])
+                items.append([idx, channel, self._encode(view, channel, value, None)])
             if items:
                 event = WritesSaved(
                     ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path, writes=items
@@ -426,7 +456,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             while cursor is not None and remaining:
                 for w in reversed(view.ordered_writes(ns, cursor.id)):
                     if w.channel in remaining:
-                        collected[w.channel].append((w.task_id, w.channel, decode_item(self.serde, w.item)))
+                        collected[w.channel].append((w.task_id, w.channel, view.value(self.serde, w.blob)))
                 for channel in list(remaining):
                     blob = cursor.sources.get(channel)
                     if blob is not None and blob.kind != "e":
