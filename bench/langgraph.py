@@ -11,7 +11,8 @@ savers' own settings); bytes stored is the file's size once closed.
 
 Measured per saver and size: bytes stored, mean time per turn over the whole run and over its last
 10% (the cost at that length), and the time to read the whole history (``get_state_history``) with a
-saver that has just been opened (nothing cached in the process). Targets at 1,000 turns: >= 50x less
+saver that has just been opened (nothing cached in the process): the saver's own read,
+``list(config)``, and LangGraph's ``get_state_history``, which adds LangGraph's work per snapshot. Targets at 1,000 turns: >= 50x less
 storage than SqliteSaver, >= 5x faster per turn, the full history >= 100x faster to read.
 """
 
@@ -99,9 +100,15 @@ def measure(make: Callable[[Path], tuple[Any, Callable[[], None]] | None], turns
     stored = size_on_disk(path)
     saver, close = make(path) or (None, lambda: None)
     start = time.perf_counter()
-    history = list(graph_on(saver).get_state_history(config))
+    listed = list(saver.list(config))
     read = time.perf_counter() - start
-    assert len(history[0].values["messages"]) == 2 * turns
+    assert len(listed[0].checkpoint["channel_values"]["messages"]) == 2 * turns
+    close()
+    saver, close = make(path) or (None, lambda: None)
+    start = time.perf_counter()
+    history = list(graph_on(saver).get_state_history(config))
+    snapshots = time.perf_counter() - start
+    assert len(history) == len(listed)
     close()
     tail = times[-max(1, turns // 10) :]
     return {
@@ -109,6 +116,7 @@ def measure(make: Callable[[Path], tuple[Any, Callable[[], None]] | None], turns
         "turn_ms": sum(times) / turns * 1000,
         "last_turns_ms": sum(tail) / len(tail) * 1000,
         "history_ms": read * 1000,
+        "state_history_ms": snapshots * 1000,
         "checkpoints": len(history),
     }
 
@@ -132,25 +140,32 @@ def main() -> None:
                 "storage": peer["bytes"] / ours["bytes"],
                 "per_turn": peer["last_turns_ms"] / ours["last_turns_ms"],
                 "history": peer["history_ms"] / ours["history_ms"],
+                "state_history": peer["state_history_ms"] / ours["state_history_ms"],
             }
         rows[n] = row
     if peer_missing:
         print("SqliteSaver is not installed (pip install langgraph-checkpoint-sqlite): tether's figures only")
-    print(f"{'turns':>6} {'saver':>12} {'MB stored':>10} {'ms/turn':>8} {'last 10%':>9} {'history ms':>11} {'ckpts':>6}")
+    print(
+        f"{'turns':>6} {'saver':>12} {'MB stored':>10} {'ms/turn':>8} {'last 10%':>9} {'list ms':>9} "
+        f"{'get_state_history ms':>21} {'ckpts':>6}"
+    )
     for n, row in rows.items():
         for name in ("tether", "sqlite_saver"):
             r = row[name]
             if r is not None:
                 print(
                     f"{n:>6,} {name:>12} {r['bytes'] / 1e6:>10.2f} {r['turn_ms']:>8.2f} {r['last_turns_ms']:>9.2f} "
-                    f"{r['history_ms']:>11.1f} {r['checkpoints']:>6}"
+                    f"{r['history_ms']:>9.1f} {r['state_history_ms']:>21.1f} {r['checkpoints']:>6}"
                 )
         if "ratios" in row:
             q = row["ratios"]
             print(
-                f"{'':>6} {'ratio':>12} {q['storage']:>9.1f}x {'':>8} {q['per_turn']:>8.1f}x {q['history']:>10.1f}x "
-                f"(targets at 1,000 turns: {TARGETS['storage']:.0f}x, {TARGETS['per_turn']:.0f}x, "
-                f"{TARGETS['history']:.0f}x)"
+                f"{'':>6} {'ratio':>12} {q['storage']:>9.1f}x {'':>8} {q['per_turn']:>8.1f}x {q['history']:>8.1f}x "
+                f"{q['state_history']:>20.1f}x"
+            )
+            print(
+                f"{'':>6} {'targets':>12} {TARGETS['storage']:>9.0f}x {'':>8} {TARGETS['per_turn']:>8.0f}x "
+                f"{TARGETS['history']:>8.0f}x  (at 1,000 turns; the history target is on the saver's list)"
             )
     biggest = rows[max(rows)]
     result: dict[str, Any] = {"turns": rows, "targets": TARGETS}
