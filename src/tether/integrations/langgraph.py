@@ -471,6 +471,31 @@ class TetherSaver(BaseCheckpointSaver[int]):
             result[channel] = entry
         return result
 
+    # ------------------------------------------------------------------ inspection
+    def threads(self, *, limit: int = 100) -> builtins.list[dict[str, Any]]:
+        """The tenant's threads, most recently written first: how many checkpoints and events each holds,
+        its namespaces, and its newest checkpoint of the graph's own namespace (and that one's step)."""
+        rows = self.log.store.list_tasks(self.log.tenant, TaskFilter(type=THREAD_TYPE), limit=limit)
+        rows = sorted(rows, key=lambda r: r.updated_at, reverse=True)
+        infos = []
+        with self._lock:
+            for row in rows:
+                thread_id = thread_of(row.task_id)
+                view = self._thread(thread_id).view
+                latest = view.latest("")
+                infos.append(
+                    {
+                        "thread_id": thread_id,
+                        "checkpoints": len(view.checkpoints),
+                        "namespaces": sorted(ns for ns, ids in view.ids.items() if ids),
+                        "latest": latest.id if latest is not None else None,
+                        "step": decode_json(self.serde, latest.metadata).get("step") if latest is not None else None,
+                        "events": row.version,
+                        "updated_at": row.updated_at,
+                    }
+                )
+        return infos
+
     # ------------------------------------------------------------------ async twins
     # The work is the same database I/O; it runs on a worker thread so the event loop never waits on it.
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -526,3 +551,9 @@ class TetherSaver(BaseCheckpointSaver[int]):
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+if __name__ == "__main__":
+    import tether.integrations._langgraph_cli as thread_cli
+
+    thread_cli.main()
