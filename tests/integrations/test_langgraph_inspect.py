@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("langgraph")
 
-from click.testing import CliRunner  # noqa: E402
+from click.testing import CliRunner
 
-from tests.integrations._lg_graph import expected, run  # noqa: E402
-from tether.cli import main as tether_cli  # noqa: E402
-from tether.integrations._langgraph_cli import main as threads_cli  # noqa: E402
+from tests.integrations._lg_graph import expected, run
+from tether.cli import main as tether_cli
+from tether.integrations._langgraph_cli import main as threads_cli
 
 
 def test_threads_show_and_history(tmp_path: Path) -> None:
