@@ -43,3 +43,13 @@ def test_import_tether_does_not_import_langgraph() -> None:
     code = "import sys, tether; print('langgraph' in sys.modules, 'langchain_core' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    page = Path(__file__).parents[2] / "docs" / "integrations" / "langgraph.md"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "docs_langgraph"}
+    for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
+        exec(compile(block, page.name, "exec", dont_inherit=True), namespace)  # no postponed annotations
