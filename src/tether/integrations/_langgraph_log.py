@@ -222,6 +222,7 @@ class ThreadView:
         self.checkpoints: dict[tuple[str, str], Saved] = {}
         self.gone: dict[tuple[str, str], Saved] = {}  # deleted, still the base of values stored after them
         self.ids: dict[str, list[str]] = {}  # ns -> checkpoint ids in the order they were saved
+        self._newest: dict[str, str] = {}  # ns -> its largest checkpoint id
         self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
         self.items: dict[str, Any] = {}  # item key -> the item as first stored
         self._index: dict[tuple[str, str, Any], Blob] = {}  # (ns, channel, version) -> the newest blob
@@ -236,12 +237,18 @@ class ThreadView:
         elif isinstance(ev, WritesSaved):
             self._writes(ev)
         elif isinstance(ev, CheckpointsDeleted):
+            touched: set[str] = set()
             for ns, cid in ev.checkpoints:
                 saved = self.checkpoints.pop((ns, cid), None)
                 if saved is not None:
-                    self.ids[ns].remove(cid)
+                    touched.add(ns)
                     self.gone[(ns, cid)] = saved
                 self.writes.pop((ns, cid), None)
+            for ns in touched:
+                self.ids[ns] = [cid for cid in self.ids[ns] if (ns, cid) in self.checkpoints]
+                self._newest.pop(ns, None)
+                if self.ids[ns]:
+                    self._newest[ns] = max(self.ids[ns])
         self.version = rec.seq
 
     def _saved(self, seq: int, ev: CheckpointSaved) -> None:
@@ -274,6 +281,8 @@ class ThreadView:
             self.ids[ev.ns].remove(ev.id)
         self.checkpoints[key] = saved
         self.ids.setdefault(ev.ns, []).append(ev.id)
+        if ev.id > self._newest.get(ev.ns, ""):
+            self._newest[ev.ns] = ev.id
 
     def blob(self, stored: list[Any], base: Blob | None, where: str) -> Blob:
         """The blob a stored value stands for; ``base`` is what a bare append extends (the parent's value)."""
@@ -329,8 +338,8 @@ class ThreadView:
         return self.checkpoints.get(key) or self.gone.get(key)
 
     def latest(self, ns: str) -> Saved | None:
-        ids = self.ids.get(ns)
-        return self.checkpoints[(ns, max(ids))] if ids else None
+        newest = self._newest.get(ns)
+        return self.checkpoints[(ns, newest)] if newest is not None else None
 
     def has_value(self, blob: Blob) -> bool:
         return blob.kind != "e"
@@ -381,6 +390,7 @@ class ThreadView:
         if tip is not None:
             hit = self._flat.get(id(tip))
             if hit is not None and hit[0] is tip:
+                self._flat.move_to_end(id(tip))  # keep the tip: reading a history newest first slices it
                 return hit[1][: blob.length]
         return None
 

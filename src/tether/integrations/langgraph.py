@@ -6,10 +6,10 @@ channels whose version changed; a list that grew by appending (``add_messages``)
 new items, so a chat stores each message once instead of the whole conversation per step.
 
 Concurrency: every write is one optimistic append at the version this process last read. When
-another process got there first, the append writes nothing (``ConflictError`` inside), the saver
-reads what the other wrote and appends again; an event never depends on its position in the
-stream, so nothing is lost and no checkpoint is ever half written. After ``_RETRIES`` conflicts in
-a row it gives up with ``ConflictError``.
+another process got there first, the append writes nothing (``ConflictError`` inside); the saver
+reads what the other wrote, builds the event again against it (an item the other stored may now be
+referred to) and appends again. Nothing is lost and no checkpoint is ever half written. After
+``_RETRIES`` refusals in a row it gives up with ``ConflictError``.
 
 Requires ``pip install 'tether[langgraph]'``.
 """
@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 try:
@@ -43,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from None
 
 from tether._streams import Stream
-from tether.errors import ConflictError, InvalidInputError
+from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError
 from tether.events import Event, Recorded
 from tether.integrations._langgraph_log import (
     THREAD_TYPE,
@@ -91,6 +92,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
             app brings its own).
         serde: LangGraph's serializer for channel values and writes (its default
             ``JsonPlusSerializer`` when not given).
+        cache_size: how many threads this saver keeps folded in memory (least recently
+            used go first; a thread read again is read from the store again).
 
     Example:
         >>> from typing import Annotated, TypedDict
@@ -116,6 +119,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         *,
         tenant: str = "default",
         serde: SerializerProtocol | None = None,
+        cache_size: int = 256,
     ) -> None:
         super().__init__(serde=serde)
         if isinstance(target, TaskLog):
@@ -126,7 +130,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
             self.log = target.log
         else:
             raise InvalidInputError(f"TetherSaver takes a store URL, a TaskLog or an App, not {type(target).__name__}")
-        self._threads: dict[str, _Thread] = {}
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()
+        self._cache_size = cache_size
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ reading the log
@@ -135,8 +140,12 @@ class TetherSaver(BaseCheckpointSaver[int]):
         thread = self._threads.get(thread_id)
         if thread is None:
             thread = self._threads[thread_id] = _Thread(Stream(self.log, stream_id(thread_id), THREAD_TYPE))
-        elif not refresh:
-            return thread
+            while len(self._threads) > self._cache_size:
+                self._threads.popitem(last=False)
+        else:
+            self._threads.move_to_end(thread_id)
+            if not refresh:
+                return thread
         row = self.log.store.get_task(self.log.tenant, thread.stream.id)
         if row is None or (thread.created_at is not None and row.created_at != thread.created_at):
             # Deleted, or deleted and started again, by someone else: forget what we knew.
@@ -149,10 +158,14 @@ class TetherSaver(BaseCheckpointSaver[int]):
         thread.created_at = row.created_at
         return thread
 
-    def _append(self, thread_id: str, event: Event) -> None:
-        """Append one event to the thread's stream, re-reading and trying again when another writer won."""
+    def _append(self, thread_id: str, make: Callable[[ThreadView], Event | None]) -> None:
+        """Append the event ``make`` builds from the thread's view; when another writer got there first
+        (the append wrote nothing), read what it wrote and build the event again from that."""
         thread = self._thread(thread_id, refresh=False)
         for _ in range(_RETRIES):
+            event = make(thread.view)
+            if event is None:
+                return
             expected = thread.view.version
             try:
                 if expected == 0:
@@ -162,16 +175,13 @@ class TetherSaver(BaseCheckpointSaver[int]):
                     version = 1
                 else:
                     version = thread.stream.append([event], expected)
-            except ConflictError:
+            except (ConflictError, TaskNotFoundError):  # another writer appended, or deleted the thread
                 thread = self._thread(thread_id)
                 continue
             if thread.created_at is None:
                 row = self.log.store.get_task(self.log.tenant, thread.stream.id)
                 thread.created_at = row.created_at if row is not None else None
-            if version == expected + 1:
-                thread.view.apply(Recorded(version, 0.0, event))
-            else:  # pragma: no cover - a store that numbered differently: read it back
-                self._thread(thread_id)
+            thread.view.apply(Recorded(version, 0.0, event))
             return
         raise ConflictError(thread.stream.id, expected=thread.view.version, actual=None)
 
@@ -230,7 +240,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         before_id = get_checkpoint_id(before) if before else None
         with self._lock:
             threads = [str(conf["thread_id"])] if config else self._thread_ids()
-            found: list[tuple[str, str, Saved]] = []
+            found: builtins.list[tuple[str, str, ThreadView, Saved]] = []
             for thread_id in threads:
                 view = self._thread(thread_id).view
                 for saved in view.checkpoints.values():
@@ -238,10 +248,10 @@ class TetherSaver(BaseCheckpointSaver[int]):
                         continue
                     if before_id is not None and saved.id >= before_id:
                         continue
-                    found.append((saved.id, thread_id, saved))
+                    found.append((saved.id, thread_id, view, saved))
         found.sort(key=lambda item: item[0], reverse=True)
         left = limit
-        for _, thread_id, saved in found:
+        for _, thread_id, view, saved in found:
             if left is not None and left <= 0:
                 return
             if filter:
@@ -249,7 +259,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
                 if not all(metadata.get(k) == v for k, v in filter.items()):
                     continue
             with self._lock:
-                tup = self._tuple(thread_id, self._thread(thread_id, refresh=False).view, saved)
+                tup = self._tuple(thread_id, view, saved)
             if left is not None:
                 left -= 1
             yield tup
@@ -269,8 +279,10 @@ class TetherSaver(BaseCheckpointSaver[int]):
             thread = self._thread(thread_id, refresh=False)
             if parent_id is not None and thread.view.find(ns, parent_id) is None:
                 thread = self._thread(thread_id)  # the parent was written elsewhere: read it first
-            event = self._checkpoint_event(thread.view, ns, parent_id, checkpoint, config, metadata, new_versions)
-            self._append(thread_id, event)
+            self._append(
+                thread_id,
+                lambda view: self._checkpoint_event(view, ns, parent_id, checkpoint, config, metadata, new_versions),
+            )
         return _config(thread_id, ns, checkpoint["id"])
 
     def _checkpoint_event(
@@ -350,8 +362,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
         """Store a task's writes against a checkpoint; writes already stored for (task, index) are kept."""
         conf = config["configurable"]
         thread_id, ns, checkpoint_id = str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
-        with self._lock:
-            view = self._thread(thread_id, refresh=False).view
+
+        def event(view: ThreadView) -> WritesSaved | None:
             known = view.writes.get((ns, checkpoint_id), {})
             items = []
             for i, (channel, value) in enumerate(writes):
@@ -359,11 +371,12 @@ class TetherSaver(BaseCheckpointSaver[int]):
                 if idx >= 0 and (task_id, idx) in known:
                     continue  # a retried put_writes: this one is stored already
                 items.append([idx, channel, self._encode(view, channel, value, None)])
-            if items:
-                event = WritesSaved(
-                    ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path, writes=items
-                )
-                self._append(thread_id, event)
+            if not items:
+                return None
+            return WritesSaved(ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path, writes=items)
+
+        with self._lock:
+            self._append(thread_id, event)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread: its stream, every namespace's checkpoints and writes."""
@@ -407,7 +420,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             thread = self._thread(thread_id)
             try:
                 thread.stream.append(events, thread.view.version)
-            except ConflictError:
+            except (ConflictError, TaskNotFoundError):
                 continue
             self._thread(thread_id)
             return
@@ -434,7 +447,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
         if len(doomed) == len(view.checkpoints):
             self.delete_thread(thread_id)  # nothing left: the stream goes as a whole
             return
-        self._append(thread_id, CheckpointsDeleted(checkpoints=[[s.ns, s.id] for s in doomed], reason=reason))
+        gone = [[s.ns, s.id] for s in doomed]
+        self._append(thread_id, lambda view: CheckpointsDeleted(checkpoints=gone, reason=reason))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
