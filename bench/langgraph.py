@@ -1,7 +1,8 @@
 """LangGraph checkpointer benchmark: TetherSaver against LangGraph's own SqliteSaver, same graph, same run.
 
-Run: ``python bench/langgraph.py`` (100 and 1,000 turns; ``--turns 100 1000 3000`` for more,
-``--quick``: 30 and 100). Prints a table and the ratios, then one line of JSON.
+Run: ``python bench/langgraph.py`` (100 and 1,000 turns; ``--turns 100 1000 10000`` for more,
+SqliteSaver up to ``--peer-max`` turns, 1,000 by default; ``--quick``: 30 and 100). Prints a table
+and the ratios, then one line of JSON.
 
 The graph is a chat: ``messages`` with ``add_messages``, one node answering each user message with
 a ~500-byte reply (``bench/_common.MESSAGE``). One turn is one ``invoke`` with a new user message:
@@ -130,14 +131,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--turns", type=int, nargs="*", default=None)
+    parser.add_argument(
+        "--peer-max", type=int, default=1000, help="run SqliteSaver up to this many turns (its bytes grow as turns^2)"
+    )
     args = parser.parse_args()
     sizes = args.turns or ([30, 100] if args.quick else [100, 1000])
     rows: dict[int, dict[str, Any]] = {}
     peer_missing = False
     for n in sizes:
         ours = measure(tether_saver, n)
-        peer = measure(sqlite_saver, n)
-        peer_missing = peer is None
+        peer = measure(sqlite_saver, n) if n <= args.peer_max else None
+        peer_missing = peer_missing or (peer is None and n <= args.peer_max)
         assert ours is not None
         row: dict[str, Any] = {"tether": ours, "sqlite_saver": peer}
         if peer is not None:
@@ -150,6 +154,8 @@ def main() -> None:
         rows[n] = row
     if peer_missing:
         print("SqliteSaver is not installed (pip install langgraph-checkpoint-sqlite): tether's figures only")
+    if any(n > args.peer_max for n in sizes):
+        print(f"SqliteSaver runs up to {args.peer_max:,} turns (--peer-max): it stores the whole conversation per step")
     print(
         f"{'turns':>6} {'saver':>12} {'MB stored':>10} {'ms/turn':>8} {'last 10%':>9} {'list ms':>9} "
         f"{'get_state_history ms':>21} {'ckpts':>6}"
@@ -172,10 +178,10 @@ def main() -> None:
                 f"{'':>6} {'targets':>12} {TARGETS['storage']:>9.0f}x {'':>8} {TARGETS['per_turn']:>8.0f}x "
                 f"{TARGETS['history']:>8.0f}x  (at 1,000 turns; the history target is on the saver's list)"
             )
-    biggest = rows[max(rows)]
+    compared = [n for n, row in rows.items() if "ratios" in row]
     result: dict[str, Any] = {"turns": rows, "targets": TARGETS}
-    if "ratios" in biggest and max(rows) >= 1000:
-        result["pass"] = all(biggest["ratios"][k] >= v for k, v in TARGETS.items())
+    if compared and max(compared) >= 1000:
+        result["pass"] = all(rows[max(compared)]["ratios"][k] >= v for k, v in TARGETS.items())
     else:
         result["pass"] = None  # the targets are set at 1,000 turns against the peer
     print(orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS).decode())
