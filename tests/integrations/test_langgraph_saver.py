@@ -101,3 +101,30 @@ def test_a_small_cache_still_reads_everything(store_url: str) -> None:
     listed = list(saver.list(None))
     assert len(listed) == 9
     assert all(len(t.checkpoint["channel_values"]["messages"]) == t.metadata["step"] for t in listed)
+
+
+def test_delta_channel_history_matches_langgraphs_own_walk(store_url: str) -> None:
+    import asyncio
+
+    from langchain_core.messages import HumanMessage as Human
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.types import Command
+
+    from tests.integrations._lg_graph import build
+
+    saver = TetherSaver(store_url)
+    graph = build(saver)
+    cfg: dict[str, Any] = {"configurable": {"thread_id": "delta"}}
+    graph.invoke({"messages": [Human(content="hello", id="human-hello")], "notes": 0}, cfg)
+    for k in range(3):
+        graph.invoke(Command(resume=f"user {k}"), cfg)
+    channels = ["messages", "notes", "branch:to:agent", "absent"]
+    for tup in saver.list({"configurable": {"thread_id": "delta", "checkpoint_ns": ""}}):
+        ours = saver.get_delta_channel_history(config=tup.config, channels=channels)
+        walked = BaseCheckpointSaver.get_delta_channel_history(saver, config=tup.config, channels=channels)
+        assert ours == walked
+    latest_config = saver.get_tuple(cfg).config  # type: ignore[union-attr]
+    assert asyncio.run(saver.aget_delta_channel_history(config=latest_config, channels=channels)) == (
+        saver.get_delta_channel_history(config=latest_config, channels=channels)
+    )
+    assert saver.get_delta_channel_history(config=latest_config, channels=[]) == {}
