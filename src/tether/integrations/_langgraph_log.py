@@ -225,6 +225,7 @@ class ThreadView:
         self._newest: dict[str, str] = {}  # ns -> its largest checkpoint id
         self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
         self.items: dict[str, Any] = {}  # item key -> the item as first stored
+        self._objects: dict[str, Any] = {}  # a list item (as stored) -> its object, decoded once
         self._index: dict[tuple[str, str, Any], Blob] = {}  # (ns, channel, version) -> the newest blob
         self.last_list: dict[str, tuple[list[str], Blob]] = {}  # channel -> the newest list stored, and its ref
         self._flat: OrderedDict[int, tuple[Blob, list[Any]]] = OrderedDict()
@@ -372,7 +373,7 @@ class ThreadView:
         flat = list(start)
         for segment in reversed(segments):
             if segment.objects is None:
-                segment.objects = [decode_item(serde, item) for item in segment.items]
+                segment.objects = [self._object(serde, item) for item in segment.items]
             flat.extend(segment.objects)
         for segment in segments:
             segment.tip = blob
@@ -380,6 +381,15 @@ class ThreadView:
         while len(self._flat) > _FLAT_CACHE:
             self._flat.popitem(last=False)
         return flat
+
+    def _object(self, serde: Serde, item: Any) -> Any:
+        """A list item decoded, once per thread: the same message in several lists is one object."""
+        if not isinstance(item, str):
+            return decode_item(serde, item)
+        found = self._objects.get(item)
+        if found is None:
+            found = self._objects[item] = decode_item(serde, item)
+        return found
 
     def _cached(self, blob: Blob) -> list[Any] | None:
         hit = self._flat.get(id(blob))
