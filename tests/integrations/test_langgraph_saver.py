@@ -3,8 +3,10 @@ values that are not appends, metadata JSON cannot hold."""
 
 from __future__ import annotations
 
+import base64
+import operator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -128,3 +130,60 @@ def test_delta_channel_history_matches_langgraphs_own_walk(store_url: str) -> No
         saver.get_delta_channel_history(config=latest_config, channels=channels)
     )
     assert saver.get_delta_channel_history(config=latest_config, channels=[]) == {}
+
+
+class Inner(TypedDict):
+    n: int
+    out: Annotated[list[int], operator.add]
+
+
+class Outer(TypedDict):
+    out: Annotated[list[int], operator.add]
+
+
+def test_parallel_subgraphs_in_one_process(store_url: str) -> None:
+    """Send fans out to five subgraph runs at once: their checkpoints and writes race inside one saver."""
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import Send
+
+    inner = StateGraph(Inner)
+    inner.add_node("double", lambda s: {"out": [s["n"] * 2]})
+    inner.add_node("triple", lambda s: {"out": [s["n"] * 3]})
+    inner.add_edge(START, "double")
+    inner.add_edge("double", "triple")
+    inner.add_edge("triple", END)
+    outer = StateGraph(Outer)
+    outer.add_node("work", inner.compile())
+    outer.add_conditional_edges(START, lambda s: [Send("work", {"n": n, "out": []}) for n in range(5)], ["work"])
+    saver = TetherSaver(store_url)
+    graph = outer.compile(checkpointer=saver)
+    cfg: dict[str, Any] = {"configurable": {"thread_id": "fan"}}
+    result = graph.invoke({"out": []}, cfg)
+    assert sorted(result["out"]) == sorted([n * 2 for n in range(5)] + [n * 3 for n in range(5)])
+    namespaces = {t.config["configurable"]["checkpoint_ns"] for t in saver.list({"configurable": {"thread_id": "fan"}})}
+    assert len([ns for ns in namespaces if ns.startswith("work:")]) == 5
+    fresh = outer.compile(checkpointer=TetherSaver(TaskLog(saver.log.store)))
+    assert sorted(fresh.get_state(cfg).values["out"]) == sorted(result["out"])
+
+
+def test_an_encrypting_serializer(store_url: str) -> None:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class Xor:  # a stand-in cipher: the saver must only ever store what the serializer gives it
+        def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+            return "xor", bytes(b ^ 0x5A for b in plaintext)
+
+        def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+            assert ciphername == "xor"
+            return bytes(b ^ 0x5A for b in ciphertext)
+
+    serde = EncryptedSerializer(Xor(), JsonPlusSerializer())
+    saver = TetherSaver(store_url, serde=serde)
+    first = put(saver, "t", None, [HumanMessage("secret", id="1")])
+    put(saver, "t", first, [HumanMessage("secret", id="1"), AIMessage("more", id="2")])
+    rows = saver.log.store.read_events(saver.log.tenant, stream_id("t"))
+    stored = b"".join(r.data if isinstance(r.data, bytes) else r.data.encode() for r in rows)
+    assert b"secret" not in stored and base64.b64encode(b"secret")[:6] not in stored
+    fresh = TetherSaver(TaskLog(saver.log.store), serde=serde)
+    assert [m.content for m in latest(fresh, "t").checkpoint["channel_values"]["messages"]] == ["secret", "more"]
