@@ -11,6 +11,11 @@ reads what the other wrote, builds the event again against it (an item the other
 referred to) and appends again. Nothing is lost and no checkpoint is ever half written. After
 ``_RETRIES`` refusals in a row it gives up with ``ConflictError``.
 
+Threads: LangGraph calls a saver from many threads at once (its task pools, a background executor
+per run and per subgraph). All of a saver's work runs on one worker thread of its own, in the
+order it is asked for; the async methods await that thread. So the saver needs no lock, and holds
+one store connection however many threads call it.
+
 Requires ``pip install 'tether[langgraph]'``.
 """
 
@@ -18,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar, cast
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -67,7 +74,38 @@ from tether.store import TaskFilter
 __all__ = ["THREAD_TYPE", "TetherSaver"]
 
 _RETRIES = 100
+_BATCH = 64  # checkpoints a list() builds per hand-over to the worker thread
 _ALL = 1_000_000_000
+
+
+_T = TypeVar("_T")
+_M = TypeVar("_M", bound=Callable[..., Any])
+_working = threading.local()  # which saver the current thread is working for, on that saver's worker
+
+
+def _serialized(method: _M) -> _M:
+    """Run the method on the saver's worker thread (at once when already there: one method may call another)."""
+
+    @functools.wraps(method)
+    def run(self: TetherSaver, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_working, "saver", None) is self:
+            return method(self, *args, **kwargs)
+        return self._submit(method, *args, **kwargs).result()
+
+    return cast(_M, run)
+
+
+def _raw(method: Callable[..., _T]) -> Callable[..., _T]:
+    """The undecorated method, to submit to the worker from async code without a second hop."""
+    return cast(Callable[..., _T], getattr(method, "__wrapped__", method))
+
+
+def _on_worker(saver: TetherSaver, method: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _T:
+    _working.saver = saver
+    try:
+        return method(saver, *args, **kwargs)
+    finally:
+        _working.saver = None
 
 
 class _Thread:
@@ -132,7 +170,17 @@ class TetherSaver(BaseCheckpointSaver[int]):
             raise InvalidInputError(f"TetherSaver takes a store URL, a TaskLog or an App, not {type(target).__name__}")
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
         self._cache_size = cache_size
-        self._lock = threading.RLock()
+        # One thread of its own does all of this saver's work: the threads LangGraph calls from (its
+        # pools, a background executor per run and subgraph) never touch the store, so the saver needs
+        # no lock and holds one connection (PostgreSQL lends each appending thread one until it ends).
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-langgraph")
+
+    def close(self) -> None:
+        """Stop the saver's worker thread (the store stays open: it belongs to the log)."""
+        self._worker.shutdown(wait=True)
+
+    def _submit(self, method: Callable[..., _T], *args: Any, **kwargs: Any) -> Future[_T]:
+        return self._worker.submit(_on_worker, self, method, args, kwargs)
 
     # ------------------------------------------------------------------ reading the log
     def _thread(self, thread_id: str, *, refresh: bool = True) -> _Thread:
@@ -210,15 +258,15 @@ class TetherSaver(BaseCheckpointSaver[int]):
         )
 
     # ------------------------------------------------------------------ the saver contract
+    @_serialized
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``), or the thread's newest in its namespace."""
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
-        with self._lock:
-            view = self._thread(thread_id).view
-            saved = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
-            return self._tuple(thread_id, view, saved) if saved is not None else None
+        view = self._thread(thread_id).view
+        saved = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
+        return self._tuple(thread_id, view, saved) if saved is not None else None
 
     def list(
         self,
@@ -234,36 +282,55 @@ class TetherSaver(BaseCheckpointSaver[int]):
         ``filter`` keeps those whose metadata has every given key with the given value; ``before``
         keeps those older than its checkpoint; ``limit`` stops after that many.
         """
+        found = self._matching(config, before)
+        left = limit
+        # Built on the worker a batch at a time (one hand-over per batch), yielded one at a time.
+        batch = min(_BATCH, limit) if limit else _BATCH
+        for start in range(0, len(found), batch):
+            for tup in self._listed(found[start : start + batch], filter):
+                if left is not None and left <= 0:
+                    return
+                if left is not None:
+                    left -= 1
+                yield tup
+
+    @_serialized
+    def _matching(
+        self, config: RunnableConfig | None, before: RunnableConfig | None
+    ) -> builtins.list[tuple[str, str, ThreadView, Saved]]:
+        """The checkpoints ``config`` and ``before`` select, newest first, each with its thread's view."""
         conf = config["configurable"] if config else {}
         ns = conf.get("checkpoint_ns")
         only = get_checkpoint_id(config) if config else None
         before_id = get_checkpoint_id(before) if before else None
-        with self._lock:
-            threads = [str(conf["thread_id"])] if config else self._thread_ids()
-            found: builtins.list[tuple[str, str, ThreadView, Saved]] = []
-            for thread_id in threads:
-                view = self._thread(thread_id).view
-                for saved in view.checkpoints.values():
-                    if (ns is not None and saved.ns != ns) or (only and saved.id != only):
-                        continue
-                    if before_id is not None and saved.id >= before_id:
-                        continue
-                    found.append((saved.id, thread_id, view, saved))
+        threads = [str(conf["thread_id"])] if config else self._thread_ids()
+        found: builtins.list[tuple[str, str, ThreadView, Saved]] = []
+        for thread_id in threads:
+            view = self._thread(thread_id).view
+            for saved in view.checkpoints.values():
+                if (ns is not None and saved.ns != ns) or (only and saved.id != only):
+                    continue
+                if before_id is not None and saved.id >= before_id:
+                    continue
+                found.append((saved.id, thread_id, view, saved))
         found.sort(key=lambda item: item[0], reverse=True)
-        left = limit
+        return found
+
+    @_serialized
+    def _listed(
+        self, found: Sequence[tuple[str, str, ThreadView, Saved]], filter: dict[str, Any] | None
+    ) -> builtins.list[CheckpointTuple]:
+        """The tuples of ``found`` whose metadata matches ``filter``."""
+        out = []
         for _, thread_id, view, saved in found:
-            if left is not None and left <= 0:
-                return
             if filter:
                 metadata = decode_json(self.serde, saved.metadata)
                 if not all(metadata.get(k) == v for k, v in filter.items()):
                     continue
-            with self._lock:
-                tup = self._tuple(thread_id, view, saved)
-            if left is not None:
-                left -= 1
-            yield tup
+            out.append(self._tuple(thread_id, view, saved))
+        return out
 
+    @_serialized
     def put(
         self,
         config: RunnableConfig,
@@ -275,14 +342,13 @@ class TetherSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         parent_id: str | None = conf.get("checkpoint_id")
-        with self._lock:
-            thread = self._thread(thread_id, refresh=False)
-            if parent_id is not None and thread.view.find(ns, parent_id) is None:
-                thread = self._thread(thread_id)  # the parent was written elsewhere: read it first
-            self._append(
-                thread_id,
-                lambda view: self._checkpoint_event(view, ns, parent_id, checkpoint, config, metadata, new_versions),
-            )
+        thread = self._thread(thread_id, refresh=False)
+        if parent_id is not None and thread.view.find(ns, parent_id) is None:
+            thread = self._thread(thread_id)  # the parent was written elsewhere: read it first
+        self._append(
+            thread_id,
+            lambda view: self._checkpoint_event(view, ns, parent_id, checkpoint, config, metadata, new_versions),
+        )
         return _config(thread_id, ns, checkpoint["id"])
 
     def _checkpoint_event(
@@ -352,6 +418,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         key = item_key(item)
         return f"#{key}" if key in view.items else item
 
+    @_serialized
     def put_writes(
         self,
         config: RunnableConfig,
@@ -375,45 +442,42 @@ class TetherSaver(BaseCheckpointSaver[int]):
                 return None
             return WritesSaved(ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path, writes=items)
 
-        with self._lock:
-            self._append(thread_id, event)
+        self._append(thread_id, event)
 
+    @_serialized
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread: its stream, every namespace's checkpoints and writes."""
-        with self._lock:
-            stream = stream_id(str(thread_id))
-            if self.log.store.get_task(self.log.tenant, stream) is not None:
-                self.log.store.delete_task(self.log.tenant, stream)
-            self._threads.pop(str(thread_id), None)
+        stream = stream_id(str(thread_id))
+        if self.log.store.get_task(self.log.tenant, stream) is not None:
+            self.log.store.delete_task(self.log.tenant, stream)
+        self._threads.pop(str(thread_id), None)
 
+    @_serialized
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata names one of ``run_ids``, in every thread."""
         runs = set(run_ids)
         if not runs:
             return
-        with self._lock:
-            for thread_id in self._thread_ids():
-                view = self._thread(thread_id).view
-                doomed = [
-                    s for s in view.checkpoints.values() if decode_json(self.serde, s.metadata).get("run_id") in runs
-                ]
-                self._delete(thread_id, doomed, "delete_for_runs")
+        for thread_id in self._thread_ids():
+            view = self._thread(thread_id).view
+            doomed = [s for s in view.checkpoints.values() if decode_json(self.serde, s.metadata).get("run_id") in runs]
+            self._delete(thread_id, doomed, "delete_for_runs")
 
+    @_serialized
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of one thread to another, as they were."""
-        with self._lock:
-            source = self._thread(str(source_thread_id))
-            records = source.stream.read() if source.view.version else []
-            events = [r.event for r in records]
-            if not events:
-                return
-            # Two writes when the target is new: a create with the first event, then the rest at once.
+        source = self._thread(str(source_thread_id))
+        records = source.stream.read() if source.view.version else []
+        events = [r.event for r in records]
+        if not events:
+            return
+        # Two writes when the target is new: a create with the first event, then the rest at once.
+        target = self._thread(str(target_thread_id))
+        if target.view.version == 0 and target.stream.create(events[0]):
             target = self._thread(str(target_thread_id))
-            if target.view.version == 0 and target.stream.create(events[0]):
-                target = self._thread(str(target_thread_id))
-                events = events[1:]
-            if events:
-                self._append_many(str(target_thread_id), events)
+            events = events[1:]
+        if events:
+            self._append_many(str(target_thread_id), events)
 
     def _append_many(self, thread_id: str, events: Sequence[Event]) -> None:
         for _ in range(_RETRIES):
@@ -426,19 +490,19 @@ class TetherSaver(BaseCheckpointSaver[int]):
             return
         raise ConflictError(stream_id(thread_id), expected=self._thread(thread_id).view.version, actual=None)
 
+    @_serialized
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep only each namespace's newest checkpoint; ``delete``: delete the threads."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(f"prune strategy must be 'keep_latest' or 'delete', got {strategy!r}")
-        with self._lock:
-            for thread_id in thread_ids:
-                if strategy == "delete":
-                    self.delete_thread(thread_id)
-                    continue
-                view = self._thread(str(thread_id)).view
-                keep = {ns: max(ids) for ns, ids in view.ids.items() if ids}
-                doomed = [s for s in view.checkpoints.values() if keep.get(s.ns) != s.id]
-                self._delete(str(thread_id), doomed, "prune")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            view = self._thread(str(thread_id)).view
+            keep = {ns: max(ids) for ns, ids in view.ids.items() if ids}
+            doomed = [s for s in view.checkpoints.values() if keep.get(s.ns) != s.id]
+            self._delete(str(thread_id), doomed, "prune")
 
     def _delete(self, thread_id: str, doomed: Sequence[Saved], reason: str) -> None:
         if not doomed:
@@ -450,6 +514,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         gone = [[s.ns, s.id] for s in doomed]
         self._append(thread_id, lambda view: CheckpointsDeleted(checkpoints=gone, reason=reason))
 
+    @_serialized
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
@@ -462,21 +527,20 @@ class TetherSaver(BaseCheckpointSaver[int]):
         checkpoint_id = get_checkpoint_id(config)
         collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
         seeds: dict[str, Any] = {}
-        with self._lock:
-            view = self._thread(thread_id).view
-            target = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
-            remaining = set(channels)
-            cursor = view.checkpoints.get((ns, target.parent)) if target and target.parent else None
-            while cursor is not None and remaining:
-                for w in reversed(view.ordered_writes(ns, cursor.id)):
-                    if w.channel in remaining:
-                        collected[w.channel].append((w.task_id, w.channel, view.value(self.serde, w.blob)))
-                for channel in list(remaining):
-                    blob = cursor.sources.get(channel)
-                    if blob is not None and blob.kind != "e":
-                        seeds[channel] = view.value(self.serde, blob)
-                        remaining.discard(channel)
-                cursor = view.checkpoints.get((ns, cursor.parent)) if cursor.parent else None
+        view = self._thread(thread_id).view
+        target = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
+        remaining = set(channels)
+        cursor = view.checkpoints.get((ns, target.parent)) if target and target.parent else None
+        while cursor is not None and remaining:
+            for w in reversed(view.ordered_writes(ns, cursor.id)):
+                if w.channel in remaining:
+                    collected[w.channel].append((w.task_id, w.channel, view.value(self.serde, w.blob)))
+            for channel in list(remaining):
+                blob = cursor.sources.get(channel)
+                if blob is not None and blob.kind != "e":
+                    seeds[channel] = view.value(self.serde, blob)
+                    remaining.discard(channel)
+            cursor = view.checkpoints.get((ns, cursor.parent)) if cursor.parent else None
         result: dict[str, DeltaChannelHistory] = {}
         for channel in channels:
             entry: DeltaChannelHistory = {"writes": list(reversed(collected[channel]))}
@@ -486,34 +550,34 @@ class TetherSaver(BaseCheckpointSaver[int]):
         return result
 
     # ------------------------------------------------------------------ inspection
+    @_serialized
     def threads(self, *, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """The tenant's threads, most recently written first: how many checkpoints and events each holds,
         its namespaces, and its newest checkpoint of the graph's own namespace (and that one's step)."""
         rows = self.log.store.list_tasks(self.log.tenant, TaskFilter(type=THREAD_TYPE), limit=limit)
         rows = sorted(rows, key=lambda r: r.updated_at, reverse=True)
         infos = []
-        with self._lock:
-            for row in rows:
-                thread_id = thread_of(row.task_id)
-                view = self._thread(thread_id).view
-                latest = view.latest("")
-                infos.append(
-                    {
-                        "thread_id": thread_id,
-                        "checkpoints": len(view.checkpoints),
-                        "namespaces": sorted(ns for ns, ids in view.ids.items() if ids),
-                        "latest": latest.id if latest is not None else None,
-                        "step": decode_json(self.serde, latest.metadata).get("step") if latest is not None else None,
-                        "events": row.version,
-                        "updated_at": row.updated_at,
-                    }
-                )
+        for row in rows:
+            thread_id = thread_of(row.task_id)
+            view = self._thread(thread_id).view
+            latest = view.latest("")
+            infos.append(
+                {
+                    "thread_id": thread_id,
+                    "checkpoints": len(view.checkpoints),
+                    "namespaces": sorted(ns for ns, ids in view.ids.items() if ids),
+                    "latest": latest.id if latest is not None else None,
+                    "step": decode_json(self.serde, latest.metadata).get("step") if latest is not None else None,
+                    "events": row.version,
+                    "updated_at": row.updated_at,
+                }
+            )
         return infos
 
     # ------------------------------------------------------------------ async twins
-    # The work is the same database I/O; it runs on a worker thread so the event loop never waits on it.
+    # The same work, on the same worker thread; the event loop awaits it and never blocks on the store.
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
+        return await asyncio.wrap_future(self._submit(_raw(TetherSaver.get_tuple), config))
 
     async def alist(
         self,
@@ -523,9 +587,17 @@ class TetherSaver(BaseCheckpointSaver[int]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.to_thread(lambda: [*self.list(config, filter=filter, before=before, limit=limit)])
-        for tup in found:
-            yield tup
+        found = await asyncio.wrap_future(self._submit(_raw(TetherSaver._matching), config, before))
+        left = limit
+        batch = min(_BATCH, limit) if limit else _BATCH
+        for start in range(0, len(found), batch):
+            chunk = found[start : start + batch]
+            for tup in await asyncio.wrap_future(self._submit(_raw(TetherSaver._listed), chunk, filter)):
+                if left is not None and left <= 0:
+                    return
+                if left is not None:
+                    left -= 1
+                yield tup
 
     async def aput(
         self,
@@ -534,7 +606,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        put = self._submit(_raw(TetherSaver.put), config, checkpoint, metadata, new_versions)
+        return await asyncio.wrap_future(put)
 
     async def aput_writes(
         self,
@@ -543,24 +616,26 @@ class TetherSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        await asyncio.wrap_future(self._submit(_raw(TetherSaver.put_writes), config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
+        await asyncio.wrap_future(self._submit(_raw(TetherSaver.delete_thread), thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
+        await asyncio.wrap_future(self._submit(_raw(TetherSaver.delete_for_runs), run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+        copy = self._submit(_raw(TetherSaver.copy_thread), source_thread_id, target_thread_id)
+        await asyncio.wrap_future(copy)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+        await asyncio.wrap_future(self._submit(_raw(TetherSaver.prune), thread_ids, strategy=strategy))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return await asyncio.to_thread(lambda: self.get_delta_channel_history(config=config, channels=channels))
+        walk = self._submit(_raw(TetherSaver.get_delta_channel_history), config=config, channels=channels)
+        return await asyncio.wrap_future(walk)
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
