@@ -1,4 +1,5 @@
-"""What a LangGraph thread looks like in tether: its events, and the fold that reads them back.
+"""What a LangGraph thread looks like in tether: its events, how a value is encoded against what the
+thread already holds, and the fold that reads them back.
 
 A thread is one internal stream (type ``tether.langgraph``, id ``langgraph:{thread_id}``) holding
 every namespace of the thread (the graph's and its subgraphs'). Three events, all facts:
@@ -331,6 +332,44 @@ class ThreadView:
                 continue
             blob = self.blob(stored, None, f"write {idx} of task {ev.task_id}")
             table[key] = Write(ev.task_id, idx, channel, blob, ev.task_path)
+
+    # -- encoding, against what the thread holds ----------------------------------------------
+    def encode(self, serde: Serde, channel: str, value: Any, base: Blob | None) -> list[Any]:
+        """A value as stored: a list that starts with a list the thread holds stores only what follows.
+
+        Tried both, the shorter rest wins: the parent checkpoint's value of the channel (``base``;
+        a bare ``"a"`` needs no reference), and the newest list stored for a channel (or input key)
+        of that name (a subgraph's first checkpoint starts from its parent's messages). Items
+        compare with ``==``; the ones LangGraph passes back are the very objects the saver handed
+        out, so the comparison is an identity check in C and costs next to nothing. A dict with
+        lists in it (a graph's input) is stored entry by entry, so its lists can be referred to.
+        """
+        if type(value) is dict and any(type(v) is list and v for v in value.values()):
+            if all(type(k) is str for k in value):
+                return ["d", {k: self.encode(serde, k, v, None) for k, v in value.items()}]
+        if type(value) is not list:
+            return ["f", self.item(serde, value)]
+        candidates: list[tuple[Blob, list[str] | None]] = [(base, None)] if base is not None else []
+        newest = self.last_list.get(channel)
+        if newest is not None and newest[1] is not base:
+            candidates.append((newest[1], newest[0]))
+        best: tuple[list[Any], list[str] | None] | None = None
+        for blob, ref in candidates:
+            if blob.is_list and len(value) >= blob.length:
+                start = self._list(serde, blob)
+                if value[: len(start)] == start and (best is None or len(value) - len(start) < len(best[0])):
+                    best = (value[len(start) :], ref)
+        if best is None:
+            return ["l", [self.item(serde, item) for item in value]]
+        rest, ref = best
+        appended = [self.item(serde, item) for item in rest]
+        return ["a", appended] if ref is None else ["a", appended, ref]
+
+    def item(self, serde: Serde, value: Any) -> Any:
+        """One item as stored: its bytes, or a reference to the same bytes stored before in this thread."""
+        item = encode_item(serde, value)
+        key = item_key(item)
+        return f"#{key}" if key in self.items else item
 
     # -- reading ------------------------------------------------------------------------
     def find(self, ns: str, checkpoint_id: str) -> Saved | None:

@@ -55,16 +55,13 @@ from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError
 from tether.events import Event, Recorded
 from tether.integrations._langgraph_log import (
     THREAD_TYPE,
-    Blob,
     CheckpointSaved,
     CheckpointsDeleted,
     Saved,
     ThreadView,
     WritesSaved,
     decode_json,
-    encode_item,
     encode_json,
-    item_key,
     stream_id,
     thread_of,
 )
@@ -369,7 +366,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
                 stored[channel] = ["e"]
             else:
                 base = parent.sources.get(channel) if parent is not None else None
-                stored[channel] = self._encode(view, channel, values[channel], base)
+                stored[channel] = view.encode(self.serde, channel, values[channel], base)
         rest = {k: v for k, v in checkpoint.items() if k not in ("id", "channel_values", "channel_versions")}
         return CheckpointSaved(
             ns=ns,
@@ -380,43 +377,6 @@ class TetherSaver(BaseCheckpointSaver[int]):
             metadata=encode_json(self.serde, dict(get_checkpoint_metadata(config, metadata))),
             values=stored,
         )
-
-    def _encode(self, view: ThreadView, channel: str, value: Any, base: Blob | None) -> builtins.list[Any]:
-        """A value as stored: a list that starts with a list the thread holds stores only what follows.
-
-        Tried both, the shorter rest wins: the parent checkpoint's value of the channel (``base``;
-        a bare ``"a"`` needs no reference), and the newest list stored for a channel (or input key)
-        of that name (a subgraph's first checkpoint starts from its parent's messages). Items
-        compare with ``==``; the ones LangGraph passes back are the very objects this saver handed
-        out, so the comparison is an identity check in C and costs next to nothing. A dict with
-        lists in it (a graph's input) is stored entry by entry, so its lists can be referred to.
-        """
-        if type(value) is dict and any(type(v) is list and v for v in value.values()):
-            if all(type(k) is str for k in value):
-                return ["d", {k: self._encode(view, k, v, None) for k, v in value.items()}]
-        if type(value) is not list:
-            return ["f", self._item(view, value)]
-        candidates: builtins.list[tuple[Blob, builtins.list[str] | None]] = [(base, None)] if base is not None else []
-        newest = view.last_list.get(channel)
-        if newest is not None and newest[1] is not base:
-            candidates.append((newest[1], newest[0]))
-        best: tuple[builtins.list[Any], builtins.list[str] | None] | None = None
-        for blob, ref in candidates:
-            if blob.is_list and len(value) >= blob.length:
-                start = view.value(self.serde, blob)
-                if value[: len(start)] == start and (best is None or len(value) - len(start) < len(best[0])):
-                    best = (value[len(start) :], ref)
-        if best is None:
-            return ["l", [self._item(view, item) for item in value]]
-        rest, ref = best
-        appended = [self._item(view, item) for item in rest]
-        return ["a", appended] if ref is None else ["a", appended, ref]
-
-    def _item(self, view: ThreadView, value: Any) -> Any:
-        """One item as stored: its bytes, or a reference to the same bytes stored before in this thread."""
-        item = encode_item(self.serde, value)
-        key = item_key(item)
-        return f"#{key}" if key in view.items else item
 
     @_serialized
     def put_writes(
@@ -437,7 +397,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
                 idx = WRITES_IDX_MAP.get(channel, i)
                 if idx >= 0 and (task_id, idx) in known:
                     continue  # a retried put_writes: this one is stored already
-                items.append([idx, channel, self._encode(view, channel, value, None)])
+                items.append([idx, channel, view.encode(self.serde, channel, value, None)])
             if not items:
                 return None
             return WritesSaved(ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path, writes=items)
