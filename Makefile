@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/task_reads.py
 	$(BIN)/python bench/postgres.py
 	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/langgraph.py
 
 clean:
 	rm -rf $(VENV) tether.db tether.db-wal tether.db-shm tether.db-lock .pytest_cache

@@ -44,6 +44,7 @@ from tether.errors import (
     UnknownEventTypeError,
     ValueTooLargeError,
 )
+from tether.integrations import _langgraph_log  # noqa: F401  (its events: `tether history langgraph:ID` reads them)
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import Phases, Status
 from tether.model import Attempt, Decision, Failure, Observation, ParentRef, Step, TaskState, ToolCall, Waiting

@@ -29,6 +29,7 @@ SMOKE = {
     "peers.py": False,
     "task_reads.py": False,
     "serve.py": False,
+    "langgraph.py": False,
 }
 
 

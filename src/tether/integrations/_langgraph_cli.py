@@ -1,0 +1,187 @@
+"""``python -m tether.integrations.langgraph``: LangGraph threads as tether stores them.
+
+A thread is an internal stream, so ``tether tasks`` (which lists tasks) does not show it and
+``tether show`` (which folds a task's state) cannot read it; ``tether history langgraph:THREAD``
+lists its events. These commands are the thread's own views: ``threads``, ``show``, ``history``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+import orjson
+from rich.table import Table
+
+from tether.cli import CONTEXT, _console, _emit_json, _short, _url, db_option, errors_as_messages, json_option
+from tether.integrations._langgraph_log import CheckpointSaved, CheckpointsDeleted, WritesSaved, stream_id
+
+if TYPE_CHECKING:
+    from tether.integrations.langgraph import TetherSaver
+
+
+def _saver(db: str | None, tenant: str) -> TetherSaver:
+    from tether.integrations.langgraph import TetherSaver  # this module is run by that one
+
+    return TetherSaver(_url(db), tenant=tenant)
+
+
+def tenant_option(fn: Any) -> Any:
+    return click.option("--tenant", default="default", show_default=True, help="the tenant the threads belong to")(fn)
+
+
+@click.group(context_settings=CONTEXT)
+def main() -> None:
+    """LangGraph threads kept by TetherSaver: list them, show one's latest state, list its events."""
+
+
+@main.command()
+@db_option
+@tenant_option
+@json_option
+@errors_as_messages
+def threads(db: str | None, tenant: str, as_json: bool) -> None:
+    """Threads, most recently written first: checkpoints, namespaces, the newest checkpoint."""
+    infos = _saver(db, tenant).threads()
+    if as_json:
+        _emit_json(infos)
+        return
+    table = Table()
+    for column in ("thread", "checkpoints", "namespaces", "latest checkpoint", "step", "events"):
+        table.add_column(column)
+    for i in infos:
+        table.add_row(
+            i["thread_id"],
+            str(i["checkpoints"]),
+            str(len(i["namespaces"])),
+            i["latest"] or "",
+            str(i["step"]),
+            str(i["events"]),
+        )
+    _console().print(table if infos else "no LangGraph threads")
+
+
+@main.command()
+@click.argument("thread_id")
+@click.option("--ns", default="", help="the checkpoint namespace (default: the graph's own)")
+@db_option
+@tenant_option
+@json_option
+@errors_as_messages
+def show(thread_id: str, ns: str, db: str | None, tenant: str, as_json: bool) -> None:
+    """The thread's newest checkpoint: its values (lists by their length and last item) and pending writes."""
+    saver = _saver(db, tenant)
+    tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
+    if tup is None:
+        raise click.ClickException(f"no checkpoint for thread {thread_id!r} in namespace {ns!r}")
+    values = {k: _describe(v) for k, v in tup.checkpoint["channel_values"].items()}
+    writes = [{"task": t, "channel": c, "value": _describe(v)} for t, c, v in tup.pending_writes or []]
+    if as_json:
+        _emit_json(
+            {
+                "config": tup.config,
+                "metadata": orjson.loads(orjson.dumps(tup.metadata, default=str)),
+                "values": values,
+                "pending_writes": writes,
+            }
+        )
+        return
+    out = _console()
+    meta = tup.metadata
+    out.print(f"[bold]{thread_id}[/] {ns or '(root)'} checkpoint {tup.config['configurable']['checkpoint_id']}")
+    out.print(f"step {meta.get('step')} from {meta.get('source')}")
+    for channel, text in values.items():
+        out.print(f"  {channel}: {text}")
+    for w in writes:
+        out.print(f"  pending {w['channel']} from task {w['task'][:8]}: {w['value']}")
+
+
+@main.command()
+@click.argument("thread_id")
+@db_option
+@tenant_option
+@json_option
+@errors_as_messages
+def history(thread_id: str, db: str | None, tenant: str, as_json: bool) -> None:
+    """Every event of the thread, in order: checkpoints (with what each stored), writes, deletions."""
+    saver = _saver(db, tenant)
+    log = saver.log
+    rows = log.store.read_events(log.tenant, stream_id(thread_id))
+    if not rows:
+        raise click.ClickException(f"no LangGraph thread {thread_id!r}")
+    entries = []
+    for row in rows:
+        rec = log.decode(row)
+        ev = rec.event
+        entry: dict[str, Any] = {
+            "seq": rec.seq,
+            "at": rec.time.isoformat(),
+            "event": ev.event_type,
+            "bytes": len(row.data),
+        }
+        if isinstance(ev, CheckpointSaved):
+            meta = ev.metadata
+            entry.update(
+                ns=ev.ns,
+                checkpoint=ev.id,
+                step=meta.get("step"),
+                source=meta.get("source"),
+                stored={k: _stored(v) for k, v in ev.values.items()},
+            )
+        elif isinstance(ev, WritesSaved):
+            entry.update(ns=ev.ns, checkpoint=ev.checkpoint_id, task=ev.task_id, channels=[w[1] for w in ev.writes])
+        elif isinstance(ev, CheckpointsDeleted):
+            entry.update(reason=ev.reason, checkpoints=[cid for _, cid in ev.checkpoints])
+        entries.append(entry)
+    if as_json:
+        _emit_json(entries)
+        return
+    table = Table()
+    for column in ("seq", "time", "event", "ns", "checkpoint", "details", "bytes"):
+        table.add_column(column)
+    for e in entries:
+        if e["event"] == "CheckpointSaved":
+            details = f"step {e['step']} {e['source']}: " + ", ".join(f"{k} {v}" for k, v in e["stored"].items())
+        elif e["event"] == "WritesSaved":
+            details = f"task {e['task'][:8]}: " + ", ".join(e["channels"])
+        else:
+            details = f"{e['reason']}: {len(e['checkpoints'])} checkpoints"
+        table.add_row(
+            str(e["seq"]),
+            e["at"][11:23],
+            e["event"],
+            _short(e.get("ns", "") or "", 16),
+            (e.get("checkpoint") or "")[-12:],
+            _short(details, 70),
+            str(e["bytes"]),
+        )
+    _console().print(table)
+
+
+def _stored(spec: list[Any]) -> str:
+    """What a stored value holds, in words: ``+2`` items appended, ``[5]`` a whole list, ``=`` a whole value."""
+    kind = spec[0]
+    if kind == "a":
+        return f"+{len(spec[1])}" + (" (from another)" if len(spec) > 2 else "")
+    if kind == "l":
+        return f"[{len(spec[1])}]"
+    if kind == "d":
+        return "{" + ", ".join(f"{k} {_stored(v)}" for k, v in spec[1].items()) + "}"
+    return "=" if kind == "f" else "empty"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, list):
+        last = _short(_text(value[-1]), 60) if value else ""
+        return f"{len(value)} items" + (f", last: {last}" if last else "")
+    return _short(_text(value), 80)
+
+
+def _text(value: Any) -> str:
+    content = getattr(value, "content", None)
+    if content is not None:
+        return f"{type(value).__name__}: {content}"
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:
+        return repr(value)

@@ -1,0 +1,451 @@
+"""What a LangGraph thread looks like in tether: its events, how a value is encoded against what the
+thread already holds, and the fold that reads them back.
+
+A thread is one internal stream (type ``tether.langgraph``, id ``langgraph:{thread_id}``) holding
+every namespace of the thread (the graph's and its subgraphs'). Three events, all facts:
+
+- ``CheckpointSaved``: one checkpoint, and the value of every channel whose version changed in
+  it, and only those. A list that grew by appending (``add_messages``) stores only the new items.
+- ``WritesSaved``: one task's pending writes against a checkpoint.
+- ``CheckpointsDeleted``: checkpoints that ``delete_for_runs`` or ``prune`` took away.
+
+This module imports nothing from LangGraph (so ``tether history`` can decode a thread's events
+without it); values are encoded by the saver's serializer, passed in.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+from collections import OrderedDict
+from typing import Any, Protocol
+
+import orjson
+
+from tether.errors import InvalidInputError
+from tether.events import Event, Recorded, _event
+
+__all__ = [
+    "THREAD_TYPE",
+    "CheckpointSaved",
+    "CheckpointsDeleted",
+    "Serde",
+    "ThreadView",
+    "WritesSaved",
+    "stream_id",
+]
+
+THREAD_TYPE = "tether.langgraph"
+_PREFIX = "langgraph:"
+
+
+def stream_id(thread_id: str) -> str:
+    return f"{_PREFIX}{thread_id}"
+
+
+def thread_of(stream: str) -> str:
+    return stream.removeprefix(_PREFIX)
+
+
+class Serde(Protocol):
+    """The part of LangGraph's ``SerializerProtocol`` this module uses."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]: ...
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any: ...
+
+
+# ----------------------------------------------------------------------------- events
+
+
+@_event
+class CheckpointSaved(Event):
+    """A checkpoint of namespace ``ns``; ``values`` holds only the channels whose version changed.
+
+    A value is ``["f", item]`` (a whole value), ``["l", [items]]`` (a whole list, item by item),
+    ``["a", [items]]`` (the items appended to the parent checkpoint's value of that channel),
+    ``["a", [items], [ns, checkpoint_id, channel]]`` (appended to that checkpoint's value of that
+    channel, or to that key of a dict value there, with ``[ns, checkpoint_id, channel, key]``: a
+    subgraph starting from its parent's messages), ``["d", {key: value}]`` (a dict whose entries are
+    encoded the same way: a graph's input) or ``["e"]`` (the channel is empty).
+
+    An item is the serializer's bytes in base64 (a string when the serializer's type is
+    ``msgpack``, else ``[type, base64]``), or ``"#" + key``: the same item stored by an earlier
+    event of the thread (its key is a hash of its bytes). A message a node returns is stored in
+    its write; the checkpoint that appends it to the conversation refers to it.
+    """
+
+    ns: str
+    id: str
+    parent: str | None
+    versions: dict[str, Any]
+    checkpoint: dict[str, Any]
+    metadata: dict[str, Any]
+    values: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+
+
+@_event
+class WritesSaved(Event):
+    """Writes of task ``task_id`` against checkpoint ``checkpoint_id``: ``[idx, channel, value]`` each,
+    the value encoded as in :class:`CheckpointSaved` (a list may append to a checkpoint's value)."""
+
+    ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    writes: list[list[Any]]
+
+
+@_event
+class CheckpointsDeleted(Event):
+    """Checkpoints (``[ns, id]`` pairs) and their writes taken away by ``reason``."""
+
+    checkpoints: list[list[str]]
+    reason: str
+
+
+# ----------------------------------------------------------------------------- encoding
+
+_SERDE_KEY = "__serde__"
+
+
+def encode_item(serde: Serde, value: Any) -> Any:
+    kind, data = serde.dumps_typed(value)
+    text = base64.b64encode(data).decode()
+    return text if kind == "msgpack" else [kind, text]
+
+
+def decode_item(serde: Serde, item: Any) -> Any:
+    if isinstance(item, str):
+        return serde.loads_typed(("msgpack", base64.b64decode(item)))
+    return serde.loads_typed((item[0], base64.b64decode(item[1])))
+
+
+def encode_json(serde: Serde, value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` as it is (JSON, queryable in the database) when JSON keeps it whole, else serialized."""
+    try:
+        if orjson.loads(orjson.dumps(value)) == value:
+            return value
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    return {_SERDE_KEY: encode_item(serde, value)}
+
+
+def decode_json(serde: Serde, data: bytes) -> Any:
+    value = orjson.loads(data)
+    if isinstance(value, dict) and _SERDE_KEY in value and len(value) == 1:
+        return decode_item(serde, value[_SERDE_KEY])
+    return value
+
+
+# ----------------------------------------------------------------------------- the fold
+
+
+class Blob:
+    """One stored value: whole, items appended to ``base``, or a dict of values."""
+
+    __slots__ = ("base", "fields", "item", "items", "kind", "length", "objects", "tip")
+
+    def __init__(
+        self,
+        kind: str,
+        item: Any = None,
+        items: list[Any] | None = None,
+        base: Blob | None = None,
+        fields: dict[str, Blob] | None = None,
+    ) -> None:
+        self.kind = kind  # "f", "l", "a", "d" or "e"
+        self.item = item
+        self.items = items or []
+        self.base = base
+        self.fields = fields
+        self.length: int = len(self.items) + (base.length if base is not None else 0)
+        self.objects: list[Any] | None = None  # this segment's items decoded, once per process
+        self.tip: Blob | None = None  # a blob whose value starts with this one's (see ThreadView.value)
+
+    @property
+    def is_list(self) -> bool:
+        return self.kind in ("l", "a")
+
+
+def item_key(item: Any) -> str:
+    """The key an item is referred to by: a hash of its type and bytes (as stored, in base64)."""
+    text = item if isinstance(item, str) else f"{item[0]}:{item[1]}"
+    return base64.urlsafe_b64encode(hashlib.blake2b(text.encode(), digest_size=12).digest()).decode()
+
+
+class Saved:
+    """A checkpoint as the fold keeps it; ``body`` (the checkpoint but its id, versions and values)
+    and ``metadata`` are JSON, decoded per read, so every reader gets dicts of its own."""
+
+    __slots__ = ("body", "id", "metadata", "ns", "parent", "seq", "sources", "versions")
+
+    def __init__(
+        self,
+        seq: int,
+        ns: str,
+        id: str,
+        parent: str | None,
+        versions: dict[str, Any],
+        body: bytes,
+        metadata: bytes,
+        sources: dict[str, Blob],
+    ) -> None:
+        self.seq = seq
+        self.ns = ns
+        self.id = id
+        self.parent = parent
+        self.versions = versions
+        self.body = body
+        self.metadata = metadata
+        self.sources = sources
+
+
+@dataclasses.dataclass(slots=True)
+class Write:
+    task_id: str
+    idx: int
+    channel: str
+    blob: Blob
+    task_path: str
+
+
+_FLAT_CACHE = 16
+
+
+class ThreadView:
+    """Everything of one thread, folded from its events: checkpoints by namespace, their writes,
+    and where each channel value lives. Values are decoded lazily, each stored item once."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.checkpoints: dict[tuple[str, str], Saved] = {}
+        self.gone: dict[tuple[str, str], Saved] = {}  # deleted, still the base of values stored after them
+        self.ids: dict[str, list[str]] = {}  # ns -> checkpoint ids in the order they were saved
+        self._newest: dict[str, str] = {}  # ns -> its largest checkpoint id
+        self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
+        self.items: dict[str, Any] = {}  # item key -> the item as first stored
+        self._objects: dict[str, Any] = {}  # a list item (as stored) -> its object, decoded once
+        self._index: dict[tuple[str, str, Any], Blob] = {}  # (ns, channel, version) -> the newest blob
+        self.last_list: dict[str, tuple[list[str], Blob]] = {}  # channel -> the newest list stored, and its ref
+        self._flat: OrderedDict[int, tuple[Blob, list[Any]]] = OrderedDict()
+
+    # -- folding ------------------------------------------------------------------------
+    def apply(self, rec: Recorded) -> None:
+        ev = rec.event
+        if isinstance(ev, CheckpointSaved):
+            self._saved(rec.seq, ev)
+        elif isinstance(ev, WritesSaved):
+            self._writes(ev)
+        elif isinstance(ev, CheckpointsDeleted):
+            touched: set[str] = set()
+            for ns, cid in ev.checkpoints:
+                saved = self.checkpoints.pop((ns, cid), None)
+                if saved is not None:
+                    touched.add(ns)
+                    self.gone[(ns, cid)] = saved
+                self.writes.pop((ns, cid), None)
+            for ns in touched:
+                self.ids[ns] = [cid for cid in self.ids[ns] if (ns, cid) in self.checkpoints]
+                self._newest.pop(ns, None)
+                if self.ids[ns]:
+                    self._newest[ns] = max(self.ids[ns])
+        self.version = rec.seq
+
+    def _saved(self, seq: int, ev: CheckpointSaved) -> None:
+        parent = self.find(ev.ns, ev.parent) if ev.parent else None
+        versions = ev.versions
+        parent_versions = parent.versions if parent is not None else {}
+        sources: dict[str, Blob] = {}
+        for channel, version in versions.items():
+            stored = ev.values.get(channel)
+            blob: Blob | None
+            if stored is not None:
+                base = parent.sources.get(channel) if parent is not None else None
+                blob = self.blob(stored, base, f"checkpoint {ev.id}, channel {channel!r}")
+                if blob.is_list:
+                    self.last_list[channel] = ([ev.ns, ev.id, channel], blob)
+                for name, field in (blob.fields or {}).items():
+                    if field.is_list:
+                        self.last_list[name] = ([ev.ns, ev.id, channel, name], field)
+            elif parent is not None and parent_versions.get(channel) == version and channel in parent.sources:
+                blob = parent.sources[channel]
+            else:
+                blob = self._index.get((ev.ns, channel, version))
+            if blob is not None:
+                sources[channel] = blob
+                self._index[(ev.ns, channel, version)] = blob
+        body = orjson.dumps(ev.checkpoint)
+        saved = Saved(seq, ev.ns, ev.id, ev.parent, versions, body, orjson.dumps(ev.metadata), sources)
+        key = (ev.ns, ev.id)
+        if key in self.checkpoints:  # the same checkpoint saved again (a retried put): the newer stands
+            self.ids[ev.ns].remove(ev.id)
+        self.checkpoints[key] = saved
+        self.ids.setdefault(ev.ns, []).append(ev.id)
+        if ev.id > self._newest.get(ev.ns, ""):
+            self._newest[ev.ns] = ev.id
+
+    def blob(self, stored: list[Any], base: Blob | None, where: str) -> Blob:
+        """The blob a stored value stands for; ``base`` is what a bare append extends (the parent's value)."""
+        kind = stored[0]
+        if kind == "f":
+            return Blob("f", item=self._intern(stored[1], where))
+        if kind == "l":
+            return Blob("l", items=[self._intern(item, where) for item in stored[1]])
+        if kind == "e":
+            return Blob("e")
+        if kind == "d":
+            return Blob("d", fields={k: self.blob(v, None, f"{where}[{k!r}]") for k, v in stored[1].items()})
+        if kind == "a":
+            if len(stored) > 2:
+                base = self._referred(stored[2])
+            if base is None or not base.is_list:
+                raise InvalidInputError(f"{where} appends to a list this thread does not hold; its log is incomplete")
+            return Blob("a", items=[self._intern(item, where) for item in stored[1]], base=base)
+        raise InvalidInputError(f"{where}: unknown value kind {kind!r}")
+
+    def _referred(self, ref: list[str]) -> Blob | None:
+        owner = self.find(ref[0], ref[1])
+        blob = owner.sources.get(ref[2]) if owner is not None else None
+        if blob is not None and len(ref) > 3:
+            blob = (blob.fields or {}).get(ref[3])
+        return blob
+
+    def _intern(self, item: Any, where: str) -> Any:
+        """An item as stored the first time: a reference is looked up, anything else remembered."""
+        if isinstance(item, str) and item.startswith("#"):
+            found = self.items.get(item[1:])
+            if found is None:
+                raise InvalidInputError(f"{where} refers to item {item}, which this thread does not hold")
+            return found
+        self.items.setdefault(item_key(item), item)
+        return item
+
+    def _writes(self, ev: WritesSaved) -> None:
+        table = self.writes.setdefault((ev.ns, ev.checkpoint_id), {})
+        for idx, channel, stored in ev.writes:
+            key = (ev.task_id, idx)
+            # A task's regular writes are kept once (a retried put_writes repeats them); its special
+            # writes (errors, interrupts, resumes: negative idx) are replaced by the newest.
+            if idx >= 0 and key in table:
+                continue
+            blob = self.blob(stored, None, f"write {idx} of task {ev.task_id}")
+            table[key] = Write(ev.task_id, idx, channel, blob, ev.task_path)
+
+    # -- encoding, against what the thread holds ----------------------------------------------
+    def encode(self, serde: Serde, channel: str, value: Any, base: Blob | None) -> list[Any]:
+        """A value as stored: a list that starts with a list the thread holds stores only what follows.
+
+        Tried both, the shorter rest wins: the parent checkpoint's value of the channel (``base``;
+        a bare ``"a"`` needs no reference), and the newest list stored for a channel (or input key)
+        of that name (a subgraph's first checkpoint starts from its parent's messages). Items
+        compare with ``==``; the ones LangGraph passes back are the very objects the saver handed
+        out, so the comparison is an identity check in C and costs next to nothing. A dict with
+        lists in it (a graph's input) is stored entry by entry, so its lists can be referred to.
+        """
+        if type(value) is dict and any(type(v) is list and v for v in value.values()):
+            if all(type(k) is str for k in value):
+                return ["d", {k: self.encode(serde, k, v, None) for k, v in value.items()}]
+        if type(value) is not list:
+            return ["f", self.item(serde, value)]
+        candidates: list[tuple[Blob, list[str] | None]] = [(base, None)] if base is not None else []
+        newest = self.last_list.get(channel)
+        if newest is not None and newest[1] is not base:
+            candidates.append((newest[1], newest[0]))
+        best: tuple[list[Any], list[str] | None] | None = None
+        for blob, ref in candidates:
+            if blob.is_list and len(value) >= blob.length:
+                start = self._list(serde, blob)
+                if value[: len(start)] == start and (best is None or len(value) - len(start) < len(best[0])):
+                    best = (value[len(start) :], ref)
+        if best is None:
+            return ["l", [self.item(serde, item) for item in value]]
+        rest, ref = best
+        appended = [self.item(serde, item) for item in rest]
+        return ["a", appended] if ref is None else ["a", appended, ref]
+
+    def item(self, serde: Serde, value: Any) -> Any:
+        """One item as stored: its bytes, or a reference to the same bytes stored before in this thread."""
+        item = encode_item(serde, value)
+        key = item_key(item)
+        return f"#{key}" if key in self.items else item
+
+    # -- reading ------------------------------------------------------------------------
+    def find(self, ns: str, checkpoint_id: str) -> Saved | None:
+        """A checkpoint, deleted or not (a deleted one may still hold the start of a later value)."""
+        key = (ns, checkpoint_id)
+        return self.checkpoints.get(key) or self.gone.get(key)
+
+    def latest(self, ns: str) -> Saved | None:
+        newest = self._newest.get(ns)
+        return self.checkpoints[(ns, newest)] if newest is not None else None
+
+    def has_value(self, blob: Blob) -> bool:
+        return blob.kind != "e"
+
+    def value(self, serde: Serde, blob: Blob) -> Any:
+        """A fresh copy of a stored value (a list is a new list; its items are shared, decoded once)."""
+        if blob.kind == "f":
+            return decode_item(serde, blob.item)
+        if blob.kind == "d":
+            return {k: self.value(serde, v) for k, v in (blob.fields or {}).items()}
+        return list(self._list(serde, blob))
+
+    def _list(self, serde: Serde, blob: Blob) -> list[Any]:
+        """The whole list a list blob stands for.
+
+        Walks the appends back to a whole list, or to a blob whose list is cached; every blob on the
+        way is a prefix of this one, so it remembers this one as its ``tip`` and its own list is
+        then a slice of the tip's, without walking again (reading a history newest first is linear).
+        """
+        segments: list[Blob] = []
+        start: list[Any] = []
+        current: Blob | None = blob
+        while current is not None:
+            hit = self._cached(current)
+            if hit is not None:
+                start = hit
+                break
+            segments.append(current)
+            current = current.base if current.kind == "a" else None
+        flat = list(start)
+        for segment in reversed(segments):
+            if segment.objects is None:
+                segment.objects = [self._object(serde, item) for item in segment.items]
+            flat.extend(segment.objects)
+        for segment in segments:
+            segment.tip = blob
+        self._flat[id(blob)] = (blob, flat)
+        while len(self._flat) > _FLAT_CACHE:
+            self._flat.popitem(last=False)
+        return flat
+
+    def _object(self, serde: Serde, item: Any) -> Any:
+        """A list item decoded, once per thread: the same message in several lists is one object."""
+        if not isinstance(item, str):
+            return decode_item(serde, item)
+        found = self._objects.get(item)
+        if found is None:
+            found = self._objects[item] = decode_item(serde, item)
+        return found
+
+    def _cached(self, blob: Blob) -> list[Any] | None:
+        hit = self._flat.get(id(blob))
+        if hit is not None and hit[0] is blob:
+            self._flat.move_to_end(id(blob))
+            return hit[1]
+        tip = blob.tip
+        if tip is not None:
+            hit = self._flat.get(id(tip))
+            if hit is not None and hit[0] is tip:
+                self._flat.move_to_end(id(tip))  # keep the tip: reading a history newest first slices it
+                return hit[1][: blob.length]
+        return None
+
+    def ordered_writes(self, ns: str, checkpoint_id: str) -> list[Write]:
+        """A checkpoint's writes in ``writes_sort_key`` order: (task_path, task_id, idx)."""
+        table = self.writes.get((ns, checkpoint_id))
+        if not table:
+            return []
+        return sorted(table.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
