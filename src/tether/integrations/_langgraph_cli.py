@@ -13,7 +13,17 @@ import click
 import orjson
 from rich.table import Table
 
-from tether.cli import CONTEXT, _console, _emit_json, _short, _url, db_option, errors_as_messages, json_option
+from tether.cli import (
+    CONTEXT,
+    _console,
+    _emit_json,
+    _short,
+    _tenant,
+    _url,
+    db_option,
+    errors_as_messages,
+    json_option,
+)
 from tether.integrations._langgraph_log import CheckpointSaved, CheckpointsDeleted, WritesSaved, stream_id
 
 if TYPE_CHECKING:
@@ -26,8 +36,6 @@ def _saver(db: str | None, tenant: str) -> TetherSaver:
     return TetherSaver(_url(db), tenant=tenant)
 
 
-def tenant_option(fn: Any) -> Any:
-    return click.option("--tenant", default="default", show_default=True, help="the tenant the threads belong to")(fn)
 
 
 @click.group(context_settings=CONTEXT)
@@ -37,12 +45,11 @@ def main() -> None:
 
 @main.command()
 @db_option
-@tenant_option
 @json_option
 @errors_as_messages
-def threads(db: str | None, tenant: str, as_json: bool) -> None:
+def threads(db: str | None, as_json: bool) -> None:
     """Threads, most recently written first: checkpoints, namespaces, the newest checkpoint."""
-    infos = _saver(db, tenant).threads()
+    infos = _saver(db, _tenant()).threads()
     if as_json:
         _emit_json(infos)
         return
@@ -65,12 +72,11 @@ def threads(db: str | None, tenant: str, as_json: bool) -> None:
 @click.argument("thread_id")
 @click.option("--ns", default="", help="the checkpoint namespace (default: the graph's own)")
 @db_option
-@tenant_option
 @json_option
 @errors_as_messages
-def show(thread_id: str, ns: str, db: str | None, tenant: str, as_json: bool) -> None:
+def show(thread_id: str, ns: str, db: str | None, as_json: bool) -> None:
     """The thread's newest checkpoint: its values (lists by their length and last item) and pending writes."""
-    saver = _saver(db, tenant)
+    saver = _saver(db, _tenant())
     tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
     if tup is None:
         raise click.ClickException(f"no checkpoint for thread {thread_id!r} in namespace {ns!r}")
@@ -99,12 +105,11 @@ def show(thread_id: str, ns: str, db: str | None, tenant: str, as_json: bool) ->
 @main.command()
 @click.argument("thread_id")
 @db_option
-@tenant_option
 @json_option
 @errors_as_messages
-def history(thread_id: str, db: str | None, tenant: str, as_json: bool) -> None:
+def history(thread_id: str, db: str | None, as_json: bool) -> None:
     """Every event of the thread, in order: checkpoints (with what each stored), writes, deletions."""
-    saver = _saver(db, tenant)
+    saver = _saver(db, _tenant())
     log = saver.log
     rows = log.store.read_events(log.tenant, stream_id(thread_id))
     if not rows:
