@@ -51,7 +51,7 @@ def test_bench_runs_and_reports(script: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert isinstance(report["pass"], bool)
+    assert report["pass"] in (True, False, None)  # None: the verdict is for sizes a quick run does not reach
     numbers = list(_numbers(report))
     assert numbers and all(math.isfinite(x) and x >= 0 for x in numbers), report
     if SMOKE[script]:
