@@ -1,0 +1,1 @@
+"""Adapters that let agent frameworks keep their state in tether."""
