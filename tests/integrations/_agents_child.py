@@ -121,4 +121,5 @@ if __name__ == "__main__":
     handle = app.run(support, "Where is order A-1?", task_id=TASK_ID)
     if KILL_KIND == "none":
         (WORK / "tally.json").write_text(json.dumps(_hits))
-    print(handle.status.value)
+    clean = app.replay(TASK_ID).clean if handle.status is tether.Status.COMPLETED else None
+    print(handle.status.value, f"replay-clean={clean}")
