@@ -16,13 +16,13 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, Runner, SessionSettings, function_tool, set_tracing_disabled  # noqa: E402
-from agents.memory import Session as SdkSession  # noqa: E402
-from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call  # noqa: E402
+from agents import Agent, Runner, SessionSettings, function_tool, set_tracing_disabled
+from agents.memory import Session as SdkSession
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-import tether  # noqa: E402
-from tests.integrations.conftest import CHILD_ENV, HERE  # noqa: E402
-from tether.integrations.openai_agents import TetherSession, approval_key, run  # noqa: E402
+import tether
+from tests.integrations.conftest import CHILD_ENV, HERE
+from tether.integrations.openai_agents import TetherSession, approval_key, run
 
 set_tracing_disabled(True)
 
@@ -248,7 +248,8 @@ def test_durable_run_records_model_and_tools(store_url: str) -> None:
     assert state.calls[1].args == {"arguments": '{"q":"order"}', "call_id": "c1"}
     assert state.calls[3].result["output"][0]["content"][0]["text"] == "order: ok / parcel: ok"
     assert app.replay("t1").clean
-    assert [m.role for m in app.session("t1").messages()] == ["user", "assistant", "assistant", "tool", "tool", "assistant"]
+    roles = [m.role for m in app.session("t1").messages()]
+    assert roles == ["user", "assistant", "assistant", "tool", "tool", "assistant"]
     # Running it again returns the finished task: nothing is asked or run again.
     assert app.run(support, "Where?", task_id="t1").output == "order: ok / parcel: ok"
     assert script.calls == 2 and len(keys) == 2

@@ -90,7 +90,7 @@ class TetherSession:
     removes one item once (two concurrent pops never return the same item); everything is
     committed before the call returns. ``run_compaction`` folds older turns into a tether summary:
     ``get_items`` then returns the summary and the items after it, and the originals stay stored
-    (``session.messages()``); ``undo_compaction`` brings them back into ``get_items``.
+    and listable (``app.session(id).messages()``).
 
     Outside a task, open it on an app: ``TetherSession("support-42", app)``. Inside a task, use
     ``TetherSession.in_task(ctx)``: the task's own conversation (``ctx.session``), whose reads and
@@ -192,7 +192,7 @@ class TetherSession:
 
         The SDK calls this after each turn; tether compacts when ``args["force"]`` is set or the
         items since the newest summary weigh more than ``compact_when_tokens_over`` tokens (never,
-        when that is ``None``). The originals stay stored; :meth:`undo_compaction` undoes it.
+        when that is ``None``). The originals stay stored and listable.
         """
         force = bool((args or {}).get("force"))
         if not force:
@@ -311,7 +311,7 @@ class DurableModel(Model):
             _PENDING_REQUEST.reset(token)
         return _RESPONSE.validate_python(recorded)
 
-    async def stream_response(  # type: ignore[override]
+    async def stream_response(
         self,
         system_instructions: str | None,
         input: str | list[TResponseInputItem],
@@ -377,7 +377,9 @@ def _durable_tool(ctx: AsyncTaskContext, tool: Tool) -> Tool:
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 
 
-def durable_agent(ctx: AsyncTaskContext, agent: Agent[Any], *, model_provider: ModelProvider | None = None) -> Agent[Any]:
+def durable_agent(
+    ctx: AsyncTaskContext, agent: Agent[Any], *, model_provider: ModelProvider | None = None
+) -> Agent[Any]:
     """A copy of ``agent`` (and of the agents it hands off to) whose model answers and function tools
     are recorded calls of the task. A model given by name is looked up through ``model_provider``
     (the SDK's default provider when ``None``) at its first live request.
@@ -449,14 +451,8 @@ async def run(
     ``max_turns=``...). A ``run_config.model`` is wrapped too.
     """
     durable = durable_agent(ctx, agent, model_provider=model_provider)
-    if run_config is not None and run_config.model is not None:
-        chosen = run_config.model
-        inner: Model | Callable[[], Model] = (
-            chosen if isinstance(chosen, Model) else (lambda: (model_provider or run_config.model_provider).get_model(chosen))  # type: ignore[arg-type]
-        )
-        run_config = dataclasses.replace(run_config, model=DurableModel(ctx, inner, agent_name=f"run_config:{agent.name}"))
     if run_config is not None:
-        runner_options["run_config"] = run_config
+        runner_options["run_config"] = _durable_config(ctx, run_config, model_provider, agent.name)
     result = await Runner.run(durable, input, **runner_options)
     while result.interruptions:
         state = result.to_state()
@@ -469,6 +465,26 @@ async def run(
                 state.reject(item, rejection_message=message)
         result = await Runner.run(durable, state, **runner_options)
     return result
+
+
+def _durable_config(
+    ctx: AsyncTaskContext, config: RunConfig, model_provider: ModelProvider | None, agent_name: str
+) -> RunConfig:
+    """``config`` with its ``model`` (which overrides every agent's) wrapped too."""
+    chosen = config.model
+    if chosen is None:
+        return config
+    provider = model_provider or config.model_provider
+    inner: Model | Callable[[], Model]
+    if isinstance(chosen, Model):
+        inner = chosen
+    else:
+        name = chosen
+
+        def inner() -> Model:
+            return provider.get_model(name)
+
+    return dataclasses.replace(config, model=DurableModel(ctx, inner, agent_name=f"run_config:{agent_name}"))
 
 
 def _verdict(answer: Any) -> tuple[bool, str | None]:

@@ -1,0 +1,29 @@
+"""The integration pages' Python examples run, in order, one namespace per page (tests/unit/test_docs.py
+runs docs/*.md only)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+PAGES = Path(__file__).parents[2] / "docs" / "integrations"
+FRAMEWORK = {
+    "langgraph.md": "langgraph",
+    "openai-agents.md": "agents",
+    "pydantic-ai.md": "pydantic_ai",
+    "adk.md": "google.adk",
+}
+
+
+@pytest.mark.parametrize("page", sorted(PAGES.glob("*.md")), ids=lambda p: p.name)
+def test_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if page.name in FRAMEWORK:
+        pytest.importorskip(FRAMEWORK[page.name])
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert blocks, f"{page.name} has no Python example"
+    namespace: dict[str, object] = {"__name__": f"docs_integrations_{page.stem.replace('-', '_')}"}
+    for block in blocks:
+        exec(compile(block, str(page), "exec"), namespace)
