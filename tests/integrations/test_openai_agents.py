@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from agents.memory import Session as SdkSession
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import tether
+from tests.integrations._crash import sigkill_then_resume
 from tests.integrations.conftest import CHILD_ENV, HERE
 from tether.integrations.openai_agents import TetherSession, approval_key, run
 
@@ -347,75 +347,12 @@ def test_approval_key_names_the_call() -> None:
 # ----------------------------------------------------------------------------- real processes
 
 
-def run_child(url: str, work: Path, kill_at: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(HERE / "_agents_child.py"), url, str(work), "support-1", kill_at],
-        capture_output=True,
-        text=True,
-        env=CHILD_ENV,
-        timeout=120,
-    )
-
-
-def outcome(url: str, work: Path) -> dict[str, Any]:
-    app = tether.App(url)
-    state = app.state("support-1")
-    return {
-        "status": state.status.value,
-        "output": state.output,
-        "calls": [(c.n, c.tool, c.key, c.args, c.result) for c in state.calls],
-        "messages": [m.original for m in app.session("support-1").messages()],
-        "effects": sorted(p.name for p in (work / "effects").iterdir()),
-    }
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
 @pytest.mark.crash
 @pytest.mark.timeout(600)
 def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any) -> None:
-    """A child SIGKILLs itself after a commit or inside the refund; fresh children resume until the
-    task completes. The model answers each turn once, a tool that finished never runs again, the
-    refund happens once, and the record equals an uninterrupted run's."""
-    ref = tmp_path / "reference"
-    ref.mkdir()
-    ref_url = make_url(ref)
-    first = run_child(ref_url, ref, "none:0")
-    assert first.returncode == 0, first.stderr
-    assert first.stdout.split() == ["completed", "replay-clean=True"]
-    reference = outcome(ref_url, ref)
-    assert reference["status"] == "completed" and reference["output"].startswith("Done: refunded 4999")
-    assert lines(ref / "model.log") == ["turn 0", "turn 2", "turn 3"]
-    tally = json.loads((ref / "tally.json").read_text())
-    commits = tally["after_commit"]
-    points = [f"after_commit:{k}" for k in sorted({1, 2, 3, commits // 3, commits // 2, commits - 1, commits})]
-    points += ["in_tool_before_effect:1", "in_tool_after_effect:1"]
-    for point in points:
-        work = tmp_path / point.replace(":", "-")
-        work.mkdir()
-        url = make_url(work)
-        killed = run_child(url, work, point)
-        assert (work / "killed").exists(), point
-        assert killed.returncode == -signal.SIGKILL, point + killed.stderr
-        for _ in range(3):
-            resumed = run_child(url, work, "none:0")
-            assert resumed.returncode == 0, point + resumed.stderr
-            if tether.App(url).state("support-1").status is tether.Status.COMPLETED:
-                break
-        assert outcome(url, work) == reference, point
-        assert lines(work / "model.log") == ["turn 0", "turn 2", "turn 3"], point  # no turn asked twice
-        executions = lines(work / "tools.log")
-        # Each tool call ran once under its key; only a kill inside the refund, after its effect and
-        # before its result was recorded, runs it again — under the same key.
-        assert sorted(set(executions)) == sorted(lines(ref / "tools.log")), point
-        repeats = len(executions) - len(set(executions))
-        if point.startswith("in_tool"):
-            assert repeats == 1 and executions[-1].startswith("refund"), point
-        else:
-            assert repeats == 0, point
-        assert resumed.stdout.split() == ["completed", "replay-clean=True"], point  # the record replays
+    """A child SIGKILLs itself after chosen commits of a run (model turns, parallel tools, a refund)
+    or inside the refund; fresh children resume it (see tests/integrations/_crash.py for what is checked)."""
+    sigkill_then_resume("_agents_child.py", tmp_path, make_url)
 
 
 def _start(url: str, session: str, name: str, mode: str, count: int, gate: Path) -> subprocess.Popen[bytes]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 try:
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import ModelRetry
+    from pydantic_ai.exceptions import ToolRetryError
     from pydantic_ai.messages import (
         ModelMessage,
         ModelMessagesTypeAdapter,
@@ -208,7 +208,8 @@ class _ModelRequest:
 
 class _ToolCall:
     """The recorded call that runs one tool, named after it: its validated arguments and the model's
-    call id. A ``ModelRetry`` the tool raises is its answer to the model, recorded as a result."""
+    call id. A retry the tool asks for (``ModelRetry``) is its answer to the model, recorded as a
+    result: the retried part, replayed as the same ``ToolRetryError``."""
 
     def __init__(self, name: str) -> None:
         self.__name__ = name
@@ -218,8 +219,9 @@ class _ToolCall:
         assert live is not None, "the tool runs inside TetherDurability.wrap_tool_execute"
         try:
             return await live()
-        except ModelRetry as exc:
-            return {_RETRY: exc.message}
+        except ToolRetryError as exc:
+            retried = ModelRequest(parts=[exc.tool_retry])
+            return {_RETRY: ModelMessagesTypeAdapter.dump_python([retried], mode="json")[0]}
 
 
 _MODEL_REQUEST = _ModelRequest()
@@ -285,7 +287,8 @@ class TetherDurability(AbstractCapability[Any]):
         finally:
             _LIVE.reset(token)
         if isinstance(result, dict) and set(result) == {_RETRY}:
-            raise ModelRetry(result[_RETRY])
+            retried = ModelMessagesTypeAdapter.validate_python([result[_RETRY]])[0]
+            raise ToolRetryError(retried.parts[0])  # type: ignore[arg-type]
         return result
 
 
