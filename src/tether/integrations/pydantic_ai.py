@@ -114,7 +114,8 @@ def _from_session(messages: Sequence[Message], summary: Summary | None = None) -
         elif m.role == "assistant":  # added in another form (a person's message, say): its text
             out.append({"kind": "response", "parts": [{"part_kind": "text", "content": m.content}]})
         else:  # the summary goes to the model as a user prompt; a system message as a system prompt
-            kind = "system-prompt" if m.role == "system" and (summary is None or m.seq != summary.seq) else "user-prompt"
+            is_summary = summary is not None and m.seq == summary.seq
+            kind = "system-prompt" if m.role == "system" and not is_summary else "user-prompt"
             out.append({"kind": "request", "parts": [{"part_kind": kind, "content": m.content}]})
     return ModelMessagesTypeAdapter.validate_python(out)
 
