@@ -5,7 +5,8 @@ one line of JSON.
 
 - ``list_sessions`` over 10,000 sessions of one app (100 users), and over one user's 100: tether
   reads its index only; ADK's ``SqliteSessionService`` (same machine, same disk) and
-  ``InMemorySessionService`` are measured beside it. Target: tether's full list under 100 ms.
+  ``InMemorySessionService`` are measured beside it. Target: within 1.5x of ADK's SQLite service
+  (both build 10,000 ADK ``Session`` objects, which is most of the time at this size).
 - ``get_session(num_recent_events=10)`` on sessions of 200 and 2,000 events (each event with a
   state delta): tether reads the last records and the state's snapshot plus what follows it.
   Target: 2,000 events within 2x of 200 — the cost does not grow with the session's history.
@@ -111,14 +112,14 @@ def main() -> None:
         "list_all_vs_adk_sqlite": ours["list_all_ms"] / theirs["list_all_ms"],
         "get_recent_vs_adk_sqlite": ours[f"get_recent_{long}_ms"] / theirs[f"get_recent_{long}_ms"],
         "get_recent_growth": ours[f"get_recent_{long}_ms"] / ours[f"get_recent_{short}_ms"],
-        "target": {"list_all_ms": 100.0, "get_recent_growth": 2.0},
+        "target": {"list_all_vs_adk_sqlite": 1.5, "get_recent_growth": 2.0},
     }
-    result["pass"] = ours["list_all_ms"] <= 100.0 and result["get_recent_growth"] <= 2.0
+    result["pass"] = result["list_all_vs_adk_sqlite"] <= 1.5 and result["get_recent_growth"] <= 2.0
     columns = ["list_all_ms", "list_user_ms", *(f"get_recent_{n}_ms" for n in lengths)]
     print(f"{'service':<28}" + "".join(f"{c:>20}" for c in columns))
     for name, row in rows.items():
         print(f"{name:<28}" + "".join(f"{row[c]:>20.3f}" for c in columns))
-    print(f"list {sessions:,} sessions, tether / ADK SQLite: {result['list_all_vs_adk_sqlite']:.2f}")
+    print(f"list {sessions:,} sessions, tether / ADK SQLite (target <= 1.5): {result['list_all_vs_adk_sqlite']:.2f}")
     print(f"get_session(10 recent) at {long:,} events, tether / ADK SQLite: {result['get_recent_vs_adk_sqlite']:.2f}")
     print(f"get_session(10 recent) at {long:,} vs {short:,} events (target <= 2.0): {result['get_recent_growth']:.2f}")
     print(orjson.dumps(result).decode())
