@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/timetravel.py
 	$(BIN)/python bench/conversation.py
 	$(BIN)/python bench/postgres.py
+	$(BIN)/python bench/adk.py
 
 clean:
 	rm -rf $(VENV) tether.db tether.db-wal tether.db-shm tether.db-lock .pytest_cache

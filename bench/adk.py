@@ -1,7 +1,7 @@
 """ADK session service benchmark: tether's ``TetherSessionService`` beside ADK's own services.
 
-Run: ``python bench/adk.py`` (``--quick``: 1,000 sessions and shorter sessions). Prints a table, then
-one line of JSON.
+Run: ``python bench/adk.py`` (``--quick``: 1,000 sessions, sessions of 20 and 200 events). Prints a
+table, then one line of JSON.
 
 - ``list_sessions`` over 10,000 sessions of one app (100 users), and over one user's 100: tether
   reads its index only; ADK's ``SqliteSessionService`` (same machine, same disk) and
@@ -102,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    sessions, lengths = (1_000, [50, 500]) if args.quick else (10_000, [200, 2_000])
+    sessions, lengths = (1_000, [20, 200]) if args.quick else (10_000, [200, 2_000])
     rows = asyncio.run(run(sessions, lengths, tempfile.mkdtemp(prefix="tether-bench-adk-")))
     ours, theirs = rows["tether (SQLite)"], rows["ADK SqliteSessionService"]
     short, long = lengths

@@ -15,7 +15,7 @@ import pytest
 BENCH = Path(__file__).parents[2] / "bench"
 
 
-@pytest.mark.parametrize("script", ["store.py", "calls.py", "timetravel.py", "conversation.py"])
+@pytest.mark.parametrize("script", ["store.py", "calls.py", "timetravel.py", "conversation.py", "adk.py"])
 def test_bench_runs_and_reports(script: str) -> None:
     done = subprocess.run([sys.executable, str(BENCH / script), "--quick"], capture_output=True, text=True,
                           timeout=300)
