@@ -161,6 +161,11 @@ def test_compaction_keeps_originals(store_url: str) -> None:
             await session.add_items([{"role": "user", "content": f"Question {i} " + "words " * 40}])
         await session.run_compaction({"response_id": "r2"})
         assert len(await session.get_items()) == 3
+        session.undo_compaction()  # back to the first compaction
+        assert (await session.get_items())[1:3] == [{"role": "user", "content": "Question 5."}, _answer("Answer 5.")]
+        session.undo_compaction()  # and to every item, as they were added
+        assert len(await session.get_items()) == 18
+        assert session.undo_compaction() is None
 
     asyncio.run(scenario())
     assert len(app.session("long").messages()) == 18  # the originals stay stored

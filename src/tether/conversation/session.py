@@ -33,10 +33,13 @@ from tether.conversation.messages import (
     SessionView,
     Summary,
     SummaryAdded,
+    SummaryWithdrawn,
+    fold_history,
     fold_view,
     message_from_event,
     summary_from_event,
     to_event,
+    withdraws,
 )
 from tether.conversation.shapes import FORMATS
 from tether.conversation.window import TokenCounter, Window, build_window, default_counter, message_tokens, turns
@@ -149,7 +152,9 @@ class Session:
             self._view = self._load_view()
         else:
             newer = self._stream.read(after=self._view.version)
-            if newer:
+            if withdraws(newer):  # a compaction was undone: its messages come back from the stream
+                self._view = fold_history(self._stream.read())
+            elif newer:
                 self._view = fold_view(newer, self._view)
         return self._view
 
@@ -162,7 +167,10 @@ class Session:
                 base = SessionView.model_validate_json(snap.data)
             except ValidationError:
                 base = None
-        return fold_view(self._stream.read(after=base.version if base else 0), base)
+        newer = self._stream.read(after=base.version if base else 0)
+        if base is not None and withdraws(newer):
+            return fold_history(self._stream.read())
+        return fold_history(newer) if base is None else fold_view(newer, base)
 
     @property
     def closed(self) -> bool:
@@ -187,7 +195,14 @@ class Session:
         return result[:limit] if limit is not None else result
 
     def summaries(self) -> list[Summary]:
-        return [summary_from_event(r, r.event) for r in self._stream.read() if isinstance(r.event, SummaryAdded)]
+        """Every summary that stands (not withdrawn by :meth:`undo_compaction`), oldest first."""
+        records = self._stream.read()
+        withdrawn = {r.event.seq for r in records if isinstance(r.event, SummaryWithdrawn)}
+        return [
+            summary_from_event(r, r.event)
+            for r in records
+            if isinstance(r.event, SummaryAdded) and r.seq not in withdrawn
+        ]
 
     def window(self, max_tokens: int, keep_last: int = 6, counter: TokenCounter | None = None) -> Window:
         """What goes into the next model call: system messages, the newest summary, then the most recent
@@ -302,6 +317,22 @@ class Session:
             compacted = self.view()
             write_view_snapshot(self._log, self._stream.id, compacted)
             return compacted.summary
+        raise ConflictError(self.id, expected=self.view().version, actual=None)
+
+    def undo_compaction(self) -> Summary | None:
+        """Withdraw the newest summary: the messages it covered (never deleted) are in the window
+        again, and the summary before it, if any, stands again. Returns the withdrawn summary, or
+        ``None`` when there is none. The summary itself stays in the stream, marked withdrawn."""
+        for _ in range(100):
+            view = self.view()
+            if view.summary is None:
+                return None
+            try:
+                self._stream.append([SummaryWithdrawn(seq=view.summary.seq)], view.version)
+            except ConflictError:
+                continue
+            write_view_snapshot(self._log, self._stream.id, self.view())  # later loads start from here
+            return view.summary
         raise ConflictError(self.id, expected=self.view().version, actual=None)
 
     def _maybe_compact(self) -> None:

@@ -89,8 +89,8 @@ class TetherSession:
     atomic (a batch stays contiguous whatever else is appended at the same time); ``pop_item``
     removes one item once (two concurrent pops never return the same item); everything is
     committed before the call returns. ``run_compaction`` folds older turns into a tether summary:
-    ``get_items`` then returns the summary and the items after it, and the originals stay stored
-    and listable (``app.session(id).messages()``).
+    ``get_items`` then returns the summary and the items after it; the originals stay stored and
+    listable (``app.session(id).messages()``), and ``undo_compaction`` brings them back.
 
     Outside a task, open it on an app: ``TetherSession("support-42", app)``. Inside a task, use
     ``TetherSession.in_task(ctx)``: the task's own conversation (``ctx.session``), whose reads and
@@ -192,7 +192,7 @@ class TetherSession:
 
         The SDK calls this after each turn; tether compacts when ``args["force"]`` is set or the
         items since the newest summary weigh more than ``compact_when_tokens_over`` tokens (never,
-        when that is ``None``). The originals stay stored and listable.
+        when that is ``None``). The originals stay stored: :meth:`undo_compaction` undoes it.
         """
         force = bool((args or {}).get("force"))
         if not force:
@@ -206,6 +206,12 @@ class TetherSession:
     def compact(self) -> Summary | None:
         """Compact now (see :meth:`run_compaction`); the new summary, or ``None`` if nothing was folded."""
         return self._conversation.compact(self._summarizer, keep_last=self._keep_last)
+
+    def undo_compaction(self) -> Summary | None:
+        """Undo the newest compaction: ``get_items`` returns the items it covered again (they were
+        never deleted), after the summary before it if there was one. The withdrawn summary, or
+        ``None`` when the session has none."""
+        return self._outside_task("undo_compaction").undo_compaction()
 
     def _outside_task(self, operation: str) -> Session:
         if not isinstance(self._conversation, Session):
