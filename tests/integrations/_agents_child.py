@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK run inside a tether task, in a child process that SIGKILLs itself at a chosen point.
 
-Usage: python _agents_child.py URL WORKDIR TASK_ID KIND:K
+Usage: python _agents_child.py URL WORKDIR TASK_ID KIND:K [streamed]
 
 Checkpoints: ``after_commit`` (after every commit to the task log), ``in_tool_before_effect`` and
 ``in_tool_after_effect`` (inside the refund tool, around its effect). The process kills itself at
@@ -24,11 +24,12 @@ from agents import Agent, function_tool, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import tether
-from tether.integrations.openai_agents import TetherSession, run
+from tether.integrations.openai_agents import TetherSession, approvals, run, run_streamed
 from tether.log import TaskLog
 
 URL, WORK, TASK_ID = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 KILL_KIND, _, KILL_AT = sys.argv[4].partition(":")
+STREAMED = sys.argv[5:] == ["streamed"]
 _hits: dict[str, int] = {}
 set_tracing_disabled(True)
 
@@ -113,13 +114,22 @@ app = tether.App(URL, lease_ttl=5.0)
 
 @app.task
 async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
-    result = await run(ctx, agent, question, session=TetherSession.in_task(ctx))
-    return str(result.final_output)
+    if not STREAMED:
+        result = await run(ctx, agent, question, session=TetherSession.in_task(ctx))
+        return str(result.final_output)
+    streaming = run_streamed(ctx, agent, question, session=TetherSession.in_task(ctx))
+    async for _ in streaming.stream_events():
+        pass
+    assert await approvals(ctx, streaming) is None
+    return str(streaming.final_output)
 
 
 if __name__ == "__main__":
     handle = app.run(support, "Where is order A-1?", task_id=TASK_ID)
     if KILL_KIND == "none":
         (WORK / "tally.json").write_text(json.dumps(_hits))
-    clean = app.replay(TASK_ID).clean if handle.status is tether.Status.COMPLETED else None
+    report = app.replay(TASK_ID) if handle.status is tether.Status.COMPLETED else None
+    clean = report.clean if report is not None else None
+    if report is not None and not clean:
+        print(report, file=sys.stderr)
     print(handle.status.value, f"replay-clean={clean}")

@@ -25,9 +25,9 @@ TASK_ID = "support-1"
 MODEL_TURNS = ["turn 0", "turn 2", "turn 3"]
 
 
-def run_child(script: str, url: str, work: Path, kill_at: str) -> subprocess.CompletedProcess[str]:
+def run_child(script: str, url: str, work: Path, kill_at: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(HERE / script), url, str(work), TASK_ID, kill_at],
+        [sys.executable, str(HERE / script), url, str(work), TASK_ID, kill_at, *extra],
         capture_output=True,
         text=True,
         env=CHILD_ENV,
@@ -52,12 +52,16 @@ def outcome(url: str, work: Path, result_of: Callable[[tether.ToolCall], Any]) -
 
 
 def sigkill_then_resume(
-    script: str, tmp_path: Path, make_url: Any, result_of: Callable[[tether.ToolCall], Any] = lambda c: c.result
+    script: str,
+    tmp_path: Path,
+    make_url: Any,
+    result_of: Callable[[tether.ToolCall], Any] = lambda c: c.result,
+    extra: tuple[str, ...] = (),
 ) -> None:
     ref = tmp_path / "reference"
     ref.mkdir()
     ref_url = make_url(ref)
-    first = run_child(script, ref_url, ref, "none:0")
+    first = run_child(script, ref_url, ref, "none:0", *extra)
     assert first.returncode == 0, first.stderr
     assert first.stdout.split() == ["completed", "replay-clean=True"], first.stdout
     reference = outcome(ref_url, ref, result_of)
@@ -71,11 +75,11 @@ def sigkill_then_resume(
         work = tmp_path / point.replace(":", "-")
         work.mkdir()
         url = make_url(work)
-        killed = run_child(script, url, work, point)
+        killed = run_child(script, url, work, point, *extra)
         assert (work / "killed").exists(), point
         assert killed.returncode == -signal.SIGKILL, point + killed.stderr
         for _ in range(3):
-            resumed = run_child(script, url, work, "none:0")
+            resumed = run_child(script, url, work, "none:0", *extra)
             assert resumed.returncode == 0, point + resumed.stderr
             if resumed.stdout.split()[0] == "completed":
                 break

@@ -22,7 +22,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 import tether
 from tests.integrations._crash import sigkill_then_resume
 from tests.integrations.conftest import CHILD_ENV, HERE
-from tether.integrations.openai_agents import TetherSession, approval_key, run
+from tether.integrations.openai_agents import TetherSession, approval_key, approvals, run, run_streamed
 
 set_tracing_disabled(True)
 
@@ -341,6 +341,56 @@ def test_approval_waits_as_a_tether_input(store_url: str) -> None:
     assert len(refunds) == 1
 
 
+def test_streamed_run_with_an_approval(store_url: str) -> None:
+    """run_streamed: live turns stream their events, recorded turns come back as one completed
+    event, an approval waits as a tether input between the streams, and nothing runs twice."""
+    app = tether.App(store_url)
+    looked: list[str] = []
+    asked = {"n": 0}
+
+    def answer(call: Any) -> Any:
+        asked["n"] += 1
+        outputs = [i for i in call.input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not outputs:
+            return [function_call("lookup", {"q": "parcel"}, call_id="c1")]
+        return [assistant_message("Found: " + outputs[0]["output"])]
+
+    @function_tool(needs_approval=True)
+    def lookup(q: str) -> str:
+        """Look something up."""
+        looked.append(tether.current_call().key)
+        return f"{q}: ok"
+
+    agent = Agent(name="Support", model=ScriptedModel([ModelStep.respond(answer) for _ in range(5)]), tools=[lookup])
+    seen: list[list[str]] = []
+
+    @app.task
+    async def chat(ctx: tether.AsyncTaskContext, question: str) -> str:
+        result = run_streamed(ctx, agent, question, session=TetherSession.in_task(ctx))
+        seen.append([e.data.type async for e in result.stream_events() if e.type == "raw_response_event"])
+        while (state := await approvals(ctx, result)) is not None:
+            result = run_streamed(ctx, agent, state, session=TetherSession.in_task(ctx))
+            seen.append([e.data.type async for e in result.stream_events() if e.type == "raw_response_event"])
+        return str(result.final_output)
+
+    first = app.run(chat, "Where?", task_id="s1")
+    assert first.status is tether.Status.AWAITING_INPUT and asked["n"] == 1 and looked == []
+    assert len(seen[0]) > 1 and seen[0][-1] == "response.completed"  # the live turn streamed its events
+    seen.clear()
+    app.send_input("s1", "approve:c1", True)
+    done = app.resume("s1")
+    assert done.output == "Found: parcel: ok"
+    assert seen[0] == ["response.completed"]  # the first turn, from its record
+    assert len(seen[1]) > 1  # the second turn, live
+    assert asked["n"] == 2 and len(looked) == 1
+    assert [c.tool for c in app.state("s1").calls] == [
+        "openai_agents.model_stream",
+        "lookup",
+        "openai_agents.model_stream",
+    ]
+    assert app.replay("s1").clean
+
+
 def test_approval_key_names_the_call() -> None:
     from agents.items import ToolApprovalItem
 
@@ -354,10 +404,12 @@ def test_approval_key_names_the_call() -> None:
 
 @pytest.mark.crash
 @pytest.mark.timeout(600)
-def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any) -> None:
+@pytest.mark.parametrize("mode", ["run", "streamed"])
+def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any, mode: str) -> None:
     """A child SIGKILLs itself after chosen commits of a run (model turns, parallel tools, a refund)
-    or inside the refund; fresh children resume it (see tests/integrations/_crash.py for what is checked)."""
-    sigkill_then_resume("_agents_child.py", tmp_path, make_url)
+    or inside the refund; fresh children resume it (see tests/integrations/_crash.py for what is
+    checked) — with Runner.run, and with Runner.run_streamed."""
+    sigkill_then_resume("_agents_child.py", tmp_path, make_url, extra=("streamed",) if mode == "streamed" else ())
 
 
 def _start(url: str, session: str, name: str, mode: str, count: int, gate: Path) -> subprocess.Popen[bytes]:

@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import hashlib
@@ -40,11 +41,13 @@ import orjson
 
 try:
     from agents import Agent, FunctionTool, Runner
+    from agents.exceptions import ModelBehaviorError
     from agents.items import ModelResponse, ToolApprovalItem
     from agents.memory.session_settings import SessionSettings, resolve_session_limit
     from agents.models.interface import Model, ModelProvider
     from agents.models.multi_provider import MultiProvider
     from agents.run_config import RunConfig
+    from openai.types.responses import Response, ResponseCompletedEvent, ResponseOutputItemDoneEvent
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
         "tether.integrations.openai_agents needs the OpenAI Agents SDK: pip install 'tether[openai-agents]'"
@@ -63,7 +66,8 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem, TResponseStreamEvent
     from agents.model_settings import ModelSettings
     from agents.models.interface import ModelTracing
-    from agents.result import RunResult
+    from agents.result import RunResult, RunResultStreaming
+    from agents.run_state import RunState
     from agents.tool import Tool
     from agents.tool_context import ToolContext
     from openai.types.responses.response_prompt_param import ResponsePromptParam
@@ -72,7 +76,7 @@ if TYPE_CHECKING:
     from tether.runtime.context import AsyncTaskContext
     from tether.runtime.session import TaskSession
 
-__all__ = ["DurableModel", "TetherSession", "approval_key", "durable_agent", "run"]
+__all__ = ["DurableModel", "TetherSession", "approval_key", "approvals", "durable_agent", "run", "run_streamed"]
 
 _EVERYTHING = 2**62  # a window with room for every message: the session's items since its newest summary
 _COUNTER = EstimateCounter()  # the session only needs the items, not an exact token count
@@ -250,6 +254,47 @@ class _ModelCall:
 _MODEL_CALL = _ModelCall()
 
 
+class _ModelStreamCall:
+    """The recorded call that streams the model's answer: like ``_ModelCall``, with the final
+    ``Response`` (as the stream's ``response.completed`` event carried it) as its result."""
+
+    __name__ = "openai_agents.model_stream"
+
+    async def __call__(self, agent: str, request: str, items: int) -> dict[str, Any]:
+        send = _PENDING_REQUEST.get()
+        assert send is not None, "the model call runs inside DurableModel.stream_response"
+        result: dict[str, Any] = await send()
+        return result
+
+
+_MODEL_STREAM = _ModelStreamCall()
+
+
+def _request(
+    system_instructions: str | None,
+    input: str | list[TResponseInputItem],
+    model_settings: ModelSettings,
+    tools: list[Tool],
+    output_schema: AgentOutputSchemaBase | None,
+    handoffs: list[Handoff],
+    previous_response_id: str | None,
+    conversation_id: str | None,
+    prompt: ResponsePromptParam | None,
+) -> dict[str, Any]:
+    """What a model request asks: its digest is the recorded call's argument."""
+    return {
+        "system_instructions": system_instructions,
+        "input": input,
+        "model_settings": model_settings.to_json_dict(),
+        "tools": sorted(getattr(t, "name", type(t).__name__) for t in tools),
+        "output_schema": output_schema.name() if output_schema is not None else None,
+        "handoffs": sorted(h.tool_name for h in handoffs),
+        "previous_response_id": previous_response_id,
+        "conversation_id": conversation_id,
+        "prompt": prompt,
+    }
+
+
 class DurableModel(Model):
     """A ``Model`` whose responses are recorded calls of a tether task: on resume, a turn the model
     already answered returns its recorded response, and the model is not asked (or billed) again.
@@ -282,17 +327,8 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
-        request = {
-            "system_instructions": system_instructions,
-            "input": input,
-            "model_settings": model_settings.to_json_dict(),
-            "tools": sorted(getattr(t, "name", type(t).__name__) for t in tools),
-            "output_schema": output_schema.name() if output_schema is not None else None,
-            "handoffs": sorted(h.tool_name for h in handoffs),
-            "previous_response_id": previous_response_id,
-            "conversation_id": conversation_id,
-            "prompt": prompt,
-        }
+        request = _request(system_instructions, input, model_settings, tools, output_schema, handoffs,
+                           previous_response_id, conversation_id, prompt)
 
         async def send() -> ModelResponse:
             return await self._model().get_response(
@@ -331,11 +367,71 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> AsyncIterator[TResponseStreamEvent]:
-        raise TetherError(
-            "a durable run records whole model responses: use tether.integrations.openai_agents.run(), "
-            "not Runner.run_streamed, inside a task"
+        """Stream a response as a recorded call (``openai_agents.model_stream``).
+
+        Live, the model's events pass through as they come and the call records the final response;
+        the ``response.completed`` event is made from that record, live and on replay alike. A turn
+        with a record is answered by that one event (its deltas are not streamed again)."""
+        request = _request(system_instructions, input, model_settings, tools, output_schema, handoffs,
+                           previous_response_id, conversation_id, prompt)
+        events: asyncio.Queue[TResponseStreamEvent] = asyncio.Queue()
+
+        async def send() -> dict[str, Any]:
+            final: Response | None = None
+            items: list[Any] = []
+            async for event in self._model().stream_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            ):
+                events.put_nowait(event)
+                if isinstance(event, ResponseCompletedEvent):
+                    final = event.response
+                elif isinstance(event, ResponseOutputItemDoneEvent):
+                    items.append(event.item)
+            if final is None:
+                raise ModelBehaviorError("the model's stream ended without a response.completed event")
+            dumped: dict[str, Any] = final.model_dump(mode="json")
+            if not dumped.get("output"):  # some backends only send the items as they finish
+                dumped["output"] = [item.model_dump(mode="json") for item in items]
+            return dumped
+
+        token = _PENDING_REQUEST.set(send)
+        try:  # issued here, so the call keeps its place in the task's order
+            call = asyncio.ensure_future(
+                self._ctx.call(_MODEL_STREAM, agent=self._agent_name, request=_digest(request), items=_count(input))
+            )
+        finally:
+            _PENDING_REQUEST.reset(token)
+        try:
+            while not call.done() or not events.empty():
+                if events.empty():
+                    waiting = asyncio.ensure_future(events.get())
+                    await asyncio.wait({waiting, call}, return_when=asyncio.FIRST_COMPLETED)
+                    if not waiting.done():
+                        waiting.cancel()
+                        continue
+                    event = waiting.result()
+                else:
+                    event = events.get_nowait()
+                if not isinstance(event, ResponseCompletedEvent):
+                    yield event
+            recorded = call.result()
+        finally:
+            if not call.done():
+                call.cancel()
+        # The final response comes from the record, live and on replay alike, so the next turn's
+        # input is the same both ways (and so is its digest).
+        yield ResponseCompletedEvent(
+            type="response.completed", response=Response.model_validate(recorded), sequence_number=0
         )
-        yield  # pragma: no cover - makes this an async generator, as the interface declares
 
     async def close(self) -> None:
         if isinstance(self._inner, Model):
@@ -439,7 +535,7 @@ def _approval_prompt(item: ToolApprovalItem) -> str:
 async def run(
     ctx: AsyncTaskContext,
     agent: Agent[Any],
-    input: str | list[TResponseInputItem],
+    input: str | list[TResponseInputItem] | RunState[Any],
     *,
     model_provider: ModelProvider | None = None,
     run_config: RunConfig | None = None,
@@ -460,17 +556,49 @@ async def run(
     if run_config is not None:
         runner_options["run_config"] = _durable_config(ctx, run_config, model_provider, agent.name)
     result = await Runner.run(durable, input, **runner_options)
-    while result.interruptions:
-        state = result.to_state()
-        for item in result.interruptions:
-            answer = await ctx.wait_for_input(approval_key(item), prompt=_approval_prompt(item))
-            approved, message = _verdict(answer)
-            if approved:
-                state.approve(item)
-            else:
-                state.reject(item, rejection_message=message)
+    while (state := await approvals(ctx, result)) is not None:
         result = await Runner.run(durable, state, **runner_options)
     return result
+
+
+def run_streamed(
+    ctx: AsyncTaskContext,
+    agent: Agent[Any],
+    input: str | list[TResponseInputItem] | RunState[Any],
+    *,
+    model_provider: ModelProvider | None = None,
+    run_config: RunConfig | None = None,
+    **runner_options: Any,
+) -> RunResultStreaming:
+    """``Runner.run_streamed`` as part of a tether task, durable like :func:`run`.
+
+    Live turns stream their events as the model makes them; a turn the model already answered is
+    replayed as one ``response.completed`` event carrying the recorded response. A tool that needs
+    approval interrupts the run as in the SDK: once its events are consumed, ``await approvals(ctx,
+    result)`` waits for the answers (as tether inputs) and gives the state to stream on from.
+    """
+    durable = durable_agent(ctx, agent, model_provider=model_provider)
+    if run_config is not None:
+        runner_options["run_config"] = _durable_config(ctx, run_config, model_provider, agent.name)
+    return Runner.run_streamed(durable, input, **runner_options)
+
+
+async def approvals(ctx: AsyncTaskContext, result: RunResult | RunResultStreaming) -> RunState[Any] | None:
+    """Wait for a person's answer to each approval ``result`` was interrupted for (the input
+    :func:`approval_key` names: ``True``, ``False`` or ``{"approved": bool, "message": str}``) and
+    return the run's state with the answers applied, to run on from; ``None`` when nothing waits.
+    The task suspends while an answer is missing; no process waits."""
+    if not result.interruptions:
+        return None
+    state = result.to_state()
+    for item in result.interruptions:
+        answer = await ctx.wait_for_input(approval_key(item), prompt=_approval_prompt(item))
+        approved, message = _verdict(answer)
+        if approved:
+            state.approve(item)
+        else:
+            state.reject(item, rejection_message=message)
+    return state
 
 
 def _durable_config(
