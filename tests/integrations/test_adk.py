@@ -30,7 +30,7 @@ from google.genai import types
 import tether
 from tests.integrations.conftest import CHILD_ENV, HERE
 from tether.integrations import adk as tether_adk
-from tether.integrations.adk import TetherSessionService
+from tether.integrations.adk import TetherMemoryService, TetherSessionService
 
 
 def say(author: str, text: str, delta: dict[str, Any] | None = None, at: float | None = None) -> Event:
@@ -232,6 +232,39 @@ def test_a_real_adk_agent_runs_on_the_service(store_url: str) -> None:
     messages = app.session("adk:shop:ada:run-1").messages()
     assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert messages[2].tool_calls[0].name == "track" and messages[3].answers == ("fc-1",)
+
+
+def texts_of(found: Any) -> list[str]:
+    return [m.content.parts[0].text for m in found.memories]
+
+
+def test_memory_keyword_search(store_url: str) -> None:
+    app = tether.App(store_url)
+    sessions, memory = TetherSessionService(app), TetherMemoryService(app, limit=2)
+
+    async def scenario() -> None:
+        first = await sessions.create_session(app_name="shop", user_id="ada", session_id="m1")
+        await sessions.append_event(first, say("user", "My seat preference is the aisle."))
+        await sessions.append_event(first, say("bot", "Noted: aisle seat."))
+        await memory.add_session_to_memory(first)
+        await sessions.append_event(first, say("user", "I fly from Heathrow."))
+        await memory.add_session_to_memory(first)  # added again as it grew: only the new event
+        other = await sessions.create_session(app_name="shop", user_id="bob", session_id="m2")
+        await sessions.append_event(other, say("user", "Aisle seat for me too."))
+        await memory.add_session_to_memory(other)
+
+        found = await memory.search_memory(app_name="shop", user_id="ada", query="Which seat? aisle or window")
+        # Two words shared each (seat, aisle): the newer first; limit=2 leaves the third out.
+        assert texts_of(found) == ["Noted: aisle seat.", "My seat preference is the aisle."]
+        assert found.memories[0].author == "bot" and found.memories[0].custom_metadata == {"session_id": "m1"}
+        heathrow = await memory.search_memory(app_name="shop", user_id="ada", query="heathrow")
+        assert texts_of(heathrow) == ["I fly from Heathrow."]
+        assert (await memory.search_memory(app_name="shop", user_id="ada", query="pizza")).memories == []
+        bob = await memory.search_memory(app_name="shop", user_id="bob", query="aisle")
+        assert texts_of(bob) == ["Aisle seat for me too."]  # users apart
+
+    asyncio.run(scenario())
+    assert len(app.session("adk-memory:shop:ada").messages()) == 3  # each event remembered once
 
 
 # ----------------------------------------------------------------------------- real processes

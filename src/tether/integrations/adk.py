@@ -1,4 +1,4 @@
-"""Google ADK on tether: a session service. ``pip install 'tether[adk]'``
+"""Google ADK on tether: a session service and a memory service. ``pip install 'tether[adk]'``
 
 :class:`TetherSessionService` implements ADK's ``BaseSessionService`` on tether's store. An ADK
 session is a tether session (``app.session(...)`` reads it as a conversation): its first message
@@ -34,9 +34,11 @@ Example:
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -47,6 +49,8 @@ try:
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event as AdkEvent
+    from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
+    from google.adk.memory.memory_entry import MemoryEntry
     from google.adk.sessions.base_session_service import (
         BaseSessionService,
         GetSessionConfig,
@@ -54,6 +58,7 @@ try:
     )
     from google.adk.sessions.session import Session as AdkSession
     from google.adk.sessions.state import State
+    from google.genai import types
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.integrations.adk needs Google ADK: pip install 'tether[adk]'") from exc
 
@@ -68,7 +73,7 @@ if TYPE_CHECKING:
     from tether.runtime.app import App
     from tether.userstate import UserState
 
-__all__ = ["TetherSessionService"]
+__all__ = ["TetherMemoryService", "TetherSessionService"]
 
 _PREFIX = "adk:"  # tether session ids of ADK sessions: adk:{app}:{user}:{session}, each part quoted
 _SNAPSHOT_SCHEMA = 1001  # the session-state snapshots' schema (tether's own session views use others)
@@ -358,3 +363,92 @@ class TetherSessionService(BaseSessionService):
             state = {k: v for k, v in session.state.items() if not k.startswith(("app:", "user:", "temp:"))}
             self._snapshot(stream.id, version, state)
         return committed
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"\w+", text)}
+
+
+class TetherMemoryService(BaseMemoryService):
+    """ADK's memory service on tether: keyword search over the events of the sessions added to it.
+
+    A user's memory (per app) is one tether session, ``adk-memory:{app}:{user}``: each remembered
+    event is a message holding its text and the ADK content verbatim. ``add_session_to_memory``
+    adds the events not remembered yet (a session may be added again as it grows), atomically;
+    ``search_memory`` returns up to ``limit`` memories sharing the most words with the query.
+    Keyword matching, not semantic search: it reads the user's whole memory at each search.
+
+    Example:
+        >>> import asyncio, tether
+        >>> from google.adk.events import Event
+        >>> from google.genai import types
+        >>> app = tether.App("memory://")
+        >>> sessions, memory = TetherSessionService(app), TetherMemoryService(app)
+        >>> async def demo():
+        ...     s = await sessions.create_session(app_name="shop", user_id="ada")
+        ...     said = types.Content(role="user", parts=[types.Part(text="My seat is 12A")])
+        ...     await sessions.append_event(s, Event(author="user", content=said))
+        ...     await memory.add_session_to_memory(s)
+        ...     found = await memory.search_memory(app_name="shop", user_id="ada", query="which seat?")
+        ...     return [m.content.parts[0].text for m in found.memories]
+        >>> asyncio.run(demo())
+        ['My seat is 12A']
+    """
+
+    def __init__(self, app: App, *, limit: int = 10) -> None:
+        self._app = app
+        self._limit = limit
+
+    def _memory(self, app_name: str, user_id: str) -> Any:
+        return self._app.session(f"adk-memory:{quote(app_name, safe='')}:{quote(user_id, safe='')}", user_id=user_id)
+
+    async def add_session_to_memory(self, session: AdkSession) -> None:
+        memory = self._memory(session.app_name, session.user_id)
+        known = {m.meta.get("adk_memory", {}).get("event_id") for m in memory.messages()}
+        new = []
+        for event in session.events:
+            parts = event.content.parts or [] if event.content is not None else []
+            text = " ".join(p.text for p in parts if p.text and not p.thought)
+            if not text.strip() or event.id in known:
+                continue
+            assert event.content is not None
+            new.append(
+                {
+                    "role": "user" if event.author == "user" else "assistant",
+                    "content": text,
+                    "adk_memory": {
+                        "event_id": event.id,
+                        "session_id": session.id,
+                        "author": event.author,
+                        "timestamp": event.timestamp,
+                        "content": event.content.model_dump(mode="json", exclude_none=True),
+                    },
+                }
+            )
+        if new:
+            memory.add_many(new)
+
+    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
+        wanted = _words(query)
+        scored = []
+        for m in self._memory(app_name, user_id).messages():
+            stored = m.meta.get("adk_memory")
+            shared = len(wanted & _words(m.content))
+            if stored is not None and shared:
+                scored.append((shared, stored["timestamp"], stored))
+        scored.sort(key=lambda s: (-s[0], -s[1]))
+        return SearchMemoryResponse(
+            memories=[
+                MemoryEntry(
+                    id=stored["event_id"],
+                    content=types.Content.model_validate(stored["content"]),
+                    author=stored["author"],
+                    timestamp=datetime.fromtimestamp(stored["timestamp"], tz=UTC).isoformat(),
+                    custom_metadata={"session_id": stored["session_id"]},
+                )
+                for _, _, stored in scored[: self._limit]
+            ]
+        )
