@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
-from pydantic_ai import Agent, ModelRetry
+from pydantic_ai import Agent, DeferredToolRequests, ModelRetry
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -212,6 +212,47 @@ def test_model_retry_is_recorded_as_the_tools_answer() -> None:
     retried = app.state("r").calls[1].result["__tether_model_retry__"]
     assert retried["parts"][0]["content"] == "pick an even number"
     assert app.replay("r").clean  # the replay raised the recorded retry, and the model's next answer matched
+
+
+def test_approval_waits_as_a_tether_input(store_url: str) -> None:
+    app = tether.App(store_url)
+    refunds: list[str] = []
+    requests = {"n": 0}
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        requests["n"] += 1
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("refund", {"order_id": "A-1"}, tool_call_id="c9")])
+        return ModelResponse(parts=[TextPart(f"Result: {returns[-1].content}")])
+
+    agent = Agent(FunctionModel(script), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(order_id: str) -> str:
+        refunds.append(tether.current_call().key)
+        return f"refunded {order_id}"
+
+    @app.task
+    async def support(ctx: tether.AsyncTaskContext) -> str:
+        return str((await run(ctx, agent, "Refund A-1")).output)
+
+    first = app.run(support, task_id="p1")
+    assert first.status is tether.Status.AWAITING_INPUT
+    state = app.state("p1")
+    assert state.waiting is not None and state.waiting.key == "approve:c9" and "refund" in (state.waiting.prompt or "")
+    assert refunds == [] and requests["n"] == 1
+    app.send_input("p1", "approve:c9", True)
+    assert app.resume("p1").output == "Result: refunded A-1"
+    assert len(refunds) == 1 and requests["n"] == 2  # the first request came from its record
+    assert app.replay("p1").clean
+    roles = [m.role for m in app.session("p1").messages()]
+    assert roles == ["user", "assistant", "tool", "assistant"]  # the conversation, each message once
+
+    app.run(support, task_id="p2")
+    app.send_input("p2", "approve:c9", {"approved": False, "message": "Not today."})
+    assert app.resume("p2").output == "Result: Not today."
+    assert len(refunds) == 1
 
 
 @pytest.mark.crash

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 try:
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.exceptions import ToolRetryError
     from pydantic_ai.messages import (
@@ -308,13 +309,44 @@ async def run(
     run's new messages go back to it exactly once, and every model request and tool call is a
     recorded call (:class:`TetherDurability`). ``options`` go to ``agent.run`` (``deps=``,
     ``output_type=``...).
+
+    A tool that needs approval (``requires_approval=True``, with ``DeferredToolRequests`` among the
+    output types) makes the run wait for the input ``approve:{tool_call_id}`` (``True``, ``False``
+    or ``{"approved": False, "message": "why"}``): the task suspends, no process waits, and the run
+    goes on with the answers when they arrive. Other deferred calls are returned as Pydantic AI
+    returns them.
     """
-    if "message_history" in options:
-        raise InvalidInputError("run() takes its message_history from the task's session; add to it instead")
+    if "message_history" in options or "deferred_tool_results" in options:
+        raise InvalidInputError("run() takes its message_history from the task's session and answers approvals itself")
     history = TetherHistory.in_task(ctx)
-    capabilities = [*options.pop("capabilities", ()), TetherDurability(ctx)]
-    result = await agent.run(
-        prompt, message_history=history.window(max_tokens, keep_last=keep_last), capabilities=capabilities, **options
-    )
+    options["capabilities"] = [*options.pop("capabilities", ()), TetherDurability(ctx)]
+    window = history.window(max_tokens, keep_last=keep_last)
+    result = await agent.run(prompt, message_history=window, **options)
     history.add(result.new_messages())
+    while isinstance(result.output, DeferredToolRequests) and result.output.approvals and not result.output.calls:
+        answers = await _approvals(ctx, result.output)
+        window = history.window(max_tokens, keep_last=keep_last)
+        result = await agent.run(message_history=window, deferred_tool_results=answers, **options)
+        history.add(result.new_messages())
     return result
+
+
+async def _approvals(ctx: AsyncTaskContext, requests: DeferredToolRequests) -> DeferredToolResults:
+    """A person's answer to each tool call waiting for approval, as tether inputs (``approve:{call_id}``)."""
+    answers: dict[str, bool | ToolApproved | ToolDenied] = {}
+    for call in requests.approvals:
+        answer = await ctx.wait_for_input(
+            f"approve:{call.tool_call_id}",
+            prompt=f"Allow {call.tool_name}({call.args_as_json_str()})? "
+            "Send true, false, or {'approved': bool, 'message': str}",
+        )
+        if isinstance(answer, dict):
+            approved, message = bool(answer.get("approved")), answer.get("message")
+        elif isinstance(answer, bool):
+            approved, message = answer, None
+        else:
+            expected = "true, false or {'approved': bool, 'message': str}"
+            raise InvalidInputError(f"an approval is {expected}, got {answer!r}")
+        denied = ToolDenied(message or "The tool call was denied.")
+        answers[call.tool_call_id] = True if approved else denied
+    return DeferredToolResults(approvals=answers)
