@@ -27,3 +27,14 @@ def test_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     namespace: dict[str, object] = {"__name__": f"docs_integrations_{page.stem.replace('-', '_')}"}
     for block in blocks:
         exec(compile(block, str(page), "exec"), namespace)
+
+
+@pytest.mark.parametrize("module", ["openai_agents", "pydantic_ai", "adk"])
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    pytest.importorskip({"openai_agents": "agents", "pydantic_ai": "pydantic_ai", "adk": "google.adk"}[module])
+    imported = importlib.import_module(f"tether.integrations.{module}")
+    result = doctest.testmod(imported, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, result
