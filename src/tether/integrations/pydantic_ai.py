@@ -133,13 +133,13 @@ class TetherHistory:
     the task's own conversation, whose reads replay and whose appends happen once.
 
     Example:
-        >>> import tether
+        >>> import asyncio, tether
         >>> from pydantic_ai import Agent
         >>> from pydantic_ai.models.test import TestModel
         >>> app = tether.App("memory://")
         >>> agent = Agent(TestModel(custom_output_text="Paris."), system_prompt="Be brief.")
         >>> history = TetherHistory("chat-1", app)
-        >>> result = agent.run_sync("Capital of France?", message_history=history.window(8_000))
+        >>> result = asyncio.run(agent.run("Capital of France?", message_history=history.window(8_000)))
         >>> history.add(result.new_messages())
         >>> history.messages() == result.all_messages()
         True
