@@ -144,9 +144,9 @@ def test_get_session_config_and_stale_sessions(store_url: str) -> None:
         one, two = await get(), await get()
         await service.append_event(one, say("bot", "first"))
         with pytest.raises(StaleSessionError):
-            await service.append_event(two, say("bot", "second", {"n": -1}))
+            await service.append_event(two, say("bot", "second", {"n": -1, "app:flag": 1, "user:flag": 1}))
         latest = await get()
-        assert texts(latest.events)[-1] == "first" and latest.state == {"n": 9}
+        assert texts(latest.events)[-1] == "first" and latest.state == {"n": 9}  # not the stale one's app:/user:
         await service.append_event(latest, say("bot", "second"))  # re-read: accepted
         assert texts((await get(num_recent_events=2)).events) == ["first", "second"]
 

@@ -343,19 +343,27 @@ class TetherSessionService(BaseSessionService):
         key = _session_key(session.app_name, session.user_id, session.id)
         stream = Stream(self._log, stream_id(key), SESSION_TYPE)
         marker = session._storage_update_marker
+        stale = StaleSessionError(
+            f"session {session.id!r} was read at version {marker} and has been appended to since; "
+            "get it again (get_session) and retry"
+        )
         try:
-            expected = int(marker) if marker is not None else stream.version()
-            version = stream.append([to_event(_message(event))], expected, at=event.timestamp)
+            current = stream.version()
         except TaskNotFoundError:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
-        except ConflictError:
-            raise StaleSessionError(
-                f"session {session.id!r} was read at version {marker} and has been appended to since; "
-                "get it again (get_session) and retry"
-            ) from None
+        expected = int(marker) if marker is not None else current
+        if expected != current:
+            raise stale  # before anything is written
+        # Shared state first, then the event: a process that dies between the two leaves the delta
+        # applied and the event unwritten, so the agent's retry makes the event again and sets the same
+        # keys (the other way round, the session would show an event whose shared state never landed).
         delta = event.actions.state_delta if event.actions else {}
         app_delta, user_delta, _ = _scoped(delta or {})
         self._share(session.app_name, session.user_id, app_delta, user_delta)
+        try:
+            version = stream.append([to_event(_message(event))], expected, at=event.timestamp)
+        except ConflictError:
+            raise stale from None  # another writer got in between the check and the append
         session._storage_update_marker = str(version)
         session.last_update_time = event.timestamp
         committed = self._commit_event_to_session(session, event)
