@@ -3,9 +3,10 @@ durable runs. ``pip install 'tether[openai-agents]'``
 
 - :class:`TetherSession` implements the SDK's ``Session`` protocol (and its compaction-aware
   extension, ``run_compaction``) on a tether session: items are stored verbatim (OpenAI Responses
-  items), appends are atomic, a pop removes one item once however many processes pop at once,
-  and ``tether tasks/show/history`` see the conversation.
-- :func:`run` runs ``Runner.run`` inside a tether task: every model response and every function
+  items), appends are atomic, a pop removes one item once however many processes pop at once;
+  the conversation is a tether session (``app.session(id).messages()``).
+- :func:`run` (and :func:`run_streamed`) runs ``Runner.run`` inside a tether task, so ``tether
+  tasks/show/history`` show the run: every model response and every function
   tool's result is a recorded call of the task, so a process killed mid-run resumes without asking
   the model again for a turn it answered and without running a finished tool again; tools see
   tether's idempotency key (``tether.current_call().key``); a tool that needs approval waits for
