@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/postgres.py
 	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/langgraph.py
+	$(BIN)/python bench/adk.py
 
 clean:
 	rm -rf $(VENV) tether.db tether.db-wal tether.db-shm tether.db-lock .pytest_cache

@@ -30,6 +30,7 @@ SMOKE = {
     "task_reads.py": False,
     "serve.py": False,
     "langgraph.py": False,
+    "adk.py": False,
 }
 
 

@@ -25,12 +25,15 @@ from tether.conversation.messages import (
     SessionView,
     Summary,
     SummaryAdded,
+    SummaryWithdrawn,
     ToolCallRequest,
+    fold_history,
     fold_view,
     list_messages,
     message_from_event,
     parts_of,
     to_event,
+    withdraws,
 )
 from tether.conversation.session import (
     SESSION_TYPE,
@@ -79,6 +82,7 @@ __all__ = [
     "Summarizer",
     "Summary",
     "SummaryAdded",
+    "SummaryWithdrawn",
     "TiktokenCounter",
     "TokenCounter",
     "ToolCallRequest",
@@ -88,6 +92,7 @@ __all__ = [
     "delete_session",
     "detect",
     "extractive_summarizer",
+    "fold_history",
     "fold_view",
     "list_messages",
     "list_sessions",
@@ -98,5 +103,6 @@ __all__ = [
     "stream_id",
     "to_event",
     "turns",
+    "withdraws",
     "write_view_snapshot",
 ]

@@ -36,6 +36,8 @@ from tether.conversation.messages import (
     SessionView,
     Summary,
     SummaryAdded,
+    SummaryWithdrawn,
+    fold_history,
     message_from_event,
     summary_from_event,
 )
@@ -169,6 +171,10 @@ class IncrementalView:
     # ------------------------------------------------------------------ the fold
     def fold(self, records: Sequence[Recorded]) -> list[Message]:
         """Fold events that follow the head, in order; return the messages they added."""
+        if any(isinstance(r.event, SummaryWithdrawn) for r in records):
+            # A compaction undone: the messages it covered come back, which only a fold of the
+            # whole stream knows (the head let them go). Rare: the price is one full read.
+            return self._rebuild(records)
         head, added = self.head, []
         for rec in records:
             ev = rec.event
@@ -200,6 +206,16 @@ class IncrementalView:
             self.tail_from = self.tail[let_go - 1].seq
             del self.tail[:let_go]
         return added
+
+    def _rebuild(self, records: Sequence[Recorded]) -> list[Message]:
+        everything = self._stream.read(upto=records[-1].seq)
+        view = fold_history(everything)
+        self.head = Head.from_view(view)
+        self.tail = list(view.recent)
+        self.tail_from = self.head.boundary
+        self._costs.clear()
+        first = records[0].seq
+        return [m for m in (*view.system, *view.recent) if m.seq >= first]
 
     def _remove(self, seq: int) -> None:
         head = self.head

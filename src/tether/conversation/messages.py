@@ -7,7 +7,7 @@ its role, text and tool calls are read again whenever it is loaded — never sto
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -30,7 +30,9 @@ __all__ = [
     "SessionView",
     "Summary",
     "SummaryAdded",
+    "SummaryWithdrawn",
     "ToolCallRequest",
+    "fold_history",
     "fold_view",
     "message_from_event",
     "parts_of",
@@ -85,6 +87,16 @@ class SummaryAdded(Event):
     covers_from: int
     covers_to: int
     origin: str | None = None
+
+
+@_event
+class SummaryWithdrawn(Event):
+    """A compaction undone: the summary appended at ``seq`` no longer stands. The messages it covered
+    (never deleted) are in the window again, and the summary before it, if any, stands again. Only a
+    fold of the whole stream (:func:`fold_history`) can apply it: an incremental view has dropped
+    those messages, so :func:`fold_view` passes over it."""
+
+    seq: int
 
 
 @_event
@@ -346,6 +358,19 @@ def fold_view(events: Iterable[Recorded], view: SessionView | None = None) -> Se
         closed=closed,
         version=version,
     )
+
+
+def fold_history(events: Sequence[Recorded]) -> SessionView:
+    """The session's view after its whole stream, leaving out the summaries withdrawn since (pure)."""
+    withdrawn = {r.event.seq for r in events if isinstance(r.event, SummaryWithdrawn)}
+    if not withdrawn:
+        return fold_view(events)
+    return fold_view(r for r in events if not (isinstance(r.event, SummaryAdded) and r.seq in withdrawn))
+
+
+def withdraws(events: Iterable[Recorded]) -> bool:
+    """Whether these events undo a compaction (so a view must be folded again from the start)."""
+    return any(isinstance(r.event, SummaryWithdrawn) for r in events)
 
 
 def summary_from_event(rec: Recorded, ev: SummaryAdded) -> Summary:

@@ -32,6 +32,7 @@ from tether.conversation.messages import (
     SessionView,
     Summary,
     SummaryAdded,
+    SummaryWithdrawn,
     list_messages,
     summary_from_event,
     to_event,
@@ -166,7 +167,14 @@ class Session:
         return result[:limit] if limit is not None else result
 
     def summaries(self) -> list[Summary]:
-        return [summary_from_event(r, r.event) for r in self._stream.read() if isinstance(r.event, SummaryAdded)]
+        """Every summary that stands (not withdrawn by :meth:`undo_compaction`), oldest first."""
+        records = self._stream.read()
+        withdrawn = {r.event.seq for r in records if isinstance(r.event, SummaryWithdrawn)}
+        return [
+            summary_from_event(r, r.event)
+            for r in records
+            if isinstance(r.event, SummaryAdded) and r.seq not in withdrawn
+        ]
 
     def window(self, max_tokens: int, keep_last: int = 6, counter: TokenCounter | None = None) -> Window:
         """What goes into the next model call: system messages, the newest summary, then the most recent
@@ -282,6 +290,22 @@ class Session:
             self._end.snapshot()
             return self._end.head.summary
         raise ConflictError(self.id, expected=self._end.head.version, actual=None)
+
+    def undo_compaction(self) -> Summary | None:
+        """Withdraw the newest summary: the messages it covered (never deleted) are in the window
+        again, and the summary before it, if any, stands again. Returns the withdrawn summary, or
+        ``None`` when there is none. The summary itself stays in the stream, marked withdrawn."""
+        for _ in range(100):
+            view = self.view()
+            if view.summary is None:
+                return None
+            try:
+                self._stream.append([SummaryWithdrawn(seq=view.summary.seq)], view.version)
+            except ConflictError:
+                continue
+            write_view_snapshot(self._log, self._stream.id, self.view())  # later loads start from here
+            return view.summary
+        raise ConflictError(self.id, expected=self.view().version, actual=None)
 
     def _maybe_compact(self) -> None:
         if self._compact_over is None:

@@ -43,11 +43,13 @@ from tether.conversation import (
     build_window,
     default_counter,
     extractive_summarizer,
+    fold_history,
     fold_view,
     list_messages,
     stream_id,
     to_event,
     turns,
+    withdraws,
     write_view_snapshot,
 )
 from tether.errors import ConflictError, InvalidInputError, NonDeterminismError, TaskNotFoundError
@@ -252,7 +254,10 @@ class TaskSession:
         if version <= self._seen:
             return
         records = self._stream.read(after=self._seen, upto=version)
-        self._view = fold_view(records, self._view)
+        if withdraws(records):  # a compaction undone: the view comes from the whole stream again
+            self._view = fold_history(self._stream.read(upto=version))
+        else:
+            self._view = fold_view(records, self._view)
         list_messages(records, self._shown)
         self._seen = version
 

@@ -1,0 +1,129 @@
+"""ADK session service benchmark: tether's ``TetherSessionService`` beside ADK's own services.
+
+Run: ``python bench/adk.py`` (``--quick``: 1,000 sessions, sessions of 20 and 200 events). Prints a
+table, then one line of JSON.
+
+- ``list_sessions`` over 10,000 sessions of one app (100 users), and over one user's 100: tether
+  reads its index only; ADK's ``SqliteSessionService`` (same machine, same disk) and
+  ``InMemorySessionService`` are measured beside it. Target: within 1.5x of ADK's SQLite service
+  (both build 10,000 ADK ``Session`` objects, which is most of the time at this size).
+- ``get_session(num_recent_events=10)`` on sessions of 200 and 2,000 events (each event with a
+  state delta): tether reads the last records and the state's snapshot plus what follows it.
+  Target: 2,000 events within 2x of 200 — the cost does not grow with the session's history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from google.adk.events import Event, EventActions
+from google.adk.sessions import InMemorySessionService
+from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
+from google.adk.sessions.sqlite_session_service import SqliteSessionService
+from google.genai import types
+
+import tether
+from tether.integrations.adk import TetherSessionService
+
+USERS = 100
+
+
+def event(i: int) -> Event:
+    return Event(
+        author="user" if i % 2 == 0 else "support",
+        invocation_id=f"inv-{i // 2}",
+        content=types.Content(role="model", parts=[types.Part(text=f"message {i}: where is my parcel? " * 3)]),
+        actions=EventActions(state_delta={"turn": i, "app:seen": i}),
+    )
+
+
+async def median_ms(fn: Callable[[], Awaitable[Any]], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+async def fill(service: BaseSessionService, sessions: int, lengths: list[int]) -> None:
+    for n in range(sessions):
+        await service.create_session(app_name="shop", user_id=f"u{n % USERS}", session_id=f"s{n}")
+    for length in lengths:
+        session = await service.create_session(app_name="long", user_id="ada", session_id=f"len{length}")
+        for i in range(length):
+            await service.append_event(session, event(i))
+
+
+async def measure(service: BaseSessionService, lengths: list[int]) -> dict[str, float]:
+    row = {
+        "list_all_ms": await median_ms(lambda: service.list_sessions(app_name="shop"), 5),
+        "list_user_ms": await median_ms(lambda: service.list_sessions(app_name="shop", user_id="u7"), 5),
+    }
+    recent = GetSessionConfig(num_recent_events=10)
+    for length in lengths:
+        row[f"get_recent_{length}_ms"] = await median_ms(
+            lambda length=length: service.get_session(
+                app_name="long", user_id="ada", session_id=f"len{length}", config=recent
+            ),
+            20,
+        )
+    return row
+
+
+async def run(sessions: int, lengths: list[int], folder: str) -> dict[str, dict[str, float]]:
+    services: dict[str, BaseSessionService] = {
+        "tether (SQLite)": TetherSessionService(tether.App(f"sqlite:///{folder}/tether.db")),
+        "ADK SqliteSessionService": SqliteSessionService(f"{folder}/adk.db"),
+        "ADK InMemorySessionService": InMemorySessionService(),  # type: ignore[no-untyped-call]
+    }
+    rows = {}
+    for name, service in services.items():
+        start = time.perf_counter()
+        await fill(service, sessions, lengths)
+        print(f"filled {name} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        rows[name] = await measure(service, lengths)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sessions, lengths = (1_000, [20, 200]) if args.quick else (10_000, [200, 2_000])
+    rows = asyncio.run(run(sessions, lengths, tempfile.mkdtemp(prefix="tether-bench-adk-")))
+    ours, theirs = rows["tether (SQLite)"], rows["ADK SqliteSessionService"]
+    short, long = lengths
+    result: dict[str, Any] = {
+        "sessions": sessions,
+        "rows": rows,
+        "list_all_vs_adk_sqlite": ours["list_all_ms"] / theirs["list_all_ms"],
+        "get_recent_vs_adk_sqlite": ours[f"get_recent_{long}_ms"] / theirs[f"get_recent_{long}_ms"],
+        "get_recent_growth": ours[f"get_recent_{long}_ms"] / ours[f"get_recent_{short}_ms"],
+        "target": {"list_all_vs_adk_sqlite": 1.5, "get_recent_growth": 2.0},
+    }
+    result["pass"] = result["list_all_vs_adk_sqlite"] <= 1.5 and result["get_recent_growth"] <= 2.0
+    columns = ["list_all_ms", "list_user_ms", *(f"get_recent_{n}_ms" for n in lengths)]
+    print(f"{'service':<28}" + "".join(f"{c:>20}" for c in columns))
+    for name, row in rows.items():
+        print(f"{name:<28}" + "".join(f"{row[c]:>20.3f}" for c in columns))
+    print(f"list {sessions:,} sessions, tether / ADK SQLite (target <= 1.5): {result['list_all_vs_adk_sqlite']:.2f}")
+    print(f"get_session(10 recent) at {long:,} events, tether / ADK SQLite: {result['get_recent_vs_adk_sqlite']:.2f}")
+    print(f"get_session(10 recent) at {long:,} vs {short:,} events (target <= 2.0): {result['get_recent_growth']:.2f}")
+    print(orjson.dumps(result).decode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,462 @@
+"""Google ADK on tether: a session service and a memory service. ``pip install 'tether[adk]'``
+
+:class:`TetherSessionService` implements ADK's ``BaseSessionService`` on tether's store. An ADK
+session is a tether session (``app.session(...)`` reads it as a conversation): its first message
+holds the ADK session's identity and initial state, and each ADK event is one message — the user's
+text, the model's text and function calls, the function responses — carrying the ADK event
+verbatim. State follows ADK's scopes: ``app:`` keys live in one tether document per app, ``user:``
+keys in one per (app, user), ``temp:`` keys are never stored, and the rest belong to the session.
+
+- ``append_event`` is one optimistic append at the version the session object was read at: an
+  append from a session object another writer has since moved past raises ADK's
+  ``StaleSessionError`` and writes nothing.
+- ``get_session`` reads the recent events it returns (``GetSessionConfig(num_recent_events,
+  after_timestamp)``) with ranged reads, and the session's state from a snapshot plus the events
+  after it: its cost does not grow with the session's history.
+- ``list_sessions`` reads the index only (no event, no state: ADK's ``ListSessionsResponse``
+  carries neither), so listing 10,000 sessions takes milliseconds.
+
+Example:
+    >>> import asyncio, tether
+    >>> from google.adk.events import Event
+    >>> from google.genai import types
+    >>> app = tether.App("memory://")
+    >>> service = TetherSessionService(app)
+    >>> async def demo():
+    ...     s = await service.create_session(app_name="shop", user_id="ada", state={"cart": []})
+    ...     hello = types.Content(role="user", parts=[types.Part(text="Hi")])
+    ...     await service.append_event(s, Event(author="user", content=hello))
+    ...     again = await service.get_session(app_name="shop", user_id="ada", session_id=s.id)
+    ...     return [e.content.parts[0].text for e in again.events], again.state
+    >>> asyncio.run(demo())
+    (['Hi'], {'cart': []})
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
+
+import orjson
+
+try:
+    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+    from google.adk.events.event import Event as AdkEvent
+    from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
+    from google.adk.memory.memory_entry import MemoryEntry
+    from google.adk.sessions.base_session_service import (
+        BaseSessionService,
+        GetSessionConfig,
+        ListSessionsResponse,
+    )
+    from google.adk.sessions.session import Session as AdkSession
+    from google.adk.sessions.state import State
+    from google.genai import types
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError("tether.integrations.adk needs Google ADK: pip install 'tether[adk]'") from exc
+
+from tether._streams import Stream
+from tether.conversation import SESSION_TYPE, MessageAdded, stream_id, to_event
+from tether.errors import ConflictError, TaskNotFoundError
+from tether.log import checksum
+from tether.store import SnapshotRow, TaskFilter
+
+if TYPE_CHECKING:
+    from tether.events import Recorded
+    from tether.runtime.app import App
+    from tether.userstate import UserState
+
+__all__ = ["TetherMemoryService", "TetherSessionService"]
+
+_PREFIX = "adk:"  # tether session ids of ADK sessions: adk:{app}:{user}:{session}, each part quoted
+_SNAPSHOT_SCHEMA = 1001  # the session-state snapshots' schema (tether's own session views use others)
+_SNAPSHOT_EVERY = 64  # events folded on a read before it caches the state again
+_LIST_LIMIT = 10_000_000
+
+
+def _session_key(app_name: str, user_id: str, session_id: str) -> str:
+    return _PREFIX + ":".join(quote(part, safe="") for part in (app_name, user_id, session_id))
+
+
+def _app_prefix(app_name: str) -> str:
+    return stream_id(_PREFIX + quote(app_name, safe="") + ":")
+
+
+def _split(key: str) -> tuple[str, str, str]:
+    app_name, user_id, session_id = (unquote(p) for p in key.removeprefix(_PREFIX).split(":"))
+    return app_name, user_id, session_id
+
+
+def _message(event: AdkEvent) -> dict[str, Any]:
+    """An ADK event as a tether message: who said what, which functions were called and answered,
+    and the event itself, verbatim (``adk``)."""
+    stored = event.model_dump(mode="json", exclude_none=True)
+    parts = event.content.parts or [] if event.content is not None else []
+    text = "".join(p.text for p in parts if p.text and not p.thought)
+    calls = [p.function_call for p in parts if p.function_call is not None]
+    answers = [p.function_response for p in parts if p.function_response is not None]
+    if answers:
+        first = answers[0].id or f"{event.id}:0"
+        content = orjson.dumps([{"name": a.name, "response": a.response} for a in answers], default=str).decode()
+        return {"role": "tool", "content": content, "tool_call_id": first, "adk": stored}
+    if event.author == "user":
+        return {"role": "user", "content": text, "adk": stored}
+    message: dict[str, Any] = {"role": "assistant", "content": text, "adk": stored}
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id or f"{event.id}:{i}", "name": c.name or "", "arguments": c.args or {}}
+            for i, c in enumerate(calls)
+        ]
+    return message
+
+
+def _scoped(delta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A state delta split into its app, user and session parts (``temp:`` dropped)."""
+    app_part, user_part, session_part = {}, {}, {}
+    for key, value in delta.items():
+        if key.startswith(State.APP_PREFIX):
+            app_part[key.removeprefix(State.APP_PREFIX)] = value
+        elif key.startswith(State.USER_PREFIX):
+            user_part[key.removeprefix(State.USER_PREFIX)] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            session_part[key] = value
+    return app_part, user_part, session_part
+
+
+def _fold_state(records: Iterable[Recorded], state: dict[str, Any]) -> dict[str, Any]:
+    """The session-scoped state after these records (the first message's initial state, then the
+    events' deltas)."""
+    for rec in records:
+        event = rec.event
+        if not isinstance(event, MessageAdded) or not event.meta:
+            continue
+        if "adk_session" in event.meta:
+            state.update(event.meta["adk_session"].get("state") or {})
+        elif "adk" in event.meta:
+            delta = (event.meta["adk"].get("actions") or {}).get("state_delta") or {}
+            state.update(_scoped(delta)[2])
+    return state
+
+
+class TetherSessionService(BaseSessionService):
+    """ADK's session service on tether: ``Runner(agent=..., app_name=..., session_service=TetherSessionService(app))``.
+
+    Sessions, events and state are stored in the app's database (SQLite, PostgreSQL, memory), so
+    any process — and tether's own API, ``app.session("adk:{app}:{user}:{session}")`` — reads them.
+
+    Example:
+        >>> import asyncio, tether
+        >>> service = TetherSessionService(tether.App("memory://"))
+        >>> s = asyncio.run(service.create_session(app_name="shop", user_id="ada", session_id="s1"))
+        >>> [x.id for x in asyncio.run(service.list_sessions(app_name="shop")).sessions]
+        ['s1']
+    """
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._log = app.log
+        self._documents: dict[str, UserState] = {}
+
+    # ------------------------------------------------------------------ shared state
+    def _document(self, doc_id: str) -> UserState:
+        doc = self._documents.get(doc_id)
+        if doc is None:
+            doc = self._documents[doc_id] = self._app.user(doc_id)  # read incrementally from then on
+        return doc
+
+    def _app_state(self, app_name: str) -> UserState:
+        return self._document(f"adk-app:{quote(app_name, safe='')}")
+
+    def _user_state(self, app_name: str, user_id: str) -> UserState:
+        return self._document(f"adk-user:{quote(app_name, safe='')}:{quote(user_id, safe='')}")
+
+    def _merge(self, app_name: str, user_id: str, session_state: dict[str, Any]) -> dict[str, Any]:
+        merged = dict(session_state)
+        merged.update({State.APP_PREFIX + k: v for k, v in self._app_state(app_name).get().items()})
+        merged.update({State.USER_PREFIX + k: v for k, v in self._user_state(app_name, user_id).get().items()})
+        return merged
+
+    def _share(self, app_name: str, user_id: str, app_delta: dict[str, Any], user_delta: dict[str, Any]) -> None:
+        if app_delta:
+            self._app_state(app_name).update(lambda doc: {**doc, **app_delta})
+        if user_delta:
+            self._user_state(app_name, user_id).update(lambda doc: {**doc, **user_delta})
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        state: dict[str, Any] = self._user_state(app_name, user_id).get()
+        return state
+
+    # ------------------------------------------------------------------ sessions
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> AdkSession:
+        session_id = (session_id or "").strip() or uuid.uuid4().hex
+        key = _session_key(app_name, user_id, session_id)
+        app_delta, user_delta, session_state = _scoped(state or {})
+        now = time.time()
+        first = to_event(
+            {
+                "role": "system",
+                "content": f"ADK session {session_id!r} of app {app_name!r} for user {user_id!r}",
+                "adk_session": {"app_name": app_name, "user_id": user_id, "id": session_id, "state": session_state},
+            }
+        )
+        if not Stream(self._log, stream_id(key), SESSION_TYPE).create(first, user_id=user_id, session_id=key):
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+        self._share(app_name, user_id, app_delta, user_delta)
+        session = AdkSession(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=self._merge(app_name, user_id, session_state),
+            last_update_time=now,
+        )
+        session._storage_update_marker = "1"
+        return session
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> AdkSession | None:
+        key = _session_key(app_name, user_id, session_id)
+        stream = Stream(self._log, stream_id(key), SESSION_TYPE)
+        row = self._log.store.get_task(self._log.tenant, stream.id)
+        if row is None:
+            return None
+        version = row.version
+        events = self._recent_events(stream, version, config or GetSessionConfig())
+        session = AdkSession(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=self._merge(app_name, user_id, self._session_state(stream, version)),
+            events=events,
+            last_update_time=row.updated_at,
+        )
+        session._storage_update_marker = str(version)
+        return session
+
+    def _recent_events(self, stream: Stream, version: int, config: GetSessionConfig) -> list[AdkEvent]:
+        """The events ``config`` asks for, read by range: the newest ``num_recent_events`` (each
+        event is one record, so they are the last records), those from ``after_timestamp`` on
+        (found by bisecting the records' times)."""
+        if config.num_recent_events == 0:
+            return []
+        start = 1  # the first record is the session's own; events follow it
+        if config.num_recent_events is not None:
+            start = max(start, version - config.num_recent_events)
+        if config.after_timestamp is not None:
+            start = max(start, self._first_at_or_after(stream, version, config.after_timestamp) - 1)
+        records = stream.read(after=start, upto=version)
+        found = [
+            AdkEvent.model_validate(rec.event.meta["adk"])
+            for rec in records
+            if isinstance(rec.event, MessageAdded) and rec.event.meta and "adk" in rec.event.meta
+        ]
+        if config.after_timestamp is not None:
+            found = [e for e in found if e.timestamp >= config.after_timestamp]
+        if config.num_recent_events is not None:
+            found = found[-config.num_recent_events :]
+        return found
+
+    def _first_at_or_after(self, stream: Stream, version: int, moment: float) -> int:
+        """The first seq whose record was stamped at or after ``moment`` (records are stamped with
+        their event's timestamp, in order): O(log n) single-record reads."""
+        low, high = 2, version + 1
+        while low < high:
+            middle = (low + high) // 2
+            (rec,) = stream.read(after=middle - 1, upto=middle)
+            if rec.at >= moment:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def _session_state(self, stream: Stream, version: int) -> dict[str, Any]:
+        """The session-scoped state at ``version``: the newest snapshot, plus the events after it."""
+        store, tenant = self._log.store, self._log.tenant
+        snap = store.get_snapshot(tenant, stream.id, at_most=version)
+        state: dict[str, Any] = {}
+        after = 0
+        if snap is not None and snap.schema == _SNAPSHOT_SCHEMA and checksum(snap.data) == snap.checksum:
+            state, after = orjson.loads(snap.data), snap.seq
+        records = stream.read(after=after, upto=version)
+        state = _fold_state(records, state)
+        if len(records) >= _SNAPSHOT_EVERY:
+            self._snapshot(stream.id, version, state)
+        return state
+
+    def _snapshot(self, stream: str, version: int, state: dict[str, Any]) -> None:
+        data = orjson.dumps(state).decode()
+        self._log.store.put_snapshot(
+            self._log.tenant, stream, SnapshotRow(version, _SNAPSHOT_SCHEMA, checksum(data), data)
+        )
+
+    async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
+        """The app's sessions (one user's, with ``user_id``), oldest update first, without events or
+        state (as ADK's ``ListSessionsResponse`` says): one read of tether's index."""
+        rows = self._log.store.list_tasks(
+            self._log.tenant, TaskFilter(type=SESSION_TYPE, user_id=user_id), limit=_LIST_LIMIT
+        )
+        prefix = _app_prefix(app_name)
+        sessions = []
+        for row in rows:
+            if not row.task_id.startswith(prefix):
+                continue
+            _, owner, session_id = _split(row.task_id.removeprefix("session:"))
+            sessions.append(
+                AdkSession(id=session_id, app_name=app_name, user_id=owner, last_update_time=row.updated_at)
+            )
+        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=sessions)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        key = _session_key(app_name, user_id, session_id)
+        try:
+            self._app.delete_session(key)
+        except TaskNotFoundError:
+            return
+
+    async def append_event(self, session: AdkSession, event: AdkEvent) -> AdkEvent:
+        """Store ``event`` (unless partial) and apply it to ``session``. ``StaleSessionError`` when the
+        stored session has moved past the version ``session`` was read at; nothing is written then."""
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        key = _session_key(session.app_name, session.user_id, session.id)
+        stream = Stream(self._log, stream_id(key), SESSION_TYPE)
+        marker = session._storage_update_marker
+        stale = StaleSessionError(
+            f"session {session.id!r} was read at version {marker} and has been appended to since; "
+            "get it again (get_session) and retry"
+        )
+        try:
+            current = stream.version()
+        except TaskNotFoundError:
+            raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        expected = int(marker) if marker is not None else current
+        if expected != current:
+            raise stale  # before anything is written
+        # Shared state first, then the event: a process that dies between the two leaves the delta
+        # applied and the event unwritten, so the agent's retry makes the event again and sets the same
+        # keys (the other way round, the session would show an event whose shared state never landed).
+        delta = event.actions.state_delta if event.actions else {}
+        app_delta, user_delta, _ = _scoped(delta or {})
+        self._share(session.app_name, session.user_id, app_delta, user_delta)
+        try:
+            version = stream.append([to_event(_message(event))], expected, at=event.timestamp)
+        except ConflictError:
+            raise stale from None  # another writer got in between the check and the append
+        session._storage_update_marker = str(version)
+        session.last_update_time = event.timestamp
+        committed = self._commit_event_to_session(session, event)
+        if version % _SNAPSHOT_EVERY == 0:
+            state = {k: v for k, v in session.state.items() if not k.startswith(("app:", "user:", "temp:"))}
+            self._snapshot(stream.id, version, state)
+        return committed
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"\w+", text)}
+
+
+class TetherMemoryService(BaseMemoryService):
+    """ADK's memory service on tether: keyword search over the events of the sessions added to it.
+
+    A user's memory (per app) is one tether session, ``adk-memory:{app}:{user}``: each remembered
+    event is a message holding its text and the ADK content verbatim. ``add_session_to_memory``
+    adds the events not remembered yet (a session may be added again as it grows), atomically;
+    ``search_memory`` returns up to ``limit`` memories sharing the most words with the query.
+    Keyword matching, not semantic search: it reads the user's whole memory at each search.
+
+    Example:
+        >>> import asyncio, tether
+        >>> from google.adk.events import Event
+        >>> from google.genai import types
+        >>> app = tether.App("memory://")
+        >>> sessions, memory = TetherSessionService(app), TetherMemoryService(app)
+        >>> async def demo():
+        ...     s = await sessions.create_session(app_name="shop", user_id="ada")
+        ...     said = types.Content(role="user", parts=[types.Part(text="My seat is 12A")])
+        ...     await sessions.append_event(s, Event(author="user", content=said))
+        ...     await memory.add_session_to_memory(s)
+        ...     found = await memory.search_memory(app_name="shop", user_id="ada", query="which seat?")
+        ...     return [m.content.parts[0].text for m in found.memories]
+        >>> asyncio.run(demo())
+        ['My seat is 12A']
+    """
+
+    def __init__(self, app: App, *, limit: int = 10) -> None:
+        self._app = app
+        self._limit = limit
+
+    def _memory(self, app_name: str, user_id: str) -> Any:
+        return self._app.session(f"adk-memory:{quote(app_name, safe='')}:{quote(user_id, safe='')}", user_id=user_id)
+
+    async def add_session_to_memory(self, session: AdkSession) -> None:
+        memory = self._memory(session.app_name, session.user_id)
+        known = {m.meta.get("adk_memory", {}).get("event_id") for m in memory.messages()}
+        new = []
+        for event in session.events:
+            parts = event.content.parts or [] if event.content is not None else []
+            text = " ".join(p.text for p in parts if p.text and not p.thought)
+            if not text.strip() or event.id in known:
+                continue
+            assert event.content is not None
+            new.append(
+                {
+                    "role": "user" if event.author == "user" else "assistant",
+                    "content": text,
+                    "adk_memory": {
+                        "event_id": event.id,
+                        "session_id": session.id,
+                        "author": event.author,
+                        "timestamp": event.timestamp,
+                        "content": event.content.model_dump(mode="json", exclude_none=True),
+                    },
+                }
+            )
+        if new:
+            memory.add_many(new)
+
+    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
+        wanted = _words(query)
+        scored = []
+        for m in self._memory(app_name, user_id).messages():
+            stored = m.meta.get("adk_memory")
+            shared = len(wanted & _words(m.content))
+            if stored is not None and shared:
+                scored.append((shared, stored["timestamp"], stored))
+        scored.sort(key=lambda s: (-s[0], -s[1]))
+        return SearchMemoryResponse(
+            memories=[
+                MemoryEntry(
+                    id=stored["event_id"],
+                    content=types.Content.model_validate(stored["content"]),
+                    author=stored["author"],
+                    timestamp=datetime.fromtimestamp(stored["timestamp"], tz=UTC).isoformat(),
+                    custom_metadata={"session_id": stored["session_id"]},
+                )
+                for _, _, stored in scored[: self._limit]
+            ]
+        )

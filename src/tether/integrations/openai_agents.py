@@ -1,0 +1,645 @@
+"""The OpenAI Agents SDK on tether: a ``Session`` that keeps the conversation in tether, and
+durable runs. ``pip install 'tether[openai-agents]'``
+
+- :class:`TetherSession` implements the SDK's ``Session`` protocol (and its compaction-aware
+  extension, ``run_compaction``) on a tether session: items are stored verbatim (OpenAI Responses
+  items), appends are atomic, a pop removes one item once however many processes pop at once;
+  the conversation is a tether session (``app.session(id).messages()``).
+- :func:`run` (and :func:`run_streamed`) runs ``Runner.run`` inside a tether task, so ``tether
+  tasks/show/history`` show the run: every model response and every function
+  tool's result is a recorded call of the task, so a process killed mid-run resumes without asking
+  the model again for a turn it answered and without running a finished tool again; tools see
+  tether's idempotency key (``tether.current_call().key``); a tool that needs approval waits for
+  it as a tether input (``app.send_input``), with no process kept alive.
+
+Example:
+    >>> import tether
+    >>> from agents import Agent
+    >>> from agents.testing import ScriptedModel, assistant_message
+    >>> from tether.integrations.openai_agents import TetherSession, run
+    >>> app = tether.App("memory://")
+    >>> agent = Agent(name="Echo", model=ScriptedModel([[assistant_message("Hello!")]]))
+    >>> @app.task
+    ... async def chat(ctx: tether.AsyncTaskContext, question: str) -> str:
+    ...     result = await run(ctx, agent, question, session=TetherSession.in_task(ctx))
+    ...     return str(result.final_output)
+    >>> app.run(chat, "Hi", task_id="chat-1").output
+    'Hello!'
+    >>> [m.role for m in app.session("chat-1").messages()]
+    ['user', 'assistant']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+try:
+    from agents import Agent, FunctionTool, Runner
+    from agents.exceptions import ModelBehaviorError
+    from agents.items import ModelResponse, ToolApprovalItem
+    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+    from agents.models.interface import Model, ModelProvider
+    from agents.models.multi_provider import MultiProvider
+    from agents.run_config import RunConfig
+    from openai.types.responses import Response, ResponseCompletedEvent, ResponseOutputItemDoneEvent
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "tether.integrations.openai_agents needs the OpenAI Agents SDK: pip install 'tether[openai-agents]'"
+    ) from exc
+
+from pydantic import TypeAdapter
+
+from tether.conversation import EstimateCounter, Message, Session, Summarizer, Summary
+from tether.errors import InvalidInputError, TetherError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from agents.agent_output import AgentOutputSchemaBase
+    from agents.handoffs import Handoff
+    from agents.items import TResponseInputItem, TResponseStreamEvent
+    from agents.model_settings import ModelSettings
+    from agents.models.interface import ModelTracing
+    from agents.result import RunResult, RunResultStreaming
+    from agents.run_state import RunState
+    from agents.tool import Tool
+    from agents.tool_context import ToolContext
+    from openai.types.responses.response_prompt_param import ResponsePromptParam
+
+    from tether.runtime.app import App
+    from tether.runtime.context import AsyncTaskContext
+    from tether.runtime.session import TaskSession
+
+__all__ = ["DurableModel", "TetherSession", "approval_key", "approvals", "durable_agent", "run", "run_streamed"]
+
+_EVERYTHING = 2**62  # a window with room for every message: the session's items since its newest summary
+_COUNTER = EstimateCounter()  # the session only needs the items, not an exact token count
+_RESPONSE = TypeAdapter(ModelResponse)
+
+
+# ----------------------------------------------------------------------------- the session
+
+
+class TetherSession:
+    """The Agents SDK's ``Session`` on a tether session: ``Runner.run(agent, input, session=...)``.
+
+    Items are stored verbatim (OpenAI Responses items) and come back identical. ``add_items`` is
+    atomic (a batch stays contiguous whatever else is appended at the same time); ``pop_item``
+    removes one item once (two concurrent pops never return the same item); everything is
+    committed before the call returns. ``run_compaction`` folds older turns into a tether summary:
+    ``get_items`` then returns the summary and the items after it; the originals stay stored and
+    listable (``app.session(id).messages()``), and ``undo_compaction`` brings them back.
+
+    Outside a task, open it on an app: ``TetherSession("support-42", app)``. Inside a task, use
+    ``TetherSession.in_task(ctx)``: the task's own conversation (``ctx.session``), whose reads and
+    appends are part of the task's record, so a resumed run reads what the first run read and
+    appends each item once.
+
+    Example:
+        >>> import asyncio, tether
+        >>> app = tether.App("memory://")
+        >>> session = TetherSession("support-42", app, user_id="ada")
+        >>> asyncio.run(session.add_items([{"role": "user", "content": "Where is my parcel?"}]))
+        >>> asyncio.run(session.get_items())
+        [{'role': 'user', 'content': 'Where is my parcel?'}]
+        >>> [m.role for m in app.session("support-42").messages()]
+        ['user']
+    """
+
+    session_id: str
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        app: App,
+        *,
+        user_id: str | None = None,
+        session_settings: SessionSettings | None = None,
+        summarizer: Summarizer | None = None,
+        keep_last: int = 6,
+        compact_when_tokens_over: int | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self._conversation: Session | TaskSession = app.session(session_id, user_id=user_id)
+        self._summarizer = summarizer
+        self._keep_last = keep_last
+        self._compact_over = compact_when_tokens_over
+
+    @classmethod
+    def in_task(
+        cls,
+        ctx: AsyncTaskContext,
+        *,
+        session_settings: SessionSettings | None = None,
+        summarizer: Summarizer | None = None,
+        keep_last: int = 6,
+        compact_when_tokens_over: int | None = None,
+    ) -> TetherSession:
+        """The task's own conversation (``ctx.session``) as an Agents SDK session: recorded reads,
+        exactly-once appends. ``pop_item`` and ``clear_session`` are not recorded operations of a
+        task, and raise."""
+        self = cls.__new__(cls)
+        self._conversation = ctx.session
+        self.session_id = ctx.session.id
+        self.session_settings = session_settings
+        self._summarizer = summarizer
+        self._keep_last = keep_last
+        self._compact_over = compact_when_tokens_over
+        return self
+
+    @property
+    def tether_session(self) -> Session | TaskSession:
+        """The tether session underneath (``tether.Session``, or ``ctx.session`` inside a task)."""
+        return self._conversation
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The conversation (the newest summary, then the items after it), oldest first; with
+        ``limit`` (or ``session_settings.limit``), the newest ``limit`` of them."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidInputError(f"limit must be None or an int >= 0, got {limit!r}")
+        window = self._conversation.window(_EVERYTHING, keep_last=0, counter=_COUNTER)
+        items: list[Any] = window.to_openai_responses()
+        if limit is not None:
+            items = items[len(items) - limit :] if limit else []
+        return items
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` atomically, in order, verbatim."""
+        batch = [dict(item) for item in items]
+        if not batch:
+            return
+        if isinstance(self._conversation, Session):
+            self._conversation.add_many(batch, format="openai_responses")
+        else:
+            self._conversation.add_many(batch)  # a task's appends: recorded, exactly once
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item; ``None`` when the session is empty."""
+        removed: Message | None = self._outside_task("pop_item").pop()
+        return removed.original if removed is not None else None  # type: ignore[return-value]
+
+    async def clear_session(self) -> None:
+        """Hide every item so far (they stay stored, as tether never deletes a message)."""
+        self._outside_task("clear_session").clear()
+
+    async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
+        """Fold the turns before the last ``keep_last`` into a tether summary.
+
+        The SDK calls this after each turn; tether compacts when ``args["force"]`` is set or the
+        items since the newest summary weigh more than ``compact_when_tokens_over`` tokens (never,
+        when that is ``None``). The originals stay stored: :meth:`undo_compaction` undoes it.
+        """
+        force = bool((args or {}).get("force"))
+        if not force:
+            if self._compact_over is None:
+                return
+            window = self._conversation.window(_EVERYTHING, keep_last=0, counter=_COUNTER)
+            if window.tokens <= self._compact_over:
+                return
+        self.compact()
+
+    def compact(self) -> Summary | None:
+        """Compact now (see :meth:`run_compaction`); the new summary, or ``None`` if nothing was folded."""
+        return self._conversation.compact(self._summarizer, keep_last=self._keep_last)
+
+    def undo_compaction(self) -> Summary | None:
+        """Undo the newest compaction: ``get_items`` returns the items it covered again (they were
+        never deleted), after the summary before it if there was one. The withdrawn summary, or
+        ``None`` when the session has none."""
+        return self._outside_task("undo_compaction").undo_compaction()
+
+    def _outside_task(self, operation: str) -> Session:
+        if not isinstance(self._conversation, Session):
+            raise TetherError(
+                f"{operation}() is not a recorded operation of a task's conversation: a resumed task "
+                "could not undo it once. Open TetherSession(session_id, app) outside the task to do it"
+            )
+        return self._conversation
+
+
+# ----------------------------------------------------------------------------- durable runs
+
+
+_PENDING_REQUEST: contextvars.ContextVar[Callable[[], Any] | None] = contextvars.ContextVar(
+    "tether_agents_model_request", default=None
+)
+_TOOL_CONTEXT: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.ContextVar(
+    "tether_agents_tool_context", default=None
+)
+
+
+class _ModelCall:
+    """The recorded call that asks the model: its arguments are the agent's name and a digest of the
+    request (so storage grows with the answers, not with the whole input again at every turn); the
+    request itself travels beside the call, and only a live call sends it."""
+
+    __name__ = "openai_agents.model"
+
+    async def __call__(self, agent: str, request: str, items: int) -> dict[str, Any]:
+        send = _PENDING_REQUEST.get()
+        assert send is not None, "the model call runs inside DurableModel.get_response"
+        response: ModelResponse = await send()
+        return _RESPONSE.dump_python(response, mode="json")  # type: ignore[no-any-return]
+
+
+_MODEL_CALL = _ModelCall()
+
+
+class _ModelStreamCall:
+    """The recorded call that streams the model's answer: like ``_ModelCall``, with the final
+    ``Response`` (as the stream's ``response.completed`` event carried it) as its result."""
+
+    __name__ = "openai_agents.model_stream"
+
+    async def __call__(self, agent: str, request: str, items: int) -> dict[str, Any]:
+        send = _PENDING_REQUEST.get()
+        assert send is not None, "the model call runs inside DurableModel.stream_response"
+        result: dict[str, Any] = await send()
+        return result
+
+
+_MODEL_STREAM = _ModelStreamCall()
+
+
+def _request(
+    system_instructions: str | None,
+    input: str | list[TResponseInputItem],
+    model_settings: ModelSettings,
+    tools: list[Tool],
+    output_schema: AgentOutputSchemaBase | None,
+    handoffs: list[Handoff],
+    previous_response_id: str | None,
+    conversation_id: str | None,
+    prompt: ResponsePromptParam | None,
+) -> dict[str, Any]:
+    """What a model request asks: its digest is the recorded call's argument."""
+    return {
+        "system_instructions": system_instructions,
+        "input": input,
+        "model_settings": model_settings.to_json_dict(),
+        "tools": sorted(getattr(t, "name", type(t).__name__) for t in tools),
+        "output_schema": output_schema.name() if output_schema is not None else None,
+        "handoffs": sorted(h.tool_name for h in handoffs),
+        "previous_response_id": previous_response_id,
+        "conversation_id": conversation_id,
+        "prompt": prompt,
+    }
+
+
+class DurableModel(Model):
+    """A ``Model`` whose responses are recorded calls of a tether task: on resume, a turn the model
+    already answered returns its recorded response, and the model is not asked (or billed) again.
+
+    ``inner`` is the model that answers (or a function that makes it, called at the first live
+    request, so a replay never builds a client). Made by :func:`durable_agent` and :func:`run`.
+    """
+
+    def __init__(self, ctx: AsyncTaskContext, inner: Model | Callable[[], Model], *, agent_name: str) -> None:
+        self._ctx = ctx
+        self._inner = inner
+        self._agent_name = agent_name
+
+    def _model(self) -> Model:
+        if not isinstance(self._inner, Model):
+            self._inner = self._inner()
+        return self._inner
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> ModelResponse:
+        request = _request(system_instructions, input, model_settings, tools, output_schema, handoffs,
+                           previous_response_id, conversation_id, prompt)
+
+        async def send() -> ModelResponse:
+            return await self._model().get_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
+
+        token = _PENDING_REQUEST.set(send)
+        try:
+            recorded = await self._ctx.call(
+                _MODEL_CALL, agent=self._agent_name, request=_digest(request), items=_count(input)
+            )
+        finally:
+            _PENDING_REQUEST.reset(token)
+        return _RESPONSE.validate_python(recorded)
+
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        """Stream a response as a recorded call (``openai_agents.model_stream``).
+
+        Live, the model's events pass through as they come and the call records the final response;
+        the ``response.completed`` event is made from that record, live and on replay alike. A turn
+        with a record is answered by that one event (its deltas are not streamed again)."""
+        request = _request(system_instructions, input, model_settings, tools, output_schema, handoffs,
+                           previous_response_id, conversation_id, prompt)
+        events: asyncio.Queue[TResponseStreamEvent] = asyncio.Queue()
+
+        async def send() -> dict[str, Any]:
+            final: Response | None = None
+            items: list[Any] = []
+            async for event in self._model().stream_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            ):
+                events.put_nowait(event)
+                if isinstance(event, ResponseCompletedEvent):
+                    final = event.response
+                elif isinstance(event, ResponseOutputItemDoneEvent):
+                    items.append(event.item)
+            if final is None:
+                raise ModelBehaviorError("the model's stream ended without a response.completed event")
+            dumped: dict[str, Any] = final.model_dump(mode="json")
+            if not dumped.get("output"):  # some backends only send the items as they finish
+                dumped["output"] = [item.model_dump(mode="json") for item in items]
+            return dumped
+
+        token = _PENDING_REQUEST.set(send)
+        try:  # issued here, so the call keeps its place in the task's order
+            call = asyncio.ensure_future(
+                self._ctx.call(_MODEL_STREAM, agent=self._agent_name, request=_digest(request), items=_count(input))
+            )
+        finally:
+            _PENDING_REQUEST.reset(token)
+        try:
+            while not call.done() or not events.empty():
+                if events.empty():
+                    waiting = asyncio.ensure_future(events.get())
+                    await asyncio.wait({waiting, call}, return_when=asyncio.FIRST_COMPLETED)
+                    if not waiting.done():
+                        waiting.cancel()
+                        continue
+                    event = waiting.result()
+                else:
+                    event = events.get_nowait()
+                if not isinstance(event, ResponseCompletedEvent):
+                    yield event
+            recorded = call.result()
+        finally:
+            if not call.done():
+                call.cancel()
+        # The final response comes from the record, live and on replay alike, so the next turn's
+        # input is the same both ways (and so is its digest).
+        yield ResponseCompletedEvent(
+            type="response.completed", response=Response.model_validate(recorded), sequence_number=0
+        )
+
+    async def close(self) -> None:
+        if isinstance(self._inner, Model):
+            await self._inner.close()
+
+
+class _ToolCall:
+    """The recorded call that runs one function tool: its arguments (the model's JSON) and the
+    model's call id are recorded; the SDK's tool context travels beside the call."""
+
+    def __init__(self, tool: FunctionTool) -> None:
+        self.__name__ = tool.name
+        self._invoke = tool.on_invoke_tool
+
+    async def __call__(self, arguments: str, call_id: str) -> Any:
+        tool_context = _TOOL_CONTEXT.get()
+        assert tool_context is not None, "a durable tool runs inside its SDK invocation"
+        return await self._invoke(tool_context, arguments)
+
+
+_TOOL_CALLS: dict[int, tuple[Callable[..., Any], _ToolCall]] = {}
+
+
+def _tool_call(tool: FunctionTool) -> _ToolCall:
+    """One recorded callable per tool function (tether keeps one spec per callable)."""
+    key = id(tool.on_invoke_tool)
+    known = _TOOL_CALLS.get(key)
+    if known is None or known[0] is not tool.on_invoke_tool or known[1].__name__ != tool.name:
+        known = _TOOL_CALLS[key] = (tool.on_invoke_tool, _ToolCall(tool))
+    return known[1]
+
+
+def _durable_tool(ctx: AsyncTaskContext, tool: Tool) -> Tool:
+    if not isinstance(tool, FunctionTool):
+        return tool  # hosted tools run at the provider: their results come back in the recorded response
+    recorded = _tool_call(tool)
+
+    async def on_invoke_tool(tool_context: ToolContext[Any], arguments: str) -> Any:
+        token = _TOOL_CONTEXT.set(tool_context)
+        try:
+            return await ctx.call(recorded, arguments=arguments, call_id=tool_context.tool_call_id)
+        finally:
+            _TOOL_CONTEXT.reset(token)
+
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+
+def durable_agent(
+    ctx: AsyncTaskContext, agent: Agent[Any], *, model_provider: ModelProvider | None = None
+) -> Agent[Any]:
+    """A copy of ``agent`` (and of the agents it hands off to) whose model answers and function tools
+    are recorded calls of the task. A model given by name is looked up through ``model_provider``
+    (the SDK's default provider when ``None``) at its first live request.
+
+    What is not wrapped: hosted tools (they run at the provider, inside the recorded response),
+    agents used as tools (``agent.as_tool``) and ``Handoff`` objects built by hand — wrap their
+    agents with ``durable_agent`` yourself.
+    """
+    made: dict[int, Agent[Any]] = {}
+    provider = model_provider
+
+    def wrap(original: Agent[Any]) -> Agent[Any]:
+        known = made.get(id(original))
+        if known is not None:
+            return known
+        model = original.model
+        inner: Model | Callable[[], Model]
+        if isinstance(model, Model):
+            inner = model._inner if isinstance(model, DurableModel) else model
+        else:
+            name = model
+
+            def inner() -> Model:
+                return (provider or MultiProvider()).get_model(name)
+
+        copy = original.clone(
+            model=DurableModel(ctx, inner, agent_name=original.name),
+            tools=[_durable_tool(ctx, t) for t in original.tools],
+        )
+        made[id(original)] = copy
+        copy.handoffs = [wrap(h) if isinstance(h, Agent) else h for h in original.handoffs]
+        return copy
+
+    return wrap(agent)
+
+
+def approval_key(item: ToolApprovalItem) -> str:
+    """The input key a durable run waits on for ``item``'s approval: ``approve:{call_id}``."""
+    raw = item.raw_item
+    call_id = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
+    call_id = call_id or (raw.get("id") if isinstance(raw, dict) else getattr(raw, "id", None))
+    return f"approve:{call_id}"
+
+
+def _approval_prompt(item: ToolApprovalItem) -> str:
+    raw = item.raw_item
+    arguments = raw.get("arguments") if isinstance(raw, dict) else getattr(raw, "arguments", None)
+    return f"Allow {item.tool_name}({arguments or ''})? Send true, false, or {{'approved': bool, 'message': str}}"
+
+
+async def run(
+    ctx: AsyncTaskContext,
+    agent: Agent[Any],
+    input: str | list[TResponseInputItem] | RunState[Any],
+    *,
+    model_provider: ModelProvider | None = None,
+    run_config: RunConfig | None = None,
+    **runner_options: Any,
+) -> RunResult:
+    """``Runner.run(agent, input, ...)`` as part of a tether task, durable.
+
+    Every model response and every function tool's result is a recorded call of the task; a run
+    that stopped anywhere resumes from its record. A tool that needs approval (``needs_approval``)
+    makes the run wait for the input :func:`approval_key` names (``app.send_input(task_id,
+    "approve:{call_id}", True)``, or ``{"approved": False, "message": "..."}``): the task suspends,
+    no process waits, and the run continues when the answer arrives.
+
+    ``runner_options`` go to ``Runner.run`` (``session=TetherSession.in_task(ctx)``, ``context=``,
+    ``max_turns=``...). A ``run_config.model`` is wrapped too.
+    """
+    durable = durable_agent(ctx, agent, model_provider=model_provider)
+    if run_config is not None:
+        runner_options["run_config"] = _durable_config(ctx, run_config, model_provider, agent.name)
+    result = await Runner.run(durable, input, **runner_options)
+    while (state := await approvals(ctx, result)) is not None:
+        result = await Runner.run(durable, state, **runner_options)
+    return result
+
+
+def run_streamed(
+    ctx: AsyncTaskContext,
+    agent: Agent[Any],
+    input: str | list[TResponseInputItem] | RunState[Any],
+    *,
+    model_provider: ModelProvider | None = None,
+    run_config: RunConfig | None = None,
+    **runner_options: Any,
+) -> RunResultStreaming:
+    """``Runner.run_streamed`` as part of a tether task, durable like :func:`run`.
+
+    Live turns stream their events as the model makes them; a turn the model already answered is
+    replayed as one ``response.completed`` event carrying the recorded response. A tool that needs
+    approval interrupts the run as in the SDK: once its events are consumed, ``await approvals(ctx,
+    result)`` waits for the answers (as tether inputs) and gives the state to stream on from.
+    """
+    durable = durable_agent(ctx, agent, model_provider=model_provider)
+    if run_config is not None:
+        runner_options["run_config"] = _durable_config(ctx, run_config, model_provider, agent.name)
+    return Runner.run_streamed(durable, input, **runner_options)
+
+
+async def approvals(ctx: AsyncTaskContext, result: RunResult | RunResultStreaming) -> RunState[Any] | None:
+    """Wait for a person's answer to each approval ``result`` was interrupted for (the input
+    :func:`approval_key` names: ``True``, ``False`` or ``{"approved": bool, "message": str}``) and
+    return the run's state with the answers applied, to run on from; ``None`` when nothing waits.
+    The task suspends while an answer is missing; no process waits."""
+    if not result.interruptions:
+        return None
+    state = result.to_state()
+    for item in result.interruptions:
+        answer = await ctx.wait_for_input(approval_key(item), prompt=_approval_prompt(item))
+        approved, message = _verdict(answer)
+        if approved:
+            state.approve(item)
+        else:
+            state.reject(item, rejection_message=message)
+    return state
+
+
+def _durable_config(
+    ctx: AsyncTaskContext, config: RunConfig, model_provider: ModelProvider | None, agent_name: str
+) -> RunConfig:
+    """``config`` with its ``model`` (which overrides every agent's) wrapped too."""
+    chosen = config.model
+    if chosen is None:
+        return config
+    provider = model_provider or config.model_provider
+    inner: Model | Callable[[], Model]
+    if isinstance(chosen, Model):
+        inner = chosen
+    else:
+        name = chosen
+
+        def inner() -> Model:
+            return provider.get_model(name)
+
+    return dataclasses.replace(config, model=DurableModel(ctx, inner, agent_name=f"run_config:{agent_name}"))
+
+
+def _verdict(answer: Any) -> tuple[bool, str | None]:
+    if isinstance(answer, dict):
+        return bool(answer.get("approved")), answer.get("message")
+    if isinstance(answer, bool):
+        return answer, None
+    raise InvalidInputError(f"an approval is true, false or {{'approved': bool, 'message': str}}, got {answer!r}")
+
+
+def _digest(request: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(request, default=_jsonable, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+
+
+def _jsonable(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    return repr(value)
+
+
+def _count(input: str | Sequence[Any]) -> int:
+    return 1 if isinstance(input, str) else len(input)

@@ -1,0 +1,95 @@
+"""The SIGKILL-and-resume check the framework adapters share.
+
+A child script (``_agents_child.py``, ``_pydantic_ai_child.py``) runs one support-agent task: the
+model looks an order up and checks shipping in parallel, refunds it, answers. It kills itself with
+SIGKILL at a chosen checkpoint; fresh children resume it until it completes. Then: every model turn
+was answered once, every tool call that finished ran once (only a kill inside the refund, after its
+effect, runs it again, under the same key), the refund's effect happened once, the record and the
+conversation equal an uninterrupted run's, and the record replays cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tether
+from tests.integrations.conftest import CHILD_ENV, HERE
+
+TASK_ID = "support-1"
+MODEL_TURNS = ["turn 0", "turn 2", "turn 3"]
+
+
+def run_child(script: str, url: str, work: Path, kill_at: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(HERE / script), url, str(work), TASK_ID, kill_at, *extra],
+        capture_output=True,
+        text=True,
+        env=CHILD_ENV,
+        timeout=120,
+    )
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def outcome(url: str, work: Path, result_of: Callable[[tether.ToolCall], Any]) -> dict[str, Any]:
+    app = tether.App(url)
+    state = app.state(TASK_ID)
+    return {
+        "status": state.status.value,
+        "output": state.output,
+        "calls": [(c.n, c.tool, c.key, c.args, result_of(c)) for c in state.calls],
+        "messages": [(m.role, m.content, m.tool_calls) for m in app.session(TASK_ID).messages()],
+        "effects": sorted(p.name for p in (work / "effects").iterdir()),
+    }
+
+
+def sigkill_then_resume(
+    script: str,
+    tmp_path: Path,
+    make_url: Any,
+    result_of: Callable[[tether.ToolCall], Any] = lambda c: c.result,
+    extra: tuple[str, ...] = (),
+) -> None:
+    ref = tmp_path / "reference"
+    ref.mkdir()
+    ref_url = make_url(ref)
+    first = run_child(script, ref_url, ref, "none:0", *extra)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == ["completed", "replay-clean=True"], first.stdout
+    reference = outcome(ref_url, ref, result_of)
+    assert reference["output"] == "Done: refunded 4999 for A-1"
+    assert lines(ref / "model.log") == MODEL_TURNS
+    assert len(reference["effects"]) == 1
+    commits = json.loads((ref / "tally.json").read_text())["after_commit"]
+    chosen = sorted({1, 2, 3, commits // 3, commits // 2, (2 * commits) // 3, commits - 1, commits})
+    points = [f"after_commit:{k}" for k in chosen] + ["in_tool_before_effect:1", "in_tool_after_effect:1"]
+    for point in points:
+        work = tmp_path / point.replace(":", "-")
+        work.mkdir()
+        url = make_url(work)
+        killed = run_child(script, url, work, point, *extra)
+        assert (work / "killed").exists(), point
+        assert killed.returncode == -signal.SIGKILL, point + killed.stderr
+        for _ in range(3):
+            resumed = run_child(script, url, work, "none:0", *extra)
+            assert resumed.returncode == 0, point + resumed.stderr
+            if resumed.stdout.split()[0] == "completed":
+                break
+        assert resumed.stdout.split() == ["completed", "replay-clean=True"], point + resumed.stdout
+        assert outcome(url, work, result_of) == reference, point
+        assert lines(work / "model.log") == MODEL_TURNS, point  # no turn asked twice
+        executions = lines(work / "tools.log")
+        assert sorted(set(executions)) == sorted(lines(ref / "tools.log")), point  # the same keys
+        repeats = len(executions) - len(set(executions))
+        if point.startswith("in_tool"):
+            assert repeats == 1 and executions[-1].startswith("refund"), point
+        else:
+            assert repeats == 0, point

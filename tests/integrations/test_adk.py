@@ -1,0 +1,352 @@
+"""The Google ADK adapter: TetherSessionService, with ADK's own session and event types."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("google.adk")
+
+from google.adk.agents import LlmAgent
+from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.events import Event, EventActions
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
+from google.genai import types
+
+import tether
+from tests.integrations.conftest import CHILD_ENV, HERE
+from tether.integrations import adk as tether_adk
+from tether.integrations.adk import TetherMemoryService, TetherSessionService
+
+
+def say(author: str, text: str, delta: dict[str, Any] | None = None, at: float | None = None) -> Event:
+    event = Event(
+        author=author,
+        invocation_id="inv",
+        content=types.Content(role="user" if author == "user" else "model", parts=[types.Part(text=text)]),
+        actions=EventActions(state_delta=delta or {}),
+    )
+    if at is not None:
+        event.timestamp = at
+    return event
+
+
+def texts(events: list[Event]) -> list[str]:
+    return [e.content.parts[0].text for e in events if e.content and e.content.parts]
+
+
+def test_create_get_list_delete(store_url: str) -> None:
+    app = tether.App(store_url)
+    service = TetherSessionService(app)
+    assert isinstance(service, BaseSessionService)
+
+    async def scenario() -> None:
+        first = await service.create_session(app_name="shop", user_id="ada", session_id="s1", state={"cart": ["a"]})
+        assert (first.id, first.app_name, first.user_id) == ("s1", "shop", "ada")
+        assert (first.state, first.events) == ({"cart": ["a"]}, [])
+        with pytest.raises(AlreadyExistsError):
+            await service.create_session(app_name="shop", user_id="ada", session_id="s1")
+        generated = await service.create_session(app_name="shop", user_id="bob")
+        assert generated.id
+        await service.create_session(app_name="other:app", user_id="ada", session_id="s1")  # the same id elsewhere
+        event = say("user", "Hi", {"cart": ["a", "b"]})
+        await service.append_event(first, event)
+        got = await service.get_session(app_name="shop", user_id="ada", session_id="s1")
+        assert got is not None and got.state == {"cart": ["a", "b"]}
+        assert [e.model_dump() for e in got.events] == [event.model_dump()]  # the ADK event, verbatim
+        assert await service.get_session(app_name="shop", user_id="ada", session_id="nope") is None
+        assert await service.get_session(app_name="shop", user_id="bob", session_id="s1") is None
+        listed = (await service.list_sessions(app_name="shop")).sessions
+        assert sorted((s.user_id, s.id) for s in listed) == [("ada", "s1"), ("bob", generated.id)]
+        assert [s.id for s in (await service.list_sessions(app_name="shop", user_id="ada")).sessions] == ["s1"]
+        assert [s.id for s in (await service.list_sessions(app_name="other:app")).sessions] == ["s1"]
+        assert listed[-1].id == "s1"  # oldest update first: s1 was appended to last
+        await service.delete_session(app_name="shop", user_id="ada", session_id="s1")
+        assert await service.get_session(app_name="shop", user_id="ada", session_id="s1") is None
+        assert [s.user_id for s in (await service.list_sessions(app_name="shop")).sessions] == ["bob"]
+        await service.delete_session(app_name="shop", user_id="ada", session_id="s1")  # gone: no error
+
+    asyncio.run(scenario())
+
+
+def test_state_scopes(store_url: str) -> None:
+    app = tether.App(store_url)
+    service = TetherSessionService(app)
+
+    async def scenario() -> None:
+        a1 = await service.create_session(
+            app_name="shop", user_id="ada", session_id="a1",
+            state={"mine": 1, "app:currency": "EUR", "user:seat": "aisle", "temp:scratch": "x"},
+        )
+        assert a1.state == {"mine": 1, "app:currency": "EUR", "user:seat": "aisle"}
+        await service.append_event(a1, say("bot", "ok", {"app:promo": True, "user:home": "LHR", "temp:t": 1, "k": 2}))
+        assert a1.state["temp:t"] == 1  # temp state lives in the running session only
+        a2 = await service.create_session(app_name="shop", user_id="ada", session_id="a2")
+        b1 = await service.create_session(app_name="shop", user_id="bob", session_id="b1")
+        other = await service.create_session(app_name="elsewhere", user_id="ada", session_id="x")
+        assert a2.state == {"app:currency": "EUR", "app:promo": True, "user:seat": "aisle", "user:home": "LHR"}
+        assert b1.state == {"app:currency": "EUR", "app:promo": True}  # app: shared, user: not
+        assert other.state == {}
+        reread = await service.get_session(app_name="shop", user_id="ada", session_id="a1")
+        assert reread is not None
+        assert reread.state == {
+            "mine": 1, "k": 2, "app:currency": "EUR", "app:promo": True, "user:seat": "aisle", "user:home": "LHR"
+        }
+        assert "temp:t" not in (reread.events[0].actions.state_delta or {})  # never stored
+        assert await service.get_user_state(app_name="shop", user_id="ada") == {"seat": "aisle", "home": "LHR"}
+
+    asyncio.run(scenario())
+    stored = str([m.original for m in app.session("adk:shop:ada:a1").messages()])
+    assert "temp:" not in stored and "scratch" not in stored
+
+
+def test_get_session_config_and_stale_sessions(store_url: str) -> None:
+    app = tether.App(store_url)
+    service = TetherSessionService(app)
+
+    async def scenario() -> None:
+        session = await service.create_session(app_name="shop", user_id="ada", session_id="s")
+        base = time.time()
+        for i in range(10):
+            await service.append_event(session, say("user" if i % 2 else "bot", f"m{i}", {"n": i}, at=base + i))
+
+        async def get(**config: Any) -> Any:
+            found = await service.get_session(
+                app_name="shop", user_id="ada", session_id="s", config=GetSessionConfig(**config)
+            )
+            assert found is not None
+            return found
+
+        assert texts((await get(num_recent_events=3)).events) == ["m7", "m8", "m9"]
+        assert (await get(num_recent_events=0)).events == []
+        assert texts((await get(after_timestamp=base + 6)).events) == ["m6", "m7", "m8", "m9"]
+        assert texts((await get(after_timestamp=base + 6.5)).events) == ["m7", "m8", "m9"]
+        assert texts((await get(after_timestamp=base + 2, num_recent_events=2)).events) == ["m8", "m9"]
+        assert (await get(after_timestamp=base + 100)).events == []
+        assert len((await get()).events) == 10
+        assert (await get(num_recent_events=1)).state == {"n": 9}  # the state is whole either way
+
+        # Two readers of one version: the first append wins, the second is stale and writes nothing.
+        one, two = await get(), await get()
+        await service.append_event(one, say("bot", "first"))
+        with pytest.raises(StaleSessionError):
+            await service.append_event(two, say("bot", "second", {"n": -1, "app:flag": 1, "user:flag": 1}))
+        latest = await get()
+        assert texts(latest.events)[-1] == "first" and latest.state == {"n": 9}  # not the stale one's app:/user:
+        await service.append_event(latest, say("bot", "second"))  # re-read: accepted
+        assert texts((await get(num_recent_events=2)).events) == ["first", "second"]
+
+    asyncio.run(scenario())
+
+
+def test_get_session_reads_only_recent_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session of 600 events: reading the last 5 (with the state) reads a few dozen records,
+    not 600 — a snapshot of the state, the events after it, and the 5 asked for."""
+    app = tether.App(f"sqlite:///{tmp_path / 't.db'}")
+    service = TetherSessionService(app)
+
+    async def fill() -> None:
+        session = await service.create_session(app_name="shop", user_id="ada", session_id="long", state={"n": -1})
+        for i in range(600):
+            await service.append_event(session, say("bot", f"m{i}", {"n": i}))
+
+    asyncio.run(fill())
+    read: list[int] = []
+    original = app.store.read_events
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        rows = original(*args, **kwargs)
+        read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(app.store, "read_events", counting)
+    recent = GetSessionConfig(num_recent_events=5)
+    got = asyncio.run(service.get_session(app_name="shop", user_id="ada", session_id="long", config=recent))
+    assert got is not None and texts(got.events) == [f"m{i}" for i in range(595, 600)]
+    assert got.state == {"n": 599}
+    assert sum(read) <= 5 + tether_adk._SNAPSHOT_EVERY, read
+    read.clear()
+    latest = GetSessionConfig(after_timestamp=time.time() - 1e-3)
+    asyncio.run(service.get_session(app_name="shop", user_id="ada", session_id="long", config=latest))
+    assert len(read) <= 20 and sum(read) <= 30 + tether_adk._SNAPSHOT_EVERY, read  # bisected, not scanned
+
+
+class ScriptedLlm(BaseLlm):
+    """An offline model: asks for the parcel's status, then answers from the tool's response."""
+
+    model: str = "scripted"
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        last = llm_request.contents[-1]
+        answered = [p.function_response for p in last.parts or [] if p.function_response]
+        if answered:
+            status = answered[0].response["status"]
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=f"It is {status}.")]))
+        else:
+            call = types.FunctionCall(id="fc-1", name="track", args={"order": "A-1"})
+            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=call)]))
+
+
+def track(order: str) -> dict[str, str]:
+    """Where a parcel is."""
+    return {"order": order, "status": "lost"}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_real_adk_agent_runs_on_the_service(store_url: str) -> None:
+    app = tether.App(store_url)
+    service = TetherSessionService(app)
+    agent = LlmAgent(name="support", model=ScriptedLlm(), tools=[track], output_key="last_answer")
+
+    async def scenario() -> list[Event]:
+        runner = Runner(agent=agent, app_name="shop", session_service=service)
+        session = await service.create_session(app_name="shop", user_id="ada", session_id="run-1")
+        question = types.Content(role="user", parts=[types.Part(text="Where is A-1?")])
+        return [e async for e in runner.run_async(user_id="ada", session_id=session.id, new_message=question)]
+
+    produced = asyncio.run(scenario())
+    assert texts(produced)[-1] == "It is lost."
+    reader = TetherSessionService(app if store_url == "memory://" else tether.App(store_url))  # another process
+    stored = asyncio.run(reader.get_session(app_name="shop", user_id="ada", session_id="run-1"))
+    assert stored is not None and stored.state == {"last_answer": "It is lost."}
+    assert [e.id for e in stored.events][1:] == [e.id for e in produced]  # the user's message, then the agent's
+    assert stored.events[1].content.parts[0].function_call.name == "track"
+    assert stored.events[2].content.parts[0].function_response.response == {"order": "A-1", "status": "lost"}
+    # tether reads it as a conversation: the call and its result in one turn.
+    messages = app.session("adk:shop:ada:run-1").messages()
+    assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert messages[2].tool_calls[0].name == "track" and messages[3].answers == ("fc-1",)
+
+
+def texts_of(found: Any) -> list[str]:
+    return [m.content.parts[0].text for m in found.memories]
+
+
+def test_memory_keyword_search(store_url: str) -> None:
+    app = tether.App(store_url)
+    sessions, memory = TetherSessionService(app), TetherMemoryService(app, limit=2)
+
+    async def scenario() -> None:
+        first = await sessions.create_session(app_name="shop", user_id="ada", session_id="m1")
+        await sessions.append_event(first, say("user", "My seat preference is the aisle."))
+        await sessions.append_event(first, say("bot", "Noted: aisle seat."))
+        await memory.add_session_to_memory(first)
+        await sessions.append_event(first, say("user", "I fly from Heathrow."))
+        await memory.add_session_to_memory(first)  # added again as it grew: only the new event
+        other = await sessions.create_session(app_name="shop", user_id="bob", session_id="m2")
+        await sessions.append_event(other, say("user", "Aisle seat for me too."))
+        await memory.add_session_to_memory(other)
+
+        found = await memory.search_memory(app_name="shop", user_id="ada", query="Which seat? aisle or window")
+        # Two words shared each (seat, aisle): the newer first; limit=2 leaves the third out.
+        assert texts_of(found) == ["Noted: aisle seat.", "My seat preference is the aisle."]
+        assert found.memories[0].author == "bot" and found.memories[0].custom_metadata == {"session_id": "m1"}
+        heathrow = await memory.search_memory(app_name="shop", user_id="ada", query="heathrow")
+        assert texts_of(heathrow) == ["I fly from Heathrow."]
+        assert (await memory.search_memory(app_name="shop", user_id="ada", query="pizza")).memories == []
+        bob = await memory.search_memory(app_name="shop", user_id="bob", query="aisle")
+        assert texts_of(bob) == ["Aisle seat for me too."]  # users apart
+
+    asyncio.run(scenario())
+    assert len(app.session("adk-memory:shop:ada").messages()) == 3  # each event remembered once
+
+
+# ----------------------------------------------------------------------------- real processes
+
+
+def child(url: str, name: str, count: int, gate: Path | None = None) -> subprocess.Popen[str]:
+    args = [sys.executable, str(HERE / "_adk_child.py"), url, "shared", name, str(count)]
+    return subprocess.Popen(
+        [*args, str(gate)] if gate else args, env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def create_shared(url: str) -> None:
+    service = TetherSessionService(tether.App(url))
+    asyncio.run(service.create_session(app_name="shop", user_id="ada", session_id="shared"))
+
+
+def check_session(url: str, expected: dict[str, int]) -> None:
+    """Each writer's events stored once, in its order, with no gap; the state agrees with them."""
+    service = TetherSessionService(tether.App(url))
+    session = asyncio.run(service.get_session(app_name="shop", user_id="ada", session_id="shared"))
+    assert session is not None
+    for name, count in expected.items():
+        mine = [t for e, t in zip(session.events, texts(session.events), strict=True) if e.author == name]
+        assert mine == [f"{name}:{i}" for i in range(count)], (name, mine)
+        if count:
+            assert session.state[f"last_{name}"] == count - 1
+            assert session.state[f"app:total_{name}"] == count - 1
+    assert len(session.events) == sum(expected.values())
+    assert not any(k.startswith("temp:") for k in session.state)
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_sigkill_while_appending_then_resume(tmp_path: Path, make_url: Any) -> None:
+    """A child appending events is SIGKILLed from outside at random moments; each time the session
+    holds a prefix of its events with no duplicate and no torn event, and a fresh child finishes."""
+    url = make_url(tmp_path)
+    create_shared(url)
+    rng = random.Random()
+    count, landed = 60, 0
+    for _ in range(4):
+        proc = child(url, "a", count)
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # it is appending
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        landed += proc.returncode == -signal.SIGKILL
+        confirmed = [int(x) for x in (first + out).split() if x.isdigit()]
+        session = asyncio.run(
+            TetherSessionService(tether.App(url)).get_session(app_name="shop", user_id="ada", session_id="shared")
+        )
+        assert session is not None
+        stored = texts(session.events)
+        assert stored == [f"a:{i}" for i in range(len(stored))], stored  # a prefix, no duplicate, no gap
+        assert len(stored) >= (max(confirmed) + 1 if confirmed else 0)  # every confirmed append is there
+        if stored:
+            assert session.state["last_a"] == len(stored) - 1
+    assert landed >= 1, "no kill landed while the child was appending"
+    done = child(url, "a", count)
+    out, err = done.communicate(timeout=120)
+    assert done.returncode == 0, err
+    check_session(url, {"a": count})
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_two_processes_append_to_one_session(tmp_path: Path, make_url: Any) -> None:
+    url = make_url(tmp_path)
+    create_shared(url)
+    gate, count = tmp_path / "go", 25
+    procs = {name: child(url, name, count, gate) for name in ("a", "b")}
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{n}").exists() for n in procs):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs.values()), "children did not start"
+        time.sleep(0.01)
+    gate.touch()
+    stale = 0
+    for proc in procs.values():
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+        stale += int(out.split("stale ")[1])
+    check_session(url, {"a": count, "b": count})
+    print(f"\nstale appends refused and retried: {stale}")

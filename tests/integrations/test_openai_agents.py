@@ -1,0 +1,461 @@
+"""The OpenAI Agents SDK adapter: TetherSession (the SDK's Session protocol) and durable runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, Runner, SessionSettings, function_tool, set_tracing_disabled
+from agents.memory import Session as SdkSession
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+import tether
+from tests.integrations._crash import sigkill_then_resume
+from tests.integrations.conftest import CHILD_ENV, HERE
+from tether.integrations.openai_agents import TetherSession, approval_key, approvals, run, run_streamed
+
+set_tracing_disabled(True)
+
+ITEMS: list[dict[str, Any]] = [
+    {"role": "user", "content": "Where is order A-1?"},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Look it up."}]},
+    {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup", "arguments": '{"id": "A-1"}'},
+    {"type": "function_call_output", "call_id": "call_1", "output": "lost"},
+    {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "It is lost.", "annotations": []}],
+    },
+    {"role": "user", "content": [{"type": "input_text", "text": "Refund it."}]},
+]
+
+
+def items(n: int, prefix: str = "m") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"{prefix}{i}"} for i in range(n)]
+
+
+# ----------------------------------------------------------------------------- the session
+
+
+def test_session_protocol_verbatim_limit_pop_clear(store_url: str) -> None:
+    app = tether.App(store_url)
+    session = TetherSession("s1", app, user_id="ada")
+    assert isinstance(session, SdkSession)
+
+    async def scenario() -> None:
+        assert await session.get_items() == []
+        assert await session.pop_item() is None
+        await session.add_items(ITEMS)
+        assert await session.get_items() == ITEMS  # verbatim, in order
+        assert await session.get_items(limit=2) == ITEMS[-2:]  # the newest, oldest first
+        assert await session.get_items(limit=0) == []
+        limited = TetherSession("s1", app, session_settings=SessionSettings(limit=3))
+        assert await limited.get_items() == ITEMS[-3:]
+        assert await limited.get_items(limit=1) == ITEMS[-1:]  # an explicit limit wins
+        assert await session.pop_item() == ITEMS[-1]
+        assert await session.pop_item() == ITEMS[-2]
+        assert await session.get_items() == ITEMS[:-2]
+        await session.clear_session()
+        assert await session.get_items() == []
+        await session.add_items(items(1))
+        assert await session.get_items() == items(1)
+
+    asyncio.run(scenario())
+    # The same database: tether's own API sees the items, in the Responses shape they came in.
+    stored = app.session("s1").messages()
+    assert [m.original for m in stored] == items(1)
+    assert app.session("s1").user_id == "ada"
+
+
+def test_runner_keeps_history_in_the_session(store_url: str) -> None:
+    """Two runs of an agent on one TetherSession: the second model call sees the first turn."""
+    app = tether.App(store_url)
+    model = ScriptedModel([[assistant_message("Paris.")], [assistant_message("About 2 million.")]])
+    agent = Agent(name="Geo", model=model)
+
+    async def scenario() -> None:
+        session = TetherSession("geo", app)
+        await Runner.run(agent, "Capital of France?", session=session)
+        await Runner.run(agent, "How many people live there?", session=TetherSession("geo", app))
+
+    asyncio.run(scenario())
+    assert model.last_call is not None
+    texts = [json.dumps(item) for item in model.last_call.input]
+    assert "Capital of France?" in texts[0] and "Paris." in texts[1] and "How many" in texts[2]
+    assert [m.role for m in app.session("geo").messages()] == ["user", "assistant", "user", "assistant"]
+
+
+def test_concurrent_add_items_stay_contiguous_and_pops_never_repeat(tmp_path: Path) -> None:
+    """Threads with a session object each: every batch lands contiguous, every item pops once."""
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    tether.App(url).session("race")
+    start = threading.Barrier(4)
+
+    def adder(name: str) -> None:
+        session = TetherSession("race", tether.App(url))
+        start.wait()
+        for i in range(15):
+            asyncio.run(session.add_items([{"role": "user", "content": f"{name}:{i}:{j}"} for j in range(4)]))
+
+    threads = [threading.Thread(target=adder, args=(n,)) for n in "abcd"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    contents = [item["content"] for item in asyncio.run(TetherSession("race", tether.App(url)).get_items())]
+    assert len(contents) == 4 * 15 * 4
+    for k in range(0, len(contents), 4):  # batches never interleave
+        batch = contents[k : k + 4]
+        assert [c.rpartition(":")[0] for c in batch] == [batch[0].rpartition(":")[0]] * 4, batch
+        assert [c.rpartition(":")[2] for c in batch] == ["0", "1", "2", "3"]
+
+    popped: dict[str, list[Any]] = {}
+    start = threading.Barrier(4)
+
+    def popper(name: str) -> None:
+        session = TetherSession("race", tether.App(url))
+        mine = popped.setdefault(name, [])
+        start.wait()
+        while (item := asyncio.run(session.pop_item())) is not None:
+            mine.append(item["content"])
+
+    threads = [threading.Thread(target=popper, args=(n,)) for n in "wxyz"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    everything = [c for mine in popped.values() for c in mine]
+    assert sorted(everything) == sorted(contents)  # each item popped exactly once
+    for mine in popped.values():  # each popper saw the newest first
+        assert mine == sorted(mine, key=contents.index, reverse=True)
+
+
+def test_compaction_keeps_originals(store_url: str) -> None:
+    app = tether.App(store_url)
+    session = TetherSession("long", app, keep_last=2, compact_when_tokens_over=200)
+    assert hasattr(session, "run_compaction")
+
+    async def scenario() -> None:
+        for i in range(6):
+            await session.add_items([{"role": "user", "content": f"Question {i}."}, _answer(f"Answer {i}.")])
+        await session.run_compaction({"response_id": "r", "force": False})  # under the threshold: nothing
+        assert len(await session.get_items()) == 12
+        await session.run_compaction({"response_id": "r", "force": True})
+        compacted = await session.get_items()
+        assert compacted[0]["role"] == "system" and "Question 0" in compacted[0]["content"]
+        # keep_last=2 turns: a user message is a turn, and so is an assistant message
+        assert compacted[1:] == [{"role": "user", "content": "Question 5."}, _answer("Answer 5.")]
+        for i in range(6, 12):  # past the threshold: the SDK's call after a turn compacts
+            await session.add_items([{"role": "user", "content": f"Question {i} " + "words " * 40}])
+        await session.run_compaction({"response_id": "r2"})
+        assert len(await session.get_items()) == 3
+        session.undo_compaction()  # back to the first compaction
+        assert (await session.get_items())[1:3] == [{"role": "user", "content": "Question 5."}, _answer("Answer 5.")]
+        session.undo_compaction()  # and to every item, as they were added
+        assert len(await session.get_items()) == 18
+        assert session.undo_compaction() is None
+
+    asyncio.run(scenario())
+    assert len(app.session("long").messages()) == 18  # the originals stay stored
+
+
+def _answer(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "id": f"msg_{abs(hash(text))}",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def test_task_session_refuses_unrecorded_operations() -> None:
+    app = tether.App("memory://")
+
+    @app.task
+    async def task(ctx: tether.AsyncTaskContext) -> str:
+        session = TetherSession.in_task(ctx)
+        await session.add_items(items(2))
+        try:
+            await session.pop_item()
+        except tether.TetherError as exc:
+            return str(exc)
+        return "popped"
+
+    assert "not a recorded operation" in app.run(task, task_id="t").output
+    assert len(app.session("t").messages()) == 2
+
+
+# ----------------------------------------------------------------------------- durable runs
+
+
+class Script:
+    """A scripted model that counts the calls it answers: two parallel lookups, then an answer."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def model(self) -> ScriptedModel:
+        return ScriptedModel([ModelStep.respond(self.answer) for _ in range(10)])
+
+    def answer(self, call: Any) -> Any:
+        self.calls += 1
+        outputs = [i for i in call.input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not outputs:
+            return [
+                function_call("lookup", {"q": "order"}, call_id="c1"),
+                function_call("lookup", {"q": "parcel"}, call_id="c2"),
+            ]
+        return [assistant_message(" / ".join(o["output"] for o in outputs))]
+
+
+def test_durable_run_records_model_and_tools(store_url: str) -> None:
+    app = tether.App(store_url)
+    script = Script()
+    keys: list[str] = []
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        keys.append(tether.current_call().key)
+        return f"{q}: ok"
+
+    agent = Agent(name="Support", model=script.model(), tools=[lookup])
+
+    @app.task
+    async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
+        result = await run(ctx, agent, question, session=TetherSession.in_task(ctx))
+        return str(result.final_output)
+
+    done = app.run(support, "Where?", task_id="t1")
+    assert done.output == "order: ok / parcel: ok"
+    assert script.calls == 2
+    state = app.state("t1")
+    assert [(c.tool, c.status) for c in state.calls] == [
+        ("openai_agents.model", "completed"),
+        ("lookup", "completed"),
+        ("lookup", "completed"),
+        ("openai_agents.model", "completed"),
+    ]
+    assert keys == [state.calls[1].key, state.calls[2].key]  # the tools saw tether's keys
+    assert state.calls[1].args == {"arguments": '{"q":"order"}', "call_id": "c1"}
+    assert state.calls[3].result["output"][0]["content"][0]["text"] == "order: ok / parcel: ok"
+    assert app.replay("t1").clean
+    roles = [m.role for m in app.session("t1").messages()]
+    assert roles == ["user", "assistant", "assistant", "tool", "tool", "assistant"]
+    # Running it again returns the finished task: nothing is asked or run again.
+    assert app.run(support, "Where?", task_id="t1").output == "order: ok / parcel: ok"
+    assert script.calls == 2 and len(keys) == 2
+
+
+def test_a_resumed_run_replays_recorded_turns(store_url: str) -> None:
+    """The run stops in its second tool (an error that is not retried stops the task here); the
+    retry answers the first model turn and the first tool from their records."""
+    app = tether.App(store_url)
+    script = Script()
+    ran: list[str] = []
+    broken = {"parcel"}
+
+    @function_tool(failure_error_function=None)
+    def lookup(q: str) -> str:
+        """Look something up."""
+        ran.append(q)
+        if q in broken:
+            raise RuntimeError("the parcel service is down")
+        return f"{q}: ok"
+
+    agent = Agent(name="Support", model=script.model(), tools=[lookup])
+
+    @app.task
+    async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
+        return str((await run(ctx, agent, question)).final_output)
+
+    failed = app.run(support, "Where?", task_id="t2")
+    assert failed.status is tether.Status.FAILED, failed
+    state = app.state("t2")
+    assert state.failure is not None and "parcel service is down" in (state.failure.message or ""), state.failure
+    assert script.calls == 1 and sorted(ran) == ["order", "parcel"]
+    broken.clear()
+    assert app.retry("t2").output == "order: ok / parcel: ok"
+    assert script.calls == 2  # the first turn came from the record
+    assert sorted(ran) == ["order", "parcel", "parcel"]  # the lookup that finished did not run again
+
+
+def test_approval_waits_as_a_tether_input(store_url: str) -> None:
+    app = tether.App(store_url)
+    refunds: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append(tether.current_call().key)
+        return f"refunded {order_id}"
+
+    def answer(call: Any) -> Any:
+        outputs = [i for i in call.input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not outputs:
+            return [function_call("refund", {"order_id": "A-1"}, call_id="call_r")]
+        return [assistant_message(f"Result: {outputs[-1]['output']}")]
+
+    calls = {"n": 0}
+
+    def counted(call: Any) -> Any:
+        calls["n"] += 1
+        return answer(call)
+
+    agent = Agent(name="Refunds", model=ScriptedModel([ModelStep.respond(counted) for _ in range(10)]), tools=[refund])
+
+    @app.task
+    async def support(ctx: tether.AsyncTaskContext) -> str:
+        return str((await run(ctx, agent, "Refund A-1")).final_output)
+
+    first = app.run(support, task_id="approve-1")
+    assert first.status is tether.Status.AWAITING_INPUT
+    state = app.state("approve-1")
+    assert state.waiting is not None and state.waiting.key == "approve:call_r"
+    assert "refund" in (state.waiting.prompt or "")
+    assert refunds == [] and calls["n"] == 1
+    other = app if store_url == "memory://" else tether.App(store_url)  # the answer may come from anywhere
+    other.send_input("approve-1", "approve:call_r", True)
+    done = app.resume("approve-1")
+    assert done.output == "Result: refunded A-1"
+    assert len(refunds) == 1 and calls["n"] == 2  # the first turn was not asked again
+    assert app.replay("approve-1").clean
+
+    rejected = app.run(support, task_id="approve-2")
+    assert rejected.status is tether.Status.AWAITING_INPUT
+    app.send_input("approve-2", "approve:call_r", {"approved": False, "message": "Not this time."})
+    assert app.resume("approve-2").output == "Result: Not this time."
+    assert len(refunds) == 1
+
+
+def test_streamed_run_with_an_approval(store_url: str) -> None:
+    """run_streamed: live turns stream their events, recorded turns come back as one completed
+    event, an approval waits as a tether input between the streams, and nothing runs twice."""
+    app = tether.App(store_url)
+    looked: list[str] = []
+    asked = {"n": 0}
+
+    def answer(call: Any) -> Any:
+        asked["n"] += 1
+        outputs = [i for i in call.input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not outputs:
+            return [function_call("lookup", {"q": "parcel"}, call_id="c1")]
+        return [assistant_message("Found: " + outputs[0]["output"])]
+
+    @function_tool(needs_approval=True)
+    def lookup(q: str) -> str:
+        """Look something up."""
+        looked.append(tether.current_call().key)
+        return f"{q}: ok"
+
+    agent = Agent(name="Support", model=ScriptedModel([ModelStep.respond(answer) for _ in range(5)]), tools=[lookup])
+    seen: list[list[str]] = []
+
+    @app.task
+    async def chat(ctx: tether.AsyncTaskContext, question: str) -> str:
+        result = run_streamed(ctx, agent, question, session=TetherSession.in_task(ctx))
+        seen.append([e.data.type async for e in result.stream_events() if e.type == "raw_response_event"])
+        while (state := await approvals(ctx, result)) is not None:
+            result = run_streamed(ctx, agent, state, session=TetherSession.in_task(ctx))
+            seen.append([e.data.type async for e in result.stream_events() if e.type == "raw_response_event"])
+        return str(result.final_output)
+
+    first = app.run(chat, "Where?", task_id="s1")
+    assert first.status is tether.Status.AWAITING_INPUT and asked["n"] == 1 and looked == []
+    assert len(seen[0]) > 1 and seen[0][-1] == "response.completed"  # the live turn streamed its events
+    seen.clear()
+    app.send_input("s1", "approve:c1", True)
+    done = app.resume("s1")
+    assert done.output == "Found: parcel: ok"
+    assert seen[0] == ["response.completed"]  # the first turn, from its record
+    assert len(seen[1]) > 1  # the second turn, live
+    assert asked["n"] == 2 and len(looked) == 1
+    assert [c.tool for c in app.state("s1").calls] == [
+        "openai_agents.model_stream",
+        "lookup",
+        "openai_agents.model_stream",
+    ]
+    assert app.replay("s1").clean
+
+
+def test_approval_key_names_the_call() -> None:
+    from agents.items import ToolApprovalItem
+
+    agent = Agent(name="a")
+    raw = {"type": "function_call", "call_id": "call_9", "name": "refund", "arguments": "{}"}
+    assert approval_key(ToolApprovalItem(agent, raw)) == "approve:call_9"
+
+
+# ----------------------------------------------------------------------------- real processes
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", ["run", "streamed"])
+def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any, mode: str) -> None:
+    """A child SIGKILLs itself after chosen commits of a run (model turns, parallel tools, a refund)
+    or inside the refund; fresh children resume it (see tests/integrations/_crash.py for what is
+    checked) — with Runner.run, and with Runner.run_streamed."""
+    sigkill_then_resume("_agents_child.py", tmp_path, make_url, extra=("streamed",) if mode == "streamed" else ())
+
+
+def _start(url: str, session: str, name: str, mode: str, count: int, gate: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "_agents_session_child.py"), url, session, name, mode, str(count), str(gate)],
+        env=CHILD_ENV,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _race(url: str, tmp: Path, mode: str, count: int) -> None:
+    gate = tmp / f"go-{mode}"
+    procs = [_start(url, "shared", name, mode, count, gate) for name in ("a", "b")]
+    deadline = time.monotonic() + 60
+    while not all((tmp / f"ready-{n}").exists() for n in ("a", "b")):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "children did not start"
+        time.sleep(0.01)
+    gate.touch()
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+    for name in ("a", "b"):
+        (tmp / f"ready-{name}").unlink()
+
+
+@pytest.mark.crash
+def test_two_processes_one_session(tmp_path: Path, make_url: Any) -> None:
+    url = make_url(tmp_path)
+    tether.App(url).session("shared")
+    _race(url, tmp_path, "add", 20)
+    stored = asyncio.run(TetherSession("shared", tether.App(url)).get_items())
+    contents = [item["content"] for item in stored]
+    assert sorted(contents) == sorted(f"{n}:{i}:{j}" for n in "ab" for i in range(20) for j in range(3))
+    for k in range(0, len(contents), 3):  # every batch contiguous
+        assert len({c.rpartition(":")[0] for c in contents[k : k + 3]}) == 1, contents[k : k + 3]
+    _race(url, tmp_path, "pop", 0)
+    popped = [json.loads((tmp_path / f"go-pop.{n}.popped").read_text()) for n in ("a", "b")]
+    everything = [item["content"] for mine in popped for item in mine]
+    assert sorted(everything) == sorted(contents)  # every item popped exactly once, by one process
+    assert asyncio.run(TetherSession("shared", tether.App(url)).get_items()) == []
+
+
+@pytest.mark.crash
+def test_items_survive_a_process_that_exits_right_after_add_items(tmp_path: Path, make_url: Any) -> None:
+    url = make_url(tmp_path)
+    child = _start(url, "quick", "a", "add-exit", 5, tmp_path / "unused")
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err.decode()
+    assert asyncio.run(TetherSession("quick", tether.App(url)).get_items()) == items(5, "a:")

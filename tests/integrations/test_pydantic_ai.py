@@ -1,0 +1,270 @@
+"""The Pydantic AI adapter: message history in a tether session, and durable runs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent, DeferredToolRequests, ModelRetry
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+
+import tether
+from tests.integrations._crash import sigkill_then_resume
+from tether.integrations.pydantic_ai import TetherDurability, TetherHistory, run
+
+
+def sync(agent: Agent[Any, Any], prompt: str, **options: Any) -> Any:
+    """``agent.run_sync`` without the event loop it leaves open (a ResourceWarning, an error here)."""
+    return asyncio.run(agent.run(prompt, **options))
+
+
+class Lookups:
+    """A FunctionModel script that counts its requests: two parallel lookups, then an answer."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.requests += 1
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return ModelResponse(
+                parts=[
+                    TextPart("Looking."),
+                    ToolCallPart("lookup", {"q": "order"}, tool_call_id="c1"),
+                    ToolCallPart("lookup", {"q": "parcel"}, tool_call_id="c2"),
+                ]
+            )
+        return ModelResponse(parts=[TextPart(" / ".join(str(r.content) for r in returns))])
+
+
+def test_history_round_trip_is_lossless(store_url: str) -> None:
+    app = tether.App(store_url)
+    agent = Agent(FunctionModel(Lookups()), system_prompt="Be brief.")
+
+    @agent.tool_plain
+    def lookup(q: str) -> dict[str, Any]:
+        return {"q": q, "found": True}
+
+    history = TetherHistory("chat", app, user_id="ada")
+    first = sync(agent, "Where is my parcel?", message_history=history.window())
+    history.add(first.new_messages())
+    assert history.messages() == first.all_messages()  # equal, part by part, timestamps and all
+    second = sync(agent, "And the order?", message_history=history.window())
+    history.add(second.new_messages())
+    assert history.messages() == second.all_messages()
+    # Another process (a new App on the same database) reads the same messages.
+    reopened = TetherHistory("chat", tether.App(store_url)) if store_url != "memory://" else history
+    assert ModelMessagesTypeAdapter.dump_json(reopened.messages()) == ModelMessagesTypeAdapter.dump_json(
+        second.all_messages()
+    )
+    # tether sees them in its own terms: roles, text, tool calls with their results.
+    stored = app.session("chat").messages()
+    assert [m.role for m in stored][:4] == ["system", "assistant", "tool", "assistant"]
+    assert [c.name for c in stored[1].tool_calls] == ["lookup", "lookup"]
+    assert stored[2].answers == ("c1",) and stored[0].content == "Be brief.\nWhere is my parcel?"
+
+
+def test_window_and_compaction_keep_the_system_prompt_and_the_originals(store_url: str) -> None:
+    app = tether.App(store_url)
+    agent = Agent(TestModel(custom_output_text="Fine."), system_prompt="Be brief.")
+    history = TetherHistory("long", app)
+    for i in range(8):
+        result = sync(agent, f"Question {i}.", message_history=history.window(8_000))
+        history.add(result.new_messages())
+    everything = history.messages()
+    assert len(everything) == 16
+    summary = history.compact(keep_last=2)
+    assert summary is not None and "Question 1" in summary.text  # the first is the system message
+    window = history.window(8_000, keep_last=2)
+    assert isinstance(window[0], ModelRequest) and isinstance(window[0].parts[0], SystemPromptPart)
+    assert window[0] == everything[0]  # the first request, with the system prompt, kept verbatim
+    assert isinstance(window[1], ModelRequest)
+    assert isinstance(window[1].parts[0], UserPromptPart)
+    assert str(window[1].parts[0].content).startswith("Summary of the earlier conversation")
+    assert window[2:] == everything[-2:]
+    assert history.messages() == everything  # originals stay stored
+    # The window is a history an agent runs on.
+    result = sync(agent, "Question 8.", message_history=window)
+    history.add(result.new_messages())
+    assert len(history.messages()) == 18
+    # A tight window keeps whole turns: never a tool result without its call.
+    tools_agent = Agent(FunctionModel(Lookups()))
+
+    @tools_agent.tool_plain
+    def lookup(q: str) -> str:
+        return q * 200
+
+    calls = TetherHistory("calls", app)
+    calls.add(sync(tools_agent, "Go.").all_messages())
+    tight = calls.window(10, keep_last=1)
+    assert [type(m).__name__ for m in tight] == ["ModelResponse"]  # the final answer alone: a whole turn
+    assert calls.window(10, keep_last=2)[0].parts[1] == ToolCallPart("lookup", {"q": "order"}, tool_call_id="c1")
+
+
+def test_durable_run_records_model_requests_and_tools(store_url: str) -> None:
+    app = tether.App(store_url)
+    script = Lookups()
+    keys: list[str] = []
+    agent = Agent(FunctionModel(script), name="support")
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        keys.append(tether.current_call().key)
+        return f"{q}: ok"
+
+    @app.task
+    async def ask(ctx: tether.AsyncTaskContext, question: str) -> str:
+        return str((await run(ctx, agent, question)).output)
+
+    done = app.run(ask, "Where?", task_id="t1")
+    assert done.output == "order: ok / parcel: ok"
+    assert script.requests == 2
+    state = app.state("t1")
+    assert [(c.tool, c.status) for c in state.calls] == [
+        ("pydantic_ai.model", "completed"),
+        ("lookup", "completed"),
+        ("lookup", "completed"),
+        ("pydantic_ai.model", "completed"),
+    ]
+    assert state.calls[0].args == {"agent": "support", "messages": 1}
+    assert state.calls[1].args == {"args": {"q": "order"}, "call_id": "c1"}
+    assert keys == [state.calls[1].key, state.calls[2].key]
+    assert app.replay("t1").clean
+    assert [m.role for m in app.session("t1").messages()] == ["user", "assistant", "tool", "assistant"]
+    assert app.run(ask, "Where?", task_id="t1").output == "order: ok / parcel: ok"
+    assert script.requests == 2 and len(keys) == 2
+
+
+def test_a_retried_run_answers_recorded_requests_and_tools_from_the_record(store_url: str) -> None:
+    app = tether.App(store_url)
+    script = Lookups()
+    ran: list[str] = []
+    broken = {"parcel"}
+    agent = Agent(FunctionModel(script))
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        ran.append(q)
+        if q in broken:
+            raise RuntimeError("the parcel service is down")
+        return f"{q}: ok"
+
+    @app.task
+    async def ask(ctx: tether.AsyncTaskContext) -> str:
+        return str((await run(ctx, agent, "Where?")).output)
+
+    failed = app.run(ask, task_id="t2")
+    assert failed.status is tether.Status.FAILED
+    assert script.requests == 1 and sorted(ran) == ["order", "parcel"]
+    broken.clear()
+    assert app.retry("t2").output == "order: ok / parcel: ok"
+    assert script.requests == 2  # the first request came from the record
+    assert sorted(ran) == ["order", "parcel", "parcel"]  # the lookup that finished did not run again
+    assert len(app.session("t2").messages()) == 4  # the run's messages were added once
+
+
+def test_model_retry_is_recorded_as_the_tools_answer() -> None:
+    app = tether.App("memory://")
+    attempts: list[int] = []
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1].parts[-1]
+        if isinstance(last, ToolReturnPart) and last.outcome == "retried":
+            return ModelResponse(parts=[ToolCallPart("pick", {"n": 2}, tool_call_id="c2")])
+        if isinstance(last, ToolReturnPart):
+            return ModelResponse(parts=[TextPart(f"picked {last.content}")])
+        return ModelResponse(parts=[ToolCallPart("pick", {"n": 1}, tool_call_id="c1")])
+
+    agent = Agent(FunctionModel(script))
+
+    @agent.tool_plain
+    def pick(n: int) -> int:
+        attempts.append(n)
+        if n == 1:
+            raise ModelRetry("pick an even number")
+        return n
+
+    @app.task
+    async def task(ctx: tether.AsyncTaskContext) -> str:
+        result = await agent.run("Pick.", capabilities=[TetherDurability(ctx)])
+        return str(result.output)
+
+    assert app.run(task, task_id="r").output == "picked 2"
+    assert attempts == [1, 2]
+    retried = app.state("r").calls[1].result["__tether_model_retry__"]
+    assert retried["parts"][0]["content"] == "pick an even number"
+    assert app.replay("r").clean  # the replay raised the recorded retry, and the model's next answer matched
+
+
+def test_approval_waits_as_a_tether_input(store_url: str) -> None:
+    app = tether.App(store_url)
+    refunds: list[str] = []
+    requests = {"n": 0}
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        requests["n"] += 1
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("refund", {"order_id": "A-1"}, tool_call_id="c9")])
+        return ModelResponse(parts=[TextPart(f"Result: {returns[-1].content}")])
+
+    agent = Agent(FunctionModel(script), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(order_id: str) -> str:
+        refunds.append(tether.current_call().key)
+        return f"refunded {order_id}"
+
+    @app.task
+    async def support(ctx: tether.AsyncTaskContext) -> str:
+        return str((await run(ctx, agent, "Refund A-1")).output)
+
+    first = app.run(support, task_id="p1")
+    assert first.status is tether.Status.AWAITING_INPUT
+    state = app.state("p1")
+    assert state.waiting is not None and state.waiting.key == "approve:c9" and "refund" in (state.waiting.prompt or "")
+    assert refunds == [] and requests["n"] == 1
+    app.send_input("p1", "approve:c9", True)
+    assert app.resume("p1").output == "Result: refunded A-1"
+    assert len(refunds) == 1 and requests["n"] == 2  # the first request came from its record
+    assert app.replay("p1").clean
+    roles = [m.role for m in app.session("p1").messages()]
+    assert roles == ["user", "assistant", "tool", "assistant"]  # the conversation, each message once
+
+    app.run(support, task_id="p2")
+    app.send_input("p2", "approve:c9", {"approved": False, "message": "Not today."})
+    assert app.resume("p2").output == "Result: Not today."
+    assert len(refunds) == 1
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(600)
+def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any) -> None:
+    """A child SIGKILLs itself after chosen commits of a run or inside the refund; fresh children
+    resume it (see tests/integrations/_crash.py for what is checked). Model responses carry the
+    time they were made, so they are compared without it."""
+
+    def result_of(call: tether.ToolCall) -> Any:
+        if call.tool != "pydantic_ai.model":
+            return call.result
+        return [(p.get("part_kind"), p.get("content"), p.get("args")) for p in call.result["parts"]]
+
+    sigkill_then_resume("_pydantic_ai_child.py", tmp_path, make_url, result_of)
