@@ -249,7 +249,7 @@ def test_durable_run_records_model_and_tools(store_url: str) -> None:
         ("lookup", "completed"),
         ("openai_agents.model", "completed"),
     ]
-    assert keys == [state.calls[1].key, state.calls[2].key]  # the tools saw tether's keys
+    assert sorted(keys) == sorted([state.calls[1].key, state.calls[2].key])  # tether's keys, in any run order
     assert state.calls[1].args == {"arguments": '{"q":"order"}', "call_id": "c1"}
     assert state.calls[3].result["output"][0]["content"][0]["text"] == "order: ok / parcel: ok"
     assert app.replay("t1").clean

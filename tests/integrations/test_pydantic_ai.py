@@ -146,7 +146,7 @@ def test_durable_run_records_model_requests_and_tools(store_url: str) -> None:
     ]
     assert state.calls[0].args == {"agent": "support", "messages": 1}
     assert state.calls[1].args == {"args": {"q": "order"}, "call_id": "c1"}
-    assert keys == [state.calls[1].key, state.calls[2].key]
+    assert sorted(keys) == sorted([state.calls[1].key, state.calls[2].key])  # the two tools run concurrently
     assert app.replay("t1").clean
     assert [m.role for m in app.session("t1").messages()] == ["user", "assistant", "tool", "assistant"]
     assert app.run(ask, "Where?", task_id="t1").output == "order: ok / parcel: ok"
