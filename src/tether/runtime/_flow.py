@@ -123,15 +123,16 @@ async def drive_async(flow: Flow[T]) -> T:
 
 
 async def _async_invoke(op: Invoke) -> Outcome:
-    token = CURRENT_CALL.set(op.current) if op.current is not None else None
+    fn, args, kwargs, current = op
+    token = CURRENT_CALL.set(current) if current is not None else None
     start = time.perf_counter()
     try:
-        value = op.fn(*op.args, **(op.kwargs or {}))
+        value = fn(*args, **kwargs) if kwargs else fn(*args)
         if type(value) not in _PLAIN and inspect.isawaitable(value):
             value = await value
-        return Outcome(True, value, time.perf_counter() - start)
+        return _tuple_new(Outcome, (True, value, time.perf_counter() - start))
     except Exception as exc:
-        return Outcome(False, exc, time.perf_counter() - start)
+        return _tuple_new(Outcome, (False, exc, time.perf_counter() - start))
     finally:
         if token is not None:
             CURRENT_CALL.reset(token)

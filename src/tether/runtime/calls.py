@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 import traceback
 import types
-from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
@@ -161,14 +160,8 @@ class _Calls(_Recording):
                     attempts=sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")),
                     traceback=last.traceback,
                 )
-        with self._running():
+        try:  # a live call is counted in ``_inflight`` from its issue until it ends
             return (yield from self._live_call(issued, undo, kind, compensates, readonly))
-
-    @contextmanager
-    def _running(self) -> Iterator[None]:
-        """A live call, counted in ``_inflight`` from its issue until it ends."""
-        try:
-            yield
         finally:
             self._settled()
 
