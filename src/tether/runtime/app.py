@@ -360,16 +360,21 @@ class App:
         A task that is not failed is refused, naming its status.
         """
         spec = self._spec_of(task_id)
-        self._request_retry(task_id, actor)
+        self.request_retry(task_id, actor=actor)
         return drive_task(spec, lambda: execute(self, spec, task_id), "retry", "retry_async")
 
     async def retry_async(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
         """The async twin of :meth:`retry`."""
         spec = self._spec_of(task_id)
-        self._request_retry(task_id, actor)
+        self.request_retry(task_id, actor=actor)
         return await drive_async(execute(self, spec, task_id))
 
-    def _request_retry(self, task_id: str, actor: str | None) -> None:
+    def request_retry(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
+        """Record a retry of a failed task without running it: a worker (or ``resume``) runs it.
+
+        What :meth:`retry` records first; a server without the task's code calls this.
+        """
+
         def request(state: TaskState) -> list[Event]:
             if state.status is not Status.FAILED:
                 raise InvalidInputError(
@@ -379,6 +384,7 @@ class App:
             return [retry_event(self.log.events(task_id), state, actor)]
 
         self._append_checked(task_id, request)
+        return TaskHandle.of(self.log.load(task_id))
 
     def _append_checked(self, task_id: str, make: Callable[[TaskState], list[Event]]) -> None:
         """Append what ``make`` decides from the latest state, again if another writer got there first."""
@@ -551,26 +557,28 @@ class App:
         Idempotent: cancelling a cancelled task returns it as it is. A task running in
         another process loses its lease and stops at its next step.
         """
-        state = self.log.load(task_id)
-        if state.status is Status.CANCELLED:
-            return TaskHandle.of(state)
+        state = self.request_cancel(task_id, reason).state
         if state.status in TERMINAL:
-            raise InvalidTransition("status", state.status.value, Status.CANCELLED.value, [])
-        if state.cancel_reason is None:
-
-            def request() -> TaskState | None:
-                current = self.log.load(task_id)
-                if current.status in TERMINAL or current.cancel_reason is not None:
-                    return current  # finished meanwhile, or another caller asked first
-                self.log.append(task_id, [CancelRequested(reason=reason)], current.version)
-                return None
-
-            # Under contention the request is recorded or the call fails: never a run without it.
-            done = retry_on_conflict(request, stream=task_id)
-            if done is not None and done.status in TERMINAL:
-                return TaskHandle.of(done)
+            return TaskHandle.of(state)
         spec = self._task_spec(state.type)
         return drive_task(spec, lambda: execute(self, spec, task_id, force=True), "cancel", "cancel")
+
+    def request_cancel(self, task_id: str, reason: str = "cancelled") -> TaskHandle:
+        """Record that a task is to be cancelled, without running it: its next run (a worker's, or
+        :meth:`cancel` here) compensates and ends it. Idempotent; a finished task other than a
+        cancelled one is refused with :class:`InvalidTransition`."""
+
+        def request() -> TaskState:
+            current = self.log.load(task_id)
+            if current.status is not Status.CANCELLED and current.status in TERMINAL:
+                raise InvalidTransition("status", current.status.value, Status.CANCELLED.value, [])
+            if current.status in TERMINAL or current.cancel_reason is not None:
+                return current  # cancelled already, or another caller asked first
+            self.log.append(task_id, [CancelRequested(reason=reason)], current.version)
+            return self.log.load(task_id)
+
+        # Under contention the request is recorded or the call fails: never a run without it.
+        return TaskHandle.of(retry_on_conflict(request, stream=task_id))
 
     def run_worker(
         self, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0

@@ -20,11 +20,9 @@ from pydantic import BaseModel, Field
 
 from tether._validate import check_id
 from tether.conversation.session import stream_id as session_stream
-from tether.errors import ConflictError, InvalidInputError, InvalidTransition, TaskNotFoundError, TetherError
-from tether.events import CancelRequested
+from tether.errors import InvalidInputError, TaskNotFoundError, TetherError
 from tether.machine import Status
 from tether.runtime.app import App
-from tether.runtime.run import retry_event
 from tether.serve._json import TERMINAL, entry_json, jsonable, state_json, summary_json, task_json
 from tether.serve.auth import Principal
 from tether.store import TaskFilter, TaskRow
@@ -287,18 +285,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         """Send a failed task to run again with the workers' code; recorded with the key's name as actor."""
         app = app_for(who)
         row_of(app, task_id)
-        for _ in range(20):
-            state = app.state(task_id)
-            if state.status is not Status.FAILED:
-                raise InvalidInputError(f"task {task_id!r} is {state.status.value}; only a failed task can be retried")
-            event = retry_event(app.log.events(task_id), state, who.name)
-            try:
-                app.log.append(task_id, [event], state.version)
-                break
-            except ConflictError:
-                continue
-        else:
-            raise ConflictError(task_id, expected=state.version, actual=None)  # busy: the caller may try again
+        app.request_retry(task_id, actor=who.name)
         bump()
         status = app.state(task_id).status.value
         return Queued(task_id=task_id, status=status, runnable=True, note=f"retry requested by {who.name}")
@@ -310,19 +297,10 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         app = app_for(who)
         row_of(app, task_id)
         reason = f"{(body or CancelBody()).reason} (by {who.name})"
-        for _ in range(20):
-            state = app.state(task_id)
-            if state.status is Status.CANCELLED or state.cancel_reason is not None:
-                return Queued(task_id=task_id, status=state.status.value, runnable=True, note="already cancelled")
-            if state.status.value in TERMINAL:
-                raise InvalidTransition("status", state.status.value, Status.CANCELLED.value, [])
-            try:
-                app.log.append(task_id, [CancelRequested(reason=reason)], state.version)
-                break
-            except ConflictError:
-                continue
-        else:
-            raise ConflictError(task_id, expected=state.version, actual=None)  # busy: the caller may try again
+        before = app.state(task_id)
+        if before.status is Status.CANCELLED or before.cancel_reason is not None:
+            return Queued(task_id=task_id, status=before.status.value, runnable=True, note="already cancelled")
+        app.request_cancel(task_id, reason)
         bump()
         status = app.state(task_id).status.value
         return Queued(task_id=task_id, status=status, runnable=True, note="cancel requested; a worker ends it")
