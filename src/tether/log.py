@@ -401,10 +401,12 @@ class TaskLog:
         new_id: str | None = None,
         inputs: dict[str, Any] | None = None,
         session_id: str | None = None,
+        at_state: TaskState | None = None,
     ) -> TaskState:
         """A new task sharing ``task_id``'s events up to ``at`` — by reference, O(1) — then its own.
 
         ``session_id``: the fork's own conversation (a branch of its parent's), when it has one.
+        ``at_state``: the parent's state at ``at``, when the caller has it already.
         """
         check_int(at, "at", low=1)
         parent = self.task_row(task_id, "forked")
@@ -415,10 +417,12 @@ class TaskLog:
             new_id, task_id, at, parent.type, parent.user_id, session_id or parent.session_id, inputs, session_id
         )
         # Fold the fork's first event onto the parent's state before writing it: a fork that could
-        # not be read back is refused with nothing written.
-        apply(self.state_at(task_id, at), self.decode(first))
+        # not be read back is refused with nothing written. That fold is the fork's state.
+        base = at_state if at_state is not None and at_state.version == at else self.state_at(task_id, at)
+        state = apply(base, self.decode(first))
         self.store.create_task(self.tenant, row, first)
-        return self.load(new_id)
+        self._remember(new_id, _Entry(state, 0, 0, len(first.data)))
+        return state
 
     def fork_stream(self, stream_id: str, at: int, *, new_id: str) -> str:
         """Branch one of tether's own streams (a session) at ``at``: one row and one event, by reference."""

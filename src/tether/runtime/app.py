@@ -658,7 +658,8 @@ class App:
             raise ConflictError(new_id, expected=0, actual=None)
         session = self._branch_conversation(at_state, f"{at_state.session_id}@{new_id}")
         try:
-            return TaskHandle.of(self.log.fork(task_id, at, new_id=new_id, inputs=inputs, session_id=session))
+            forked = self.log.fork(task_id, at, new_id=new_id, inputs=inputs, session_id=session, at_state=at_state)
+            return TaskHandle.of(forked)
         except BaseException:
             self._drop_branch(session)
             raise
