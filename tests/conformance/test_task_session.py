@@ -243,3 +243,32 @@ def test_async_tasks_use_the_same_conversation(app: tether.App) -> None:
     chat = app.task(_async_chat)
     assert app.run(chat, task_id="a").output == 1
     assert app.replay("a").clean
+
+
+def test_compaction_inside_a_task_happens_once_and_replays_without_the_summarizer(app: tether.App) -> None:
+    summarized: list[int] = []
+    crash = {"on": True}
+
+    def summarizer(messages: list[Any], previous: str | None) -> str:
+        summarized.append(len(messages))
+        return f"{len(messages)} messages"
+
+    @app.task
+    def chat(ctx: tether.TaskContext) -> str:
+        for i in range(8):
+            ctx.session.add("user" if i % 2 == 0 else "assistant", f"m{i}")
+        summary = ctx.session.compact(summarizer, keep_last=1)
+        nothing = ctx.session.compact(summarizer, keep_last=1)  # nothing left to fold
+        if crash["on"]:
+            raise Stop
+        assert summary is not None and nothing is None
+        return summary.text
+
+    with pytest.raises(Stop):
+        app.run(chat, task_id="t")
+    assert summarized == [7]
+    crash["on"] = False
+    assert app.resume("t").output == "7 messages"
+    assert summarized == [7]  # replayed: the summarizer is not asked again
+    assert [s.text for s in app.session("t").summaries()] == ["7 messages"]
+    assert app.replay("t").clean and summarized == [7]

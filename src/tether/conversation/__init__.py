@@ -45,6 +45,7 @@ from tether.conversation.session import (
     list_sessions,
     open_session,
     stream_id,
+    summary_of,
     write_view_snapshot,
 )
 from tether.conversation.shapes import FORMATS, Format, detect
@@ -101,6 +102,7 @@ __all__ = [
     "open_session",
     "parts_of",
     "stream_id",
+    "summary_of",
     "to_event",
     "turns",
     "withdraws",

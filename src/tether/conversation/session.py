@@ -87,6 +87,20 @@ class SessionInfo:
     updated_at: datetime
 
 
+def summary_of(view: SessionView, summarize: Summarizer, keep_last: int) -> SummaryAdded | None:
+    """The summary a compaction of ``view`` appends: everything before the last ``keep_last`` turns
+    (and the previous summary) folded by ``summarize``; ``None`` when there is nothing to fold."""
+    groups = turns(view.recent)
+    if len(groups) <= keep_last:
+        return None
+    folded = [m for group in groups[: len(groups) - keep_last] for m in group]
+    # Tool results whose call was summarized earlier count as covered too.
+    covers_to = max(m.seq for m in view.recent if m.seq <= folded[-1].seq)
+    text = summarize(folded, view.summary.text if view.summary else None)
+    covers_from = view.summary.covers_from if view.summary else folded[0].seq
+    return SummaryAdded(text=text, covers_from=covers_from, covers_to=covers_to)
+
+
 def write_view_snapshot(log: TaskLog, stream: str, view: SessionView) -> None:
     """Cache a session's view as of ``view`` (its head: see ``_incremental``), as a compaction does."""
     log.put_stream_snapshot(stream, view.version, VIEW_SCHEMA, Head.from_view(view).to_json())
@@ -272,18 +286,11 @@ class Session:
         summarize = summarizer or self._summarizer or extractive_summarizer
         for _ in range(100):
             view = self.view()
-            groups = turns(view.recent)
-            if len(groups) <= keep_last:
+            summary = summary_of(view, summarize, keep_last)
+            if summary is None:
                 return None
-            folded = [m for group in groups[: len(groups) - keep_last] for m in group]
-            # Tool results whose call was summarized earlier count as covered too.
-            covers_to = max(m.seq for m in view.recent if m.seq <= folded[-1].seq)
-            text = summarize(folded, view.summary.text if view.summary else None)
-            covers_from = view.summary.covers_from if view.summary else folded[0].seq
             try:
-                self._stream.append(
-                    [SummaryAdded(text=text, covers_from=covers_from, covers_to=covers_to)], view.version
-                )
+                self._stream.append([summary], view.version)
             except ConflictError:
                 continue
             self._end.refresh()

@@ -37,7 +37,6 @@ from tether.conversation import (
     SessionView,
     Summarizer,
     Summary,
-    SummaryAdded,
     TokenCounter,
     Window,
     build_window,
@@ -47,8 +46,8 @@ from tether.conversation import (
     fold_view,
     list_messages,
     stream_id,
+    summary_of,
     to_event,
-    turns,
     withdraws,
     write_view_snapshot,
 )
@@ -143,15 +142,8 @@ class TaskSession:
         summarize = summarizer or extractive_summarizer
 
         def make() -> list[Event]:
-            view = self._view
-            groups = turns(view.recent)
-            if len(groups) <= keep_last:
-                return []
-            folded = [m for group in groups[: len(groups) - keep_last] for m in group]
-            covers_to = max(m.seq for m in view.recent if m.seq <= folded[-1].seq)
-            text = summarize(folded, view.summary.text if view.summary else None)
-            covers_from = view.summary.covers_from if view.summary else folded[0].seq
-            return [SummaryAdded(text=text, covers_from=covers_from, covers_to=covers_to)]
+            summary = summary_of(self._view, summarize, keep_last)
+            return [] if summary is None else [summary]
 
         first, last = self._write(make, ["summary"])
         if last < first:
