@@ -213,9 +213,13 @@ class TaskSession:
         return (mine[0], mine[-1]) if mine else None
 
     def _append(self, events: Any, origin: str) -> tuple[int, int]:
-        self._ensure()
         for _ in range(_APPEND_TRIES):  # another writer may append at the same moment: both land
             version = self._version()
+            if version == 0:  # the task's first words: the session is made here (or by a racer)
+                user_id = self._ctx._record.final.user_id
+                opened = SessionOpened(session_id=self.id, user_id=user_id)
+                self._stream.create(opened, user_id=user_id, session_id=self.id)
+                continue
             self._advance(version)
             made = events() if callable(events) else events
             if not made:
@@ -235,11 +239,6 @@ class TaskSession:
         if row.status == "closed":
             raise InvalidInputError(f"session {self.id!r} is closed")
         return row.version
-
-    def _ensure(self) -> None:
-        if self._log.store.get_task(self._log.tenant, self._stream.id) is None:
-            user_id = self._ctx._record.final.user_id
-            self._stream.create(SessionOpened(session_id=self.id, user_id=user_id), user_id=user_id, session_id=self.id)
 
     def _advance(self, version: int) -> None:
         """Catch the view up with the session as it stood at ``version``."""
