@@ -305,12 +305,12 @@ def test_sigkill_while_appending_then_resume(tmp_path: Path, make_url: Any) -> N
     url = make_url(tmp_path)
     create_shared(url)
     rng = random.Random()
-    count, landed = 60, 0
+    count, landed = 400, 0  # enough appends that a kill in the first few tens of ms lands mid-way
     for _ in range(4):
         proc = child(url, "a", count)
         assert proc.stdout is not None
         first = proc.stdout.readline()  # it is appending
-        time.sleep(rng.uniform(0.0, 0.3))
+        time.sleep(rng.uniform(0.0, 0.05))
         proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
         landed += proc.returncode == -signal.SIGKILL
