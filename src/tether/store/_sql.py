@@ -9,32 +9,15 @@ the migrations' types, the guarded append, row locking (``FOR UPDATE SKIP LOCKED
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any
 
 from tether.errors import SchemaVersionError
 from tether.store.base import TaskFilter, TaskRow
 
 __all__ = [
-    "ACQUIRE_LEASE",
-    "CHILD_OF",
-    "DELETE_EVENTS",
-    "DELETE_SNAPSHOT",
-    "DELETE_SNAPSHOTS",
-    "DELETE_TASK",
-    "FORGET_LEDGER",
-    "INSERT_TASK",
-    "LATEST_SNAPSHOT",
-    "LEDGER",
-    "LEDGER_BEGIN",
-    "LEDGER_RUN_AGAIN",
-    "PARENT_OF",
-    "RELEASE_LEASE",
-    "RENAME_TASK",
-    "RENEW_LEASE",
-    "SELECT_TASK",
-    "TASK_ID",
-    "TASK_TAKEN",
-    "VERSION_OF",
+    "TASK_COLUMNS",
+    "Statements",
     "claim_statement",
     "claim_values",
     "list_tasks_query",
@@ -53,43 +36,6 @@ TASK_COLUMNS = """
     p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at
 """
 _FROM_TASKS = "FROM tasks t LEFT JOIN tasks p ON p.id = t.parent"
-SELECT_TASK = f"SELECT {TASK_COLUMNS} {_FROM_TASKS} WHERE t.tenant = ? AND t.task_id = ?"
-
-TASK_ID = "SELECT id FROM tasks WHERE tenant = ? AND task_id = ?"
-TASK_TAKEN = "SELECT 1 FROM tasks WHERE tenant = ? AND task_id = ?"
-PARENT_OF = "SELECT parent, parent_seq FROM tasks WHERE id = ?"
-CHILD_OF = "SELECT 1 FROM tasks WHERE parent = ?"
-RENAME_TASK = "UPDATE tasks SET task_id = ? WHERE id = ?"
-INSERT_TASK = (
-    "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
-    "parent, parent_seq, wake_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-# A stream's version: its newest event, else (a fork with none of its own yet) its fork point.
-VERSION_OF = (
-    "SELECT COALESCE((SELECT max(seq) FROM events WHERE task = ?), (SELECT parent_seq FROM tasks WHERE id = ?), 0)"
-)
-DELETE_EVENTS = "DELETE FROM events WHERE task = ?"
-DELETE_SNAPSHOTS = "DELETE FROM snapshots WHERE task = ?"
-DELETE_TASK = "DELETE FROM tasks WHERE id = ?"
-
-LATEST_SNAPSHOT = (
-    "SELECT seq, schema, checksum, data FROM snapshots WHERE task = ? AND seq <= ? ORDER BY seq DESC LIMIT 1"
-)
-DELETE_SNAPSHOT = "DELETE FROM snapshots WHERE task = ? AND seq = ?"
-
-LEDGER = "SELECT key, status, result, started_at, finished_at, runs FROM ledger WHERE tenant = ? AND key = ?"
-LEDGER_BEGIN = "INSERT INTO ledger (tenant, key, status, started_at, runs) VALUES (?, ?, 'started', ?, 1)"
-LEDGER_RUN_AGAIN = "UPDATE ledger SET runs = runs + 1 WHERE tenant = ? AND key = ?"
-FORGET_LEDGER = "DELETE FROM ledger WHERE tenant = ? AND key = ?"
-
-# A lease is taken when nobody holds it, when it ran out, or from a holder known to be dead.
-ACQUIRE_LEASE = (
-    "UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token + 1 "
-    "WHERE id = ? AND (lease_owner IS NULL OR lease_expires <= ? OR lease_owner = ?) "
-    "RETURNING lease_token"
-)
-RENEW_LEASE = "UPDATE tasks SET lease_expires = ? WHERE id = ? AND lease_token = ? AND lease_owner IS NOT NULL"
-RELEASE_LEASE = "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = ? AND lease_token = ?"
 
 _CLAIM = """
 UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token + 1
@@ -107,10 +53,55 @@ RETURNING task_id, lease_token
 
 
 def claim_statement(*, lock: str = "") -> str:
-    """The claim: take the lease of the runnable task that is due first. ``lock`` is how the
-    database keeps two claimers off one row (PostgreSQL: ``FOR UPDATE SKIP LOCKED``; SQLite
-    needs none, its writers take turns)."""
+    """The claim: take the lease of the runnable task that is due first (see :func:`claim_values`).
+    ``lock`` is how the database keeps two claimers off one row (PostgreSQL: ``FOR UPDATE SKIP
+    LOCKED``; SQLite needs none, its writers take turns)."""
     return _CLAIM.format(lock=f"\n    {lock}" if lock else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The statements both backends run, as written for SQLite (``?``); :meth:`in_pyformat` gives
+    them in psycopg's placeholders."""
+
+    claim: str = claim_statement()
+    select_task: str = f"SELECT {TASK_COLUMNS} {_FROM_TASKS} WHERE t.tenant = ? AND t.task_id = ?"
+    task_id: str = "SELECT id FROM tasks WHERE tenant = ? AND task_id = ?"
+    task_taken: str = "SELECT 1 FROM tasks WHERE tenant = ? AND task_id = ?"
+    parent_of: str = "SELECT parent, parent_seq FROM tasks WHERE id = ?"
+    child_of: str = "SELECT 1 FROM tasks WHERE parent = ?"
+    rename_task: str = "UPDATE tasks SET task_id = ? WHERE id = ?"
+    insert_task: str = (
+        "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
+        "parent, parent_seq, wake_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    # A stream's version: its newest event, else (a fork with none of its own yet) its fork point.
+    version_of: str = (
+        "SELECT COALESCE((SELECT max(seq) FROM events WHERE task = ?), (SELECT parent_seq FROM tasks WHERE id = ?), 0)"
+    )
+    delete_events: str = "DELETE FROM events WHERE task = ?"
+    delete_snapshots: str = "DELETE FROM snapshots WHERE task = ?"
+    delete_task: str = "DELETE FROM tasks WHERE id = ?"
+    latest_snapshot: str = (
+        "SELECT seq, schema, checksum, data FROM snapshots WHERE task = ? AND seq <= ? ORDER BY seq DESC LIMIT 1"
+    )
+    delete_snapshot: str = "DELETE FROM snapshots WHERE task = ? AND seq = ?"
+    ledger: str = "SELECT key, status, result, started_at, finished_at, runs FROM ledger WHERE tenant = ? AND key = ?"
+    ledger_begin: str = "INSERT INTO ledger (tenant, key, status, started_at, runs) VALUES (?, ?, 'started', ?, 1)"
+    ledger_run_again: str = "UPDATE ledger SET runs = runs + 1 WHERE tenant = ? AND key = ?"
+    forget_ledger: str = "DELETE FROM ledger WHERE tenant = ? AND key = ?"
+    # A lease is taken when nobody holds it, when it ran out, or from a holder known to be dead.
+    acquire_lease: str = (
+        "UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token + 1 "
+        "WHERE id = ? AND (lease_owner IS NULL OR lease_expires <= ? OR lease_owner = ?) "
+        "RETURNING lease_token"
+    )
+    renew_lease: str = "UPDATE tasks SET lease_expires = ? WHERE id = ? AND lease_token = ? AND lease_owner IS NOT NULL"
+    release_lease: str = "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = ? AND lease_token = ?"
+
+    def in_pyformat(self) -> Statements:
+        """The same statements with psycopg's placeholders."""
+        return Statements(**{f.name: pyformat(getattr(self, f.name)) for f in fields(self)})
 
 
 def claim_values(tenant: str, owner: str, ttl: float, now: float) -> tuple[Any, ...]:
@@ -119,7 +110,7 @@ def claim_values(tenant: str, owner: str, ttl: float, now: float) -> tuple[Any, 
 
 
 def task_values(tenant: str, row: TaskRow, parent: int | None, *, wake_at: float | None) -> tuple[Any, ...]:
-    """:data:`INSERT_TASK`'s parameters for ``row``, under the row id of its parent stream."""
+    """``insert_task``'s parameters for ``row``, under the row id of its parent stream."""
     return (
         tenant,
         row.task_id,

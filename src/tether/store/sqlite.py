@@ -58,7 +58,7 @@ _READ_FROM = "SELECT seq, type, schema, at, data, fence FROM events WHERE task =
 _READ_RANGE = (
     "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AND seq > ? AND seq <= ? ORDER BY seq"
 )
-_CLAIM = _sql.claim_statement()  # no row lock: SQLite's writers take turns
+_SQL = _sql.Statements()  # the statements shared with PostgreSQL; the claim needs no row lock here
 _INSERT_NEXT = "INSERT INTO events (task, seq, type, schema, at, data, fence) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
@@ -218,14 +218,14 @@ class SQLiteStore:
             self._check_mapping()
         found = self._ids.get(key)
         if found is None:
-            row = self._conn.execute(_sql.TASK_ID, key).fetchone()
+            row = self._conn.execute(_SQL.task_id, key).fetchone()
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
             found = self._ids[key] = row[0]
         return found
 
     def _version_of(self, internal: int) -> int:
-        row = self._conn.execute(_sql.VERSION_OF, (internal, internal)).fetchone()
+        row = self._conn.execute(_SQL.version_of, (internal, internal)).fetchone()
         return int(row[0])
 
     # -- streams ----------------------------------------------------------------
@@ -233,7 +233,7 @@ class SQLiteStore:
         with self._write() as conn:
             parent = self._id(tenant, row.parent_id) if row.parent_id is not None else None
             try:
-                cur = conn.execute(_sql.INSERT_TASK, _sql.task_values(tenant, row, parent, wake_at=row.wake_at))
+                cur = conn.execute(_SQL.insert_task, _sql.task_values(tenant, row, parent, wake_at=row.wake_at))
             except sqlite3.IntegrityError:
                 raise ConflictError(row.task_id, expected=0, actual=None) from None
             internal = cur.lastrowid
@@ -356,16 +356,16 @@ class SQLiteStore:
             actual = self._version_of(internal)
             if actual != expected_version:
                 raise ConflictError(task_id, expected=expected_version, actual=actual)
-            if conn.execute(_sql.TASK_TAKEN, (tenant, archive_id)).fetchone() is not None:
+            if conn.execute(_SQL.task_taken, (tenant, archive_id)).fetchone() is not None:
                 raise ConflictError(archive_id, expected=0, actual=None)
             self._forget_known(internal)
             self._bump_mapping()
-            conn.execute(_sql.RENAME_TASK, (archive_id, internal))
+            conn.execute(_SQL.rename_task, (archive_id, internal))
             conn.execute(
                 _INSERT_NEXT,
                 (internal, archived.seq, archived.type, archived.schema, archived.at, text(archived.data), None),
             )
-            cur = conn.execute(_sql.INSERT_TASK, _sql.task_values(tenant, fork, internal, wake_at=None))
+            cur = conn.execute(_SQL.insert_task, _sql.task_values(tenant, fork, internal, wake_at=None))
             new = cur.lastrowid
             conn.execute(
                 _INSERT_NEXT, (new, forked.seq, forked.type, forked.schema, forked.at, text(forked.data), None)
@@ -389,7 +389,7 @@ class SQLiteStore:
         conn = self._conn
 
         def parent_of(task: int) -> tuple[int, int] | None:
-            found = conn.execute(_sql.PARENT_OF, (task,)).fetchone()
+            found = conn.execute(_SQL.parent_of, (task,)).fetchone()
             if found is None:  # deleted under us: say so, as any read of a missing task does
                 self._ids.pop((tenant, task_id), None)
                 raise TaskNotFoundError(task_id, tenant=tenant)
@@ -410,19 +410,19 @@ class SQLiteStore:
 
     def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
         with self._lock:
-            row = self._conn.execute(_sql.SELECT_TASK, (tenant, task_id)).fetchone()
+            row = self._conn.execute(_SQL.select_task, (tenant, task_id)).fetchone()
             return None if row is None else TaskRow(*row)
 
     def delete_task(self, tenant: str, task_id: str) -> int:
         with self._write() as conn:
             internal = self._id(tenant, task_id)
-            if conn.execute(_sql.CHILD_OF, (internal,)).fetchone() is not None:
+            if conn.execute(_SQL.child_of, (internal,)).fetchone() is not None:
                 raise ConflictError(task_id, expected=0, actual=None)
             self._forget_known(internal)
             self._bump_mapping()
-            gone = conn.execute(_sql.DELETE_EVENTS, (internal,)).rowcount
-            conn.execute(_sql.DELETE_SNAPSHOTS, (internal,))
-            conn.execute(_sql.DELETE_TASK, (internal,))
+            gone = conn.execute(_SQL.delete_events, (internal,)).rowcount
+            conn.execute(_SQL.delete_snapshots, (internal,))
+            conn.execute(_SQL.delete_task, (internal,))
         self._ids.pop((tenant, task_id), None)
         return int(gone)
 
@@ -441,11 +441,11 @@ class SQLiteStore:
                 (internal, snapshot.seq, snapshot.schema, snapshot.checksum, text(snapshot.data)),
             )
             if replaces is not None and replaces != snapshot.seq:
-                conn.execute(_sql.DELETE_SNAPSHOT, (internal, replaces))
+                conn.execute(_SQL.delete_snapshot, (internal, replaces))
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         with self._lock:
-            row = self._conn.execute(_sql.LATEST_SNAPSHOT, (self._id(tenant, task_id), at_most)).fetchone()
+            row = self._conn.execute(_SQL.latest_snapshot, (self._id(tenant, task_id), at_most)).fetchone()
             return None if row is None else SnapshotRow(*row)
 
     def read_latest(self, tenant: str, task_id: str) -> tuple[SnapshotRow | None, list[EventRow]]:
@@ -456,17 +456,17 @@ class SQLiteStore:
     # -- idempotency ledger -----------------------------------------------------
     def ledger_get(self, tenant: str, key: str) -> LedgerRow | None:
         with self._lock:
-            row = self._conn.execute(_sql.LEDGER, (tenant, key)).fetchone()
+            row = self._conn.execute(_SQL.ledger, (tenant, key)).fetchone()
             return None if row is None else LedgerRow(*row)
 
     def ledger_begin(self, tenant: str, key: str, now: float) -> LedgerRow:
         with self._write() as conn:
-            row = conn.execute(_sql.LEDGER, (tenant, key)).fetchone()
+            row = conn.execute(_SQL.ledger, (tenant, key)).fetchone()
             if row is None:
-                conn.execute(_sql.LEDGER_BEGIN, (tenant, key, now))
+                conn.execute(_SQL.ledger_begin, (tenant, key, now))
                 return LedgerRow(key, "new", None, now, None, 0)
             if row[1] == "started":
-                conn.execute(_sql.LEDGER_RUN_AGAIN, (tenant, key))
+                conn.execute(_SQL.ledger_run_again, (tenant, key))
             return LedgerRow(*row)
 
     def ledger_finish(self, tenant: str, key: str, result: str | bytes, now: float) -> LedgerRow:
@@ -478,11 +478,11 @@ class SQLiteStore:
                 "WHERE status != 'done'",
                 (tenant, key, text(result), now),
             )
-            return LedgerRow(*conn.execute(_sql.LEDGER, (tenant, key)).fetchone())
+            return LedgerRow(*conn.execute(_SQL.ledger, (tenant, key)).fetchone())
 
     def ledger_forget(self, tenant: str, key: str) -> None:
         with self._write() as conn:
-            conn.execute(_sql.FORGET_LEDGER, (tenant, key))
+            conn.execute(_SQL.forget_ledger, (tenant, key))
 
     # -- leases -----------------------------------------------------------------
     def acquire_lease(
@@ -490,24 +490,24 @@ class SQLiteStore:
     ) -> int | None:
         with self._write() as conn:
             values = (owner, now + ttl, self._id(tenant, task_id), now, steal_from)
-            row = conn.execute(_sql.ACQUIRE_LEASE, values).fetchone()
+            row = conn.execute(_SQL.acquire_lease, values).fetchone()
             self._tokens.pop(self._id(tenant, task_id), None)
             return None if row is None else int(row[0])
 
     def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
         with self._write() as conn:
-            row = conn.execute(_CLAIM, _sql.claim_values(tenant, owner, ttl, now)).fetchone()
+            row = conn.execute(_SQL.claim, _sql.claim_values(tenant, owner, ttl, now)).fetchone()
             self._tokens.clear()  # a lease moved: the next fenced append checks its token
             return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         with self._write() as conn:
-            cur = conn.execute(_sql.RENEW_LEASE, (now + ttl, self._id(tenant, task_id), token))
+            cur = conn.execute(_SQL.renew_lease, (now + ttl, self._id(tenant, task_id), token))
             return cur.rowcount == 1
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None:
         with self._write() as conn:
-            conn.execute(_sql.RELEASE_LEASE, (self._id(tenant, task_id), token))
+            conn.execute(_SQL.release_lease, (self._id(tenant, task_id), token))
             self._tokens.pop(self._id(tenant, task_id), None)
 
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
