@@ -62,7 +62,7 @@ _SQL = _sql.Statements()  # the statements shared with PostgreSQL; the claim nee
 _INSERT_NEXT = "INSERT INTO events (task, seq, type, schema, at, data, fence) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
-@translate_errors  # no sqlite3 error about the file crosses the store boundary
+@translate_errors  # no sqlite3 error crosses the store boundary
 class SQLiteStore:
     """The SQLite backend.
 
