@@ -42,8 +42,30 @@ ORDER = (
 _APP = "tether.app"  # where a command keeps the app it opened, for the error handler to reuse
 
 
-class _InOrder(click.Group):
+class _Command(click.Command):
+    """A command whose arguments click refuses (a missing option, a value out of range) answers a
+    ``--json`` caller in JSON too: code ``invalid_input``, exit status 2."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        as_json = "--json" in args
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            if not as_json:
+                raise
+            _emit_error({"code": InvalidInputError.code, "message": exc.format_message()}, exc.exit_code)
+
+
+class _Group(click.Group):
+    command_class = _Command
+
+
+class _InOrder(_Group):
     """Commands listed in the order a user meets them, not alphabetically."""
+
+    group_class = _Group
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         rank = {name: i for i, name in enumerate(ORDER)}
