@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 
 import tether
 import tether.errors
+from tests.conftest import PG_URL
 from tether.cli import main
 from tether.store.sqlite import SQLiteStore
 
@@ -108,6 +109,7 @@ APP = ("--app", "agent_json:app")
         (("fork", "trip-abc123", "--at", "2", "--id", "trip-abd456"), "conflict", 1),
         (("cancel", "trip-abc123", *APP), "invalid_transition", 1),
         (("tasks", "--db", "nowhere.db"), "configuration", 1),
+        (("tasks", "--db", "postgresql://postgres@127.0.0.1:1/test?connect_timeout=1"), "configuration", 1),
     ],
 )
 def test_json_failures_carry_the_error_code(folder: Path, args: tuple[str, ...], code: str, status: int) -> None:
@@ -166,6 +168,16 @@ def test_a_command_opens_the_store_once(folder: Path, monkeypatch: pytest.Monkey
         opened.clear()
         tether_cli(*args)
         assert len(opened) == 1, (args, opened)
+
+
+def test_a_postgres_schema_without_tether_is_a_configuration_error(folder: Path) -> None:
+    url = f"{PG_URL}?schema=no_tether_here_{abs(hash(str(folder))) % 10**8}"
+    result = tether_cli("tasks", "--db", url, "--json")
+    body = json_error(result)
+    if "cannot reach" in body["message"]:
+        pytest.skip("PostgreSQL is not reachable here")
+    assert body["code"] == "configuration" and "holds no tether database" in body["message"]
+    assert "psycopg" not in result.stdout + result.stderr
 
 
 def test_no_backend_exception_reaches_the_user(folder: Path) -> None:

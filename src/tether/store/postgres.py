@@ -135,6 +135,8 @@ class PostgresStore:
                     migrate(conn, self.schema)
         except psycopg.OperationalError as exc:
             raise ConfigurationError(f"cannot reach PostgreSQL at {redact_url(conninfo)}: {exc}") from exc
+        except psycopg.Error as exc:  # e.g. no right to create the schema: said as a tether error
+            raise refused(exc) from exc
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
 
         def configure(conn: psycopg.Connection[Any]) -> None:
