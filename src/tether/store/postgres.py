@@ -127,32 +127,8 @@ class PostgresStore:
         )
         self._conninfo = conninfo
         self._watchdog = Watchdog()
-        try:
-            with psycopg.connect(conninfo, autocommit=True) as conn, self._watchdog.watch(conn, self.query_timeout):
-                if readonly:
-                    check_schema(conn, self.schema)
-                else:
-                    migrate(conn, self.schema)
-        except psycopg.OperationalError as exc:
-            raise ConfigurationError(f"cannot reach PostgreSQL at {redact_url(conninfo)}: {exc}") from exc
-        except psycopg.Error as exc:  # e.g. no right to create the schema: said as a tether error
-            raise refused(exc) from exc
-        search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
-
-        def configure(conn: psycopg.Connection[Any]) -> None:
-            conn.execute(search_path)
-
-        self._pool = ConnectionPool(
-            conninfo,
-            min_size=pool_min,
-            max_size=pool_max,
-            open=True,
-            kwargs={"autocommit": True},
-            configure=configure,
-            name=f"tether-{self.schema}",
-            timeout=self.connect_timeout,
-            reconnect_timeout=max(self.give_up_after, 1.0),
-        )
+        self._prepare_schema(conninfo)
+        self._pool = self._open_pool(conninfo, pool_min, pool_max)
         # A store dropped without close() still closes its pool, quietly, when it is collected.
         weakref.finalize(self, close_pool, self._pool)
         self._ids: dict[tuple[str, str], int] = {}
@@ -163,6 +139,37 @@ class PostgresStore:
         self._closed = False
 
     # -- connections --------------------------------------------------------------
+    def _prepare_schema(self, conninfo: str) -> None:
+        """Migrate the schema (or, read-only, check it) on a connection of its own, before the pool."""
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as conn, self._watchdog.watch(conn, self.query_timeout):
+                if self.readonly:
+                    check_schema(conn, self.schema)
+                else:
+                    migrate(conn, self.schema)
+        except psycopg.OperationalError as exc:
+            raise ConfigurationError(f"cannot reach PostgreSQL at {redact_url(conninfo)}: {exc}") from exc
+        except psycopg.Error as exc:  # e.g. no right to create the schema: said as a tether error
+            raise refused(exc) from exc
+
+    def _open_pool(self, conninfo: str, pool_min: int, pool_max: int) -> ConnectionPool:
+        search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(search_path)
+
+        return ConnectionPool(
+            conninfo,
+            min_size=pool_min,
+            max_size=pool_max,
+            open=True,
+            kwargs={"autocommit": True},
+            configure=configure,
+            name=f"tether-{self.schema}",
+            timeout=self.connect_timeout,
+            reconnect_timeout=max(self.give_up_after, 1.0),
+        )
+
     def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``fn`` on a pooled connection; again on fresh ones if connections broke (a restarted
         server, terminated backends), for at most ``give_up_after`` seconds. ``fn`` must be safe to
