@@ -127,7 +127,7 @@ def test_checkpoints_run_off_the_commit_path_and_keep_the_wal_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Lower thresholds so a few thousand commits cross them many times over.
-    from tether.store.sqlite import _Checkpointer
+    from tether.store._sqlite_wal import Checkpointer as _Checkpointer
 
     monkeypatch.setattr(_Checkpointer, "EVERY", 20)
     monkeypatch.setattr(_Checkpointer, "GATED_FRAMES", 200)
@@ -151,7 +151,7 @@ def test_sqlites_own_checkpoint_is_the_net_when_no_checkpointer_is_poked(
 ) -> None:
     # Writers that each commit too little to poke their thread (many short processes) still
     # keep the WAL bounded: SQLite's automatic checkpoint fires at NET_FRAMES.
-    from tether.store.sqlite import _Checkpointer
+    from tether.store._sqlite_wal import Checkpointer as _Checkpointer
 
     monkeypatch.setattr(_Checkpointer, "EVERY", 10**9)
     monkeypatch.setattr(_Checkpointer, "NET_FRAMES", 300)
