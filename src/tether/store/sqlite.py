@@ -8,6 +8,7 @@ is the store: the write gate every writer queues on, and the statements only SQL
 from __future__ import annotations
 
 import fcntl
+import functools
 import mmap
 import os
 import sqlite3
@@ -60,6 +61,13 @@ _READ_RANGE = (
 )
 _SQL = _sql.Statements()  # the statements shared with PostgreSQL; the claim needs no row lock here
 _INSERT_NEXT = "INSERT INTO events (task, seq, type, schema, at, data, fence) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_ROWS_PER_STATEMENT = 128  # 7 parameters a row: well under SQLite's oldest limit of 999 per statement
+
+
+@functools.cache
+def _insert_rows(count: int) -> str:
+    """One INSERT of ``count`` event rows."""
+    return _INSERT_NEXT + ", (?, ?, ?, ?, ?, ?, ?)" * (count - 1)
 
 
 @translate_errors  # no sqlite3 error crosses the store boundary
@@ -256,10 +264,15 @@ class SQLiteStore:
         check_batch(task_id, events, expected_version)
         self._refuse_write()
         with self._lock:
-            if len(events) == 1 and index is None:
-                self._append_one(tenant, task_id, events[0], expected_version, fence)
-            else:
-                self._append_batch(tenant, task_id, events, expected_version, fence, index)
+            if index is None:
+                if len(events) == 1:
+                    self._append_one(tenant, task_id, events[0], expected_version, fence)
+                    return
+                if len(events) <= _ROWS_PER_STATEMENT and self._append_known(
+                    tenant, task_id, events, expected_version, fence
+                ):
+                    return
+            self._append_batch(tenant, task_id, events, expected_version, fence, index)
 
     def _append_one(self, tenant: str, task_id: str, event: EventRow, expected_version: int, fence: int | None) -> None:
         """The common case: one guarded INSERT in autocommit mode, one statement. A single write
@@ -293,6 +306,40 @@ class SQLiteStore:
         self._known[internal] = event.seq
         if fence is not None:
             self._tokens[internal] = fence
+
+    def _append_known(
+        self, tenant: str, task_id: str, events: Sequence[EventRow], expected_version: int, fence: int | None
+    ) -> bool:
+        """Several events (parallel calls' results written together) to a stream this connection
+        last wrote at ``expected_version`` under ``fence``, no other writer since: one multi-row
+        INSERT in autocommit mode (a statement is atomic; the primary key refuses a duplicate).
+        ``False``, with nothing written, when that is not known: the guarded transaction does it."""
+        alone = self._gate_in()
+        try:
+            internal = self._ids.get((tenant, task_id))
+            if not (
+                alone
+                and internal is not None
+                and self._known.get(internal) == expected_version
+                and (fence is None or self._tokens.get(internal) == fence)
+            ):
+                return False
+            params: list[object] = []
+            for e in events:
+                data = e.data if type(e.data) is str else text(e.data)
+                params += (internal, e.seq, e.type, e.schema, e.at, data, fence)
+            try:
+                self._append_cursor.execute(_insert_rows(len(events)), params)
+                inserted = True
+            except sqlite3.IntegrityError:
+                inserted = False
+        finally:
+            self._gate_out()
+        if not inserted:
+            self._forget_known(internal)
+            self._refuse(tenant, task_id, internal, expected_version, fence)
+        self._known[internal] = events[-1].seq
+        return True
 
     def _append_batch(
         self,
