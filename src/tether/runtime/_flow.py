@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+import types
 from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar
@@ -27,6 +28,7 @@ __all__ = [
     "drive",
     "drive_async",
     "invoke",
+    "next_turn",
 ]
 
 T = TypeVar("T")
@@ -77,6 +79,12 @@ Flow = Generator["Invoke | Wait | Commit", "Outcome | None", T]
 
 _PLAIN = frozenset({type(None), str, int, float, bool, dict, list, tuple})
 _tuple_new = tuple.__new__  # a NamedTuple from a ready tuple: a recorded call builds several
+
+
+@types.coroutine
+def next_turn() -> Generator[None, None, None]:
+    """Yield to the event loop once (what ``asyncio.sleep(0)`` does, without its machinery)."""
+    yield
 
 
 def invoke(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None, current: Any) -> Invoke:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -31,6 +31,7 @@ from tether.events import (
     StatusChanged,
 )
 from tether.model import TaskState
+from tether.runtime._flow import next_turn
 from tether.runtime._replay import Replay, describe
 from tether.runtime.session import TaskSession
 from tether.runtime.specs import TaskSpec, ToolSpec
@@ -252,25 +253,38 @@ class _GroupCommit:
 
     def __init__(self, ctx: _Recording) -> None:
         self._ctx = ctx
-        self._batch: list[tuple[list[Event], asyncio.Future[None]]] = []
+        self._batch: list[tuple[list[Event], asyncio.Future[None] | None]] = []
 
     def append(self, events: list[Event]) -> None:
         self._ctx._append(events)
 
-    def commit_soon(self, events: list[Event]) -> asyncio.Future[None] | None:
+    def commit_soon(self, events: list[Event]) -> Awaitable[None] | None:
         """Write ``events`` now (``None``), or queue them and return what to await."""
-        if not self._batch and self._ctx._inflight <= 1:
+        batch = self._batch
+        if not batch and self._ctx._inflight <= 1:
             self._ctx._append(events)
             return None
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        if not self._batch:
-            loop.call_soon(self._flush)
-        self._batch.append((events, waiter))
+        if len(batch) + 1 >= self._ctx._inflight:
+            # Every other call in flight is waiting on this batch: nothing can join it, so it is
+            # written now, and this branch goes on without waiting another turn.
+            waiter = None
+        else:
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            if not batch:
+                loop.call_soon(self._flush)
+        batch.append((events, waiter))
+        if waiter is None:
+            self._flush()
+            return next_turn()  # on with the others it woke, in the order they joined
         return waiter
 
     def _flush(self) -> None:
+        """Write the queued events in one transaction and wake their branches. A branch that
+        flushes for itself (its waiter ``None``) gets its own error raised here."""
         batch, self._batch = self._batch, []
+        if not batch:
+            return  # written already, by the last branch to join it
         append = self._ctx._append
         if len(batch) > 1:
             try:
@@ -278,20 +292,35 @@ class _GroupCommit:
             except InvalidInputError:
                 pass  # one branch's event was refused: the others' still record, each on its own
             except BaseException as exc:  # the run stopped (lease lost, store down...): every branch hears it
-                for _, waiter in batch:
-                    _deliver(waiter, exc)
+                _deliver_all(batch, exc)
                 return
             else:
-                for _, waiter in batch:
-                    _deliver(waiter, None)
+                _deliver_all(batch, None)
                 return
+        mine: BaseException | None = None
         for events, waiter in batch:
             try:
                 append(events)
             except BaseException as exc:
-                _deliver(waiter, exc)
+                if waiter is None:
+                    mine = exc
+                else:
+                    _deliver(waiter, exc)
             else:
-                _deliver(waiter, None)
+                if waiter is not None:
+                    _deliver(waiter, None)
+        if mine is not None:
+            raise mine
+
+
+def _deliver_all(batch: list[tuple[list[Event], asyncio.Future[None] | None]], error: BaseException | None) -> None:
+    """Wake every waiting branch of a written (or failed) batch; raise ``error`` for the one that
+    flushed for itself."""
+    for _, waiter in batch:
+        if waiter is not None:
+            _deliver(waiter, error)
+    if error is not None and any(waiter is None for _, waiter in batch):
+        raise error
 
 
 def _deliver(waiter: asyncio.Future[None], error: BaseException | None) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import time
 import traceback
-import types
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
@@ -381,12 +380,6 @@ def _first_error(outcomes: list[tuple[bool, Any]]) -> BaseException | None:
     stops = [e for e in errors if not isinstance(e, ToolError)]
     return (stops or errors)[0] if errors else None
 
-
-
-@types.coroutine
-def _next_turn() -> Generator[None, None, None]:
-    """Yield to the event loop once (what ``asyncio.sleep(0)`` does, without its machinery)."""
-    yield
 
 
 def _outcome_of(run: Callable[[], Any]) -> tuple[bool, Any]:

@@ -46,7 +46,7 @@ from tether.events import (
 )
 from tether.machine import Status
 from tether.model import TaskState
-from tether.runtime._flow import Flow, Wait, drive, drive_async
+from tether.runtime._flow import Flow, Wait, drive, drive_async, next_turn
 from tether.runtime._replay import ReleaseGate, describe
 from tether.runtime.handles import check_against_schema
 from tether.runtime.specs import TaskSpec
@@ -63,7 +63,6 @@ from tether.runtime.calls import (
     _check_ttl,
     _first_error,
     _Issued,
-    _next_turn,
     _outcome_of,
     current_call,
 )
@@ -378,7 +377,7 @@ class AsyncTaskContext(_Context):
         if record is not None and record.status in ("completed", "failed"):
             await self._gate.wait(issued.n)
         else:
-            await _next_turn()
+            await next_turn()
         return await drive_async(self._call_flow(issued, compensate))
 
     async def _turn(self, issued: _Issued) -> None:
@@ -393,7 +392,7 @@ class AsyncTaskContext(_Context):
         if record is not None and record.status in ("completed", "failed"):
             await self._gate.wait(issued.n)
         else:
-            await _next_turn()
+            await next_turn()
 
     async def map(
         self, fn: Callable[..., Any], items: Iterable[Any], *, max_concurrency: int | None = None
