@@ -130,9 +130,9 @@ def main() -> None:
     result["pass"] = result["list_all_vs_adk_sqlite"] <= 1.5 and result["get_recent_growth"] <= 2.0
     columns = ["list_cold_ms", "list_all_ms", "list_all_min_ms", "list_user_ms"]
     columns += [f"get_recent_{n}_ms" for n in lengths]
-    print(f"{'service':<28}" + "".join(f"{c:>17}" for c in columns))
+    print(f"{'service':<28}" + "".join(f"{c:>19}" for c in columns))
     for name, row in rows.items():
-        print(f"{name:<28}" + "".join(f"{row[c]:>17.3f}" for c in columns))
+        print(f"{name:<28}" + "".join(f"{row[c]:>19.3f}" for c in columns))
     print(f"list {sessions:,} sessions, tether / ADK SQLite (target <= 1.5): {result['list_all_vs_adk_sqlite']:.2f}")
     print(f"get_session(10 recent) at {long:,} events, tether / ADK SQLite: {result['get_recent_vs_adk_sqlite']:.2f}")
     print(f"get_session(10 recent) at {long:,} vs {short:,} events (target <= 2.0): {result['get_recent_growth']:.2f}")

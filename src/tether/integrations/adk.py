@@ -13,8 +13,9 @@ keys in one per (app, user), ``temp:`` keys are never stored, and the rest belon
 - ``get_session`` reads the recent events it returns (``GetSessionConfig(num_recent_events,
   after_timestamp)``) with ranged reads, and the session's state from a snapshot plus the events
   after it: its cost does not grow with the session's history.
-- ``list_sessions`` reads the index only (no event, no state: ADK's ``ListSessionsResponse``
-  carries neither), so listing 10,000 sessions takes milliseconds.
+- ``list_sessions`` returns each session with its merged state and no events, as ADK's own
+  services do: one read of the index, and each session's own state from this service's cache
+  unless the session moved since the service last saw it (then the records after it are read).
 
 Example:
     >>> import asyncio, tether
@@ -421,6 +422,7 @@ class TetherSessionService(BaseSessionService):
         # Shared state first, then the event: a process that dies between the two leaves the delta
         # applied and the event unwritten, so the agent's retry makes the event again and sets the same
         # keys (the other way round, the session would show an event whose shared state never landed).
+        # Two commits because the Store has no transaction across streams (docs/integrations/adk.md).
         delta = event.actions.state_delta if event.actions else {}
         app_delta, user_delta, session_delta = _scoped(delta or {})
         self._share(session.app_name, session.user_id, app_delta, user_delta)
