@@ -226,6 +226,27 @@ def test_list_sessions_sees_other_writers(durable_url: str) -> None:
     asyncio.run(scenario())
 
 
+def test_a_fresh_service_lists_long_sessions_from_their_snapshots(durable_url: str) -> None:
+    """A service that has never seen a session lists its state from the session's snapshot and the
+    records after it (one read), the same state ``get_session`` folds."""
+    writer = TetherSessionService(tether.App(durable_url))
+
+    async def fill() -> None:
+        s = await writer.create_session(app_name="shop", user_id="ada", session_id="long", state={"n": -1, "k": 0})
+        for i in range(2 * tether_adk._SNAPSHOT_EVERY + 5):
+            await writer.append_event(s, say("bot", f"m{i}", {"n": i, "app:last": i}))
+
+    asyncio.run(fill())
+    fresh = TetherSessionService(tether.App(durable_url))
+    (listed,) = asyncio.run(fresh.list_sessions(app_name="shop")).sessions
+    got = asyncio.run(TetherSessionService(tether.App(durable_url)).get_session(
+        app_name="shop", user_id="ada", session_id="long"
+    ))
+    assert got is not None
+    last = 2 * tether_adk._SNAPSHOT_EVERY + 4
+    assert listed.state == got.state == {"n": last, "k": 0, "app:last": last}
+
+
 class _Died(BaseException):
     """A process dying at this point (a BaseException: nothing on the way catches it)."""
 

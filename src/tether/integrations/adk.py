@@ -66,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from tether._streams import Stream
 from tether.conversation import SESSION_TYPE, MessageAdded, stream_id, to_event
 from tether.errors import ConflictError, TaskNotFoundError
+from tether.integrations._gc import no_cycle_collection
 from tether.log import checksum
 from tether.store import SnapshotRow, TaskFilter, TaskRow
 from tether.userstate import USER_TYPE
@@ -348,16 +349,17 @@ class TetherSessionService(BaseSessionService):
         app_shared = {State.APP_PREFIX + k: v for k, v in self._app_state(app_name).get().items()}
         user_shared: dict[str, dict[str, Any]] = {}
         sessions = []
-        for row in rows:
-            if not row.task_id.startswith(prefix):
-                continue
-            owner, session_id = _owner_and_id(row.task_id[len(prefix) :])
-            shared = user_shared.get(owner)
-            if shared is None:
-                shared = user_shared[owner] = {**app_shared, **self._shared_user_state(app_name, owner)}
-            state = {**self._state_of(row), **shared}  # the session's own, decoded afresh, then shared
-            sessions.append(_listed_session(session_id, app_name, owner, state, row.updated_at))
-        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        with no_cycle_collection():  # thousands of sessions built and kept: no collection walks them midway
+            for row in rows:
+                if not row.task_id.startswith(prefix):
+                    continue
+                owner, session_id = _owner_and_id(row.task_id[len(prefix) :])
+                shared = user_shared.get(owner)
+                if shared is None:
+                    shared = user_shared[owner] = {**app_shared, **self._shared_user_state(app_name, owner)}
+                state = {**self._state_of(row), **shared}  # the session's own, decoded afresh, then shared
+                sessions.append(_listed_session(session_id, app_name, owner, state, row.updated_at))
+            sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=sessions)
 
     def _shared_user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
@@ -378,6 +380,18 @@ class TetherSessionService(BaseSessionService):
                 state = _fold_state(stream.read(after=cached[1], upto=row.version), orjson.loads(cached[2]))
                 self._remember(row.task_id, row.created_at, row.version, state)
                 return state
+        # Never seen here: the newest snapshot and the records after it, in one read where it is ours.
+        try:
+            snap, rows = self._log.store.read_latest(self._log.tenant, row.task_id)
+        except TaskNotFoundError:
+            return {}  # deleted since the index was read
+        if snap is None or (
+            snap.schema == _SNAPSHOT_SCHEMA and snap.seq <= row.version and checksum(snap.data) == snap.checksum
+        ):
+            records = [self._log.decode(r) for r in rows if r.seq <= row.version]
+            state = _fold_state(records, orjson.loads(snap.data) if snap is not None else {})
+            self._remember(row.task_id, row.created_at, row.version, state)
+            return state
         return self._session_state(Stream(self._log, row.task_id, SESSION_TYPE), row.version, row.created_at)
 
     def _remember(self, stream: str, created_at: float, version: int, state: dict[str, Any]) -> None:
