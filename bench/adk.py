@@ -3,10 +3,14 @@
 Run: ``python bench/adk.py`` (``--quick``: 1,000 sessions, sessions of 20 and 200 events). Prints a
 table, then one line of JSON.
 
-- ``list_sessions`` over 10,000 sessions of one app (100 users), and over one user's 100: tether
-  reads its index only; ADK's ``SqliteSessionService`` (same machine, same disk) and
-  ``InMemorySessionService`` are measured beside it. Target: within 1.5x of ADK's SQLite service
-  (both build 10,000 ADK ``Session`` objects, which is most of the time at this size).
+- ``list_sessions`` over 10,000 sessions of one app (100 users), and over one user's 100, each
+  session with its merged state (app:, user:, its own) and no events, as ADK's own services return
+  them. ADK's ``SqliteSessionService`` (same machine, same disk) and ``InMemorySessionService`` are
+  measured beside tether. ``list_cold_ms``: the first listing by a service just opened on the filled
+  database (tether reads each session's state once then); ``list_all_ms``: the median of the
+  listings after it (tether: one read of its index, each session's state from its cache unless the
+  session moved). Target: tens of ms, and within 1.5x of ADK's SQLite service. The machine may be
+  shared: each figure is the median of several runs, and the minimum is printed beside it.
 - ``get_session(num_recent_events=10)`` on sessions of 200 and 2,000 events (each event with a
   state delta): tether reads the last records and the state's snapshot plus what follows it.
   Target: 2,000 events within 2x of 200 — the cost does not grow with the session's history.
@@ -49,13 +53,17 @@ def event(i: int) -> Event:
     )
 
 
-async def median_ms(fn: Callable[[], Awaitable[Any]], repeat: int) -> float:
+async def timed_ms(fn: Callable[[], Awaitable[Any]], repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         await fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+async def median_ms(fn: Callable[[], Awaitable[Any]], repeat: int) -> float:
+    return statistics.median(await timed_ms(fn, repeat))
 
 
 async def fill(service: BaseSessionService, sessions: int, lengths: list[int]) -> None:
@@ -68,9 +76,13 @@ async def fill(service: BaseSessionService, sessions: int, lengths: list[int]) -
 
 
 async def measure(service: BaseSessionService, lengths: list[int]) -> dict[str, float]:
+    cold = (await timed_ms(lambda: service.list_sessions(app_name="shop"), 1))[0]
+    listings = await timed_ms(lambda: service.list_sessions(app_name="shop"), 9)
     row = {
-        "list_all_ms": await median_ms(lambda: service.list_sessions(app_name="shop"), 5),
-        "list_user_ms": await median_ms(lambda: service.list_sessions(app_name="shop", user_id="u7"), 5),
+        "list_cold_ms": cold,
+        "list_all_ms": statistics.median(listings),
+        "list_all_min_ms": min(listings),
+        "list_user_ms": await median_ms(lambda: service.list_sessions(app_name="shop", user_id="u7"), 9),
     }
     recent = GetSessionConfig(num_recent_events=10)
     for length in lengths:
@@ -84,17 +96,18 @@ async def measure(service: BaseSessionService, lengths: list[int]) -> dict[str, 
 
 
 async def run(sessions: int, lengths: list[int], folder: str) -> dict[str, dict[str, float]]:
-    services: dict[str, BaseSessionService] = {
-        "tether (SQLite)": TetherSessionService(tether.App(f"sqlite:///{folder}/tether.db")),
-        "ADK SqliteSessionService": SqliteSessionService(f"{folder}/adk.db"),
-        "ADK InMemorySessionService": InMemorySessionService(),  # type: ignore[no-untyped-call]
+    services: dict[str, Callable[[], BaseSessionService]] = {
+        "tether (SQLite)": lambda: TetherSessionService(tether.App(f"sqlite:///{folder}/tether.db")),
+        "ADK SqliteSessionService": lambda: SqliteSessionService(f"{folder}/adk.db"),
     }
+    memory = InMemorySessionService()  # type: ignore[no-untyped-call]
+    services["ADK InMemorySessionService"] = lambda: memory
     rows = {}
-    for name, service in services.items():
+    for name, open_service in services.items():
         start = time.perf_counter()
-        await fill(service, sessions, lengths)
+        await fill(open_service(), sessions, lengths)
         print(f"filled {name} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        rows[name] = await measure(service, lengths)
+        rows[name] = await measure(open_service(), lengths)  # opened afresh: nothing cached
     return rows
 
 
@@ -115,10 +128,11 @@ def main() -> None:
         "target": {"list_all_vs_adk_sqlite": 1.5, "get_recent_growth": 2.0},
     }
     result["pass"] = result["list_all_vs_adk_sqlite"] <= 1.5 and result["get_recent_growth"] <= 2.0
-    columns = ["list_all_ms", "list_user_ms", *(f"get_recent_{n}_ms" for n in lengths)]
-    print(f"{'service':<28}" + "".join(f"{c:>20}" for c in columns))
+    columns = ["list_cold_ms", "list_all_ms", "list_all_min_ms", "list_user_ms"]
+    columns += [f"get_recent_{n}_ms" for n in lengths]
+    print(f"{'service':<28}" + "".join(f"{c:>19}" for c in columns))
     for name, row in rows.items():
-        print(f"{name:<28}" + "".join(f"{row[c]:>20.3f}" for c in columns))
+        print(f"{name:<28}" + "".join(f"{row[c]:>19.3f}" for c in columns))
     print(f"list {sessions:,} sessions, tether / ADK SQLite (target <= 1.5): {result['list_all_vs_adk_sqlite']:.2f}")
     print(f"get_session(10 recent) at {long:,} events, tether / ADK SQLite: {result['get_recent_vs_adk_sqlite']:.2f}")
     print(f"get_session(10 recent) at {long:,} vs {short:,} events (target <= 2.0): {result['get_recent_growth']:.2f}")

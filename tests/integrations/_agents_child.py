@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK run inside a tether task, in a child process that SIGKILLs itself at a chosen point.
 
-Usage: python _agents_child.py URL WORKDIR TASK_ID KIND:K [streamed]
+Usage: python _agents_child.py URL WORKDIR TASK_ID KIND:K [streamed|team]
 
 Checkpoints: ``after_commit`` (after every commit to the task log), ``in_tool_before_effect`` and
 ``in_tool_after_effect`` (inside the refund tool, around its effect). The process kills itself at
@@ -8,6 +8,11 @@ the K-th checkpoint of KIND (``none:0`` never does, and writes how many of each 
 WORKDIR/tally.json). The scripted model logs every call it answers to WORKDIR/model.log, the tools
 every execution to WORKDIR/tools.log, and the refund's effect lands in WORKDIR/effects/ once per
 idempotency key (a payment provider that deduplicates by key).
+
+``team``: the same work split between agents. Support looks the order up and asks a Shipping agent,
+used as a tool (``durable_agent(ctx, shipping).as_tool(...)``), in parallel; then hands off (a
+``handoff()`` object) to a Refunds agent, which refunds and answers. Every agent's model logs its
+turns to model.log (``turn 0``, ``shipping``, ``turn 2``, ``refunds 0``, ``refunds 1``).
 """
 
 from __future__ import annotations
@@ -20,16 +25,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, function_tool, set_tracing_disabled
+from agents import Agent, function_tool, handoff, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import tether
-from tether.integrations.openai_agents import TetherSession, approvals, run, run_streamed
+from tether.integrations.openai_agents import TetherSession, approvals, durable_agent, run, run_streamed
 from tether.log import TaskLog
 
 URL, WORK, TASK_ID = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 KILL_KIND, _, KILL_AT = sys.argv[4].partition(":")
 STREAMED = sys.argv[5:] == ["streamed"]
+TEAM = sys.argv[5:] == ["team"]
+TEAM_TURNS = ["turn 0", "shipping", "turn 2", "refunds 0", "refunds 1"]
 _hits: dict[str, int] = {}
 set_tracing_disabled(True)
 
@@ -109,11 +116,58 @@ agent = Agent(
     model=ScriptedModel([ModelStep.respond(answer) for _ in range(3)]),
     tools=[lookup_order, shipping_status, refund],
 )
+
+
+def outputs_of(call: Any) -> list[dict[str, Any]]:
+    return [i for i in call.input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
+def support_answer(call: Any) -> Any:
+    """Support, in a team: asks the order system and the Shipping agent, then hands off to Refunds."""
+    outputs = outputs_of(call)
+    log("model.log", f"turn {len(outputs)}")
+    if not outputs:
+        return [
+            function_call("lookup_order", {"order_id": "A-1"}, call_id="call_lookup"),
+            function_call("shipping_status", {"input": "A-1"}, call_id="call_ship"),
+        ]
+    return [function_call("transfer_to_refunds", {}, call_id="call_handoff")]
+
+
+def shipping_answer(call: Any) -> Any:
+    log("model.log", "shipping")
+    return [assistant_message("A-1: lost")]
+
+
+def refunds_answer(call: Any) -> Any:
+    refunded = [o for o in outputs_of(call) if o.get("call_id") == "call_refund"]
+    log("model.log", f"refunds {len(refunded)}")
+    if not refunded:
+        return [function_call("refund", {"order_id": "A-1", "cents": 4999}, call_id="call_refund")]
+    return [assistant_message(f"Done: {refunded[-1]['output']}")]
+
+
+shipping = Agent(name="Shipping", model=ScriptedModel([ModelStep.respond(shipping_answer) for _ in range(2)]))
+refunds = Agent(
+    name="Refunds", model=ScriptedModel([ModelStep.respond(refunds_answer) for _ in range(3)]), tools=[refund]
+)
+team = Agent(
+    name="Support",
+    instructions="Help with orders.",
+    model=ScriptedModel([ModelStep.respond(support_answer) for _ in range(3)]),
+    tools=[lookup_order],
+    handoffs=[handoff(refunds)],
+)
+
 app = tether.App(URL, lease_ttl=5.0)
 
 
 @app.task
 async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
+    if TEAM:
+        asked = durable_agent(ctx, shipping).as_tool("shipping_status", "Where the parcel is.")
+        result = await run(ctx, team.clone(tools=[lookup_order, asked]), question, session=TetherSession.in_task(ctx))
+        return str(result.final_output)
     if not STREAMED:
         result = await run(ctx, agent, question, session=TetherSession.in_task(ctx))
         return str(result.final_output)

@@ -57,6 +57,7 @@ def sigkill_then_resume(
     make_url: Any,
     result_of: Callable[[tether.ToolCall], Any] = lambda c: c.result,
     extra: tuple[str, ...] = (),
+    model_turns: list[str] = MODEL_TURNS,
 ) -> None:
     ref = tmp_path / "reference"
     ref.mkdir()
@@ -66,7 +67,7 @@ def sigkill_then_resume(
     assert first.stdout.split() == ["completed", "replay-clean=True"], first.stdout
     reference = outcome(ref_url, ref, result_of)
     assert reference["output"] == "Done: refunded 4999 for A-1"
-    assert lines(ref / "model.log") == MODEL_TURNS
+    assert lines(ref / "model.log") == model_turns
     assert len(reference["effects"]) == 1
     commits = json.loads((ref / "tally.json").read_text())["after_commit"]
     chosen = sorted({1, 2, 3, commits // 3, commits // 2, (2 * commits) // 3, commits - 1, commits})
@@ -85,7 +86,7 @@ def sigkill_then_resume(
                 break
         assert resumed.stdout.split() == ["completed", "replay-clean=True"], point + resumed.stdout
         assert outcome(url, work, result_of) == reference, point
-        assert lines(work / "model.log") == MODEL_TURNS, point  # no turn asked twice
+        assert lines(work / "model.log") == model_turns, point  # no turn asked twice
         executions = lines(work / "tools.log")
         assert sorted(set(executions)) == sorted(lines(ref / "tools.log")), point  # the same keys
         repeats = len(executions) - len(set(executions))

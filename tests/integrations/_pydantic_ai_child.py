@@ -1,9 +1,11 @@
 """A Pydantic AI agent run inside a tether task, in a child process that SIGKILLs itself at a chosen point.
 
-Usage: python _pydantic_ai_child.py URL WORKDIR TASK_ID KIND:K  (the checkpoints and logs of
+Usage: python _pydantic_ai_child.py URL WORKDIR TASK_ID KIND:K [stream]  (the checkpoints and logs of
 _agents_child.py: ``after_commit``, ``in_tool_before_effect``, ``in_tool_after_effect``; the model
 logs each request it answers to WORKDIR/model.log, the tools each execution to WORKDIR/tools.log,
-the refund's effect lands in WORKDIR/effects/ once per idempotency key).
+the refund's effect lands in WORKDIR/effects/ once per idempotency key). With ``stream``, the
+model streams its responses (text in pieces, tool calls as deltas) and the task runs the agent with
+``agent.iter``, streaming every model request and tool-call node.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 import tether
-from tether.integrations.pydantic_ai import run
+from tether.integrations.pydantic_ai import TetherDurability, TetherHistory, run
 from tether.log import TaskLog
 
 URL, WORK, TASK_ID = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 KILL_KIND, _, KILL_AT = sys.argv[4].partition(":")
+STREAM = sys.argv[5:] == ["stream"]
 _hits: dict[str, int] = {}
 
 
@@ -68,7 +71,19 @@ def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart(f"Done: {returns[-1].content}")])
 
 
-agent = Agent(FunctionModel(model), system_prompt="Help with orders.", name="support")
+async def stream_model(messages: list[ModelMessage], info: AgentInfo) -> Any:
+    """The same script, streamed: each text in two pieces, each tool call as one delta."""
+    for index, part in enumerate(model(messages, info).parts):
+        if isinstance(part, TextPart):
+            yield part.content[:5]
+            yield part.content[5:]
+        elif isinstance(part, ToolCallPart):
+            call = DeltaToolCall(name=part.tool_name, json_args=part.args_as_json_str(), tool_call_id=part.tool_call_id)
+            delta: DeltaToolCalls = {index: call}
+            yield delta
+
+
+agent = Agent(FunctionModel(model, stream_function=stream_model), system_prompt="Help with orders.", name="support")
 
 
 @agent.tool_plain
@@ -103,7 +118,19 @@ app = tether.App(URL, lease_ttl=5.0)
 
 @app.task
 async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
-    return str((await run(ctx, agent, question)).output)
+    if not STREAM:
+        return str((await run(ctx, agent, question)).output)
+    history = TetherHistory.in_task(ctx)
+    options: dict[str, Any] = {"message_history": history.window(), "capabilities": [TetherDurability(ctx)]}
+    async with agent.iter(question, **options) as agent_run:
+        async for node in agent_run:
+            if Agent.is_model_request_node(node) or Agent.is_call_tools_node(node):
+                async with node.stream(agent_run.ctx) as events:
+                    async for _ in events:
+                        pass
+    assert agent_run.result is not None
+    history.add(agent_run.result.new_messages())
+    return str(agent_run.result.output)
 
 
 if __name__ == "__main__":

@@ -187,3 +187,27 @@ def test_an_encrypting_serializer(store_url: str) -> None:
     assert b"secret" not in stored and base64.b64encode(b"secret")[:6] not in stored
     fresh = TetherSaver(TaskLog(saver.log.store), serde=serde)
     assert [m.content for m in latest(fresh, "t").checkpoint["channel_values"]["messages"]] == ["secret", "more"]
+
+
+def test_each_listed_value_is_a_list_of_its_own(store_url: str) -> None:
+    """Reading a history newest first hands out each checkpoint's messages uncopied when they are a
+    slice of the newer one's: still every list is the caller's own — changing one changes no other
+    tuple, and no later read."""
+    saver = TetherSaver(TaskLog(store_url))
+    messages: list[Any] = []
+    parent = None
+    for i in range(6):
+        messages = [*messages, HumanMessage(f"m{i}", id=str(i))]
+        parent = put(saver, "t", parent, messages)
+    config = {"configurable": {"thread_id": "t"}}
+    lists = [t.checkpoint["channel_values"]["messages"] for t in saver.list(config)]
+    assert [len(x) for x in lists] == [6, 5, 4, 3, 2, 1]
+    assert len({id(x) for x in lists}) == len(lists)
+    for changed in lists:
+        changed.append(AIMessage("extra"))
+        changed[0] = AIMessage("replaced")
+    again = [[m.content for m in t.checkpoint["channel_values"]["messages"]] for t in saver.list(config)]
+    assert again == [[f"m{i}" for i in range(n)] for n in range(6, 0, -1)]
+    assert [m.content for m in latest(saver, "t").checkpoint["channel_values"]["messages"]] == [
+        f"m{i}" for i in range(6)
+    ]

@@ -15,14 +15,21 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, Runner, SessionSettings, function_tool, set_tracing_disabled
+from agents import Agent, Runner, SessionSettings, function_tool, handoff, set_tracing_disabled
 from agents.memory import Session as SdkSession
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import tether
 from tests.integrations._crash import sigkill_then_resume
 from tests.integrations.conftest import CHILD_ENV, HERE
-from tether.integrations.openai_agents import TetherSession, approval_key, approvals, run, run_streamed
+from tether.integrations.openai_agents import (
+    TetherSession,
+    approval_key,
+    approvals,
+    durable_agent,
+    run,
+    run_streamed,
+)
 
 set_tracing_disabled(True)
 
@@ -293,6 +300,144 @@ def test_a_resumed_run_replays_recorded_turns(store_url: str) -> None:
     assert sorted(ran) == ["order", "parcel", "parcel"]  # the lookup that finished did not run again
 
 
+class Counted:
+    """Scripted models, one per agent, that count the calls each answers."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def model(self, name: str, respond: Any) -> ScriptedModel:
+        def answer(call: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return respond([i for i in call.input if isinstance(i, dict) and i.get("type") == "function_call_output"])
+
+        return ScriptedModel([ModelStep.respond(answer) for _ in range(10)])
+
+
+@pytest.mark.parametrize("how", ["agent", "handoff()"])
+def test_a_handoff_is_recorded_and_replayed(store_url: str, how: str) -> None:
+    """A handoff, to an ``Agent`` or through a ``handoff()`` object: the agent handed to answers and
+    runs its tools as recorded calls, so a retried run asks no model again and refunds once."""
+    app = tether.App(store_url)
+    models, refunded = Counted(), []
+
+    @function_tool
+    def refund(order: str) -> str:
+        """Refund an order."""
+        refunded.append(order)
+        return f"refunded {order}"
+
+    billing = Agent(
+        name="Billing",
+        model=models.model(
+            "billing",
+            lambda outs: [assistant_message("Refunded.")]
+            if any(o["call_id"] == "r1" for o in outs)
+            else [function_call("refund", {"order": "A-1"}, call_id="r1")],
+        ),
+        tools=[refund],
+    )
+    triage = Agent(
+        name="Triage",
+        model=models.model("triage", lambda outs: [function_call("transfer_to_billing", {}, call_id="h1")]),
+        handoffs=[billing if how == "agent" else handoff(billing)],
+    )
+    crash = {"after_run": True}
+
+    @app.task
+    async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
+        result = await run(ctx, triage, question)
+        if crash["after_run"]:
+            raise RuntimeError("the process died after the run")
+        return f"{result.last_agent.name}: {result.final_output}"
+
+    assert app.run(support, "Refund A-1", task_id="t").status is tether.Status.FAILED
+    assert (models.calls, refunded) == ({"triage": 1, "billing": 2}, ["A-1"])
+    crash["after_run"] = False
+    assert app.retry("t").output == "Billing: Refunded."
+    assert (models.calls, refunded) == ({"triage": 1, "billing": 2}, ["A-1"])  # all from the record
+    calls = [(c.tool, c.args.get("agent")) for c in app.state("t").calls]
+    assert calls == [
+        ("openai_agents.model", "Triage"),
+        ("openai_agents.model", "Billing"),
+        ("refund", None),
+        ("openai_agents.model", "Billing"),
+    ]
+    assert app.replay("t").clean
+
+
+def test_an_agent_used_as_a_tool_is_recorded_and_replayed(store_url: str) -> None:
+    """``agent.as_tool``: as it is, one recorded call (its output), not run again once finished;
+    built from ``durable_agent(ctx, agent)``, it runs live and its own turns and tools are recorded
+    calls — a run stopped inside it resumes without asking its model again for a turn it answered."""
+    app = tether.App(store_url)
+    models, tracked = Counted(), []
+    broken = {"tracker": True}
+
+    @function_tool(failure_error_function=None)
+    def track(order: str) -> str:
+        """Track a parcel."""
+        tracked.append(order)
+        if broken["tracker"]:
+            raise RuntimeError("the tracker is down")
+        return "lost"
+
+    research = Agent(
+        name="Research",
+        model=models.model(
+            "research",
+            lambda outs: [assistant_message(f"The parcel is {outs[0]['output']}.")]
+            if outs
+            else [function_call("track", {"order": "A-1"}, call_id="k1")],
+        ),
+        tools=[track],
+    )
+
+    def triage_answer(outs: list[dict[str, Any]]) -> Any:
+        if outs:
+            return [assistant_message(f"Answer: {outs[0]['output']}")]
+        return [function_call("research", {"input": "where is A-1?"}, call_id="r1")]
+
+    triage_model = models.model("triage", triage_answer)
+
+    @app.task
+    async def whole(ctx: tether.AsyncTaskContext, question: str) -> str:
+        tool = research.as_tool("research", "Research a question.", failure_error_function=None)
+        return str((await run(ctx, Agent(name="Triage", model=triage_model, tools=[tool]), question)).final_output)
+
+    @app.task
+    async def inside(ctx: tether.AsyncTaskContext, question: str) -> str:
+        tool = durable_agent(ctx, research).as_tool("research", "Research a question.", failure_error_function=None)
+        return str((await run(ctx, Agent(name="Triage", model=triage_model, tools=[tool]), question)).final_output)
+
+    # As it is: the agent's run is one call; stopped inside it, the retry runs it again from its start.
+    assert app.run(whole, "Where?", task_id="whole").status is tether.Status.FAILED
+    assert (models.calls, tracked) == ({"triage": 1, "research": 1}, ["A-1"])
+    broken["tracker"] = False
+    assert app.retry("whole").output == "Answer: The parcel is lost."
+    assert (models.calls, tracked) == ({"triage": 2, "research": 3}, ["A-1", "A-1"])
+    assert [c.tool for c in app.state("whole").calls] == ["openai_agents.model", "research", "openai_agents.model"]
+    assert app.replay("whole").clean
+
+    # Durable inside: its first turn comes from the record; only the turn after the tool is asked.
+    models.calls.clear()
+    tracked.clear()
+    broken["tracker"] = True
+    assert app.run(inside, "Where?", task_id="inside").status is tether.Status.FAILED
+    assert (models.calls, tracked) == ({"triage": 1, "research": 1}, ["A-1"])
+    broken["tracker"] = False
+    assert app.retry("inside").output == "Answer: The parcel is lost."
+    assert (models.calls, tracked) == ({"triage": 2, "research": 2}, ["A-1", "A-1"])
+    assert [(c.tool, c.args.get("agent")) for c in app.state("inside").calls] == [
+        ("openai_agents.model", "Triage"),
+        ("openai_agents.model", "Research"),
+        ("track", None),
+        ("openai_agents.model", "Research"),
+        ("openai_agents.model", "Triage"),
+    ]
+    assert app.replay("inside").clean
+
+
 def test_approval_waits_as_a_tether_input(store_url: str) -> None:
     app = tether.App(store_url)
     refunds: list[str] = []
@@ -410,6 +555,17 @@ def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any, mode: str) 
     or inside the refund; fresh children resume it (see tests/integrations/_crash.py for what is
     checked) — with Runner.run, and with Runner.run_streamed."""
     sigkill_then_resume("_agents_child.py", tmp_path, make_url, extra=("streamed",) if mode == "streamed" else ())
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(600)
+def test_sigkill_anywhere_in_a_team_then_resume(tmp_path: Path, make_url: Any) -> None:
+    """The same work done by three agents: Support asks a Shipping agent used as a tool (built with
+    ``durable_agent(...).as_tool``) beside a function tool, then hands off (``handoff()``) to a
+    Refunds agent that refunds and answers. Killed anywhere, resumed: no agent's turn is asked twice,
+    no finished tool runs again, the refund happens once, the record replays cleanly."""
+    turns = ["turn 0", "shipping", "turn 2", "refunds 0", "refunds 1"]
+    sigkill_then_resume("_agents_child.py", tmp_path, make_url, extra=("team",), model_turns=turns)
 
 
 def _start(url: str, session: str, name: str, mode: str, count: int, gate: Path) -> subprocess.Popen[bytes]:

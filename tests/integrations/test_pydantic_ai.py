@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 import tether
@@ -214,6 +215,86 @@ def test_model_retry_is_recorded_as_the_tools_answer() -> None:
     assert app.replay("r").clean  # the replay raised the recorded retry, and the model's next answer matched
 
 
+class StreamedLookup:
+    """A streaming FunctionModel script that counts its requests: a lookup, then an answer in pieces."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        self.requests += 1
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            yield {0: DeltaToolCall(name="lookup", json_args='{"q": "order"}', tool_call_id="c1")}
+            return
+        for piece in ("It ", "is ", str(returns[0].content)):
+            yield piece
+
+
+def test_streamed_runs_record_and_replay(store_url: str) -> None:
+    """``agent.run_stream`` and ``agent.iter`` with ``node.stream`` inside a task, with
+    ``TetherDurability``: each streamed model response and each tool call is a recorded call; a
+    retried task streams the recorded responses (whole, not in the pieces the model sent) without
+    asking the model again or running a finished tool again."""
+    app = tether.App(store_url)
+    script = StreamedLookup()
+    ran: list[str] = []
+    agent = Agent(FunctionModel(stream_function=script), name="streamer")
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        ran.append(q)
+        return f"{q}: ok"
+
+    crash = {"after_streaming": True}
+
+    @app.task
+    async def with_run_stream(ctx: tether.AsyncTaskContext, question: str) -> str:
+        history = TetherHistory.in_task(ctx)
+        pieces = []
+        async with agent.run_stream(
+            question, message_history=history.window(), capabilities=[TetherDurability(ctx)]
+        ) as streamed:
+            async for piece in streamed.stream_text(delta=True):
+                pieces.append(piece)
+            output = await streamed.get_output()
+        if crash["after_streaming"]:
+            raise RuntimeError("the process died after streaming")
+        history.add(streamed.new_messages())
+        return f"{output} | {''.join(pieces)}"
+
+    @app.task
+    async def with_iter(ctx: tether.AsyncTaskContext, question: str) -> str:
+        seen = []
+        async with agent.iter(question, capabilities=[TetherDurability(ctx)]) as agent_run:
+            async for node in agent_run:
+                if Agent.is_model_request_node(node) or Agent.is_call_tools_node(node):
+                    async with node.stream(agent_run.ctx) as events:
+                        seen.extend([type(e).__name__ async for e in events])
+        if crash["after_streaming"]:
+            raise RuntimeError("the process died after streaming")
+        assert agent_run.result is not None and "FunctionToolResultEvent" in seen
+        return str(agent_run.result.output)
+
+    expected_calls = [("pydantic_ai.model", "completed"), ("lookup", "completed"), ("pydantic_ai.model", "completed")]
+    for task, task_id, output in (
+        (with_run_stream, "streamed", "It is order: ok | It is order: ok"),
+        (with_iter, "iterated", "It is order: ok"),
+    ):
+        script.requests, crash["after_streaming"] = 0, True
+        ran.clear()
+        assert app.run(task, "Where?", task_id=task_id).status is tether.Status.FAILED
+        assert (script.requests, ran) == (2, ["order"])
+        crash["after_streaming"] = False
+        assert app.retry(task_id).output == output
+        assert (script.requests, ran) == (2, ["order"])  # from the record: no model request, no tool run
+        state = app.state(task_id)
+        assert [(c.tool, c.status) for c in state.calls] == expected_calls
+        assert state.calls[1].args == {"args": {"q": "order"}, "call_id": "c1"}
+        assert app.replay(task_id).clean
+    assert [m.role for m in app.session("streamed").messages()] == ["user", "assistant", "tool", "assistant"]
+
+
 def test_approval_waits_as_a_tether_input(store_url: str) -> None:
     app = tether.App(store_url)
     refunds: list[str] = []
@@ -268,3 +349,18 @@ def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any) -> None:
         return [(p.get("part_kind"), p.get("content"), p.get("args")) for p in call.result["parts"]]
 
     sigkill_then_resume("_pydantic_ai_child.py", tmp_path, make_url, result_of)
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(600)
+def test_sigkill_anywhere_in_a_streamed_run_then_resume(tmp_path: Path, make_url: Any) -> None:
+    """The same, with the model streaming its responses and the task driving the agent with
+    ``agent.iter`` and ``node.stream``: a resumed run streams what the record holds and asks the
+    model only for the turns it has not answered."""
+
+    def result_of(call: tether.ToolCall) -> Any:
+        if call.tool != "pydantic_ai.model":
+            return call.result
+        return [(p.get("part_kind"), p.get("content"), p.get("args")) for p in call.result["parts"]]
+
+    sigkill_then_resume("_pydantic_ai_child.py", tmp_path, make_url, result_of, extra=("stream",))

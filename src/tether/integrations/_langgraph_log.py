@@ -390,10 +390,17 @@ class ThreadView:
             return decode_item(serde, blob.item)
         if blob.kind == "d":
             return {k: self.value(serde, v) for k, v in (blob.fields or {}).items()}
-        return list(self._list(serde, blob))
+        flat, fresh = self._whole(serde, blob)
+        return flat if fresh else list(flat)
 
     def _list(self, serde: Serde, blob: Blob) -> list[Any]:
-        """The whole list a list blob stands for.
+        """The whole list a list blob stands for (not to be changed: it may be the cached one)."""
+        return self._whole(serde, blob)[0]
+
+    def _whole(self, serde: Serde, blob: Blob) -> tuple[list[Any], bool]:
+        """The whole list a list blob stands for, and whether it is a new list no one else holds
+        (a slice of its tip's: reading a history newest first, ``value`` hands it out uncopied, so
+        each checkpoint's list is copied once, not three times).
 
         Walks the appends back to a whole list, or to a blob whose list is cached; every blob on the
         way is a prefix of this one, so it remembers this one as its ``tip`` and its own list is
@@ -405,7 +412,9 @@ class ThreadView:
         while current is not None:
             hit = self._cached(current)
             if hit is not None:
-                start = hit
+                if current is blob:
+                    return hit
+                start = hit[0]
                 break
             segments.append(current)
             current = current.base if current.kind == "a" else None
@@ -419,7 +428,7 @@ class ThreadView:
         self._flat[id(blob)] = (blob, flat)
         while len(self._flat) > _FLAT_CACHE:
             self._flat.popitem(last=False)
-        return flat
+        return flat, False
 
     def _object(self, serde: Serde, item: Any) -> Any:
         """A list item decoded, once per thread: the same message in several lists is one object."""
@@ -430,17 +439,19 @@ class ThreadView:
             found = self._objects[item] = decode_item(serde, item)
         return found
 
-    def _cached(self, blob: Blob) -> list[Any] | None:
+    def _cached(self, blob: Blob) -> tuple[list[Any], bool] | None:
+        """The blob's whole list from the cache (``False``: the cached list itself) or sliced from
+        its tip's (``True``: a new list)."""
         hit = self._flat.get(id(blob))
         if hit is not None and hit[0] is blob:
             self._flat.move_to_end(id(blob))
-            return hit[1]
+            return hit[1], False
         tip = blob.tip
         if tip is not None:
             hit = self._flat.get(id(tip))
             if hit is not None and hit[0] is tip:
                 self._flat.move_to_end(id(tip))  # keep the tip: reading a history newest first slices it
-                return hit[1][: blob.length]
+                return hit[1][: blob.length], True
         return None
 
     def ordered_writes(self, ns: str, checkpoint_id: str) -> list[Write]:

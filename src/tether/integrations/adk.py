@@ -13,8 +13,9 @@ keys in one per (app, user), ``temp:`` keys are never stored, and the rest belon
 - ``get_session`` reads the recent events it returns (``GetSessionConfig(num_recent_events,
   after_timestamp)``) with ranged reads, and the session's state from a snapshot plus the events
   after it: its cost does not grow with the session's history.
-- ``list_sessions`` reads the index only (no event, no state: ADK's ``ListSessionsResponse``
-  carries neither), so listing 10,000 sessions takes milliseconds.
+- ``list_sessions`` returns each session with its merged state and no events, as ADK's own
+  services do: one read of the index, and each session's own state from this service's cache
+  unless the session moved since the service last saw it (then the records after it are read).
 
 Example:
     >>> import asyncio, tether
@@ -65,8 +66,10 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from tether._streams import Stream
 from tether.conversation import SESSION_TYPE, MessageAdded, stream_id, to_event
 from tether.errors import ConflictError, TaskNotFoundError
+from tether.integrations._gc import no_cycle_collection
 from tether.log import checksum
-from tether.store import SnapshotRow, TaskFilter
+from tether.store import SnapshotRow, TaskFilter, TaskRow
+from tether.userstate import USER_TYPE
 
 if TYPE_CHECKING:
     from tether.events import Recorded
@@ -79,6 +82,7 @@ _PREFIX = "adk:"  # tether session ids of ADK sessions: adk:{app}:{user}:{sessio
 _SNAPSHOT_SCHEMA = 1001  # the session-state snapshots' schema (tether's own session views use others)
 _SNAPSHOT_EVERY = 64  # events folded on a read before it caches the state again
 _LIST_LIMIT = 10_000_000
+_STATES_CACHED = 200_000  # sessions whose own state a service keeps decoded-on-demand for list_sessions
 
 
 def _session_key(app_name: str, user_id: str, session_id: str) -> str:
@@ -89,9 +93,26 @@ def _app_prefix(app_name: str) -> str:
     return stream_id(_PREFIX + quote(app_name, safe="") + ":")
 
 
-def _split(key: str) -> tuple[str, str, str]:
-    app_name, user_id, session_id = (unquote(p) for p in key.removeprefix(_PREFIX).split(":"))
-    return app_name, user_id, session_id
+def _owner_and_id(rest: str) -> tuple[str, str]:
+    """``{user}:{session}`` (each part quoted) of a session key after its app: the two parts."""
+    owner, session_id = rest.split(":")
+    return (unquote(owner) if "%" in owner else owner), (unquote(session_id) if "%" in session_id else session_id)
+
+
+_LISTED_FIELDS = frozenset({"id", "app_name", "user_id", "state", "events", "last_update_time"})
+
+
+def _listed_session(session_id: str, app_name: str, user_id: str, state: dict[str, Any], at: float) -> AdkSession:
+    """An ADK ``Session`` from values of the right types: what ``model_construct`` builds (no
+    validation, every field set), in a third of its time. Validating each of 10,000 listed sessions
+    again was most of ``list_sessions``' cost; a test checks the result equals a validated one."""
+    session: AdkSession = object.__new__(AdkSession)
+    fields = {"id": session_id, "app_name": app_name, "user_id": user_id, "state": state, "events": []}
+    object.__setattr__(session, "__dict__", {**fields, "last_update_time": at})
+    object.__setattr__(session, "__pydantic_fields_set__", set(_LISTED_FIELDS))
+    object.__setattr__(session, "__pydantic_extra__", None)
+    object.__setattr__(session, "__pydantic_private__", {"_storage_update_marker": None})
+    return session
 
 
 def _message(event: AdkEvent) -> dict[str, Any]:
@@ -163,6 +184,7 @@ class TetherSessionService(BaseSessionService):
         self._app = app
         self._log = app.log
         self._documents: dict[str, UserState] = {}
+        self._states: dict[str, tuple[float, int, bytes]] = {}  # stream -> (created_at, version, state)
 
     # ------------------------------------------------------------------ shared state
     def _document(self, doc_id: str) -> UserState:
@@ -245,7 +267,7 @@ class TetherSessionService(BaseSessionService):
             id=session_id,
             app_name=app_name,
             user_id=user_id,
-            state=self._merge(app_name, user_id, self._session_state(stream, version)),
+            state=self._merge(app_name, user_id, self._session_state(stream, version, row.created_at)),
             events=events,
             last_update_time=row.updated_at,
         )
@@ -288,8 +310,9 @@ class TetherSessionService(BaseSessionService):
                 low = middle + 1
         return low
 
-    def _session_state(self, stream: Stream, version: int) -> dict[str, Any]:
-        """The session-scoped state at ``version``: the newest snapshot, plus the events after it."""
+    def _session_state(self, stream: Stream, version: int, created_at: float) -> dict[str, Any]:
+        """The session-scoped state at ``version``: the newest snapshot, plus the events after it
+        (remembered for ``list_sessions``)."""
         store, tenant = self._log.store, self._log.tenant
         snap = store.get_snapshot(tenant, stream.id, at_most=version)
         state: dict[str, Any] = {}
@@ -300,6 +323,7 @@ class TetherSessionService(BaseSessionService):
         state = _fold_state(records, state)
         if len(records) >= _SNAPSHOT_EVERY:
             self._snapshot(stream.id, version, state)
+        self._remember(stream.id, created_at, version, state)
         return state
 
     def _snapshot(self, stream: str, version: int, state: dict[str, Any]) -> None:
@@ -309,25 +333,80 @@ class TetherSessionService(BaseSessionService):
         )
 
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
-        """The app's sessions (one user's, with ``user_id``), oldest update first, without events or
-        state (as ADK's ``ListSessionsResponse`` says): one read of tether's index."""
+        """The app's sessions (one user's, with ``user_id``), oldest update first, each with its state
+        (app, user and session scopes merged) and without events, as ADK's own services return them.
+
+        One read of tether's index gives every session's version; a session's own state comes from
+        this service's cache when the session has not moved since it was last seen (read, written or
+        listed here) and is otherwise brought up to date from the records after the cached version
+        (a session never seen: its snapshot and the records after it). The app's and each user's
+        shared state are read once per listing, not once per session.
+        """
         rows = self._log.store.list_tasks(
             self._log.tenant, TaskFilter(type=SESSION_TYPE, user_id=user_id), limit=_LIST_LIMIT
         )
         prefix = _app_prefix(app_name)
+        app_shared = {State.APP_PREFIX + k: v for k, v in self._app_state(app_name).get().items()}
+        user_shared: dict[str, dict[str, Any]] = {}
         sessions = []
-        for row in rows:
-            if not row.task_id.startswith(prefix):
-                continue
-            _, owner, session_id = _split(row.task_id.removeprefix("session:"))
-            sessions.append(
-                AdkSession(id=session_id, app_name=app_name, user_id=owner, last_update_time=row.updated_at)
-            )
-        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        with no_cycle_collection():  # thousands of sessions built and kept: no collection walks them midway
+            for row in rows:
+                if not row.task_id.startswith(prefix):
+                    continue
+                owner, session_id = _owner_and_id(row.task_id[len(prefix) :])
+                shared = user_shared.get(owner)
+                if shared is None:
+                    shared = user_shared[owner] = {**app_shared, **self._shared_user_state(app_name, owner)}
+                state = {**self._state_of(row), **shared}  # the session's own, decoded afresh, then shared
+                sessions.append(_listed_session(session_id, app_name, owner, state, row.updated_at))
+            sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=sessions)
+
+    def _shared_user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
+        """The ``user:`` keys of one user, read without creating the user's document if it has none."""
+        doc_id = f"adk-user:{quote(app_name, safe='')}:{quote(user_id, safe='')}"
+        if doc_id not in self._documents and not Stream(self._log, f"user:{doc_id}", USER_TYPE).exists():
+            return {}
+        return {State.USER_PREFIX + k: v for k, v in self._document(doc_id).get().items()}
+
+    def _state_of(self, row: TaskRow) -> dict[str, Any]:
+        """The session-scoped state of the session at ``row`` (cached; refreshed if it moved)."""
+        cached = self._states.get(row.task_id)
+        if cached is not None and cached[0] == row.created_at:
+            if cached[1] == row.version:
+                return {} if cached[2] == b"{}" else orjson.loads(cached[2])
+            if cached[1] < row.version:
+                stream = Stream(self._log, row.task_id, SESSION_TYPE)
+                state = _fold_state(stream.read(after=cached[1], upto=row.version), orjson.loads(cached[2]))
+                self._remember(row.task_id, row.created_at, row.version, state)
+                return state
+        # Never seen here: the newest snapshot and the records after it, in one read where it is ours.
+        try:
+            snap, rows = self._log.store.read_latest(self._log.tenant, row.task_id)
+        except TaskNotFoundError:
+            return {}  # deleted since the index was read
+        if snap is None or (
+            snap.schema == _SNAPSHOT_SCHEMA and snap.seq <= row.version and checksum(snap.data) == snap.checksum
+        ):
+            records = [self._log.decode(r) for r in rows if r.seq <= row.version]
+            state = _fold_state(records, orjson.loads(snap.data) if snap is not None else {})
+            self._remember(row.task_id, row.created_at, row.version, state)
+            return state
+        return self._session_state(Stream(self._log, row.task_id, SESSION_TYPE), row.version, row.created_at)
+
+    def _remember(self, stream: str, created_at: float, version: int, state: dict[str, Any]) -> None:
+        """Cache a session's own state at ``version``, encoded (each reader decodes its own copy, so
+        no caller's change to a returned state reaches the cache); ``created_at`` tells a session
+        deleted and made again under the same id from the one cached."""
+        states = self._states
+        states.pop(stream, None)
+        states[stream] = (created_at, version, orjson.dumps(state))
+        if len(states) > _STATES_CACHED:
+            del states[next(iter(states))]  # the least recently stored
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         key = _session_key(app_name, user_id, session_id)
+        self._states.pop(stream_id(key), None)
         try:
             self._app.delete_session(key)
         except TaskNotFoundError:
@@ -357,8 +436,9 @@ class TetherSessionService(BaseSessionService):
         # Shared state first, then the event: a process that dies between the two leaves the delta
         # applied and the event unwritten, so the agent's retry makes the event again and sets the same
         # keys (the other way round, the session would show an event whose shared state never landed).
+        # Two commits because the Store has no transaction across streams (docs/integrations/adk.md).
         delta = event.actions.state_delta if event.actions else {}
-        app_delta, user_delta, _ = _scoped(delta or {})
+        app_delta, user_delta, session_delta = _scoped(delta or {})
         self._share(session.app_name, session.user_id, app_delta, user_delta)
         try:
             version = stream.append([to_event(_message(event))], expected, at=event.timestamp)
@@ -367,6 +447,9 @@ class TetherSessionService(BaseSessionService):
         session._storage_update_marker = str(version)
         session.last_update_time = event.timestamp
         committed = self._commit_event_to_session(session, event)
+        cached = self._states.get(stream.id)
+        if cached is not None and cached[1] == expected:
+            self._remember(stream.id, cached[0], version, {**orjson.loads(cached[2]), **session_delta})
         if version % _SNAPSHOT_EVERY == 0:
             state = {k: v for k, v in session.state.items() if not k.startswith(("app:", "user:", "temp:"))}
             self._snapshot(stream.id, version, state)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 try:
-    from agents import Agent, FunctionTool, Runner
+    from agents import Agent, FunctionTool, Handoff, RunContextWrapper, Runner
     from agents.exceptions import ModelBehaviorError
     from agents.items import ModelResponse, ToolApprovalItem
     from agents.memory.session_settings import SessionSettings, resolve_session_limit
@@ -468,6 +468,12 @@ def _tool_call(tool: FunctionTool) -> _ToolCall:
 def _durable_tool(ctx: AsyncTaskContext, tool: Tool) -> Tool:
     if not isinstance(tool, FunctionTool):
         return tool  # hosted tools run at the provider: their results come back in the recorded response
+    inner = getattr(tool, "_agent_instance", None) if getattr(tool, "_is_agent_tool", False) else None
+    if isinstance(inner, Agent) and isinstance(inner.model, DurableModel):
+        # An agent made durable, used as a tool: it runs live, and its own model turns and tools are
+        # the task's recorded calls, in order. Recording the whole run as one call too would nest
+        # calls inside a call, which a replay (answering the outer one from its record) cannot follow.
+        return tool
     recorded = _tool_call(tool)
 
     async def on_invoke_tool(tool_context: ToolContext[Any], arguments: str) -> Any:
@@ -487,9 +493,13 @@ def durable_agent(
     are recorded calls of the task. A model given by name is looked up through ``model_provider``
     (the SDK's default provider when ``None``) at its first live request.
 
-    What is not wrapped: hosted tools (they run at the provider, inside the recorded response),
-    agents used as tools (``agent.as_tool``) and ``Handoff`` objects built by hand — wrap their
-    agents with ``durable_agent`` yourself.
+    Handoffs, to an ``Agent`` or through ``handoff(agent, ...)``, lead to durable copies too (a
+    ``Handoff``'s ``on_invoke_handoff`` runs as it is, and the agent it returns is wrapped). Hosted
+    tools are not wrapped: they run at the provider, inside the recorded response. An agent used as
+    a tool (``agent.as_tool``) is one recorded call, its final output the result: a run killed while
+    that agent works asks its model again for that agent's turns. Built from a durable agent instead
+    (``durable_agent(ctx, inner).as_tool(...)``, inside the task), it runs live and each of its own
+    model turns and tools is a recorded call, so none is asked or run twice.
     """
     made: dict[int, Agent[Any]] = {}
     provider = model_provider
@@ -513,7 +523,18 @@ def durable_agent(
             tools=[_durable_tool(ctx, t) for t in original.tools],
         )
         made[id(original)] = copy
-        copy.handoffs = [wrap(h) if isinstance(h, Agent) else h for h in original.handoffs]
+        copy.handoffs = [wrap(h) if isinstance(h, Agent) else wrap_handoff(h) for h in original.handoffs]
+        return copy
+
+    def wrap_handoff(original: Handoff[Any, Any]) -> Handoff[Any, Any]:
+        invoke = original.on_invoke_handoff
+
+        async def on_invoke_handoff(context: RunContextWrapper[Any], arguments: str) -> Any:
+            target = await invoke(context, arguments)
+            return wrap(target) if isinstance(target, Agent) else target
+
+        copy = dataclasses.replace(original, on_invoke_handoff=on_invoke_handoff)
+        copy._agent_ref = original._agent_ref  # not an init field: replace() leaves it unset
         return copy
 
     return wrap(agent)
