@@ -9,30 +9,18 @@ the commands by theme in ``reading.py``, ``time_travel.py``, ``running.py`` and 
 from __future__ import annotations
 
 from tether.cli import reading, running, serving, time_travel
-from tether.cli._base import (
-    CONTEXT,
-    _open,
-    _tenant,
-    _tid,
-    _url,
-    app_option,
-    db_option,
-    errors_as_messages,
-    json_option,
-    main,
-)
+
+# What the commands of the integrations (python -m tether.integrations.langgraph) build on.
+from tether.cli._base import CONTEXT, _tenant, _url, db_option, errors_as_messages, json_option, main
 from tether.cli._render import _console, _emit_json, _short
 
 __all__ = [
     "CONTEXT",
     "_console",
     "_emit_json",
-    "_open",
     "_short",
     "_tenant",
-    "_tid",
     "_url",
-    "app_option",
     "db_option",
     "errors_as_messages",
     "json_option",
