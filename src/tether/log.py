@@ -238,6 +238,7 @@ class TaskLog:
         index: IndexUpdate | None = None
         size = 0
         seq = expected_version
+        limit = self.max_event_bytes
         for event in events:
             seq += 1
             rec = _tuple_new(Recorded, (seq, now, event))
@@ -255,11 +256,13 @@ class TaskLog:
                 # Fold now: the machines check the move before anything is written.
                 base = fold([*entry.pending, *staged, rec], entry.base) if base is None else fold([*staged, rec], base)
                 staged = []
-            index = _index_update(event, index, now)
-            data = self.encode(event)
+            if cls in _INDEXED:
+                index = _index_update(event, index, now)
+            data = encode_event(event, limit)
             size += len(data)
             rows.append(_tuple_new(EventRow, (seq, event.event_type, event.version, now, data, None)))
         return _Staged(rows, base, staged, opening, index, size)
+
     @_per_task
     def snapshot_if_due(self, task_id: str) -> None:
         """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``)."""
@@ -603,6 +606,9 @@ class _Staged(NamedTuple):
     opening: set[int]  # the call ordinals the batch opens
     update: IndexUpdate | None
     size: int
+
+
+_INDEXED = frozenset({StatusChanged, RetryRequested, *_WAKES})
 
 
 def _index_update(event: Event, index: IndexUpdate | None, now: float) -> IndexUpdate | None:
