@@ -7,6 +7,7 @@ pipe); every read verb takes ``--json`` for scripts. All rendering lives here.
 from __future__ import annotations
 
 import functools
+import getpass
 import logging
 import os
 import sys
@@ -76,6 +77,21 @@ def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="machine-readable JSON on stdout")(fn)
+
+
+def _os_user() -> str | None:
+    """Who runs this command, by the OS's account name; ``None`` where the OS cannot say."""
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError, ImportError):  # no login name in the environment and no passwd entry
+        return None
+
+
+def actor_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--actor``: who does a write action, recorded in the task's history (default: the OS user)."""
+    return click.option(
+        "--actor", default=_os_user, show_default="your OS user name", help="who does this (recorded in the history)"
+    )(fn)
 
 
 def errors_as_messages(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -678,7 +694,7 @@ def resume(task_id: str, app_spec: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("task_id")
-@click.option("--actor", default=None, help="who retries (recorded in the history)")
+@actor_option
 @app_option
 @json_option
 @errors_as_messages
@@ -694,8 +710,9 @@ def retry(task_id: str, actor: str | None, app_spec: str, as_json: bool) -> None
 @click.argument("value")
 @db_option
 @json_option
+@actor_option
 @errors_as_messages
-def send(task_id: str, key: str, value: str, db: str | None, as_json: bool) -> None:
+def send(task_id: str, key: str, value: str, db: str | None, as_json: bool, actor: str | None) -> None:
     """Answer a task waiting for input KEY. VALUE is JSON if it parses as JSON, else a string."""
     app = _open(db, write=True)
     task_id = _tid(app, task_id)
@@ -703,7 +720,7 @@ def send(task_id: str, key: str, value: str, db: str | None, as_json: bool) -> N
         parsed: Any = orjson.loads(value)
     except orjson.JSONDecodeError:
         parsed = value
-    handle = app.send_input(task_id, key, parsed)
+    handle = app.send_input(task_id, key, parsed, actor=actor)
     if as_json:
         _handle(_console(), handle, as_json)
         return
@@ -731,11 +748,12 @@ def rewind(task_id: str, seq: int, app_spec: str, as_json: bool) -> None:
 @click.option("--reason", default="cancelled from the command line", show_default=True)
 @app_option
 @json_option
+@actor_option
 @errors_as_messages
-def cancel(task_id: str, reason: str, app_spec: str, as_json: bool) -> None:
+def cancel(task_id: str, reason: str, app_spec: str, as_json: bool, actor: str | None) -> None:
     """Cancel a task; its completed calls are compensated in reverse order."""
     app = _load_app(app_spec)
-    _handle(_console(), app.cancel(_tid(app, task_id), reason), as_json)
+    _handle(_console(), app.cancel(_tid(app, task_id), reason, actor=actor), as_json)
 
 
 @main.command()

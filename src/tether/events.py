@@ -145,6 +145,8 @@ class TaskForked(Event):
     inputs: dict[str, Any] | None = None
     session_id: str | None = None
     """The fork's own branch of its parent's conversation, when the parent had one."""
+    actor: str | None = None
+    """Who made the fork (an API key's name, a user name), when the caller said."""
 
 
 @_event
@@ -153,6 +155,8 @@ class TaskArchived(Event):
 
     task_id: str
     successor: str
+    actor: str | None = None
+    """Who rewound the task, when the caller said."""
 
 
 @_event
@@ -299,6 +303,8 @@ class InputRequested(Event):
 class InputReceived(Event):
     key: str
     value: Any
+    actor: str | None = None
+    """Who answered (an API key's name, a user name), when the caller said."""
 
 
 @_event
@@ -326,6 +332,8 @@ class SleepScheduled(Event):
 @_event
 class CancelRequested(Event):
     reason: str | None = None
+    actor: str | None = None
+    """Who asked for the cancellation, when the caller said."""
 
 
 @_event
@@ -375,6 +383,7 @@ class RetryRequested(Event):
     after_n: int = 0
     shift: int = 0
     actor: str | None = None
+    """Who asked for the retry, when the caller said."""
 
 
 class Recorded(NamedTuple):
