@@ -313,3 +313,122 @@ def test_long_backoff_waits_in_place_while_siblings_run(app: tether.App) -> None
     run = app.run(batch, task_id="bk")
     assert run.status is tether.Status.COMPLETED and run.output == ["f", "slow"]
     assert attempts == {"f": 2, "slow": 1}
+
+
+class CountingAppends:
+    """Counts the store's write transactions to one task."""
+
+    def __init__(self, app: tether.App) -> None:
+        self.count = 0
+        original = app.store.append
+
+        def append(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return original(*args, **kwargs)
+
+        app.store.append = append  # type: ignore[method-assign]
+
+
+def test_branches_finishing_together_commit_together(app: tether.App) -> None:
+    """Group commit: the results of a gather's calls that finish in the same turn of the event
+    loop are written in one transaction, in the order they finished, and each is durable
+    before its branch goes on."""
+
+    @app.tool(readonly=True)
+    async def lookup(i: int) -> str:
+        return f"r{i}" * 100
+
+    @app.tool
+    async def send(i: int) -> str:
+        return f"sent {i}"
+
+    @app.task
+    async def fan_out(ctx: tether.AsyncTaskContext) -> list[str]:
+        found = await asyncio.gather(*(ctx.call(lookup, i) for i in range(8)))
+        sent = await asyncio.gather(*(ctx.call(send, i) for i in range(8)))
+        return [*found, *sent]
+
+    appends = CountingAppends(app)
+    run = app.run(fan_out, task_id="gc")
+    assert run.output == [f"r{i}" * 100 for i in range(8)] + [f"sent {i}" for i in range(8)]
+    # running, 8 readonly results, 8 intents, 8 results, completed: 5 writes, not 26.
+    assert appends.count == 5
+    state = app.state("gc")
+    assert [c.status for c in state.calls] == ["completed"] * 16
+    assert [c.n for c in state.calls] == list(range(1, 17))
+    assert app.resume("gc").output == run.output
+    assert app.replay("gc").clean
+
+
+def test_a_sequential_call_writes_at_once(app: tether.App) -> None:
+    """With no sibling in flight a call's record is written at once, not queued for a later turn."""
+    order: list[str] = []
+
+    @app.tool
+    async def step(i: int) -> int:
+        order.append(f"ran {i}")
+        return i
+
+    @app.task
+    async def one_by_one(ctx: tether.AsyncTaskContext) -> int:
+        total = 0
+        for i in range(3):
+            total += await ctx.call(step, i)
+            order.append(f"recorded {len(ctx.state.calls)}")
+        return total
+
+    appends = CountingAppends(app)
+    assert app.run(one_by_one, task_id="seq").output == 3
+    assert appends.count == 2 + 3 * 2  # start, end, and an intent and a result per call
+    assert order == ["ran 0", "recorded 1", "ran 1", "recorded 2", "ran 2", "recorded 3"]
+
+
+def test_one_unstorable_result_in_a_batch_fails_only_its_own_call(store_url: str) -> None:
+    app = tether.App(store_url, max_value_bytes=2000)
+
+    @app.tool(readonly=True)
+    async def fetch(i: int) -> str:
+        return "x" * (5000 if i == 2 else 10)
+
+    @app.task
+    async def batch(ctx: tether.AsyncTaskContext) -> list[Any]:
+        outcomes = await asyncio.gather(*(ctx.call(fetch, i) for i in range(4)), return_exceptions=True)
+        return [o if isinstance(o, str) else type(o).__name__ for o in outcomes]
+
+    run = app.run(batch, task_id="big")
+    assert run.output == ["x" * 10, "x" * 10, "ToolError", "x" * 10]
+    calls = {c.n: c.status for c in app.state("big").calls}
+    assert calls == {1: "completed", 2: "completed", 3: "failed", 4: "completed"}
+    assert app.replay("big").clean
+
+
+def test_a_store_fault_during_a_group_commit_reaches_every_branch_and_resumes(app: tether.App) -> None:
+    """A batch that could not be written is written by nobody: every branch hears the fault,
+    the task is left resumable, and the resume runs each unrecorded call once more."""
+    runs: dict[int, int] = {}
+
+    @app.tool(readonly=True)
+    async def lookup(i: int) -> int:
+        runs[i] = runs.get(i, 0) + 1
+        return i
+
+    @app.task
+    async def batch(ctx: tether.AsyncTaskContext) -> list[int]:
+        return list(await asyncio.gather(*(ctx.call(lookup, i) for i in range(5))))
+
+    original = app.store.append
+    failing = {"left": 1}
+
+    def append(tenant: str, task_id: str, events: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(events) == 5 and failing["left"]:
+            failing["left"] -= 1
+            raise tether.StoreUnavailableError("disk went away")
+        return original(tenant, task_id, events, *args, **kwargs)
+
+    app.store.append = append  # type: ignore[method-assign]
+    with pytest.raises(tether.StoreUnavailableError):
+        app.run(batch, task_id="fault")
+    assert app.state("fault").calls == ()  # nothing of the batch was written
+    assert app.resume("fault").output == [0, 1, 2, 3, 4]
+    assert runs == {i: 2 for i in range(5)}
+    assert app.replay("fault").clean

@@ -127,7 +127,7 @@ def test_checkpoints_run_off_the_commit_path_and_keep_the_wal_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Lower thresholds so a few thousand commits cross them many times over.
-    from tether.store.sqlite import _Checkpointer
+    from tether.store._sqlite_wal import Checkpointer as _Checkpointer
 
     monkeypatch.setattr(_Checkpointer, "EVERY", 20)
     monkeypatch.setattr(_Checkpointer, "GATED_FRAMES", 200)
@@ -151,7 +151,7 @@ def test_sqlites_own_checkpoint_is_the_net_when_no_checkpointer_is_poked(
 ) -> None:
     # Writers that each commit too little to poke their thread (many short processes) still
     # keep the WAL bounded: SQLite's automatic checkpoint fires at NET_FRAMES.
-    from tether.store.sqlite import _Checkpointer
+    from tether.store._sqlite_wal import Checkpointer as _Checkpointer
 
     monkeypatch.setattr(_Checkpointer, "EVERY", 10**9)
     monkeypatch.setattr(_Checkpointer, "NET_FRAMES", 300)
@@ -160,3 +160,35 @@ def test_sqlites_own_checkpoint_is_the_net_when_no_checkpointer_is_poked(
     assert store._checkpointer is not None and store._checkpointer.passes == 0  # the thread never ran
     assert wal_frames < commits / 2, wal_frames
     store.close()
+
+
+def _rows(first: int, count: int) -> list[tether.store.EventRow]:
+    return [tether.store.EventRow(seq, "ObservationRecorded", 1, 0.0, f'{{"n": {seq}}}', None) for seq in
+            range(first, first + count)]
+
+
+def test_a_batch_written_in_one_statement_still_refuses_a_stale_fence_or_version(tmp_path: Path) -> None:
+    """A connection that wrote a stream last writes the next batch as one multi-row INSERT, trusting
+    what it knows of the version and the lease token — only while no other connection has written:
+    another's takeover (a new token) or append (a new version) is refused, and nothing is written."""
+    path = tmp_path / "t.db"
+    a, b = SQLiteStore(str(path)), SQLiteStore(str(path))
+    row = tether.store.TaskRow("t", "default", "x", "running", None, None, 0.0, 0.0, 1)
+    a.create_task("default", row, _rows(1, 1)[0])
+    token = a.acquire_lease("default", "t", "a", 60.0, 0.0)
+    assert token is not None
+    a.append("default", "t", _rows(2, 3), 1, fence=token)
+    a.append("default", "t", _rows(5, 3), 4, fence=token)  # the one-statement path
+    assert [r.seq for r in b.read_events("default", "t")] == list(range(1, 8))
+    # b takes the lease over (its holder died, say) and writes nothing yet
+    new = b.acquire_lease("default", "t", "b", 60.0, 100.0)
+    assert new is not None and new != token
+    with pytest.raises(tether.LeaseLostError):
+        a.append("default", "t", _rows(8, 3), 7, fence=token)
+    b.append("default", "t", _rows(8, 2), 7, fence=new)
+    with pytest.raises(tether.ConflictError):
+        a.append("default", "t", _rows(8, 3), 7)
+    events = b.read_events("default", "t")
+    assert [r.seq for r in events] == list(range(1, 10)) and {r.fence for r in events[7:]} == {new}
+    a.close()
+    b.close()

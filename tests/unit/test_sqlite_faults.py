@@ -94,3 +94,41 @@ def test_a_damaged_page_is_named_with_the_fix(tmp_path: Path) -> None:
     assert str(path) in message and "integrity_check" in message
     assert isinstance(caught.value, tether.StoreUnavailableError)
     reader.close()
+
+
+def test_no_sqlite3_error_crosses_the_store_boundary(tmp_path: Path) -> None:
+    """A statement SQLite refuses for its value, or at all, arrives as a tether error, never as sqlite3's."""
+    import sqlite3
+
+    from tether.errors import InvalidInputError, TetherError
+    from tether.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "t.db"))
+    try:
+        for raised, expected in (
+            (sqlite3.DataError("string or blob too big"), InvalidInputError),
+            (sqlite3.IntegrityError("NOT NULL constraint failed"), InvalidInputError),
+            (sqlite3.ProgrammingError("Error binding parameter 1"), TetherError),
+        ):
+
+            def broken(*args: object, raised: Exception = raised) -> None:
+                raise raised
+
+            store._conn = _Refusing(store._conn, broken)  # type: ignore[assignment]
+            with pytest.raises(expected) as info:
+                store.get_task("default", "t1")
+            assert not isinstance(info.value, sqlite3.Error) and info.value.__cause__ is raised
+            store._conn = store._conn.inner  # type: ignore[attr-defined]
+    finally:
+        store.close()
+
+
+class _Refusing:
+    """A connection whose every statement raises what ``refuse`` raises."""
+
+    def __init__(self, inner: object, refuse: object) -> None:
+        self.inner = inner
+        self.execute = refuse
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)

@@ -16,7 +16,18 @@ from collections.abc import Callable, Generator
 from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["CURRENT_CALL", "RUNNING_TASK", "Flow", "Invoke", "Outcome", "Wait", "drive", "drive_async", "invoke"]
+__all__ = [
+    "CURRENT_CALL",
+    "RUNNING_TASK",
+    "Commit",
+    "Flow",
+    "Invoke",
+    "Outcome",
+    "Wait",
+    "drive",
+    "drive_async",
+    "invoke",
+]
 
 T = TypeVar("T")
 
@@ -37,6 +48,19 @@ class Wait(NamedTuple):
     seconds: float
 
 
+class Commit(NamedTuple):
+    """Record ``events`` through ``writer``; the driver sends back ``None`` once they are durable.
+
+    The sync driver writes them at once (``writer.append``). The async driver hands them to
+    ``writer.commit_soon``, which may write them together with those of parallel branches that
+    finish in the same turn of the event loop (group commit): one transaction for several
+    calls' records, each branch going on only once its own events are durable.
+    """
+
+    writer: Any
+    events: list[Any]
+
+
 class Outcome(NamedTuple):
     ok: bool
     value: Any  # the result, or the exception
@@ -48,7 +72,7 @@ RUNNING_TASK: ContextVar[Any] = ContextVar("tether_running_task", default=None)
 """The task whose code runs in this context (its id): a registered tool called directly is refused."""
 
 
-Flow = Generator["Invoke | Wait", "Outcome | None", T]
+Flow = Generator["Invoke | Wait | Commit", "Outcome | None", T]
 
 
 _PLAIN = frozenset({type(None), str, int, float, bool, dict, list, tuple})
@@ -95,6 +119,9 @@ def drive(flow: Flow[T]) -> T:
         try:
             if type(op) is Invoke:
                 reply = _sync_invoke(op)
+            elif type(op) is Commit:
+                op.writer.append(op.events)
+                reply = None
             else:
                 time.sleep(op.seconds)  # type: ignore[union-attr]
                 reply = None
@@ -115,6 +142,11 @@ async def drive_async(flow: Flow[T]) -> T:
         try:
             if type(op) is Invoke:
                 reply = await _async_invoke(op)
+            elif type(op) is Commit:
+                waiter = op.writer.commit_soon(op.events)
+                if waiter is not None:
+                    await waiter
+                reply = None
             else:
                 await asyncio.sleep(op.seconds)  # type: ignore[union-attr]
                 reply = None

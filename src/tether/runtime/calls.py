@@ -28,7 +28,7 @@ from tether.events import (
 )
 from tether.machine import Status
 from tether.model import ToolCall
-from tether.runtime._flow import CURRENT_CALL, Flow, Invoke, Wait, _tuple_new, invoke
+from tether.runtime._flow import CURRENT_CALL, Commit, Flow, Invoke, Wait, _tuple_new, invoke
 from tether.runtime.specs import ToolSpec
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ class _Calls(_Recording):
         self._going_live()
         while True:
             if not readonly:
-                self._append([intent(attempt)])
+                yield _tuple_new(Commit, (self._writer, [intent(attempt)]))
                 exists = True
             current = _tuple_new(CallInfo, (task_id, n, spec.name, key, attempt))
             outcome = yield invoke(spec.fn, args, kwargs, current)
@@ -255,7 +255,7 @@ class _Calls(_Recording):
                         tool=None if exists else spec.name,
                         args=None if exists else arguments,
                     )
-                    self._append([done])
+                    yield _tuple_new(Commit, (self._writer, [done]))
                 except InvalidInputError as exc:
                     # The value cannot be stored: fail the call, never half-write it.
                     failure: BaseException = type(exc)(

@@ -279,10 +279,23 @@ def drive_task(
         with sigterm_as_interrupt(interruptible):
             if spec.is_async:
                 no_running_loop(name, twin)
-                return asyncio.run(drive_async(make_flow()))
+                return _run_async(make_flow())
             return drive(make_flow())
     except RunInterrupted as stop:
         raise stop.with_traceback(None) from None  # one line saying how to resume, not tether's insides
+
+
+def _run_async(flow: Flow[T]) -> T:
+    """``asyncio.run`` of the flow, its result handed back beside the loop's main task, not as
+    that task's result: when the loop closes, ``asyncio.run`` formats the task's repr (to put
+    back the SIGINT handler), and the repr of a run's result holds the task's whole state."""
+    box: list[T] = []
+
+    async def main() -> None:
+        box.append(await drive_async(flow))
+
+    asyncio.run(main())
+    return box[0]
 
 
 @contextmanager

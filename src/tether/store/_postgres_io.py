@@ -1,6 +1,7 @@
 """What the PostgreSQL backend needs around its queries: its URL and its connection policy (every
 wait bounded), the watchdog that cuts a statement the server never answers, which errors are
-connection faults, NUL characters in ``jsonb``, and the schema name's rules.
+connection faults, the connection a thread keeps for its appends, NUL characters in ``jsonb``, and
+the schema name's rules.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import orjson
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from tether.errors import ConfigurationError, InvalidInputError, TetherError
 
@@ -122,6 +124,31 @@ def _cut(conn: psycopg.Connection[Any]) -> None:
         with socket.socket(fileno=os.dup(fd)) as sock:
             sock.shutdown(socket.SHUT_RDWR)
     except (OSError, psycopg.Error):  # closed meanwhile: nothing to cut
+        pass
+
+
+class Sticky:
+    """A pooled connection lent to one thread; returned to the pool when the thread lets go of it."""
+
+    __slots__ = ("conn", "cursor", "pool")
+
+    def __init__(self, pool: ConnectionPool, conn: psycopg.Connection[Any]) -> None:
+        self.pool = pool
+        self.conn = conn
+        self.cursor = conn.cursor()  # reused: one fewer object per append
+
+    def __del__(self) -> None:
+        try:
+            self.cursor.close()
+            self.pool.putconn(self.conn)
+        except Exception:  # the pool is closed already: the connection goes with it
+            pass
+
+
+def close_pool(pool: ConnectionPool) -> None:
+    try:
+        pool.close(timeout=1.0)
+    except Exception:  # at interpreter exit or in a worker thread: nothing more to do
         pass
 
 

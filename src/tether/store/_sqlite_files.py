@@ -13,7 +13,14 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tether.errors import ConfigurationError, StoreCorruptError, StoreFullError, StoreUnavailableError
+from tether.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    StoreCorruptError,
+    StoreFullError,
+    StoreUnavailableError,
+    TetherError,
+)
 
 __all__ = ["connect_readonly", "create_private", "file_mode", "rollback", "translate_errors"]
 
@@ -78,8 +85,9 @@ _CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _UNAVAILABLE = {5, 6, 8, 10, 14, 15}  # BUSY, LOCKED, READONLY, IOERR, CANTOPEN, PROTOCOL
 
 
-def _store_error(path: str, exc: sqlite3.Error) -> Exception:
-    """A tether error for what SQLite raised about its file; other errors are returned unchanged."""
+def _store_error(path: str, exc: sqlite3.Error) -> TetherError:
+    """A tether error for what SQLite raised: about its file (full, damaged, unavailable), about a
+    value it cannot hold (InvalidInputError), or else a refused statement (TetherError)."""
     code = getattr(exc, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     text = str(exc)
@@ -98,13 +106,16 @@ def _store_error(path: str, exc: sqlite3.Error) -> Exception:
         )
     if primary in _UNAVAILABLE or isinstance(exc, sqlite3.OperationalError):
         return StoreUnavailableError(f"SQLite database {path!r} cannot be used right now: {text}")
-    return exc
+    if isinstance(exc, sqlite3.DataError | sqlite3.IntegrityError | sqlite3.InterfaceError):
+        return InvalidInputError(f"SQLite cannot store this value: {text}")
+    return TetherError(f"SQLite refused the statement: {text}")
 
 
 def translate_errors(cls: S) -> S:
-    """Wrap the store's public methods so that no sqlite3 error about the file crosses the store
-    boundary: it becomes :class:`StoreFullError`, :class:`StoreCorruptError` or
-    :class:`StoreUnavailableError`, which stop a run without failing its task."""
+    """Wrap the store's public methods so that no sqlite3 error crosses the store boundary: one about
+    the file becomes :class:`StoreFullError`, :class:`StoreCorruptError` or
+    :class:`StoreUnavailableError`, which stop a run without failing its task; a value SQLite cannot
+    hold becomes :class:`InvalidInputError`."""
 
     def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
@@ -112,10 +123,7 @@ def translate_errors(cls: S) -> S:
             try:
                 return method(self, *args, **kwargs)
             except sqlite3.Error as exc:
-                translated = _store_error(self.path, exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
+                raise _store_error(self.path, exc) from exc
 
         return guarded
 

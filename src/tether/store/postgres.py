@@ -6,6 +6,9 @@ that many processes may start at once. Event payloads are JSONB. The common
 append is one statement, one round trip: the version check and the fencing
 token are conditions of the insert itself. Workers claim with ``FOR UPDATE SKIP
 LOCKED`` and wake on ``LISTEN/NOTIFY``.
+
+Its schema lives in ``_postgres_schema.py``, its statements in ``_postgres_sql.py`` (with the ones
+it shares with SQLite from ``_sql.py``), its connection policy in ``_postgres_io.py``.
 """
 
 from __future__ import annotations
@@ -29,20 +32,17 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
     ) from exc
 
 from tether._validate import option_float, option_int
-from tether.errors import (
-    ConfigurationError,
-    ConflictError,
-    SchemaVersionError,
-    StoreUnavailableError,
-    TaskNotFoundError,
-)
+from tether.errors import ConfigurationError, ConflictError, StoreUnavailableError, TaskNotFoundError
+from tether.store import _sql
 from tether.store._postgres_io import (
     CONNECT_TIMEOUT,
     GIVE_UP_AFTER,
     QUERY_TIMEOUT,
     TCP_OPTIONS,
+    Sticky,
     Watchdog,
     check_schema_name,
+    close_pool,
     from_jsonb,
     is_connection_fault,
     refused,
@@ -50,6 +50,8 @@ from tether.store._postgres_io import (
     to_jsonb,
     with_default_params,
 )
+from tether.store._postgres_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
+from tether.store._postgres_sql import APPEND_ONE, LATEST, SQL, append_statement
 from tether.store.base import (
     ChangeSignal,
     EventRow,
@@ -64,133 +66,10 @@ from tether.store.base import (
     refusal,
 )
 
-__all__ = ["MIGRATIONS", "PostgresStore"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresStore"]
 
 log = logging.getLogger("tether")
 T = TypeVar("T")
-
-MIGRATIONS: list[str] = [
-    # 1: tasks, events, snapshots, ledger, and the notification that wakes workers.
-    """
-    CREATE TABLE tasks (
-        id            bigserial PRIMARY KEY,
-        tenant        text NOT NULL,
-        task_id       text NOT NULL,
-        type          text NOT NULL,
-        status        text NOT NULL,
-        user_id       text,
-        session_id    text,
-        created_at    double precision NOT NULL,
-        parent        bigint REFERENCES tasks (id),
-        parent_seq    integer,
-        lease_owner   text,
-        lease_expires double precision,
-        lease_token   bigint NOT NULL DEFAULT 0,
-        wake_at       double precision,
-        UNIQUE (tenant, task_id)
-    );
-    CREATE INDEX tasks_by_status ON tasks (tenant, status, created_at);
-    CREATE INDEX tasks_by_created ON tasks (tenant, created_at);
-    CREATE INDEX tasks_by_user ON tasks (tenant, user_id, created_at);
-    CREATE INDEX tasks_by_session ON tasks (tenant, session_id, created_at);
-    CREATE TABLE events (
-        task   bigint NOT NULL,
-        seq    integer NOT NULL,
-        type   text NOT NULL,
-        schema integer NOT NULL,
-        at     double precision NOT NULL,
-        data   jsonb NOT NULL,
-        fence  bigint,
-        PRIMARY KEY (task, seq)
-    );
-    CREATE TABLE snapshots (
-        task     bigint NOT NULL,
-        seq      integer NOT NULL,
-        schema   integer NOT NULL,
-        checksum text NOT NULL,
-        data     text NOT NULL,
-        PRIMARY KEY (task, seq)
-    );
-    CREATE TABLE ledger (
-        tenant      text NOT NULL,
-        key         text NOT NULL,
-        status      text NOT NULL,
-        result      text,
-        started_at  double precision NOT NULL,
-        finished_at double precision,
-        runs        integer NOT NULL,
-        PRIMARY KEY (tenant, key)
-    );
-    CREATE FUNCTION tether_wake() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        PERFORM pg_notify('tether_' || TG_TABLE_SCHEMA, '');
-        RETURN NULL;
-    END $$;
-    CREATE TRIGGER tasks_wake AFTER INSERT OR UPDATE OF status, wake_at, lease_owner ON tasks
-        FOR EACH ROW EXECUTE FUNCTION tether_wake();
-    """,
-]
-SCHEMA_VERSION = len(MIGRATIONS)
-_LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations
-# One statement, one round trip: the guard (fencing token, predecessor present) and the
-# insert and the index update share a snapshot; a concurrent append of the same seq loses
-# on the primary key.
-_APPEND = """
-WITH guard AS (
-    SELECT 1 WHERE (%(fence)s::bigint IS NULL OR (SELECT lease_token FROM tasks WHERE id = %(task)s) = %(fence)s)
-      AND EXISTS (SELECT 1 FROM tasks WHERE id = %(task)s AND task_id = %(task_id)s AND tenant = %(tenant)s)
-      AND (EXISTS (SELECT 1 FROM events WHERE task = %(task)s AND seq = %(first)s - 1)
-           OR (SELECT parent_seq FROM tasks WHERE id = %(task)s) = %(first)s - 1)
-), ins AS (
-    INSERT INTO events (task, seq, type, schema, at, data, fence)
-    SELECT %(task)s, e.seq, e.type, e.schema, e.at, e.data::jsonb, %(fence)s
-    FROM unnest(%(seqs)s::integer[], %(types)s::text[], %(schemas)s::integer[], %(ats)s::float8[],
-                %(datas)s::text[]) AS e(seq, type, schema, at, data)
-    WHERE EXISTS (SELECT 1 FROM guard)
-    RETURNING 1
-), idx AS (
-    UPDATE tasks SET status = COALESCE(%(status)s, status), wake_at = %(wake)s
-    WHERE id = %(task)s AND %(reindex)s AND EXISTS (SELECT 1 FROM guard)
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM ins)
-"""
-
-# The common case, one event and no index change: the same guard, a plain INSERT ... SELECT. Its
-# values come in once each, by position (cheaper for the driver than named parameters).
-_APPEND_ONE = """
-INSERT INTO events (task, seq, type, schema, at, data, fence)
-SELECT v.task, v.seq, v.type, v.schema, v.at, v.data::jsonb, v.fence
-FROM (VALUES (%s::bigint, %s::integer, %s::text, %s::integer, %s::float8, %s::text, %s::bigint, %s::text, %s::text))
-    AS v (task, seq, type, schema, at, data, fence, task_id, tenant)
-WHERE (v.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = v.task) = v.fence)
-  AND EXISTS (SELECT 1 FROM tasks WHERE id = v.task AND task_id = v.task_id AND tenant = v.tenant)
-  AND (EXISTS (SELECT 1 FROM events WHERE task = v.task AND seq = v.seq - 1)
-       OR (SELECT parent_seq FROM tasks WHERE id = v.task) = v.seq - 1)
-"""
-
-_CLAIM = """
-UPDATE tasks SET lease_owner = %(owner)s, lease_expires = %(expires)s, lease_token = lease_token + 1
-WHERE id = (
-    SELECT id FROM tasks
-    WHERE tenant = %(tenant)s
-      AND (lease_owner IS NULL OR lease_expires <= %(now)s)
-      AND (status IN ('pending', 'running')
-           OR (status IN ('sleeping', 'awaiting_input') AND wake_at <= %(now)s))
-    ORDER BY COALESCE(wake_at, created_at)
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
-)
-RETURNING task_id, lease_token
-"""
-
-_TASK_COLUMNS = """
-    t.task_id, t.tenant, t.type, t.status, t.user_id, t.session_id, t.created_at,
-    COALESCE((SELECT at FROM events e WHERE e.task = t.id ORDER BY seq DESC LIMIT 1), t.created_at),
-    COALESCE((SELECT max(seq) FROM events e WHERE e.task = t.id), t.parent_seq, 0),
-    p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at
-"""
-
 
 class PostgresStore:
     """The PostgreSQL backend.
@@ -248,20 +127,38 @@ class PostgresStore:
         )
         self._conninfo = conninfo
         self._watchdog = Watchdog()
+        self._prepare_schema(conninfo)
+        self._pool = self._open_pool(conninfo, pool_min, pool_max)
+        # A store dropped without close() still closes its pool, quietly, when it is collected.
+        weakref.finalize(self, close_pool, self._pool)
+        self._ids: dict[tuple[str, str], int] = {}
+        self._local = threading.local()
+        self._changes = ChangeSignal()
+        self._listener_lock = threading.Lock()
+        self._listener: threading.Thread | None = None
+        self._closed = False
+
+    # -- connections --------------------------------------------------------------
+    def _prepare_schema(self, conninfo: str) -> None:
+        """Migrate the schema (or, read-only, check it) on a connection of its own, before the pool."""
         try:
             with psycopg.connect(conninfo, autocommit=True) as conn, self._watchdog.watch(conn, self.query_timeout):
-                if readonly:
-                    self._check_schema(conn)
+                if self.readonly:
+                    check_schema(conn, self.schema)
                 else:
-                    self._migrate(conn)
+                    migrate(conn, self.schema)
         except psycopg.OperationalError as exc:
             raise ConfigurationError(f"cannot reach PostgreSQL at {redact_url(conninfo)}: {exc}") from exc
+        except psycopg.Error as exc:  # e.g. no right to create the schema: said as a tether error
+            raise refused(exc) from exc
+
+    def _open_pool(self, conninfo: str, pool_min: int, pool_max: int) -> ConnectionPool:
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
 
         def configure(conn: psycopg.Connection[Any]) -> None:
             conn.execute(search_path)
 
-        self._pool = ConnectionPool(
+        return ConnectionPool(
             conninfo,
             min_size=pool_min,
             max_size=pool_max,
@@ -272,74 +169,6 @@ class PostgresStore:
             timeout=self.connect_timeout,
             reconnect_timeout=max(self.give_up_after, 1.0),
         )
-        # A store dropped without close() still closes its pool, quietly, when it is collected.
-        weakref.finalize(self, _close_pool, self._pool)
-        self._ids: dict[tuple[str, str], int] = {}
-        self._local = threading.local()
-        self._changes = ChangeSignal()
-        self._listener_lock = threading.Lock()
-        self._listener: threading.Thread | None = None
-        self._closed = False
-
-    # -- connections --------------------------------------------------------------
-    def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
-        """For a read-only open: the schema must hold tether's tables at this code's version; nothing
-        is created or migrated."""
-        found = conn.execute(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'tether_meta'",
-            (self.schema,),
-        ).fetchone()
-        if found is None:
-            raise ConfigurationError(
-                f"schema {self.schema!r} holds no tether database; nothing to read, and nothing was created"
-            )
-        row = conn.execute(
-            sql.SQL("SELECT value FROM {}.tether_meta WHERE key = 'schema_version'").format(sql.Identifier(self.schema))
-        ).fetchone()
-        version = int(row[0]) if row else 0
-        if version != SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"schema {self.schema!r} has tether schema version {version}; this tether reads version "
-                f"{SCHEMA_VERSION}" + ("; upgrade tether" if version > SCHEMA_VERSION else "; open it once to migrate"),
-                found=version,
-                supported=SCHEMA_VERSION,
-            )
-
-    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        schema = sql.Identifier(self.schema)
-        with conn.transaction():
-            # Many processes may start at once: one migrates, the others wait here, then see it done.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-            conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
-            tables = {
-                r[0]
-                for r in conn.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (self.schema,)
-                )
-            }
-            if tables and "tether_meta" not in tables:
-                raise ConfigurationError(
-                    f"schema {self.schema!r} holds tables that are not tether's ({', '.join(sorted(tables))}); "
-                    "use ?schema= to give tether a schema of its own"
-                )
-            conn.execute("CREATE TABLE IF NOT EXISTS tether_meta (key text PRIMARY KEY, value text NOT NULL)")
-            row = conn.execute("SELECT value FROM tether_meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row else 0
-            if version > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"schema {self.schema!r} has tether schema version {version}, but this tether knows "
-                    f"versions up to {SCHEMA_VERSION}; upgrade tether (pip install -U tether)",
-                    found=version,
-                    supported=SCHEMA_VERSION,
-                )
-            for index in range(version, SCHEMA_VERSION):
-                conn.execute(MIGRATIONS[index])
-            conn.execute(
-                "INSERT INTO tether_meta VALUES ('schema_version', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(SCHEMA_VERSION),),
-            )
 
     def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``fn`` on a pooled connection; again on fresh ones if connections broke (a restarted
@@ -381,9 +210,9 @@ class PostgresStore:
     def _appender(self, deadline: float) -> psycopg.Cursor[Any]:
         """This thread's cursor for appends, on a connection kept while the thread lives: the hot path
         skips the pool. The connection goes back to the pool when the thread ends (or when it breaks)."""
-        sticky: _Sticky | None = getattr(self._local, "sticky", None)
+        sticky: Sticky | None = getattr(self._local, "sticky", None)
         if sticky is None or sticky.conn.closed:
-            sticky = self._local.sticky = _Sticky(self._pool, self._pool.getconn(timeout=self._wait_left(deadline)))
+            sticky = self._local.sticky = Sticky(self._pool, self._pool.getconn(timeout=self._wait_left(deadline)))
         return sticky.cursor
 
     @contextmanager
@@ -414,7 +243,7 @@ class PostgresStore:
         found = self._ids.get(key)
         if found is None:
             row = self._run(
-                lambda c: c.execute("SELECT id FROM tasks WHERE tenant = %s AND task_id = %s", key).fetchone()
+                lambda c: c.execute(SQL.task_id, key).fetchone()
             )
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
@@ -422,11 +251,7 @@ class PostgresStore:
         return found
 
     def _version_of(self, conn: psycopg.Connection[Any], internal: int) -> int:
-        row = conn.execute(
-            "SELECT COALESCE((SELECT max(seq) FROM events WHERE task = %(t)s), "
-            "(SELECT parent_seq FROM tasks WHERE id = %(t)s), 0)",
-            {"t": internal},
-        ).fetchone()
+        row = conn.execute(SQL.version_of, (internal, internal)).fetchone()
         return int(row[0]) if row else 0
 
     # -- streams ------------------------------------------------------------------
@@ -436,22 +261,8 @@ class PostgresStore:
         def create(conn: psycopg.Connection[Any]) -> int:
             with conn.transaction():
                 try:
-                    found = conn.execute(
-                        "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
-                        "parent, parent_seq, wake_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                        (
-                            tenant,
-                            row.task_id,
-                            row.type,
-                            row.status,
-                            row.user_id,
-                            row.session_id,
-                            row.created_at,
-                            parent,
-                            row.parent_seq,
-                            row.wake_at,
-                        ),
-                    ).fetchone()
+                    values = _sql.task_values(tenant, row, parent, wake_at=row.wake_at)
+                    found = conn.execute(SQL.insert_task + " RETURNING id", values).fetchone()
                 except psycopg.errors.UniqueViolation:
                     raise ConflictError(row.task_id, expected=0, actual=None) from None
                 assert found is not None
@@ -494,38 +305,7 @@ class PostgresStore:
         *,
         retry: bool = True,
     ) -> None:
-        first = events[0]
-        params: tuple[Any, ...] | dict[str, Any]
-        if len(events) == 1 and index is None:
-            statement = _APPEND_ONE
-            params = (
-                internal,
-                first.seq,
-                first.type,
-                first.schema,
-                first.at,
-                to_jsonb(first.data),
-                fence,
-                task_id,
-                tenant,
-            )
-        else:
-            statement = _APPEND
-            params = {
-                "task": internal,
-                "task_id": task_id,
-                "tenant": tenant,
-                "fence": fence,
-                "first": first.seq,
-                "seqs": [e.seq for e in events],
-                "types": [e.type for e in events],
-                "schemas": [e.schema for e in events],
-                "ats": [e.at for e in events],
-                "datas": [to_jsonb(e.data) for e in events],
-                "reindex": index is not None,
-                "status": index.status if index is not None else None,
-                "wake": index.wake_at if index is not None else None,
-            }
+        statement, params = append_statement(internal, tenant, task_id, events, fence, index)
         inserted = 0
         deadline = time.monotonic() + self.give_up_after
         attempt = 0
@@ -534,7 +314,7 @@ class PostgresStore:
                 cursor = self._appender(deadline)
                 with self._watchdog.watch(cursor.connection, self.query_timeout):
                     cursor.execute(statement, params)
-                inserted = cursor.rowcount if statement is _APPEND_ONE else cursor.fetchone()[0]  # type: ignore[index]
+                inserted = cursor.rowcount if statement is APPEND_ONE else cursor.fetchone()[0]  # type: ignore[index]
                 break
             except psycopg.errors.UniqueViolation:
                 raise ConflictError(
@@ -601,31 +381,15 @@ class PostgresStore:
             actual = self._version_of(conn, internal)
             if actual != expected_version:
                 raise ConflictError(task_id, expected=expected_version, actual=actual)
-            if (
-                conn.execute("SELECT 1 FROM tasks WHERE tenant = %s AND task_id = %s", (tenant, archive_id)).fetchone()
-                is not None
-            ):
+            if conn.execute(SQL.task_taken, (tenant, archive_id)).fetchone() is not None:
                 raise ConflictError(archive_id, expected=0, actual=None)
-            conn.execute("UPDATE tasks SET task_id = %s WHERE id = %s", (archive_id, internal))
+            conn.execute(SQL.rename_task, (archive_id, internal))
             conn.execute(
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
                 (internal, archived.seq, archived.type, archived.schema, archived.at, to_jsonb(archived.data)),
             )
-            new = conn.execute(
-                "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, parent, "
-                "parent_seq) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (
-                    tenant,
-                    task_id,
-                    fork.type,
-                    fork.status,
-                    fork.user_id,
-                    fork.session_id,
-                    fork.created_at,
-                    internal,
-                    fork.parent_seq,
-                ),
-            ).fetchone()
+            values = _sql.task_values(tenant, fork, internal, wake_at=None)
+            new = conn.execute(SQL.insert_task + " RETURNING id", values).fetchone()
             assert new is not None
             conn.execute(
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
@@ -639,7 +403,7 @@ class PostgresStore:
 
         def read(conn: psycopg.Connection[Any]) -> list[EventRow]:
             def parent_of(task: int) -> tuple[int, int] | None:
-                found = conn.execute("SELECT parent, parent_seq FROM tasks WHERE id = %s", (task,)).fetchone()
+                found = conn.execute(SQL.parent_of, (task,)).fetchone()
                 return None if found is None or found[0] is None or found[1] is None else (found[0], found[1])
 
             def segment(task: int, low: int, last: int | None) -> list[EventRow]:
@@ -655,49 +419,23 @@ class PostgresStore:
         return self._run(read)
 
     def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
-        row = self._run(
-            lambda c: c.execute(
-                f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
-                "WHERE t.tenant = %s AND t.task_id = %s",
-                (tenant, task_id),
-            ).fetchone()
-        )
+        row = self._run(lambda c: c.execute(SQL.select_task, (tenant, task_id)).fetchone())
         return None if row is None else TaskRow(*row)
 
     def delete_task(self, tenant: str, task_id: str) -> int:
         internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
-            if conn.execute("SELECT 1 FROM tasks WHERE parent = %s", (internal,)).fetchone() is not None:
+            if conn.execute(SQL.child_of, (internal,)).fetchone() is not None:
                 raise ConflictError(task_id, expected=0, actual=None)
-            gone = conn.execute("DELETE FROM events WHERE task = %s", (internal,)).rowcount
-            conn.execute("DELETE FROM snapshots WHERE task = %s", (internal,))
-            conn.execute("DELETE FROM tasks WHERE id = %s", (internal,))
+            gone = conn.execute(SQL.delete_events, (internal,)).rowcount
+            conn.execute(SQL.delete_snapshots, (internal,))
+            conn.execute(SQL.delete_task, (internal,))
         self._ids.pop((tenant, task_id), None)
         return int(gone)
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
-        where = ["t.tenant = %s"]
-        params: list[Any] = [tenant]
-        if flt.status is not None:
-            where.append("t.status = ANY(%s)")
-            params.append(list(flt.status))
-        for column, value in (("type", flt.type), ("user_id", flt.user_id), ("session_id", flt.session_id)):
-            if value is not None:
-                where.append(f"t.{column} = %s")
-                params.append(value)
-        if flt.type is None and not flt.internal:
-            where.append("t.type NOT LIKE 'tether.%%'")
-        if flt.created_after is not None:
-            where.append("t.created_at >= %s")
-            params.append(flt.created_after)
-        if flt.created_before is not None:
-            where.append("t.created_at < %s")
-            params.append(flt.created_before)
-        params.extend([limit, offset])
-        query = (
-            f"SELECT {_TASK_COLUMNS} FROM tasks t LEFT JOIN tasks p ON p.id = t.parent "
-            f"WHERE {' AND '.join(where)} ORDER BY t.created_at DESC, t.task_id DESC LIMIT %s OFFSET %s"
-        )
+        query, params = _sql.list_tasks_query(tenant, flt, limit=limit, offset=offset)
+        query = _sql.pyformat(query)
         return [TaskRow(*r) for r in self._run(lambda c: c.execute(query, params).fetchall())]
 
     # -- snapshots ----------------------------------------------------------------
@@ -710,40 +448,22 @@ class PostgresStore:
                     "INSERT INTO snapshots (task, seq, schema, checksum, data) VALUES (%s, %s, %s, %s, %s) "
                     "ON CONFLICT (task, seq) DO UPDATE SET schema = excluded.schema, checksum = excluded.checksum, "
                     "data = excluded.data",
-                    (internal, snapshot.seq, snapshot.schema, snapshot.checksum, _text(snapshot.data)),
+                    (internal, snapshot.seq, snapshot.schema, snapshot.checksum, _sql.text(snapshot.data)),
                 )
                 if replaces is not None and replaces != snapshot.seq:
-                    c.execute("DELETE FROM snapshots WHERE task = %s AND seq = %s", (internal, replaces))
+                    c.execute(SQL.delete_snapshot, (internal, replaces))
 
         self._run(put)
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         internal = self._fresh_id(tenant, task_id)
         row = self._run(
-            lambda c: c.execute(
-                "SELECT seq, schema, checksum, data FROM snapshots WHERE task = %s AND seq <= %s "
-                "ORDER BY seq DESC LIMIT 1",
-                (internal, min(at_most, 2**31 - 1)),
-            ).fetchone()
+            lambda c: c.execute(SQL.latest_snapshot, (internal, min(at_most, 2**31 - 1))).fetchone()
         )
         return None if row is None else SnapshotRow(*row)
 
-    # One statement, one round trip: the stream's row, its newest snapshot, and its own events
-    # after that snapshot. A fork whose events reach back past its fork point (into its parent's)
-    # takes the general path instead.
-    _LATEST = (
-        "WITH t AS (SELECT id, parent, parent_seq FROM tasks WHERE tenant = %s AND task_id = %s), "
-        "s AS (SELECT seq, schema, checksum, data FROM snapshots WHERE task = (SELECT id FROM t) "
-        "ORDER BY seq DESC LIMIT 1) "
-        "SELECT 0, t.parent_seq, NULL::integer, NULL::text, NULL::text, NULL::double precision, "
-        "NULL::bigint, (t.parent IS NOT NULL) FROM t "
-        "UNION ALL SELECT 1, seq, schema, checksum, data, NULL, NULL, NULL FROM s "
-        "UNION ALL (SELECT 2, e.seq, e.schema, e.type, e.data::text, e.at, e.fence, NULL FROM events e "
-        "WHERE e.task = (SELECT id FROM t) AND e.seq > COALESCE((SELECT seq FROM s), 0) ORDER BY e.seq)"
-    )
-
     def read_latest(self, tenant: str, task_id: str) -> tuple[SnapshotRow | None, list[EventRow]]:
-        rows = self._run(lambda c: c.execute(self._LATEST, (tenant, task_id)).fetchall())
+        rows = self._run(lambda c: c.execute(LATEST, (tenant, task_id)).fetchall())
         if not rows or rows[0][0] != 0:
             raise TaskNotFoundError(task_id, tenant=tenant)
         fork_point, is_fork = rows[0][1], rows[0][7]
@@ -755,25 +475,22 @@ class PostgresStore:
         return snap, events
 
     # -- idempotency ledger ---------------------------------------------------------
-    _LEDGER = "SELECT key, status, result, started_at, finished_at, runs FROM ledger WHERE tenant = %s AND key = %s"
-
     def ledger_get(self, tenant: str, key: str) -> LedgerRow | None:
-        row = self._run(lambda c: c.execute(self._LEDGER, (tenant, key)).fetchone())
+        row = self._run(lambda c: c.execute(SQL.ledger, (tenant, key)).fetchone())
         return None if row is None else LedgerRow(*row)
 
     def ledger_begin(self, tenant: str, key: str, now: float) -> LedgerRow:
         with self._tx() as conn:
             inserted = conn.execute(
-                "INSERT INTO ledger (tenant, key, status, started_at, runs) VALUES (%s, %s, 'started', %s, 1) "
-                "ON CONFLICT (tenant, key) DO NOTHING RETURNING key",
+                SQL.ledger_begin + " ON CONFLICT (tenant, key) DO NOTHING RETURNING key",
                 (tenant, key, now),
             ).fetchone()
             if inserted is not None:
                 return LedgerRow(key, "new", None, now, None, 0)
-            row = conn.execute(self._LEDGER + " FOR UPDATE", (tenant, key)).fetchone()
+            row = conn.execute(SQL.ledger + " FOR UPDATE", (tenant, key)).fetchone()
             assert row is not None
             if row[1] == "started":
-                conn.execute("UPDATE ledger SET runs = runs + 1 WHERE tenant = %s AND key = %s", (tenant, key))
+                conn.execute(SQL.ledger_run_again, (tenant, key))
             return LedgerRow(*row)
 
     def ledger_finish(self, tenant: str, key: str, result: str | bytes, now: float) -> LedgerRow:
@@ -783,56 +500,39 @@ class PostgresStore:
                 "VALUES (%(t)s, %(k)s, 'done', %(r)s, %(n)s, %(n)s, 1) "
                 "ON CONFLICT (tenant, key) DO UPDATE SET status = 'done', result = %(r)s, finished_at = %(n)s "
                 "WHERE ledger.status <> 'done'",
-                {"t": tenant, "k": key, "r": _text(result), "n": now},
+                {"t": tenant, "k": key, "r": _sql.text(result), "n": now},
             )
-            row = conn.execute(self._LEDGER, (tenant, key)).fetchone()
+            row = conn.execute(SQL.ledger, (tenant, key)).fetchone()
             assert row is not None
             return LedgerRow(*row)
 
         return self._run(finish)
 
     def ledger_forget(self, tenant: str, key: str) -> None:
-        self._run(lambda c: c.execute("DELETE FROM ledger WHERE tenant = %s AND key = %s", (tenant, key)))
+        self._run(lambda c: c.execute(SQL.forget_ledger, (tenant, key)))
 
     # -- leases ---------------------------------------------------------------------
     def acquire_lease(
         self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
         internal = self._fresh_id(tenant, task_id)
-        row = self._run(
-            lambda c: c.execute(
-                "UPDATE tasks SET lease_owner = %s, lease_expires = %s, lease_token = lease_token + 1 "
-                "WHERE id = %s AND (lease_owner IS NULL OR lease_expires <= %s OR lease_owner = %s) "
-                "RETURNING lease_token",
-                (owner, now + ttl, internal, now, steal_from),
-            ).fetchone()
-        )
+        values = (owner, now + ttl, internal, now, steal_from)
+        row = self._run(lambda c: c.execute(SQL.acquire_lease, values).fetchone())
         return None if row is None else int(row[0])
 
     def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
-        row = self._run(
-            lambda c: c.execute(_CLAIM, {"owner": owner, "expires": now + ttl, "tenant": tenant, "now": now}).fetchone()
-        )
+        values = _sql.claim_values(tenant, owner, ttl, now)
+        row = self._run(lambda c: c.execute(SQL.claim, values).fetchone())
         return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         internal = self._fresh_id(tenant, task_id)
-        cur = self._run(
-            lambda c: c.execute(
-                "UPDATE tasks SET lease_expires = %s WHERE id = %s AND lease_token = %s AND lease_owner IS NOT NULL",
-                (now + ttl, internal, token),
-            )
-        )
+        cur = self._run(lambda c: c.execute(SQL.renew_lease, (now + ttl, internal, token)))
         return cur.rowcount == 1
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None:
         internal = self._fresh_id(tenant, task_id)
-        self._run(
-            lambda c: c.execute(
-                "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = %s AND lease_token = %s",
-                (internal, token),
-            )
-        )
+        self._run(lambda c: c.execute(SQL.release_lease, (internal, token)))
 
     # -- wake-ups ---------------------------------------------------------------------
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
@@ -880,32 +580,3 @@ class PostgresStore:
 
 class _StaleIdError(Exception):
     """A cached row id that names another stream (or none) now; the append looks the id up again."""
-
-
-class _Sticky:
-    """A pooled connection lent to one thread; returned to the pool when the thread lets go of it."""
-
-    __slots__ = ("conn", "cursor", "pool")
-
-    def __init__(self, pool: ConnectionPool, conn: psycopg.Connection[Any]) -> None:
-        self.pool = pool
-        self.conn = conn
-        self.cursor = conn.cursor()  # reused: one fewer object per append
-
-    def __del__(self) -> None:
-        try:
-            self.cursor.close()
-            self.pool.putconn(self.conn)
-        except Exception:  # the pool is closed already: the connection goes with it
-            pass
-
-
-def _close_pool(pool: ConnectionPool) -> None:
-    try:
-        pool.close(timeout=1.0)
-    except Exception:  # at interpreter exit or in a worker thread: nothing more to do
-        pass
-
-
-def _text(data: str | bytes) -> str:
-    return data.decode() if isinstance(data, bytes) else data

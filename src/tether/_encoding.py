@@ -1,0 +1,142 @@
+"""What an event must be to be written: its stored JSON (refusing what JSON cannot hold, by name)
+and the cheap checks that let the log fold call events lazily."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from tether._keys import MAX_DEPTH, check_finite, json_default, unserializable_reason
+from tether.errors import InvalidInputError, NotSerializableError, ValueTooLargeError
+from tether.events import (
+    CallAttemptFailed,
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    DataUpdated,
+    DecisionMade,
+    Event,
+    InputReceived,
+    ObservationRecorded,
+    OutputSet,
+    PatchMarked,
+    SessionRead,
+    SessionWritten,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+)
+
+__all__ = ["DEFERRED", "checked", "encode_event"]
+
+
+def encode_event(event: Event, max_bytes: int) -> str:
+    """The stored JSON of an event; raises before anything is written if it cannot be stored."""
+    try:
+        data = orjson.dumps(event, default=json_default)
+    except TypeError as exc:
+        raise NotSerializableError(_explain_unserializable(event, exc)) from None
+    if b"null" in data:  # where orjson puts a NaN or an infinity: refuse them, by name
+        check_finite(event, type(event).__name__)
+    if len(data) > max_bytes:
+        raise ValueTooLargeError(
+            f"{type(event).__name__} encodes to {len(data):,} bytes, over the limit of "
+            f"{max_bytes:,} (max_event_bytes)"
+        )
+    return data.decode()
+
+
+# Events whose fold cannot fail once these cheap checks pass: appends of them are folded
+# lazily. Every other event (status and phase moves, plans) is folded before it is written.
+_CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
+_CALL_EVENT_TYPES = frozenset(_CALL_EVENTS)
+DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
+    CallStarted: lambda e: isinstance(e.key, str) and isinstance(e.tool, str) and isinstance(e.args, dict),
+    CallCompleted: lambda e: e.key is None or (isinstance(e.key, str) and isinstance(e.args, dict)),
+    CallAttemptFailed: lambda e: isinstance(e.error_type, str),
+    CallFailed: lambda e: True,
+    ObservationRecorded: lambda e: isinstance(e.key, str) and (e.as_of is None or _iso(e.as_of)),
+    DecisionMade: lambda e: isinstance(e.name, str),
+    DataUpdated: lambda e: isinstance(e.fields, dict),
+    StepStarted: lambda e: isinstance(e.name, str),
+    StepCompleted: lambda e: isinstance(e.name, str),
+    StepFailed: lambda e: isinstance(e.name, str),
+    InputReceived: lambda e: isinstance(e.key, str),
+    OutputSet: lambda e: True,
+    PatchMarked: lambda e: isinstance(e.name, str),
+    SessionRead: lambda e: isinstance(e.session_id, str) and type(e.upto) is int and type(e.s) is int,
+    SessionWritten: lambda e: isinstance(e.session_id, str) and type(e.first) is int and type(e.last) is int,
+}
+
+
+def _iso(value: Any) -> bool:
+    """Whether ``value`` is an ISO 8601 timestamp the fold can read."""
+    if not isinstance(value, str):
+        return False
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def checked(task_id: str, event: Event, opened: set[int], opening: set[int]) -> None:
+    """Check an event whose fold is deferred (a call event against the calls opened so far)."""
+    if not DEFERRED[type(event)](event):
+        raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
+    if type(event) in _CALL_EVENT_TYPES:
+        _check_call_ordinal(task_id, event, opened, opening)
+
+
+def _check_call_ordinal(task_id: str, event: Event, opened: set[int], opening: set[int]) -> None:
+    """A call is opened once (by its intent, or a readonly call's completion), under any unused
+    ordinal (parallel calls open in the order they finish); every other call event refers to
+    an opened call."""
+    n = event.n  # type: ignore[attr-defined]
+    if type(n) is not int or n < 1:
+        raise InvalidInputError(f"{type(event).__name__} has call ordinal {n!r}; ordinals are integers from 1")
+    exists = n in opened or n in opening
+    if isinstance(event, CallCompleted) and event.key is not None:
+        if exists:
+            raise InvalidInputError(f"CallCompleted opens call #{n} of task {task_id!r}, which is already open")
+        opening.add(n)
+    elif isinstance(event, CallStarted):
+        opening.add(n)  # a new call, or the next attempt of an open one
+    elif not exists:
+        raise InvalidInputError(f"{type(event).__name__} refers to call #{n}, but task {task_id!r} has no such call")
+
+
+def _explain_unserializable(event: Event, exc: Exception) -> str:
+    if "Recursion limit" in str(exc):
+        return f"{type(event).__name__} cannot be stored as JSON: {unserializable_reason(exc)}"
+    for f in fields(event):  # type: ignore[arg-type]
+        value = getattr(event, f.name)
+        try:
+            orjson.dumps(value, default=json_default)
+        except TypeError:
+            return f"{type(event).__name__}.{f.name} cannot be stored as JSON: {_describe_bad_value(value)} ({exc})"
+    return f"{type(event).__name__} cannot be stored as JSON: {exc}"
+
+
+def _describe_bad_value(value: Any, path: str = "", depth: int = 0) -> str:
+    if depth > MAX_DEPTH:
+        return f"a value nested more than {MAX_DEPTH} levels deep at {path}"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"key {k!r} at {path or 'top level'} is a {type(k).__name__}, not a string"
+            try:
+                orjson.dumps(v, default=json_default)
+            except TypeError:
+                return _describe_bad_value(v, f"{path}.{k}" if path else str(k), depth + 1)
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            try:
+                orjson.dumps(v, default=json_default)
+            except TypeError:
+                return _describe_bad_value(v, f"{path}[{i}]", depth + 1)
+    return f"value of type {type(value).__name__} at {path or 'top level'}"

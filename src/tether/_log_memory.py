@@ -1,0 +1,81 @@
+"""What a task log remembers of the tasks it touched: each task's folded state and what is
+pending on it, in a bounded LRU, read and changed under that task's (striped) lock."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from tether.events import Recorded, fold
+from tether.model import TaskState
+
+__all__ = ["Entry", "Memory"]
+
+_STRIPES = 64
+
+
+class Entry:
+    """What the log remembers about a task it has touched.
+
+    Appends are not folded at once: their events wait in ``pending`` and are folded,
+    as one batch, when somebody reads the state. An append therefore costs the same
+    at the tenth call as at the hundred-thousandth.
+    """
+
+    __slots__ = ("base", "bytes_since", "calls", "created", "pending", "snap_seq", "snap_size", "version")
+
+    def __init__(self, state: TaskState, snap_seq: int, snap_size: int, bytes_since: int) -> None:
+        self.created: float | None = None
+        """The stream's index row ``created_at``: which stream this is (a rewind elsewhere puts another
+        stream under the same id, a delete and re-create too). ``None`` until first checked."""
+        self.base = state
+        self.pending: list[Recorded] = []
+        self.version = state.version
+        self.calls = {call.n for call in state.calls}  # the ordinals opened
+        self.snap_seq = snap_seq
+        self.snap_size = snap_size
+        self.bytes_since = bytes_since
+
+    @property
+    def state(self) -> TaskState:
+        if self.pending:
+            self.base = fold(self.pending, self.base)
+            self.pending = []
+        return self.base
+
+
+class Memory:
+    """The log's entries by task id, least recently used dropped first beyond ``size``.
+
+    One App is shared by threads (ctx.map, a worker's concurrency, a server's requests): what
+    the log remembers of a task is read and changed under that task's lock (striped, so
+    unrelated tasks rarely wait on each other), the LRU's order under its own.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._size = size
+        self._stripes = [threading.RLock() for _ in range(_STRIPES)]
+        self._order = threading.RLock()
+
+    def get(self, task_id: str) -> Entry | None:
+        return self._entries.get(task_id)
+
+    def remember(self, task_id: str, entry: Entry) -> None:
+        with self._order:
+            self._entries[task_id] = entry
+            self._entries.move_to_end(task_id)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def touch(self, task_id: str) -> None:
+        with self._order:
+            if task_id in self._entries:
+                self._entries.move_to_end(task_id)
+
+    def lock(self, task_id: str) -> threading.RLock:
+        return self._stripes[hash(task_id) % _STRIPES]
+
+    def forget(self, task_id: str) -> None:
+        with self._order:
+            self._entries.pop(task_id, None)

@@ -1,0 +1,5 @@
+"""``python -m tether.cli``: the ``tether`` command."""
+
+from tether.cli import main
+
+main()

@@ -1,0 +1,263 @@
+"""What every command shares: the group, the one app (and store) a command opens, the options,
+task ids given by prefix, and errors as one line or as a JSON body with the error's code."""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import orjson
+
+import tether
+from tether.errors import ConfigurationError, InvalidInputError, TaskNotFoundError, TetherError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+# Commands in the order a user meets them, whichever module defines them.
+ORDER = (
+    "demo",
+    "tasks",
+    "show",
+    "history",
+    "logs",
+    "state",
+    "diff",
+    "fork",
+    "replay",
+    "check",
+    "resume",
+    "retry",
+    "send",
+    "rewind",
+    "cancel",
+    "worker",
+    "serve",
+    "keys",
+)
+_APP = "tether.app"  # where a command keeps the app it opened, for the error handler to reuse
+
+
+class _Command(click.Command):
+    """A command whose arguments click refuses (a missing option, a value out of range) answers a
+    ``--json`` caller in JSON too: code ``invalid_input``, exit status 2."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        as_json = "--json" in args
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            if not as_json:
+                raise
+            _emit_error({"code": InvalidInputError.code, "message": exc.format_message()}, exc.exit_code)
+
+
+class _Group(click.Group):
+    command_class = _Command
+
+
+class _InOrder(_Group):
+    """Commands listed in the order a user meets them, not alphabetically."""
+
+    group_class = _Group
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        rank = {name: i for i, name in enumerate(ORDER)}
+        return sorted(self.commands, key=lambda name: rank.get(name, len(rank)))
+
+
+@click.group(cls=_InOrder, context_settings=CONTEXT)
+@click.version_option(tether.__version__, "-V", "--version")
+def main() -> None:
+    """tether: durable state for AI agents. Inspect tasks, their history and their state."""
+
+
+def _url(db: str | None) -> str:
+    value = db or os.environ.get("TETHER_URL") or "tether.db"
+    return value if "://" in value else f"sqlite:///{value}"
+
+
+def _open(db: str | None, *, write: bool = False) -> tether.App:
+    """The app over the store ``--db`` names, in the tenant ``--tenant`` names, opened once per
+    command (and closed when it ends).
+
+    Verbs that only read open SQLite read-only: they never create, migrate or re-configure a file
+    (not even its journal mode). Only verbs that write (``fork``, ``send``) may.
+    """
+    url = _url(db)
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
+        raise ConfigurationError(
+            f"no database at {url[len('sqlite:///') :]!r}; run `tether demo` or your app to create one, "
+            "or point --db (or TETHER_URL) at yours"
+        )
+    if not write and not url.startswith("memory:"):
+        app = tether.App(tether.open_store(url, readonly=True), tenant=_tenant())
+    else:
+        app = tether.App(url, tenant=_tenant())
+    ctx = click.get_current_context()
+    ctx.meta[_APP] = app
+    ctx.call_on_close(app.close)
+    return app
+
+
+def _tenant() -> str:
+    return str(click.get_current_context().meta.get("tether.tenant") or "default")
+
+
+def _remember_tenant(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    ctx.meta["tether.tenant"] = value
+    return value
+
+
+def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--db`` and ``--tenant``: which store, and whose tasks in it."""
+    fn = click.option(
+        "--tenant",
+        metavar="NAME",
+        envvar="TETHER_TENANT",
+        expose_value=False,
+        callback=_remember_tenant,
+        help="the tenant to look in (default: $TETHER_TENANT, then 'default')",
+    )(fn)
+    return click.option(
+        "--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)"
+    )(fn)
+
+
+def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="machine-readable JSON on stdout")(fn)
+
+
+def _os_user() -> str | None:
+    """Who runs this command, by the OS's account name; ``None`` where the OS cannot say."""
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError, ImportError):  # no login name in the environment and no passwd entry
+        return None
+
+
+def actor_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--actor``: who does a write action, recorded in the task's history (default: the OS user)."""
+    return click.option(
+        "--actor", default=_os_user, show_default="your OS user name", help="who does this (recorded in the history)"
+    )(fn)
+
+
+def app_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--app",
+        "app_spec",
+        required=True,
+        metavar="MODULE:APP",
+        help="where your tasks are registered, e.g. myagent:app",
+    )(fn)
+
+
+def errors_as_messages(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A TetherError becomes a one-line message, or with ``--json`` its JSON body on stdout (its
+    stable ``code``, message and fields), exit status 1; never a traceback. A value the command
+    itself refuses (a usage error) is ``invalid_input`` in JSON, exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
+        try:
+            return fn(*args, **kwargs)
+        except TetherError as exc:
+            _fail(exc, as_json)
+        except click.UsageError as exc:
+            if not as_json:
+                raise
+            _emit_error({"code": InvalidInputError.code, "message": exc.format_message()}, exc.exit_code)
+
+    return wrapper
+
+
+def _fail(exc: TetherError, as_json: bool) -> NoReturn:
+    body = exc.to_dict()
+    hint = ""
+    if isinstance(exc, TaskNotFoundError):
+        similar = _similar(exc.task_id)
+        if similar is not None:
+            body["did_you_mean"] = similar
+            hint = f"; did you mean {', '.join(similar)}?" if similar else "; `tether tasks` lists the tasks"
+    if as_json:
+        _emit_error(body, 1)
+    raise click.ClickException(f"{exc}{hint}") from None
+
+
+def _emit_error(body: dict[str, Any], status: int) -> NoReturn:
+    click.echo(orjson.dumps(body, default=str).decode())
+    sys.exit(status)
+
+
+def _similar(task_id: str) -> list[str] | None:
+    """Task ids like ``task_id`` in the store the command opened (None: it opened none)."""
+    import difflib
+
+    app: tether.App | None = click.get_current_context().meta.get(_APP)
+    if app is None:
+        return None
+    try:
+        ids = [row.task_id for row in app.log.list(limit=1000)]
+    except TetherError:
+        return None
+    close = difflib.get_close_matches(task_id, ids, n=3, cutoff=0.5)
+    prefixed = [i for i in ids if i.startswith(task_id)][:3]
+    return list(dict.fromkeys(prefixed + close))
+
+
+class AmbiguousTaskIdError(InvalidInputError):
+    """A task id prefix that starts more than one task's id (``code`` stays ``invalid_input``)."""
+
+    def __init__(self, prefix: str, matches: list[str]) -> None:
+        shown = "\n  ".join(matches[:10]) + (f"\n  … and {len(matches) - 10:,} more" if len(matches) > 10 else "")
+        super().__init__(f"{prefix!r} is the start of {len(matches):,} task ids:\n  {shown}")
+        self.prefix = prefix
+        self.matches = matches[:10]
+
+
+def _tid(app: tether.App, text: str) -> str:
+    """The task ``text`` names: its id, or the one task whose id starts with it. An ambiguous
+    prefix is refused, listing the matches; no match is left for the verb to report."""
+    if not text:
+        return text
+    try:
+        app.log.get(text)
+        return text
+    except TaskNotFoundError:
+        pass
+    matches = [r.task_id for r in app.log.list(limit=10_000) if r.task_id.startswith(text)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise AmbiguousTaskIdError(text, matches)
+    return text
+
+
+def _load_app(spec: str) -> tether.App:
+    """``module:attribute`` → the App object (the current directory is importable); the command's
+    one app, whose store it uses for everything."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"expected module:app (e.g. myagent:app), got {spec!r}", param_hint="APP")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, tether.App):
+        raise click.BadParameter(f"{spec!r} is {type(app).__name__}, not a tether.App", param_hint="APP")
+    click.get_current_context().meta[_APP] = app
+    return app

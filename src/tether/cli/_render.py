@@ -1,0 +1,144 @@
+"""All of the CLI's rendering: rich tables and lines in a terminal, plain text in a pipe, JSON for
+scripts."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+import tether
+from tether.runtime.handles import failure_summary
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+
+
+def _state_json(state: tether.TaskState) -> Any:
+    return orjson.loads(state.model_dump_json())
+
+
+def _shown_id(task_id: str, wide: bool) -> str:
+    """Full ids in a pipe and with --wide; in a terminal the first 12 characters (any unique prefix
+    is accepted wherever a task id is)."""
+    if wide or not sys.stdout.isatty() or len(task_id) <= 13:
+        return task_id
+    return task_id[:12] + "…"
+
+
+def _status(status: str) -> str:
+    colour = {"completed": "green", "failed": "red", "running": "yellow", "cancelled": "magenta"}.get(status, "cyan")
+    return f"[{colour}]{status}[/]"
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = orjson.dumps(value).decode() if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _handle(out: Console, handle: tether.TaskHandle, as_json: bool) -> None:
+    if as_json:
+        _emit_json(
+            {
+                "task_id": handle.task_id,
+                "status": handle.status.value,
+                "output": handle.output,
+                "failure": orjson.loads(handle.failure.model_dump_json()) if handle.failure else None,
+            }
+        )
+        return
+    out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.state.position})")
+    if handle.state.waiting is not None:
+        out.print(f"waiting for {handle.state.waiting.key!r}: {handle.state.waiting.prompt or ''}")
+    if handle.status in (tether.Status.FAILED, tether.Status.CANCELLED):
+        out.print(f"[red]{escape(failure_summary(handle.state))}[/]")
+        sys.exit(1)
+
+
+def _duration(call: tether.ToolCall) -> str:
+    spent = [a.duration for a in call.attempts if a.duration is not None]
+    return f"{sum(spent):.3f}s" if spent else ""
+
+
+def _print_failure(out: Console, failure: tether.Failure, full: bool) -> None:
+    width = 10_000 if full else 100
+    out.print(f"failure at {failure.at.isoformat(' ', 'seconds')}: {escape(failure.exception_type)}: "
+              f"{escape(failure.message)}")
+    for label, value in (("step", failure.step), ("tool", failure.tool), ("call", failure.call_key)):
+        if value is not None:
+            out.print(f"  {label}: {escape(value)}")
+    for label, data in (("input", failure.input), ("output", failure.output)):
+        if data is not None:
+            out.print(f"  {label}: {escape(_short(data, width))}")
+    if failure.traceback:
+        lines = failure.traceback.rstrip().splitlines()
+        shown = lines if full else lines[-3:]
+        more = "" if full or len(lines) <= 3 else f"  (last 3 of {len(lines)} lines; --full for all)"
+        out.print(f"  traceback{more}:")
+        for line in shown:
+            out.print(f"    {escape(line)}")
+
+
+def _print_waiting(out: Console, waiting: tether.Waiting) -> None:
+    out.print(f"waiting for input [bold]{escape(waiting.key)}[/] since {waiting.requested_at.isoformat(' ', 'seconds')}"
+              + (f", until {waiting.timeout_at.isoformat(' ', 'seconds')}" if waiting.timeout_at else ""))
+    if waiting.prompt:
+        out.print(f"  prompt: {escape(waiting.prompt)}")
+    if waiting.input_schema:
+        out.print(f"  schema: {escape(orjson.dumps(waiting.input_schema).decode())}")
+    out.print(f"  answer: tether send TASK {escape(waiting.key)} VALUE")
+
+
+def _print_history(out: Console, entries: list[tether.HistoryEntry]) -> None:
+    table = Table()
+    for column in ("seq", "time", "step", "what happened"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        if entry.boundary and entry.boundary.startswith("before"):
+            table.add_section()
+        table.add_row(
+            str(entry.seq), entry.at.strftime("%H:%M:%S.%f")[:-3], escape(entry.step or ""), _entry_text(entry)
+        )
+        if entry.boundary and entry.boundary.startswith("after"):
+            table.add_section()
+    out.print(table)
+
+
+def _entry_text(entry: tether.HistoryEntry) -> str:
+    text = escape(entry.summary)
+    if entry.type in ("FailureRecorded", "CallFailed", "CallAttemptFailed", "StepFailed"):
+        return f"[red]{text}[/]"
+    if entry.type in ("InputRequested", "InputReceived"):
+        return f"[cyan]{text}[/]"
+    return text
+
+
+def _print_state_summary(out: Console, value: tether.TaskState) -> None:
+    out.print(f"[bold]{value.task_id}[/] at event {value.version}: {_status(value.status.value)}, {value.position}")
+    out.print(f"inputs: {escape(_short(value.inputs))}")
+    done = [c for c in value.calls if c.status == "completed"]
+    out.print(f"calls: {len(value.calls)} ({len(done)} completed)" + (
+        f"; last: {escape(value.calls[-1].tool)} → {escape(_short(value.calls[-1].result, 60))}" if done else ""))
+    for decision in value.decisions:
+        out.print(f"decided {escape(decision.name)}: {escape(_short(decision.choice, 60))}")
+    for key, observation in value.observations.items():
+        out.print(f"observed {escape(key)} = {escape(_short(observation.value, 60))}")
+    if value.data:
+        out.print(f"data: {escape(_short(value.data))}")
+    if value.waiting is not None:
+        out.print(f"waiting for input {escape(value.waiting.key)!s}: {escape(value.waiting.prompt or '')}")
+    if value.failure is not None:
+        out.print(f"[red]failed: {escape(value.failure.exception_type)}: {escape(value.failure.message)}[/]")
+    if value.output is not None:
+        out.print(f"output: {escape(_short(value.output))}")
+    out.print("(--full for the whole state)")

@@ -1,0 +1,151 @@
+"""Running tasks: ``resume``, ``retry``, ``send`` an answer, ``cancel``, and ``worker``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.markup import escape
+
+import tether
+from tether.cli._base import (
+    _load_app,
+    _open,
+    _tid,
+    actor_option,
+    app_option,
+    db_option,
+    errors_as_messages,
+    json_option,
+    main,
+)
+from tether.cli._render import _console, _handle, _status
+from tether.errors import TetherError
+
+
+@main.command()
+@click.argument("task_id")
+@app_option
+@json_option
+@errors_as_messages
+def resume(task_id: str, app_spec: str, as_json: bool) -> None:
+    """Continue a task here from its log; recorded steps do not run again."""
+    app = _load_app(app_spec)
+    _handle(_console(), app.resume(_tid(app, task_id)), as_json)
+
+
+@main.command()
+@click.argument("task_id")
+@actor_option
+@app_option
+@json_option
+@errors_as_messages
+def retry(task_id: str, actor: str | None, app_spec: str, as_json: bool) -> None:
+    """Run a failed task again with the code as it is now: recorded calls before the failure are reused."""
+    app = _load_app(app_spec)
+    _handle(_console(), app.retry(_tid(app, task_id), actor=actor), as_json)
+
+
+@main.command()
+@click.argument("task_id")
+@click.argument("key")
+@click.argument("value")
+@db_option
+@json_option
+@actor_option
+@errors_as_messages
+def send(task_id: str, key: str, value: str, db: str | None, as_json: bool, actor: str | None) -> None:
+    """Answer a task waiting for input KEY. VALUE is JSON if it parses as JSON, else a string."""
+    app = _open(db, write=True)
+    task_id = _tid(app, task_id)
+    try:
+        parsed: Any = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        parsed = value
+    handle = app.send_input(task_id, key, parsed, actor=actor)
+    if as_json:
+        _handle(_console(), handle, as_json)
+        return
+    out = _console()
+    row = app.log.get(task_id)
+    runnable = handle.state.waiting is None and row.wake_at is not None
+    after = "runnable: a `tether worker` continues it" if runnable else "it will read the answer when it asks"
+    out.print(f"answered {key!r} for {task_id}: now {_status(handle.status.value)} ({handle.state.position}); {after}")
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--reason", default="cancelled from the command line", show_default=True)
+@app_option
+@json_option
+@actor_option
+@errors_as_messages
+def cancel(task_id: str, reason: str, app_spec: str, as_json: bool, actor: str | None) -> None:
+    """Cancel a task; its completed calls are compensated in reverse order."""
+    app = _load_app(app_spec)
+    _handle(_console(), app.cancel(_tid(app, task_id), reason, actor=actor), as_json)
+
+
+@main.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--concurrency", "-c", default=1, show_default=True, help="tasks run at once")
+@click.option("--idle-exit", is_flag=True, help="exit when there is nothing left to run")
+@click.option("--poll", default=0.5, show_default=True, help="seconds between looks when idle")
+@click.option("--grace", default=30.0, show_default=True, help="seconds to finish running tasks on SIGTERM")
+@click.option("--quiet", "-q", is_flag=True, help="no line per task run")
+@click.option("--verbose", "-v", is_flag=True, help="a line when each run starts too, and tether's warnings")
+@errors_as_messages
+def worker(
+    app_spec: str, concurrency: int, idle_exit: bool, poll: float, grace: float, quiet: bool, verbose: bool
+) -> None:
+    """Claim and run runnable tasks of an app until stopped (SIGTERM finishes running tasks first).
+
+    One line per task run on stderr: when it started and ended, the task, its type, the status it
+    reached and how long the run took (--verbose: a line as each run starts too; --quiet: none)."""
+    app = _load_app(app_spec)
+    err = Console(stderr=True, highlight=False)
+    err.print(f"worker {app.worker_id} on {app.store.url} (concurrency {concurrency})")
+    handler = _RunLines(app, err, verbose)
+    worker_log = logging.getLogger("tether.worker")
+    if not quiet:
+        worker_log.addHandler(handler)
+        worker_log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    try:
+        runs = app.run_worker(concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace)
+    finally:
+        worker_log.removeHandler(handler)
+    err.print(f"worker {app.worker_id}: {runs} task runs")
+
+
+class _RunLines(logging.Handler):
+    """The worker's run records as one line each; its warnings as they are."""
+
+    def __init__(self, app: tether.App, out: Console, verbose: bool) -> None:
+        super().__init__(logging.DEBUG)
+        self.app = app
+        self.out = out
+        self.verbose = verbose
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from datetime import datetime
+
+        when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        run = getattr(record, "tether_run", None)
+        if run is None:
+            if record.levelno >= logging.WARNING:
+                self.out.print(f"{when} [yellow]{escape(record.getMessage())}[/]")
+            return
+        task_id, status, seconds = run
+        try:
+            task_type = self.app.log.get(task_id).type
+        except TetherError:
+            task_type = "?"
+        if status is None:
+            if self.verbose:
+                self.out.print(f"{when} {task_id} {task_type} started")
+            return
+        began = datetime.fromtimestamp(record.created - seconds).strftime("%H:%M:%S")
+        self.out.print(f"{began}–{when} {task_id} {task_type} {_status(status)} in {seconds:.2f}s")

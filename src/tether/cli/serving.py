@@ -1,0 +1,99 @@
+"""Serving: ``serve`` the HTTP API and the inspector, and the API ``keys`` it takes."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+import tether
+from tether.cli._base import _url, errors_as_messages, json_option, main
+from tether.cli._render import _console, _emit_json
+
+
+@main.command()
+@click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (loopback by default)")
+@click.option("--port", default=8700, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--no-auth", is_flag=True, help="answer without API keys (loopback hosts only)")
+@click.option("--tenant", default="default", show_default=True, help="the tenant of --no-auth mode")
+@errors_as_messages
+def serve(db: str | None, host: str, port: int, no_auth: bool, tenant: str) -> None:
+    """The HTTP API (/v1, OpenAPI at /openapi.json) and the web inspector (/), for one store."""
+    import ipaddress
+
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = False
+    if no_auth and not loopback:
+        raise click.ClickException(f"--no-auth is refused on {host}: it would open every task to the network")
+    try:
+        import uvicorn
+
+        from tether.serve import create_app
+    except ImportError:
+        raise click.ClickException("tether serve needs its extra: pip install 'tether[serve]'") from None
+    from tether.store.base import redact_url
+
+    url = _url(db)
+    asgi = create_app(url, no_auth=no_auth, tenant=tenant)
+    err = Console(stderr=True, highlight=False)
+    mode = f"without keys, as tenant {tenant!r}" if no_auth else "API keys required (`tether keys create`)"
+    err.print(f"tether serve on http://{host}:{port}/ for {redact_url(url)}; {mode}")
+    uvicorn.run(asgi, host=host, port=port, log_level="warning")
+
+
+@main.group()
+def keys() -> None:
+    """API keys for `tether serve`: each bound to one tenant; only a hash is stored."""
+
+
+@keys.command("create")
+@click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")
+@click.option("--tenant", required=True, help="the tenant the key acts in")
+@click.option("--name", required=True, help="who holds it: recorded as the actor of its writes")
+@errors_as_messages
+def keys_create(db: str | None, tenant: str, name: str) -> None:
+    """Make a key and print it once: it cannot be shown again."""
+    from tether.serve.keys import KeyRing
+
+    secret, key = KeyRing(tether.open_store(_url(db))).create(tenant=tenant, name=name)
+    click.echo(secret)
+    note = f"key {key.key_id} for tenant {tenant!r} ({name}); keep it: it is shown once"
+    Console(stderr=True, highlight=False).print(note)
+
+
+@keys.command("list")
+@click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")
+@json_option
+@errors_as_messages
+def keys_list(db: str | None, as_json: bool) -> None:
+    """The keys: id, tenant, name, when made, revoked or not (never the secret)."""
+    from dataclasses import asdict
+
+    from tether.serve.keys import KeyRing
+
+    found = KeyRing(tether.open_store(_url(db))).list()
+    if as_json:
+        _emit_json([asdict(k) for k in found])
+        return
+    table = Table("id", "tenant", "name", "created", "revoked")
+    for k in found:
+        from datetime import datetime
+
+        made = datetime.fromtimestamp(k.created_at).isoformat(" ", "seconds")
+        table.add_row(k.key_id, k.tenant, k.name, made, "yes" if k.revoked else "")
+    _console().print(table)
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")
+@errors_as_messages
+def keys_revoke(key_id: str, db: str | None) -> None:
+    """Revoke a key: requests made with it are refused from now on."""
+    from tether.serve.keys import KeyRing
+
+    key = KeyRing(tether.open_store(_url(db))).revoke(key_id)
+    click.echo(f"revoked {key.key_id} ({key.tenant}, {key.name})")

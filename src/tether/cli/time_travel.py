@@ -1,0 +1,208 @@
+"""Time travel: ``state`` at any point, ``diff`` between two, ``fork`` from one, ``replay`` and
+``check`` against the current code, ``rewind`` to try again."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import orjson
+from rich.markup import escape
+
+import tether
+from tether.cli._base import _load_app, _open, _tid, app_option, db_option, errors_as_messages, json_option, main
+from tether.cli._render import _console, _emit_json, _handle, _print_state_summary, _short, _state_json
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--at", "seq", type=int, default=None, help="the state right after event SEQ")
+@click.option("--before-step", type=str, default=None, help="just before step N (number or name)")
+@click.option("--after-step", type=str, default=None, help="right after step N ended")
+@click.option("--full", is_flag=True, help="the whole state as JSON (default: a summary)")
+@db_option
+@json_option
+@errors_as_messages
+def state(
+    task_id: str,
+    seq: int | None,
+    before_step: str | None,
+    after_step: str | None,
+    full: bool,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """A task's state — now, at any event, or around any step: a summary, or all of it with --full."""
+    if sum(x is not None for x in (seq, before_step, after_step)) > 1:
+        raise click.UsageError("use one of --at, --before-step, --after-step")
+    app = _open(db)
+    task_id = _tid(app, task_id)
+    if seq is not None:
+        value = app.state_at(task_id, seq)
+    elif before_step is not None:
+        value = app.state_before(task_id, _step(before_step))
+    elif after_step is not None:
+        value = app.state_after(task_id, _step(after_step))
+    else:
+        value = app.state(task_id)
+    if as_json:
+        _emit_json(_state_json(value))
+        return
+    if full:
+        _console().print_json(value.model_dump_json())
+        return
+    _print_state_summary(_console(), value)
+
+
+def _step(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
+
+
+def _point(app: tether.App, task_id: str, text: str) -> int:
+    """An event seq from a seq, a step name (right after it ended) or ``before:NAME``."""
+    from tether.timetravel import step_bounds
+
+    if text.isdigit():
+        return int(text)
+    before = text.startswith("before:")
+    name = text.removeprefix("before:")
+    start, end = step_bounds(app.log.events(task_id), _step(name))
+    if before:
+        return max(start - 1, 1)
+    if end is None:
+        raise click.BadParameter(f"step {name!r} has not ended; use before:{name} or a seq")
+    return end
+
+
+@main.command()
+@click.argument("task_id")
+@click.argument("a")
+@click.argument("b")
+@click.option("--other", metavar="TASK", help="compare with this task's state at B (a fork, its parent)")
+@db_option
+@json_option
+@errors_as_messages
+def diff(task_id: str, a: str, b: str, other: str | None, db: str | None, as_json: bool) -> None:
+    """What changed from point A to point B: an RFC 6902 JSON patch. A point is an event's seq, or a step's
+    name (the state right after it ended; `before:NAME` just before it started)."""
+    app = _open(db)
+    task_id = _tid(app, task_id)
+    other = _tid(app, other) if other is not None else None
+    result = app.diff(task_id, _point(app, task_id, a), _point(app, other or task_id, b), other=other)
+    if as_json:
+        _emit_json(result.patch)
+        return
+    out = _console()
+    out.print(f"[bold]{result.a} → {result.b}[/]" if result.patch else result.render())
+    colours = {"add": "green", "remove": "red", "replace": "yellow"}
+    for op in result.patch:
+        value = f": {_short(op['value'], 90)}" if "value" in op else ""
+        out.print(f"  [{colours.get(op['op'], 'cyan')}]{op['op']:7}[/] {op['path']}{value}")
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--at", "seq", type=int, required=True, help="the last event the fork shares")
+@click.option("--id", "new_id", default=None, help="the fork's task id (default: a new one)")
+@click.option("--inputs", default=None, help="new inputs for the fork, as a JSON object")
+@db_option
+@json_option
+@errors_as_messages
+def fork(task_id: str, seq: int, new_id: str | None, inputs: str | None, db: str | None, as_json: bool) -> None:
+    """A new task sharing TASK's history up to SEQ (by reference); resume it to run from there."""
+    parsed = None
+    if inputs is not None:
+        try:
+            parsed = orjson.loads(inputs)
+        except orjson.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from None
+        if not isinstance(parsed, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--inputs")
+    app = _open(db, write=True)
+    task_id = _tid(app, task_id)
+    handle = app.fork(task_id, at=seq, new_id=new_id, inputs=parsed)
+    if as_json:
+        _emit_json({"task_id": handle.task_id, "parent": task_id, "at": seq, "status": handle.status.value})
+        return
+    _console().print(
+        f"forked {task_id} at event {seq} → [bold]{handle.task_id}[/] ({handle.status.value}); "
+        f"run it with `tether resume {handle.task_id} --app MODULE:APP`"
+    )
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--upto", type=int, default=None, help="replay only the first UPTO events")
+@app_option
+@json_option
+@errors_as_messages
+def replay(task_id: str, upto: int | None, app_spec: str, as_json: bool) -> None:
+    """Check that your current code replays TASK's log; runs no tool, writes nothing. Exit 1 if it diverges."""
+    app = _load_app(app_spec)
+    task_id = _tid(app, task_id)
+    out = _console()
+    with out.status(f"replaying {task_id}…", spinner="dots"):
+        report = app.replay(task_id, upto=upto)
+    if as_json:
+        _emit_json(
+            {
+                "task_id": report.task_id,
+                "clean": report.clean,
+                "replayed": report.replayed,
+                "recorded": report.recorded,
+                "outcome": report.outcome,
+                "divergence": report.divergence.to_dict() if report.divergence else None,
+            }
+        )
+    else:
+        out.print(("[green]✓[/] " if report.clean else "[red]✗[/] ") + str(report))
+    if not report.clean:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--finished", type=int, default=0, show_default=True, help="also the N most recent finished tasks")
+@app_option
+@json_option
+@errors_as_messages
+def check(finished: int, app_spec: str, as_json: bool) -> None:
+    """Replay every unfinished task against your current code, running and writing nothing: run it before a
+    deploy. One line per task that would diverge, then a summary; exit 1 if any diverges."""
+    app = _load_app(app_spec)
+    out = _console()
+    with out.status("replaying stored tasks…", spinner="dots"):
+        report = app.check(finished=finished)
+    if as_json:
+        _emit_json(
+            {
+                "checked": len(report.reports),
+                "diverging": [
+                    {
+                        "task_id": r.task_id,
+                        "outcome": r.outcome,
+                        "divergence": r.divergence.to_dict() if r.divergence else None,
+                    }
+                    for r in report.diverging
+                ],
+                "unknown_types": report.unknown,
+            }
+        )
+    else:
+        for r in report.diverging:
+            out.print(f"[red]✗[/] {escape(str(r))}")
+        colour = "green" if report.clean else "red"
+        out.print(f"[{colour}]{escape(str(report).splitlines()[-1])}[/]")
+    if not report.clean:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("task_id")
+@click.option("--to", "seq", type=int, required=True, help="the last event to keep")
+@app_option
+@json_option
+@errors_as_messages
+def rewind(task_id: str, seq: int, app_spec: str, as_json: bool) -> None:
+    """Go back to event SEQ and try again; the abandoned branch stays listable as TASK~N."""
+    app = _load_app(app_spec)
+    _handle(_console(), app.rewind(_tid(app, task_id), to=seq), as_json)

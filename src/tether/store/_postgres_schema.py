@@ -1,0 +1,135 @@
+"""The PostgreSQL backend's schema: tether creates and migrates its own (``?schema=`` in the URL,
+default ``tether``), under an advisory lock so that many processes may start at once.
+:data:`MIGRATIONS` is an ordered list whose index is the version, recorded in ``tether_meta``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tether.errors import ConfigurationError, SchemaVersionError
+from tether.store._sql import newer_schema
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
+
+MIGRATIONS: list[str] = [
+    # 1: tasks, events, snapshots, ledger, and the notification that wakes workers.
+    """
+    CREATE TABLE tasks (
+        id            bigserial PRIMARY KEY,
+        tenant        text NOT NULL,
+        task_id       text NOT NULL,
+        type          text NOT NULL,
+        status        text NOT NULL,
+        user_id       text,
+        session_id    text,
+        created_at    double precision NOT NULL,
+        parent        bigint REFERENCES tasks (id),
+        parent_seq    integer,
+        lease_owner   text,
+        lease_expires double precision,
+        lease_token   bigint NOT NULL DEFAULT 0,
+        wake_at       double precision,
+        UNIQUE (tenant, task_id)
+    );
+    CREATE INDEX tasks_by_status ON tasks (tenant, status, created_at);
+    CREATE INDEX tasks_by_created ON tasks (tenant, created_at);
+    CREATE INDEX tasks_by_user ON tasks (tenant, user_id, created_at);
+    CREATE INDEX tasks_by_session ON tasks (tenant, session_id, created_at);
+    CREATE TABLE events (
+        task   bigint NOT NULL,
+        seq    integer NOT NULL,
+        type   text NOT NULL,
+        schema integer NOT NULL,
+        at     double precision NOT NULL,
+        data   jsonb NOT NULL,
+        fence  bigint,
+        PRIMARY KEY (task, seq)
+    );
+    CREATE TABLE snapshots (
+        task     bigint NOT NULL,
+        seq      integer NOT NULL,
+        schema   integer NOT NULL,
+        checksum text NOT NULL,
+        data     text NOT NULL,
+        PRIMARY KEY (task, seq)
+    );
+    CREATE TABLE ledger (
+        tenant      text NOT NULL,
+        key         text NOT NULL,
+        status      text NOT NULL,
+        result      text,
+        started_at  double precision NOT NULL,
+        finished_at double precision,
+        runs        integer NOT NULL,
+        PRIMARY KEY (tenant, key)
+    );
+    CREATE FUNCTION tether_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('tether_' || TG_TABLE_SCHEMA, '');
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER tasks_wake AFTER INSERT OR UPDATE OF status, wake_at, lease_owner ON tasks
+        FOR EACH ROW EXECUTE FUNCTION tether_wake();
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations
+
+
+def check_schema(conn: psycopg.Connection[Any], schema: str) -> None:
+    """For a read-only open: the schema must hold tether's tables at this code's version; nothing
+    is created or migrated."""
+    found = conn.execute(
+        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'tether_meta'",
+        (schema,),
+    ).fetchone()
+    if found is None:
+        raise ConfigurationError(
+            f"schema {schema!r} holds no tether database; nothing to read, and nothing was created"
+        )
+    row = conn.execute(
+        sql.SQL("SELECT value FROM {}.tether_meta WHERE key = 'schema_version'").format(sql.Identifier(schema))
+    ).fetchone()
+    version = int(row[0]) if row else 0
+    if version != SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"schema {schema!r} has tether schema version {version}; this tether reads version "
+            f"{SCHEMA_VERSION}" + ("; upgrade tether" if version > SCHEMA_VERSION else "; open it once to migrate"),
+            found=version,
+            supported=SCHEMA_VERSION,
+        )
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Create the schema if need be and bring it to :data:`SCHEMA_VERSION`, in one transaction."""
+    name = sql.Identifier(schema)
+    with conn.transaction():
+        # Many processes may start at once: one migrates, the others wait here, then see it done.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
+        conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(name))
+        tables = {
+            r[0]
+            for r in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,))
+        }
+        if tables and "tether_meta" not in tables:
+            raise ConfigurationError(
+                f"schema {schema!r} holds tables that are not tether's ({', '.join(sorted(tables))}); "
+                "use ?schema= to give tether a schema of its own"
+            )
+        conn.execute("CREATE TABLE IF NOT EXISTS tether_meta (key text PRIMARY KEY, value text NOT NULL)")
+        row = conn.execute("SELECT value FROM tether_meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise newer_schema(f"schema {schema!r}", version, SCHEMA_VERSION)
+        for index in range(version, SCHEMA_VERSION):
+            conn.execute(MIGRATIONS[index])
+        conn.execute(
+            "INSERT INTO tether_meta VALUES ('schema_version', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )

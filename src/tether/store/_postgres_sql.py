@@ -1,0 +1,113 @@
+"""The statements only the PostgreSQL backend runs — the append and the latest read, each one
+round trip — and the shared ones (``_sql.py``) in psycopg's placeholders."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from tether.store import _sql
+from tether.store._postgres_io import to_jsonb
+from tether.store.base import EventRow, IndexUpdate
+
+__all__ = ["APPEND", "APPEND_ONE", "LATEST", "SQL", "append_statement"]
+
+# One statement, one round trip: the guard (fencing token, predecessor present) and the
+# insert and the index update share a snapshot; a concurrent append of the same seq loses
+# on the primary key.
+APPEND = """
+WITH guard AS (
+    SELECT 1 WHERE (%(fence)s::bigint IS NULL OR (SELECT lease_token FROM tasks WHERE id = %(task)s) = %(fence)s)
+      AND EXISTS (SELECT 1 FROM tasks WHERE id = %(task)s AND task_id = %(task_id)s AND tenant = %(tenant)s)
+      AND (EXISTS (SELECT 1 FROM events WHERE task = %(task)s AND seq = %(first)s - 1)
+           OR (SELECT parent_seq FROM tasks WHERE id = %(task)s) = %(first)s - 1)
+), ins AS (
+    INSERT INTO events (task, seq, type, schema, at, data, fence)
+    SELECT %(task)s, e.seq, e.type, e.schema, e.at, e.data::jsonb, %(fence)s
+    FROM unnest(%(seqs)s::integer[], %(types)s::text[], %(schemas)s::integer[], %(ats)s::float8[],
+                %(datas)s::text[]) AS e(seq, type, schema, at, data)
+    WHERE EXISTS (SELECT 1 FROM guard)
+    RETURNING 1
+), idx AS (
+    UPDATE tasks SET status = COALESCE(%(status)s, status), wake_at = %(wake)s
+    WHERE id = %(task)s AND %(reindex)s AND EXISTS (SELECT 1 FROM guard)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins)
+"""
+
+# The common case, one event and no index change: the same guard, a plain INSERT ... SELECT. Its
+# values come in once each, by position (cheaper for the driver than named parameters).
+APPEND_ONE = """
+INSERT INTO events (task, seq, type, schema, at, data, fence)
+SELECT v.task, v.seq, v.type, v.schema, v.at, v.data::jsonb, v.fence
+FROM (VALUES (%s::bigint, %s::integer, %s::text, %s::integer, %s::float8, %s::text, %s::bigint, %s::text, %s::text))
+    AS v (task, seq, type, schema, at, data, fence, task_id, tenant)
+WHERE (v.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = v.task) = v.fence)
+  AND EXISTS (SELECT 1 FROM tasks WHERE id = v.task AND task_id = v.task_id AND tenant = v.tenant)
+  AND (EXISTS (SELECT 1 FROM events WHERE task = v.task AND seq = v.seq - 1)
+       OR (SELECT parent_seq FROM tasks WHERE id = v.task) = v.seq - 1)
+"""
+
+# The statements shared with SQLite, in psycopg's placeholders; claimers skip each other's rows.
+SQL = replace(_sql.Statements(), claim=_sql.claim_statement(lock="FOR UPDATE SKIP LOCKED")).in_pyformat()
+
+# One statement, one round trip: the stream's row, its newest snapshot, and its own events
+# after that snapshot. A fork whose events reach back past its fork point (into its parent's)
+# takes the general path instead.
+LATEST = (
+    "WITH t AS (SELECT id, parent, parent_seq FROM tasks WHERE tenant = %s AND task_id = %s), "
+    "s AS (SELECT seq, schema, checksum, data FROM snapshots WHERE task = (SELECT id FROM t) "
+    "ORDER BY seq DESC LIMIT 1) "
+    "SELECT 0, t.parent_seq, NULL::integer, NULL::text, NULL::text, NULL::double precision, "
+    "NULL::bigint, (t.parent IS NOT NULL) FROM t "
+    "UNION ALL SELECT 1, seq, schema, checksum, data, NULL, NULL, NULL FROM s "
+    "UNION ALL (SELECT 2, e.seq, e.schema, e.type, e.data::text, e.at, e.fence, NULL FROM events e "
+    "WHERE e.task = (SELECT id FROM t) AND e.seq > COALESCE((SELECT seq FROM s), 0) ORDER BY e.seq)"
+)
+
+
+def append_statement(
+    internal: int,
+    tenant: str,
+    task_id: str,
+    events: Sequence[EventRow],
+    fence: int | None,
+    index: IndexUpdate | None,
+) -> tuple[str, tuple[Any, ...] | dict[str, Any]]:
+    """The guarded insert of ``events`` and its parameters: :data:`APPEND_ONE` for one event and no
+    index change (the common case), else :data:`APPEND`."""
+    first = events[0]
+    params: tuple[Any, ...] | dict[str, Any]
+    if len(events) == 1 and index is None:
+        statement = APPEND_ONE
+        params = (
+            internal,
+            first.seq,
+            first.type,
+            first.schema,
+            first.at,
+            to_jsonb(first.data),
+            fence,
+            task_id,
+            tenant,
+        )
+    else:
+        statement = APPEND
+        params = {
+            "task": internal,
+            "task_id": task_id,
+            "tenant": tenant,
+            "fence": fence,
+            "first": first.seq,
+            "seqs": [e.seq for e in events],
+            "types": [e.type for e in events],
+            "schemas": [e.schema for e in events],
+            "ats": [e.at for e in events],
+            "datas": [to_jsonb(e.data) for e in events],
+            "reindex": index is not None,
+            "status": index.status if index is not None else None,
+            "wake": index.wake_at if index is not None else None,
+        }
+    return statement, params

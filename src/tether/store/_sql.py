@@ -1,0 +1,173 @@
+"""The SQL the two SQL backends share: the task index's columns and statements, the claim, the
+ledger and lease statements, the task filter, the text of payloads and of schema refusals.
+
+Statements are written once with SQLite's ``?`` placeholders; the PostgreSQL backend turns them
+into psycopg's with :func:`pyformat` when it is imported. What differs between the databases —
+the migrations' types, the guarded append, row locking (``FOR UPDATE SKIP LOCKED``), wake-ups
+(``LISTEN/NOTIFY`` against ``PRAGMA data_version``) — stays in each backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from tether.errors import SchemaVersionError
+from tether.store.base import TaskFilter, TaskRow
+
+__all__ = [
+    "TASK_COLUMNS",
+    "Statements",
+    "claim_statement",
+    "claim_values",
+    "list_tasks_query",
+    "newer_schema",
+    "pyformat",
+    "task_values",
+    "text",
+]
+
+# A task's index row as TaskRow reads it: its version and last change come from its newest event
+# (a fork with no events of its own yet is at its fork point).
+TASK_COLUMNS = """
+    t.task_id, t.tenant, t.type, t.status, t.user_id, t.session_id, t.created_at,
+    COALESCE((SELECT at FROM events e WHERE e.task = t.id ORDER BY seq DESC LIMIT 1), t.created_at),
+    COALESCE((SELECT max(seq) FROM events e WHERE e.task = t.id), t.parent_seq, 0),
+    p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at
+"""
+_FROM_TASKS = "FROM tasks t LEFT JOIN tasks p ON p.id = t.parent"
+
+_CLAIM = """
+UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token + 1
+WHERE id = (
+    SELECT id FROM tasks
+    WHERE tenant = ?
+      AND (lease_owner IS NULL OR lease_expires <= ?)
+      AND (status IN ('pending', 'running')
+           OR (status IN ('sleeping', 'awaiting_input') AND wake_at <= ?))
+    ORDER BY COALESCE(wake_at, created_at)
+    LIMIT 1{lock}
+)
+RETURNING task_id, lease_token
+"""
+
+
+def claim_statement(*, lock: str = "") -> str:
+    """The claim: take the lease of the runnable task that is due first (see :func:`claim_values`).
+    ``lock`` is how the database keeps two claimers off one row (PostgreSQL: ``FOR UPDATE SKIP
+    LOCKED``; SQLite needs none, its writers take turns)."""
+    return _CLAIM.format(lock=f"\n    {lock}" if lock else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The statements both backends run, as written for SQLite (``?``); :meth:`in_pyformat` gives
+    them in psycopg's placeholders."""
+
+    claim: str = claim_statement()
+    select_task: str = f"SELECT {TASK_COLUMNS} {_FROM_TASKS} WHERE t.tenant = ? AND t.task_id = ?"
+    task_id: str = "SELECT id FROM tasks WHERE tenant = ? AND task_id = ?"
+    task_taken: str = "SELECT 1 FROM tasks WHERE tenant = ? AND task_id = ?"
+    parent_of: str = "SELECT parent, parent_seq FROM tasks WHERE id = ?"
+    child_of: str = "SELECT 1 FROM tasks WHERE parent = ?"
+    rename_task: str = "UPDATE tasks SET task_id = ? WHERE id = ?"
+    insert_task: str = (
+        "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
+        "parent, parent_seq, wake_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    # A stream's version: its newest event, else (a fork with none of its own yet) its fork point.
+    version_of: str = (
+        "SELECT COALESCE((SELECT max(seq) FROM events WHERE task = ?), (SELECT parent_seq FROM tasks WHERE id = ?), 0)"
+    )
+    delete_events: str = "DELETE FROM events WHERE task = ?"
+    delete_snapshots: str = "DELETE FROM snapshots WHERE task = ?"
+    delete_task: str = "DELETE FROM tasks WHERE id = ?"
+    latest_snapshot: str = (
+        "SELECT seq, schema, checksum, data FROM snapshots WHERE task = ? AND seq <= ? ORDER BY seq DESC LIMIT 1"
+    )
+    delete_snapshot: str = "DELETE FROM snapshots WHERE task = ? AND seq = ?"
+    ledger: str = "SELECT key, status, result, started_at, finished_at, runs FROM ledger WHERE tenant = ? AND key = ?"
+    ledger_begin: str = "INSERT INTO ledger (tenant, key, status, started_at, runs) VALUES (?, ?, 'started', ?, 1)"
+    ledger_run_again: str = "UPDATE ledger SET runs = runs + 1 WHERE tenant = ? AND key = ?"
+    forget_ledger: str = "DELETE FROM ledger WHERE tenant = ? AND key = ?"
+    # A lease is taken when nobody holds it, when it ran out, or from a holder known to be dead.
+    acquire_lease: str = (
+        "UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token + 1 "
+        "WHERE id = ? AND (lease_owner IS NULL OR lease_expires <= ? OR lease_owner = ?) "
+        "RETURNING lease_token"
+    )
+    renew_lease: str = "UPDATE tasks SET lease_expires = ? WHERE id = ? AND lease_token = ? AND lease_owner IS NOT NULL"
+    release_lease: str = "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = ? AND lease_token = ?"
+
+    def in_pyformat(self) -> Statements:
+        """The same statements with psycopg's placeholders."""
+        return Statements(**{f.name: pyformat(getattr(self, f.name)) for f in fields(self)})
+
+
+def claim_values(tenant: str, owner: str, ttl: float, now: float) -> tuple[Any, ...]:
+    """The claim's parameters, in its placeholders' order."""
+    return (owner, now + ttl, tenant, now, now)
+
+
+def task_values(tenant: str, row: TaskRow, parent: int | None, *, wake_at: float | None) -> tuple[Any, ...]:
+    """``insert_task``'s parameters for ``row``, under the row id of its parent stream."""
+    return (
+        tenant,
+        row.task_id,
+        row.type,
+        row.status,
+        row.user_id,
+        row.session_id,
+        row.created_at,
+        parent,
+        row.parent_seq,
+        wake_at,
+    )
+
+
+def list_tasks_query(tenant: str, flt: TaskFilter, *, limit: int, offset: int) -> tuple[str, list[Any]]:
+    """The statement and parameters that list ``tenant``'s tasks matching ``flt``, newest first."""
+    where = ["t.tenant = ?"]
+    params: list[Any] = [tenant]
+    if flt.status is not None:
+        where.append(f"t.status IN ({', '.join('?' * len(flt.status))})")
+        params.extend(flt.status)
+    for column, value in (("type", flt.type), ("user_id", flt.user_id), ("session_id", flt.session_id)):
+        if value is not None:
+            where.append(f"t.{column} = ?")
+            params.append(value)
+    if flt.type is None and not flt.internal:
+        where.append("t.type NOT LIKE 'tether.%'")
+    if flt.created_after is not None:
+        where.append("t.created_at >= ?")
+        params.append(flt.created_after)
+    if flt.created_before is not None:
+        where.append("t.created_at < ?")
+        params.append(flt.created_before)
+    params.extend([limit, offset])
+    query = (
+        f"SELECT {TASK_COLUMNS} {_FROM_TASKS} WHERE {' AND '.join(where)} "
+        "ORDER BY t.created_at DESC, t.task_id DESC LIMIT ? OFFSET ?"
+    )
+    return query, params
+
+
+def pyformat(statement: str) -> str:
+    """A statement written with ``?`` placeholders in psycopg's style: ``%s``, and ``%`` doubled.
+    The shared statements hold no ``?`` inside a literal."""
+    return statement.replace("%", "%%").replace("?", "%s")
+
+
+def text(data: str | bytes) -> str:
+    """A payload as text: stored as TEXT so the database's JSON functions work on it."""
+    return data.decode() if isinstance(data, bytes) else data
+
+
+def newer_schema(where: str, found: int, supported: int) -> SchemaVersionError:
+    """The refusal of a database written by a newer tether than this one."""
+    return SchemaVersionError(
+        f"{where} has tether schema version {found}, but this tether knows "
+        f"versions up to {supported}; upgrade tether (pip install -U tether)",
+        found=found,
+        supported=supported,
+    )

@@ -1,0 +1,123 @@
+"""The SQLite backend's schema: created and migrated by tether itself (:data:`MIGRATIONS`, whose
+index is the version, recorded in ``PRAGMA user_version``). A file that is not a tether database,
+or one written by a newer tether, is refused with a message saying so.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from tether.errors import ConfigurationError, SchemaVersionError
+from tether.store._sql import newer_schema
+from tether.store._sqlite_files import rollback
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
+
+MIGRATIONS: list[str] = [
+    # 1: tasks, events, snapshots, ledger.
+    """
+    CREATE TABLE tether_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO tether_meta VALUES ('application', 'tether');
+    CREATE TABLE tasks (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant        TEXT NOT NULL,
+        task_id       TEXT NOT NULL,
+        type          TEXT NOT NULL,
+        status        TEXT NOT NULL,
+        user_id       TEXT,
+        session_id    TEXT,
+        created_at    REAL NOT NULL,
+        parent        INTEGER REFERENCES tasks (id),
+        parent_seq    INTEGER,
+        lease_owner   TEXT,
+        lease_expires REAL,
+        lease_token   INTEGER NOT NULL DEFAULT 0,
+        wake_at       REAL,
+        UNIQUE (tenant, task_id)
+    );
+    CREATE INDEX tasks_by_status ON tasks (tenant, status, created_at);
+    CREATE INDEX tasks_by_created ON tasks (tenant, created_at);
+    CREATE INDEX tasks_by_user ON tasks (tenant, user_id, created_at);
+    CREATE INDEX tasks_by_session ON tasks (tenant, session_id, created_at);
+    -- (task, seq) is the primary key, so the version check of an append is the insert itself.
+    CREATE TABLE events (
+        task   INTEGER NOT NULL,
+        seq    INTEGER NOT NULL,
+        type   TEXT NOT NULL,
+        schema INTEGER NOT NULL,
+        at     REAL NOT NULL,
+        data   TEXT NOT NULL,
+        fence  INTEGER,
+        PRIMARY KEY (task, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE snapshots (
+        task     INTEGER NOT NULL,
+        seq      INTEGER NOT NULL,
+        schema   INTEGER NOT NULL,
+        checksum TEXT NOT NULL,
+        data     TEXT NOT NULL,
+        PRIMARY KEY (task, seq)
+    );
+    CREATE TABLE ledger (
+        tenant      TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        result      TEXT,
+        started_at  REAL NOT NULL,
+        finished_at REAL,
+        runs        INTEGER NOT NULL,
+        PRIMARY KEY (tenant, key)
+    ) WITHOUT ROWID;
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def check_schema(conn: sqlite3.Connection, path: str) -> None:
+    """For a read-only open: the file must already be a tether database of a version we read."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "tether_meta" not in tables or version == 0:
+        what = f"it has tables {', '.join(sorted(tables))}" if tables else "it is empty"
+        raise ConfigurationError(
+            f"{path!r} is not a tether database ({what}); nothing to read, and nothing was changed"
+        )
+    if version > SCHEMA_VERSION:
+        raise newer_schema(repr(path), version, SCHEMA_VERSION)
+    if version < SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path!r} has tether schema version {version} and needs migrating to {SCHEMA_VERSION}; "
+            "open it once with a command that writes (or your app) to migrate it",
+            found=version,
+            supported=SCHEMA_VERSION,
+        )
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring the file to :data:`SCHEMA_VERSION`, creating tether's tables in a new one."""
+    conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it done
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if version == 0 and tables - {"sqlite_sequence"}:
+            raise ConfigurationError(
+                f"{path!r} is a SQLite database but not a tether database "
+                f"(it has tables {', '.join(sorted(tables))}); use another file"
+            )
+        if version > SCHEMA_VERSION:
+            raise newer_schema(repr(path), version, SCHEMA_VERSION)
+        if version > 0 and "tether_meta" not in tables:
+            raise ConfigurationError(f"{path!r} is not a tether database (no tether_meta table)")
+        for index in range(version, SCHEMA_VERSION):
+            for statement in _statements(MIGRATIONS[index]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {index + 1}")
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+
+
+def _statements(script: str) -> list[str]:
+    code = "\n".join(line for line in script.splitlines() if not line.strip().startswith("--"))
+    return [s.strip() for s in code.split(";") if s.strip()]

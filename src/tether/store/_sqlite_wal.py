@@ -1,0 +1,134 @@
+"""The SQLite backend's connection policy (WAL, synchronous, busy_timeout: each line with its
+reason) and its checkpoints, which copy the WAL back into the database on a thread of their own."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import sqlite3
+import threading
+from typing import Literal
+
+from tether.errors import ConfigurationError
+
+__all__ = ["Checkpointer", "Durability", "connect"]
+
+log = logging.getLogger("tether")
+
+Durability = Literal["normal", "full"]
+
+
+def connect(path: str, durability: Durability, busy_timeout: float) -> sqlite3.Connection:
+    """Open a connection with tether's policy. Each line says why.
+
+    * ``isolation_level=None``: we issue ``BEGIN IMMEDIATE`` ourselves. A deferred
+      transaction that reads and then writes can fail with SQLITE_BUSY_SNAPSHOT
+      without waiting when another process committed in between; taking the write
+      lock up front makes the busy handler apply.
+    * ``check_same_thread=False``: a worker's heartbeat thread shares the store; every
+      use is serialised by the store's own lock.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
+    # WAL: readers never block the writer and the writer never blocks readers, across processes.
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if mode.lower() != "wal" and path != ":memory:":
+        conn.close()
+        raise ConfigurationError(f"could not put {path!r} in WAL mode (got {mode!r}); is it on a network file system?")
+    # NORMAL: a commit survives a process crash; only an OS crash or power loss can lose the last
+    # commits. FULL: fsync on every commit, survives power loss, at ~10x the cost per commit.
+    conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+    # Wait for the write lock instead of failing at once when another process holds it.
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+    if path != ":memory:":
+        # Commits do not copy the WAL back into the database themselves: Checkpointer does, on
+        # its own thread and connection, so no append pays for a checkpoint. SQLite's own
+        # checkpoint stays as a net, far above where ours runs: a process that writes too little
+        # to poke its checkpointer still keeps the WAL bounded when others leave it growing.
+        conn.execute(f"PRAGMA wal_autocheckpoint={Checkpointer.NET_FRAMES}")
+    return conn
+
+
+class Checkpointer:
+    """Copies the WAL back into the database on a thread of its own, off every commit's path.
+
+    With SQLite's automatic checkpoints, the commit that crosses 1,000 WAL pages copies them
+    back (and fsyncs twice) before it returns: about a fifth of the cost of every commit,
+    paid in lumps. Here the writer only counts its commits and pokes this thread, which runs
+    ``wal_checkpoint(PASSIVE)`` on its own connection while writers go on writing (SQLite
+    lets a checkpoint run beside a writer).
+
+    A checkpoint that runs beside a busy writer never quite catches up, and the WAL restarts
+    from its beginning only once it is wholly copied. So when the WAL has grown past
+    :attr:`GATED_FRAMES`, the thread checkpoints once more holding the writers' lock file:
+    with no writer in the way that pass copies the few frames left, and the next commit
+    starts the WAL over. The WAL stays bounded however long writers write without a pause.
+
+    Every connection keeps SQLite's automatic checkpoint at :attr:`NET_FRAMES`, well above
+    where this thread acts: it only fires when nobody's checkpointer was poked in time (many
+    processes that each write a little while the WAL grows).
+    """
+
+    EVERY = 1000  # commits between pokes: each writes a page or more, as SQLite's own threshold counts
+    GATED_FRAMES = 2000  # about 8 MB of 4 KB pages: twice SQLite's automatic threshold
+    NET_FRAMES = 10000  # SQLite's automatic checkpoint, as a net (about 40 MB)
+
+    def __init__(self, path: str, durability: Durability, busy_timeout: float) -> None:
+        self._path = path
+        self._durability: Durability = durability
+        self._busy_timeout = busy_timeout
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self.passes = 0  # checkpoints run, for tests and curious users
+        self.gated = 0
+
+    def poke(self) -> None:
+        thread = self._thread
+        # None yet, one that died (it logged why), or we are a forked child that has none.
+        if thread is None or self._pid != os.getpid() or not thread.is_alive():
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._run, name="tether-sqlite-checkpoint", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        gate: int | None = None
+        try:
+            gate = os.open(self._path + "-lock", os.O_RDWR | os.O_CREAT, 0o600)
+            conn = connect(self._path, self._durability, self._busy_timeout)  # the store's own policy
+        except (sqlite3.Error, OSError, ConfigurationError) as exc:  # the next poke starts a thread that tries again
+            log.warning("checkpoints of %s cannot start: %s", self._path, exc)
+            if gate is not None:
+                os.close(gate)
+            return
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                try:
+                    _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self.passes += 1
+                    if frames >= self.GATED_FRAMES:
+                        fcntl.flock(gate, fcntl.LOCK_EX)
+                        try:
+                            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        finally:
+                            fcntl.flock(gate, fcntl.LOCK_UN)
+                        self.gated += 1
+                except (sqlite3.Error, OSError) as exc:  # a checkpoint that fails is tried again at the next poke
+                    log.warning("checkpoint of %s failed: %s", self._path, exc)
+        finally:
+            conn.close()
+            os.close(gate)
+
+    def stop(self) -> None:
+        thread = self._thread
+        if thread is not None and self._pid == os.getpid():
+            self._stopping = True
+            self._wake.set()
+            thread.join()
+        self._thread = None
