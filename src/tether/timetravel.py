@@ -55,15 +55,20 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _by(actor: str | None) -> str:
+    """`` by ACTOR`` for the write actions that say who made them (fork, rewind, answer, cancel, retry)."""
+    return f" by {actor}" if actor else ""
+
+
 def describe(event: Event) -> str:
     """One line, for people, of what an event says."""
     match event:
         case TaskCreated():
             return f"created {event.type} with {_short(event.inputs)}"
         case TaskForked():
-            return f"forked from {event.parent_task_id} at event {event.at}"
+            return f"forked from {event.parent_task_id} at event {event.at}{_by(event.actor)}"
         case TaskArchived():
-            return f"set aside by a rewind; {event.successor} took its place"
+            return f"set aside by a rewind{_by(event.actor)}; {event.successor} took its place"
         case StatusChanged():
             return f"status → {event.status}" + (f" ({event.reason})" if event.reason else "")
         case PlanSet():
@@ -98,13 +103,13 @@ def describe(event: Event) -> str:
         case InputRequested():
             return f"waiting for {event.key!r}" + (f": {event.prompt}" if event.prompt else "")
         case InputReceived():
-            return f"received {event.key!r} = {_short(event.value, 50)}"
+            return f"received {event.key!r} = {_short(event.value, 50)}{_by(event.actor)}"
         case InputTimedOut():
             return f"no answer for {event.key!r} in time"
         case SleepScheduled():
             return f"sleep until {datetime.fromtimestamp(event.until).isoformat(timespec='seconds')}"
         case CancelRequested():
-            return f"cancellation requested: {event.reason}"
+            return f"cancellation requested{_by(event.actor)}: {event.reason}"
         case PhaseChanged():
             return f"phase → {event.phase}"
         case OutputSet():
@@ -112,9 +117,8 @@ def describe(event: Event) -> str:
         case FailureRecorded():
             return f"failed: {event.exception_type}: {event.message}" + (f" in {event.tool}" if event.tool else "")
         case RetryRequested():
-            who = f" by {event.actor}" if event.actor else ""
             again = f"; call #{', #'.join(map(str, event.calls))} runs again" if event.calls else ""
-            return f"retried{who} after {event.failure_type}: {event.failure_message}{again}"
+            return f"retried{_by(event.actor)} after {event.failure_type}: {event.failure_message}{again}"
         case SessionWritten() if event.last < event.first:
             return f"conversation {event.session_id}: nothing to compact"
         case SessionWritten():

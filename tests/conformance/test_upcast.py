@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 import tether
-from tether.events import ObservationRecorded, Upcasters
+from tether.events import DEFAULT_UPCASTERS, CancelRequested, InputReceived, ObservationRecorded, Upcasters
 from tether.store import EventRow
 
 
@@ -59,3 +59,43 @@ def test_unknown_event_type_is_a_clear_error(store_url: str) -> None:
     log.forget(state.task_id)
     with pytest.raises(tether.UnknownEventTypeError, match="Teleported"):
         log.load(state.task_id)
+
+
+def test_events_stored_before_the_actor_field_still_load(store_url: str) -> None:
+    """``actor`` came later to the write actions' events, at the same schema version: a record
+    written without it loads with ``actor=None`` and reads as it did."""
+    log = tether.TaskLog(store_url)
+    state = log.create(type="chat")
+    waiting = orjson.dumps({"key": "ok", "prompt": "go?"}).decode()
+    answered = orjson.dumps({"key": "ok", "value": True}).decode()  # as stored before ``actor``
+    cancelled = orjson.dumps({"reason": "changed my mind"}).decode()
+    rows = [
+        EventRow(2, "StatusChanged", 1, 1.0, '{"status": "running"}'),
+        EventRow(3, "InputRequested", 1, 1.0, waiting),
+        EventRow(4, "InputReceived", 1, 1.0, answered),
+        EventRow(5, "CancelRequested", 1, 1.0, cancelled),
+    ]
+    log.store.append(log.tenant, state.task_id, rows, 1)
+    log.forget(state.task_id)
+    events = [r.event for r in log.events(state.task_id)]
+    assert events[3] == InputReceived(key="ok", value=True) and events[3].actor is None
+    assert events[4] == CancelRequested(reason="changed my mind") and events[4].actor is None
+    loaded = log.load(state.task_id)
+    assert loaded.received == {"ok": True} and loaded.cancel_reason == "changed my mind"
+    assert [h.summary for h in tether.App(log.store).history(state.task_id)][-2:] == [
+        "received 'ok' = true",
+        "cancellation requested: changed my mind",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("type_name", "old"),
+    [
+        ("TaskForked", {"task_id": "f", "parent_task_id": "p", "at": 3}),
+        ("TaskArchived", {"task_id": "p~1", "successor": "p"}),
+        ("RetryRequested", {"failure_type": "E", "failure_message": "m", "retired": [4], "calls": [1]}),
+    ],
+)
+def test_a_write_action_without_an_actor_decodes(type_name: str, old: dict[str, object]) -> None:
+    event = DEFAULT_UPCASTERS.decode(type_name, 1, orjson.loads(orjson.dumps(old)))
+    assert type(event).__name__ == type_name and event.actor is None  # type: ignore[attr-defined]

@@ -116,7 +116,7 @@ def test_cancel_is_queued_and_names_the_key(served: Served) -> None:
     assert response.status_code == 202, response.text
     work(served.app)
     state = served.get(f"/v1/tasks/{served.waiting}").json()["state"]
-    assert state["status"] == "cancelled" and state["cancel_reason"] == "changed my mind (by alice)"
+    assert state["status"] == "cancelled" and state["cancel_reason"] == "changed my mind"
     done = served.post(f"/v1/tasks/{served.chatted}/cancel")
     assert done.status_code == 409 and done.json()["code"] == "invalid_transition"
 

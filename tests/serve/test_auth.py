@@ -158,7 +158,7 @@ def test_no_auth_answers_loopback_hosts_only(tmp_path: Any) -> None:
     app, _ = build(f"sqlite:///{tmp_path / 't.db'}")
     asgi = create_app(f"sqlite:///{tmp_path / 't.db'}", no_auth=True)
     with TestClient(asgi, base_url="http://127.0.0.1:8700") as client:
-        assert client.get("/v1/whoami").json() == {"tenant": "default", "name": "local"}
+        assert client.get("/v1/whoami").json() == {"tenant": "default", "name": "no-auth"}
         rebound = client.get("/v1/whoami", headers={"Host": "attacker.example"})
         assert rebound.status_code == 403 and rebound.json()["code"] == "bad_host"
         task = app.start("trip", city="Oslo").task_id

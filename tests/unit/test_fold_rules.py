@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tether import events
 from tether.events import (
     _RULES,
     CallAttemptFailed,
@@ -146,6 +147,16 @@ EXAMPLES: dict[type[Event], tuple[list[Event], Callable[[TaskState], bool]]] = {
 def test_every_event_type_with_a_fold_rule_has_a_fold_test() -> None:
     missing = sorted(t.__name__ for t in _RULES if t not in EXAMPLES)
     assert not missing, f"event types folded but not tested here: {missing}"
+
+
+def test_every_task_event_type_has_a_fold_rule() -> None:
+    """An event type added to any module of ``tether.events`` without a rule is caught here, before a
+    task that records it fails to load (and then the test above asks for its fold test)."""
+    exported = [getattr(events, name) for name in events.__all__]
+    types = [t for t in exported if isinstance(t, type) and issubclass(t, Event) and t is not Event]
+    assert len(types) >= 29
+    missing = sorted(t.__name__ for t in types if t not in _RULES and t is not TaskCreated)  # TaskCreated starts a fold
+    assert not missing, f"event types without a fold rule: {missing}"
 
 
 @pytest.mark.parametrize("event_type", list(EXAMPLES), ids=lambda t: t.__name__)

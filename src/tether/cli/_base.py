@@ -4,6 +4,7 @@ task ids given by prefix, and errors as one line or as a JSON body with the erro
 from __future__ import annotations
 
 import functools
+import getpass
 import os
 import sys
 from collections.abc import Callable
@@ -132,6 +133,21 @@ def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="machine-readable JSON on stdout")(fn)
+
+
+def _os_user() -> str | None:
+    """Who runs this command, by the OS's account name; ``None`` where the OS cannot say."""
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError, ImportError):  # no login name in the environment and no passwd entry
+        return None
+
+
+def actor_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--actor``: who does a write action, recorded in the task's history (default: the OS user)."""
+    return click.option(
+        "--actor", default=_os_user, show_default="your OS user name", help="who does this (recorded in the history)"
+    )(fn)
 
 
 def app_option(fn: Callable[..., Any]) -> Callable[..., Any]:

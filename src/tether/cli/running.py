@@ -11,7 +11,17 @@ from rich.console import Console
 from rich.markup import escape
 
 import tether
-from tether.cli._base import _load_app, _open, _tid, app_option, db_option, errors_as_messages, json_option, main
+from tether.cli._base import (
+    _load_app,
+    _open,
+    _tid,
+    actor_option,
+    app_option,
+    db_option,
+    errors_as_messages,
+    json_option,
+    main,
+)
 from tether.cli._render import _console, _handle, _status
 from tether.errors import TetherError
 
@@ -29,7 +39,7 @@ def resume(task_id: str, app_spec: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("task_id")
-@click.option("--actor", default=None, help="who retries (recorded in the history)")
+@actor_option
 @app_option
 @json_option
 @errors_as_messages
@@ -45,8 +55,9 @@ def retry(task_id: str, actor: str | None, app_spec: str, as_json: bool) -> None
 @click.argument("value")
 @db_option
 @json_option
+@actor_option
 @errors_as_messages
-def send(task_id: str, key: str, value: str, db: str | None, as_json: bool) -> None:
+def send(task_id: str, key: str, value: str, db: str | None, as_json: bool, actor: str | None) -> None:
     """Answer a task waiting for input KEY. VALUE is JSON if it parses as JSON, else a string."""
     app = _open(db, write=True)
     task_id = _tid(app, task_id)
@@ -54,7 +65,7 @@ def send(task_id: str, key: str, value: str, db: str | None, as_json: bool) -> N
         parsed: Any = orjson.loads(value)
     except orjson.JSONDecodeError:
         parsed = value
-    handle = app.send_input(task_id, key, parsed)
+    handle = app.send_input(task_id, key, parsed, actor=actor)
     if as_json:
         _handle(_console(), handle, as_json)
         return
@@ -70,11 +81,12 @@ def send(task_id: str, key: str, value: str, db: str | None, as_json: bool) -> N
 @click.option("--reason", default="cancelled from the command line", show_default=True)
 @app_option
 @json_option
+@actor_option
 @errors_as_messages
-def cancel(task_id: str, reason: str, app_spec: str, as_json: bool) -> None:
+def cancel(task_id: str, reason: str, app_spec: str, as_json: bool, actor: str | None) -> None:
     """Cancel a task; its completed calls are compensated in reverse order."""
     app = _load_app(app_spec)
-    _handle(_console(), app.cancel(_tid(app, task_id), reason), as_json)
+    _handle(_console(), app.cancel(_tid(app, task_id), reason, actor=actor), as_json)
 
 
 @main.command()

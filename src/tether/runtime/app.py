@@ -355,8 +355,9 @@ class App:
 
         Calls recorded before the failure return their results without running; the call
         that gave up gets a fresh round of attempts under its key, and everything after it
-        runs. The retry is recorded in the history (``actor``, when, the failure it answered).
-        Compensations that ran for the failure are not run again if the task fails again.
+        runs. The retry is recorded in the history (``actor``: who asked, e.g. a user or an API
+        key's name; when; the failure it answered). Compensations that ran for the failure are
+        not run again if the task fails again.
         A task that is not failed is refused, naming its status.
         """
         spec = self._spec_of(task_id)
@@ -374,6 +375,7 @@ class App:
 
         What :meth:`retry` records first; a server without the task's code calls this.
         """
+        check_optional_id(actor, "actor")
 
         def request(state: TaskState) -> list[Event]:
             if state.status is not Status.FAILED:
@@ -457,14 +459,16 @@ class App:
         return UserState(self.log, user_id, schema)
 
     # ------------------------------------------------------------------ people and control
-    def send_input(self, task_id: str, key: str, value: Any) -> TaskHandle:
+    def send_input(self, task_id: str, key: str, value: Any, *, actor: str | None = None) -> TaskHandle:
         """Answer (or answer ahead of) ``ctx.wait_for_input(key)``, from any process.
 
         Checked against the wait's schema when the task is waiting for ``key``; a bad
         value is refused with the validation error and nothing is recorded. The task
-        becomes runnable: a worker (or ``app.resume``) continues it.
+        becomes runnable: a worker (or ``app.resume``) continues it. ``actor`` (who answered:
+        a user, an API key's name) is recorded with the answer and shown in the history.
         """
         check_id(key, "key")
+        check_optional_id(actor, "actor")
         value = as_json(value)
         def answer() -> TaskHandle:  # a running task appends too: decided again on a conflict
             state = self.log.load(task_id)
@@ -481,7 +485,7 @@ class App:
                 )
             if state.waiting is not None and state.waiting.key == key and state.waiting.input_schema:
                 check_against_schema(task_id, key, value, state.waiting.input_schema)
-            self.log.append(task_id, [InputReceived(key=key, value=value)], state.version)
+            self.log.append(task_id, [InputReceived(key=key, value=value, actor=actor)], state.version)
             return TaskHandle.of(self.log.load(task_id))
 
         return retry_on_conflict(answer, stream=task_id)
@@ -551,22 +555,24 @@ class App:
             )
         return summaries
 
-    def cancel(self, task_id: str, reason: str = "cancelled") -> TaskHandle:
+    def cancel(self, task_id: str, reason: str = "cancelled", *, actor: str | None = None) -> TaskHandle:
         """Cancel a task that has not finished; its completed calls are compensated in reverse order.
 
         Idempotent: cancelling a cancelled task returns it as it is. A task running in
-        another process loses its lease and stops at its next step.
+        another process loses its lease and stops at its next step. ``actor`` (who asked)
+        is recorded with the request and shown in the history.
         """
-        state = self.request_cancel(task_id, reason).state
+        state = self.request_cancel(task_id, reason, actor=actor).state
         if state.status in TERMINAL:
             return TaskHandle.of(state)
         spec = self._task_spec(state.type)
         return drive_task(spec, lambda: execute(self, spec, task_id, force=True), "cancel", "cancel")
 
-    def request_cancel(self, task_id: str, reason: str = "cancelled") -> TaskHandle:
+    def request_cancel(self, task_id: str, reason: str = "cancelled", *, actor: str | None = None) -> TaskHandle:
         """Record that a task is to be cancelled, without running it: its next run (a worker's, or
         :meth:`cancel` here) compensates and ends it. Idempotent; a finished task other than a
-        cancelled one is refused with :class:`InvalidTransition`."""
+        cancelled one is refused with :class:`InvalidTransition`. ``actor``: who asked."""
+        check_optional_id(actor, "actor")
 
         def request() -> TaskState:
             current = self.log.load(task_id)
@@ -574,7 +580,7 @@ class App:
                 raise InvalidTransition("status", current.status.value, Status.CANCELLED.value, [])
             if current.status in TERMINAL or current.cancel_reason is not None:
                 return current  # cancelled already, or another caller asked first
-            self.log.append(task_id, [CancelRequested(reason=reason)], current.version)
+            self.log.append(task_id, [CancelRequested(reason=reason, actor=actor)], current.version)
             return self.log.load(task_id)
 
         # Under contention the request is recorded or the call fails: never a run without it.

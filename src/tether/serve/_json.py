@@ -101,6 +101,7 @@ def entry_json(entry: HistoryEntry) -> dict[str, Any]:
         "at": entry.at.isoformat(),
         "type": entry.type,
         "summary": entry.summary,
+        "actor": data.get("actor"),
         "step": entry.step,
         "boundary": entry.boundary,
         "data": jsonable(data),

@@ -293,14 +293,14 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     @router.post("/tasks/{task_id}/cancel", status_code=202, response_model=Queued, tags=["control"])
     def cancel(who: Who, task_id: TaskId, body: Annotated[CancelBody | None, Body()] = None) -> Queued:
         """Ask the task to stop; the next worker run compensates its completed calls and ends it
-        cancelled (a running worker stops at its next step). The reason names the key."""
+        cancelled (a running worker stops at its next step). Recorded with the key's name as actor."""
         app = app_for(who)
         row_of(app, task_id)
-        reason = f"{(body or CancelBody()).reason} (by {who.name})"
+        reason = (body or CancelBody()).reason
         before = app.state(task_id)
         if before.status is Status.CANCELLED or before.cancel_reason is not None:
             return Queued(task_id=task_id, status=before.status.value, runnable=True, note="already cancelled")
-        app.request_cancel(task_id, reason)
+        app.request_cancel(task_id, reason, actor=who.name)
         bump()
         status = app.state(task_id).status.value
         return Queued(task_id=task_id, status=status, runnable=True, note="cancel requested; a worker ends it")
@@ -321,11 +321,10 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     @router.post("/tasks/{task_id}/inputs/{key}", tags=["inputs"])
     def answer(who: Who, task_id: TaskId, key: IdPath, body: AnswerBody) -> dict[str, Any]:
         """Answer the task's wait ``key`` (checked against its schema; 400 with the reason if it does not
-        fit). The task becomes runnable and a worker continues it."""
+        fit). The task becomes runnable and a worker continues it. Recorded with the key's name as actor."""
         app = app_for(who)
         row_of(app, task_id)
-        handle = app.send_input(task_id, key, body.value)
-        _audit.info("%s/%s answered %s for %s", who.tenant, who.name, key, task_id)
+        handle = app.send_input(task_id, key, body.value, actor=who.name)
         bump()
         return {"task_id": task_id, "status": handle.status.value, "position": handle.state.position}
 

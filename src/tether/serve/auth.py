@@ -20,13 +20,24 @@ from starlette.requests import Request
 from tether.errors import TetherError
 from tether.serve.keys import KeyRing
 
-__all__ = ["CSRF_COOKIE", "CSRF_HEADER", "KEY_COOKIE", "AuthError", "Principal", "authenticate", "new_csrf_token"]
+__all__ = [
+    "CSRF_COOKIE",
+    "CSRF_HEADER",
+    "KEY_COOKIE",
+    "NO_AUTH_ACTOR",
+    "AuthError",
+    "Principal",
+    "authenticate",
+    "new_csrf_token",
+]
 
 KEY_COOKIE = "tether_key"
 CSRF_COOKIE = "tether_csrf"
 CSRF_HEADER = "x-tether-csrf"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+NO_AUTH_ACTOR = "no-auth"
+"""The name writes are recorded under when the server runs with ``--no-auth`` (no key says who)."""
 
 
 class AuthError(TetherError):
@@ -74,7 +85,7 @@ def authenticate(
             raise AuthError(
                 "this server runs without keys and answers loopback hosts only", status=403, code="bad_host"
             )
-        principal = Principal(no_auth_tenant, "local", "none")
+        principal = Principal(no_auth_tenant, NO_AUTH_ACTOR, "none")
     else:
         principal = _from_key(request, keys)
     if request.method not in _SAFE and principal.via != "header":

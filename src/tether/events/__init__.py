@@ -1,0 +1,100 @@
+"""Events — facts about a task, named in the past tense — and the pure fold.
+
+``TaskState = fold(events)``. :func:`apply` is the only place where task state
+changes: it takes a state and one recorded event and returns a new state,
+leaving its input untouched (unchanged parts are shared, never copied deeply).
+
+An event holds only what changed: one call's result, one observation. Storage
+grows with the deltas, never with the size of the state.
+
+The package, by job: ``base`` (the :class:`Event` base, its registry, :class:`Recorded`,
+upcasting), the event types of ``task`` (lifecycle), ``calls``, ``knowledge`` (decisions,
+observations, data, inputs) and ``session``; the fold's draft (``_draft``), its one rule per event
+type (``_rules``) and the fold itself (``_fold``). Import every name from ``tether.events``.
+
+Example:
+    >>> from tether.events import Recorded, TaskCreated, PlanSet, fold
+    >>> state = fold([
+    ...     Recorded(1, 0.0, TaskCreated(type="demo", task_id="t1", tenant="default")),
+    ...     Recorded(2, 1.0, PlanSet(steps=["search", "book"])),
+    ... ])
+    >>> state.position
+    'step 1 of 2; none committed'
+"""
+
+from __future__ import annotations
+
+from tether.events._fold import apply, fold
+from tether.events._rules import _RULES as _RULES  # the fold's rules: a test checks each has a test
+from tether.events.base import DEFAULT_UPCASTERS as DEFAULT_UPCASTERS
+from tether.events.base import EVENT_TYPES, Event, Recorded, Upcasters
+from tether.events.base import Upcaster as Upcaster
+from tether.events.base import _event as _event  # other rooms define events of their own with it
+from tether.events.base import _ts as _ts
+from tether.events.calls import CallAttemptFailed, CallCompleted, CallFailed, CallStarted
+from tether.events.knowledge import (
+    DataMigrated,
+    DataUpdated,
+    DecisionMade,
+    InputReceived,
+    InputRejected,
+    InputRequested,
+    InputTimedOut,
+    ObservationRecorded,
+)
+from tether.events.session import SessionRead, SessionWritten
+from tether.events.task import (
+    CancelRequested,
+    FailureRecorded,
+    OutputSet,
+    PatchMarked,
+    PhaseChanged,
+    PlanSet,
+    RetryRequested,
+    SleepScheduled,
+    StatusChanged,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+    TaskArchived,
+    TaskCreated,
+    TaskForked,
+)
+
+__all__ = [
+    "EVENT_TYPES",
+    "CallAttemptFailed",
+    "CallCompleted",
+    "CallFailed",
+    "CallStarted",
+    "CancelRequested",
+    "DataMigrated",
+    "DataUpdated",
+    "DecisionMade",
+    "Event",
+    "FailureRecorded",
+    "InputReceived",
+    "InputRejected",
+    "InputRequested",
+    "InputTimedOut",
+    "ObservationRecorded",
+    "OutputSet",
+    "PatchMarked",
+    "PhaseChanged",
+    "PlanSet",
+    "Recorded",
+    "RetryRequested",
+    "SessionRead",
+    "SessionWritten",
+    "SleepScheduled",
+    "StatusChanged",
+    "StepCompleted",
+    "StepFailed",
+    "StepStarted",
+    "TaskArchived",
+    "TaskCreated",
+    "TaskForked",
+    "Upcasters",
+    "apply",
+    "fold",
+]
