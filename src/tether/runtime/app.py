@@ -8,7 +8,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from functools import partial
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
@@ -25,7 +24,6 @@ from tether.conversation import (
     list_sessions,
     open_session,
 )
-from tether.conversation import stream_id as _session_stream
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -45,6 +43,7 @@ from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
 from tether.model import TaskState
 from tether.runtime._flow import drive_async
+from tether.runtime._time_travel import TimeTravel
 from tether.runtime.context import (
     upcast_data,
 )
@@ -57,14 +56,12 @@ from tether.runtime.handles import (
     failure_summary,
     unreadable_summary,
 )
-from tether.runtime.leases import acquire, owner_is_dead
+from tether.runtime.leases import owner_is_dead
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
-from tether.runtime.run import drive_task, execute, replay, retry_event
-from tether.runtime.session import fork_conversation
+from tether.runtime.run import drive_task, execute, retry_event
 from tether.runtime.specs import ReplayCheck, TaskSpec, ToolSpec, guarded
 from tether.store import DEFAULT_URL, Store
-from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
 from tether.userstate import UserState
 
 __all__ = ["App", "CheckReport", "PendingInput", "TaskHandle", "TaskSummary", "check_against_schema", "failure_summary"]
@@ -74,7 +71,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App:
+class App(TimeTravel):
     """Registers tasks and tools, and runs tasks durably against one store.
 
     Args:
@@ -610,135 +607,6 @@ class App:
         return drive_task(
             spec, lambda: execute(self, spec, task_id, token=token), "run", "run_async", interruptible=False
         )
-
-    # ------------------------------------------------------------------ time travel
-    def history(self, task_id: str) -> list[HistoryEntry]:
-        """Every event with its seq, time, type, a one-line summary, and the step it fell in."""
-        return history_of(self.log.events(task_id))
-
-    def state_at(self, task_id: str, seq: int) -> TaskState:
-        """The state right after event ``seq``."""
-        return self.log.state_at(task_id, seq)
-
-    def state_before(self, task_id: str, step: int | str) -> TaskState:
-        """The state just before step ``step`` (1-based, in the order the task ran them, or a name)."""
-        start, _ = step_bounds(self.log.events(task_id), step)
-        return self.log.state_at(task_id, start - 1)
-
-    def state_after(self, task_id: str, step: int | str) -> TaskState:
-        """The state right after step ``step`` ended (completed or failed)."""
-        _, end = step_bounds(self.log.events(task_id), step)
-        if end is None:
-            raise InvalidInputError(f"step {step!r} of task {task_id!r} has not ended")
-        return self.log.state_at(task_id, end)
-
-    def diff(self, task_id: str, a: int, b: int, *, other: str | None = None) -> StateDiff:
-        """An RFC 6902 patch from the state after event ``a`` to the state after ``b`` —
-        of ``other`` when given (a fork against its parent, say)."""
-        second = other or task_id
-        return diff_states(
-            self.log.state_at(task_id, a),
-            self.log.state_at(second, b),
-            a_label=f"{task_id}@{a}",
-            b_label=f"{second}@{b}",
-        )
-
-    def fork(
-        self, task_id: str, *, at: int, inputs: dict[str, Any] | None = None, new_id: str | None = None
-    ) -> TaskHandle:
-        """A new task whose history is ``task_id``'s up to event ``at`` (by reference), pending.
-
-        Resuming it runs the task's code from that point; the parent is untouched.
-        ``inputs`` replaces the task's inputs for the fork (to try it another way).
-        """
-        check_int(at, "at", low=1)
-        if new_id is not None:
-            check_task_id(new_id, "new_id")
-        row = self.log.task_row(task_id, "forked")  # a task, not one of tether's own streams
-        if inputs is not None:
-            self._task_spec(row.type)  # the code must be known to rerun it
-            inputs = as_json(inputs)
-        at_state = self.log.state_at(task_id, at)  # also checks ``at``
-        new_id = new_id or uuid.uuid4().hex
-        if self.store.get_task(self.tenant, new_id) is not None:
-            raise ConflictError(new_id, expected=0, actual=None)
-        session = self._branch_conversation(at_state, f"{at_state.session_id}@{new_id}")
-        try:
-            forked = self.log.fork(task_id, at, new_id=new_id, inputs=inputs, session_id=session, at_state=at_state)
-            return TaskHandle.of(forked)
-        except BaseException:
-            self._drop_branch(session)
-            raise
-
-    def _branch_conversation(self, at_state: TaskState, new_session_id: str) -> str | None:
-        if at_state.session_id is None:
-            return None
-        if self.store.get_task(self.tenant, _session_stream(new_session_id)) is not None:
-            raise ConflictError(_session_stream(new_session_id), expected=0, actual=None)
-        return fork_conversation(self.log, at_state, new_session_id)
-
-    def _drop_branch(self, session: str | None) -> None:
-        """Undo a conversation branch made for a fork that could not be made: a refusal writes nothing."""
-        if session is not None:
-            self.store.delete_task(self.tenant, _session_stream(session))
-
-    def rewind(self, task_id: str, *, to: int) -> TaskHandle:
-        """Go back to event ``to`` and try again: ``task_id`` becomes a fork of itself at ``to``.
-
-        The abandoned branch stays listable as ``{task_id}~N`` (its state says which task
-        took its place). A task that a live worker holds is refused with ``TaskBusyError``.
-        """
-        check_int(to, "to", low=1)
-        self.log.task_row(task_id, "rewound")
-        token = acquire(self.store, self.tenant, task_id, self.worker_id, self.lease_ttl)
-        try:
-            n = 1
-            while self.store.get_task(self.tenant, f"{task_id}~{n}") is not None:
-                n += 1
-            archive = f"{task_id}~{n}"
-            at_state = self.log.state_at(task_id, to)  # also checks ``to``
-            session = self._branch_conversation(at_state, f"{at_state.session_id}@{task_id}.{n}")
-            self.store.release_lease(self.tenant, task_id, token)
-            try:
-                return TaskHandle.of(self.log.rewind(task_id, to, archive_id=archive, session_id=session))
-            except BaseException:
-                self._drop_branch(session)
-                raise
-        except BaseException:
-            self.store.release_lease(self.tenant, task_id, token)
-            raise
-
-    def replay(self, task_id: str, upto: int | None = None) -> ReplayReport:
-        """Run the task's current code against its recorded log, executing no tool and writing
-        nothing; report the first divergence, or that it replays cleanly. Run it before you
-        deploy changed agent code."""
-        if upto is not None:
-            check_int(upto, "upto", low=1)
-        spec = self._spec_of(task_id)
-        return drive_task(spec, lambda: replay(self, spec, task_id, upto), "replay", "replay")
-
-    def check(self, *, finished: int = 0, limit: int = 100_000) -> CheckReport:
-        """Replay every task that has not finished (and the ``finished`` most recent finished ones)
-        against the code as it is now, running and writing nothing: what a deploy would break.
-
-        Run it in CI before you deploy changed task code (``tether check --app module:app``).
-        """
-        if type(finished) is not int or finished < 0:
-            raise InvalidInputError(f"finished must be an int >= 0, got {finished!r}")
-        open_statuses = [s for s in Status if s not in TERMINAL]
-        rows = self.log.list(status=open_statuses, limit=limit)
-        if finished:
-            rows += self.log.list(status=list(TERMINAL), limit=finished)
-        reports: list[ReplayReport] = []
-        unknown: list[str] = []
-        for row in rows:
-            try:
-                spec = self._task_spec(row.type)
-            except TaskDefinitionError:
-                unknown.append(row.task_id)
-                continue
-            reports.append(drive_task(spec, partial(replay, self, spec, row.task_id, None), "check", "check"))
-        return CheckReport(reports=reports, unknown=unknown)
 
     def _spec_of(self, task_id: str) -> TaskSpec:
         return self._task_spec(self.log.load(task_id).type)
