@@ -279,11 +279,13 @@ class TaskLog:
         inputs: dict[str, Any] | None = None,
         session_id: str | None = None,
         at_state: TaskState | None = None,
+        actor: str | None = None,
     ) -> TaskState:
         """A new task sharing ``task_id``'s events up to ``at`` — by reference, O(1) — then its own.
 
         ``session_id``: the fork's own conversation (a branch of its parent's), when it has one.
         ``at_state``: the parent's state at ``at``, when the caller has it already.
+        ``actor``: who forked it, recorded in the fork's first event.
         """
         check_int(at, "at", low=1)
         parent = self.task_row(task_id, "forked")
@@ -291,7 +293,7 @@ class TaskLog:
             raise SequenceError(task_id, at, parent.version)
         new_id = uuid.uuid4().hex if new_id is None else check_task_id(new_id, "new_id")
         row, first = self._fork_records(
-            new_id, task_id, at, parent.type, parent.user_id, session_id or parent.session_id, inputs, session_id
+            new_id, task_id, at, parent.type, parent.user_id, session_id or parent.session_id, inputs, session_id, actor
         )
         # Fold the fork's first event onto the parent's state before writing it: a fork that could
         # not be read back is refused with nothing written. That fold is the fork's state.
@@ -356,27 +358,42 @@ class TaskLog:
         session_id: str | None,
         inputs: dict[str, Any] | None = None,
         own_session: str | None = None,
+        actor: str | None = None,
     ) -> tuple[TaskRow, EventRow]:
         """The index row and first event of a fork of ``parent_id`` at ``at``."""
         now = time.time()
-        event = TaskForked(task_id=new_id, parent_task_id=parent_id, at=at, inputs=inputs, session_id=own_session)
+        event = TaskForked(
+            task_id=new_id, parent_task_id=parent_id, at=at, inputs=inputs, session_id=own_session, actor=actor
+        )
         row = self._index_row(new_id, type, user_id, session_id, now, version=at + 1, parent=(parent_id, at))
         return row, EventRow(at + 1, event.event_type, event.version, now, self.encode(event))
 
     @_per_task
-    def rewind(self, task_id: str, to: int, *, archive_id: str, session_id: str | None = None) -> TaskState:
+    def rewind(
+        self, task_id: str, to: int, *, archive_id: str, session_id: str | None = None, actor: str | None = None
+    ) -> TaskState:
         """Set the task's branch aside as ``archive_id`` and put a fork of it at ``to`` in its place.
 
         ``session_id``: the rewound task's own branch of its conversation, when it has one.
+        ``actor``: who rewound it, recorded in both branches (the set-aside one's last event, the
+        new one's first).
         """
         self.task_row(task_id, "rewound")
         current = self.load(task_id)
         if not isinstance(to, int) or isinstance(to, bool) or not 1 <= to <= current.version:
             raise SequenceError(task_id, to if isinstance(to, int) else -1, current.version)
         now = time.time()
-        archived = TaskArchived(task_id=archive_id, successor=task_id)
+        archived = TaskArchived(task_id=archive_id, successor=task_id, actor=actor)
         row, forked = self._fork_records(
-            task_id, archive_id, to, current.type, current.user_id, session_id or current.session_id, None, session_id
+            task_id,
+            archive_id,
+            to,
+            current.type,
+            current.user_id,
+            session_id or current.session_id,
+            None,
+            session_id,
+            actor,
         )
         self.store.rewind(
             self.tenant,

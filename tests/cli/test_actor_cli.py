@@ -35,6 +35,12 @@ def test_send_cancel_and_retry_record_who_did_them(tmp_path: Path) -> None:
     lines = cli(tmp_path, "history", "m1", "--db", "agent.db").stdout
     assert "received 'approve' = true by ci-user" in lines and "retried by ops after ValueError" in lines
     assert "cancellation requested by dora: not needed" in cli(tmp_path, "history", "m2", "--db", "agent.db").stdout
+    forked = cli(tmp_path, "fork", "m2", "--at", "2", "--id", "m3", "--db", "agent.db", "--actor", "eve")
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    assert "forked from m2 at event 2 by eve" in cli(tmp_path, "history", "m3", "--db", "agent.db").stdout
+    rewound = cli(tmp_path, "rewind", "m3", "--to", "2", "--app", "agent:app")  # as the OS user
+    assert rewound.returncode == 0, rewound.stdout + rewound.stderr
+    assert "set aside by a rewind by ci-user" in cli(tmp_path, "history", "m3~1", "--db", "agent.db").stdout
     app = tether.App(f"sqlite:///{tmp_path / 'agent.db'}")
     actors = {h.type: getattr(h.event, "actor", None) for h in app.history("m1")}
     assert actors["InputReceived"] == "ci-user" and actors["RetryRequested"] == "ops"

@@ -96,8 +96,25 @@ def test_a_bad_actor_is_refused_by_name_and_nothing_is_written(app: tether.App, 
         lambda: app.cancel(waiting, actor=actor),
         lambda: app.request_retry(failed, actor=actor),
         lambda: app.retry(failed, actor=actor),
+        lambda: app.fork(waiting, at=1, actor=actor),
+        lambda: app.rewind(waiting, to=1, actor=actor),
     ]
     for attempt in attempts:
         with pytest.raises(tether.InvalidInputError, match=f"^actor .*{says}"):
             attempt()
     assert {t: app.state(t).version for t in (waiting, failed)} == before
+    assert {r.task_id for r in app.log.list()} == {waiting, failed}  # no fork, no set-aside branch
+
+
+def test_fork_and_rewind_record_their_actor_in_the_new_branches(app: tether.App) -> None:
+    waiting = app.run("approve", task_id="w").task_id
+    fork = app.fork(waiting, at=2, new_id="w-fork", actor="ada")
+    first = _last(app, fork.task_id, "TaskForked")
+    assert first.event.actor == "ada" and first.summary == "forked from w at event 2 by ada"  # type: ignore[attr-defined]
+    app.rewind(waiting, to=2, actor="grace")
+    new_start = _last(app, waiting, "TaskForked")
+    assert new_start.event.actor == "grace" and new_start.summary.endswith(" by grace")  # type: ignore[attr-defined]
+    set_aside = _last(app, "w~1", "TaskArchived")
+    assert set_aside.event.actor == "grace"  # type: ignore[attr-defined]
+    assert set_aside.summary == "set aside by a rewind by grace; w took its place"
+    assert _last(app, app.fork(waiting, at=2).task_id, "TaskForked").event.actor is None  # type: ignore[attr-defined]

@@ -26,6 +26,10 @@ def test_each_write_records_the_name_of_the_key_that_made_it(served: Served) -> 
     assert answered.status_code == 200, answered.text
     assert served.post(f"/v1/tasks/{served.waiting}/cancel", json={"reason": "too dear"}).status_code == 202
     assert served.client.post(f"/v1/tasks/{served.failed}/retry", headers=as_bob).status_code == 202
+    forked = served.client.post(f"/v1/tasks/{served.waiting}/fork", headers=as_bob, json={"at": 2})
+    assert forked.status_code == 201, forked.text
+    fork = _entry(served, forked.json()["state"]["task_id"], "TaskForked")
+    assert fork["actor"] == "bob" and fork["summary"].endswith(" by bob")
 
     answer = _entry(served, served.waiting, "InputReceived")
     assert answer["actor"] == "bob" and answer["data"]["actor"] == "bob" and answer["summary"].endswith(" by bob")

@@ -10,7 +10,17 @@ import orjson
 from rich.markup import escape
 
 import tether
-from tether.cli._base import _load_app, _open, _tid, app_option, db_option, errors_as_messages, json_option, main
+from tether.cli._base import (
+    _load_app,
+    _open,
+    _tid,
+    actor_option,
+    app_option,
+    db_option,
+    errors_as_messages,
+    json_option,
+    main,
+)
 from tether.cli._render import _console, _emit_json, _handle, _print_state_summary, _short, _state_json
 
 
@@ -105,10 +115,13 @@ def diff(task_id: str, a: str, b: str, other: str | None, db: str | None, as_jso
 @click.option("--at", "seq", type=int, required=True, help="the last event the fork shares")
 @click.option("--id", "new_id", default=None, help="the fork's task id (default: a new one)")
 @click.option("--inputs", default=None, help="new inputs for the fork, as a JSON object")
+@actor_option
 @db_option
 @json_option
 @errors_as_messages
-def fork(task_id: str, seq: int, new_id: str | None, inputs: str | None, db: str | None, as_json: bool) -> None:
+def fork(
+    task_id: str, seq: int, new_id: str | None, inputs: str | None, actor: str | None, db: str | None, as_json: bool
+) -> None:
     """A new task sharing TASK's history up to SEQ (by reference); resume it to run from there."""
     parsed = None
     if inputs is not None:
@@ -120,7 +133,7 @@ def fork(task_id: str, seq: int, new_id: str | None, inputs: str | None, db: str
             raise click.BadParameter("must be a JSON object", param_hint="--inputs")
     app = _open(db, write=True)
     task_id = _tid(app, task_id)
-    handle = app.fork(task_id, at=seq, new_id=new_id, inputs=parsed)
+    handle = app.fork(task_id, at=seq, new_id=new_id, inputs=parsed, actor=actor)
     if as_json:
         _emit_json({"task_id": handle.task_id, "parent": task_id, "at": seq, "status": handle.status.value})
         return
@@ -199,10 +212,11 @@ def check(finished: int, app_spec: str, as_json: bool) -> None:
 @main.command()
 @click.argument("task_id")
 @click.option("--to", "seq", type=int, required=True, help="the last event to keep")
+@actor_option
 @app_option
 @json_option
 @errors_as_messages
-def rewind(task_id: str, seq: int, app_spec: str, as_json: bool) -> None:
+def rewind(task_id: str, seq: int, actor: str | None, app_spec: str, as_json: bool) -> None:
     """Go back to event SEQ and try again; the abandoned branch stays listable as TASK~N."""
     app = _load_app(app_spec)
-    _handle(_console(), app.rewind(_tid(app, task_id), to=seq), as_json)
+    _handle(_console(), app.rewind(_tid(app, task_id), to=seq, actor=actor), as_json)

@@ -8,7 +8,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from tether._keys import as_json
-from tether._validate import check_int, check_task_id
+from tether._validate import check_int, check_optional_id, check_task_id
 from tether.conversation import stream_id as _session_stream
 from tether.errors import ConflictError, InvalidInputError, TaskDefinitionError
 from tether.machine import TERMINAL, Status
@@ -73,14 +73,22 @@ class TimeTravel:
         )
 
     def fork(
-        self, task_id: str, *, at: int, inputs: dict[str, Any] | None = None, new_id: str | None = None
+        self,
+        task_id: str,
+        *,
+        at: int,
+        inputs: dict[str, Any] | None = None,
+        new_id: str | None = None,
+        actor: str | None = None,
     ) -> TaskHandle:
         """A new task whose history is ``task_id``'s up to event ``at`` (by reference), pending.
 
         Resuming it runs the task's code from that point; the parent is untouched.
-        ``inputs`` replaces the task's inputs for the fork (to try it another way).
+        ``inputs`` replaces the task's inputs for the fork (to try it another way). ``actor``
+        (who forked it: a user, an API key's name) is recorded in the fork's first event.
         """
         check_int(at, "at", low=1)
+        check_optional_id(actor, "actor")
         if new_id is not None:
             check_task_id(new_id, "new_id")
         row = self.log.task_row(task_id, "forked")  # a task, not one of tether's own streams
@@ -93,7 +101,9 @@ class TimeTravel:
             raise ConflictError(new_id, expected=0, actual=None)
         session = self._branch_conversation(at_state, f"{at_state.session_id}@{new_id}")
         try:
-            forked = self.log.fork(task_id, at, new_id=new_id, inputs=inputs, session_id=session, at_state=at_state)
+            forked = self.log.fork(
+                task_id, at, new_id=new_id, inputs=inputs, session_id=session, at_state=at_state, actor=actor
+            )
             return TaskHandle.of(forked)
         except BaseException:
             self._drop_branch(session)
@@ -111,13 +121,15 @@ class TimeTravel:
         if session is not None:
             self.store.delete_task(self.tenant, _session_stream(session))
 
-    def rewind(self, task_id: str, *, to: int) -> TaskHandle:
+    def rewind(self, task_id: str, *, to: int, actor: str | None = None) -> TaskHandle:
         """Go back to event ``to`` and try again: ``task_id`` becomes a fork of itself at ``to``.
 
         The abandoned branch stays listable as ``{task_id}~N`` (its state says which task
         took its place). A task that a live worker holds is refused with ``TaskBusyError``.
+        ``actor`` (who rewound it) is recorded in both branches.
         """
         check_int(to, "to", low=1)
+        check_optional_id(actor, "actor")
         self.log.task_row(task_id, "rewound")
         token = acquire(self.store, self.tenant, task_id, self.worker_id, self.lease_ttl)
         try:
@@ -129,7 +141,8 @@ class TimeTravel:
             session = self._branch_conversation(at_state, f"{at_state.session_id}@{task_id}.{n}")
             self.store.release_lease(self.tenant, task_id, token)
             try:
-                return TaskHandle.of(self.log.rewind(task_id, to, archive_id=archive, session_id=session))
+                rewound = self.log.rewind(task_id, to, archive_id=archive, session_id=session, actor=actor)
+                return TaskHandle.of(rewound)
             except BaseException:
                 self._drop_branch(session)
                 raise

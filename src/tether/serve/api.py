@@ -241,7 +241,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         """A new pending task sharing this task's history up to ``at``; a worker runs it from there."""
         app = app_for(who)
         row_of(app, task_id)
-        handle = app.fork(task_id, at=body.at, inputs=body.inputs, new_id=body.new_id)
+        handle = app.fork(task_id, at=body.at, inputs=body.inputs, new_id=body.new_id, actor=who.name)
         _audit.info("%s/%s forked %s at %d as %s", who.tenant, who.name, task_id, body.at, handle.task_id)
         bump()
         return task_json(app, row_of(app, handle.task_id), handle.state)
@@ -251,7 +251,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         """Go back to event ``to``: the task becomes a fork of itself there; the old branch stays as ``TASK~N``."""
         app = app_for(who)
         row_of(app, task_id)
-        handle = app.rewind(task_id, to=body.to)
+        handle = app.rewind(task_id, to=body.to, actor=who.name)
         _audit.info("%s/%s rewound %s to %d", who.tenant, who.name, task_id, body.to)
         bump()
         return task_json(app, row_of(app, task_id), handle.state)
