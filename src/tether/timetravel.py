@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import jsonpatch
 import orjson
@@ -47,7 +47,16 @@ from tether.events import (
 )
 from tether.model import TaskState
 
-__all__ = ["HistoryEntry", "ReplayReport", "StateDiff", "describe", "diff_states", "history_of", "step_bounds"]
+__all__ = [
+    "HistoryEntry",
+    "ReplayReport",
+    "StateDiff",
+    "describe",
+    "diff_states",
+    "history_of",
+    "step_bounds",
+    "step_ref",
+]
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -239,3 +248,14 @@ class ReplayReport:
         if self.clean:
             return f"{self.task_id}: replays cleanly ({self.replayed} of {self.recorded} events; {self.outcome})"
         return f"{self.task_id}: diverges — {self.outcome}"
+
+
+@overload
+def step_ref(text: str) -> int | str: ...
+@overload
+def step_ref(text: None) -> None: ...
+def step_ref(text: str | None) -> int | str | None:
+    """A step as people type it: its 1-based number (all digits) or its name."""
+    if text is None:
+        return None
+    return int(text) if text.isdigit() else text

@@ -65,6 +65,11 @@ def test_history_marks_step_boundaries(app: tether.App) -> None:
     assert app.state_before("t", "book").version == app.state_after("t", "pick").version
     with pytest.raises(tether.InvalidInputError, match="no step"):
         app.state_before("t", 7)
+    # app.state takes the same points by keyword: one of them at most.
+    assert app.state("t", before_step=2) == before and app.state("t", after_step="pick") == after
+    assert app.state("t", at=3) == app.state_at("t", 3) and app.state("t") == app.state_at("t", app.state("t").version)
+    with pytest.raises(tether.InvalidInputError, match="at most one of at, before_step and after_step"):
+        app.state("t", at=3, after_step=2)
 
 
 def test_diff_is_an_rfc6902_patch_between_any_two_states(app: tether.App) -> None:

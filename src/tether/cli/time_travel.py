@@ -22,6 +22,7 @@ from tether.cli._base import (
     main,
 )
 from tether.cli._render import _console, _emit_json, _handle, _print_state_summary, _short, _state_json
+from tether.timetravel import step_bounds, step_ref
 
 
 @main.command()
@@ -47,14 +48,7 @@ def state(
         raise click.UsageError("use one of --at, --before-step, --after-step")
     app = _open(db)
     task_id = _tid(app, task_id)
-    if seq is not None:
-        value = app.state_at(task_id, seq)
-    elif before_step is not None:
-        value = app.state_before(task_id, _step(before_step))
-    elif after_step is not None:
-        value = app.state_after(task_id, _step(after_step))
-    else:
-        value = app.state(task_id)
+    value = app.state(task_id, at=seq, before_step=step_ref(before_step), after_step=step_ref(after_step))
     if as_json:
         _emit_json(_state_json(value))
         return
@@ -64,19 +58,14 @@ def state(
     _print_state_summary(_console(), value)
 
 
-def _step(text: str) -> int | str:
-    return int(text) if text.isdigit() else text
-
-
 def _point(app: tether.App, task_id: str, text: str) -> int:
     """An event seq from a seq, a step name (right after it ended) or ``before:NAME``."""
-    from tether.timetravel import step_bounds
 
     if text.isdigit():
         return int(text)
     before = text.startswith("before:")
     name = text.removeprefix("before:")
-    start, end = step_bounds(app.log.events(task_id), _step(name))
+    start, end = step_bounds(app.log.events(task_id), step_ref(name))
     if before:
         return max(start - 1, 1)
     if end is None:

@@ -398,7 +398,24 @@ class App(TimeTravel):
         """Where a task stands now."""
         return TaskHandle.of(self.log.load(task_id))
 
-    def state(self, task_id: str) -> TaskState:
+    def state(
+        self,
+        task_id: str,
+        *,
+        at: int | None = None,
+        before_step: int | str | None = None,
+        after_step: int | str | None = None,
+    ) -> TaskState:
+        """The task's state now — or right after event ``at``, or just before or right after a step
+        (its 1-based number in the order the task ran them, or its name): at most one of the three."""
+        if sum(x is not None for x in (at, before_step, after_step)) > 1:
+            raise InvalidInputError("give at most one of at, before_step and after_step")
+        if at is not None:
+            return self.state_at(task_id, at)
+        if before_step is not None:
+            return self.state_before(task_id, before_step)
+        if after_step is not None:
+            return self.state_after(task_id, after_step)
         return self.log.load(task_id)
 
     def resolve_call(self, task_id: str, n: int, result: Any) -> TaskState:

@@ -20,13 +20,13 @@ from pydantic import BaseModel, Field
 
 from tether._validate import check_id
 from tether.conversation.session import stream_id as session_stream
-from tether.errors import InvalidInputError, TaskNotFoundError, TetherError
+from tether.errors import TaskNotFoundError, TetherError
 from tether.machine import Status
 from tether.runtime.app import App
 from tether.serve._json import TERMINAL, entry_json, jsonable, state_json, summary_json, task_json
 from tether.serve.auth import Principal
 from tether.store import TaskFilter, TaskRow
-from tether.timetravel import HistoryEntry
+from tether.timetravel import HistoryEntry, step_ref
 
 __all__ = ["ErrorBody", "NotRunnableError", "build_router"]
 
@@ -176,17 +176,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         """The state now, right after event ``at``, or just before / right after a step (number or name)."""
         app = app_for(who)
         row_of(app, task_id)
-        given = [x for x in (at, before_step, after_step) if x is not None]
-        if len(given) > 1:
-            raise InvalidInputError("give at most one of at, before_step and after_step")
-        if at is not None:
-            state = app.state_at(task_id, at)
-        elif before_step is not None:
-            state = app.state_before(task_id, _step(before_step))
-        elif after_step is not None:
-            state = app.state_after(task_id, _step(after_step))
-        else:
-            state = app.state(task_id)
+        state = app.state(task_id, at=at, before_step=step_ref(before_step), after_step=step_ref(after_step))
         return state_json(state)
 
     @router.get("/tasks/{task_id}/diff", tags=["time travel"])
@@ -407,10 +397,6 @@ _RECHECK = 3.0
 change signal can fall between two waits (a notification that lands while the feed thread is
 handing out the previous one), not the way changes are found."""
 _KEEPALIVE = 15.0
-
-
-def _step(text: str) -> int | str:
-    return int(text) if text.isdigit() else text
 
 
 def _sse(event: str, data: Any) -> bytes:
