@@ -272,3 +272,19 @@ def test_compaction_inside_a_task_happens_once_and_replays_without_the_summarize
     assert summarized == [7]  # replayed: the summarizer is not asked again
     assert [s.text for s in app.session("t").summaries()] == ["7 messages"]
     assert app.replay("t").clean and summarized == [7]
+
+
+def test_the_task_conversation_kept_past_its_run_says_where_to_read_it(store_url: str) -> None:
+    app = tether.App(store_url)
+    kept: list[Any] = []
+
+    @app.task
+    def chat(ctx: tether.TaskContext) -> int:
+        kept.append(ctx.session)
+        ctx.session.add("user", "hi")
+        return len(ctx.session.messages())
+
+    assert app.run(chat, task_id="k").output == 1
+    with pytest.raises(tether.TetherError, match=r"used after its run ended.*app.session\('k'\)"):
+        kept[0].messages()
+    assert [m.content for m in app.session("k").messages()] == ["hi"]

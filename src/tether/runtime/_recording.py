@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -252,7 +253,10 @@ class _GroupCommit:
     __slots__ = ("_batch", "_ctx")
 
     def __init__(self, ctx: _Recording) -> None:
-        self._ctx = ctx
+        # A proxy: the context owns its writer, and a strong reference back would make every
+        # finished context (with the whole record it walked) garbage only the cycle collector
+        # can free, late, and at a cost that grows with the heap.
+        self._ctx = weakref.proxy(ctx)
         self._batch: list[tuple[list[Event], asyncio.Future[None] | None]] = []
 
     def append(self, events: list[Event]) -> None:

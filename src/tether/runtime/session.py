@@ -26,6 +26,7 @@ parent's conversation is untouched.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,7 @@ from tether.conversation import (
     withdraws,
     write_view_snapshot,
 )
-from tether.errors import ConflictError, InvalidInputError, NonDeterminismError, TaskNotFoundError
+from tether.errors import ConflictError, InvalidInputError, NonDeterminismError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, SessionRead, SessionWritten
 from tether.runtime._replay import describe
 
@@ -83,7 +84,10 @@ class TaskSession:
     """
 
     def __init__(self, ctx: _Recording, session_id: str) -> None:
-        self._ctx = ctx
+        # Weakly: the context owns this object, and a reference back would keep every finished
+        # context (with the record it walked) alive until the cycle collector found it.
+        self._owner = weakref.ref(ctx)
+        self._task_id = ctx.task_id
         self.id = session_id
         self._log: TaskLog = ctx._app.log
         self._stream = Stream(self._log, stream_id(session_id), SESSION_TYPE)
@@ -91,6 +95,16 @@ class TaskSession:
         self._view = SessionView(session_id=session_id)
         self._shown: dict[int, Message] = {}  # every message still in the session, by seq
         self._checked_origin = False
+
+    @property
+    def _ctx(self) -> _Recording:
+        ctx = self._owner()
+        if ctx is None:
+            raise TetherError(
+                f"ctx.session of task {self._task_id!r} was used after its run ended; outside a task, "
+                f"read the conversation with app.session({self.id!r})"
+            )
+        return ctx
 
     # ------------------------------------------------------------------ reading
     def messages(self) -> list[Message]:
