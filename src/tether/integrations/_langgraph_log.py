@@ -381,9 +381,6 @@ class ThreadView:
         newest = self._newest.get(ns)
         return self.checkpoints[(ns, newest)] if newest is not None else None
 
-    def has_value(self, blob: Blob) -> bool:
-        return blob.kind != "e"
-
     def value(self, serde: Serde, blob: Blob) -> Any:
         """A fresh copy of a stored value (a list is a new list; its items are shared, decoded once)."""
         if blob.kind == "f":

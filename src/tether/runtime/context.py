@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
@@ -373,14 +373,10 @@ class AsyncTaskContext(_Context):
         return self._run_call(self._issue(fn, args, kwargs), compensate)
 
     async def _run_call(self, issued: _Issued, compensate: Callable[..., Any] | None = None) -> Any:
-        record = issued.record  # _turn, inlined: this is every async call's path
-        if record is not None and record.status in ("completed", "failed"):
-            await self._gate.wait(issued.n)
-        else:
-            await next_turn()
+        await self._turn(issued)
         return await drive_async(self._call_flow(issued, compensate))
 
-    async def _turn(self, issued: _Issued) -> None:
+    def _turn(self, issued: _Issued) -> Awaitable[None]:
         """Let the other branches run before this call does, live and on replay alike.
 
         Live, every call yields to the event loop once before it runs, so parallel branches
@@ -390,9 +386,8 @@ class AsyncTaskContext(_Context):
         """
         record = issued.record
         if record is not None and record.status in ("completed", "failed"):
-            await self._gate.wait(issued.n)
-        else:
-            await next_turn()
+            return self._gate.wait(issued.n)
+        return next_turn()  # an awaitable, not a coroutine of our own: this is every async call's path
 
     async def map(
         self, fn: Callable[..., Any], items: Iterable[Any], *, max_concurrency: int | None = None
