@@ -160,8 +160,13 @@ def _normalise(value: Any) -> Any:
     return value
 
 
+_FLAT = frozenset({str, int, bool, type(None)})  # values _normalise leaves as they are
+
+
 def canonical_json(value: Any) -> bytes:
     """Canonical JSON bytes of a JSON-compatible value."""
+    if type(value) is dict and all(type(v) in _FLAT for v in value.values()):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)  # the common case: nothing to normalise
     return orjson.dumps(_normalise(value), option=orjson.OPT_SORT_KEYS)
 
 
