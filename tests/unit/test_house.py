@@ -242,7 +242,9 @@ def test_the_checks_catch_what_they_are_for() -> None:
     assert private_reaches("runtime/run.py", reach) == ["runtime/run.py:2: ctx._append"]
     chained = ast.parse("class A:\n    def f(self):\n        return self._app._tool_spec\n")
     assert private_reaches("runtime/calls.py", chained) == ["runtime/calls.py:3: self._app._tool_spec"]
-    fine = ast.parse("class A:\n    def f(self, p):\n        A._x\n        super()._y\n        return p._replace(a=1), self._z\n")
+    fine = ast.parse(
+        "class A:\n    def f(self, p):\n        A._x\n        super()._y\n        return p._replace(a=1), self._z\n"
+    )
     assert private_reaches("x.py", fine) == []
     crossing = ast.parse("from tether.cli._render import _console\nfrom tether.runtime._flow import _tuple_new\n")
     assert private_imports("runtime/calls.py", crossing) == [

@@ -15,15 +15,6 @@ from pydantic import BaseModel, ValidationError
 from tether._conflicts import retry_on_conflict
 from tether._keys import as_json
 from tether._validate import check_id, check_int, check_optional_id, check_positive, check_task_id
-from tether.conversation import (
-    Session,
-    SessionInfo,
-    Summarizer,
-    TokenCounter,
-    delete_session,
-    list_sessions,
-    open_session,
-)
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -42,6 +33,7 @@ from tether.events import (
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
 from tether.model import TaskState
+from tether.runtime._conversations import Conversations
 from tether.runtime._flow import drive_async
 from tether.runtime._time_travel import TimeTravel
 from tether.runtime.handles import (
@@ -59,7 +51,6 @@ from tether.runtime.retry import Retry
 from tether.runtime.run import drive_task, execute, retry_event
 from tether.runtime.specs import Registry, ReplayCheck, TaskSpec, ToolSpec, guarded
 from tether.store import DEFAULT_URL, Store
-from tether.userstate import UserState
 
 __all__ = ["App", "CheckReport", "PendingInput", "TaskHandle", "TaskSummary", "check_against_schema", "failure_summary"]
 
@@ -68,7 +59,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App(TimeTravel):
+class App(TimeTravel, Conversations):
     """Registers tasks and tools, and runs tasks durably against one store.
 
     Args:
@@ -403,47 +394,6 @@ class App(TimeTravel):
         attempt = call.attempts[-1].number if call.attempts else 1
         self.log.append(task_id, [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)], state.version)
         return self.log.load(task_id)
-
-    # ------------------------------------------------------------------ conversations and users
-    def session(
-        self,
-        session_id: str | None = None,
-        *,
-        user_id: str | None = None,
-        counter: TokenCounter | None = None,
-        summarizer: Summarizer | None = None,
-        compact_when_tokens_over: int | None = None,
-    ) -> Session:
-        """Open a session (one conversation), creating it if it does not exist.
-
-        With ``summarizer`` and ``compact_when_tokens_over``, adding a message compacts the session
-        when the turns after its newest summary weigh more than that many tokens.
-        """
-        check_optional_id(session_id, "session_id")
-        check_optional_id(user_id, "user_id")
-        return open_session(
-            self.log,
-            session_id,
-            user_id=user_id,
-            counter=counter,
-            summarizer=summarizer,
-            compact_when_tokens_over=compact_when_tokens_over,
-        )
-
-    def sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[SessionInfo]:
-        """Sessions of this tenant (of one user, if given), newest first."""
-        return list_sessions(self.log, user_id=user_id, limit=limit, offset=offset)
-
-    def delete_session(self, session_id: str, *, cascade: bool = False) -> int:
-        """Delete a session and its messages. Tasks linked to it are deleted with ``cascade=True``;
-        without it, a session with tasks is refused, naming how many it would leave orphaned."""
-        check_id(session_id, "session_id")
-        return delete_session(self.log, session_id, cascade=cascade)
-
-    def user(self, user_id: str, *, schema: type[BaseModel] | None = None) -> UserState:
-        """A user's versioned document (preferences, profile), validated by ``schema`` if given."""
-        check_id(user_id, "user_id")
-        return UserState(self.log, user_id, schema)
 
     # ------------------------------------------------------------------ people and control
     def send_input(self, task_id: str, key: str, value: Any, *, actor: str | None = None) -> TaskHandle:
