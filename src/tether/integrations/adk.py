@@ -63,12 +63,13 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.integrations.adk needs Google ADK: pip install 'tether[adk]'") from exc
 
-from tether._streams import Stream
+from tether._conflicts import retry_on_conflict
+from tether._streams import Stream, append_together
 from tether.conversation import SESSION_TYPE, MessageAdded, stream_id, to_event
 from tether.errors import ConflictError, TaskNotFoundError
 from tether.integrations._gc import no_cycle_collection
 from tether.log import checksum
-from tether.store import SnapshotRow, TaskFilter, TaskRow
+from tether.store import SnapshotRow, StreamAppend, TaskFilter, TaskRow
 from tether.userstate import USER_TYPE
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ _PREFIX = "adk:"  # tether session ids of ADK sessions: adk:{app}:{user}:{sessio
 _SNAPSHOT_SCHEMA = 1001  # the session-state snapshots' schema (tether's own session views use others)
 _SNAPSHOT_EVERY = 64  # events folded on a read before it caches the state again
 _LIST_LIMIT = 10_000_000
+_SHARED_TRIES = 20  # an append whose app:/user: document another writer keeps changing: tries before giving up
 _STATES_CACHED = 200_000  # sessions whose own state a service keeps decoded-on-demand for list_sessions
 
 
@@ -205,11 +207,26 @@ class TetherSessionService(BaseSessionService):
         merged.update({State.USER_PREFIX + k: v for k, v in self._user_state(app_name, user_id).get().items()})
         return merged
 
-    def _share(self, app_name: str, user_id: str, app_delta: dict[str, Any], user_delta: dict[str, Any]) -> None:
+    def _shared_changes(
+        self, app_name: str, user_id: str, app_delta: dict[str, Any], user_delta: dict[str, Any]
+    ) -> list[StreamAppend]:
+        """What the deltas change in the app's and the user's documents, as parts of one append."""
+        changes = []
         if app_delta:
-            self._app_state(app_name).update(lambda doc: {**doc, **app_delta})
+            changes.append(self._app_state(app_name).change(lambda doc: {**doc, **app_delta}))
         if user_delta:
-            self._user_state(app_name, user_id).update(lambda doc: {**doc, **user_delta})
+            changes.append(self._user_state(app_name, user_id).change(lambda doc: {**doc, **user_delta}))
+        return [c for c in changes if c is not None]
+
+    def _share(self, app_name: str, user_id: str, app_delta: dict[str, Any], user_delta: dict[str, Any]) -> None:
+        """A new session's shared keys: both documents' changes in one transaction, retried on a conflict."""
+
+        def write() -> None:
+            changes = self._shared_changes(app_name, user_id, app_delta, user_delta)
+            if changes:
+                append_together(self._log, changes)
+
+        retry_on_conflict(write, stream=f"user:adk-app:{quote(app_name, safe='')}", tries=_SHARED_TRIES)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         state: dict[str, Any] = self._user_state(app_name, user_id).get()
@@ -433,17 +450,22 @@ class TetherSessionService(BaseSessionService):
         expected = int(marker) if marker is not None else current
         if expected != current:
             raise stale  # before anything is written
-        # Shared state first, then the event: a process that dies between the two leaves the delta
-        # applied and the event unwritten, so the agent's retry makes the event again and sets the same
-        # keys (the other way round, the session would show an event whose shared state never landed).
-        # Two commits because the Store has no transaction across streams (docs/integrations/adk.md).
         delta = event.actions.state_delta if event.actions else {}
         app_delta, user_delta, session_delta = _scoped(delta or {})
-        self._share(session.app_name, session.user_id, app_delta, user_delta)
-        try:
-            version = stream.append([to_event(_message(event))], expected, at=event.timestamp)
-        except ConflictError:
-            raise stale from None  # another writer got in between the check and the append
+        message = stream.part([to_event(_message(event))], expected, at=event.timestamp)
+
+        def write() -> int:
+            """The event and the app:/user: documents' changes in one transaction: all or nothing. A
+            document another writer changed first is read again and the delta applied again."""
+            parts = [*self._shared_changes(session.app_name, session.user_id, app_delta, user_delta), message]
+            try:
+                return append_together(self._log, parts)[-1]
+            except ConflictError as conflict:
+                if conflict.task_id == stream.id:
+                    raise stale from None  # another writer got in between the check and the append
+                raise
+
+        version = retry_on_conflict(write, stream=stream.id, tries=_SHARED_TRIES)
         session._storage_update_marker = str(version)
         session.last_update_time = event.timestamp
         committed = self._commit_event_to_session(session, event)
