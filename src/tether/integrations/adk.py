@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 import orjson
+from pydantic import BaseModel
 
 try:
     from google.adk.errors._stale_session_error import StaleSessionError
@@ -102,18 +103,24 @@ def _owner_and_id(rest: str) -> tuple[str, str]:
 
 
 _LISTED_FIELDS = frozenset({"id", "app_name", "user_id", "state", "events", "last_update_time"})
+# The slots pydantic keeps beside a model's __dict__, set through their descriptors: a quarter faster
+# than object.__setattr__ by name, which listing 10,000 sessions does 40,000 times.
+_SET_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
+_SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def _listed_session(session_id: str, app_name: str, user_id: str, state: dict[str, Any], at: float) -> AdkSession:
     """An ADK ``Session`` from values of the right types: what ``model_construct`` builds (no
-    validation, every field set), in a third of its time. Validating each of 10,000 listed sessions
-    again was most of ``list_sessions``' cost; a test checks the result equals a validated one."""
+    validation, every field set), in a fraction of its time. Validating each of 10,000 listed
+    sessions again was most of ``list_sessions``' cost; a test checks the result equals a validated one."""
     session: AdkSession = object.__new__(AdkSession)
-    fields = {"id": session_id, "app_name": app_name, "user_id": user_id, "state": state, "events": []}
-    object.__setattr__(session, "__dict__", {**fields, "last_update_time": at})
-    object.__setattr__(session, "__pydantic_fields_set__", set(_LISTED_FIELDS))
-    object.__setattr__(session, "__pydantic_extra__", None)
-    object.__setattr__(session, "__pydantic_private__", {"_storage_update_marker": None})
+    fields: dict[str, Any] = {"id": session_id, "app_name": app_name, "user_id": user_id, "state": state}
+    fields["events"], fields["last_update_time"] = [], at
+    object.__setattr__(session, "__dict__", fields)
+    _SET_FIELDS_SET(session, set(_LISTED_FIELDS))
+    _SET_EXTRA(session, None)
+    _SET_PRIVATE(session, {"_storage_update_marker": None})
     return session
 
 
@@ -363,20 +370,30 @@ class TetherSessionService(BaseSessionService):
             self._log.tenant, TaskFilter(type=SESSION_TYPE, user_id=user_id), limit=_LIST_LIMIT
         )
         prefix = _app_prefix(app_name)
+        cut = len(prefix)
         app_shared = {State.APP_PREFIX + k: v for k, v in self._app_state(app_name).get().items()}
         user_shared: dict[str, dict[str, Any]] = {}
-        sessions = []
+        states = self._states
+        listed: list[tuple[float, str, str, dict[str, Any]]] = []
         with no_cycle_collection():  # thousands of sessions built and kept: no collection walks them midway
             for row in rows:
-                if not row.task_id.startswith(prefix):
+                task_id = row.task_id
+                if not task_id.startswith(prefix):
                     continue
-                owner, session_id = _owner_and_id(row.task_id[len(prefix) :])
+                owner, session_id = _owner_and_id(task_id[cut:])
                 shared = user_shared.get(owner)
                 if shared is None:
                     shared = user_shared[owner] = {**app_shared, **self._shared_user_state(app_name, owner)}
-                state = {**self._state_of(row), **shared}  # the session's own, decoded afresh, then shared
-                sessions.append(_listed_session(session_id, app_name, owner, state, row.updated_at))
-            sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+                cached = states.get(task_id)
+                if cached is not None and cached[0] == row.created_at and cached[1] == row.version:
+                    state = orjson.loads(cached[2])  # the common case, inline: unchanged since last seen
+                else:
+                    state = self._state_of(row)
+                state.update(shared)  # each state is decoded afresh: the caller's to change
+                listed.append((row.updated_at, owner, session_id, state))
+            # Oldest update first, then by user and id (unique within an app: the states are never compared).
+            listed.sort()
+            sessions = [_listed_session(sid, app_name, owner, state, at) for at, owner, sid, state in listed]
         return ListSessionsResponse(sessions=sessions)
 
     def _shared_user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
