@@ -205,6 +205,19 @@ class Store(Protocol):
         """
         ...
 
+    def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
+        """Replace a stream's history: delete its events (and snapshots) and append ``events`` (seq
+        ``expected_version + 1`` onwards) in their place, in one transaction; return how many rows
+        went. Versions only grow, so a reader's cached version is never reused for other events.
+
+        For streams whose newest events can restate everything before them (tether's own, such as a
+        LangGraph thread whose pruned checkpoints must free their bytes); never for tasks, whose log
+        is their history. A fork stops being one (its new events stand alone). Raises
+        ``ConflictError`` when the stream is not at ``expected_version`` or while forks point at it,
+        ``TaskNotFoundError`` when there is no such stream; nothing is written then.
+        """
+        ...
+
     def rewind(
         self,
         tenant: str,

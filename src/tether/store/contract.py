@@ -248,6 +248,40 @@ def append_streams_honours_the_fence(store: Store) -> None:
     assert _versions(store, "a", "b") == [2, 2]
 
 
+# ------------------------------------------------------------------ compaction
+
+
+@_check()
+def compact_replaces_a_streams_history(store: Store) -> None:
+    _create(store, "a", events=5)
+    store.put_snapshot(TENANT, "a", SnapshotRow(3, 1, "s3", '{"at": 3}'))
+    assert store.compact(TENANT, "a", 5, [_event(6, '{"whole": 1}'), _event(7)]) == 5
+    assert _seqs(store, "a") == [6, 7] and _versions(store, "a") == [7]  # versions only grow
+    assert store.read_events(TENANT, "a")[0].data in ('{"whole": 1}', '{"whole":1}', b'{"whole": 1}', b'{"whole":1}')
+    assert store.get_snapshot(TENANT, "a", at_most=100) is None  # the old snapshots went with the events
+    snapshot, events = store.read_latest(TENANT, "a")
+    assert snapshot is None and [e.seq for e in events] == [6, 7]
+    store.append(TENANT, "a", [_event(8)], 7)  # appends follow on from the new history
+    _expect(ConflictError, lambda: store.append(TENANT, "a", [_event(8)], 7))
+    assert _seqs(store, "a", after=6) == [7, 8]
+
+
+@_check()
+def compact_at_a_stale_version_or_under_forks_writes_nothing(store: Store) -> None:
+    _create(store, "a", events=3)
+    for stale in (2, 4):
+        _expect(ConflictError, lambda stale=stale: store.compact(TENANT, "a", stale, [_event(stale + 1)]))  # type: ignore[misc]
+    _expect(TaskNotFoundError, lambda: store.compact(TENANT, "missing", 1, [_event(2)]))
+    now = time.time()
+    fork = TaskRow("f", TENANT, "t", "pending", None, None, now, now, 3, parent_id="a", parent_seq=2)
+    store.create_task(TENANT, fork, _event(3, '{"fork": true}'))
+    _expect(ConflictError, lambda: store.compact(TENANT, "a", 3, [_event(4)]))  # the fork reads a's events
+    assert _seqs(store, "a") == [1, 2, 3] and _seqs(store, "f") == [1, 2, 3]
+    assert store.compact(TENANT, "f", 3, [_event(4, '{"whole": 1}')]) == 1  # a fork compacted stands alone
+    assert _seqs(store, "f") == [4]
+    assert store.compact(TENANT, "a", 3, [_event(4)]) == 3  # no fork points at it now
+
+
 # ------------------------------------------------------------------ snapshots
 
 

@@ -115,6 +115,19 @@ class MemoryStore:
             status = index.status if index.status is not None else stream.row.status
             stream.row = replace(stream.row, status=status, wake_at=index.wake_at)
 
+    def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
+        check_batch(task_id, events, expected_version)
+        with self._lock:
+            stream = self._guarded(tenant, task_id, expected_version, None)
+            if any(t == tenant and other.row.parent_id == task_id for (t, _), other in self._tasks.items()):
+                raise ConflictError(task_id, expected=0, actual=None)
+            gone = len(stream.events)
+            stream.events = list(events)
+            stream.snapshots.clear()
+            stream.row = replace(stream.row, parent_id=None, parent_seq=None)
+        self._touch()
+        return gone
+
     def rewind(
         self,
         tenant: str,

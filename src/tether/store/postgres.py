@@ -405,6 +405,31 @@ class PostgresStore:
         version = lambda: self._run(lambda c: self._version_of(c, internal))  # noqa: E731
         raise refusal(task_id, tenant, token, fence, expected, version)
 
+    def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
+        check_batch(task_id, events, expected_version)
+        internal = self._fresh_id(tenant, task_id)
+        with self._tx() as conn:
+            # Two compactions queue on the row; an append racing this one loses to it (or it to the
+            # append) on the primary key of seq expected_version + 1, which both insert.
+            conn.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (internal,))
+            actual = self._version_of(conn, internal)
+            if actual != expected_version:
+                raise ConflictError(task_id, expected=expected_version, actual=actual)
+            if conn.execute(SQL.child_of, (internal,)).fetchone() is not None:
+                raise ConflictError(task_id, expected=0, actual=None)
+            gone = conn.execute(SQL.delete_events, (internal,)).rowcount
+            conn.execute(SQL.delete_snapshots, (internal,))
+            conn.execute(SQL.unfork, (internal,))
+            try:
+                with conn.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                        [(internal, e.seq, e.type, e.schema, e.at, to_jsonb(e.data)) for e in events],
+                    )
+            except psycopg.errors.UniqueViolation:
+                raise ConflictError(task_id, expected=expected_version, actual=None) from None
+        return int(gone)
+
     def rewind(
         self,
         tenant: str,

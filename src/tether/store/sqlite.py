@@ -423,6 +423,23 @@ class SQLiteStore:
                 (index.status, index.wake_at, internal),
             )
 
+    def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
+        check_batch(task_id, events, expected_version)
+        with self._write() as conn:
+            internal = self._id(tenant, task_id)
+            actual = self._version_of(internal)
+            if actual != expected_version:
+                raise ConflictError(task_id, expected=expected_version, actual=actual)
+            if conn.execute(_SQL.child_of, (internal,)).fetchone() is not None:
+                raise ConflictError(task_id, expected=0, actual=None)
+            self._forget_known(internal)
+            gone = conn.execute(_SQL.delete_events, (internal,)).rowcount
+            conn.execute(_SQL.delete_snapshots, (internal,))
+            conn.execute(_SQL.unfork, (internal,))
+            rows = [(internal, e.seq, e.type, e.schema, e.at, text(e.data), None) for e in events]
+            conn.executemany(_INSERT_NEXT, rows)
+        return int(gone)
+
     def rewind(
         self,
         tenant: str,
