@@ -51,6 +51,7 @@ from tether._streams import Stream
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError
 from tether.events import Event, Recorded
 from tether.integrations._gc import no_cycle_collection
+from tether.integrations._langgraph_compact import restated
 from tether.integrations._langgraph_log import (
     THREAD_TYPE,
     CheckpointSaved,
@@ -427,10 +428,27 @@ class TetherSaver(BaseCheckpointSaver[int]):
             if strategy == "delete":
                 self.delete_thread(thread_id)
                 continue
-            view = self._thread(str(thread_id)).view
+            self._compact(str(thread_id))
+
+    def _compact(self, thread_id: str) -> None:
+        """Keep each namespace's newest checkpoint and free the rest's bytes: the thread's history is
+        replaced by its kept checkpoints restated whole (one transaction), read again by a writer
+        that got in first."""
+        for _ in range(_RETRIES):
+            thread = self._thread(thread_id)
+            view = thread.view
             keep = {ns: max(ids) for ns, ids in view.ids.items() if ids}
-            doomed = [s for s in view.checkpoints.values() if keep.get(s.ns) != s.id]
-            self._delete(str(thread_id), doomed, "prune")
+            kept = [s for s in view.checkpoints.values() if keep.get(s.ns) == s.id]
+            if view.version == 0 or (len(kept) == len(view.checkpoints) and not view.gone):
+                return  # nothing to free
+            part = thread.stream.part(restated(self.serde, view, kept, reason="prune"), view.version)
+            try:
+                self.log.store.compact(self.log.tenant, thread.stream.id, view.version, part.events)
+            except (ConflictError, TaskNotFoundError):  # another writer appended, or deleted the thread
+                continue
+            self._thread(thread_id)  # read back what was written: the view starts over at ThreadCompacted
+            return
+        raise ConflictError(stream_id(thread_id), expected=self._thread(thread_id).view.version, actual=None)
 
     def _delete(self, thread_id: str, doomed: Sequence[Saved], reason: str) -> None:
         if not doomed:
