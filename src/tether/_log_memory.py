@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from tether._heads import Head
 from tether.events import Recorded, fold
 from tether.model import TaskState
 
@@ -22,7 +23,7 @@ class Entry:
     at the tenth call as at the hundred-thousandth.
     """
 
-    __slots__ = ("base", "bytes_since", "calls", "created", "pending", "snap_seq", "snap_size", "version")
+    __slots__ = ("base", "bytes_since", "calls", "created", "head", "pending", "snap_seq", "snap_size", "version")
 
     def __init__(self, state: TaskState, snap_seq: int, snap_size: int, bytes_since: int) -> None:
         self.created: float | None = None
@@ -32,6 +33,8 @@ class Entry:
         self.pending: list[Recorded] = []
         self.version = state.version
         self.calls = {call.n for call in state.calls}  # the ordinals opened
+        self.head = Head.of(state)
+        """Where the task stands, as its index row says (kept current with every append)."""
         self.snap_seq = snap_seq
         self.snap_size = snap_size
         self.bytes_since = bytes_since

@@ -22,6 +22,7 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 import orjson
 
 from tether._encoding import DEFERRED, checked, encode_event
+from tether._heads import INDEXED, Head, index_update, new_row
 from tether._log_memory import Entry, Memory
 from tether._snapshots import SnapshotPolicy, checksum, intact_snapshot, parse_state, read_if_intact, snapshot_row
 from tether._validate import MAX_LIMIT, MAX_OFFSET, check_id, check_int, check_optional_id, check_task_id
@@ -34,12 +35,9 @@ from tether.errors import (
 )
 from tether.events import (
     DEFAULT_UPCASTERS,
-    CancelRequested,
+    CallCompleted,
     Event,
-    InputReceived,
     Recorded,
-    RetryRequested,
-    StatusChanged,
     TaskArchived,
     TaskCreated,
     TaskForked,
@@ -49,18 +47,13 @@ from tether.events import (
 )
 from tether.machine import Phases, Status
 from tether.model import STATE_SCHEMA_VERSION, TaskState
-from tether.store import EventRow, IndexUpdate, SnapshotRow, Store, StreamAppend, TaskFilter, TaskRow, open_store
+from tether.store import EventRow, IndexUpdate, SnapshotRow, Store, StreamAppend, TaskFilter, TaskHead, TaskRow, open_store
 
 __all__ = ["SnapshotPolicy", "TaskLog", "checksum"]
 
 log = logging.getLogger("tether")
 
 _T = TypeVar("_T")
-
-
-
-# Events from outside a run that make a waiting or sleeping task runnable at once.
-_WAKES = frozenset({InputReceived, CancelRequested})
 
 # A NamedTuple from a ready tuple, without the keyword-parsing __new__ (a hot path builds two per append).
 _tuple_new = tuple.__new__
@@ -174,10 +167,11 @@ class TaskLog:
         rec = Recorded(1, now, event)
         state = apply(None, rec)
         encoded = self.encode(event)
-        row = self._index_row(task_id, type, user_id, session_id, now, version=1)
+        row = new_row(self.tenant, task_id, type, user_id, session_id, now, version=1, state=state)
         self.store.create_task(self.tenant, row, EventRow(1, event.event_type, event.version, now, encoded))
         entry = Entry(state, 0, 0, len(encoded))
         entry.created = now
+        entry.head.written = row.head
         self._memory.remember(task_id, entry)
         return state
 
@@ -256,6 +250,7 @@ class TaskLog:
             entry.pending.extend(batch.staged)
         seq = expected_version + len(batch.rows)
         entry.version = seq
+        entry.head = batch.head
         entry.calls |= batch.opening
         entry.bytes_since += batch.size
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
@@ -272,9 +267,10 @@ class TaskLog:
         opening: set[int] = set()  # calls this batch opens: added to the entry's once written
         rows: list[EventRow] = []
         index: IndexUpdate | None = None
-        size = 0
+        size = completes = 0
         seq = expected_version
         limit = self.max_event_bytes
+        head = entry.head.working_copy()  # where the task stands after each event, for its row
         for event in events:
             seq += 1
             rec = _tuple_new(Recorded, (seq, now, event))
@@ -282,8 +278,10 @@ class TaskLog:
             if cls in DEFERRED:
                 # The common case (a call, a decision, an observation): checked now, written now,
                 # folded when somebody reads the state.
+                head.advance(rec, entry.calls, opening)
                 checked(task_id, event, entry.calls, opening)
                 staged.append(rec)
+                completes += cls is CallCompleted
             elif not isinstance(event, Event):
                 raise InvalidInputError(f"append() takes Event objects, got {type(event).__name__}")
             elif isinstance(event, TaskCreated):
@@ -292,12 +290,13 @@ class TaskLog:
                 # Fold now: the machines check the move before anything is written.
                 base = fold([*entry.pending, *staged, rec], entry.base) if base is None else fold([*staged, rec], base)
                 staged = []
-            if cls in _INDEXED:
-                index = _index_update(event, index, now)
+                head = Head.of(base, head.written)
+            if cls in INDEXED:
+                index = index_update(event, index, now)
             data = encode_event(event, limit)
             size += len(data)
             rows.append(_tuple_new(EventRow, (seq, event.event_type, event.version, now, data, None)))
-        return _Staged(rows, base, staged, opening, index, size)
+        return _Staged(rows, base, staged, opening, _with_head(index, head.row_update(completes)), size, head)
 
     @_per_task
     def snapshot_if_due(self, task_id: str) -> None:
@@ -328,13 +327,22 @@ class TaskLog:
         if not 1 <= at <= parent.version:
             raise SequenceError(task_id, at, parent.version)
         new_id = uuid.uuid4().hex if new_id is None else check_task_id(new_id, "new_id")
-        row, first = self._fork_records(
-            new_id, task_id, at, parent.type, parent.user_id, session_id or parent.session_id, inputs, session_id, actor
-        )
         # Fold the fork's first event onto the parent's state before writing it: a fork that could
         # not be read back is refused with nothing written. That fold is the fork's state.
         base = at_state if at_state is not None and at_state.version == at else self.state_at(task_id, at)
-        state = apply(base, self.decode(first))
+        row, first, state = self._fork_records(
+            new_id,
+            task_id,
+            at,
+            parent.type,
+            parent.user_id,
+            session_id or parent.session_id,
+            inputs,
+            session_id,
+            actor,
+            base=base,
+        )
+        assert state is not None
         self.store.create_task(self.tenant, row, first)
         self._memory.remember(new_id, Entry(state, 0, 0, len(first.data)))
         return state
@@ -345,7 +353,7 @@ class TaskLog:
         parent = self.get(stream_id)
         if not 1 <= at <= parent.version:
             raise SequenceError(stream_id, at, parent.version)
-        row, first = self._fork_records(new_id, stream_id, at, parent.type, parent.user_id, parent.session_id)
+        row, first, _ = self._fork_records(new_id, stream_id, at, parent.type, parent.user_id, parent.session_id)
         self.store.create_task(self.tenant, row, first)
         return new_id
 
@@ -358,32 +366,6 @@ class TaskLog:
             )
         return row
 
-    def _index_row(
-        self,
-        task_id: str,
-        type: str,
-        user_id: str | None,
-        session_id: str | None,
-        now: float,
-        *,
-        version: int,
-        parent: tuple[str, int] | None = None,
-    ) -> TaskRow:
-        """The index row of a new task (a fork names its parent and the last event it shares)."""
-        return TaskRow(
-            task_id=task_id,
-            tenant=self.tenant,
-            type=type,
-            status=Status.PENDING.value,
-            user_id=user_id,
-            session_id=session_id,
-            created_at=now,
-            updated_at=now,
-            version=version,
-            parent_id=parent[0] if parent else None,
-            parent_seq=parent[1] if parent else None,
-        )
-
     def _fork_records(
         self,
         new_id: str,
@@ -395,14 +377,21 @@ class TaskLog:
         inputs: dict[str, Any] | None = None,
         own_session: str | None = None,
         actor: str | None = None,
-    ) -> tuple[TaskRow, EventRow]:
-        """The index row and first event of a fork of ``parent_id`` at ``at``."""
+        *,
+        base: TaskState | None = None,
+    ) -> tuple[TaskRow, EventRow, TaskState | None]:
+        """The index row and first event of a fork of ``parent_id`` at ``at``, and — given ``base``,
+        the parent's state at ``at`` (a task's, not a session's) — the fork's state."""
         now = time.time()
         event = TaskForked(
             task_id=new_id, parent_task_id=parent_id, at=at, inputs=inputs, session_id=own_session, actor=actor
         )
-        row = self._index_row(new_id, type, user_id, session_id, now, version=at + 1, parent=(parent_id, at))
-        return row, EventRow(at + 1, event.event_type, event.version, now, self.encode(event))
+        first = EventRow(at + 1, event.event_type, event.version, now, self.encode(event))
+        state = None if base is None else apply(base, self.decode(first))
+        row = new_row(
+            self.tenant, new_id, type, user_id, session_id, now, version=at + 1, parent=(parent_id, at), state=state
+        )
+        return row, first, state
 
     @_per_task
     def rewind(
@@ -420,7 +409,7 @@ class TaskLog:
             raise SequenceError(task_id, to if isinstance(to, int) else -1, current.version)
         now = time.time()
         archived = TaskArchived(task_id=archive_id, successor=task_id, actor=actor)
-        row, forked = self._fork_records(
+        row, forked, _ = self._fork_records(
             task_id,
             archive_id,
             to,
@@ -430,6 +419,7 @@ class TaskLog:
             None,
             session_id,
             actor,
+            base=self.state_at(task_id, to),
         )
         self.store.rewind(
             self.tenant,
@@ -490,6 +480,7 @@ class TaskLog:
         of another stream and is dropped, never trusted.
         """
         entry = self._memory.get(task_id)
+        row: TaskRow | None = None
         if entry is None:
             check_id(task_id, "task_id")
         else:
@@ -513,6 +504,9 @@ class TaskLog:
                 entry.bytes_since += sum(len(r.data) for r in rows)
                 state = entry.state
                 entry.calls = {call.n for call in state.calls}
+                # The row's head is known to be this state's only when the row is of the same version.
+                written = row.head if row is not None and row.version == entry.version else None
+                entry.head = Head.of(state, written)
                 self._maybe_snapshot(task_id, entry)
             self._memory.touch(task_id)
             return entry.state
@@ -659,18 +653,13 @@ class _Staged(NamedTuple):
     opening: set[int]  # the call ordinals the batch opens
     update: IndexUpdate | None
     size: int
+    head: Head  # where the task stands after the batch
 
 
-_INDEXED = frozenset({StatusChanged, RetryRequested, *_WAKES})
-
-
-def _index_update(event: Event, index: IndexUpdate | None, now: float) -> IndexUpdate | None:
-    """What the task's index row (status, wake-up time) becomes after ``event``."""
-    cls = type(event)
-    if cls is StatusChanged:
-        index = IndexUpdate(status=event.status, wake_at=event.wake_at)  # type: ignore[attr-defined]
-    elif cls is RetryRequested:
-        index = IndexUpdate(status=Status.PENDING.value, wake_at=None)
-    if cls in _WAKES and (index is None or index.status is None):
-        index = IndexUpdate(status=None, wake_at=now)  # an answer or a cancel: runnable now
-    return index
+def _with_head(index: IndexUpdate | None, head: TaskHead | None) -> IndexUpdate | None:
+    """An append's index update with the head it writes (``None``: the row's own counting keeps it)."""
+    if head is None:
+        return index
+    if index is None:
+        return IndexUpdate(status=None, head=head, moves=False)
+    return IndexUpdate(status=index.status, wake_at=index.wake_at, head=head)

@@ -111,6 +111,29 @@ def call_index(calls: Sequence[ToolCall], n: int) -> int | None:
     return None
 
 
+def plan_progress(plan: Sequence[Step]) -> tuple[int, int]:
+    """A plan's steps, and how many of them from the first are completed."""
+    committed = 0
+    for step in plan:
+        if step.status != "completed":
+            break
+        committed += 1
+    return len(plan), committed
+
+
+def describe_position(steps: int, committed: int, calls_done: int) -> str:
+    """:attr:`TaskState.position` from a plan's progress (:func:`plan_progress`) and, without a plan,
+    the committed calls: the one wording, for a folded state and an index row alike."""
+    if not steps:
+        return f"no plan; {calls_done} call{'s' if calls_done != 1 else ''} committed"
+    if committed == steps:
+        return f"all {steps} steps committed"
+    if committed == 0:
+        return f"step 1 of {steps}; none committed"
+    span = "1" if committed == 1 else f"1–{committed}"
+    return f"step {committed + 1} of {steps}; {span} committed"
+
+
 class Decision(_Record):
     name: str
     choice: Any
@@ -209,22 +232,8 @@ class TaskState(_Record):
     @property
     def position(self) -> str:
         """A one-line answer to "where are we?", e.g. ``step 6 of 9; 1–5 committed``."""
-        if not self.plan:
-            done = sum(1 for call in self.calls if call.status == "completed")
-            return f"no plan; {done} call{'s' if done != 1 else ''} committed"
-        total = len(self.plan)
-        committed = 0
-        for step in self.plan:
-            if step.status != "completed":
-                break
-            committed += 1
-        if committed == total:
-            return f"all {total} steps committed"
-        current = committed + 1
-        if committed == 0:
-            return f"step 1 of {total}; none committed"
-        span = "1" if committed == 1 else f"1–{committed}"
-        return f"step {current} of {total}; {span} committed"
+        done = 0 if self.plan else sum(1 for call in self.calls if call.status == "completed")
+        return describe_position(*plan_progress(self.plan), done)
 
     def call(self, n: int) -> ToolCall | None:
         """The call with ordinal ``n`` (1-based), if recorded."""

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
 from tether._conflicts import retry_on_conflict
+from tether._heads import read_head, row_head_of
 from tether._keys import as_json
 from tether._validate import check_id, check_int, check_optional_id, check_positive, check_task_id
 from tether.errors import (
@@ -359,8 +362,14 @@ class App(TimeTravel, Conversations):
         retry_on_conflict(attempt, stream=task_id)
 
     def get(self, task_id: str) -> TaskHandle:
-        """Where a task stands now."""
-        return TaskHandle.of(self.log.load(task_id))
+        """Where a task stands now: read off its index row (one read, whatever its length); its full
+        state is loaded when the handle's ``state`` is first asked for."""
+        row = self.log.get(task_id)
+        head = read_head(row)
+        if head is None:  # written before tether kept heads, and not appended to since
+            return TaskHandle.of(self.log.load(task_id))
+        load = functools.partial(self.log.load, task_id)
+        return TaskHandle(task_id, head.status, head.output, head.failure, head.position, head.waiting, _load=load)
 
     def state(
         self,
@@ -432,7 +441,8 @@ class App(TimeTravel, Conversations):
         found = []
         for row in self.log.list(status=Status.AWAITING_INPUT, user_id=user_id, limit=limit):
             try:
-                waiting = self.log.load(row.task_id).waiting
+                head = read_head(row)
+                waiting = head.waiting if head is not None else self.log.load(row.task_id).waiting
             except TetherError as exc:  # one unreadable stream must not hide the others
                 _log.warning("task %s cannot be read: %s", row.task_id, exc)
                 continue
@@ -471,7 +481,7 @@ class App(TimeTravel, Conversations):
             if held is not None and owner_is_dead(held):
                 held += " (process gone: the next run takes it over)"
             try:
-                state = self.log.load(row.task_id)
+                head = read_head(row) or row_head_of(self.log.load(row.task_id))  # the row, or (an old one) the fold
             except TetherError as exc:  # one unreadable stream must not hide the others
                 summaries.append(unreadable_summary(row, held, exc))
                 continue
@@ -479,15 +489,15 @@ class App(TimeTravel, Conversations):
                 TaskSummary(
                     task_id=row.task_id,
                     type=row.type,
-                    status=state.status,
-                    position=state.position,
-                    waiting_for=state.waiting.key if state.waiting else None,
-                    prompt=state.waiting.prompt if state.waiting else None,
-                    wakes_at=state.wake_at,
+                    status=head.status,
+                    position=head.position,
+                    waiting_for=head.waiting.key if head.waiting else None,
+                    prompt=head.waiting.prompt if head.waiting else None,
+                    wakes_at=head.wake_at,
                     held_by=held,
                     user_id=row.user_id,
-                    version=state.version,
-                    updated_at=state.updated_at,
+                    version=row.version,
+                    updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
                 )
             )
         return summaries

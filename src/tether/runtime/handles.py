@@ -4,7 +4,8 @@ the report of a check, and the words for a failure."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ import jsonschema
 
 from tether.errors import InvalidInputError, TaskFailedError, TaskNotFinishedError, TetherError
 from tether.machine import Status
-from tether.model import Failure, TaskState
+from tether.model import Failure, TaskState, Waiting
 from tether.store import TaskRow
 from tether.timetravel import ReplayReport
 
@@ -31,17 +32,32 @@ _log = logging.getLogger("tether")
 
 @dataclass(frozen=True)
 class TaskHandle:
-    """What :meth:`App.run` returns: where the task stands after this run."""
+    """What :meth:`App.run` returns, and :meth:`App.get`: where the task stands.
+
+    A handle from :meth:`App.get` is read off the task's index row, whatever the task's length;
+    its full :attr:`state` is loaded when first asked for.
+    """
 
     task_id: str
     status: Status
     output: Any
     failure: Failure | None
-    state: TaskState
+    position: str
+    waiting: Waiting | None
+    _state: TaskState | None = field(default=None, repr=False, compare=False)
+    _load: Callable[[], TaskState] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(cls, state: TaskState) -> TaskHandle:
-        return cls(state.task_id, state.status, state.output, state.failure, state)
+        return cls(state.task_id, state.status, state.output, state.failure, state.position, state.waiting, state)
+
+    @property
+    def state(self) -> TaskState:
+        """The task's full state (for a handle from :meth:`App.get`, loaded now, the first time)."""
+        if self._state is None:
+            assert self._load is not None
+            object.__setattr__(self, "_state", self._load())
+        return self._state  # type: ignore[return-value]
 
     def result(self) -> Any:
         """The task's output. A task that failed or was cancelled raises :class:`~tether.TaskFailedError`
@@ -61,20 +77,20 @@ class TaskHandle:
             ...
             tether.errors.TaskFailedError: task 'd0' failed: ZeroDivisionError: division by zero...
         """
-        state = self.state
-        if state.status is Status.COMPLETED:
-            return state.output
-        if state.status in (Status.FAILED, Status.CANCELLED):
+        if self.status is Status.COMPLETED:
+            return self.output
+        if self.status in (Status.FAILED, Status.CANCELLED):
+            state = self.state
             raise TaskFailedError(
                 failure_summary(state),
                 task_id=state.task_id,
                 failure=state.failure.model_dump(mode="json") if state.failure else None,
             )
-        waiting = f" for input {state.waiting.key!r}" if state.waiting else ""
+        waiting = f" for input {self.waiting.key!r}" if self.waiting else ""
         raise TaskNotFinishedError(
-            f"task {state.task_id!r} has no result yet: it is {state.status.value}{waiting}",
-            task_id=state.task_id,
-            status=state.status.value,
+            f"task {self.task_id!r} has no result yet: it is {self.status.value}{waiting}",
+            task_id=self.task_id,
+            status=self.status.value,
         )
 
 

@@ -28,6 +28,7 @@ from tether.store.base import (
     Store,
     StreamAppend,
     TaskFilter,
+    TaskHead,
     TaskRow,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "Store",
     "StreamAppend",
     "TaskFilter",
+    "TaskHead",
     "TaskRow",
     "open_store",
 ]

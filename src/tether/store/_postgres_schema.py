@@ -75,6 +75,25 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER tasks_wake AFTER INSERT OR UPDATE OF status, wake_at, lease_owner ON tasks
         FOR EACH ROW EXECUTE FUNCTION tether_wake();
     """,
+    # 2: the index row keeps where a task stands (issue 17): its version and last change and its
+    # committed calls, moved by the append's own statement, and the head the log writes. Every
+    # append now updates the row, so a wake-up is sent only when what a claimer looks at changes.
+    """
+    ALTER TABLE tasks ADD COLUMN version integer NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN updated_at double precision NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN calls_done integer NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN summary text;
+    ALTER TABLE tasks ADD COLUMN output text;
+    UPDATE tasks SET
+        version = COALESCE((SELECT max(seq) FROM events WHERE task = tasks.id), parent_seq, 0),
+        updated_at = COALESCE((SELECT at FROM events WHERE task = tasks.id ORDER BY seq DESC LIMIT 1), created_at);
+    DROP TRIGGER tasks_wake ON tasks;
+    CREATE TRIGGER tasks_wake_new AFTER INSERT ON tasks FOR EACH ROW EXECUTE FUNCTION tether_wake();
+    CREATE TRIGGER tasks_wake AFTER UPDATE OF status, wake_at, lease_owner ON tasks FOR EACH ROW
+        WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.wake_at IS DISTINCT FROM NEW.wake_at
+              OR OLD.lease_owner IS DISTINCT FROM NEW.lease_owner)
+        EXECUTE FUNCTION tether_wake();
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations

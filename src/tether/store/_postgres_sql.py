@@ -28,26 +28,40 @@ WITH guard AS (
     FROM unnest(%(seqs)s::integer[], %(types)s::text[], %(schemas)s::integer[], %(ats)s::float8[],
                 %(datas)s::text[]) AS e(seq, type, schema, at, data)
     WHERE EXISTS (SELECT 1 FROM guard)
-    RETURNING 1
+    RETURNING seq, at, type
 ), idx AS (
-    UPDATE tasks SET status = COALESCE(%(status)s, status), wake_at = %(wake)s
-    WHERE id = %(task)s AND %(reindex)s AND EXISTS (SELECT 1 FROM guard)
+    UPDATE tasks SET
+        version = (SELECT max(seq) FROM ins),
+        updated_at = (SELECT at FROM ins ORDER BY seq DESC LIMIT 1),
+        calls_done = COALESCE(%(calls_done)s, calls_done + (SELECT count(*) FROM ins WHERE type = 'CallCompleted')),
+        status = CASE WHEN %(moves)s THEN COALESCE(%(status)s, status) ELSE status END,
+        wake_at = CASE WHEN %(moves)s THEN %(wake)s ELSE wake_at END,
+        summary = CASE WHEN %(head)s THEN %(summary)s ELSE summary END,
+        output = CASE WHEN %(head)s THEN %(output)s ELSE output END
+    WHERE id = %(task)s AND EXISTS (SELECT 1 FROM ins)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM ins)
 """
 
-# The common case, one event and no index change: the same guard, a plain INSERT ... SELECT. Its
-# values come in once each, by position (cheaper for the driver than named parameters).
+# The common case, one event and no index change: the same guard, a plain INSERT ... SELECT, and
+# the row's version moved with it (the rows updated say whether the event landed). Its values come
+# in once each, by position (cheaper for the driver than named parameters).
 APPEND_ONE = """
-INSERT INTO events (task, seq, type, schema, at, data, fence)
-SELECT v.task, v.seq, v.type, v.schema, v.at, v.data::jsonb, v.fence
-FROM (VALUES (%s::bigint, %s::integer, %s::text, %s::integer, %s::float8, %s::text, %s::bigint, %s::text, %s::text))
-    AS v (task, seq, type, schema, at, data, fence, task_id, tenant)
-WHERE (v.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = v.task) = v.fence)
-  AND EXISTS (SELECT 1 FROM tasks WHERE id = v.task AND task_id = v.task_id AND tenant = v.tenant)
-  AND (EXISTS (SELECT 1 FROM events WHERE task = v.task AND seq = v.seq - 1)
-       OR (SELECT parent_seq FROM tasks WHERE id = v.task) = v.seq - 1)
+WITH ins AS (
+    INSERT INTO events (task, seq, type, schema, at, data, fence)
+    SELECT v.task, v.seq, v.type, v.schema, v.at, v.data::jsonb, v.fence
+    FROM (VALUES (%s::bigint, %s::integer, %s::text, %s::integer, %s::float8, %s::text, %s::bigint, %s::text,
+                  %s::text))
+        AS v (task, seq, type, schema, at, data, fence, task_id, tenant)
+    WHERE (v.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = v.task) = v.fence)
+      AND EXISTS (SELECT 1 FROM tasks WHERE id = v.task AND task_id = v.task_id AND tenant = v.tenant)
+      AND (EXISTS (SELECT 1 FROM events WHERE task = v.task AND seq = v.seq - 1)
+           OR (SELECT parent_seq FROM tasks WHERE id = v.task) = v.seq - 1)
+    RETURNING task, seq, at, type
+)
+UPDATE tasks SET version = ins.seq, updated_at = ins.at, calls_done = calls_done + (ins.type = 'CallCompleted')::int
+FROM ins WHERE tasks.id = ins.task
 """
 
 # The statements shared with SQLite, in psycopg's placeholders; claimers skip each other's rows.
@@ -95,6 +109,7 @@ def append_statement(
         )
     else:
         statement = APPEND
+        head = index.head if index is not None else None
         params = {
             "task": internal,
             "task_id": task_id,
@@ -106,8 +121,12 @@ def append_statement(
             "schemas": [e.schema for e in events],
             "ats": [e.at for e in events],
             "datas": [to_jsonb(e.data) for e in events],
-            "reindex": index is not None,
+            "moves": index is not None and index.moves,
             "status": index.status if index is not None else None,
             "wake": index.wake_at if index is not None else None,
+            "head": head is not None,
+            "calls_done": head.calls_done if head is not None else None,
+            "summary": head.summary if head is not None else None,
+            "output": head.output if head is not None else None,
         }
     return statement, params

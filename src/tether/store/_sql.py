@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from tether.errors import SchemaVersionError
-from tether.store.base import TaskFilter, TaskRow
+from tether.store.base import EventRow, TaskFilter, TaskRow
 
 __all__ = [
     "TASK_COLUMNS",
@@ -27,13 +27,12 @@ __all__ = [
     "text",
 ]
 
-# A task's index row as TaskRow reads it: its version and last change come from its newest event
-# (a fork with no events of its own yet is at its fork point).
+# A task's index row as TaskRow reads it: the row alone (its version and last change are kept
+# with every append), and its parent's id.
 TASK_COLUMNS = """
-    t.task_id, t.tenant, t.type, t.status, t.user_id, t.session_id, t.created_at,
-    COALESCE((SELECT at FROM events e WHERE e.task = t.id ORDER BY seq DESC LIMIT 1), t.created_at),
-    COALESCE((SELECT max(seq) FROM events e WHERE e.task = t.id), t.parent_seq, 0),
-    p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at
+    t.task_id, t.tenant, t.type, t.status, t.user_id, t.session_id, t.created_at, t.updated_at, t.version,
+    p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at,
+    t.calls_done, t.summary, t.output
 """
 _FROM_TASKS = "FROM tasks t LEFT JOIN tasks p ON p.id = t.parent"
 
@@ -73,12 +72,14 @@ class Statements:
     rename_task: str = "UPDATE tasks SET task_id = ? WHERE id = ?"
     insert_task: str = (
         "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
-        "parent, parent_seq, wake_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "parent, parent_seq, wake_at, version, updated_at, calls_done, summary, output) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
-    # A stream's version: its newest event, else (a fork with none of its own yet) its fork point.
-    version_of: str = (
-        "SELECT COALESCE((SELECT max(seq) FROM events WHERE task = ?), (SELECT parent_seq FROM tasks WHERE id = ?), 0)"
-    )
+    # A stream's version, as its row keeps it.
+    version_of: str = "SELECT version FROM tasks WHERE id = ?"
+    move_task: str = "UPDATE tasks SET status = COALESCE(?, status), wake_at = ? WHERE id = ?"
+    move_version: str = "UPDATE tasks SET version = ?, updated_at = ? WHERE id = ?"  # where no trigger does
+    write_head: str = "UPDATE tasks SET calls_done = ?, summary = ?, output = ? WHERE id = ?"
     delete_events: str = "DELETE FROM events WHERE task = ?"
     delete_snapshots: str = "DELETE FROM snapshots WHERE task = ?"
     delete_task: str = "DELETE FROM tasks WHERE id = ?"
@@ -110,8 +111,11 @@ def claim_values(tenant: str, owner: str, ttl: float, now: float) -> tuple[Any, 
     return (owner, now + ttl, tenant, now, now)
 
 
-def task_values(tenant: str, row: TaskRow, parent: int | None, *, wake_at: float | None) -> tuple[Any, ...]:
-    """``insert_task``'s parameters for ``row``, under the row id of its parent stream."""
+def task_values(
+    tenant: str, row: TaskRow, parent: int | None, *, wake_at: float | None, first: EventRow
+) -> tuple[Any, ...]:
+    """``insert_task``'s parameters for ``row``, under the row id of its parent stream, whose first
+    event is ``first`` (its version and last change)."""
     return (
         tenant,
         row.task_id,
@@ -123,6 +127,11 @@ def task_values(tenant: str, row: TaskRow, parent: int | None, *, wake_at: float
         parent,
         row.parent_seq,
         wake_at,
+        first.seq,
+        first.at,
+        row.calls_done,
+        row.summary,
+        row.output,
     )
 
 

@@ -69,6 +69,24 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (tenant, key)
     ) WITHOUT ROWID;
     """,
+    # 2: the index row keeps where a task stands (issue 17): its version and last change, moved by
+    # a trigger in the statement that inserts each event (so the one-statement append stays one
+    # statement), with its committed calls counted; the rest of its head the log writes.
+    """
+    ALTER TABLE tasks ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN updated_at REAL NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN calls_done INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tasks ADD COLUMN summary TEXT;
+    ALTER TABLE tasks ADD COLUMN output TEXT;
+    UPDATE tasks SET
+        version = COALESCE((SELECT max(seq) FROM events WHERE task = tasks.id), parent_seq, 0),
+        updated_at = COALESCE((SELECT at FROM events WHERE task = tasks.id ORDER BY seq DESC LIMIT 1), created_at);
+    CREATE TRIGGER events_move_task AFTER INSERT ON events BEGIN
+        UPDATE tasks SET version = NEW.seq, updated_at = NEW.at,
+                         calls_done = calls_done + (NEW.type = 'CallCompleted')
+        WHERE id = NEW.task;
+    END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -119,5 +137,14 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _statements(script: str) -> list[str]:
+    """The script's statements, one by one (a trigger's body, with its own semicolons, is one)."""
     code = "\n".join(line for line in script.splitlines() if not line.strip().startswith("--"))
-    return [s.strip() for s in code.split(";") if s.strip()]
+    statements: list[str] = []
+    pending = ""
+    for piece in code.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending.strip())
+            pending = ""
+    return statements

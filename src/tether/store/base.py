@@ -22,6 +22,7 @@ from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 from tether.errors import ConflictError, InvalidInputError, LeaseLostError, TaskNotFoundError, TetherError
 
 __all__ = [
+    "COMPLETES",
     "ChangeSignal",
     "EventRow",
     "IndexUpdate",
@@ -30,6 +31,7 @@ __all__ = [
     "Store",
     "StreamAppend",
     "TaskFilter",
+    "TaskHead",
     "TaskRow",
     "read_across_forks",
     "redact_url",
@@ -61,9 +63,37 @@ class SnapshotRow:
     data: str | bytes
 
 
+COMPLETES = "CallCompleted"
+"""The event type that commits a call: each one stored adds one to its task's ``calls_done``
+(the index row counts committed calls as they land, so a listing shows where a task stands
+without folding it; the log sends the count itself when a batch does anything else to it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHead:
+    """Where a task stands, as its index row keeps it beside the events (see :mod:`tether._heads`).
+
+    The log computes it with the fold's own rules and writes it in the transaction of the append
+    that changed it; a read of a task's status, position, output, waiting or failure reads this,
+    never the events.
+    """
+
+    calls_done: int
+    """How many of its calls are committed (status ``completed``)."""
+    summary: str
+    """JSON: the plan's progress (``[steps, committed]`` or ``null``), ``waiting`` and ``failure``."""
+    output: str | None
+    """The output's JSON; ``None`` when it has none."""
+
+
 @dataclass(frozen=True, slots=True)
 class TaskRow:
-    """The index entry of a task: what listing and claiming filter on."""
+    """The index entry of a task: what listing and claiming filter on, and where it stands.
+
+    ``version`` and ``updated_at`` are its newest event's, kept by the store with every append;
+    ``calls_done``, ``summary`` and ``output`` are its :class:`TaskHead` (``summary`` is ``None``
+    for a task written before tether kept heads, until its next append).
+    """
 
     task_id: str
     tenant: str
@@ -80,6 +110,14 @@ class TaskRow:
     lease_expires: float | None = None
     lease_token: int = 0
     wake_at: float | None = None
+    calls_done: int = 0
+    summary: str | None = None
+    output: str | None = None
+
+    @property
+    def head(self) -> TaskHead | None:
+        """The row's :class:`TaskHead`, or ``None`` when it holds none yet."""
+        return None if self.summary is None else TaskHead(self.calls_done, self.summary, self.output)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +148,18 @@ class LedgerRow:
 
 @dataclass(frozen=True, slots=True)
 class IndexUpdate:
-    """Columns of the task's index row that an append changes along with its events.
+    """Columns of the task's index row that an append changes along with its events (its version,
+    last change and committed calls move with every append, without one).
 
-    ``status=None`` leaves the status as it is (an answer to a wait only moves ``wake_at``).
+    ``status=None`` leaves the status as it is (an answer to a wait only moves ``wake_at``);
+    ``moves=False`` leaves status and ``wake_at`` alone (an update of the head alone). ``head``,
+    when given, is written whole, after the events (its ``calls_done`` is the count after them).
     """
 
     status: str | None
     wake_at: float | None = None
+    head: TaskHead | None = None
+    moves: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from tether.errors import ConflictError, LeaseLostError, TaskNotFoundError
 from tether.store.base import (
+    COMPLETES,
     ChangeSignal,
     EventRow,
     IndexUpdate,
@@ -33,6 +34,20 @@ class _Stream:
     row: TaskRow
     events: list[EventRow] = field(default_factory=list)
     snapshots: dict[int, SnapshotRow] = field(default_factory=dict)
+
+
+def _moved(row: TaskRow, events: Sequence[EventRow], index: IndexUpdate | None) -> TaskRow:
+    """The index row after ``events`` (and ``index``): as the SQL backends move it."""
+    calls_done = row.calls_done + sum(1 for e in events if e.type == COMPLETES)
+    changes: dict[str, object] = {"version": events[-1].seq, "updated_at": events[-1].at, "calls_done": calls_done}
+    if index is not None:
+        if index.moves:
+            changes["status"] = index.status if index.status is not None else row.status
+            changes["wake_at"] = index.wake_at
+        if index.head is not None:
+            head = index.head
+            changes.update(calls_done=head.calls_done, summary=head.summary, output=head.output)
+    return replace(row, **changes)  # type: ignore[arg-type]
 
 
 class MemoryStore:
@@ -70,6 +85,7 @@ class MemoryStore:
                 raise ConflictError(row.task_id, expected=0, actual=None)
             if row.parent_id is not None:
                 self._stream(tenant, row.parent_id)
+            row = replace(row, version=first.seq, updated_at=first.at)
             self._tasks[(tenant, row.task_id)] = _Stream(row=row, events=[first])
         self._touch()
 
@@ -111,9 +127,7 @@ class MemoryStore:
         self, stream: _Stream, events: Sequence[EventRow], fence: int | None, index: IndexUpdate | None
     ) -> None:
         stream.events.extend(e._replace(fence=fence) for e in events)
-        if index is not None:
-            status = index.status if index.status is not None else stream.row.status
-            stream.row = replace(stream.row, status=status, wake_at=index.wake_at)
+        stream.row = _moved(stream.row, events, index)
 
     def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
         check_batch(task_id, events, expected_version)
@@ -124,7 +138,7 @@ class MemoryStore:
             gone = len(stream.events)
             stream.events = list(events)
             stream.snapshots.clear()
-            stream.row = replace(stream.row, parent_id=None, parent_seq=None)
+            stream.row = _moved(replace(stream.row, parent_id=None, parent_seq=None), events, None)
         self._touch()
         return gone
 
@@ -147,14 +161,15 @@ class MemoryStore:
             if (tenant, archive_id) in self._tasks:
                 raise ConflictError(archive_id, expected=0, actual=None)
             del self._tasks[(tenant, task_id)]
-            stream.row = replace(stream.row, task_id=archive_id)
+            stream.row = _moved(replace(stream.row, task_id=archive_id), [archived], None)
             stream.events.append(archived)
             self._tasks[(tenant, archive_id)] = stream
             # Children keep pointing at the branch, wherever it now lives.
             for (t, _), other in self._tasks.items():
                 if t == tenant and other.row.parent_id == task_id and other is not stream:
                     other.row = replace(other.row, parent_id=archive_id)
-            self._tasks[(tenant, task_id)] = _Stream(row=replace(fork, parent_id=archive_id), events=[forked])
+            row = replace(fork, parent_id=archive_id, version=forked.seq, updated_at=forked.at)
+            self._tasks[(tenant, task_id)] = _Stream(row=row, events=[forked])
         self._touch()
 
     def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
@@ -173,14 +188,10 @@ class MemoryStore:
 
         return read_across_forks(self._stream(tenant, task_id), after, upto, parent_of, segment)
 
-    def _task_row(self, stream: _Stream) -> TaskRow:
-        updated = stream.events[-1].at if stream.events else stream.row.created_at
-        return replace(stream.row, version=self._version(stream), updated_at=updated)
-
     def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
         with self._lock:
             stream = self._tasks.get((tenant, task_id))
-            return None if stream is None else self._task_row(stream)
+            return None if stream is None else stream.row
 
     def delete_task(self, tenant: str, task_id: str) -> int:
         with self._lock:
@@ -192,7 +203,7 @@ class MemoryStore:
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         with self._lock:
-            rows = [self._task_row(s) for (t, _), s in self._tasks.items() if t == tenant and _matches(s.row, flt)]
+            rows = [s.row for (t, _), s in self._tasks.items() if t == tenant and _matches(s.row, flt)]
         rows.sort(key=lambda r: (r.created_at, r.task_id), reverse=True)
         return rows[offset : offset + limit]
 

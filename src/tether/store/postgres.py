@@ -253,7 +253,7 @@ class PostgresStore:
         return found
 
     def _version_of(self, conn: psycopg.Connection[Any], internal: int) -> int:
-        row = conn.execute(SQL.version_of, (internal, internal)).fetchone()
+        row = conn.execute(SQL.version_of, (internal,)).fetchone()
         return int(row[0]) if row else 0
 
     # -- streams ------------------------------------------------------------------
@@ -263,7 +263,7 @@ class PostgresStore:
         def create(conn: psycopg.Connection[Any]) -> int:
             with conn.transaction():
                 try:
-                    values = _sql.task_values(tenant, row, parent, wake_at=row.wake_at)
+                    values = _sql.task_values(tenant, row, parent, wake_at=row.wake_at, first=first)
                     found = conn.execute(SQL.insert_task + " RETURNING id", values).fetchone()
                 except psycopg.errors.UniqueViolation:
                     raise ConflictError(row.task_id, expected=0, actual=None) from None
@@ -454,7 +454,8 @@ class PostgresStore:
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
                 (internal, archived.seq, archived.type, archived.schema, archived.at, to_jsonb(archived.data)),
             )
-            values = _sql.task_values(tenant, fork, internal, wake_at=None)
+            conn.execute(SQL.move_version, (archived.seq, archived.at, internal))
+            values = _sql.task_values(tenant, fork, internal, wake_at=None, first=forked)
             new = conn.execute(SQL.insert_task + " RETURNING id", values).fetchone()
             assert new is not None
             conn.execute(

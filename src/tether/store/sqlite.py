@@ -235,15 +235,17 @@ class SQLiteStore:
         return found
 
     def _version_of(self, internal: int) -> int:
-        row = self._conn.execute(_SQL.version_of, (internal, internal)).fetchone()
-        return int(row[0])
+        row = self._conn.execute(_SQL.version_of, (internal,)).fetchone()
+        return 0 if row is None else int(row[0])
 
     # -- streams ----------------------------------------------------------------
     def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
         with self._write() as conn:
             parent = self._id(tenant, row.parent_id) if row.parent_id is not None else None
             try:
-                cur = conn.execute(_SQL.insert_task, _sql.task_values(tenant, row, parent, wake_at=row.wake_at))
+                cur = conn.execute(
+                    _SQL.insert_task, _sql.task_values(tenant, row, parent, wake_at=row.wake_at, first=first)
+                )
             except sqlite3.IntegrityError:
                 raise ConflictError(row.task_id, expected=0, actual=None) from None
             internal = cur.lastrowid
@@ -418,10 +420,12 @@ class SQLiteStore:
                 [(internal, e.seq, e.type, e.schema, e.at, text(e.data), fence) for e in events[1:]],
             )
         if index is not None:
-            conn.execute(
-                "UPDATE tasks SET status = COALESCE(?, status), wake_at = ? WHERE id = ?",
-                (index.status, index.wake_at, internal),
-            )
+            # After the inserts, whose trigger moved the version and counted committed calls.
+            if index.moves:
+                conn.execute(_SQL.move_task, (index.status, index.wake_at, internal))
+            if index.head is not None:
+                head = index.head
+                conn.execute(_SQL.write_head, (head.calls_done, head.summary, head.output, internal))
 
     def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
         check_batch(task_id, events, expected_version)
@@ -465,7 +469,7 @@ class SQLiteStore:
                 _INSERT_NEXT,
                 (internal, archived.seq, archived.type, archived.schema, archived.at, text(archived.data), None),
             )
-            cur = conn.execute(_SQL.insert_task, _sql.task_values(tenant, fork, internal, wake_at=None))
+            cur = conn.execute(_SQL.insert_task, _sql.task_values(tenant, fork, internal, wake_at=None, first=forked))
             new = cur.lastrowid
             conn.execute(
                 _INSERT_NEXT, (new, forked.seq, forked.type, forked.schema, forked.at, text(forked.data), None)

@@ -1,0 +1,232 @@
+"""Where a task stands, kept on its index row (issue 17): its head, and what an append changes in the row.
+
+A task's head is what a listing or ``app.get`` shows besides its status: the plan's progress, the
+committed calls (so its position), what it waits for, its failure, wake-up time, cancel reason and
+output. The log keeps each task's head beside its folded state and writes it in the transaction of
+any append that changes it (the store itself moves the version and counts committed calls), so
+reading where a task stands reads one row, whatever the task's length.
+
+The fold stays the one place state changes. A head is read off a folded state (:meth:`Head.of`);
+between folds (the log folds call events when somebody reads, not when they are written) the events
+that move a head are folded, by the fold's own rules, onto a *light* copy of the state — one without
+calls, decisions, observations or data — and committed calls are counted by ordinal beside it.
+``tests/unit/test_heads.py`` checks, for any sequence of events, that the head kept this way equals
+the one read off the whole fold.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import orjson
+
+from tether._keys import json_default
+from tether.events import (
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    CancelRequested,
+    Event,
+    InputReceived,
+    OutputSet,
+    Recorded,
+    RetryRequested,
+    StatusChanged,
+    StepCompleted,
+    StepFailed,
+    StepStarted,
+    apply,
+)
+from tether.events._draft import _evolve
+from tether.machine import Status
+from tether.model import Failure, TaskState, Waiting, describe_position, plan_progress
+from tether.store import IndexUpdate, TaskHead, TaskRow
+
+__all__ = ["INDEXED", "LIGHT", "Head", "RowHead", "index_update", "new_row", "read_head", "row_head_of"]
+
+# Events from outside a run that make a waiting or sleeping task runnable at once.
+_WAKES = frozenset({InputReceived, CancelRequested})
+# Events that move the index row's status or wake-up time.
+INDEXED = frozenset({StatusChanged, RetryRequested, *_WAKES})
+# Events folded later by the log that change a head: folded now onto the light state.
+LIGHT = frozenset({StepStarted, StepCompleted, StepFailed, OutputSet, InputReceived})
+# What the light state leaves out: nothing a head shows depends on them.
+_HEAVY: dict[str, Any] = {"calls": (), "decisions": (), "observations": {}, "data": {}, "received": {}}
+
+
+class Head:
+    """A task's head as the log keeps it: the light state, the calls not (or no longer) committed,
+    how many are, and what the task's row holds as far as this log knows (``written``)."""
+
+    __slots__ = ("_owned", "_texts", "done", "light", "open", "written")
+
+    def __init__(self, light: TaskState, open: set[int], done: int, written: TaskHead | None) -> None:
+        self.light = light
+        self.open = open  # opened calls whose status is not completed
+        self.done = done
+        self.written = written
+        self._owned = True  # whether ``open`` is this head's own (a working copy shares it until it changes)
+        self._texts: tuple[str, str | None] | None = None
+
+    @classmethod
+    def of(cls, state: TaskState, written: TaskHead | None = None) -> Head:
+        """The head of a folded state."""
+        open_: set[int] = set()
+        done = 0
+        for call in state.calls:
+            if call.status == "completed":
+                done += 1
+            else:
+                open_.add(call.n)
+        return cls(_evolve(state, _HEAVY), open_, done, written)
+
+    def working_copy(self) -> Head:
+        """A copy an append changes while it is checked; it replaces this one once written."""
+        copy = Head(self.light, self.open, self.done, self.written)
+        copy._owned = False
+        copy._texts = self._texts
+        return copy
+
+    def advance(self, rec: Recorded, opened: set[int], opening: set[int]) -> None:
+        """Move the head by one event the log folds later (checked, not yet folded); ``opened`` and
+        ``opening`` are the calls opened before it."""
+        event = rec.event
+        cls = type(event)
+        if cls in LIGHT:
+            self.light = apply(self.light, rec)  # the fold's own rule, on the light state
+            self._texts = None
+            return
+        if cls is CallCompleted:
+            n = event.n  # type: ignore[attr-defined]
+            if n in self.open:
+                self._own().discard(n)
+                self.done += 1
+            elif n not in opened and n not in opening:
+                self.done += 1  # a readonly call, opened and committed by this one event
+        elif cls is CallStarted or cls is CallFailed:
+            n = event.n  # type: ignore[attr-defined]
+            if n not in self.open:
+                if n in opened or n in opening:
+                    self.done -= 1  # a committed call started again, or given up
+                self._own().add(n)
+
+    def _own(self) -> set[int]:
+        if not self._owned:
+            self.open = set(self.open)
+            self._owned = True
+        return self.open
+
+    def texts(self) -> tuple[str, str | None]:
+        """The row's ``summary`` and ``output`` for this head."""
+        if self._texts is None:
+            light = self.light
+            summary = {
+                "plan": plan_progress(light.plan) if light.plan else None,
+                "waiting": light.waiting.model_dump(mode="json") if light.waiting is not None else None,
+                "failure": light.failure.model_dump(mode="json") if light.failure is not None else None,
+                "wake_at": light.wake_at.isoformat() if light.wake_at is not None else None,
+                "cancel_reason": light.cancel_reason,
+            }
+            output = None if light.output is None else orjson.dumps(light.output, default=json_default).decode()
+            self._texts = (orjson.dumps(summary).decode(), output)
+        return self._texts
+
+    def row_update(self, completes: int) -> TaskHead | None:
+        """What to write to the task's row with an append of ``completes`` committing events:
+        ``None`` when the row's own count of them keeps it right (the common case)."""
+        summary, output = self.texts()
+        written = self.written
+        head = TaskHead(self.done, summary, output)
+        self.written = head
+        if (
+            written is not None
+            and written.calls_done + completes == self.done
+            and written.summary == summary
+            and written.output == output
+        ):
+            return None
+        return head
+
+
+class RowHead(NamedTuple):
+    """Where a task stands, read off its index row alone."""
+
+    status: Status
+    position: str
+    waiting: Waiting | None
+    failure: Failure | None
+    output: Any
+    wake_at: datetime | None
+    cancel_reason: str | None
+
+
+def read_head(row: TaskRow) -> RowHead | None:
+    """Where the task of ``row`` stands, from the row alone; ``None`` for a row written before
+    tether kept heads (until the task's next append)."""
+    if row.summary is None:
+        return None
+    summary = orjson.loads(row.summary)
+    steps, committed = summary["plan"] or (0, 0)
+    waiting, failure, wake_at = summary["waiting"], summary["failure"], summary["wake_at"]
+    return RowHead(
+        status=Status(row.status),
+        position=describe_position(steps, committed, row.calls_done),
+        waiting=None if waiting is None else Waiting.model_validate(waiting),
+        failure=None if failure is None else Failure.model_validate(failure),
+        output=None if row.output is None else orjson.loads(row.output),
+        wake_at=None if wake_at is None else datetime.fromisoformat(wake_at),
+        cancel_reason=summary["cancel_reason"],
+    )
+
+
+def row_head_of(state: TaskState) -> RowHead:
+    """The same, read off a folded state."""
+    return RowHead(
+        state.status, state.position, state.waiting, state.failure, state.output, state.wake_at, state.cancel_reason
+    )
+
+
+def new_row(
+    tenant: str,
+    task_id: str,
+    type: str,
+    user_id: str | None,
+    session_id: str | None,
+    now: float,
+    *,
+    version: int,
+    parent: tuple[str, int] | None = None,
+    state: TaskState | None = None,
+) -> TaskRow:
+    """The index row of a new stream (a fork names its parent and the last event it shares), with
+    the head of ``state`` when it is a task's."""
+    head = None if state is None else Head.of(state).row_update(0)
+    return TaskRow(
+        task_id=task_id,
+        tenant=tenant,
+        type=type,
+        status=Status.PENDING.value,
+        user_id=user_id,
+        session_id=session_id,
+        created_at=now,
+        updated_at=now,
+        version=version,
+        parent_id=parent[0] if parent else None,
+        parent_seq=parent[1] if parent else None,
+        calls_done=head.calls_done if head is not None else 0,
+        summary=head.summary if head is not None else None,
+        output=head.output if head is not None else None,
+    )
+
+
+def index_update(event: Event, index: IndexUpdate | None, now: float) -> IndexUpdate | None:
+    """What the task's index row (status, wake-up time) becomes after ``event``."""
+    cls = type(event)
+    if cls is StatusChanged:
+        index = IndexUpdate(status=event.status, wake_at=event.wake_at)  # type: ignore[attr-defined]
+    elif cls is RetryRequested:
+        index = IndexUpdate(status=Status.PENDING.value, wake_at=None)
+    if cls in _WAKES and (index is None or index.status is None):
+        index = IndexUpdate(status=None, wake_at=now)  # an answer or a cancel: runnable now
+    return index
