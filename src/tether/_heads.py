@@ -38,7 +38,6 @@ from tether.events import (
     StepStarted,
     apply,
 )
-from tether.events._draft import _evolve
 from tether.machine import Status
 from tether.model import Failure, TaskState, Waiting, describe_position, plan_progress
 from tether.store import IndexUpdate, TaskHead, TaskRow
@@ -61,13 +60,22 @@ class Head:
 
     __slots__ = ("_owned", "_texts", "done", "light", "open", "written")
 
-    def __init__(self, light: TaskState, open: set[int], done: int, written: TaskHead | None) -> None:
+    def __init__(
+        self,
+        light: TaskState,
+        open: set[int],
+        done: int,
+        written: TaskHead | None,
+        *,
+        shared: bool = False,
+        texts: tuple[str, str | None] | None = None,
+    ) -> None:
         self.light = light
         self.open = open  # opened calls whose status is not completed
         self.done = done
         self.written = written
-        self._owned = True  # whether ``open`` is this head's own (a working copy shares it until it changes)
-        self._texts: tuple[str, str | None] | None = None
+        self._owned = not shared  # a working copy shares ``open`` until it changes it
+        self._texts = texts
 
     @classmethod
     def of(cls, state: TaskState, written: TaskHead | None = None) -> Head:
@@ -79,14 +87,11 @@ class Head:
                 done += 1
             else:
                 open_.add(call.n)
-        return cls(_evolve(state, _HEAVY), open_, done, written)
+        return cls(state.model_copy(update=_HEAVY), open_, done, written)
 
     def working_copy(self) -> Head:
         """A copy an append changes while it is checked; it replaces this one once written."""
-        copy = Head(self.light, self.open, self.done, self.written)
-        copy._owned = False
-        copy._texts = self._texts
-        return copy
+        return Head(self.light, self.open, self.done, self.written, shared=True, texts=self._texts)
 
     def advance(self, rec: Recorded, opened: set[int], opening: set[int]) -> None:
         """Move the head by one event the log folds later (checked, not yet folded); ``opened`` and

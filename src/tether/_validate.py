@@ -13,9 +13,12 @@ start with a prefix tether keeps for its own streams (:data:`RESERVED_PREFIXES`)
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from tether.errors import ConfigurationError, InvalidInputError
+from tether.machine import Status
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -26,7 +29,9 @@ __all__ = [
     "check_int",
     "check_optional_id",
     "check_positive",
+    "check_statuses",
     "check_task_id",
+    "epoch",
     "option_float",
     "option_int",
 ]
@@ -124,3 +129,21 @@ def option_int(options: dict[str, Any], name: str, *, low: int) -> None:
     if not isinstance(number, int) or isinstance(number, bool) or number < low:
         raise ConfigurationError(f"store option {name} must be a whole number >= {low}, got {raw!r}")
     options[name] = number
+
+
+def check_statuses(status: Status | str | Iterable[Status | str] | None) -> tuple[str, ...] | None:
+    """The stored values of a status filter (one status or several); ``None`` means any."""
+    if status is None:
+        return None
+    items = [status] if isinstance(status, str | Status) else list(status)
+    try:
+        return tuple(Status(s).value for s in items)
+    except ValueError:
+        raise InvalidInputError(f"unknown status in {items!r}; known: {', '.join(s.value for s in Status)}") from None
+
+
+def epoch(value: datetime | float | None) -> float | None:
+    """A time filter as epoch seconds (a ``datetime`` or a number)."""
+    if value is None or isinstance(value, float | int):
+        return value
+    return value.timestamp()

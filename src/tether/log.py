@@ -17,15 +17,25 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from datetime import datetime
-from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
 
-from tether._encoding import DEFERRED, checked, encode_event
-from tether._heads import INDEXED, Head, index_update, new_row
+from tether._encoding import encode_event
+from tether._heads import Head, new_row
 from tether._log_memory import Entry, Memory
 from tether._snapshots import SnapshotPolicy, checksum, intact_snapshot, parse_state, read_if_intact, snapshot_row
-from tether._validate import MAX_LIMIT, MAX_OFFSET, check_id, check_int, check_optional_id, check_task_id
+from tether._staging import Staged, stage
+from tether._validate import (
+    MAX_LIMIT,
+    MAX_OFFSET,
+    check_id,
+    check_int,
+    check_optional_id,
+    check_statuses,
+    check_task_id,
+    epoch,
+)
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -35,7 +45,6 @@ from tether.errors import (
 )
 from tether.events import (
     DEFAULT_UPCASTERS,
-    CallCompleted,
     Event,
     Recorded,
     TaskArchived,
@@ -47,22 +56,13 @@ from tether.events import (
 )
 from tether.machine import Phases, Status
 from tether.model import STATE_SCHEMA_VERSION, TaskState
-from tether.store import EventRow, IndexUpdate, SnapshotRow, Store, StreamAppend, TaskFilter, TaskHead, TaskRow, open_store
+from tether.store import EventRow, SnapshotRow, Store, StreamAppend, TaskFilter, TaskRow, open_store
 
 __all__ = ["SnapshotPolicy", "TaskLog", "checksum"]
 
 log = logging.getLogger("tether")
 
 _T = TypeVar("_T")
-
-# A NamedTuple from a ready tuple, without the keyword-parsing __new__ (a hot path builds two per append).
-_tuple_new = tuple.__new__
-
-
-def _epoch(value: datetime | float | None) -> float | None:
-    if value is None or isinstance(value, float | int):
-        return value
-    return value.timestamp()
 
 
 _P = ParamSpec("_P")
@@ -202,7 +202,7 @@ class TaskLog:
         entry = self._memory.get(task_id)
         if entry is None or entry.version != expected_version:
             entry = self._entry(task_id, expected_version)
-        batch = self._stage(task_id, events, entry, expected_version)
+        batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
         try:
             self.store.append(self.tenant, task_id, batch.rows, expected_version, fence=fence, index=batch.update)
         except BaseException:
@@ -230,7 +230,8 @@ class TaskLog:
                 if not events:
                     raise InvalidInputError("append_together() needs at least one event per task")
                 entry = self._entry(task_id, expected_version)
-                staged.append((task_id, entry, self._stage(task_id, events, entry, expected_version), expected_version))
+                batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
+                staged.append((task_id, entry, batch, expected_version))
             fence = (fences or {}).get
             parts = [StreamAppend(t, batch.rows, v, fence=fence(t), index=batch.update) for t, _, batch, v in staged]
             try:
@@ -241,7 +242,7 @@ class TaskLog:
                 raise
             return [self._settle(t, entry, batch, v, snapshot=True) for t, entry, batch, v in staged]
 
-    def _settle(self, task_id: str, entry: Entry, batch: _Staged, expected_version: int, *, snapshot: bool) -> int:
+    def _settle(self, task_id: str, entry: Entry, batch: Staged, expected_version: int, *, snapshot: bool) -> int:
         """After a staged batch is written: what the log remembers of the task moves on with it."""
         if batch.base is not None:
             entry.base = batch.base
@@ -256,47 +257,6 @@ class TaskLog:
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
         return seq
-
-    def _stage(self, task_id: str, events: Sequence[Event], entry: Entry, expected_version: int) -> _Staged:
-        """Check and encode an append's events, before anything is written: a call event is checked
-        against the calls opened so far and folded later; any other event is folded now (the
-        machines refuse an illegal move here)."""
-        now = time.time()
-        base: TaskState | None = None  # set when a checked event had to be folded now
-        staged: list[Recorded] = []  # deferred events of this batch, after ``base`` if it is set
-        opening: set[int] = set()  # calls this batch opens: added to the entry's once written
-        rows: list[EventRow] = []
-        index: IndexUpdate | None = None
-        size = completes = 0
-        seq = expected_version
-        limit = self.max_event_bytes
-        head = entry.head.working_copy()  # where the task stands after each event, for its row
-        for event in events:
-            seq += 1
-            rec = _tuple_new(Recorded, (seq, now, event))
-            cls = type(event)
-            if cls in DEFERRED:
-                # The common case (a call, a decision, an observation): checked now, written now,
-                # folded when somebody reads the state.
-                head.advance(rec, entry.calls, opening)
-                checked(task_id, event, entry.calls, opening)
-                staged.append(rec)
-                completes += cls is CallCompleted
-            elif not isinstance(event, Event):
-                raise InvalidInputError(f"append() takes Event objects, got {type(event).__name__}")
-            elif isinstance(event, TaskCreated):
-                raise InvalidInputError("TaskCreated is written by create(), not append()")
-            else:
-                # Fold now: the machines check the move before anything is written.
-                base = fold([*entry.pending, *staged, rec], entry.base) if base is None else fold([*staged, rec], base)
-                staged = []
-                head = Head.of(base, head.written)
-            if cls in INDEXED:
-                index = index_update(event, index, now)
-            data = encode_event(event, limit)
-            size += len(data)
-            rows.append(_tuple_new(EventRow, (seq, event.event_type, event.version, now, data, None)))
-        return _Staged(rows, base, staged, opening, _with_head(index, head.row_update(completes)), size, head)
 
     @_per_task
     def snapshot_if_due(self, task_id: str) -> None:
@@ -561,22 +521,13 @@ class TaskLog:
         """Tasks of this tenant, newest first, filtered and paged."""
         check_int(limit, "limit", low=1, high=MAX_LIMIT)
         check_int(offset, "offset", low=0, high=MAX_OFFSET)
-        statuses: tuple[str, ...] | None = None
-        if status is not None:
-            items = [status] if isinstance(status, str | Status) else list(status)
-            try:
-                statuses = tuple(Status(s).value for s in items)
-            except ValueError:
-                raise InvalidInputError(
-                    f"unknown status in {items!r}; known: {', '.join(s.value for s in Status)}"
-                ) from None
         flt = TaskFilter(
-            status=statuses,
+            status=check_statuses(status),
             type=type,
             user_id=user_id,
             session_id=session_id,
-            created_after=_epoch(created_after),
-            created_before=_epoch(created_before),
+            created_after=epoch(created_after),
+            created_before=epoch(created_before),
         )
         return self.store.list_tasks(self.tenant, flt, limit=limit, offset=offset)
 
@@ -642,24 +593,3 @@ class TaskLog:
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""
         self._memory.forget(task_id)
-
-
-class _Staged(NamedTuple):
-    """An append's events checked and encoded, not yet written."""
-
-    rows: list[EventRow]
-    base: TaskState | None  # the state folded now, when one of the events needed it
-    staged: list[Recorded]  # events folded later, after ``base`` (or after what was pending)
-    opening: set[int]  # the call ordinals the batch opens
-    update: IndexUpdate | None
-    size: int
-    head: Head  # where the task stands after the batch
-
-
-def _with_head(index: IndexUpdate | None, head: TaskHead | None) -> IndexUpdate | None:
-    """An append's index update with the head it writes (``None``: the row's own counting keeps it)."""
-    if head is None:
-        return index
-    if index is None:
-        return IndexUpdate(status=None, head=head, moves=False)
-    return IndexUpdate(status=index.status, wake_at=index.wake_at, head=head)

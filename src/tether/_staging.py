@@ -1,0 +1,84 @@
+"""An append before anything is written: its events checked (call events against the calls opened so
+far, anything else folded now, so the machines refuse an illegal move), encoded, and the task's index
+row's changes — its status, its wake-up, its head — worked out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from tether._encoding import DEFERRED, checked, encode_event
+from tether._heads import INDEXED, Head, index_update
+from tether._log_memory import Entry
+from tether.errors import InvalidInputError
+from tether.events import CallCompleted, Event, Recorded, TaskCreated, fold
+from tether.model import TaskState
+from tether.store import EventRow, IndexUpdate, TaskHead
+
+__all__ = ["Staged", "stage"]
+
+# A NamedTuple from a ready tuple, without the keyword-parsing __new__ (a hot path builds two per append).
+_tuple_new = tuple.__new__
+
+
+class Staged(NamedTuple):
+    """An append's events checked and encoded, not yet written."""
+
+    rows: list[EventRow]
+    base: TaskState | None  # the state folded now, when one of the events needed it
+    staged: list[Recorded]  # events folded later, after ``base`` (or after what was pending)
+    opening: set[int]  # the call ordinals the batch opens
+    update: IndexUpdate | None
+    size: int
+    head: Head  # where the task stands after the batch
+
+
+def _with_head(index: IndexUpdate | None, head: TaskHead | None) -> IndexUpdate | None:
+    """An append's index update with the head it writes (``None``: the row's own counting keeps it)."""
+    if head is None:
+        return index
+    if index is None:
+        return IndexUpdate(status=None, head=head, moves=False)
+    return IndexUpdate(status=index.status, wake_at=index.wake_at, head=head)
+
+
+def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version: int, limit: int) -> Staged:
+    """Check and encode an append's events, before anything is written: a call event is checked
+    against the calls opened so far and folded later; any other event is folded now (the
+    machines refuse an illegal move here)."""
+    now = time.time()
+    base: TaskState | None = None  # set when a checked event had to be folded now
+    staged: list[Recorded] = []  # deferred events of this batch, after ``base`` if it is set
+    opening: set[int] = set()  # calls this batch opens: added to the entry's once written
+    rows: list[EventRow] = []
+    index: IndexUpdate | None = None
+    size = completes = 0
+    seq = expected_version
+    head = entry.head.working_copy()  # where the task stands after each event, for its row
+    for event in events:
+        seq += 1
+        rec = _tuple_new(Recorded, (seq, now, event))
+        cls = type(event)
+        if cls in DEFERRED:
+            # The common case (a call, a decision, an observation): checked now, written now,
+            # folded when somebody reads the state.
+            head.advance(rec, entry.calls, opening)
+            checked(task_id, event, entry.calls, opening)
+            staged.append(rec)
+            completes += cls is CallCompleted
+        elif not isinstance(event, Event):
+            raise InvalidInputError(f"append() takes Event objects, got {type(event).__name__}")
+        elif isinstance(event, TaskCreated):
+            raise InvalidInputError("TaskCreated is written by create(), not append()")
+        else:
+            # Fold now: the machines check the move before anything is written.
+            base = fold([*entry.pending, *staged, rec], entry.base) if base is None else fold([*staged, rec], base)
+            staged = []
+            head = Head.of(base, head.written)
+        if cls in INDEXED:
+            index = index_update(event, index, now)
+        data = encode_event(event, limit)
+        size += len(data)
+        rows.append(_tuple_new(EventRow, (seq, event.event_type, event.version, now, data, None)))
+    return Staged(rows, base, staged, opening, _with_head(index, head.row_update(completes)), size, head)
