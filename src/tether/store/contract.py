@@ -28,11 +28,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from tether.errors import ConflictError, InvalidInputError, LeaseLostError, TaskNotFoundError
-from tether.store.base import EventRow, IndexUpdate, SnapshotRow, Store, StreamAppend, TaskFilter, TaskRow
+from tether.store.base import (
+    COMPLETES,
+    EventRow,
+    IndexUpdate,
+    SnapshotRow,
+    Store,
+    StreamAppend,
+    TaskFilter,
+    TaskHead,
+    TaskRow,
+)
 
 __all__ = ["CHECKS", "Check", "ContractResult", "run_contract"]
 
@@ -101,6 +111,39 @@ def create_then_read_back(store: Store) -> None:
     first = store.read_events(TENANT, "a")[0].data
     assert first in ('{"n": 1}', '{"n":1}', b'{"n": 1}', b'{"n":1}')
     assert store.get_task(TENANT, "missing") is None
+
+
+@_check()
+def the_row_moves_with_every_append(store: Store) -> None:
+    """Its version and last change are its newest event's, and each committing event it stores
+    counts one committed call; a head is written whole, after the events, status left alone."""
+    head = TaskHead(calls_done=0, summary='{"plan": null}', output=None)
+    store.create_task(TENANT, replace(_row("a"), calls_done=0, summary=head.summary), _event(1))
+    done = EventRow(2, COMPLETES, 1, time.time() + 1, '{"n": 1}')
+    store.append(TENANT, "a", [done], 1)
+    row = store.get_task(TENANT, "a")
+    assert row is not None and (row.version, row.updated_at, row.calls_done) == (2, done.at, 1)
+    assert row.head == replace(head, calls_done=1)
+    batch = [EventRow(3, COMPLETES, 1, done.at + 1, '{"n": 2}'), EventRow(4, "DecisionMade", 1, done.at + 2, "{}")]
+    store.append(TENANT, "a", batch, 2, index=IndexUpdate(status="running"))
+    row = store.get_task(TENANT, "a")
+    assert row is not None and (row.version, row.updated_at, row.calls_done, row.status) == (
+        4,
+        done.at + 2,
+        2,
+        "running",
+    )
+    written = TaskHead(calls_done=7, summary='{"plan": [2, 1]}', output='{"answer": 42}')
+    store.append(
+        TENANT,
+        "a",
+        [EventRow(5, COMPLETES, 1, done.at + 3, "{}")],
+        4,
+        index=IndexUpdate(None, head=written, moves=False),
+    )
+    row = store.get_task(TENANT, "a")
+    assert row is not None and row.head == written and (row.version, row.status) == (5, "running")
+    assert [r.head for r in store.list_tasks(TENANT, TaskFilter())] == [written]
 
 
 @_check()

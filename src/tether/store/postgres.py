@@ -428,6 +428,7 @@ class PostgresStore:
                     )
             except psycopg.errors.UniqueViolation:
                 raise ConflictError(task_id, expected=expected_version, actual=None) from None
+            conn.execute(SQL.move_version, (events[-1].seq, events[-1].at, internal))
         return int(gone)
 
     def rewind(
