@@ -57,9 +57,9 @@ def _handle(out: Console, handle: tether.TaskHandle, as_json: bool) -> None:
             }
         )
         return
-    out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.state.position})")
-    if handle.state.waiting is not None:
-        out.print(f"waiting for {handle.state.waiting.key!r}: {handle.state.waiting.prompt or ''}")
+    out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.position})")
+    if handle.waiting is not None:
+        out.print(f"waiting for {handle.waiting.key!r}: {handle.waiting.prompt or ''}")
     if handle.status in (tether.Status.FAILED, tether.Status.CANCELLED):
         out.print(f"[red]{escape(failure_summary(handle.state))}[/]")
         sys.exit(1)

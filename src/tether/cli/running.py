@@ -71,9 +71,9 @@ def send(task_id: str, key: str, value: str, db: str | None, as_json: bool, acto
         return
     out = _console()
     row = app.log.get(task_id)
-    runnable = handle.state.waiting is None and row.wake_at is not None
+    runnable = handle.waiting is None and row.wake_at is not None
     after = "runnable: a `tether worker` continues it" if runnable else "it will read the answer when it asks"
-    out.print(f"answered {key!r} for {task_id}: now {_status(handle.status.value)} ({handle.state.position}); {after}")
+    out.print(f"answered {key!r} for {task_id}: now {_status(handle.status.value)} ({handle.position}); {after}")
 
 
 @main.command()

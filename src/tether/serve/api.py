@@ -316,7 +316,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         row_of(app, task_id)
         handle = app.send_input(task_id, key, body.value, actor=who.name)
         bump()
-        return {"task_id": task_id, "status": handle.status.value, "position": handle.state.position}
+        return {"task_id": task_id, "status": handle.status.value, "position": handle.position}
 
     # ----------------------------------------------------------------- sessions and users
     @router.get("/sessions", tags=["sessions"])
