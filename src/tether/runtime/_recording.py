@@ -33,6 +33,7 @@ from tether.events import (
 )
 from tether.model import TaskState, ToolCall
 from tether.runtime._commits import Branch
+from tether.runtime._flow import Commit, Flow
 from tether.runtime._replay import Replay, describe
 from tether.runtime.specs import TaskSpec, ToolSpec
 
@@ -244,10 +245,10 @@ class Recorder:
         if self.cancel_reason is not None and not self._compensating:
             raise Cancelled(self.cancel_reason)
 
-    def suspend(self, status: str, wake_at: float | None, reason: str) -> None:
+    def suspend(self, status: str, wake_at: float | None, reason: str) -> Flow[None]:
         """Record that the task waits (``status``) and leave the run: no process needs to stay."""
         self.going_live()  # a cancelled task does not go back to waiting
-        self.append([StatusChanged(status=status, wake_at=wake_at)])
+        yield Commit(self.writer, [StatusChanged(status=status, wake_at=wake_at)])
         raise Suspend(reason)
 
     def end(self) -> None:
