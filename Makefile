@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/task_reads.py
 	$(BIN)/python bench/postgres.py
+	$(BIN)/python bench/async_tasks.py
 	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/langgraph_saver.py
 	$(BIN)/python bench/adk.py

@@ -211,12 +211,17 @@ class TaskLog:
         return self._settle(task_id, entry, batch, expected_version, snapshot=snapshot)
 
     def append_together(
-        self, appends: Sequence[tuple[str, Sequence[Event], int]], *, fences: Mapping[str, int] | None = None
+        self,
+        appends: Sequence[tuple[str, Sequence[Event], int]],
+        *,
+        fences: Mapping[str, int] | None = None,
+        snapshot: bool = True,
     ) -> list[int]:
         """Append to several tasks in one transaction — every task's events land, or none do —
         each ``(task_id, events, expected_version)`` checked and staged as :meth:`append` does before
         anything is written; ``fences`` maps a task to the lease token its append is fenced by.
         Returns each task's new version, in order. The first refusal is raised, nothing written.
+        ``snapshot=False``: no snapshot now, whatever the policy says (a run snapshots when it stops).
         """
         task_ids = [task_id for task_id, _, _ in appends]
         if len(set(task_ids)) != len(task_ids):
@@ -240,7 +245,7 @@ class TaskLog:
                 for task_id in task_ids:
                     self.forget(task_id)
                 raise
-            return [self._settle(t, entry, batch, v, snapshot=True) for t, entry, batch, v in staged]
+            return [self._settle(t, entry, batch, v, snapshot=snapshot) for t, entry, batch, v in staged]
 
     def _settle(self, task_id: str, entry: Entry, batch: Staged, expected_version: int, *, snapshot: bool) -> int:
         """After a staged batch is written: what the log remembers of the task moves on with it."""

@@ -25,6 +25,7 @@ SMOKE = {
     "timetravel.py": False,
     "conversation.py": False,
     "agent_loop.py": False,
+    "async_tasks.py": False,
     "check.py": True,  # ~0.5 ms per task against a 10 ms target
     "peers.py": False,
     "task_reads.py": False,

@@ -23,6 +23,7 @@ __all__ = [
     "Commit",
     "Flow",
     "Invoke",
+    "Io",
     "Outcome",
     "Wait",
     "drive",
@@ -53,14 +54,26 @@ class Wait(NamedTuple):
 class Commit(NamedTuple):
     """Record ``events`` through ``writer``; the driver sends back ``None`` once they are durable.
 
-    The sync driver writes them at once (``writer.append``). The async driver hands them to
-    ``writer.commit_soon``, which may write them together with those of parallel branches that
-    finish in the same turn of the event loop (group commit): one transaction for several
-    calls' records, each branch going on only once its own events are durable.
+    The sync driver writes them at once (``writer.append``). The async driver awaits
+    ``writer.commit_soon``, which hands them to the app's commit thread, off the event loop,
+    together with those of parallel branches that finish in the same turn of the loop and those
+    of other tasks waiting at the same time (group commit): one transaction for several records,
+    each branch going on only once its own events are durable.
     """
 
     writer: Any
     events: list[Any]
+
+
+class Io(NamedTuple):
+    """Store I/O, ``fn(*args)``; the driver sends back its result (or throws its error).
+
+    The sync driver calls it. The async driver runs it in a thread of the loop's executor, so
+    the event loop goes on serving other coroutines while the store answers.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
 
 
 class Outcome(NamedTuple):
@@ -74,7 +87,7 @@ RUNNING_TASK: ContextVar[Any] = ContextVar("tether_running_task", default=None)
 """The task whose code runs in this context (its id): a registered tool called directly is refused."""
 
 
-Flow = Generator["Invoke | Wait | Commit", "Outcome | None", T]
+Flow = Generator["Invoke | Wait | Commit | Io", Any, T]
 
 
 _PLAIN = frozenset({type(None), str, int, float, bool, dict, list, tuple})
@@ -114,7 +127,7 @@ async def _await(awaitable: Any) -> Any:
 
 def drive(flow: Flow[T]) -> T:
     """Run a flow synchronously."""
-    reply: Outcome | None = None
+    reply: Any = None  # an Invoke's Outcome, an Io's result, or None
     pending: BaseException | None = None
     while True:
         try:
@@ -130,6 +143,8 @@ def drive(flow: Flow[T]) -> T:
             elif type(op) is Commit:
                 op.writer.append(op.events)
                 reply = None
+            elif type(op) is Io:
+                reply = op.fn(*op.args)
             else:
                 time.sleep(op.seconds)  # type: ignore[union-attr]
                 reply = None
@@ -139,7 +154,7 @@ def drive(flow: Flow[T]) -> T:
 
 async def drive_async(flow: Flow[T]) -> T:
     """Run the same flow on the running event loop."""
-    reply: Outcome | None = None
+    reply: Any = None  # an Invoke's Outcome, an Io's result, or None
     pending: BaseException | None = None
     while True:
         try:
@@ -151,10 +166,10 @@ async def drive_async(flow: Flow[T]) -> T:
             if type(op) is Invoke:
                 reply = await _async_invoke(op)
             elif type(op) is Commit:
-                waiter = op.writer.commit_soon(op.events)
-                if waiter is not None:
-                    await waiter
+                await op.writer.commit_soon(op.events)
                 reply = None
+            elif type(op) is Io:
+                reply = await asyncio.get_running_loop().run_in_executor(None, op.fn, *op.args)
             else:
                 await asyncio.sleep(op.seconds)  # type: ignore[union-attr]
                 reply = None

@@ -16,7 +16,6 @@ from pydantic import BaseModel
 from tether.errors import (
     Cancelled,
     ConflictError,
-    InvalidInputError,
     LeaseLostError,
     NonDeterminismError,
     OutcomeUnknownError,
@@ -33,7 +32,8 @@ from tether.events import (
     StatusChanged,
 )
 from tether.model import TaskState, ToolCall
-from tether.runtime._flow import next_turn
+from tether.runtime._commits import Branch
+from tether.runtime._flow import Commit, Flow
 from tether.runtime._replay import Replay, describe
 from tether.runtime.specs import TaskSpec, ToolSpec
 
@@ -192,23 +192,32 @@ class Recorder:
     def append(self, events: list[Event]) -> None:
         """The one write path: ``events`` (after any deferred reads) at the task's next version."""
         log = self.app.log
-        if self.replay_only:
-            raise ReplayEnd(self.cursor.walked)  # a replay never writes, whatever asks it to
         with self.lock:
-            if self._ended:
-                raise RunEnded(f"task {self.task_id!r}: this run has stopped; a later run takes the work up")
-            if self._deferred:
-                events = [*self._deferred, *events]
+            task_id, events, _, fence = self.staged(events)
             while True:
                 try:
                     # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
-                    self._version = log.append(self.task_id, events, self._version, fence=self._fence, snapshot=False)
-                    self._deferred.clear()
+                    self.appended(log.append(task_id, events, self._version, fence=fence, snapshot=False))
                     return
                 except LeaseLostError:
                     raise
                 except ConflictError:
                     self._take_external()
+
+    def staged(self, events: list[Event]) -> tuple[str, list[Event], int, int | None]:
+        """What an append of ``events`` writes now: ``(task id, events after any deferred reads, the
+        version they go on from, the lease token that fences them)``. The caller holds :attr:`lock`
+        until it reports the write with :meth:`appended`."""
+        if self.replay_only:
+            raise ReplayEnd(self.cursor.walked)  # a replay never writes, whatever asks it to
+        if self._ended:
+            raise RunEnded(f"task {self.task_id!r}: this run has stopped; a later run takes the work up")
+        return self.task_id, [*self._deferred, *events] if self._deferred else events, self._version, self._fence
+
+    def appended(self, version: int) -> None:
+        """What :meth:`staged` gave was written: the task is at ``version``."""
+        self._version = version
+        self._deferred.clear()
 
     def defer(self, event: Event) -> None:
         """Record ``event`` with the next append: a read that nothing depends on until something is written."""
@@ -236,10 +245,10 @@ class Recorder:
         if self.cancel_reason is not None and not self._compensating:
             raise Cancelled(self.cancel_reason)
 
-    def suspend(self, status: str, wake_at: float | None, reason: str) -> None:
+    def suspend(self, status: str, wake_at: float | None, reason: str) -> Flow[None]:
         """Record that the task waits (``status``) and leave the run: no process needs to stay."""
         self.going_live()  # a cancelled task does not go back to waiting
-        self.append([StatusChanged(status=status, wake_at=wake_at)])
+        yield Commit(self.writer, [StatusChanged(status=status, wake_at=wake_at)])
         raise Suspend(reason)
 
     def end(self) -> None:
@@ -263,13 +272,16 @@ class Recorder:
 
 
 class GroupCommit:
-    """How a context's calls record: at once, or, for parallel async branches, together.
+    """How a context's calls record: at once in a sync task; off the event loop, together, in an
+    async one.
 
-    Branches of an ``asyncio.gather`` that finish in the same turn of the event loop hand
-    their events here; they are written in one transaction at the start of the next turn,
-    in the order the branches finished, and each branch goes on once that transaction has
-    committed. Each call's record is as durable, and its result as late, as if it had been
-    written alone; there are fewer commits. A call with no sibling in flight writes at once.
+    A sync task's records are written where it runs (:meth:`append`). An async task's go to the
+    app's commit thread (:meth:`commit_soon`): branches of an ``asyncio.gather`` that finish in
+    the same turn of the event loop are handed over together at the end of that turn (or at
+    once, when every call in flight has finished), and the thread writes them, with whatever
+    other tasks handed over meanwhile, in one transaction, in the order they finished. Each
+    branch goes on once that transaction has committed: its record is as durable, and its
+    result as late, as if written alone; there are fewer commits, and the loop never waits.
     """
 
     __slots__ = ("_batch", "_recorder")
@@ -279,83 +291,34 @@ class GroupCommit:
         # finished recorder (with the whole record it walked) garbage only the cycle collector
         # can free, late, and at a cost that grows with the heap.
         self._recorder = weakref.proxy(recorder)
-        self._batch: list[tuple[list[Event], asyncio.Future[None] | None]] = []
+        self._batch: list[Branch] = []
 
     def append(self, events: list[Event]) -> None:
         self._recorder.append(events)
 
-    def commit_soon(self, events: list[Event]) -> Awaitable[None] | None:
-        """Write ``events`` now (``None``), or queue them and return what to await."""
+    def commit_soon(self, events: list[Event]) -> Awaitable[None]:
+        """Queue ``events`` for the commit thread; the awaitable is done once they are durable."""
+        rec = self._recorder
+        if rec.replay_only:
+            rec.append(events)  # raises ReplayEnd: a replay writes nothing
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         batch = self._batch
-        if not batch and self._recorder.inflight <= 1:
-            self._recorder.append(events)
-            return None
-        if len(batch) + 1 >= self._recorder.inflight:
-            # Every other call in flight is waiting on this batch: nothing can join it, so it is
-            # written now, and this branch goes on without waiting another turn.
-            waiter = None
-        else:
-            loop = asyncio.get_running_loop()
-            waiter = loop.create_future()
-            if not batch:
-                loop.call_soon(self._flush)
         batch.append((events, waiter))
-        if waiter is None:
+        if len(batch) >= rec.inflight:
+            # Every call in flight has finished and waits on this batch: nothing else can join it.
             self._flush()
-            return next_turn()  # on with the others it woke, in the order they joined
+        elif len(batch) == 1:
+            loop.call_soon(self._flush)
         return waiter
 
     def _flush(self) -> None:
-        """Write the queued events in one transaction and wake their branches. A branch that
-        flushes for itself (its waiter ``None``) gets its own error raised here."""
+        """Hand the queued branches to the commit thread (once: the end of the turn, or the last
+        branch to join, whichever comes first)."""
         batch, self._batch = self._batch, []
-        if not batch:
-            return  # written already, by the last branch to join it
-        append = self._recorder.append
-        if len(batch) > 1:
-            try:
-                append([event for events, _ in batch for event in events])
-            except InvalidInputError:
-                pass  # one branch's event was refused: the others' still record, each on its own
-            except BaseException as exc:  # the run stopped (lease lost, store down...): every branch hears it
-                _deliver_all(batch, exc)
-                return
-            else:
-                _deliver_all(batch, None)
-                return
-        mine: BaseException | None = None
-        for events, waiter in batch:
-            try:
-                append(events)
-            except BaseException as exc:
-                if waiter is None:
-                    mine = exc
-                else:
-                    _deliver(waiter, exc)
-            else:
-                if waiter is not None:
-                    _deliver(waiter, None)
-        if mine is not None:
-            raise mine
-
-
-def _deliver_all(batch: list[tuple[list[Event], asyncio.Future[None] | None]], error: BaseException | None) -> None:
-    """Wake every waiting branch of a written (or failed) batch; raise ``error`` for the one that
-    flushed for itself."""
-    for _, waiter in batch:
-        if waiter is not None:
-            _deliver(waiter, error)
-    if error is not None and any(waiter is None for _, waiter in batch):
-        raise error
-
-
-def _deliver(waiter: asyncio.Future[None], error: BaseException | None) -> None:
-    if waiter.done():  # its branch was cancelled meanwhile: what it did is recorded all the same
-        return
-    if error is None:
-        waiter.set_result(None)
-    else:
-        waiter.set_exception(error)
+        if batch:
+            rec = self._recorder
+            rec.app.commits.submit(rec, batch)
 
 
 @functools.cache

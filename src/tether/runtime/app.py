@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -36,6 +37,7 @@ from tether.events import (
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
 from tether.model import TaskState
+from tether.runtime._commits import CommitThread
 from tether.runtime._conversations import Conversations
 from tether.runtime._flow import drive_async
 from tether.runtime._time_travel import TimeTravel
@@ -110,6 +112,8 @@ class App(TimeTravel, Conversations):
         check_int(max_value_bytes, "max_value_bytes", low=1, error=ConfigurationError)
         self.log = TaskLog(url or DEFAULT_URL, tenant=tenant, snapshots=snapshots, max_event_bytes=max_value_bytes)
         self.store = self.log.store
+        self.commits = CommitThread(self.log)
+        """Writes async tasks' records off their event loops (see ``runtime/_commits.py``)."""
         self.tenant = tenant
         self.lease_ttl = lease_ttl
         self.inline_wait = inline_wait
@@ -300,9 +304,9 @@ class App(TimeTravel, Conversations):
         session_id: str | None = None,
         **kwargs: Any,
     ) -> TaskHandle:
-        """The async twin of :meth:`run`."""
+        """The async twin of :meth:`run`. Its store I/O runs off the event loop."""
         spec = self.registry.task(task)
-        state = self._create(spec, args, kwargs, task_id, user_id, session_id)
+        state = await _off_loop(self._create, spec, args, kwargs, task_id, user_id, session_id)
         return await drive_async(execute(self, spec, state.task_id))
 
     def resume(self, task_id: str) -> TaskHandle:
@@ -311,8 +315,8 @@ class App(TimeTravel, Conversations):
         return drive_task(spec, lambda: execute(self, spec, task_id), "resume", "resume_async")
 
     async def resume_async(self, task_id: str) -> TaskHandle:
-        """The async twin of :meth:`resume`."""
-        return await drive_async(execute(self, self._spec_of(task_id), task_id))
+        """The async twin of :meth:`resume`. Its store I/O runs off the event loop."""
+        return await drive_async(execute(self, await _off_loop(self._spec_of, task_id), task_id))
 
     def retry(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
         """Run a failed task again with the code as it is now — after you fixed it.
@@ -329,9 +333,9 @@ class App(TimeTravel, Conversations):
         return drive_task(spec, lambda: execute(self, spec, task_id), "retry", "retry_async")
 
     async def retry_async(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
-        """The async twin of :meth:`retry`."""
-        spec = self._spec_of(task_id)
-        self.request_retry(task_id, actor=actor)
+        """The async twin of :meth:`retry`. Its store I/O runs off the event loop."""
+        spec = await _off_loop(self._spec_of, task_id)
+        await _off_loop(functools.partial(self.request_retry, actor=actor), task_id)
         return await drive_async(execute(self, spec, task_id))
 
     def request_retry(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
@@ -552,6 +556,10 @@ class App(TimeTravel, Conversations):
 
     # ------------------------------------------------------------------ the run
     def close(self) -> None:
+        self.commits.close()
         self.store.close()
 
 
+async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread of the loop's executor: the loop serves others while the store answers."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

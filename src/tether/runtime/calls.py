@@ -174,12 +174,14 @@ class Calls:
                     if not found.ok:
                         raise found.value
                     if found.value is not None:
-                        rec.append([CallCompleted(n=n, result=found.value, attempt=last.number, duration=0.0)])
+                        found_done = CallCompleted(n=n, result=found.value, attempt=last.number, duration=0.0)
+                        yield _tuple_new(Commit, (rec.writer, [found_done]))
                         if undo is not None:
                             rec.compensate_with(n, self._registry.tool(undo), found.value)
                         return spec.rehydrate(found.value)
                 stopped = time.time() - last.started_at.timestamp()
-                rec.append(
+                yield Commit(
+                    rec.writer,
                     [
                         CallAttemptFailed(
                             n=n,
@@ -278,7 +280,7 @@ class Calls:
             if backoff is None:
                 exhausted = errors >= spec.retry.max_attempts
                 events.append(CallFailed(n=n, reason="no attempts left" if exhausted else "error not retried"))
-            rec.append(events)
+            yield _tuple_new(Commit, (writer, events))
             if backoff is None:
                 raise ToolError(
                     spec.name,
@@ -301,7 +303,7 @@ class Calls:
         # A long wait frees the worker (a durable sleep) — unless other calls of the task run
         # beside this one: suspending would abandon them mid-flight, so it waits here.
         if remaining > rec.app.inline_wait and rec.inflight <= 1:
-            rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
+            yield from rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
         yield Wait(remaining)
 
     def fetch_flow(self, issued: Issued, ttl: float) -> Flow[Any]:
@@ -329,7 +331,7 @@ class Calls:
                         kind="fetch",
                     )
                     try:
-                        rec.append([served])
+                        yield _tuple_new(Commit, (rec.writer, [served]))
                     finally:
                         rec.settled()
                     return spec.rehydrate(earlier.result)

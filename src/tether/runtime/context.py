@@ -45,7 +45,7 @@ from tether.events import (
 )
 from tether.machine import Status
 from tether.model import TaskState
-from tether.runtime._flow import Flow, Wait, drive, drive_async, next_turn
+from tether.runtime._flow import Commit, Flow, drive, drive_async, next_turn
 from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, RunEnded, read_only, upcast_data
 from tether.runtime._replay import ReleaseGate, describe
 from tether.runtime.calls import (
@@ -244,7 +244,8 @@ class _Context:
         if recorded is None:
             self._rec.going_live()
             timeout_at = time.time() + timeout if timeout is not None else None
-            self._rec.append([InputRequested(key=key, prompt=prompt, schema=json_schema, timeout_at=timeout_at)])
+            asked = InputRequested(key=key, prompt=prompt, schema=json_schema, timeout_at=timeout_at)
+            yield Commit(self._rec.writer, [asked])
         else:
             timeout_at = recorded.event.timeout_at  # type: ignore[attr-defined]
         if self._rec.cursor.take_if(InputTimedOut, lambda e: e.key == key):
@@ -263,24 +264,23 @@ class _Context:
                 return model.model_validate(value) if model is not None else value
             # A bad early answer does not fail the task: it is discarded, with the reason, and the
             # task waits for a good one.
-            self._rec.append([InputRejected(key=key, reason=rejected)])
+            yield Commit(self._rec.writer, [InputRejected(key=key, reason=rejected)])
         if self._rec.answered():
             head = self._rec.cursor.first_left()
             assert head is not None
             raise NonDeterminismError(self._rec.task_id, head.seq, describe(head.event), f"the answer to {key!r}")
         if timeout_at is not None and time.time() >= timeout_at:
             self._rec.going_live()
-            self._rec.append([InputTimedOut(key=key)])
+            yield Commit(self._rec.writer, [InputTimedOut(key=key)])
             raise InputTimeout(self._rec.task_id, key)
-        self._rec.suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
-        yield Wait(0)  # never reached: a generator, so sync and async share this flow
+        yield from self._rec.suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
 
     def _sleep_flow(self, seconds: float) -> Flow[None]:
         recorded = self._rec.replayed(SleepScheduled, lambda e: True, f"sleep({seconds})")
         if recorded is None:
             self._rec.going_live()
             until = time.time() + seconds
-            self._rec.append([SleepScheduled(until=until)])
+            yield Commit(self._rec.writer, [SleepScheduled(until=until)])
         else:
             until = recorded.event.until  # type: ignore[attr-defined]
             if self._rec.answered():

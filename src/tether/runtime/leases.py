@@ -3,15 +3,18 @@ and the heartbeat that renews it while the run goes on."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 import time
 
-from tether.errors import TaskBusyError
+from tether.errors import TaskBusyError, TetherError
 from tether.store import Store
 
 __all__ = ["Heartbeat", "acquire", "owner_is_dead"]
+
+_log = logging.getLogger("tether")
 
 
 def acquire(store: Store, tenant: str, task_id: str, owner: str, ttl: float, *, force: bool = False) -> int:
@@ -31,30 +34,83 @@ def acquire(store: Store, tenant: str, task_id: str, owner: str, ttl: float, *, 
 
 
 class Heartbeat:
-    """Renews a task's lease in the background while a run holds it."""
+    """Renews a task's lease in the background while a run holds it, every third of its TTL.
+
+    One thread of the process renews every lease its runs hold (200 concurrent async tasks are
+    one thread, not 200), so entering and leaving costs a dict operation: an event loop that
+    starts and ends many runs never waits on a thread's start or join.
+    """
 
     def __init__(self, store: Store, tenant: str, task_id: str, token: int, ttl: float) -> None:
-        self._store, self._tenant, self._task_id, self._token, self._ttl = store, tenant, task_id, token, ttl
-        self._stop = threading.Event()
-        self.lost = False
-        self._thread = threading.Thread(target=self._beat, name=f"tether-heartbeat-{task_id}", daemon=True)
-
-    def _beat(self) -> None:
-        interval = self._ttl / 3
-        while not self._stop.wait(interval):
-            renewed = self._store.renew_lease(self._tenant, self._task_id, self._token, self._ttl, time.time())
-            if not renewed:
-                self.lost = True  # the next append is refused by its fencing token
-                return
+        self._lease = _Lease(store, tenant, task_id, token, ttl)
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        _BEATER.hold(self._lease)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        _BEATER.let_go(self._lease)
 
+
+class _Lease:
+    __slots__ = ("due", "interval", "store", "task_id", "tenant", "token", "ttl")
+
+    def __init__(self, store: Store, tenant: str, task_id: str, token: int, ttl: float) -> None:
+        self.store, self.tenant, self.task_id, self.token, self.ttl = store, tenant, task_id, token, ttl
+        self.interval = ttl / 3
+        self.due = 0.0
+
+
+class _Beater:
+    """The process's heartbeat thread: renews each held lease when it falls due; started at the
+    first lease held (again in a forked child, which inherits no threads)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._held: dict[int, _Lease] = {}
+        self._pid = 0
+
+    def hold(self, lease: _Lease) -> None:
+        lease.due = time.monotonic() + lease.interval
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._held = {}
+                threading.Thread(target=self._run, name="tether-heartbeat", daemon=True).start()
+            self._held[id(lease)] = lease
+            self._cond.notify()
+
+    def let_go(self, lease: _Lease) -> None:
+        with self._cond:
+            self._held.pop(id(lease), None)
+
+    def _run(self) -> None:
+        pid = os.getpid()
+        while True:
+            with self._cond:
+                if self._pid != pid:
+                    return  # a thread of the parent, copied into a forked child, never runs there
+                now = time.monotonic()
+                due = [lease for lease in self._held.values() if lease.due <= now]
+                if not due:
+                    wake = min((lease.due for lease in self._held.values()), default=now + 3600.0)
+                    self._cond.wait(wake - now)
+                    continue
+                for lease in due:
+                    lease.due = now + lease.interval
+            for lease in due:
+                try:
+                    renewed = lease.store.renew_lease(lease.tenant, lease.task_id, lease.token, lease.ttl, time.time())
+                except TetherError:
+                    continue  # the store is away for a moment: the next beat tries again
+                except Exception:  # a bug must not stop the beat of every other lease
+                    _log.exception("renewing the lease of task %r failed", lease.task_id)
+                    continue
+                if not renewed:
+                    self.let_go(lease)  # taken over: the run's next append is refused by its fencing token
+
+
+_BEATER = _Beater()
 
 
 def owner_is_dead(owner: str) -> bool:

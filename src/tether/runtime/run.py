@@ -5,6 +5,7 @@ cancelled, interrupted). ``App``, the worker and time travel call this room; it 
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import threading
 import traceback
@@ -37,7 +38,7 @@ from tether.events import (
 )
 from tether.machine import TERMINAL, Status
 from tether.model import TaskState
-from tether.runtime._flow import RUNNING_TASK, Flow, Invoke, drive, drive_async
+from tether.runtime._flow import RUNNING_TASK, Commit, Flow, Invoke, Io, drive, drive_async
 from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, upcast_data
 from tether.runtime.calls import Calls
 from tether.runtime.context import AsyncTaskContext, TaskContext
@@ -57,18 +58,20 @@ T = TypeVar("T")
 def execute(
     app: App, spec: TaskSpec, task_id: str, *, token: int | None = None, force: bool = False
 ) -> Flow[TaskHandle]:
-    """Run (or replay, then continue) a task while holding its lease: ``token``, or one taken here."""
+    """Run (or replay, then continue) a task while holding its lease: ``token``, or one taken here.
+
+    Its store I/O is yielded (``Io``, ``Commit``): an async task's event loop never waits on it."""
     ended: Callable[[], None] | None = None
+    closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
     if token is None:
-        state = app.log.load(task_id)
+        state = yield Io(app.log.load, (task_id,))
         if state.status in TERMINAL:
             return TaskHandle.of(state)
-        token = acquire(app.store, app.tenant, task_id, app.worker_id, app.lease_ttl, force=force)
+        take = functools.partial(acquire, force=force)
+        token = yield Io(take, (app.store, app.tenant, task_id, app.worker_id, app.lease_ttl))
     try:
         with Heartbeat(app.store, app.tenant, task_id, token, app.lease_ttl):
-            history = app.log.events(task_id)
-            # The state at the end of that history: from memory when this log just loaded it.
-            state = app.log.cached(task_id, history[-1].seq)
+            history, state = yield Io(_record_of, (app, task_id))
             if state.status in TERMINAL:
                 return TaskHandle.of(state)
             rec = Recorder(app, spec, state, history, token)
@@ -76,10 +79,11 @@ def execute(
             ctx = (AsyncTaskContext if spec.is_async else TaskContext)(rec, calls)
             ended = rec.end
             if state.status is not Status.RUNNING:
-                rec.append([StatusChanged(status=Status.RUNNING.value)])
+                yield Commit(rec.writer, [StatusChanged(status=Status.RUNNING.value)])
             if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
                 migrated = spec.state.model_validate(upcast_data(spec, state)).model_dump(mode="json")
-                rec.append([DataMigrated(data=migrated, from_version=state.data_version, to_version=spec.data_version)])
+                to = spec.data_version
+                yield Commit(rec.writer, [DataMigrated(data=migrated, from_version=state.data_version, to_version=to)])
             running = RUNNING_TASK.set(task_id)
             try:
                 outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
@@ -102,7 +106,8 @@ def execute(
                         task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
                     )
                 try:
-                    rec.append([OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)])
+                    done = [OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)]
+                    yield Commit(rec.writer, done)
                 except InvalidInputError as exc:
                     yield from fail(rec, calls, exc)
             else:
@@ -110,15 +115,31 @@ def execute(
                     raise outcome.value
                 yield from fail(rec, calls, outcome.value)
             return TaskHandle.of(rec.latest)
+    except GeneratorExit:
+        closed = True
+        raise
     finally:
         if ended is not None:
             ended()  # a parallel branch still going records nothing more
-        try:
-            app.log.snapshot_if_due(task_id)
-            app.store.release_lease(app.tenant, task_id, token)
-        except TetherError:
-            pass  # the lease runs out by itself; the snapshot is only a cache
+        if closed:
+            _let_go(app, task_id, token)
+        else:
+            yield Io(_let_go, (app, task_id, token))
 
+
+def _record_of(app: App, task_id: str) -> tuple[list[Recorded], TaskState]:
+    """The task's history and the state at its end (from memory when this log just loaded it)."""
+    history = app.log.events(task_id)
+    return history, app.log.cached(task_id, history[-1].seq)
+
+
+def _let_go(app: App, task_id: str, token: int) -> None:
+    """The end of a run: a snapshot if one is due, and the lease released."""
+    try:
+        app.log.snapshot_if_due(task_id)
+        app.store.release_lease(app.tenant, task_id, token)
+    except TetherError:
+        pass  # the lease runs out by itself; the snapshot is only a cache
 
 
 def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
@@ -136,15 +157,15 @@ def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
 def end_cancelled(rec: Recorder, calls: Calls, reason: str) -> Flow[None]:
     """Run the compensations of completed calls in reverse order, then mark the task cancelled."""
     yield from calls.compensate()
-    rec.append([StatusChanged(status=Status.CANCELLED.value, reason=reason)])
+    yield Commit(rec.writer, [StatusChanged(status=Status.CANCELLED.value, reason=reason)])
 
 
 def fail(rec: Recorder, calls: Calls, error: BaseException) -> Flow[None]:
     """Record the failure, run the compensations in reverse order, and mark the task failed."""
     if rec.latest.failure is None:
-        rec.append([failure_event(rec.latest, error)])
+        yield Commit(rec.writer, [failure_event(rec.latest, error)])
     yield from calls.compensate()
-    rec.append([StatusChanged(status=Status.FAILED.value, reason=f"{type(error).__name__}: {error}")])
+    yield Commit(rec.writer, [StatusChanged(status=Status.FAILED.value, reason=f"{type(error).__name__}: {error}")])
 
 
 def failure_event(state: TaskState, error: BaseException) -> FailureRecorded:

@@ -1,0 +1,160 @@
+"""Async concurrency benchmark: many async tasks in one process, one event loop (issue 17, target 6).
+
+Run: ``python bench/async_tasks.py`` (``--quick``: 50 tasks; ``--tasks N``; ``TETHER_BENCH_PG_URL``
+picks the PostgreSQL server, default ``postgresql://postgres@127.0.0.1:5432/test``; without a
+server the PostgreSQL rows are skipped with a message). Prints a table, then one line of JSON.
+
+Each task makes 10 side-effecting ``ctx.call``s of an async tool returning ~500 bytes (an intent
+and a result recorded per call). Measured on SQLite (a file) and on PostgreSQL (its own schema):
+
+* one task: calls per second of one task alone on the loop (median of 5 runs);
+* concurrent: ``--tasks`` tasks started together with ``asyncio.gather``; calls per second in all;
+* stall: the longest the event loop went without running a coroutine that ticks every 1 ms,
+  while the concurrent tasks ran (a loop blocked on store I/O stalls it).
+
+Targets: concurrent >= 5x one task on PostgreSQL, >= 2x on SQLite; stall <= 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from _common import MESSAGE
+
+import tether
+
+CALLS = 10
+TARGETS = {"sqlite": 2.0, "postgres": 5.0, "stall_ms": 5.0}
+PG = os.environ.get("TETHER_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def make_app(url: str) -> tuple[tether.App, Any]:
+    app = tether.App(url)
+
+    @app.tool(name="send")
+    async def send(i: int) -> str:
+        await asyncio.sleep(0)
+        return MESSAGE
+
+    @app.task(name="ten_calls")
+    async def ten_calls(ctx: tether.AsyncTaskContext, n: int) -> int:
+        for i in range(n):
+            await ctx.call(send, i)
+        return n
+
+    return app, ten_calls
+
+
+async def _ticker(stop: asyncio.Event, worst: list[float]) -> None:
+    last = time.perf_counter()
+    while not stop.is_set():
+        await asyncio.sleep(0.001)
+        now = time.perf_counter()
+        worst[0] = max(worst[0], now - last - 0.001)
+        last = now
+
+
+async def _together(app: tether.App, task: Any, tasks: int, prefix: str) -> tuple[float, float]:
+    """(calls per second in all, the loop's longest stall in seconds) for ``tasks`` tasks at once."""
+    stop = asyncio.Event()
+    worst = [0.0]
+    ticking = asyncio.create_task(_ticker(stop, worst))
+    await asyncio.sleep(0.01)
+    start = time.perf_counter()
+    handles = await asyncio.gather(*(app.run_async(task, CALLS, task_id=f"{prefix}-{i}") for i in range(tasks)))
+    elapsed = time.perf_counter() - start
+    stop.set()
+    await ticking
+    assert all(h.status is tether.Status.COMPLETED for h in handles), [h.failure for h in handles][:3]
+    return tasks * CALLS / elapsed, worst[0]
+
+
+async def _alone(app: tether.App, task: Any, prefix: str) -> float:
+    rates = []
+    for r in range(5):
+        start = time.perf_counter()
+        handle = await app.run_async(task, CALLS, task_id=f"{prefix}-alone-{r}")
+        rates.append(CALLS / (time.perf_counter() - start))
+        assert handle.status is tether.Status.COMPLETED, handle.failure
+    return statistics.median(rates)
+
+
+def measure(url: str, tasks: int) -> dict[str, float]:
+    app, task = make_app(url)
+
+    async def main() -> dict[str, float]:
+        await app.run_async(task, CALLS, task_id="warm-up")
+        alone = await _alone(app, task, "a")
+        together, stall = await _together(app, task, tasks, "t")
+        return {"one_task_calls_per_s": alone, "concurrent_calls_per_s": together, "ratio": together / alone,
+                "stall_ms": stall * 1000}
+
+    try:
+        return asyncio.run(main())
+    finally:
+        app.close()
+
+
+def postgres_url() -> str | None:
+    try:
+        import psycopg
+
+        with psycopg.connect(PG, autocommit=True, connect_timeout=3):
+            pass
+    except Exception as exc:  # noqa: BLE001 - any failure to reach it means: skip, saying why
+        print(f"PostgreSQL skipped: {exc}")
+        return None
+    return f"{PG}{'&' if '?' in PG else '?'}schema=bench_async_{uuid.uuid4().hex[:8]}"
+
+
+def drop_schema(url: str) -> None:
+    import psycopg
+
+    schema = url.rsplit("schema=", 1)[1]
+    with psycopg.connect(PG, autocommit=True) as admin:
+        admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tasks", type=int, default=None)
+    args = parser.parse_args()
+    tasks = args.tasks or (50 if args.quick else 200)
+    folder = tempfile.mkdtemp(prefix="tether-bench-")
+    result: dict[str, Any] = {"tasks": tasks, "calls_per_task": CALLS, "targets": TARGETS}
+    result["sqlite"] = measure(f"sqlite:///{os.path.join(folder, 'async.db')}", tasks)
+    pg = postgres_url()
+    if pg is not None:
+        try:
+            result["postgres"] = measure(pg, tasks)
+        finally:
+            drop_schema(pg)
+    print(f"{'backend':10} {'one task calls/s':>17} {f'{tasks} tasks calls/s':>18} {'ratio':>7} {'target':>7} "
+          f"{'longest stall ms':>17}")
+    verdicts = []
+    for backend in ("sqlite", "postgres"):
+        if backend not in result:
+            continue
+        r = result[backend]
+        print(f"{backend:10} {r['one_task_calls_per_s']:17,.0f} {r['concurrent_calls_per_s']:18,.0f} "
+              f"{r['ratio']:7.2f} {TARGETS[backend]:7.1f} {r['stall_ms']:17.2f}")
+        verdicts += [r["ratio"] >= TARGETS[backend], r["stall_ms"] <= TARGETS["stall_ms"]]
+    result["pass"] = all(verdicts)
+    print(orjson.dumps(result).decode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Async tasks' records, written off the event loop: one commit thread per app, and group commit
+across tasks.
+
+An async task's calls hand their records (an intent, a result) to the app's :class:`CommitThread`
+and await them. The thread writes whatever is waiting when it is free in one transaction — the
+records of parallel branches of one task, and of every other task on any event loop of the
+process — then wakes each branch on its own loop. The loop never waits on the store: while a
+transaction is under way it runs other coroutines, and what they record meanwhile goes into the
+next transaction. A branch goes on only once its own records are durable, as if written alone.
+
+A transaction of several tasks is all or nothing (``TaskLog.append_together``). When it is
+refused (one task's record cannot be stored, another process appended to one of them, a lease
+was lost), each task's records are written again on their own, so one task's refusal reaches
+that task only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import TYPE_CHECKING
+
+from tether.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from tether.events import Event
+    from tether.log import TaskLog
+    from tether.runtime._recording import Recorder
+
+__all__ = ["Branch", "CommitThread"]
+
+Branch = tuple[list["Event"], "asyncio.Future[None]"]
+"""One branch's records and the future it awaits."""
+
+
+class _Submission:
+    __slots__ = ("batch", "loop", "recorder")
+
+    def __init__(self, recorder: Recorder, loop: asyncio.AbstractEventLoop, batch: list[Branch]) -> None:
+        self.recorder = recorder
+        self.loop = loop
+        self.batch = batch
+
+
+class CommitThread:
+    """The thread that writes an app's async records. Started at the first submission (again in a
+    forked child, which inherits no threads); a daemon, so it never holds a process open.
+
+    Submissions go through a ``SimpleQueue``: putting one never takes a lock the thread holds,
+    so the event loop never waits on the thread to hand it work.
+    """
+
+    def __init__(self, log: TaskLog) -> None:
+        self._log = log
+        self._queue: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
+        self._start = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._closed = False
+
+    def submit(self, recorder: Recorder, batch: list[Branch]) -> None:
+        """Queue ``batch`` (one task's branches, in the order they finished) to be written."""
+        if self._pid != os.getpid():
+            self._started()
+        self._queue.put(_Submission(recorder, asyncio.get_running_loop(), batch))
+
+    def _started(self) -> None:
+        with self._start:
+            if self._closed:
+                raise RuntimeError("the app is closed")
+            if self._pid != os.getpid():  # the first submission in this process
+                self._queue = queue.SimpleQueue()
+                self._thread = threading.Thread(target=self._run, args=(self._queue,), name="tether-commits",
+                                                daemon=True)
+                self._thread.start()
+                self._pid = os.getpid()
+
+    def close(self) -> None:
+        """Stop the thread once what is queued is written."""
+        with self._start:
+            self._closed = True
+            thread = self._thread if self._pid == os.getpid() else None
+            self._pid = -1  # a submission after this finds the app closed
+        if thread is not None and thread is not threading.current_thread():
+            self._queue.put(None)
+            thread.join()
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self, waiting: queue.SimpleQueue[_Submission | None]) -> None:
+        while True:
+            first = waiting.get()
+            batch = []
+            stop = first is None
+            if first is not None:
+                batch.append(first)
+            while True:  # and everything queued meanwhile: one transaction
+                try:
+                    more = waiting.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                else:
+                    batch.append(more)
+            if batch:
+                self._write(batch)
+            if stop:
+                return
+
+    def _write(self, waiting: list[_Submission]) -> None:
+        # One group per task, in the order its submissions came (a task's records stay in order).
+        groups: dict[int, _Submission] = {}
+        for sub in waiting:
+            group = groups.get(id(sub.recorder))
+            if group is None:
+                groups[id(sub.recorder)] = _Submission(sub.recorder, sub.loop, list(sub.batch))
+            else:
+                group.batch.extend(sub.batch)
+        if len(groups) > 1:
+            try:
+                _write_together(self._log, list(groups.values()))
+            except BaseException:
+                pass
+            else:
+                for group in groups.values():
+                    _wake(group, None)
+                return
+        for group in groups.values():
+            _write_one(group)
+
+
+def _write_together(log: TaskLog, groups: Sequence[_Submission]) -> None:
+    """Every group's records in one transaction, each task's lock held from staging to bookkeeping."""
+    with ExitStack() as held:
+        for group in sorted(groups, key=lambda g: id(g.recorder)):  # one order: never two waits crossed
+            held.enter_context(group.recorder.lock)
+        parts = [group.recorder.staged([e for events, _ in group.batch for e in events]) for group in groups]
+        fences = {task_id: fence for task_id, _, _, fence in parts if fence is not None}
+        versions = log.append_together(
+            [(task_id, events, version) for task_id, events, version, _ in parts], fences=fences, snapshot=False
+        )
+        for group, version in zip(groups, versions, strict=True):
+            group.recorder.appended(version)
+
+
+def _write_one(group: _Submission) -> None:
+    """One task's branches in one transaction; if one branch's record is refused, each branch on its own."""
+    append = group.recorder.append
+    batch = group.batch
+    if len(batch) > 1:
+        try:
+            append([e for events, _ in batch for e in events])
+        except InvalidInputError:
+            pass  # one branch's record cannot be stored: the others' still are, each on its own
+        except BaseException as exc:
+            _wake(group, exc)
+            return
+        else:
+            _wake(group, None)
+            return
+    for events, waiter in batch:
+        error: BaseException | None = None
+        try:
+            append(events)
+        except BaseException as exc:
+            error = exc
+        _wake_batch(group.loop, [(events, waiter)], error)
+
+
+def _wake(group: _Submission, error: BaseException | None) -> None:
+    _wake_batch(group.loop, group.batch, error)
+
+
+def _wake_batch(loop: asyncio.AbstractEventLoop, batch: list[Branch], error: BaseException | None) -> None:
+    try:
+        loop.call_soon_threadsafe(_deliver, batch, error)
+    except RuntimeError:
+        pass  # the loop is closed: nobody waits for these branches any more
+
+
+def _deliver(batch: list[Branch], error: BaseException | None) -> None:
+    for _, waiter in batch:
+        if waiter.done():  # its branch was cancelled meanwhile: what it did is recorded all the same
+            continue
+        if error is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(error)

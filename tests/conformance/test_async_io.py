@@ -1,0 +1,203 @@
+"""Async tasks do their store I/O off the event loop, and share transactions across tasks.
+
+The proofs use no clock: the store is wrapped so that a write waits for the event loop to let
+it go. Were the write made on the loop's own thread, the loop could not run the coroutine that
+lets it go, and the write would give up waiting (the test fails, it does not hang).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import tether
+from tether.store import open_store
+
+GIVE_UP = 20.0  # seconds a held write waits before saying the loop never let it go
+
+
+class HeldStore:
+    """A store whose writes of records wait, while ``holding``, until the event loop lets them go."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.url = inner.url
+        self.holding = False
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.let_go_by_loop = 0
+        self.streams_per_write: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _hold(self) -> None:
+        if not self.holding or (threading.current_thread() is threading.main_thread() and _loop_running()):
+            # A write on the loop's thread: it would wait for a loop that cannot run.
+            assert not self.holding, "a record was written on the event loop's thread"
+            return
+        self.entered.set()
+        assert self.go.wait(GIVE_UP), "the event loop never let the write go: it was blocked"
+        self.go.clear()
+        self.let_go_by_loop += 1
+
+    def append(self, *args: Any, **kwargs: Any) -> None:
+        self._hold()
+        self.streams_per_write.append(1)
+        self._inner.append(*args, **kwargs)
+
+    def append_streams(self, tenant: str, appends: Any) -> None:
+        self._hold()
+        self.streams_per_write.append(len(appends))
+        self._inner.append_streams(tenant, appends)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _let_writes_go(store: HeldStore, done: asyncio.Event, *, after_turns: int = 0) -> None:
+    """On the loop: each time a write waits, let it go (after ``after_turns`` turns of the loop)."""
+    while not done.is_set():
+        if store.entered.is_set():
+            for _ in range(after_turns):
+                await asyncio.sleep(0)
+            store.entered.clear()
+            store.go.set()
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+def held(store_url: str) -> Iterator[tuple[tether.App, HeldStore]]:
+    store = HeldStore(open_store(store_url))
+    app = tether.App(store)  # type: ignore[arg-type]
+    yield app, store
+    app.close()
+
+
+def _tools(app: tether.App) -> tuple[Any, Any]:
+    @app.tool(name="send")
+    async def send(i: int) -> str:
+        return f"sent {i}"
+
+    @app.tool(name="weigh")
+    async def weigh(i: int) -> float:
+        return math.nan if i < 0 else float(i)
+
+    return send, weigh
+
+
+def test_a_record_is_written_while_the_loop_goes_on(held: tuple[tether.App, HeldStore]) -> None:
+    app, store = held
+    send, _ = _tools(app)
+
+    @app.task(name="three")
+    async def three(ctx: tether.AsyncTaskContext) -> list[str]:
+        return [await ctx.call(send, i) for i in range(3)]
+
+    async def main() -> tether.TaskHandle:
+        done = asyncio.Event()
+        letting = asyncio.create_task(_let_writes_go(store, done))
+        store.holding = True
+        try:
+            return await app.run_async(three, task_id="t")
+        finally:
+            store.holding = False
+            done.set()
+            await letting
+
+    handle = asyncio.run(main())
+    assert handle.status is tether.Status.COMPLETED and handle.output == ["sent 0", "sent 1", "sent 2"]
+    # Every record (status, three intents and three results, the output) waited for the loop.
+    assert store.let_go_by_loop >= 8
+    assert [c.status for c in app.state("t").calls] == ["completed"] * 3
+
+
+def test_tasks_waiting_at_once_share_one_transaction(held: tuple[tether.App, HeldStore]) -> None:
+    app, store = held
+    send, _ = _tools(app)
+
+    @app.task(name="two")
+    async def two(ctx: tether.AsyncTaskContext) -> str:
+        await ctx.call(send, 0)
+        return str(await ctx.call(send, 1))
+
+    async def main() -> list[tether.TaskHandle]:
+        done = asyncio.Event()
+        # Each write is held for a few turns of the loop: the other tasks' records queue behind it.
+        letting = asyncio.create_task(_let_writes_go(store, done, after_turns=20))
+        store.holding = True
+        try:
+            return await asyncio.gather(*(app.run_async(two, task_id=f"t{i}") for i in range(12)))
+        finally:
+            store.holding = False
+            done.set()
+            await letting
+
+    handles = asyncio.run(main())
+    assert all(h.status is tether.Status.COMPLETED for h in handles)
+    assert max(store.streams_per_write) >= 2, store.streams_per_write
+    for i in range(12):
+        history = [h.type for h in app.history(f"t{i}")]
+        assert history.count("CallStarted") == 2 and history.count("CallCompleted") == 2, history
+
+
+def test_one_tasks_refused_record_fails_that_task_only(held: tuple[tether.App, HeldStore]) -> None:
+    app, store = held
+    _, weigh = _tools(app)
+
+    @app.task(name="weighing")
+    async def weighing(ctx: tether.AsyncTaskContext, i: int) -> float:
+        return float(await ctx.call(weigh, i))
+
+    async def main() -> list[tether.TaskHandle]:
+        done = asyncio.Event()
+        letting = asyncio.create_task(_let_writes_go(store, done, after_turns=20))
+        store.holding = True
+        try:
+            return await asyncio.gather(*(app.run_async(weighing, i, task_id=f"w{i}") for i in (1, -1, 2, 3)))
+        finally:
+            store.holding = False
+            done.set()
+            await letting
+
+    handles = {h.task_id: h for h in asyncio.run(main())}
+    assert max(store.streams_per_write) >= 2, store.streams_per_write  # they did share transactions
+    assert handles["w-1"].status is tether.Status.FAILED
+    assert handles["w-1"].failure is not None and "cannot be stored" in handles["w-1"].failure.message
+    assert [handles[t].output for t in ("w1", "w2", "w3")] == [1.0, 2.0, 3.0]
+
+
+def test_a_forked_child_writes_through_a_commit_thread_of_its_own() -> None:
+    # An app whose commit thread runs, copied into a child by fork (which copies no threads):
+    # the child's records must still be written (by a thread of its own), not wait forever.
+    app = tether.App("memory://")  # the memory store is copied whole: no connection is shared
+    send, _ = _tools(app)
+
+    @app.task(name="one")
+    async def one(ctx: tether.AsyncTaskContext) -> str:
+        return str(await ctx.call(send, 1))
+
+    assert asyncio.run(app.run_async(one, task_id="parent")).output == "sent 1"  # the parent's thread runs
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(int(GIVE_UP))  # a child whose records are never written dies, and the test fails
+            code = 0 if asyncio.run(app.run_async(one, task_id="child")).output == "sent 1" else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    app.close()
