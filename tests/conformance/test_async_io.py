@@ -12,7 +12,7 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -67,12 +67,16 @@ def _loop_running() -> bool:
     return True
 
 
-async def _let_writes_go(store: HeldStore, done: asyncio.Event, *, after_turns: int = 0) -> None:
-    """On the loop: each time a write waits, let it go (after ``after_turns`` turns of the loop)."""
+async def _let_writes_go(store: HeldStore, done: asyncio.Event, *, queued: Callable[[], bool] | None = None) -> None:
+    """On the loop: each time a write waits, let it go — once ``queued()`` says enough records
+    wait behind it, or once nothing else can come (every task waits on a write)."""
     while not done.is_set():
         if store.entered.is_set():
-            for _ in range(after_turns):
-                await asyncio.sleep(0)
+            if queued is not None:
+                for _ in range(2000):  # a bound, not a timing: the tasks each take a few turns to queue
+                    if queued():
+                        break
+                    await asyncio.sleep(0.001)
             store.entered.clear()
             store.go.set()
         await asyncio.sleep(0.001)
@@ -135,8 +139,8 @@ def test_tasks_waiting_at_once_share_one_transaction(held: tuple[tether.App, Hel
 
     async def main() -> list[tether.TaskHandle]:
         done = asyncio.Event()
-        # Each write is held for a few turns of the loop: the other tasks' records queue behind it.
-        letting = asyncio.create_task(_let_writes_go(store, done, after_turns=20))
+        # Each write is held until two tasks' records wait behind it: they share the next one.
+        letting = asyncio.create_task(_let_writes_go(store, done, queued=lambda: app.commits.waiting >= 2))
         store.holding = True
         try:
             return await asyncio.gather(*(app.run_async(two, task_id=f"t{i}") for i in range(12)))
@@ -163,7 +167,7 @@ def test_one_tasks_refused_record_fails_that_task_only(held: tuple[tether.App, H
 
     async def main() -> list[tether.TaskHandle]:
         done = asyncio.Event()
-        letting = asyncio.create_task(_let_writes_go(store, done, after_turns=20))
+        letting = asyncio.create_task(_let_writes_go(store, done, queued=lambda: app.commits.waiting >= 2))
         store.holding = True
         try:
             return await asyncio.gather(*(app.run_async(weighing, i, task_id=f"w{i}") for i in (1, -1, 2, 3)))

@@ -79,6 +79,11 @@ class CommitThread:
                 self._thread.start()
                 self._pid = os.getpid()
 
+    @property
+    def waiting(self) -> int:
+        """How many submissions are queued for the next transaction (approximately, while it runs)."""
+        return self._queue.qsize()
+
     def close(self) -> None:
         """Stop the thread once what is queued is written."""
         with self._start:
