@@ -415,10 +415,7 @@ class PostgresStore:
             actual = self._version_of(conn, internal)
             if actual != expected_version:
                 raise ConflictError(task_id, expected=expected_version, actual=actual)
-            if conn.execute(SQL.child_of, (internal,)).fetchone() is not None:
-                raise ConflictError(task_id, expected=0, actual=None)
-            gone = conn.execute(SQL.delete_events, (internal,)).rowcount
-            conn.execute(SQL.delete_snapshots, (internal,))
+            gone = _drop_history(conn, task_id, internal)
             conn.execute(SQL.unfork, (internal,))
             try:
                 with conn.cursor() as cursor:
@@ -491,10 +488,7 @@ class PostgresStore:
     def delete_task(self, tenant: str, task_id: str) -> int:
         internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
-            if conn.execute(SQL.child_of, (internal,)).fetchone() is not None:
-                raise ConflictError(task_id, expected=0, actual=None)
-            gone = conn.execute(SQL.delete_events, (internal,)).rowcount
-            conn.execute(SQL.delete_snapshots, (internal,))
+            gone = _drop_history(conn, task_id, internal)
             conn.execute(SQL.delete_task, (internal,))
         self._ids.pop((tenant, task_id), None)
         return int(gone)
@@ -642,6 +636,16 @@ class PostgresStore:
         """Remove tether's schema and everything in it (tests use this to clean up)."""
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+
+def _drop_history(conn: psycopg.Connection[Any], task_id: str, internal: int) -> int:
+    """Inside a transaction: delete a stream's events and snapshots (refused while forks read
+    them); return how many events went."""
+    if conn.execute(SQL.child_of, (internal,)).fetchone() is not None:
+        raise ConflictError(task_id, expected=0, actual=None)
+    gone = conn.execute(SQL.delete_events, (internal,)).rowcount
+    conn.execute(SQL.delete_snapshots, (internal,))
+    return int(gone)
 
 
 def _landed(conn: psycopg.Connection[Any], internal: int, events: Sequence[EventRow], fence: int | None) -> bool:

@@ -430,11 +430,7 @@ class SQLiteStore:
             actual = self._version_of(internal)
             if actual != expected_version:
                 raise ConflictError(task_id, expected=expected_version, actual=actual)
-            if conn.execute(_SQL.child_of, (internal,)).fetchone() is not None:
-                raise ConflictError(task_id, expected=0, actual=None)
-            self._forget_known(internal)
-            gone = conn.execute(_SQL.delete_events, (internal,)).rowcount
-            conn.execute(_SQL.delete_snapshots, (internal,))
+            gone = self._drop_history(task_id, internal)
             conn.execute(_SQL.unfork, (internal,))
             rows = [(internal, e.seq, e.type, e.schema, e.at, text(e.data), None) for e in events]
             conn.executemany(_INSERT_NEXT, rows)
@@ -472,6 +468,17 @@ class SQLiteStore:
             )
         self._ids[(tenant, archive_id)] = internal
         self._ids[(tenant, task_id)] = new  # type: ignore[assignment]
+
+    def _drop_history(self, task_id: str, internal: int) -> int:
+        """Inside a write: delete a stream's events and snapshots (refused while forks read them);
+        return how many events went."""
+        conn = self._conn
+        if conn.execute(_SQL.child_of, (internal,)).fetchone() is not None:
+            raise ConflictError(task_id, expected=0, actual=None)
+        self._forget_known(internal)
+        gone = conn.execute(_SQL.delete_events, (internal,)).rowcount
+        conn.execute(_SQL.delete_snapshots, (internal,))
+        return int(gone)
 
     def _forget_known(self, internal: int) -> None:
         self._known.pop(internal, None)
@@ -516,12 +523,8 @@ class SQLiteStore:
     def delete_task(self, tenant: str, task_id: str) -> int:
         with self._write() as conn:
             internal = self._id(tenant, task_id)
-            if conn.execute(_SQL.child_of, (internal,)).fetchone() is not None:
-                raise ConflictError(task_id, expected=0, actual=None)
-            self._forget_known(internal)
+            gone = self._drop_history(task_id, internal)
             self._bump_mapping()
-            gone = conn.execute(_SQL.delete_events, (internal,)).rowcount
-            conn.execute(_SQL.delete_snapshots, (internal,))
             conn.execute(_SQL.delete_task, (internal,))
         self._ids.pop((tenant, task_id), None)
         return int(gone)
