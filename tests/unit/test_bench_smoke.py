@@ -29,7 +29,7 @@ SMOKE = {
     "peers.py": False,
     "task_reads.py": False,
     "serve.py": False,
-    "langgraph.py": False,
+    "langgraph_saver.py": False,
     "adk.py": False,
 }
 

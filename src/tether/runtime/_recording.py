@@ -1,5 +1,6 @@
-"""What a task's context is made of under its operations: the record it walks (replay), the one
-write path, and the checks every operation makes before it runs live."""
+"""What a run records through (:class:`Recorder`): the record it walks (replay), the one write
+path, and the checks every operation makes before it runs live; and how parallel branches
+record together (:class:`GroupCommit`)."""
 
 from __future__ import annotations
 
@@ -31,17 +32,16 @@ from tether.events import (
     Recorded,
     StatusChanged,
 )
-from tether.model import TaskState
+from tether.model import TaskState, ToolCall
 from tether.runtime._flow import next_turn
 from tether.runtime._replay import Replay, describe
-from tether.runtime.session import TaskSession
 from tether.runtime.specs import TaskSpec, ToolSpec
 
 if TYPE_CHECKING:
     from tether.runtime.app import App
 
 
-__all__ = ["NOT_A_TASK_FAILURE", "ReplayEnd", "RunEnded", "upcast_data"]
+__all__ = ["NOT_A_TASK_FAILURE", "GroupCommit", "Recorder", "ReplayEnd", "RunEnded", "read_only", "upcast_data"]
 
 # Errors that say "this run cannot go on here", not "this task failed": they leave the task
 # as it is (no failure record, no step marked failed) and reach the caller.
@@ -70,114 +70,139 @@ class RunEnded(BaseException):
     ended): the branch's work is left as the record says, and a later run takes it up again."""
 
 
-class _Recording:
-    """The state a context keeps, the record it walks, and its one write path."""
+class Recorder:
+    """What one run of a task records through; the context owns it, and the run, the calls and
+    ``ctx.session`` use it by these names.
 
-    def __init__(self, app: App, spec: TaskSpec, state: TaskState, history: list[Recorded], fence: int | None):
-        self._app = app
-        self._spec = spec
-        self._task_id = state.task_id
+    It holds the record the code walks (``cursor``, the replay), the one write path
+    (:meth:`append`, which a replay can never pass), the state as of the latest append
+    (:attr:`latest`), how the run stands (cancelled, compensating, ended), the checks an
+    operation makes before it runs live, the numbering of calls and conversation operations
+    as the code issues them, reads deferred to the next append, and the compensations to run
+    if the task fails. It holds no reference to the context.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        spec: TaskSpec,
+        state: TaskState,
+        history: list[Recorded],
+        fence: int | None,
+        *,
+        replay_only: bool = False,
+    ) -> None:
+        self.app = app
+        self.spec = spec
+        self.task_id = state.task_id
+        self.cursor = Replay(state.task_id, history, state)
+        self.replay_only = replay_only  # ``app.replay``: nothing runs and nothing is written
+        self.cancel_reason = state.cancel_reason
+        self.lock = threading.RLock()  # ctx.map's threads record through one writer
+        # Counted under ``lock``: live calls issued and not ended (more than one: a parallel
+        # batch), and replayed calls issued whose recorded outcome the code has not received.
+        self.inflight = 0
+        self.undelivered = 0
+        self.writer = GroupCommit(self)
         self._version = state.version  # the latest version: appends go on from it
-        self._record = Replay(state.task_id, history, state)
         self._fence = fence
         self._n = 0  # ordinal of the last call issued
         self._s = 0  # ordinal of the last conversation operation issued
         self._compensations: list[tuple[int, ToolSpec, Any]] = []
-        self._data_cache: tuple[int, BaseModel] | None = None
-        self._cancel_reason = state.cancel_reason
         self._compensating = False
-        self._replay_only = False
         self._ended = False
         self._owner = threading.get_ident()  # the thread the task's code runs in
-        self._lock = threading.RLock()  # ctx.map's threads record through one writer
-        self._inflight = 0  # live calls issued and not ended (more than one: a parallel batch)
-        self._undelivered = 0  # replayed calls issued whose recorded outcome the code has not received
         self._deferred: list[Event] = []  # recorded reads, written with the next append
-        self._session: TaskSession | None = None
-        self._writer = _GroupCommit(self)
-        self.scratch: dict[str, Any] = {}
-        """Working memory for the current step: never persisted, emptied at every step boundary."""
 
     # ------------------------------------------------------------------ reading
     @property
-    def task_id(self) -> str:
-        return self._task_id
-
-    @property
-    def state(self) -> TaskState:
-        """The task's state as of the point the code has reached (read-only)."""
-        if self.live:
-            return self._latest
-        return self._record.view()
-
-    @property
-    def _latest(self) -> TaskState:
-        return self._app.log.cached(self._task_id, self._version)
-
-    @property
-    def live(self) -> bool:
-        """``False`` while the code is still replaying recorded history."""
-        return self._record.done
-
-    @property
-    def data(self) -> BaseModel:
-        """The task's typed data (``@app.task(state=Model)``), validated from the recorded fields."""
-        model = self._spec.state
-        if model is None:
-            raise TetherError(f"task {self._spec.name!r} declares no state model; use @app.task(state=Model)")
-        state = self.state
-        if self._data_cache is None or self._data_cache[0] != state.version:
-            self._data_cache = (state.version, _read_only(model).model_validate(upcast_data(self._spec, state)))
-        return self._data_cache[1]
-
-    @property
-    def session(self) -> TaskSession:
-        """The task's conversation: the session named by ``session_id`` when the task started, or one
-        made for it (named after the task). Its reads and appends are part of the task's record:
-        an append happens once however often the task is resumed, a replay sees what the first
-        run saw, and a fork sees the conversation as it was at the fork point."""
-        if self._session is None:
-            self._session = TaskSession(self, self._record.final.session_id or self._task_id)
-        return self._session
+    def latest(self) -> TaskState:
+        """The task's state as of the latest append (live), from the log's memory."""
+        return self.app.log.cached(self.task_id, self._version)
 
     # ------------------------------------------------------------------ replay
-    def _replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
+    def replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
         """The recorded event this operation corresponds to, or ``None`` when it runs live."""
-        recorded = self._record.take(expected, matches, requested)
+        recorded = self.cursor.take(expected, matches, requested)
         if recorded is None:
-            self._check_nothing_left(requested)
+            self.check_nothing_left(requested)
         return recorded
 
-    def _check_nothing_left(self, requested: str) -> None:
+    def check_nothing_left(self, requested: str) -> None:
         """An operation with no record runs live — unless records the code has not asked for remain
         while nothing else is under way (no parallel call in flight or waiting for its recorded
         result): then the code no longer does what it did, and running it would write a history
         that cannot be replayed."""
-        if self._record.done or self._undelivered or self._inflight:
+        if self.cursor.done or self.undelivered or self.inflight:
             return
-        head = self._record.first_left()
+        head = self.cursor.first_left()
         if head is not None:
-            raise NonDeterminismError(self._task_id, head.seq, describe(head.event), requested)
+            raise NonDeterminismError(self.task_id, head.seq, describe(head.event), requested)
 
-    def _replayed_if(self, expected: type[Event], matches: Callable[[Any], bool]) -> bool:
-        """Consume the next recorded event if it is this one; ``False`` (and nothing consumed) if not."""
-        return self._record.take_if(expected, matches)
+    def answered(self) -> bool:
+        """Whether the recorded history goes on past this point (so a wait or sleep here ended)."""
+        return not self.cursor.done
 
-    def _append(self, events: list[Event]) -> None:
-        log = self._app.log
-        if self._replay_only:
-            raise ReplayEnd(self._record.walked)  # a replay never writes, whatever asks it to
-        with self._lock:
+    # ------------------------------------------------------------------ issuing
+    def issue_call(self, operation: str) -> tuple[int, ToolCall | None]:
+        """The next call's ordinal, in program order, and its record if it has one (taken)."""
+        if threading.get_ident() != self._owner:
+            self._wrong_thread(operation)
+        with self.lock:
+            self._n += 1
+            n = self.cursor.ordinal(self._n)
+            record = self.cursor.call(n)
+            # A call with no record is not checked against records left ahead of it: in a parallel
+            # batch a sibling issued after it may be recorded while it is not (a readonly call that
+            # had not finished). Its identity is its ordinal: an inserted or removed call shifts the
+            # ordinals of the recorded ones after it, and they refuse.
+            if record is None or record.status == "intended":
+                self.inflight += 1  # it will run: issued and not yet ended
+            else:
+                self.undelivered += 1  # its recorded outcome is handed back when the code awaits it
+        return n, record
+
+    def delivered(self) -> None:
+        """A replayed call's recorded outcome reached the code."""
+        with self.lock:
+            self.undelivered -= 1
+
+    def settled(self) -> None:
+        """A live call ended (recorded, or stopped)."""
+        with self.lock:
+            self.inflight -= 1
+
+    def issue_session_op(self) -> int:
+        """The next conversation operation's ordinal, in program order."""
+        if threading.get_ident() != self._owner:
+            self._wrong_thread("ctx.session")
+        with self.lock:
+            self._s += 1
+            return self._s
+
+    def _wrong_thread(self, operation: str) -> None:
+        raise TetherError(
+            f"{operation} was called from a thread task {self.task_id!r} did not start: a call's identity "
+            "(its ordinal and idempotency key) comes from the order the task issues it, which another thread "
+            "cannot keep. Run calls in parallel threads with ctx.map(tool, items), or in an async task with "
+            "asyncio.gather(ctx.call(...), ...)"
+        )
+
+    # ------------------------------------------------------------------ writing
+    def append(self, events: list[Event]) -> None:
+        """The one write path: ``events`` (after any deferred reads) at the task's next version."""
+        log = self.app.log
+        if self.replay_only:
+            raise ReplayEnd(self.cursor.walked)  # a replay never writes, whatever asks it to
+        with self.lock:
             if self._ended:
-                raise RunEnded(f"task {self._task_id!r}: this run has stopped; a later run takes the work up")
+                raise RunEnded(f"task {self.task_id!r}: this run has stopped; a later run takes the work up")
             if self._deferred:
                 events = [*self._deferred, *events]
             while True:
                 try:
                     # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
-                    self._version = log.append(
-                        self._task_id, events, self._version, fence=self._fence, snapshot=False
-                    )
+                    self._version = log.append(self.task_id, events, self._version, fence=self._fence, snapshot=False)
                     self._deferred.clear()
                     return
                 except LeaseLostError:
@@ -185,62 +210,59 @@ class _Recording:
                 except ConflictError:
                     self._take_external()
 
-    def _defer(self, event: Event) -> None:
+    def defer(self, event: Event) -> None:
         """Record ``event`` with the next append: a read that nothing depends on until something is written."""
-        with self._lock:
+        with self.lock:
             self._deferred.append(event)
 
     def _take_external(self) -> None:
         """Accept what another process appended meanwhile (an answer, a cancel); anything else is a conflict."""
-        newer = self._app.log.events(self._task_id, after=self._version)
+        newer = self.app.log.events(self.task_id, after=self._version)
         for rec in newer:
             if not isinstance(rec.event, _EXTERNAL):
-                raise ConflictError(self._task_id, expected=self._version, actual=newer[-1].seq)
+                raise ConflictError(self.task_id, expected=self._version, actual=newer[-1].seq)
             if isinstance(rec.event, CancelRequested):
-                self._cancel_reason = rec.event.reason or "cancelled"
+                self.cancel_reason = rec.event.reason or "cancelled"
         if not newer:
-            raise ConflictError(self._task_id, expected=self._version, actual=None)
+            raise ConflictError(self.task_id, expected=self._version, actual=None)
         self._version = newer[-1].seq
 
-    def _going_live(self) -> None:
+    # ------------------------------------------------------------------ going live, stopping
+    def going_live(self) -> None:
         """Called before an operation runs live: a cancelled task stops here, before doing anything,
         and so does a replay (``app.replay``), which never runs or writes anything."""
-        if self._replay_only:
-            raise ReplayEnd(self._record.walked)
-        if self._cancel_reason is not None and not self._compensating:
-            raise Cancelled(self._cancel_reason)
+        if self.replay_only:
+            raise ReplayEnd(self.cursor.walked)
+        if self.cancel_reason is not None and not self._compensating:
+            raise Cancelled(self.cancel_reason)
 
-    def _suspend(self, status: str, wake_at: float | None, reason: str) -> None:
-        self._going_live()  # a cancelled task does not go back to waiting
-        self._append([StatusChanged(status=status, wake_at=wake_at)])
+    def suspend(self, status: str, wake_at: float | None, reason: str) -> None:
+        """Record that the task waits (``status``) and leave the run: no process needs to stay."""
+        self.going_live()  # a cancelled task does not go back to waiting
+        self.append([StatusChanged(status=status, wake_at=wake_at)])
         raise Suspend(reason)
 
-    def _answered(self) -> bool:
-        """Whether the recorded history goes on past this point (so a wait or sleep here ended)."""
-        return not self._record.done
-
-    def _end(self) -> None:
+    def end(self) -> None:
         """The run stopped: a parallel branch still going records nothing more."""
-        with self._lock:
+        with self.lock:
             self._ended = True
 
-    def _check_thread(self, operation: str) -> None:
-        if threading.get_ident() != self._owner:
-            raise TetherError(
-                f"{operation} was called from a thread task {self._task_id!r} did not start: a call's identity "
-                "(its ordinal and idempotency key) comes from the order the task issues it, which another thread "
-                "cannot keep. Run calls in parallel threads with ctx.map(tool, items), or in an async task with "
-                "asyncio.gather(ctx.call(...), ...)"
-            )
+    # ------------------------------------------------------------------ compensation
+    def compensate_with(self, n: int, undo: ToolSpec, result: Any) -> None:
+        """Call ``n`` completed with ``result``: ``undo(result)`` runs if the task fails or is cancelled."""
+        self._compensations.append((n, undo, result))
 
-    def _issue_session_op(self) -> int:
-        self._check_thread("ctx.session")
-        with self._lock:
-            self._s += 1
-            return self._s
+    def compensations_due(self) -> list[tuple[int, ToolSpec, Any]]:
+        """The run is compensating from now on (a cancel no longer stops it): the compensations to run,
+        latest call first, without those a failure a retry answered has run already."""
+        self._compensating = True
+        done = {c.compensates for c in self.latest.calls if c.kind == "compensation" and c.status == "completed"}
+        # In reverse order of the calls' ordinals (parallel calls finish in any order).
+        due = sorted(self._compensations, key=lambda c: c[0], reverse=True)
+        return [c for c in due if c[0] not in done]
 
 
-class _GroupCommit:
+class GroupCommit:
     """How a context's calls record: at once, or, for parallel async branches, together.
 
     Branches of an ``asyncio.gather`` that finish in the same turn of the event loop hand
@@ -250,25 +272,25 @@ class _GroupCommit:
     written alone; there are fewer commits. A call with no sibling in flight writes at once.
     """
 
-    __slots__ = ("_batch", "_ctx")
+    __slots__ = ("_batch", "_recorder")
 
-    def __init__(self, ctx: _Recording) -> None:
-        # A proxy: the context owns its writer, and a strong reference back would make every
-        # finished context (with the whole record it walked) garbage only the cycle collector
+    def __init__(self, recorder: Recorder) -> None:
+        # A proxy: the recorder owns its writer, and a strong reference back would make every
+        # finished recorder (with the whole record it walked) garbage only the cycle collector
         # can free, late, and at a cost that grows with the heap.
-        self._ctx = weakref.proxy(ctx)
+        self._recorder = weakref.proxy(recorder)
         self._batch: list[tuple[list[Event], asyncio.Future[None] | None]] = []
 
     def append(self, events: list[Event]) -> None:
-        self._ctx._append(events)
+        self._recorder.append(events)
 
     def commit_soon(self, events: list[Event]) -> Awaitable[None] | None:
         """Write ``events`` now (``None``), or queue them and return what to await."""
         batch = self._batch
-        if not batch and self._ctx._inflight <= 1:
-            self._ctx._append(events)
+        if not batch and self._recorder.inflight <= 1:
+            self._recorder.append(events)
             return None
-        if len(batch) + 1 >= self._ctx._inflight:
+        if len(batch) + 1 >= self._recorder.inflight:
             # Every other call in flight is waiting on this batch: nothing can join it, so it is
             # written now, and this branch goes on without waiting another turn.
             waiter = None
@@ -289,7 +311,7 @@ class _GroupCommit:
         batch, self._batch = self._batch, []
         if not batch:
             return  # written already, by the last branch to join it
-        append = self._ctx._append
+        append = self._recorder.append
         if len(batch) > 1:
             try:
                 append([event for events, _ in batch for event in events])
@@ -337,7 +359,7 @@ def _deliver(waiter: asyncio.Future[None], error: BaseException | None) -> None:
 
 
 @functools.cache
-def _read_only(model: type[BaseModel]) -> type[BaseModel]:
+def read_only(model: type[BaseModel]) -> type[BaseModel]:
     """``model`` as ``ctx.data`` hands it out: assigning a field raises, naming ``ctx.update``
     (the assignment would change this object and record nothing)."""
 

@@ -22,7 +22,7 @@ from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states
 if TYPE_CHECKING:
     from tether.log import TaskLog
     from tether.runtime.app import App
-    from tether.runtime.specs import TaskSpec
+    from tether.runtime.specs import Registry, TaskSpec
     from tether.store import Store
 
 __all__ = ["TimeTravel"]
@@ -38,7 +38,8 @@ class TimeTravel:
         worker_id: str
         lease_ttl: float
 
-        def _task_spec(self, task: Any) -> TaskSpec: ...
+        registry: Registry
+
         def _spec_of(self, task_id: str) -> TaskSpec: ...
 
     def history(self, task_id: str) -> list[HistoryEntry]:
@@ -93,7 +94,7 @@ class TimeTravel:
             check_task_id(new_id, "new_id")
         row = self.log.task_row(task_id, "forked")  # a task, not one of tether's own streams
         if inputs is not None:
-            self._task_spec(row.type)  # the code must be known to rerun it
+            self.registry.task(row.type)  # the code must be known to rerun it
             inputs = as_json(inputs)
         at_state = self.log.state_at(task_id, at)  # also checks ``at``
         new_id = new_id or uuid.uuid4().hex
@@ -175,7 +176,7 @@ class TimeTravel:
         unknown: list[str] = []
         for row in rows:
             try:
-                spec = self._task_spec(row.type)
+                spec = self.registry.task(row.type)
             except TaskDefinitionError:
                 unknown.append(row.task_id)
                 continue

@@ -15,15 +15,6 @@ from pydantic import BaseModel, ValidationError
 from tether._conflicts import retry_on_conflict
 from tether._keys import as_json
 from tether._validate import check_id, check_int, check_optional_id, check_positive, check_task_id
-from tether.conversation import (
-    Session,
-    SessionInfo,
-    Summarizer,
-    TokenCounter,
-    delete_session,
-    list_sessions,
-    open_session,
-)
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -42,11 +33,9 @@ from tether.events import (
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
 from tether.model import TaskState
+from tether.runtime._conversations import Conversations
 from tether.runtime._flow import drive_async
 from tether.runtime._time_travel import TimeTravel
-from tether.runtime.context import (
-    upcast_data,
-)
 from tether.runtime.handles import (
     CheckReport,
     PendingInput,
@@ -60,9 +49,8 @@ from tether.runtime.leases import owner_is_dead
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.run import drive_task, execute, retry_event
-from tether.runtime.specs import ReplayCheck, TaskSpec, ToolSpec, guarded
+from tether.runtime.specs import Registry, ReplayCheck, TaskSpec, ToolSpec, guarded
 from tether.store import DEFAULT_URL, Store
-from tether.userstate import UserState
 
 __all__ = ["App", "CheckReport", "PendingInput", "TaskHandle", "TaskSummary", "check_against_schema", "failure_summary"]
 
@@ -71,7 +59,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App(TimeTravel):
+class App(TimeTravel, Conversations):
     """Registers tasks and tools, and runs tasks durably against one store.
 
     Args:
@@ -124,9 +112,8 @@ class App(TimeTravel):
         self.inline_wait = inline_wait
         self.ledger = Ledger(self.store, tenant)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._tasks: dict[str, TaskSpec] = {}
-        self._task_fns: dict[Callable[..., Any], TaskSpec] = {}
-        self._tools: dict[Callable[..., Any], ToolSpec] = {}
+        self.registry = Registry()
+        """The tasks and tools registered with ``@app.task`` and ``@app.tool``."""
 
     # ------------------------------------------------------------------ declaring
     @overload
@@ -153,12 +140,7 @@ class App(TimeTravel):
         """Register a task: a sync or async function whose first parameter is the context."""
 
         def register(fn: F) -> F:
-            spec = TaskSpec.of(fn, name=name, state=state, upcast=upcast, phases=phases)
-            existing = self._tasks.get(spec.name)
-            if existing is not None and existing.fn is not fn:
-                raise TaskDefinitionError(f"a different task is already registered as {spec.name!r}")
-            self._tasks[spec.name] = spec
-            self._task_fns[fn] = spec
+            self.registry.add_task(TaskSpec.of(fn, name=name, state=state, upcast=upcast, phases=phases))
             return fn
 
         return register(fn) if fn is not None else register
@@ -213,28 +195,10 @@ class App(TimeTravel):
             )
             check_id(spec.name, "tool name", error=TaskDefinitionError)
             wrapper = guarded(fn, spec.name)
-            self._tools[fn] = self._tools[wrapper] = spec
+            self.registry.add_tool(spec, fn, wrapper)
             return wrapper  # type: ignore[return-value]
 
         return register(fn) if fn is not None else register
-
-    def _tool_spec(self, fn: Callable[..., Any]) -> ToolSpec:
-        spec = self._tools.get(fn)
-        if spec is None:
-            spec = self._tools[fn] = ToolSpec.of(fn)  # any callable can be a recorded call
-        return spec
-
-    def _task_spec(self, task: Callable[..., Any] | str) -> TaskSpec:
-        spec = self._tasks.get(task) if isinstance(task, str) else self._task_fns.get(task)
-        if spec is None:
-            label = task if isinstance(task, str) else getattr(task, "__qualname__", repr(task))
-            known = ", ".join(sorted(self._tasks)) or "none"
-            raise TaskDefinitionError(f"{label!r} is not a task of this app (registered: {known}); use @app.task")
-        return spec
-
-    def _data_model(self, spec: TaskSpec, state: TaskState) -> BaseModel:
-        assert spec.state is not None
-        return spec.state.model_validate(upcast_data(spec, state))
 
     # ------------------------------------------------------------------ running
     def start(
@@ -247,7 +211,7 @@ class App(TimeTravel):
         **kwargs: Any,
     ) -> TaskHandle:
         """Record a new task without running it (``pending``); an existing ``task_id`` is returned as is."""
-        spec = self._task_spec(task)
+        spec = self.registry.task(task)
         return TaskHandle.of(self._create(spec, args, kwargs, task_id, user_id, session_id))
 
     def _create(
@@ -316,7 +280,7 @@ class App(TimeTravel):
         With a ``task_id`` that exists, never starts a second copy: resumes it, or
         returns it as it is if it has finished.
         """
-        spec = self._task_spec(task)
+        spec = self.registry.task(task)
         return drive_task(
             spec,
             lambda: execute(self, spec, self._create(spec, args, kwargs, task_id, user_id, session_id).task_id),
@@ -334,7 +298,7 @@ class App(TimeTravel):
         **kwargs: Any,
     ) -> TaskHandle:
         """The async twin of :meth:`run`."""
-        spec = self._task_spec(task)
+        spec = self.registry.task(task)
         state = self._create(spec, args, kwargs, task_id, user_id, session_id)
         return await drive_async(execute(self, spec, state.task_id))
 
@@ -430,47 +394,6 @@ class App(TimeTravel):
         attempt = call.attempts[-1].number if call.attempts else 1
         self.log.append(task_id, [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)], state.version)
         return self.log.load(task_id)
-
-    # ------------------------------------------------------------------ conversations and users
-    def session(
-        self,
-        session_id: str | None = None,
-        *,
-        user_id: str | None = None,
-        counter: TokenCounter | None = None,
-        summarizer: Summarizer | None = None,
-        compact_when_tokens_over: int | None = None,
-    ) -> Session:
-        """Open a session (one conversation), creating it if it does not exist.
-
-        With ``summarizer`` and ``compact_when_tokens_over``, adding a message compacts the session
-        when the turns after its newest summary weigh more than that many tokens.
-        """
-        check_optional_id(session_id, "session_id")
-        check_optional_id(user_id, "user_id")
-        return open_session(
-            self.log,
-            session_id,
-            user_id=user_id,
-            counter=counter,
-            summarizer=summarizer,
-            compact_when_tokens_over=compact_when_tokens_over,
-        )
-
-    def sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[SessionInfo]:
-        """Sessions of this tenant (of one user, if given), newest first."""
-        return list_sessions(self.log, user_id=user_id, limit=limit, offset=offset)
-
-    def delete_session(self, session_id: str, *, cascade: bool = False) -> int:
-        """Delete a session and its messages. Tasks linked to it are deleted with ``cascade=True``;
-        without it, a session with tasks is refused, naming how many it would leave orphaned."""
-        check_id(session_id, "session_id")
-        return delete_session(self.log, session_id, cascade=cascade)
-
-    def user(self, user_id: str, *, schema: type[BaseModel] | None = None) -> UserState:
-        """A user's versioned document (preferences, profile), validated by ``schema`` if given."""
-        check_id(user_id, "user_id")
-        return UserState(self.log, user_id, schema)
 
     # ------------------------------------------------------------------ people and control
     def send_input(self, task_id: str, key: str, value: Any, *, actor: str | None = None) -> TaskHandle:
@@ -579,7 +502,7 @@ class App(TimeTravel):
         state = self.request_cancel(task_id, reason, actor=actor).state
         if state.status in TERMINAL:
             return TaskHandle.of(state)
-        spec = self._task_spec(state.type)
+        spec = self.registry.task(state.type)
         return drive_task(spec, lambda: execute(self, spec, task_id, force=True), "cancel", "cancel")
 
     def request_cancel(self, task_id: str, reason: str = "cancelled", *, actor: str | None = None) -> TaskHandle:
@@ -614,19 +537,8 @@ class App(TimeTravel):
 
         return Worker(self, concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace).run()
 
-    def _run_claimed(self, task_id: str, token: int) -> TaskHandle:
-        """Carry out one run of a task a worker claimed (it holds the lease ``token``)."""
-        try:
-            spec = self._task_spec(self.log.load(task_id).type)
-        except TetherError:
-            self.store.release_lease(self.tenant, task_id, token)
-            raise
-        return drive_task(
-            spec, lambda: execute(self, spec, task_id, token=token), "run", "run_async", interruptible=False
-        )
-
     def _spec_of(self, task_id: str) -> TaskSpec:
-        return self._task_spec(self.log.load(task_id).type)
+        return self.registry.task(self.log.load(task_id).type)
 
     # ------------------------------------------------------------------ the run
     def close(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -28,15 +28,10 @@ from tether.events import (
 from tether.machine import Status
 from tether.model import ToolCall
 from tether.runtime._flow import CURRENT_CALL, Commit, Flow, Invoke, Wait, _tuple_new, invoke
-from tether.runtime.specs import ToolSpec
+from tether.runtime._recording import Recorder
+from tether.runtime.specs import Registry, ToolSpec
 
-if TYPE_CHECKING:
-    pass
-
-
-from tether.runtime._recording import _Recording
-
-__all__ = ["CallInfo", "current_call"]
+__all__ = ["CallInfo", "Calls", "Issued", "current_call"]
 
 class CallInfo(NamedTuple):
     """The call running right now, as the tool sees it through :func:`current_call`."""
@@ -69,7 +64,7 @@ def current_call() -> CallInfo:
     return info
 
 
-class _Issued(NamedTuple):
+class Issued(NamedTuple):
     """A call as the code issued it: its ordinal, what it runs, and its record if it has one."""
 
     n: int
@@ -88,32 +83,28 @@ def _excerpt(arguments: Any, limit: int = 80) -> str:
 
 
 
-class _Calls(_Recording):
-    """The call machinery every context has."""
+class Calls:
+    """A run's recorded calls: each given its identity as the code issues it, replayed from its
+    record or run live attempt by attempt, and undone in reverse order when the task fails.
+    Everything it records goes through the run's :class:`~tether.runtime._recording.Recorder`."""
 
-    # ------------------------------------------------------------------ calls
-    def _issue(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Issued:
+    __slots__ = ("_recorder", "_registry")
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+        self._registry: Registry = recorder.app.registry
+
+    def issue(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Issued:
         """Give a call its identity as the code issues it: the next ordinal, in program order."""
-        self._check_thread("ctx.call()")
-        spec = self._app._tool_spec(fn)
+        rec = self._recorder
+        n, record = rec.issue_call("ctx.call()")
+        spec = self._registry.tool(fn)
         arguments = spec.bind(args, kwargs)
-        with self._lock:
-            self._n += 1
-            n = self._record.ordinal(self._n)
-            record = self._record.call(n)
-            # A call with no record is not checked against records left ahead of it: in a parallel
-            # batch a sibling issued after it may be recorded while it is not (a readonly call that
-            # had not finished). Its identity is its ordinal: an inserted or removed call shifts the
-            # ordinals of the recorded ones after it, and they refuse.
-            if record is None or record.status == "intended":
-                self._inflight += 1  # it will run: issued and not yet ended
-            else:
-                self._undelivered += 1  # its recorded outcome is handed back when the code awaits it
-        key = call_key(self._task_id, n, spec.name, arguments)
+        key = call_key(rec.task_id, n, spec.name, arguments)
         if record is not None:
             self._check_same_call(n, record, spec, arguments)
             key = record.key  # retries keep the key the call was first given
-        return _tuple_new(_Issued, (n, spec, args, kwargs, arguments, key, record))
+        return _tuple_new(Issued, (n, spec, args, kwargs, arguments, key, record))
 
     def _check_same_call(self, n: int, record: ToolCall, spec: ToolSpec, arguments: dict[str, Any]) -> None:
         """A recorded result goes only to the same call: same position, same tool, same arguments."""
@@ -122,15 +113,15 @@ class _Calls(_Recording):
             same = record.key.rpartition(":")[2] == args_hash(arguments)
         if not same:
             raise NonDeterminismError(
-                self._task_id,
-                self._record.first_seq_of_call(n),
+                self._recorder.task_id,
+                self._recorder.cursor.first_seq_of_call(n),
                 f"call #{n} {record.tool}({_excerpt(record.args)})",
                 f"call #{n} {spec.name}({_excerpt(as_json(arguments))})",
             )
 
-    def _call_flow(
+    def flow(
         self,
-        issued: _Issued,
+        issued: Issued,
         compensate: Callable[..., Any] | None = None,
         kind: str = "call",
         compensates: int | None = None,
@@ -140,14 +131,13 @@ class _Calls(_Recording):
         n, spec, _, _, _, key, record = issued
         readonly = spec.readonly if readonly is None else readonly
         undo = compensate or spec.compensate
-        if record is not None and record.status != "intended":
-            with self._lock:
-                self._undelivered -= 1
         if record is not None:
+            if record.status != "intended":
+                self._recorder.delivered()
             if record.status == "completed":
                 result = spec.rehydrate(record.result)
                 if undo is not None:
-                    self._compensations.append((n, self._app._tool_spec(undo), record.result))
+                    self._recorder.compensate_with(n, self._registry.tool(undo), record.result)
                 return result
             last = record.attempts[-1]
             if record.status == "failed":
@@ -159,24 +149,21 @@ class _Calls(_Recording):
                     attempts=sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")),
                     traceback=last.traceback,
                 )
-        try:  # a live call is counted in ``_inflight`` from its issue until it ends
-            return (yield from self._live_call(issued, undo, kind, compensates, readonly))
+        try:  # a live call is counted in ``inflight`` from its issue until it ends
+            return (yield from self._live(issued, undo, kind, compensates, readonly))
         finally:
-            self._settled()
+            self._recorder.settled()
 
-    def _settled(self) -> None:
-        with self._lock:
-            self._inflight -= 1
-
-    def _live_call(
-        self, issued: _Issued, undo: Callable[..., Any] | None, kind: str, compensates: int | None, readonly: bool
+    def _live(
+        self, issued: Issued, undo: Callable[..., Any] | None, kind: str, compensates: int | None, readonly: bool
     ) -> Flow[Any]:
         """A call with no outcome recorded: run it (again, under the same key), record each attempt."""
         n, spec, args, kwargs, arguments, key, record = issued
+        rec = self._recorder
         attempt = 1
         if record is not None:
             last = record.attempts[-1]
-            self._going_live()  # the record ends inside this call: what follows is live
+            rec.going_live()  # the record ends inside this call: what follows is live
             if last.finished_at is None:
                 # The process stopped inside this attempt: the effect may or may not have happened.
                 if spec.on_unknown == "raise":
@@ -187,12 +174,12 @@ class _Calls(_Recording):
                     if not found.ok:
                         raise found.value
                     if found.value is not None:
-                        self._append([CallCompleted(n=n, result=found.value, attempt=last.number, duration=0.0)])
+                        rec.append([CallCompleted(n=n, result=found.value, attempt=last.number, duration=0.0)])
                         if undo is not None:
-                            self._compensations.append((n, self._app._tool_spec(undo), found.value))
+                            rec.compensate_with(n, self._registry.tool(undo), found.value)
                         return spec.rehydrate(found.value)
                 stopped = time.time() - last.started_at.timestamp()
-                self._append(
+                rec.append(
                     [
                         CallAttemptFailed(
                             n=n,
@@ -209,7 +196,7 @@ class _Calls(_Recording):
                 # Stopped (or suspended) during the backoff: wait only what is left of it.
                 assert last.finished_at is not None
                 until = last.finished_at.timestamp() + last.backoff
-                yield from self._backoff(until)
+                yield from self.backoff(until)
             attempt = last.number + 1
         # Attempts that ended in an error count against the policy; one cut short by a crash
         # does not (it is run again: at-least-once), though it keeps its number in the record;
@@ -221,7 +208,7 @@ class _Calls(_Recording):
                 for a in record.attempts
                 if a.error_type not in (None, "Interrupted") and a.number > record.retried_after
             )
-        task_id = self._task_id
+        task_id = rec.task_id
         exists = record is not None
 
         def intent(attempt: int) -> CallStarted:
@@ -229,10 +216,11 @@ class _Calls(_Recording):
                 n=n, key=key, tool=spec.name, args=arguments, attempt=attempt, kind=kind, compensates=compensates
             )
 
-        self._going_live()
+        rec.going_live()
+        writer = rec.writer
         while True:
             if not readonly:
-                yield _tuple_new(Commit, (self._writer, [intent(attempt)]))
+                yield _tuple_new(Commit, (writer, [intent(attempt)]))
                 exists = True
             current = _tuple_new(CallInfo, (task_id, n, spec.name, key, attempt))
             outcome = yield invoke(spec.fn, args, kwargs, current)
@@ -254,7 +242,7 @@ class _Calls(_Recording):
                         tool=None if exists else spec.name,
                         args=None if exists else arguments,
                     )
-                    yield _tuple_new(Commit, (self._writer, [done]))
+                    yield _tuple_new(Commit, (writer, [done]))
                 except InvalidInputError as exc:
                     # The value cannot be stored: fail the call, never half-write it.
                     failure: BaseException = type(exc)(
@@ -264,7 +252,7 @@ class _Calls(_Recording):
                     errors += 1
                 else:
                     if undo is not None:
-                        self._compensations.append((n, self._app._tool_spec(undo), recorded))
+                        rec.compensate_with(n, self._registry.tool(undo), recorded)
                     return spec.rehydrate(recorded)
             else:
                 failure = outcome.value
@@ -290,7 +278,7 @@ class _Calls(_Recording):
             if backoff is None:
                 exhausted = errors >= spec.retry.max_attempts
                 events.append(CallFailed(n=n, reason="no attempts left" if exhausted else "error not retried"))
-            self._append(events)
+            rec.append(events)
             if backoff is None:
                 raise ToolError(
                     spec.name,
@@ -300,34 +288,36 @@ class _Calls(_Recording):
                     attempts=errors,
                     traceback=tb,
                 ) from failure
-            yield from self._backoff(time.time() + backoff)
+            yield from self.backoff(time.time() + backoff)
             attempt += 1
 
-    def _backoff(self, until: float) -> Flow[None]:
+    def backoff(self, until: float) -> Flow[None]:
         """Wait until ``until``: here if it is short, else as a durable sleep that frees the worker."""
         remaining = until - time.time()
         if remaining <= 0:
             return
-        self._going_live()
+        rec = self._recorder
+        rec.going_live()
         # A long wait frees the worker (a durable sleep) — unless other calls of the task run
         # beside this one: suspending would abandon them mid-flight, so it waits here.
-        if remaining > self._app.inline_wait and self._inflight <= 1:
-            self._suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
+        if remaining > rec.app.inline_wait and rec.inflight <= 1:
+            rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
         yield Wait(remaining)
 
-    def _fetch_flow(self, issued: _Issued, ttl: float) -> Flow[Any]:
+    def fetch_flow(self, issued: Issued, ttl: float) -> Flow[Any]:
         """A recorded read of outside state: replay returns what was read; live, a read of the same
         thing recorded less than ``ttl`` seconds ago is served again, an older one is read afresh."""
         if issued.record is None and ttl > 0:
             n, spec, _, _, arguments, key, _ = issued
             arguments = as_json(arguments)
             now = time.time()
-            for earlier in reversed(self._latest.calls):
+            rec = self._recorder
+            for earlier in reversed(rec.latest.calls):
                 if earlier.kind != "fetch" or earlier.tool != spec.name or earlier.args != arguments:
                     continue
                 fresh = earlier.finished_at is not None and now - earlier.finished_at.timestamp() < ttl
                 if earlier.status == "completed" and fresh:
-                    self._going_live()
+                    rec.going_live()
                     served = CallCompleted(
                         n=n,
                         result=earlier.result,
@@ -339,25 +329,19 @@ class _Calls(_Recording):
                         kind="fetch",
                     )
                     try:
-                        self._append([served])
+                        rec.append([served])
                     finally:
-                        self._settled()
+                        rec.settled()
                     return spec.rehydrate(earlier.result)
                 break
-        return (yield from self._call_flow(issued, kind="fetch", readonly=True))
+        return (yield from self.flow(issued, kind="fetch", readonly=True))
 
-    def _compensate_flow(self) -> Flow[None]:
+    def compensate(self) -> Flow[None]:
         """Undo completed calls in reverse order, each as its own recorded call."""
-        self._compensating = True
-        # A call compensated before (by a failure a retry answered) is not compensated twice.
-        done = {c.compensates for c in self._latest.calls if c.kind == "compensation" and c.status == "completed"}
-        # In reverse order of the calls' ordinals (parallel calls finish in any order).
-        for n, spec, result in sorted(self._compensations, key=lambda c: c[0], reverse=True):
-            if n in done:
-                continue
-            issued = self._issue(spec.fn, (result,), {})
+        for n, spec, result in self._recorder.compensations_due():
+            issued = self.issue(spec.fn, (result,), {})
             try:
-                yield from self._call_flow(issued, kind="compensation", compensates=n)
+                yield from self.flow(issued, kind="compensation", compensates=n)
             except ToolError:
                 continue  # recorded; it must not hide the original failure
 

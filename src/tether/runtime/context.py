@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -38,7 +38,6 @@ from tether.events import (
     PatchMarked,
     PhaseChanged,
     PlanSet,
-    Recorded,
     SleepScheduled,
     StepCompleted,
     StepFailed,
@@ -47,25 +46,20 @@ from tether.events import (
 from tether.machine import Status
 from tether.model import TaskState
 from tether.runtime._flow import Flow, Wait, drive, drive_async, next_turn
+from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, RunEnded, read_only, upcast_data
 from tether.runtime._replay import ReleaseGate, describe
-from tether.runtime.handles import check_against_schema
-from tether.runtime.specs import TaskSpec
-
-if TYPE_CHECKING:
-    from tether.runtime.app import App
-
-
-from tether.runtime._recording import NOT_A_TASK_FAILURE, ReplayEnd, RunEnded, upcast_data
 from tether.runtime.calls import (
     CallInfo,
-    _Calls,
+    Calls,
+    Issued,
     _check_concurrency,
     _check_ttl,
     _first_error,
-    _Issued,
     _outcome_of,
     current_call,
 )
+from tether.runtime.handles import check_against_schema
+from tether.runtime.session import TaskSession
 
 __all__ = [
     "NOT_A_TASK_FAILURE",
@@ -79,60 +73,114 @@ __all__ = [
 ]
 
 
-class _Context(_Calls):
-    """What sync and async contexts share: everything but the operations that wait."""
+class _Context:
+    """What sync and async contexts share: everything but the operations that wait.
+
+    A context is what the task's code holds; what it records goes through the run's
+    :class:`~tether.runtime._recording.Recorder`, and its calls through the run's
+    :class:`~tether.runtime.calls.Calls`. The run builds all three (:func:`tether.runtime.run.execute`).
+    """
+
+    def __init__(self, recorder: Recorder, calls: Calls) -> None:
+        self._rec = recorder
+        self._calls = calls
+        self._data_cache: tuple[int, BaseModel] | None = None
+        self._session: TaskSession | None = None
+        self.scratch: dict[str, Any] = {}
+        """Working memory for the current step: never persisted, emptied at every step boundary."""
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def task_id(self) -> str:
+        return self._rec.task_id
+
+    @property
+    def state(self) -> TaskState:
+        """The task's state as of the point the code has reached (read-only)."""
+        rec = self._rec
+        if rec.cursor.done:
+            return rec.latest
+        return rec.cursor.view()
+
+    @property
+    def live(self) -> bool:
+        """``False`` while the code is still replaying recorded history."""
+        return self._rec.cursor.done
+
+    @property
+    def data(self) -> BaseModel:
+        """The task's typed data (``@app.task(state=Model)``), validated from the recorded fields."""
+        spec = self._rec.spec
+        model = spec.state
+        if model is None:
+            raise TetherError(f"task {spec.name!r} declares no state model; use @app.task(state=Model)")
+        state = self.state
+        if self._data_cache is None or self._data_cache[0] != state.version:
+            self._data_cache = (state.version, read_only(model).model_validate(upcast_data(spec, state)))
+        return self._data_cache[1]
+
+    @property
+    def session(self) -> TaskSession:
+        """The task's conversation: the session named by ``session_id`` when the task started, or one
+        made for it (named after the task). Its reads and appends are part of the task's record:
+        an append happens once however often the task is resumed, a replay sees what the first
+        run saw, and a fork sees the conversation as it was at the fork point."""
+        if self._session is None:
+            rec = self._rec
+            self._session = TaskSession(rec, rec.cursor.final.session_id or rec.task_id)
+        return self._session
 
     # ------------------------------------------------------------------ recording
     def plan(self, steps: list[str]) -> None:
         """Declare the plan: the named steps, in order. ``ctx.state.position`` counts them."""
         steps = [str(s) for s in steps]
-        if self._replayed(PlanSet, lambda e: e.steps == steps, f"plan({steps!r})") is None:
-            self._going_live()
-            self._append([PlanSet(steps=steps)])
+        if self._rec.replayed(PlanSet, lambda e: e.steps == steps, f"plan({steps!r})") is None:
+            self._rec.going_live()
+            self._rec.append([PlanSet(steps=steps)])
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
         """Mark a plan step: started on entry, completed on a clean exit, failed on an exception."""
         self.scratch.clear()
-        if self._replayed(StepStarted, lambda e: e.name == name, f"step({name!r})") is None:
-            self._going_live()
-            self._append([StepStarted(name=name)])
+        if self._rec.replayed(StepStarted, lambda e: e.name == name, f"step({name!r})") is None:
+            self._rec.going_live()
+            self._rec.append([StepStarted(name=name)])
         try:
             yield
         except NOT_A_TASK_FAILURE:
             raise  # the run cannot go on here; the step did not fail
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            if self._replayed(StepFailed, lambda e: e.name == name, f"failure of step {name!r}") is None:
-                self._append([StepFailed(name=name, error=error)])
+            if self._rec.replayed(StepFailed, lambda e: e.name == name, f"failure of step {name!r}") is None:
+                self._rec.append([StepFailed(name=name, error=error)])
             raise
         else:
-            if self._replayed(StepCompleted, lambda e: e.name == name, f"end of step {name!r}") is None:
-                self._append([StepCompleted(name=name)])
+            if self._rec.replayed(StepCompleted, lambda e: e.name == name, f"end of step {name!r}") is None:
+                self._rec.append([StepCompleted(name=name)])
         finally:
             self.scratch.clear()
 
     def decide(self, name: str, choice: Any, rationale: str, alternatives: list[Any] | None = None) -> Any:
         """Record a decision with its rationale; returns the choice (on replay, the recorded one)."""
-        recorded = self._replayed(DecisionMade, lambda e: e.name == name, f"decide({name!r})")
+        recorded = self._rec.replayed(DecisionMade, lambda e: e.name == name, f"decide({name!r})")
         if recorded is not None:
             return recorded.event.choice  # type: ignore[attr-defined]
-        self._going_live()
-        self._append([DecisionMade(name=name, choice=choice, rationale=rationale, alternatives=alternatives)])
+        self._rec.going_live()
+        self._rec.append([DecisionMade(name=name, choice=choice, rationale=rationale, alternatives=alternatives)])
         return choice
 
     def observe(self, key: str, value: Any, source: str | None = None, as_of: datetime | None = None) -> None:
         """Record a fact learned along the way (key → value), where it came from and as of when."""
-        if self._replayed(ObservationRecorded, lambda e: e.key == key, f"observe({key!r})") is None:
-            self._going_live()
+        if self._rec.replayed(ObservationRecorded, lambda e: e.key == key, f"observe({key!r})") is None:
+            self._rec.going_live()
             stamp = as_of.isoformat() if as_of is not None else None
-            self._append([ObservationRecorded(key=key, value=value, source=source, as_of=stamp)])
+            self._rec.append([ObservationRecorded(key=key, value=value, source=source, as_of=stamp)])
 
     def update(self, **fields: Any) -> BaseModel:
         """Change fields of the typed data; validated first, and only the changed fields are recorded."""
-        model = self._spec.state
+        model = self._rec.spec.state
         if model is None:
-            raise TetherError(f"task {self._spec.name!r} declares no state model; use @app.task(state=Model)")
+            raise TetherError(f"task {self._rec.spec.name!r} declares no state model; use @app.task(state=Model)")
         current = self.data
         unknown = set(fields) - set(model.model_fields)
         if unknown:
@@ -144,10 +192,10 @@ class _Context(_Calls):
         before, after = current.model_dump(mode="json"), updated.model_dump(mode="json")
         changed = {k: after[k] for k in fields if before.get(k) != after[k]}
         # Matched by kind only: a model upgraded since may name the same change differently.
-        recorded = self._replayed(DataUpdated, lambda e: True, f"update({', '.join(sorted(changed))})")
+        recorded = self._rec.replayed(DataUpdated, lambda e: True, f"update({', '.join(sorted(changed))})")
         if recorded is None and changed:
-            self._going_live()
-            self._append([DataUpdated(fields=changed)])
+            self._rec.going_live()
+            self._rec.append([DataUpdated(fields=changed)])
         return self.data
 
     def patched(self, name: str) -> bool:
@@ -172,72 +220,72 @@ class _Context(_Calls):
         """
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"a patch needs a non-empty name, got {name!r}")
-        if self._record.take_if(PatchMarked, lambda e: e.name == name):
+        if self._rec.cursor.take_if(PatchMarked, lambda e: e.name == name):
             return True
-        if not self._record.done:
+        if not self._rec.cursor.done:
             return False  # the recorded history went past this point without the patch
-        self._going_live()
-        self._defer(PatchMarked(name=name))  # written with the next append, like a read
+        self._rec.going_live()
+        self._rec.defer(PatchMarked(name=name))  # written with the next append, like a read
         return True
 
     def deprecate_patch(self, name: str) -> None:
         """Stage 2 of a patch: the new path is the only path; a marker recorded by stage 1 is passed over."""
-        self._record.take_if(PatchMarked, lambda e: e.name == name)
+        self._rec.cursor.take_if(PatchMarked, lambda e: e.name == name)
 
     def transition(self, phase: str) -> None:
         """Move the task's phase machine (``@app.task(phases=Phases(...))``); illegal moves raise."""
-        if self._replayed(PhaseChanged, lambda e: e.phase == phase, f"transition({phase!r})") is None:
-            self._going_live()
-            self._append([PhaseChanged(phase=phase)])
+        if self._rec.replayed(PhaseChanged, lambda e: e.phase == phase, f"transition({phase!r})") is None:
+            self._rec.going_live()
+            self._rec.append([PhaseChanged(phase=phase)])
 
     def _wait_flow(self, key: str, prompt: str | None, timeout: float | None, schema: Any) -> Flow[Any]:
         json_schema, model = _input_schema(schema)
-        recorded = self._replayed(InputRequested, lambda e: e.key == key, f"wait_for_input({key!r})")
+        recorded = self._rec.replayed(InputRequested, lambda e: e.key == key, f"wait_for_input({key!r})")
         if recorded is None:
-            self._going_live()
+            self._rec.going_live()
             timeout_at = time.time() + timeout if timeout is not None else None
-            self._append([InputRequested(key=key, prompt=prompt, schema=json_schema, timeout_at=timeout_at)])
+            self._rec.append([InputRequested(key=key, prompt=prompt, schema=json_schema, timeout_at=timeout_at)])
         else:
             timeout_at = recorded.event.timeout_at  # type: ignore[attr-defined]
-        if self._replayed_if(InputTimedOut, lambda e: e.key == key):
-            raise InputTimeout(self._task_id, key)
-        self._replayed_if(InputRejected, lambda e: e.key == key)
-        received = self._latest.received
+        if self._rec.cursor.take_if(InputTimedOut, lambda e: e.key == key):
+            raise InputTimeout(self._rec.task_id, key)
+        self._rec.cursor.take_if(InputRejected, lambda e: e.key == key)
+        received = self._rec.latest.received
         if key in received:
             value = received[key]
             rejected = None
             if json_schema is not None and recorded is None:  # sent before it was asked for: check now
                 try:
-                    check_against_schema(self._task_id, key, value, json_schema)
+                    check_against_schema(self._rec.task_id, key, value, json_schema)
                 except InvalidInputError as exc:
                     rejected = str(exc)
             if rejected is None:
                 return model.model_validate(value) if model is not None else value
             # A bad early answer does not fail the task: it is discarded, with the reason, and the
             # task waits for a good one.
-            self._append([InputRejected(key=key, reason=rejected)])
-        if self._answered():
-            head = self._record.first_left()
+            self._rec.append([InputRejected(key=key, reason=rejected)])
+        if self._rec.answered():
+            head = self._rec.cursor.first_left()
             assert head is not None
-            raise NonDeterminismError(self._task_id, head.seq, describe(head.event), f"the answer to {key!r}")
+            raise NonDeterminismError(self._rec.task_id, head.seq, describe(head.event), f"the answer to {key!r}")
         if timeout_at is not None and time.time() >= timeout_at:
-            self._going_live()
-            self._append([InputTimedOut(key=key)])
-            raise InputTimeout(self._task_id, key)
-        self._suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
+            self._rec.going_live()
+            self._rec.append([InputTimedOut(key=key)])
+            raise InputTimeout(self._rec.task_id, key)
+        self._rec.suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
         yield Wait(0)  # never reached: a generator, so sync and async share this flow
 
     def _sleep_flow(self, seconds: float) -> Flow[None]:
-        recorded = self._replayed(SleepScheduled, lambda e: True, f"sleep({seconds})")
+        recorded = self._rec.replayed(SleepScheduled, lambda e: True, f"sleep({seconds})")
         if recorded is None:
-            self._going_live()
+            self._rec.going_live()
             until = time.time() + seconds
-            self._append([SleepScheduled(until=until)])
+            self._rec.append([SleepScheduled(until=until)])
         else:
             until = recorded.event.until  # type: ignore[attr-defined]
-            if self._answered():
+            if self._rec.answered():
                 return  # the code went on after this sleep before: it is over
-        yield from self._backoff(until)
+        yield from self._calls.backoff(until)
 
 
 class TaskContext(_Context):
@@ -269,7 +317,7 @@ class TaskContext(_Context):
         recorded result is returned without running it. ``compensate(result)`` is
         called, recorded, if the task later fails.
         """
-        return drive(self._call_flow(self._issue(fn, args, kwargs), compensate))
+        return drive(self._calls.flow(self._calls.issue(fn, args, kwargs), compensate))
 
     def map(self, fn: Callable[..., Any], items: Iterable[Any], *, max_concurrency: int | None = None) -> list[Any]:
         """Call ``fn(item)`` for every item as recorded calls running in parallel threads; the
@@ -293,18 +341,18 @@ class TaskContext(_Context):
             [500, 400, 400]
         """
         _check_concurrency(max_concurrency)
-        issued = [self._issue(fn, (item,), {}) for item in items]
+        issued = [self._calls.issue(fn, (item,), {}) for item in items]
         outcomes: list[tuple[bool, Any]] = [(True, None)] * len(issued)
         live: list[int] = []
         for i, call in enumerate(issued):
             if call.record is not None and call.record.status in ("completed", "failed"):
-                outcomes[i] = _outcome_of(partial(drive, self._call_flow(call)))
+                outcomes[i] = _outcome_of(partial(drive, self._calls.flow(call)))
             else:
                 live.append(i)
         if live:
             workers = min(len(live), max_concurrency or len(live))
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"tether-map-{self._task_id}") as pool:
-                futures = [(i, pool.submit(drive, self._call_flow(issued[i]))) for i in live]
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"tether-map-{self._rec.task_id}") as pool:
+                futures = [(i, pool.submit(drive, self._calls.flow(issued[i]))) for i in live]
                 for i, future in futures:
                     outcomes[i] = _outcome_of(future.result)
         error = _first_error(outcomes)
@@ -336,7 +384,7 @@ class TaskContext(_Context):
         read less than ``ttl`` seconds ago is used again; an older one is read again, never stale.
         """
         _check_ttl(ttl)
-        return drive(self._fetch_flow(self._issue(fn, args, kwargs), ttl))
+        return drive(self._calls.fetch_flow(self._calls.issue(fn, args, kwargs), ttl))
 
 
 class AsyncTaskContext(_Context):
@@ -358,9 +406,9 @@ class AsyncTaskContext(_Context):
         ['A', 'B']
     """
 
-    def __init__(self, app: App, spec: TaskSpec, state: TaskState, history: list[Recorded], fence: int | None):
-        super().__init__(app, spec, state, history, fence)
-        self._gate = ReleaseGate(self._record.finish_order)
+    def __init__(self, recorder: Recorder, calls: Calls) -> None:
+        super().__init__(recorder, calls)
+        self._gate = ReleaseGate(recorder.cursor.finish_order)
 
     def call(
         self, fn: Callable[..., Any], *args: Any, compensate: Callable[..., Any] | None = None, **kwargs: Any
@@ -370,13 +418,13 @@ class AsyncTaskContext(_Context):
         The call is issued (given its ordinal) here, when ``ctx.call`` is called, not when it is
         awaited, so calls gathered together keep the order the code wrote them in.
         """
-        return self._run_call(self._issue(fn, args, kwargs), compensate)
+        return self._run_call(self._calls.issue(fn, args, kwargs), compensate)
 
-    async def _run_call(self, issued: _Issued, compensate: Callable[..., Any] | None = None) -> Any:
+    async def _run_call(self, issued: Issued, compensate: Callable[..., Any] | None = None) -> Any:
         await self._turn(issued)
-        return await drive_async(self._call_flow(issued, compensate))
+        return await drive_async(self._calls.flow(issued, compensate))
 
-    def _turn(self, issued: _Issued) -> Awaitable[None]:
+    def _turn(self, issued: Issued) -> Awaitable[None]:
         """Let the other branches run before this call does, live and on replay alike.
 
         Live, every call yields to the event loop once before it runs, so parallel branches
@@ -394,10 +442,10 @@ class AsyncTaskContext(_Context):
     ) -> list[Any]:
         """Like :meth:`TaskContext.map`, as concurrent coroutines (``fn`` may be a coroutine function)."""
         _check_concurrency(max_concurrency)
-        issued = [self._issue(fn, (item,), {}) for item in items]
+        issued = [self._calls.issue(fn, (item,), {}) for item in items]
         limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
-        async def one(call: _Issued) -> tuple[bool, Any]:
+        async def one(call: Issued) -> tuple[bool, Any]:
             try:
                 if limit is None:
                     return True, await self._run_call(call)
@@ -427,11 +475,11 @@ class AsyncTaskContext(_Context):
     ) -> Coroutine[Any, Any, Any]:
         """Like :meth:`TaskContext.fetch`; ``fn`` may be a coroutine function. Await the result."""
         _check_ttl(ttl)
-        return self._run_fetch(self._issue(fn, args, kwargs), ttl)
+        return self._run_fetch(self._calls.issue(fn, args, kwargs), ttl)
 
-    async def _run_fetch(self, issued: _Issued, ttl: float) -> Any:
+    async def _run_fetch(self, issued: Issued, ttl: float) -> Any:
         await self._turn(issued)
-        return await drive_async(self._fetch_flow(issued, ttl))
+        return await drive_async(self._calls.fetch_flow(issued, ttl))
 
 
 def _input_schema(schema: Any) -> tuple[dict[str, Any] | None, type[BaseModel] | None]:

@@ -38,7 +38,9 @@ from tether.events import (
 from tether.machine import TERMINAL, Status
 from tether.model import TaskState
 from tether.runtime._flow import RUNNING_TASK, Flow, Invoke, drive, drive_async
-from tether.runtime.context import NOT_A_TASK_FAILURE, AsyncTaskContext, ReplayEnd, TaskContext, _Context
+from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, upcast_data
+from tether.runtime.calls import Calls
+from tether.runtime.context import AsyncTaskContext, TaskContext
 from tether.runtime.handles import TaskHandle
 from tether.runtime.leases import Heartbeat, acquire
 from tether.runtime.specs import TaskSpec
@@ -47,7 +49,7 @@ from tether.timetravel import ReplayReport
 if TYPE_CHECKING:
     from tether.runtime.app import App
 
-__all__ = ["drive_task", "execute", "replay", "retry_event"]
+__all__ = ["drive_task", "execute", "replay", "retry_event", "run_claimed"]
 
 T = TypeVar("T")
 
@@ -69,46 +71,45 @@ def execute(
             state = app.log.cached(task_id, history[-1].seq)
             if state.status in TERMINAL:
                 return TaskHandle.of(state)
-            context_type = AsyncTaskContext if spec.is_async else TaskContext
-            ctx = context_type(app, spec, state, history, token)
-            ended = ctx._end
+            rec = Recorder(app, spec, state, history, token)
+            calls = Calls(rec)
+            ctx = (AsyncTaskContext if spec.is_async else TaskContext)(rec, calls)
+            ended = rec.end
             if state.status is not Status.RUNNING:
-                ctx._append([StatusChanged(status=Status.RUNNING.value)])
+                rec.append([StatusChanged(status=Status.RUNNING.value)])
             if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
-                migrated = app._data_model(spec, state).model_dump(mode="json")
-                ctx._append(
-                    [DataMigrated(data=migrated, from_version=state.data_version, to_version=spec.data_version)]
-                )
+                migrated = spec.state.model_validate(upcast_data(spec, state)).model_dump(mode="json")
+                rec.append([DataMigrated(data=migrated, from_version=state.data_version, to_version=spec.data_version)])
             running = RUNNING_TASK.set(task_id)
             try:
                 outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
             except KeyboardInterrupt as stop:
                 raise RunInterrupted(task_id, stop) from None
             except Suspend:
-                return TaskHandle.of(ctx._latest)  # waiting or sleeping: no process needs to stay
+                return TaskHandle.of(rec.latest)  # waiting or sleeping: no process needs to stay
             except Cancelled as cancel:
-                yield from end_cancelled(ctx, cancel.reason)
-                return TaskHandle.of(ctx._latest)
+                yield from end_cancelled(rec, calls, cancel.reason)
+                return TaskHandle.of(rec.latest)
             finally:
                 RUNNING_TASK.reset(running)
             assert outcome is not None
-            if ctx._cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
-                yield from end_cancelled(ctx, ctx._cancel_reason)
+            if rec.cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
+                yield from end_cancelled(rec, calls, rec.cancel_reason)
             elif outcome.ok:
-                head = ctx._record.first_left()
+                head = rec.cursor.first_left()
                 if head is not None:
                     raise NonDeterminismError(
                         task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
                     )
                 try:
-                    ctx._append([OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)])
+                    rec.append([OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)])
                 except InvalidInputError as exc:
-                    yield from fail(ctx, exc)
+                    yield from fail(rec, calls, exc)
             else:
                 if isinstance(outcome.value, NOT_A_TASK_FAILURE):
                     raise outcome.value
-                yield from fail(ctx, outcome.value)
-            return TaskHandle.of(ctx._latest)
+                yield from fail(rec, calls, outcome.value)
+            return TaskHandle.of(rec.latest)
     finally:
         if ended is not None:
             ended()  # a parallel branch still going records nothing more
@@ -118,21 +119,35 @@ def execute(
         except TetherError:
             pass  # the lease runs out by itself; the snapshot is only a cache
 
-def end_cancelled(ctx: _Context, reason: str) -> Flow[None]:
+
+
+def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
+    """Carry out one run of a task a worker claimed (it holds the lease ``token``)."""
+    try:
+        spec = app.registry.task(app.log.load(task_id).type)
+    except TetherError:
+        app.store.release_lease(app.tenant, task_id, token)
+        raise
+    return drive_task(
+        spec, lambda: execute(app, spec, task_id, token=token), "run", "run_async", interruptible=False
+    )
+
+
+def end_cancelled(rec: Recorder, calls: Calls, reason: str) -> Flow[None]:
     """Run the compensations of completed calls in reverse order, then mark the task cancelled."""
-    yield from ctx._compensate_flow()
-    ctx._append([StatusChanged(status=Status.CANCELLED.value, reason=reason)])
+    yield from calls.compensate()
+    rec.append([StatusChanged(status=Status.CANCELLED.value, reason=reason)])
 
-def fail(ctx: _Context, error: BaseException) -> Flow[None]:
+
+def fail(rec: Recorder, calls: Calls, error: BaseException) -> Flow[None]:
     """Record the failure, run the compensations in reverse order, and mark the task failed."""
-    if ctx._latest.failure is None:
-        ctx._append([failure_event(ctx, error)])
-    yield from ctx._compensate_flow()
-    ctx._append([StatusChanged(status=Status.FAILED.value, reason=f"{type(error).__name__}: {error}")])
+    if rec.latest.failure is None:
+        rec.append([failure_event(rec.latest, error)])
+    yield from calls.compensate()
+    rec.append([StatusChanged(status=Status.FAILED.value, reason=f"{type(error).__name__}: {error}")])
 
 
-def failure_event(ctx: _Context, error: BaseException) -> FailureRecorded:
-    state = ctx._latest
+def failure_event(state: TaskState, error: BaseException) -> FailureRecorded:
     step = next((s.name for s in state.plan if s.status == "failed"), None)
     if isinstance(error, ToolError):
         call = next((c for c in state.calls if c.key == error.key), None)
@@ -159,24 +174,23 @@ def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[Rep
     """Run the task's current code against its record, executing nothing and writing nothing."""
     history = app.log.events(task_id, upto=upto)
     state = app.log.state_at(task_id, history[-1].seq)
-    context_type = AsyncTaskContext if spec.is_async else TaskContext
-    ctx = context_type(app, spec, state, history, None)
-    ctx._replay_only = True
+    rec = Recorder(app, spec, state, history, None, replay_only=True)
+    ctx = (AsyncTaskContext if spec.is_async else TaskContext)(rec, Calls(rec))
     recorded = len(history)
     running = RUNNING_TASK.set(task_id)
     try:
         outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
     except ReplayEnd:
-        return ReplayReport(task_id, True, ctx._record.walked, recorded, "reached the end of the record")
+        return ReplayReport(task_id, True, rec.cursor.walked, recorded, "reached the end of the record")
     except (Suspend, Cancelled):
-        return ReplayReport(task_id, True, ctx._record.walked, recorded, "reached the end of the record")
+        return ReplayReport(task_id, True, rec.cursor.walked, recorded, "reached the end of the record")
     finally:
-        ctx._end()
+        rec.end()
         RUNNING_TASK.reset(running)
     assert outcome is not None
     if isinstance(outcome.value, NonDeterminismError):
-        return ReplayReport(task_id, False, ctx._record.walked, recorded, str(outcome.value), outcome.value)
-    head = ctx._record.first_left()
+        return ReplayReport(task_id, False, rec.cursor.walked, recorded, str(outcome.value), outcome.value)
+    head = rec.cursor.first_left()
     if head is not None:
         error = NonDeterminismError(
             task_id,
@@ -184,20 +198,20 @@ def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[Rep
             f"more work ({head.event.event_type})",
             "the task to end" if outcome.ok else f"it to raise {outcome.value!r}",
         )
-        return ReplayReport(task_id, False, ctx._record.walked, recorded, str(error), error)
+        return ReplayReport(task_id, False, rec.cursor.walked, recorded, str(error), error)
     if outcome.ok:
         if state.status is Status.COMPLETED and state.output != as_json(outcome.value):
             return ReplayReport(
                 task_id,
                 False,
-                ctx._record.walked,
+                rec.cursor.walked,
                 recorded,
                 f"the code now returns {outcome.value!r}; the record has {state.output!r}",
             )
-        return ReplayReport(task_id, True, ctx._record.walked, recorded, "the code returns")
+        return ReplayReport(task_id, True, rec.cursor.walked, recorded, "the code returns")
     error = outcome.value
     error_type = error.error_type if isinstance(error, ToolError) else type(error).__name__
-    walked = ctx._record.walked
+    walked = rec.cursor.walked
     if isinstance(error, NOT_A_TASK_FAILURE):  # the replay itself could not go on: never "clean"
         stopped = f"the replay stopped: {type(error).__name__}: {error}"
         return ReplayReport(task_id, False, walked, recorded, stopped)
@@ -211,7 +225,7 @@ def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[Rep
                 f"the code now raises {error_type}; the record failed with {state.failure.exception_type}",
             )
         return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type}, as recorded")
-    if ctx._record.done:  # the record ends here: a live run would fail the task at this point
+    if rec.cursor.done:  # the record ends here: a live run would fail the task at this point
         return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type} where the record ends")
     return ReplayReport(
         task_id, False, walked, recorded, f"the code now raises {error_type}; the record goes on without a failure"

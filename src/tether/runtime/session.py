@@ -59,7 +59,7 @@ from tether.runtime._replay import describe
 if TYPE_CHECKING:
     from tether.log import TaskLog
     from tether.model import TaskState
-    from tether.runtime._recording import _Recording
+    from tether.runtime._recording import Recorder
 
 __all__ = ["TaskSession", "fork_conversation"]
 
@@ -83,13 +83,14 @@ class TaskSession:
         ['Capital of France?', 'Paris.']
     """
 
-    def __init__(self, ctx: _Recording, session_id: str) -> None:
-        # Weakly: the context owns this object, and a reference back would keep every finished
-        # context (with the record it walked) alive until the cycle collector found it.
-        self._owner = weakref.ref(ctx)
-        self._task_id = ctx.task_id
+    def __init__(self, recorder: Recorder, session_id: str) -> None:
+        # Weakly: the context owns this object and the run's recorder, and a reference back would
+        # keep every finished recorder (with the record it walked) alive until the cycle collector
+        # found it.
+        self._owner = weakref.ref(recorder)
+        self._task_id = recorder.task_id
         self.id = session_id
-        self._log: TaskLog = ctx._app.log
+        self._log: TaskLog = recorder.app.log
         self._stream = Stream(self._log, stream_id(session_id), SESSION_TYPE)
         self._seen = 0  # the session version this run has caught up with
         self._view = SessionView(session_id=session_id)
@@ -97,14 +98,14 @@ class TaskSession:
         self._checked_origin = False
 
     @property
-    def _ctx(self) -> _Recording:
-        ctx = self._owner()
-        if ctx is None:
+    def _rec(self) -> Recorder:
+        rec = self._owner()
+        if rec is None:
             raise TetherError(
                 f"ctx.session of task {self._task_id!r} was used after its run ended; outside a task, "
                 f"read the conversation with app.session({self.id!r})"
             )
-        return ctx
+        return rec
 
     # ------------------------------------------------------------------ reading
     def messages(self) -> list[Message]:
@@ -162,54 +163,53 @@ class TaskSession:
         first, last = self._write(make, ["summary"])
         if last < first:
             return None
-        if self._ctx.live:
+        if self._rec.cursor.done:
             write_view_snapshot(self._log, self._stream.id, self._view)
         return self._view.summary
 
     # ------------------------------------------------------------------ the record
     def _read(self) -> None:
-        ctx = self._ctx
-        s = ctx._issue_session_op()
-        rec = ctx._record.session(s)
-        if rec is not None:
-            event = self._recorded(rec, SessionRead, f"read of the conversation (#{s})")
+        rec = self._rec
+        s = rec.issue_session_op()
+        recorded = rec.cursor.session(s)
+        if recorded is not None:
+            event = self._recorded(recorded, SessionRead, f"read of the conversation (#{s})")
             self._advance(event.upto)
             return
-        ctx._check_nothing_left(f"read of the conversation (#{s})")
-        ctx._going_live()
+        rec.check_nothing_left(f"read of the conversation (#{s})")
+        rec.going_live()
         version = self._version()
         self._advance(version)
-        ctx._defer(SessionRead(s=s, session_id=self.id, upto=version))
+        rec.defer(SessionRead(s=s, session_id=self.id, upto=version))
 
     def _write(self, events: Any, roles: list[str]) -> tuple[int, int]:
         """Append ``events`` (or what ``events()`` makes from the view, for a compaction) once:
         the seqs they have in the session."""
-        ctx = self._ctx
-        s = ctx._issue_session_op()
-        rec = ctx._record.session(s)
-        if rec is not None:
-            written = self._recorded(rec, SessionWritten, f"append to the conversation (#{s}: {', '.join(roles)})")
+        rec = self._rec
+        s = rec.issue_session_op()
+        requested = f"append to the conversation (#{s}: {', '.join(roles)})"
+        recorded = rec.cursor.session(s)
+        if recorded is not None:
+            written = self._recorded(recorded, SessionWritten, requested)
             if callable(events) or written.last - written.first + 1 == len(events):
                 self._advance(written.last)
                 return written.first, written.last
-            raise NonDeterminismError(
-                ctx.task_id, rec.seq, describe(written), f"append to the conversation (#{s}: {', '.join(roles)})"
-            )
-        ctx._check_nothing_left(f"append to the conversation (#{s}: {', '.join(roles)})")
-        ctx._going_live()
-        origin = f"{ctx.task_id}:{s}"
+            raise NonDeterminismError(rec.task_id, recorded.seq, describe(written), requested)
+        rec.check_nothing_left(requested)
+        rec.going_live()
+        origin = f"{rec.task_id}:{s}"
         found = self._find(origin)
         if found is None:
             found = self._append(events, origin)
         first, last = found
         written_roles = roles if last >= first else []
-        ctx._append([SessionWritten(s=s, session_id=self.id, first=first, last=last, roles=written_roles)])
+        rec.append([SessionWritten(s=s, session_id=self.id, first=first, last=last, roles=written_roles)])
         self._advance(max(last, self._seen))
         return first, last
 
     def _recorded(self, rec: Recorded, expected: type[Any], requested: str) -> Any:
         if type(rec.event) is not expected:
-            raise NonDeterminismError(self._ctx.task_id, rec.seq, describe(rec.event), requested)
+            raise NonDeterminismError(self._task_id, rec.seq, describe(rec.event), requested)
         return rec.event
 
     def _find(self, origin: str) -> tuple[int, int] | None:
@@ -230,7 +230,7 @@ class TaskSession:
         for _ in range(_APPEND_TRIES):  # another writer may append at the same moment: both land
             version = self._version()
             if version == 0:  # the task's first words: the session is made here (or by a racer)
-                user_id = self._ctx._record.final.user_id
+                user_id = self._rec.cursor.final.user_id
                 opened = SessionOpened(session_id=self.id, user_id=user_id)
                 self._stream.create(opened, user_id=user_id, session_id=self.id)
                 continue

@@ -22,7 +22,7 @@ from tether.runtime._flow import CURRENT_CALL, RUNNING_TASK
 from tether.runtime.ledger import OnUnknown, check_on_unknown
 from tether.runtime.retry import NO_RETRY, Retry
 
-__all__ = ["START_OPTIONS", "TaskSpec", "ToolSpec"]
+__all__ = ["START_OPTIONS", "Registry", "TaskSpec", "ToolSpec"]
 
 START_OPTIONS = frozenset({"task_id", "user_id", "session_id"})
 """Keyword arguments of ``app.run``/``app.start`` that a task's own parameters may not use."""
@@ -267,3 +267,51 @@ class TaskSpec:
             name: self._adapters[name].validate_python(value) if name in self._adapters else value
             for name, value in inputs.items()
         }
+
+
+class Registry:
+    """What an app has registered: its tasks, by name and by function, and its tools. Any other
+    callable a task calls becomes a tool (with the defaults) the first time it is called.
+
+    Example:
+        >>> import tether
+        >>> app = tether.App("memory://")
+        >>> @app.tool(readonly=True)
+        ... def lookup(q: str) -> str:
+        ...     return q
+        >>> app.registry.tool(lookup).readonly
+        True
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, TaskSpec] = {}
+        self._task_fns: dict[Callable[..., Any], TaskSpec] = {}
+        self._tools: dict[Callable[..., Any], ToolSpec] = {}
+
+    def add_task(self, spec: TaskSpec) -> None:
+        existing = self._tasks.get(spec.name)
+        if existing is not None and existing.fn is not spec.fn:
+            raise TaskDefinitionError(f"a different task is already registered as {spec.name!r}")
+        self._tasks[spec.name] = spec
+        self._task_fns[spec.fn] = spec
+
+    def add_tool(self, spec: ToolSpec, *fns: Callable[..., Any]) -> None:
+        """Register ``spec`` under each of ``fns`` (the function and the wrapper ``@app.tool`` returns)."""
+        for fn in fns:
+            self._tools[fn] = spec
+
+    def tool(self, fn: Callable[..., Any]) -> ToolSpec:
+        """The tool ``fn`` is: as registered, or learnt now (any callable can be a recorded call)."""
+        spec = self._tools.get(fn)
+        if spec is None:
+            spec = self._tools[fn] = ToolSpec.of(fn)
+        return spec
+
+    def task(self, task: Callable[..., Any] | str) -> TaskSpec:
+        """The task registered under this name or as this function; refused, naming the known ones."""
+        spec = self._tasks.get(task) if isinstance(task, str) else self._task_fns.get(task)
+        if spec is None:
+            label = task if isinstance(task, str) else getattr(task, "__qualname__", repr(task))
+            known = ", ".join(sorted(self._tasks)) or "none"
+            raise TaskDefinitionError(f"{label!r} is not a task of this app (registered: {known}); use @app.task")
+        return spec

@@ -10,6 +10,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from tether.errors import TetherError
+from tether.runtime.run import run_claimed
 
 if TYPE_CHECKING:
     from tether.runtime.app import App
@@ -96,7 +97,7 @@ class Worker:
             started = time.monotonic()
             log.debug("worker %s: task %s started", app.worker_id, task_id, extra={"tether_run": (task_id, None, 0.0)})
             try:
-                handle = app._run_claimed(task_id, token)
+                handle = run_claimed(app, task_id, token)
                 elapsed = time.monotonic() - started
                 # One record per run, with what a person watching the worker wants on one line.
                 run = (task_id, handle.status.value, elapsed)
