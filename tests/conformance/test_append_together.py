@@ -3,11 +3,14 @@ staged as a single append's are, before anything is written."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import tether
 from tests.conftest import dump_database
 from tether.events import ObservationRecorded, PlanSet, StatusChanged
+from tether.store import EventRow, StreamAppend, TaskRow, open_store
 
 
 @pytest.fixture
@@ -86,3 +89,39 @@ def test_a_task_named_twice_is_refused(log: tether.TaskLog) -> None:
     with pytest.raises(tether.InvalidInputError):
         log.append_together([(a.task_id, [PlanSet(steps=["x"])], 1), (a.task_id, [PlanSet(steps=["y"])], 2)])
     assert log.load(a.task_id).version == 1
+
+
+def test_racing_appends_across_the_same_streams_land_whole_or_not_at_all(store_url: str) -> None:
+    """Two threads append to the same two streams together, in opposite orders: each append lands on
+    both or on neither (ConflictError), and none fails any other way (no deadlock on PostgreSQL)."""
+    store = open_store(store_url)
+    now = 0.0
+    for name in ("a", "b"):
+        store.create_task("t", TaskRow(name, "t", "x", "open", None, None, now, now, 1), EventRow(1, "E", 1, now, "{}"))
+    failures: list[BaseException] = []
+    landed = [0, 0]
+
+    def writer(k: int, order: tuple[str, str]) -> None:
+        other = open_store(store_url) if not store_url.startswith("memory") else store
+        for _ in range(40):
+            versions = {n: other.get_task("t", n).version for n in order}  # type: ignore[union-attr]
+            parts = [StreamAppend(n, [EventRow(versions[n] + 1, "E", 1, now, "{}")], versions[n]) for n in order]
+            try:
+                other.append_streams("t", parts)
+                landed[k] += 1
+            except tether.ConflictError:
+                pass
+            except BaseException as exc:  # any other failure is the test's finding
+                failures.append(exc)
+        if other is not store:
+            other.close()
+
+    threads = [threading.Thread(target=writer, args=(k, order)) for k, order in enumerate([("a", "b"), ("b", "a")])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not failures, failures
+    versions = [store.get_task("t", n).version for n in ("a", "b")]  # type: ignore[union-attr]
+    assert versions[0] == versions[1] == 1 + sum(landed), (versions, landed)
+    store.close()

@@ -7,8 +7,9 @@ text, the model's text and function calls, the function responses — carrying t
 verbatim. State follows ADK's scopes: ``app:`` keys live in one tether document per app, ``user:``
 keys in one per (app, user), ``temp:`` keys are never stored, and the rest belong to the session.
 
-- ``append_event`` is one optimistic append at the version the session object was read at: an
-  append from a session object another writer has since moved past raises ADK's
+- ``append_event`` is one optimistic append at the version the session object was read at, in one
+  transaction with the changes its ``app:``/``user:`` delta makes to the shared documents (all or
+  nothing): an append from a session object another writer has since moved past raises ADK's
   ``StaleSessionError`` and writes nothing.
 - ``get_session`` reads the recent events it returns (``GetSessionConfig(num_recent_events,
   after_timestamp)``) with ranged reads, and the session's state from a snapshot plus the events

@@ -19,9 +19,11 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import orjson
 import psycopg
+from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from tether.errors import ConfigurationError, InvalidInputError, TetherError
+from tether.store.base import ChangeSignal
 
 log = logging.getLogger("tether")
 
@@ -201,3 +203,43 @@ def with_default_params(conninfo: str, **params: str) -> str:
     for key, value in params.items():
         query.setdefault(key, value)
     return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+
+
+class Listener:
+    """LISTEN on a schema's channel on a thread of its own (started by the first :meth:`wait`);
+    every notification — a commit of any writer to that schema — wakes the waiting workers."""
+
+    def __init__(self, conninfo: str, schema: str) -> None:
+        self._conninfo = conninfo
+        self._schema = schema
+        self._changes = ChangeSignal()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def wait(self, timeout: float, interrupt: threading.Event | None) -> bool:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    name = f"tether-listen-{self._schema}"
+                    self._thread = threading.Thread(target=self._listen, name=name, daemon=True)
+                    self._thread.start()
+        return self._changes.wait(timeout, interrupt)
+
+    def _listen(self) -> None:
+        channel = sql.Identifier(f"tether_{self._schema}")
+        while not self._closed:
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(channel))
+                    self._changes.bump()  # anything committed while we were not listening: look again
+                    while not self._closed:
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self._changes.bump()
+            except psycopg.OperationalError:
+                if not self._closed:
+                    log.warning("PostgreSQL listener lost its connection; reconnecting")
+                    time.sleep(0.2)
+
+    def close(self) -> None:
+        self._closed = True

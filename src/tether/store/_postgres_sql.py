@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import psycopg
+
+from tether.errors import ConflictError
 from tether.store import _sql
 from tether.store._postgres_io import to_jsonb
 from tether.store.base import EventRow, IndexUpdate
 
-__all__ = ["APPEND", "APPEND_ONE", "LATEST", "SQL", "append_statement"]
+__all__ = ["APPEND", "APPEND_ONE", "LATEST", "SQL", "append_statement", "drop_history", "landed", "replace_history"]
 
 # One statement, one round trip: the guard (fencing token, predecessor present) and the
 # insert and the index update share a snapshot; a concurrent append of the same seq loses
@@ -130,3 +133,45 @@ def append_statement(
             "output": head.output if head is not None else None,
         }
     return statement, params
+
+
+def drop_history(conn: psycopg.Connection[Any], task_id: str, internal: int) -> int:
+    """Inside a transaction: delete a stream's events and snapshots (refused while forks read
+    them); return how many events went."""
+    if conn.execute(SQL.child_of, (internal,)).fetchone() is not None:
+        raise ConflictError(task_id, expected=0, actual=None)
+    gone = conn.execute(SQL.delete_events, (internal,)).rowcount
+    conn.execute(SQL.delete_snapshots, (internal,))
+    return int(gone)
+
+
+def landed(conn: psycopg.Connection[Any], internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
+    """Whether an append whose outcome was lost with its connection committed: its last event is there."""
+    last = events[-1]
+    found = conn.execute("SELECT type, fence FROM events WHERE task = %s AND seq = %s", (internal, last.seq)).fetchone()
+    return found is not None and found[0] == last.type and found[1] == fence
+
+
+def replace_history(
+    conn: psycopg.Connection[Any], task_id: str, internal: int, expected_version: int, events: Sequence[EventRow]
+) -> int:
+    """Inside a transaction: ``Store.compact`` — the stream's events and snapshots deleted, ``events``
+    inserted after ``expected_version``, the stream no longer a fork; how many events went."""
+    # Two compactions queue on the row; an append racing this one loses to it (or it to the
+    # append) on the primary key of seq expected_version + 1, which both insert.
+    conn.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (internal,))
+    actual = conn.execute(SQL.version_of, (internal,)).fetchone()
+    if actual is None or actual[0] != expected_version:
+        raise ConflictError(task_id, expected=expected_version, actual=None if actual is None else int(actual[0]))
+    gone = drop_history(conn, task_id, internal)
+    conn.execute(SQL.unfork, (internal,))
+    try:
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                [(internal, e.seq, e.type, e.schema, e.at, to_jsonb(e.data)) for e in events],
+            )
+    except psycopg.errors.UniqueViolation:
+        raise ConflictError(task_id, expected=expected_version, actual=None) from None
+    conn.execute(SQL.move_version, (events[-1].seq, events[-1].at, internal))
+    return gone

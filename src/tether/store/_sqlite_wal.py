@@ -8,11 +8,12 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from typing import Literal
 
 from tether.errors import ConfigurationError
 
-__all__ = ["Checkpointer", "Durability", "connect"]
+__all__ = ["Checkpointer", "Durability", "connect", "wait_for_commit"]
 
 log = logging.getLogger("tether")
 
@@ -132,3 +133,26 @@ class Checkpointer:
             self._wake.set()
             thread.join()
         self._thread = None
+
+
+def wait_for_commit(
+    conn: sqlite3.Connection, lock: threading.RLock, timeout: float, interrupt: threading.Event | None
+) -> bool:
+    """Block until another connection commits (``True``), ``timeout`` passes or ``interrupt`` is set.
+
+    ``PRAGMA data_version`` changes when another connection commits; it reads only the WAL index
+    header, so looking every few milliseconds costs next to nothing. ``lock`` guards ``conn``.
+    """
+    deadline = time.monotonic() + timeout
+    with lock:
+        start = conn.execute("PRAGMA data_version").fetchone()[0]
+    while True:
+        if interrupt is not None and interrupt.is_set():
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(0.005, remaining))
+        with lock:
+            if conn.execute("PRAGMA data_version").fetchone()[0] != start:
+                return True

@@ -133,8 +133,7 @@ class MemoryStore:
         check_batch(task_id, events, expected_version)
         with self._lock:
             stream = self._guarded(tenant, task_id, expected_version, None)
-            if any(t == tenant and other.row.parent_id == task_id for (t, _), other in self._tasks.items()):
-                raise ConflictError(task_id, expected=0, actual=None)
+            self._refuse_if_forked(tenant, task_id)
             gone = len(stream.events)
             stream.events = list(events)
             stream.snapshots.clear()
@@ -196,10 +195,14 @@ class MemoryStore:
     def delete_task(self, tenant: str, task_id: str) -> int:
         with self._lock:
             stream = self._stream(tenant, task_id)
-            if any(t == tenant and other.row.parent_id == task_id for (t, _), other in self._tasks.items()):
-                raise ConflictError(task_id, expected=0, actual=None)
+            self._refuse_if_forked(tenant, task_id)
             del self._tasks[(tenant, task_id)]
             return len(stream.events)
+
+    def _refuse_if_forked(self, tenant: str, task_id: str) -> None:
+        """A stream whose events forks read by reference can be neither deleted nor compacted."""
+        if any(t == tenant and other.row.parent_id == task_id for (t, _), other in self._tasks.items()):
+            raise ConflictError(task_id, expected=0, actual=None)
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         with self._lock:

@@ -39,6 +39,7 @@ from tether.store._postgres_io import (
     GIVE_UP_AFTER,
     QUERY_TIMEOUT,
     TCP_OPTIONS,
+    Listener,
     Sticky,
     Watchdog,
     check_schema_name,
@@ -51,9 +52,8 @@ from tether.store._postgres_io import (
     with_default_params,
 )
 from tether.store._postgres_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
-from tether.store._postgres_sql import APPEND_ONE, LATEST, SQL, append_statement
+from tether.store._postgres_sql import APPEND_ONE, LATEST, SQL, append_statement, drop_history, landed, replace_history
 from tether.store.base import (
-    ChangeSignal,
     EventRow,
     IndexUpdate,
     LedgerRow,
@@ -135,10 +135,7 @@ class PostgresStore:
         weakref.finalize(self, close_pool, self._pool)
         self._ids: dict[tuple[str, str], int] = {}
         self._local = threading.local()
-        self._changes = ChangeSignal()
-        self._listener_lock = threading.Lock()
-        self._listener: threading.Thread | None = None
-        self._closed = False
+        self._listener = Listener(self._conninfo, self.schema)  # started by the first wait_for_change
 
     # -- connections --------------------------------------------------------------
     def _prepare_schema(self, conninfo: str) -> None:
@@ -328,15 +325,12 @@ class PostgresStore:
                     self._recover(attempt, exc, deadline)
                     attempt += 1
                     # The append may or may not have committed before the connection broke: look first.
-                    if self._already_there(internal, events, fence):
+                    if self._run(lambda c: landed(c, internal, events, fence)):
                         return
                     continue
                 raise refused(exc) from exc
         if inserted != len(events):
             self._refuse(tenant, task_id, internal, expected_version, fence, stale=_StaleIdError if retry else None)
-
-    def _already_there(self, internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
-        return self._run(lambda c: _landed(c, internal, events, fence))
 
     def append_streams(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
         check_streams(appends)
@@ -359,7 +353,7 @@ class PostgresStore:
             nonlocal tries
             tries += 1
             with conn.transaction():
-                if tries > 1 and all(_landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
+                if tries > 1 and all(landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
                     return None  # the try before committed, then lost its connection before it heard so
                 for i in order:
                     part = appends[i]
@@ -378,7 +372,7 @@ class PostgresStore:
         try:
             self._run(write)
         except _PartRefusedError as refused_part:
-            i = refused_part.index
+            i: int = refused_part.args[0]
             part = appends[i]
             stale = _StaleIdError if retry else None
             self._refuse(tenant, part.task_id, ids[i], part.expected_version, part.fence, stale=stale)
@@ -409,27 +403,7 @@ class PostgresStore:
         check_batch(task_id, events, expected_version)
         internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
-            # Two compactions queue on the row; an append racing this one loses to it (or it to the
-            # append) on the primary key of seq expected_version + 1, which both insert.
-            conn.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (internal,))
-            actual = self._version_of(conn, internal)
-            if actual != expected_version:
-                raise ConflictError(task_id, expected=expected_version, actual=actual)
-            if conn.execute(SQL.child_of, (internal,)).fetchone() is not None:
-                raise ConflictError(task_id, expected=0, actual=None)
-            gone = conn.execute(SQL.delete_events, (internal,)).rowcount
-            conn.execute(SQL.delete_snapshots, (internal,))
-            conn.execute(SQL.unfork, (internal,))
-            try:
-                with conn.cursor() as cursor:
-                    cursor.executemany(
-                        "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                        [(internal, e.seq, e.type, e.schema, e.at, to_jsonb(e.data)) for e in events],
-                    )
-            except psycopg.errors.UniqueViolation:
-                raise ConflictError(task_id, expected=expected_version, actual=None) from None
-            conn.execute(SQL.move_version, (events[-1].seq, events[-1].at, internal))
-        return int(gone)
+            return replace_history(conn, task_id, internal, expected_version, events)
 
     def rewind(
         self,
@@ -493,10 +467,7 @@ class PostgresStore:
     def delete_task(self, tenant: str, task_id: str) -> int:
         internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
-            if conn.execute(SQL.child_of, (internal,)).fetchone() is not None:
-                raise ConflictError(task_id, expected=0, actual=None)
-            gone = conn.execute(SQL.delete_events, (internal,)).rowcount
-            conn.execute(SQL.delete_snapshots, (internal,))
+            gone = drop_history(conn, task_id, internal)
             conn.execute(SQL.delete_task, (internal,))
         self._ids.pop((tenant, task_id), None)
         return int(gone)
@@ -604,38 +575,10 @@ class PostgresStore:
 
     # -- wake-ups ---------------------------------------------------------------------
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
-        if self._listener is None:
-            self._start_listener()
-        return self._changes.wait(timeout, interrupt)
-
-    def _start_listener(self) -> None:
-        with self._listener_lock:
-            if self._listener is not None:
-                return
-            self._listener = threading.Thread(target=self._listen, name=f"tether-listen-{self.schema}", daemon=True)
-            self._listener.start()
-
-    def _listen(self) -> None:
-        """LISTEN on this schema's channel; every notification wakes the waiting workers."""
-        channel = sql.Identifier(f"tether_{self.schema}")
-        while not self._closed:
-            try:
-                with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    conn.execute(sql.SQL("LISTEN {}").format(channel))
-                    self._bump()  # anything committed while we were not listening: look again
-                    while not self._closed:
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            self._bump()
-            except psycopg.OperationalError:
-                if not self._closed:
-                    log.warning("PostgreSQL listener lost its connection; reconnecting")
-                    time.sleep(0.2)
-
-    def _bump(self) -> None:
-        self._changes.bump()
+        return self._listener.wait(timeout, interrupt)
 
     def close(self) -> None:
-        self._closed = True
+        self._listener.close()
         self._watchdog.stop()
         self._local.__dict__.pop("sticky", None)
         self._pool.close()
@@ -646,20 +589,9 @@ class PostgresStore:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
 
 
-def _landed(conn: psycopg.Connection[Any], internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
-    """Whether an append whose outcome was lost with its connection committed: its last event is there."""
-    last = events[-1]
-    found = conn.execute("SELECT type, fence FROM events WHERE task = %s AND seq = %s", (internal, last.seq)).fetchone()
-    return found is not None and found[0] == last.type and found[1] == fence
-
-
 class _PartRefusedError(Exception):
-    """One part of a multi-stream append failed its guard: the transaction is rolled back, then the
-    part is refused with the reason the store gives."""
-
-    def __init__(self, index: int) -> None:
-        super().__init__(index)
-        self.index = index
+    """One part of a multi-stream append (its index, ``args[0]``) failed its guard: the transaction
+    is rolled back, then the part is refused with the reason the store gives."""
 
 
 class _StaleIdError(Exception):

@@ -1,29 +1,29 @@
 """``sqlite:///path.db`` — the embedded default: one machine, many processes.
 
-Its schema (:data:`MIGRATIONS`) lives in ``_sqlite_schema.py``, its connection policy and
-checkpoints in ``_sqlite_wal.py``, the SQL it shares with PostgreSQL in ``_sql.py``. This module
-is the store: the write gate every writer queues on, and the statements only SQLite runs.
+Its schema (:data:`MIGRATIONS`) lives in ``_sqlite_schema.py``, its connection policy, checkpoints
+and wake-ups in ``_sqlite_wal.py``, its own statements (``own``) in ``_sqlite_sql.py``, the SQL it
+shares with PostgreSQL in ``_sql.py``. This module is the store: the write gate every writer
+queues on, and the reads and writes those statements make.
 """
 
 from __future__ import annotations
 
 import fcntl
-import functools
 import mmap
 import os
 import sqlite3
 import struct
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from tether.errors import ConfigurationError, ConflictError, TaskNotFoundError
 from tether.store import _sql
+from tether.store import _sqlite_sql as own
 from tether.store._sql import text
 from tether.store._sqlite_files import connect_readonly, create_private, file_mode, rollback, translate_errors
 from tether.store._sqlite_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
-from tether.store._sqlite_wal import Checkpointer, Durability, connect
+from tether.store._sqlite_wal import Checkpointer, Durability, connect, wait_for_commit
 from tether.store.base import (
     EventRow,
     IndexUpdate,
@@ -40,36 +40,12 @@ from tether.store.base import (
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore"]
 
-# A stream's first event is written by create_task (a fork's too, at its fork point + 1), so the
-# predecessor of an appended event is always in the stream's own rows.
-_INSERT_FIRST = (
-    "INSERT INTO events (task, seq, type, schema, at, data, fence) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 "
-    "WHERE EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1)"
-)
-_INSERT_FIRST_FENCED = (
-    "INSERT INTO events (task, seq, type, schema, at, data, fence) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 "
-    "WHERE (SELECT lease_token FROM tasks WHERE id = ?1) = ?7 "
-    "AND EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq = ?2 - 1)"
-)
 _GENERATION = struct.Struct("<Q")  # the write generation at the start of the lock file
 # After it, the mapping generation: bumped by every change of which row a task id names (a rewind
 # renames a stream and puts a fork in its place; a delete frees the id for a new stream). A process
 # whose cached ids are from an older mapping generation drops them before it trusts one.
 _MAPPING = struct.Struct("<Q")
 _LOCK_SIZE = _GENERATION.size + _MAPPING.size
-_READ_FROM = "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AND seq > ? ORDER BY seq"
-_READ_RANGE = (
-    "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AND seq > ? AND seq <= ? ORDER BY seq"
-)
-_SQL = _sql.Statements()  # the statements shared with PostgreSQL; the claim needs no row lock here
-_INSERT_NEXT = "INSERT INTO events (task, seq, type, schema, at, data, fence) VALUES (?, ?, ?, ?, ?, ?, ?)"
-_ROWS_PER_STATEMENT = 128  # 7 parameters a row: well under SQLite's oldest limit of 999 per statement
-
-
-@functools.cache
-def _insert_rows(count: int) -> str:
-    """One INSERT of ``count`` event rows."""
-    return _INSERT_NEXT + ", (?, ?, ?, ?, ?, ?, ?)" * (count - 1)
 
 
 @translate_errors  # no sqlite3 error crosses the store boundary
@@ -228,14 +204,14 @@ class SQLiteStore:
             self._check_mapping()
         found = self._ids.get(key)
         if found is None:
-            row = self._conn.execute(_SQL.task_id, key).fetchone()
+            row = self._conn.execute(own.SQL.task_id, key).fetchone()
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
             found = self._ids[key] = row[0]
         return found
 
     def _version_of(self, internal: int) -> int:
-        row = self._conn.execute(_SQL.version_of, (internal,)).fetchone()
+        row = self._conn.execute(own.SQL.version_of, (internal,)).fetchone()
         return 0 if row is None else int(row[0])
 
     # -- streams ----------------------------------------------------------------
@@ -244,14 +220,14 @@ class SQLiteStore:
             parent = self._id(tenant, row.parent_id) if row.parent_id is not None else None
             try:
                 cur = conn.execute(
-                    _SQL.insert_task, _sql.task_values(tenant, row, parent, wake_at=row.wake_at, first=first)
+                    own.SQL.insert_task, _sql.task_values(tenant, row, parent, wake_at=row.wake_at, first=first)
                 )
             except sqlite3.IntegrityError:
                 raise ConflictError(row.task_id, expected=0, actual=None) from None
             internal = cur.lastrowid
             assert internal is not None
             conn.execute(
-                _INSERT_NEXT, (internal, first.seq, first.type, first.schema, first.at, text(first.data), None)
+                own.INSERT_NEXT, (internal, first.seq, first.type, first.schema, first.at, text(first.data), None)
             )
             self._ids[(tenant, row.task_id)] = internal
 
@@ -272,7 +248,7 @@ class SQLiteStore:
                 if len(events) == 1:
                     self._append_one(tenant, task_id, events[0], expected_version, fence)
                     return
-                if len(events) <= _ROWS_PER_STATEMENT and self._append_known(
+                if len(events) <= own.ROWS_PER_STATEMENT and self._append_known(
                     tenant, task_id, events, expected_version, fence
                 ):
                     return
@@ -282,7 +258,7 @@ class SQLiteStore:
         """The common case: one guarded INSERT in autocommit mode, one statement. A single write
         statement takes the write lock at its start, so the busy handler applies."""
         data = event.data if type(event.data) is str else text(event.data)
-        sql = _INSERT_FIRST if fence is None else _INSERT_FIRST_FENCED
+        sql = own.INSERT_FIRST if fence is None else own.INSERT_FIRST_FENCED
         cursor = self._append_cursor
         alone = self._gate_in()
         try:
@@ -297,7 +273,7 @@ class SQLiteStore:
                 # No other writer since we wrote this stream at this version under this token: the
                 # guard's two reads would only confirm what we know. The primary key still refuses
                 # a duplicate.
-                sql = _INSERT_NEXT
+                sql = own.INSERT_NEXT
             cursor.execute(sql, params)
             inserted = cursor.rowcount
         except sqlite3.IntegrityError:
@@ -333,7 +309,7 @@ class SQLiteStore:
                 data = e.data if type(e.data) is str else text(e.data)
                 params += (internal, e.seq, e.type, e.schema, e.at, data, fence)
             try:
-                self._append_cursor.execute(_insert_rows(len(events)), params)
+                self._append_cursor.execute(own.insert_rows(len(events)), params)
                 inserted = True
             except sqlite3.IntegrityError:
                 inserted = False
@@ -355,24 +331,7 @@ class SQLiteStore:
         index: IndexUpdate | None,
     ) -> None:
         """Several events, or an index change: the guarded first insert and the rest in one transaction."""
-        conn = self._conn
-        self._gate_in()
-        try:
-            internal = self._id(tenant, task_id)
-        except BaseException:
-            self._gate_out()
-            raise
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            self._insert_guarded(tenant, task_id, internal, events, expected_version, fence, index)
-            conn.execute("COMMIT")
-        except BaseException:
-            rollback(conn)
-            self._gate_out()
-            self._forget_known(internal)
-            raise
-        self._gate_out()
-        self._known[internal] = events[-1].seq
+        self.append_streams(tenant, [StreamAppend(task_id, events, expected_version, fence, index)])
 
     def append_streams(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
         check_streams(appends)
@@ -409,23 +368,23 @@ class SQLiteStore:
         first = events[0]
         params = (internal, first.seq, first.type, first.schema, first.at, text(first.data), fence)
         try:
-            inserted = conn.execute(_INSERT_FIRST if fence is None else _INSERT_FIRST_FENCED, params).rowcount
+            inserted = conn.execute(own.INSERT_FIRST if fence is None else own.INSERT_FIRST_FENCED, params).rowcount
         except sqlite3.IntegrityError:
             inserted = 0
         if inserted != 1:
             self._refuse(tenant, task_id, internal, expected_version, fence)
         if len(events) > 1:
             conn.executemany(
-                _INSERT_NEXT,
+                own.INSERT_NEXT,
                 [(internal, e.seq, e.type, e.schema, e.at, text(e.data), fence) for e in events[1:]],
             )
         if index is not None:
             # After the inserts, whose trigger moved the version and counted committed calls.
             if index.moves:
-                conn.execute(_SQL.move_task, (index.status, index.wake_at, internal))
+                conn.execute(own.SQL.move_task, (index.status, index.wake_at, internal))
             if index.head is not None:
                 head = index.head
-                conn.execute(_SQL.write_head, (head.calls_done, head.summary, head.output, internal))
+                conn.execute(own.SQL.write_head, (head.calls_done, head.summary, head.output, internal))
 
     def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
         check_batch(task_id, events, expected_version)
@@ -434,14 +393,10 @@ class SQLiteStore:
             actual = self._version_of(internal)
             if actual != expected_version:
                 raise ConflictError(task_id, expected=expected_version, actual=actual)
-            if conn.execute(_SQL.child_of, (internal,)).fetchone() is not None:
-                raise ConflictError(task_id, expected=0, actual=None)
-            self._forget_known(internal)
-            gone = conn.execute(_SQL.delete_events, (internal,)).rowcount
-            conn.execute(_SQL.delete_snapshots, (internal,))
-            conn.execute(_SQL.unfork, (internal,))
+            gone = self._drop_history(task_id, internal)
+            conn.execute(own.SQL.unfork, (internal,))
             rows = [(internal, e.seq, e.type, e.schema, e.at, text(e.data), None) for e in events]
-            conn.executemany(_INSERT_NEXT, rows)
+            conn.executemany(own.INSERT_NEXT, rows)
         return int(gone)
 
     def rewind(
@@ -460,22 +415,35 @@ class SQLiteStore:
             actual = self._version_of(internal)
             if actual != expected_version:
                 raise ConflictError(task_id, expected=expected_version, actual=actual)
-            if conn.execute(_SQL.task_taken, (tenant, archive_id)).fetchone() is not None:
+            if conn.execute(own.SQL.task_taken, (tenant, archive_id)).fetchone() is not None:
                 raise ConflictError(archive_id, expected=0, actual=None)
             self._forget_known(internal)
             self._bump_mapping()
-            conn.execute(_SQL.rename_task, (archive_id, internal))
+            conn.execute(own.SQL.rename_task, (archive_id, internal))
             conn.execute(
-                _INSERT_NEXT,
+                own.INSERT_NEXT,
                 (internal, archived.seq, archived.type, archived.schema, archived.at, text(archived.data), None),
             )
-            cur = conn.execute(_SQL.insert_task, _sql.task_values(tenant, fork, internal, wake_at=None, first=forked))
+            cur = conn.execute(
+                own.SQL.insert_task, _sql.task_values(tenant, fork, internal, wake_at=None, first=forked)
+            )
             new = cur.lastrowid
             conn.execute(
-                _INSERT_NEXT, (new, forked.seq, forked.type, forked.schema, forked.at, text(forked.data), None)
+                own.INSERT_NEXT, (new, forked.seq, forked.type, forked.schema, forked.at, text(forked.data), None)
             )
         self._ids[(tenant, archive_id)] = internal
         self._ids[(tenant, task_id)] = new  # type: ignore[assignment]
+
+    def _drop_history(self, task_id: str, internal: int) -> int:
+        """Inside a write: delete a stream's events and snapshots (refused while forks read them);
+        return how many events went."""
+        conn = self._conn
+        if conn.execute(own.SQL.child_of, (internal,)).fetchone() is not None:
+            raise ConflictError(task_id, expected=0, actual=None)
+        self._forget_known(internal)
+        gone = conn.execute(own.SQL.delete_events, (internal,)).rowcount
+        conn.execute(own.SQL.delete_snapshots, (internal,))
+        return int(gone)
 
     def _forget_known(self, internal: int) -> None:
         self._known.pop(internal, None)
@@ -493,7 +461,7 @@ class SQLiteStore:
         conn = self._conn
 
         def parent_of(task: int) -> tuple[int, int] | None:
-            found = conn.execute(_SQL.parent_of, (task,)).fetchone()
+            found = conn.execute(own.SQL.parent_of, (task,)).fetchone()
             if found is None:  # deleted under us: say so, as any read of a missing task does
                 self._ids.pop((tenant, task_id), None)
                 raise TaskNotFoundError(task_id, tenant=tenant)
@@ -504,9 +472,9 @@ class SQLiteStore:
             # Two statements, not "(? IS NULL OR seq <= ?)": that would keep SQLite from bounding the
             # index range, and reading the start of a long stream would scan to its end.
             if last is None:
-                cursor = conn.execute(_READ_FROM, (task, low))
+                cursor = conn.execute(own.READ_FROM, (task, low))
             else:
-                cursor = conn.execute(_READ_RANGE, (task, low, last))
+                cursor = conn.execute(own.READ_RANGE, (task, low, last))
             return [EventRow(*r) for r in cursor]
 
         with self._lock:
@@ -514,19 +482,15 @@ class SQLiteStore:
 
     def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
         with self._lock:
-            row = self._conn.execute(_SQL.select_task, (tenant, task_id)).fetchone()
+            row = self._conn.execute(own.SQL.select_task, (tenant, task_id)).fetchone()
             return None if row is None else TaskRow(*row)
 
     def delete_task(self, tenant: str, task_id: str) -> int:
         with self._write() as conn:
             internal = self._id(tenant, task_id)
-            if conn.execute(_SQL.child_of, (internal,)).fetchone() is not None:
-                raise ConflictError(task_id, expected=0, actual=None)
-            self._forget_known(internal)
+            gone = self._drop_history(task_id, internal)
             self._bump_mapping()
-            gone = conn.execute(_SQL.delete_events, (internal,)).rowcount
-            conn.execute(_SQL.delete_snapshots, (internal,))
-            conn.execute(_SQL.delete_task, (internal,))
+            conn.execute(own.SQL.delete_task, (internal,))
         self._ids.pop((tenant, task_id), None)
         return int(gone)
 
@@ -545,11 +509,11 @@ class SQLiteStore:
                 (internal, snapshot.seq, snapshot.schema, snapshot.checksum, text(snapshot.data)),
             )
             if replaces is not None and replaces != snapshot.seq:
-                conn.execute(_SQL.delete_snapshot, (internal, replaces))
+                conn.execute(own.SQL.delete_snapshot, (internal, replaces))
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         with self._lock:
-            row = self._conn.execute(_SQL.latest_snapshot, (self._id(tenant, task_id), at_most)).fetchone()
+            row = self._conn.execute(own.SQL.latest_snapshot, (self._id(tenant, task_id), at_most)).fetchone()
             return None if row is None else SnapshotRow(*row)
 
     def read_latest(self, tenant: str, task_id: str) -> tuple[SnapshotRow | None, list[EventRow]]:
@@ -560,17 +524,17 @@ class SQLiteStore:
     # -- idempotency ledger -----------------------------------------------------
     def ledger_get(self, tenant: str, key: str) -> LedgerRow | None:
         with self._lock:
-            row = self._conn.execute(_SQL.ledger, (tenant, key)).fetchone()
+            row = self._conn.execute(own.SQL.ledger, (tenant, key)).fetchone()
             return None if row is None else LedgerRow(*row)
 
     def ledger_begin(self, tenant: str, key: str, now: float) -> LedgerRow:
         with self._write() as conn:
-            row = conn.execute(_SQL.ledger, (tenant, key)).fetchone()
+            row = conn.execute(own.SQL.ledger, (tenant, key)).fetchone()
             if row is None:
-                conn.execute(_SQL.ledger_begin, (tenant, key, now))
+                conn.execute(own.SQL.ledger_begin, (tenant, key, now))
                 return LedgerRow(key, "new", None, now, None, 0)
             if row[1] == "started":
-                conn.execute(_SQL.ledger_run_again, (tenant, key))
+                conn.execute(own.SQL.ledger_run_again, (tenant, key))
             return LedgerRow(*row)
 
     def ledger_finish(self, tenant: str, key: str, result: str | bytes, now: float) -> LedgerRow:
@@ -582,11 +546,11 @@ class SQLiteStore:
                 "WHERE status != 'done'",
                 (tenant, key, text(result), now),
             )
-            return LedgerRow(*conn.execute(_SQL.ledger, (tenant, key)).fetchone())
+            return LedgerRow(*conn.execute(own.SQL.ledger, (tenant, key)).fetchone())
 
     def ledger_forget(self, tenant: str, key: str) -> None:
         with self._write() as conn:
-            conn.execute(_SQL.forget_ledger, (tenant, key))
+            conn.execute(own.SQL.forget_ledger, (tenant, key))
 
     # -- leases -----------------------------------------------------------------
     def acquire_lease(
@@ -594,42 +558,28 @@ class SQLiteStore:
     ) -> int | None:
         with self._write() as conn:
             values = (owner, now + ttl, self._id(tenant, task_id), now, steal_from)
-            row = conn.execute(_SQL.acquire_lease, values).fetchone()
+            row = conn.execute(own.SQL.acquire_lease, values).fetchone()
             self._tokens.pop(self._id(tenant, task_id), None)
             return None if row is None else int(row[0])
 
     def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
         with self._write() as conn:
-            row = conn.execute(_SQL.claim, _sql.claim_values(tenant, owner, ttl, now)).fetchone()
+            row = conn.execute(own.SQL.claim, _sql.claim_values(tenant, owner, ttl, now)).fetchone()
             self._tokens.clear()  # a lease moved: the next fenced append checks its token
             return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         with self._write() as conn:
-            cur = conn.execute(_SQL.renew_lease, (now + ttl, self._id(tenant, task_id), token))
+            cur = conn.execute(own.SQL.renew_lease, (now + ttl, self._id(tenant, task_id), token))
             return cur.rowcount == 1
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None:
         with self._write() as conn:
-            conn.execute(_SQL.release_lease, (self._id(tenant, task_id), token))
+            conn.execute(own.SQL.release_lease, (self._id(tenant, task_id), token))
             self._tokens.pop(self._id(tenant, task_id), None)
 
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
-        # PRAGMA data_version changes when another connection commits; it reads only the WAL
-        # index header, so looking every few milliseconds costs next to nothing.
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            start = self._conn.execute("PRAGMA data_version").fetchone()[0]
-        while True:
-            if interrupt is not None and interrupt.is_set():
-                return False
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            time.sleep(min(0.005, remaining))
-            with self._lock:
-                if self._conn.execute("PRAGMA data_version").fetchone()[0] != start:
-                    return True
+        return wait_for_commit(self._conn, self._lock, timeout, interrupt)
 
     def close(self) -> None:
         with self._lock:
