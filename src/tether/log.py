@@ -399,11 +399,9 @@ class TaskLog:
         return self.load(task_id)
 
     @_per_task
-    def cached(self, task_id: str, version: int) -> TaskState:
-        """The state at ``version`` from this log's memory when it has it, else from the store.
-
-        For a writer that knows no one else appends (it holds the lease): no query at all.
-        """
+    def load_as_writer(self, task_id: str, version: int) -> TaskState:
+        """The latest state, for the writer that took it to ``version`` (it holds the lease, nobody else
+        appends): from this log's memory when it holds that version — no query at all — else ``load``."""
         entry = self._memory.get(task_id)
         if entry is not None and entry.version == version:
             return entry.state

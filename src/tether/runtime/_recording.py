@@ -118,7 +118,7 @@ class Recorder:
     @property
     def latest(self) -> TaskState:
         """The task's state as of the latest append (live), from the log's memory."""
-        return self.app.log.cached(self.task_id, self._version)
+        return self.app.log.load_as_writer(self.task_id, self._version)
 
     # ------------------------------------------------------------------ replay
     def replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:

@@ -130,7 +130,7 @@ def execute(
 def _record_of(app: App, task_id: str) -> tuple[list[Recorded], TaskState]:
     """The task's history and the state at its end (from memory when this log just loaded it)."""
     history = app.log.events(task_id)
-    return history, app.log.cached(task_id, history[-1].seq)
+    return history, app.log.load_as_writer(task_id, history[-1].seq)
 
 
 def _let_go(app: App, task_id: str, token: int) -> None:
