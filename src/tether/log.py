@@ -422,7 +422,7 @@ class TaskLog:
         entry.bytes_since = 0
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
-        """Store ``state`` as the snapshot at its version (the policy calls this; so may you)."""
+        """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""
         self._put_snapshot(task_id, state.version, state.model_dump_json(exclude={"position"}))
 
     def _put_snapshot(self, task_id: str, version: int, data: str, *, replaces: int | None = None) -> None:

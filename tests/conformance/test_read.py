@@ -26,6 +26,20 @@ def test_load_equals_fold_of_every_event(store_url: str) -> None:
     assert fresh.load(state.task_id) == state == fold(fresh.events(state.task_id))
 
 
+def test_a_snapshot_written_by_hand_is_where_loads_start(store_url: str) -> None:
+    # A policy that never snapshots: the only snapshot is the one written by hand.
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10**9))
+    state = _grow(log, 12)
+    assert log.store.get_snapshot(log.tenant, state.task_id, at_most=state.version) is None
+    log.write_snapshot(state.task_id, state)
+    snap = log.store.get_snapshot(log.tenant, state.task_id, at_most=state.version)
+    assert snap is not None and snap.seq == state.version
+    fresh = tether.TaskLog(log.store)
+    assert fresh.load(state.task_id) == state
+    snapshot, after = log.store.read_latest(log.tenant, state.task_id)
+    assert snapshot is not None and snapshot.seq == state.version and after == []
+
+
 def test_state_at_every_seq_matches_prefix_fold(store_url: str) -> None:
     log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=5, size_ratio=0))
     state = _grow(log, 23)
