@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
+
+from tests._forkserver import ForkServer, ForkServers
 
 # Backends every conformance test runs against. PostgreSQL joins when its server answers at
 # TETHER_TEST_PG_URL; without one, its tests skip with the reason — except when CI=true, where
@@ -49,6 +51,25 @@ def pg_url(prefix: str = "t") -> Iterator[str]:
     yield f"{PG_URL}{separator}schema={schema}"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture(scope="session")
+def fork_servers() -> Iterator[ForkServers]:
+    """Two fork servers per set of modules to preload (and child environment), started on first use and
+    kept for the session. A crash test forks the run it kills from the first and the runs that resume it
+    from the second, so the resuming process hashes with a seed of its own (see tests/_forkserver.py)."""
+    started: dict[tuple[object, ...], tuple[ForkServer, ForkServer]] = {}
+
+    def servers(preload: Sequence[str], env: Mapping[str, str]) -> tuple[ForkServer, ForkServer]:
+        key = (tuple(preload), tuple(sorted(env.items())))
+        if key not in started:
+            started[key] = (ForkServer(preload, env), ForkServer(preload, env))
+        return started[key]
+
+    yield servers
+    for pair in started.values():
+        for server in pair:
+            server.close()
 
 
 BACKENDS = ["memory", "sqlite", "postgres"]

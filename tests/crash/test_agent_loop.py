@@ -3,7 +3,8 @@
 Each scenario runs ``_loop_agent.py`` in a child that kills itself at a randomly chosen
 checkpoint (after a commit to the task or the session, inside a tool before or after its
 effect, in a flaky or readonly tool, halfway through a sleep), then runs fresh children
-until the task completes, and checks, every time:
+(each forked from a server that has imported tether: tests/_forkserver.py) until the task
+completes, and checks, every time:
 
 * the task completes, with exactly one effect per logical call in the sink;
 * every repeat of a call presented the same key as its first run;
@@ -21,13 +22,13 @@ import random
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tether
+from tests._forkserver import ForkServer, ForkServers
 from tests.conftest import dump_database
 
 HERE = Path(__file__).parent
@@ -36,16 +37,18 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "sr
 SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "30"))
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
 MODES = ("async", "threads")
+AGENT_IMPORTS = ("asyncio", "sqlite3", "tether", "tether._streams", "tether.log")
 
 
-def run_agent(url: str, tmp: Path, kill_at: str, mode: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(AGENT), url, str(tmp / "sink.db"), "loop-1", kill_at, mode],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=120,
-    )
+@pytest.fixture
+def children(fork_servers: ForkServers) -> tuple[ForkServer, ForkServer]:
+    """Where runs of the agent are forked from (tests/_forkserver.py): killed runs from the first
+    server, runs that resume or replay them from the second (a hash seed of their own)."""
+    return fork_servers(AGENT_IMPORTS, ENV)
+
+
+def run_agent(server: ForkServer, url: str, tmp: Path, kill_at: str, mode: str) -> subprocess.CompletedProcess[str]:
+    return server.run(AGENT, url, str(tmp / "sink.db"), "loop-1", kill_at, mode, timeout=120)
 
 
 def normalised(app: tether.App, state: tether.TaskState) -> dict[str, Any]:
@@ -75,11 +78,16 @@ def effects_by_payload(tmp: Path) -> dict[str, str]:
 
 
 @pytest.fixture(params=MODES)
-def reference(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, make_url: Any) -> Any:
+def reference(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    make_url: Any,
+    children: tuple[ForkServer, ForkServer],
+) -> Any:
     mode = request.param
     tmp = tmp_path_factory.mktemp(f"reference-{mode}")
     url = make_url(tmp)
-    done = run_agent(url, tmp, "none:0", mode)
+    done = run_agent(children[0], url, tmp, "none:0", mode)
     assert done.returncode == 0, done.stderr
     app = tether.App(url)
     state = app.state("loop-1")
@@ -93,7 +101,10 @@ def reference(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 @pytest.mark.crash
 @pytest.mark.timeout(600)
-def test_agent_loop_survives_random_sigkills(tmp_path: Path, reference: dict[str, Any], make_url: Any) -> None:
+def test_agent_loop_survives_random_sigkills(
+    tmp_path: Path, reference: dict[str, Any], make_url: Any, children: tuple[ForkServer, ForkServer]
+) -> None:
+    first_life, next_lives = children
     mode = reference["mode"]
     rng = random.Random(SEED + MODES.index(mode))
     kinds = sorted(reference["tally"])
@@ -104,7 +115,7 @@ def test_agent_loop_survives_random_sigkills(tmp_path: Path, reference: dict[str
         url = make_url(tmp)
         kind = kinds[scenario % len(kinds)]  # every kind of place, each at a random occurrence
         kill_at = f"{kind}:{rng.randint(1, reference['tally'][kind])}"
-        first = run_agent(url, tmp, kill_at, mode)
+        first = run_agent(first_life, url, tmp, kill_at, mode)
         note = tmp / "sink.db.killed"
         where = note.read_text().strip() if note.exists() else None
         context = f"mode={mode} seed={SEED} scenario={scenario} kill_at={kill_at} where={where}"
@@ -120,7 +131,7 @@ def test_agent_loop_survives_random_sigkills(tmp_path: Path, reference: dict[str
                 break
             recorded = {c.key for c in state.calls if c.status == "completed"}
             runs_before = max((r[0] for r in sink(tmp, "runs")), default=0)
-            resumed = run_agent(url, tmp, "none:0", mode)
+            resumed = run_agent(next_lives, url, tmp, "none:0", mode)
             assert resumed.returncode == 0, context + resumed.stderr
             # A call whose result was recorded never runs again.
             rerun = {key for _, key, _ in sink(tmp, "runs", after=runs_before)}
@@ -133,7 +144,7 @@ def test_agent_loop_survives_random_sigkills(tmp_path: Path, reference: dict[str
         assert {key for _, key, _ in sink(tmp, "raw")} == set(by_payload.values()), context
         assert normalised(app, state) == reference["state"], context
         before = dump_database(url)
-        replayed = run_agent(url, tmp, "replay:0", mode)
+        replayed = run_agent(next_lives, url, tmp, "replay:0", mode)
         assert replayed.returncode == 0, context + replayed.stderr
         report = json.loads(replayed.stdout)
         assert report["clean"], f"{context}: {report['report']}"

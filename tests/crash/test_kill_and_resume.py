@@ -3,7 +3,8 @@
 Each scenario runs the agent in a child that kills itself at a randomly chosen
 checkpoint (after a commit, inside a tool before or after its effect, in the
 middle of a backoff), then runs fresh children until the task completes, and
-checks the invariants a user relies on.
+checks the invariants a user relies on. The children are forked from servers that
+have imported tether (tests/_forkserver.py), a process each all the same.
 """
 
 from __future__ import annotations
@@ -21,22 +22,25 @@ from typing import Any
 import pytest
 
 import tether
+from tests._forkserver import ForkServer, ForkServers
 
 HERE = Path(__file__).parent
 AGENT = HERE / "_agent.py"
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)])}
 SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "30"))
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
+AGENT_IMPORTS = ("sqlite3", "tether", "tether.log")
 
 
-def run_agent(url: str, tmp: Path, task_id: str, kill_at: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(AGENT), url, str(tmp / "sink.db"), task_id, kill_at],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=120,
-    )
+@pytest.fixture
+def children(fork_servers: ForkServers) -> tuple[ForkServer, ForkServer]:
+    """Where runs of the agent are forked from: killed runs from the first server, runs that
+    resume them from the second (a hash seed of their own)."""
+    return fork_servers(AGENT_IMPORTS, ENV)
+
+
+def run_agent(server: ForkServer, url: str, tmp: Path, task_id: str, kill_at: str) -> subprocess.CompletedProcess[str]:
+    return server.run(AGENT, url, str(tmp / "sink.db"), task_id, kill_at, timeout=120)
 
 
 def normalised(state: tether.TaskState) -> dict[str, Any]:
@@ -61,10 +65,12 @@ def sink_rows(tmp: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 
 
 @pytest.fixture
-def reference(tmp_path_factory: pytest.TempPathFactory, make_url: Any) -> dict[str, Any]:
+def reference(
+    tmp_path_factory: pytest.TempPathFactory, make_url: Any, children: tuple[ForkServer, ForkServer]
+) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("reference")
     url = make_url(tmp)
-    done = run_agent(url, tmp, "trip-1", "none:0")
+    done = run_agent(children[0], url, tmp, "trip-1", "none:0")
     assert done.returncode == 0, done.stderr
     state = tether.App(url).state("trip-1")
     raw, effects = sink_rows(tmp)
@@ -84,7 +90,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory, make_url: Any) -> dict[s
 
 @pytest.mark.crash
 @pytest.mark.timeout(360)
-def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any], make_url: Any) -> None:
+def test_random_sigkills_then_resume(
+    tmp_path: Path, reference: dict[str, Any], make_url: Any, children: tuple[ForkServer, ForkServer]
+) -> None:
+    first_life, next_lives = children
     rng = random.Random(SEED)
     landed: dict[str, int] = {}
     for scenario in range(SCENARIOS):
@@ -94,7 +103,7 @@ def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any], 
         kinds = sorted(reference["tally"])
         kind = kinds[scenario % len(kinds)]  # every kind of place, each at a random occurrence
         kill_at = f"{kind}:{rng.randint(1, reference['tally'][kind])}"
-        first = run_agent(url, tmp, "trip-1", kill_at)
+        first = run_agent(first_life, url, tmp, "trip-1", kill_at)
         killed_note = tmp / "sink.db.killed"
         where = killed_note.read_text().strip() if killed_note.exists() else None
         context = f"seed={SEED} scenario={scenario} kill_at={kill_at} where={where}"
@@ -107,7 +116,7 @@ def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any], 
             state = tether.App(url).state("trip-1")
             if state.status in (tether.Status.COMPLETED, tether.Status.FAILED):
                 break
-            resumed = run_agent(url, tmp, "trip-1", "none:0")
+            resumed = run_agent(next_lives, url, tmp, "trip-1", "none:0")
             assert resumed.returncode == 0, context + resumed.stderr
         assert state.status is tether.Status.COMPLETED, context
         raw, effects = sink_rows(tmp)
@@ -130,8 +139,11 @@ def test_random_sigkills_then_resume(tmp_path: Path, reference: dict[str, Any], 
 
 @pytest.mark.crash
 @pytest.mark.timeout(360)
-def test_killed_from_outside_at_random_times(tmp_path: Path, reference: dict[str, Any], make_url: Any) -> None:
-    """The parent SIGKILLs the child after a random delay: no cooperation from the child at all."""
+def test_killed_from_outside_at_random_times(
+    tmp_path: Path, reference: dict[str, Any], make_url: Any, children: tuple[ForkServer, ForkServer]
+) -> None:
+    """The parent SIGKILLs the child after a random delay: no cooperation from the child at all.
+    The child killed is a fresh interpreter (the delays count its start-up); the resumes are forked."""
     rng = random.Random(SEED + 1)
     for scenario in range(5):
         tmp = tmp_path / f"o{scenario}"
@@ -149,7 +161,7 @@ def test_killed_from_outside_at_random_times(tmp_path: Path, reference: dict[str
             child.send_signal(signal.SIGKILL)
             child.wait()
         for _ in range(5):
-            resumed = run_agent(url, tmp, "trip-1", "none:0")
+            resumed = run_agent(children[1], url, tmp, "trip-1", "none:0")
             assert resumed.returncode == 0, resumed.stderr
             state = tether.App(url).state("trip-1")
             if state.status is tether.Status.COMPLETED:

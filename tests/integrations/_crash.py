@@ -2,10 +2,11 @@
 
 A child script (``_agents_child.py``, ``_pydantic_ai_child.py``) runs one support-agent task: the
 model looks an order up and checks shipping in parallel, refunds it, answers. It kills itself with
-SIGKILL at a chosen checkpoint; fresh children resume it until it completes. Then: every model turn
-was answered once, every tool call that finished ran once (only a kill inside the refund, after its
-effect, runs it again, under the same key), the refund's effect happened once, the record and the
-conversation equal an uninterrupted run's, and the record replays cleanly.
+SIGKILL at a chosen checkpoint; fresh children resume it until it completes (each child a process
+of its own, forked from a server that has imported the SDK: tests/_forkserver.py). Then: every
+model turn was answered once, every tool call that finished ran once (only a kill inside the
+refund, after its effect, runs it again, under the same key), the refund's effect happened once,
+the record and the conversation equal an uninterrupted run's, and the record replays cleanly.
 """
 
 from __future__ import annotations
@@ -13,26 +14,34 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import tether
+from tests._forkserver import ForkServer, ForkServers
 from tests.integrations.conftest import CHILD_ENV, HERE
 
 TASK_ID = "support-1"
 MODEL_TURNS = ["turn 0", "turn 2", "turn 3"]
+# What each child script imports, done once in its fork servers instead of in every child.
+CHILD_IMPORTS = {
+    "_agents_child.py": ("agents", "agents.testing", "tether", "tether.log", "tether.integrations.openai_agents"),
+    "_pydantic_ai_child.py": (
+        "pydantic_ai",
+        "pydantic_ai.messages",
+        "pydantic_ai.models.function",
+        "tether",
+        "tether.log",
+        "tether.integrations.pydantic_ai",
+    ),
+}
 
 
-def run_child(script: str, url: str, work: Path, kill_at: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(HERE / script), url, str(work), TASK_ID, kill_at, *extra],
-        capture_output=True,
-        text=True,
-        env=CHILD_ENV,
-        timeout=120,
-    )
+def run_child(
+    server: ForkServer, script: str, url: str, work: Path, kill_at: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return server.run(HERE / script, url, str(work), TASK_ID, kill_at, *extra, timeout=120)
 
 
 def lines(path: Path) -> list[str]:
@@ -53,16 +62,20 @@ def outcome(url: str, work: Path, result_of: Callable[[tether.ToolCall], Any]) -
 
 def sigkill_then_resume(
     script: str,
+    fork_servers: ForkServers,
     tmp_path: Path,
     make_url: Any,
     result_of: Callable[[tether.ToolCall], Any] = lambda c: c.result,
     extra: tuple[str, ...] = (),
     model_turns: list[str] = MODEL_TURNS,
 ) -> None:
+    # Each run is a process forked from a server that has the SDK imported: the killed one from the
+    # first server, the ones resuming it from the second (a hash seed of their own).
+    first_life, next_lives = fork_servers(CHILD_IMPORTS[script], CHILD_ENV)
     ref = tmp_path / "reference"
     ref.mkdir()
     ref_url = make_url(ref)
-    first = run_child(script, ref_url, ref, "none:0", *extra)
+    first = run_child(first_life, script, ref_url, ref, "none:0", *extra)
     assert first.returncode == 0, first.stderr
     assert first.stdout.split() == ["completed", "replay-clean=True"], first.stdout
     reference = outcome(ref_url, ref, result_of)
@@ -76,11 +89,11 @@ def sigkill_then_resume(
         work = tmp_path / point.replace(":", "-")
         work.mkdir()
         url = make_url(work)
-        killed = run_child(script, url, work, point, *extra)
+        killed = run_child(first_life, script, url, work, point, *extra)
         assert (work / "killed").exists(), point
         assert killed.returncode == -signal.SIGKILL, point + killed.stderr
         for _ in range(3):
-            resumed = run_child(script, url, work, "none:0", *extra)
+            resumed = run_child(next_lives, script, url, work, "none:0", *extra)
             assert resumed.returncode == 0, point + resumed.stderr
             if resumed.stdout.split()[0] == "completed":
                 break

@@ -20,6 +20,7 @@ from agents.memory import Session as SdkSession
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import tether
+from tests._forkserver import ForkServers
 from tests.integrations._crash import sigkill_then_resume
 from tests.integrations.conftest import CHILD_ENV, HERE
 from tether.integrations.openai_agents import (
@@ -550,22 +551,23 @@ def test_approval_key_names_the_call() -> None:
 @pytest.mark.crash
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("mode", ["run", "streamed"])
-def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any, mode: str) -> None:
+def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any, fork_servers: ForkServers, mode: str) -> None:
     """A child SIGKILLs itself after chosen commits of a run (model turns, parallel tools, a refund)
     or inside the refund; fresh children resume it (see tests/integrations/_crash.py for what is
     checked) — with Runner.run, and with Runner.run_streamed."""
-    sigkill_then_resume("_agents_child.py", tmp_path, make_url, extra=("streamed",) if mode == "streamed" else ())
+    extra = ("streamed",) if mode == "streamed" else ()
+    sigkill_then_resume("_agents_child.py", fork_servers, tmp_path, make_url, extra=extra)
 
 
 @pytest.mark.crash
 @pytest.mark.timeout(600)
-def test_sigkill_anywhere_in_a_team_then_resume(tmp_path: Path, make_url: Any) -> None:
+def test_sigkill_anywhere_in_a_team_then_resume(tmp_path: Path, make_url: Any, fork_servers: ForkServers) -> None:
     """The same work done by three agents: Support asks a Shipping agent used as a tool (built with
     ``durable_agent(...).as_tool``) beside a function tool, then hands off (``handoff()``) to a
     Refunds agent that refunds and answers. Killed anywhere, resumed: no agent's turn is asked twice,
     no finished tool runs again, the refund happens once, the record replays cleanly."""
     turns = ["turn 0", "shipping", "turn 2", "refunds 0", "refunds 1"]
-    sigkill_then_resume("_agents_child.py", tmp_path, make_url, extra=("team",), model_turns=turns)
+    sigkill_then_resume("_agents_child.py", fork_servers, tmp_path, make_url, extra=("team",), model_turns=turns)
 
 
 def _start(url: str, session: str, name: str, mode: str, count: int, gate: Path) -> subprocess.Popen[bytes]:

@@ -27,6 +27,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.models.test import TestModel
 
 import tether
+from tests._forkserver import ForkServers
 from tests.integrations._crash import sigkill_then_resume
 from tether.integrations.pydantic_ai import TetherDurability, TetherHistory, run
 
@@ -338,7 +339,7 @@ def test_approval_waits_as_a_tether_input(store_url: str) -> None:
 
 @pytest.mark.crash
 @pytest.mark.timeout(600)
-def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any) -> None:
+def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any, fork_servers: ForkServers) -> None:
     """A child SIGKILLs itself after chosen commits of a run or inside the refund; fresh children
     resume it (see tests/integrations/_crash.py for what is checked). Model responses carry the
     time they were made, so they are compared without it."""
@@ -348,12 +349,14 @@ def test_sigkill_anywhere_then_resume(tmp_path: Path, make_url: Any) -> None:
             return call.result
         return [(p.get("part_kind"), p.get("content"), p.get("args")) for p in call.result["parts"]]
 
-    sigkill_then_resume("_pydantic_ai_child.py", tmp_path, make_url, result_of)
+    sigkill_then_resume("_pydantic_ai_child.py", fork_servers, tmp_path, make_url, result_of)
 
 
 @pytest.mark.crash
 @pytest.mark.timeout(600)
-def test_sigkill_anywhere_in_a_streamed_run_then_resume(tmp_path: Path, make_url: Any) -> None:
+def test_sigkill_anywhere_in_a_streamed_run_then_resume(
+    tmp_path: Path, make_url: Any, fork_servers: ForkServers
+) -> None:
     """The same, with the model streaming its responses and the task driving the agent with
     ``agent.iter`` and ``node.stream``: a resumed run streams what the record holds and asks the
     model only for the turns it has not answered."""
@@ -363,4 +366,4 @@ def test_sigkill_anywhere_in_a_streamed_run_then_resume(tmp_path: Path, make_url
             return call.result
         return [(p.get("part_kind"), p.get("content"), p.get("args")) for p in call.result["parts"]]
 
-    sigkill_then_resume("_pydantic_ai_child.py", tmp_path, make_url, result_of, extra=("stream",))
+    sigkill_then_resume("_pydantic_ai_child.py", fork_servers, tmp_path, make_url, result_of, extra=("stream",))
