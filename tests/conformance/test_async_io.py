@@ -86,6 +86,7 @@ async def _let_writes_go(store: HeldStore, done: asyncio.Event, *, queued: Calla
 def held(store_url: str) -> Iterator[tuple[tether.App, HeldStore]]:
     store = HeldStore(open_store(store_url))
     app = tether.App(store)  # type: ignore[arg-type]
+    app.commits.always = True  # a lone run's records too: these tests hold every write
     yield app, store
     app.close()
 
@@ -183,10 +184,39 @@ def test_one_tasks_refused_record_fails_that_task_only(held: tuple[tether.App, H
     assert [handles[t].output for t in ("w1", "w2", "w3")] == [1.0, 2.0, 3.0]
 
 
+def test_a_lone_run_writes_on_its_loop_and_runs_together_share_the_thread(store_url: str) -> None:
+    app = tether.App(store_url)
+    send, _ = _tools(app)
+    handed: list[int] = []
+    submit = app.commits.submit
+
+    def counting(recorder: Any, batch: Any) -> None:
+        handed.append(len(batch))
+        submit(recorder, batch)
+
+    app.commits.submit = counting  # type: ignore[method-assign]
+
+    @app.task(name="two")
+    async def two(ctx: tether.AsyncTaskContext) -> str:
+        await ctx.call(send, 0)
+        return str(await ctx.call(send, 1))
+
+    alone = asyncio.run(app.run_async(two, task_id="alone"))
+    assert alone.output == "sent 1" and handed == []  # nothing to share the loop with: no handoff
+
+    async def together() -> list[tether.TaskHandle]:
+        return await asyncio.gather(*(app.run_async(two, task_id=f"t{i}") for i in range(6)))
+
+    assert all(h.output == "sent 1" for h in asyncio.run(together()))
+    assert sum(handed) > 0  # while several ran, their records went through the commit thread
+    app.close()
+
+
 def test_a_forked_child_writes_through_a_commit_thread_of_its_own() -> None:
     # An app whose commit thread runs, copied into a child by fork (which copies no threads):
     # the child's records must still be written (by a thread of its own), not wait forever.
     app = tether.App("memory://")  # the memory store is copied whole: no connection is shared
+    app.commits.always = True  # a lone run's records go through the thread too
     send, _ = _tools(app)
 
     @app.task(name="one")

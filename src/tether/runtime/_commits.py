@@ -56,6 +56,10 @@ class CommitThread:
 
     def __init__(self, log: TaskLog) -> None:
         self._log = log
+        self.always = False
+        """Offload a lone async run's records too: its loop never waits on the store, at the cost of
+        a thread handoff per commit (by default a lone run writes on its loop; see ``offloading``)."""
+        self._runs = 0  # async runs under way, on any loop of the process
         self._queue: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
         self._start = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -78,6 +82,21 @@ class CommitThread:
                                                 daemon=True)
                 self._thread.start()
                 self._pid = os.getpid()
+
+    @property
+    def offloading(self) -> bool:
+        """Whether async runs' records go through this thread now: while two or more async runs of
+        the app are under way (or always, with ``always``)."""
+        return self.always or self._runs > 1
+
+    def run_started(self) -> None:
+        """An async run began (its records may share this thread with others')."""
+        with self._start:
+            self._runs += 1
+
+    def run_ended(self) -> None:
+        with self._start:
+            self._runs -= 1
 
     @property
     def waiting(self) -> int:

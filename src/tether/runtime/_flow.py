@@ -54,11 +54,12 @@ class Wait(NamedTuple):
 class Commit(NamedTuple):
     """Record ``events`` through ``writer``; the driver sends back ``None`` once they are durable.
 
-    The sync driver writes them at once (``writer.append``). The async driver awaits
-    ``writer.commit_soon``, which hands them to the app's commit thread, off the event loop,
-    together with those of parallel branches that finish in the same turn of the loop and those
-    of other tasks waiting at the same time (group commit): one transaction for several records,
-    each branch going on only once its own events are durable.
+    The sync driver writes them at once (``writer.append``). The async driver hands them to
+    ``writer.commit_soon``, which writes them together with those of parallel branches that
+    finish in the same turn of the event loop (group commit) — on the loop for a lone run, or
+    through the app's commit thread, with other tasks' records, while other async runs share
+    it: one transaction for several records, each branch going on only once its own events are
+    durable.
     """
 
     writer: Any
@@ -166,7 +167,9 @@ async def drive_async(flow: Flow[T]) -> T:
             if type(op) is Invoke:
                 reply = await _async_invoke(op)
             elif type(op) is Commit:
-                await op.writer.commit_soon(op.events)
+                waiter = op.writer.commit_soon(op.events)
+                if waiter is not None:
+                    await waiter
                 reply = None
             elif type(op) is Io:
                 reply = await asyncio.get_running_loop().run_in_executor(None, op.fn, *op.args)

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from tether.errors import (
     Cancelled,
     ConflictError,
+    InvalidInputError,
     LeaseLostError,
     NonDeterminismError,
     OutcomeUnknownError,
@@ -33,7 +34,7 @@ from tether.events import (
 )
 from tether.model import TaskState, ToolCall
 from tether.runtime._commits import Branch
-from tether.runtime._flow import Commit, Flow
+from tether.runtime._flow import Commit, Flow, next_turn
 from tether.runtime._replay import Replay, describe
 from tether.runtime.specs import TaskSpec, ToolSpec
 
@@ -272,53 +273,133 @@ class Recorder:
 
 
 class GroupCommit:
-    """How a context's calls record: at once in a sync task; off the event loop, together, in an
-    async one.
+    """How a context's calls record: at once in a sync task; together, and off the event loop when
+    other async runs share it, in an async one.
 
-    A sync task's records are written where it runs (:meth:`append`). An async task's go to the
-    app's commit thread (:meth:`commit_soon`): branches of an ``asyncio.gather`` that finish in
-    the same turn of the event loop are handed over together at the end of that turn (or at
-    once, when every call in flight has finished), and the thread writes them, with whatever
-    other tasks handed over meanwhile, in one transaction, in the order they finished. Each
-    branch goes on once that transaction has committed: its record is as durable, and its
-    result as late, as if written alone; there are fewer commits, and the loop never waits.
+    A sync task's records are written where it runs (:meth:`append`). An async task's go through
+    :meth:`commit_soon`: branches of an ``asyncio.gather`` that finish in the same turn of the
+    event loop are written together at the end of that turn (or at once, when every call in
+    flight has finished), in the order they finished, and each branch goes on once that
+    transaction has committed: its record is as durable, and its result as late, as if written
+    alone; there are fewer commits.
+
+    Where they are written depends on who else is running (``app.commits.offloading``). While
+    other async runs of the app are under way, the batch goes to the app's commit thread, which
+    writes it with the other tasks' records waiting at that moment, and the loop serves the
+    others meanwhile. A lone run writes on its loop, which has nothing else of tether's to do:
+    handing each commit to a thread and back would only add its latency.
     """
 
-    __slots__ = ("_batch", "_recorder")
+    __slots__ = ("_batch", "_queued", "_recorder")
 
     def __init__(self, recorder: Recorder) -> None:
         # A proxy: the recorder owns its writer, and a strong reference back would make every
         # finished recorder (with the whole record it walked) garbage only the cycle collector
         # can free, late, and at a cost that grows with the heap.
         self._recorder = weakref.proxy(recorder)
-        self._batch: list[Branch] = []
+        self._batch: list[tuple[list[Event], asyncio.Future[None] | None]] = []  # written on the loop
+        self._queued: list[Branch] = []  # for the commit thread
 
     def append(self, events: list[Event]) -> None:
         self._recorder.append(events)
 
-    def commit_soon(self, events: list[Event]) -> Awaitable[None]:
-        """Queue ``events`` for the commit thread; the awaitable is done once they are durable."""
+    def commit_soon(self, events: list[Event]) -> Awaitable[None] | None:
+        """Write ``events`` now (``None``), or queue them and return what to await."""
         rec = self._recorder
         if rec.replay_only:
             rec.append(events)  # raises ReplayEnd: a replay writes nothing
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
+        if rec.app.commits.offloading:
+            return self._to_thread(events)
         batch = self._batch
+        if not batch and rec.inflight <= 1:
+            rec.append(events)
+            return None
+        if len(batch) + 1 >= rec.inflight:
+            # Every other call in flight is waiting on this batch: nothing can join it, so it is
+            # written now, and this branch goes on without waiting another turn.
+            waiter = None
+        else:
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            if not batch:
+                loop.call_soon(self._flush)
         batch.append((events, waiter))
-        if len(batch) >= rec.inflight:
-            # Every call in flight has finished and waits on this batch: nothing else can join it.
+        if waiter is None:
             self._flush()
-        elif len(batch) == 1:
-            loop.call_soon(self._flush)
+            return next_turn()  # on with the others it woke, in the order they joined
         return waiter
 
     def _flush(self) -> None:
-        """Hand the queued branches to the commit thread (once: the end of the turn, or the last
-        branch to join, whichever comes first)."""
+        """Write the branches batched on the loop in one transaction and wake them. A branch that
+        flushes for itself (its waiter ``None``) gets its own error raised here."""
         batch, self._batch = self._batch, []
-        if batch:
+        if not batch:
+            return  # written already, by the last branch to join it
+        append = self._recorder.append
+        if len(batch) > 1:
+            try:
+                append([event for events, _ in batch for event in events])
+            except InvalidInputError:
+                pass  # one branch's event was refused: the others' still record, each on its own
+            except BaseException as exc:  # the run stopped (lease lost, store down...): every branch hears it
+                _deliver_all(batch, exc)
+                return
+            else:
+                _deliver_all(batch, None)
+                return
+        mine: BaseException | None = None
+        for events, waiter in batch:
+            try:
+                append(events)
+            except BaseException as exc:
+                if waiter is None:
+                    mine = exc
+                else:
+                    _deliver(waiter, exc)
+            else:
+                if waiter is not None:
+                    _deliver(waiter, None)
+        if mine is not None:
+            raise mine
+
+    def _to_thread(self, events: list[Event]) -> Awaitable[None]:
+        """Queue ``events`` for the commit thread: handed over at the end of this turn, or at once
+        when every call in flight has finished; the awaitable is done once they are durable."""
+        rec = self._recorder
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        queued = self._queued
+        queued.append((events, waiter))
+        if len(queued) >= rec.inflight:
+            self._hand_over()
+        elif len(queued) == 1:
+            loop.call_soon(self._hand_over)
+        return waiter
+
+    def _hand_over(self) -> None:
+        queued, self._queued = self._queued, []
+        if queued:
             rec = self._recorder
-            rec.app.commits.submit(rec, batch)
+            rec.app.commits.submit(rec, queued)
+
+
+def _deliver_all(batch: list[tuple[list[Event], asyncio.Future[None] | None]], error: BaseException | None) -> None:
+    """Wake every waiting branch of a written (or failed) batch; raise ``error`` for the one that
+    flushed for itself."""
+    for _, waiter in batch:
+        if waiter is not None:
+            _deliver(waiter, error)
+    if error is not None and any(waiter is None for _, waiter in batch):
+        raise error
+
+
+def _deliver(waiter: asyncio.Future[None], error: BaseException | None) -> None:
+    if waiter.done():  # its branch was cancelled meanwhile: what it did is recorded all the same
+        return
+    if error is None:
+        waiter.set_result(None)
+    else:
+        waiter.set_exception(error)
 
 
 @functools.cache

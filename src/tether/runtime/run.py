@@ -63,6 +63,7 @@ def execute(
     Its store I/O is yielded (``Io``, ``Commit``): an async task's event loop never waits on it."""
     ended: Callable[[], None] | None = None
     closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
+    counted = False  # an async run, counted among those that share the commit thread
     if token is None:
         state = yield Io(app.log.load, (task_id,))
         if state.status in TERMINAL:
@@ -78,6 +79,9 @@ def execute(
             calls = Calls(rec)
             ctx = (AsyncTaskContext if spec.is_async else TaskContext)(rec, calls)
             ended = rec.end
+            if spec.is_async:
+                app.commits.run_started()
+                counted = True
             if state.status is not Status.RUNNING:
                 yield Commit(rec.writer, [StatusChanged(status=Status.RUNNING.value)])
             if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
@@ -121,6 +125,8 @@ def execute(
     finally:
         if ended is not None:
             ended()  # a parallel branch still going records nothing more
+        if counted:
+            app.commits.run_ended()
         if closed:
             _let_go(app, task_id, token)
         else:
