@@ -102,3 +102,34 @@ def test_code_that_now_raises_before_recorded_work_diverges(store_url: str) -> N
     broken["on"] = True
     report = app.replay("t")
     assert not report.clean and "KeyError" in report.outcome
+
+
+@pytest.mark.parametrize(
+    "error",
+    [tether.ConflictError("t", expected=1, actual=2), tether.OutcomeUnknownError("t:1:work:0")],
+    ids=["conflict", "outcome_unknown"],
+)
+def test_a_replay_stopped_where_the_record_ends_is_not_reported_clean(store_url: str, error: Exception) -> None:
+    """Where the record ends, a task failure would be what a live run records next (a clean replay);
+    an error that stops the run itself is not a failure of the task, and not clean."""
+    app = tether.App(store_url)
+    crash = {"on": True}
+
+    @app.tool
+    def work() -> int:
+        return 1
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> int:
+        ctx.call(work)
+        if crash["on"]:
+            raise Stop
+        raise error
+
+    with pytest.raises(Stop):
+        app.run(job, task_id="t")
+    crash["on"] = False
+    before = dump_database(store_url, app.store)
+    report = app.replay("t")
+    assert not report.clean and type(error).__name__ in report.outcome, report
+    assert dump_database(store_url, app.store) == before
