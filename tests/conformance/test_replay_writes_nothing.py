@@ -133,3 +133,38 @@ def test_a_replay_stopped_where_the_record_ends_is_not_reported_clean(store_url:
     report = app.replay("t")
     assert not report.clean and type(error).__name__ in report.outcome, report
     assert dump_database(store_url, app.store) == before
+
+
+def test_a_replay_runs_no_tool_past_the_record(store_url: str) -> None:
+    """Where the record ends, the next call would run live: a replay stops there, before a readonly
+    call (which records nothing until it returns) runs as much as before one with an intent."""
+    app = tether.App(store_url)
+    ran: list[str] = []
+    crash = {"on": True}
+
+    @app.tool(readonly=True)
+    def lookup(n: int) -> int:
+        ran.append("lookup")
+        return n
+
+    @app.tool
+    def send(n: int) -> int:
+        ran.append("send")
+        return n
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> int:
+        ctx.call(send, 1)
+        if crash["on"]:
+            raise Stop
+        ctx.call(lookup, 2)
+        return int(ctx.call(send, 3))
+
+    with pytest.raises(Stop):
+        app.run(job, task_id="t")
+    crash["on"] = False
+    ran.clear()
+    before = dump_database(store_url, app.store)
+    report = app.replay("t")
+    assert report.clean and ran == [], (report, ran)
+    assert dump_database(store_url, app.store) == before
