@@ -1,6 +1,6 @@
 """Invariants that once could break with the whole suite green: the store's own contract (not only
 through TaskLog), fork by reference, attempt numbering, the ledger after a failure, leases and their
-heartbeat, session snapshots, and the idempotency key's hash."""
+heartbeat, session snapshots, the idempotency key's hash, and cancel under contention."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ import itertools
 import statistics
 import threading
 import time
+from typing import Any
 
 import pytest
 
 import tether
 from tests.conftest import dump_database
+from tether._conflicts import TRIES
 from tether._keys import args_hash, call_key
 from tether.conversation import stream_id
+from tether.events import CancelRequested
 from tether.store import EventRow, SnapshotRow, TaskRow
 
 
@@ -258,3 +261,47 @@ def test_a_corrupted_session_snapshot_is_detected_and_rebuilt(app: tether.App) -
     fresh = tether.App(app.store).session("s")  # a new process's view: from the store
     assert [m.content for m in fresh.messages()] == expected
     assert fresh.window(max_tokens=10_000).to_openai() == window
+
+
+# ------------------------------------------------------------------ cancel under contention
+
+
+@pytest.mark.parametrize("conflicts", [1, 5, 40, TRIES])
+def test_cancel_under_contention_records_the_request_or_fails(
+    app: tether.App, conflicts: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer wins the request's append ``conflicts`` times in a row: the request is
+    recorded at last and the task cancelled — or, past the retries, the cancel fails with nothing
+    recorded; never a run of the task without the request."""
+    ran: list[int] = []
+
+    @app.tool
+    def work() -> int:
+        ran.append(1)
+        return 1
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> int:
+        ctx.wait_for_input("go")
+        return int(ctx.call(work))
+
+    app.run(job, task_id="c")
+    app.send_input("c", "go", True)  # runnable: a run without the request would do the work
+    real = app.log.append
+    left = {"n": conflicts}
+
+    def contended(task_id: str, events: list[Any], expected_version: int, **options: Any) -> int:
+        if left["n"] and any(isinstance(e, CancelRequested) for e in events):
+            left["n"] -= 1
+            raise tether.ConflictError(task_id, expected=expected_version, actual=expected_version + 1)
+        return real(task_id, events, expected_version, **options)
+
+    monkeypatch.setattr(app.log, "append", contended)
+    if conflicts < TRIES:
+        handle = app.cancel("c", "stop")
+        assert handle.status is tether.Status.CANCELLED and app.state("c").cancel_reason == "stop"
+    else:
+        with pytest.raises(tether.ConflictError):
+            app.cancel("c", "stop")
+        assert app.state("c").cancel_reason is None and app.state("c").status is tether.Status.AWAITING_INPUT
+    assert ran == []
