@@ -32,7 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/task_reads.py
 	$(BIN)/python bench/postgres.py
 	$(BIN)/python bench/serve.py
-	$(BIN)/python bench/langgraph.py
+	$(BIN)/python bench/langgraph_saver.py
 	$(BIN)/python bench/adk.py
 
 clean:

@@ -1,14 +1,24 @@
-"""Time-travel benchmark: state_at across a 100,000-event task, and fork cost against history length.
+"""Time-travel benchmark: state_at, fork and history against history length, for two shapes of state.
 
-Run: ``python bench/timetravel.py`` (``--quick``: 10,000 events). Prints a table, then one line of JSON.
+Run: ``python bench/timetravel.py`` (1,000 and 100,000 events; ``--quick``: 1,000 and 10,000).
+Prints a table, then one line of JSON.
 
-* state_at at the start, middle and end of the task, each against loading the latest state
-  (target: each within 3×). Snapshots (every 100 events) make any point cost one snapshot read
-  plus at most ~100 events, wherever it is.
-* fork at 100 events vs at 100,000 (target: within 2×): a fork points at its parent's events;
-  it copies none.
+Two shapes of task, each event a ~500-byte observation (issue 17, target 5):
 
-The task is a conversation-like workload: one ~500-byte observation per event.
+* ``overwrite``: the state stays about the same size (ten keys, each overwritten in turn), as a
+  task whose data is a working set;
+* ``accumulate``: the state keeps what every event carries: a task of readonly calls, each
+  returning ~500 bytes, whose results pile up in its state (one event per call).
+
+For each shape and size, from a fresh ``TaskLog`` (nothing cached in the process):
+
+* ``state_at`` near the start, at the middle and at the end, each against loading the latest
+  state (target: each within 3x);
+* ``fork`` near the start and near the end of the biggest task, against the same at 1,000
+  events (target: within 2x; a fork points at its parent's events and copies none);
+
+and ``app.history`` of a task of 1,000 steps, each a step with one readonly call returning
+~500 bytes (3,002 events; target 5 ms).
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import orjson
 
@@ -29,17 +40,35 @@ from _common import MESSAGE
 import tether
 from tether.events import ObservationRecorded
 
+TARGETS = {"state_at_ratio": 3.0, "fork_ratio": 2.0, "history_ms": 5.0}
 
-def build(url: str, task_id: str, n: int) -> None:
+
+def build(url: str, task_id: str, n: int, shape: str) -> None:
+    """A task of ``n`` events after its first: observations overwriting ten keys, or ``n`` calls."""
+    if shape == "accumulate":
+        app = tether.App(url)
+        search = app.tool(name="search", readonly=True)(lambda i: MESSAGE)
+
+        @app.task(name="research")
+        def research(ctx: tether.TaskContext, count: int) -> None:
+            for i in range(count):
+                ctx.call(search, i)
+
+        app.run(research, n, task_id=task_id)
+        app.close()
+        return
     log = tether.TaskLog(url)
-    state = log.create(type="chat", task_id=task_id)
-    version = state.version
+    version = log.create(type="chat", task_id=task_id).version
+    batch: list[ObservationRecorded] = []
     for i in range(n):
-        version = log.append(task_id, [ObservationRecorded(key=f"turn{i % 10}", value=MESSAGE)], version)
+        batch.append(ObservationRecorded(key=f"turn{i % 10}", value=MESSAGE))
+        if len(batch) == 50 or i == n - 1:
+            version = log.append(task_id, batch, version)
+            batch = []
     log.store.close()
 
 
-def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+def timed(fn: Callable[[], object], repeat: int) -> float:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
@@ -48,42 +77,84 @@ def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
     return statistics.median(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    big = 10_000 if args.quick else 100_000
-    folder = tempfile.mkdtemp(prefix="tether-bench-")
-    url = f"sqlite:///{os.path.join(folder, 'tt.db')}"
-    build(url, "small", 100)
-    build(url, "big", big)
-    last = big + 1
+def travel(url: str, task_id: str, n: int, repeat: int) -> dict[str, float]:
+    """Milliseconds: latest, state_at start/middle/end, fork near the start and near the end."""
+    counter = iter(range(10**9))
 
     def cold() -> tether.TaskLog:
         return tether.TaskLog(url)  # no cached state: every read goes to the store
 
-    latest = timed(lambda: cold().load("big"), 20)
-    points = {"start": 50, "middle": last // 2, "end": last}
-    at = {name: timed(lambda seq=seq: cold().state_at("big", seq), 20) for name, seq in points.items()}
-    counter = iter(range(10**9))
-    fork_small = timed(lambda: cold().fork("small", 100, new_id=f"fs{next(counter)}"), 30)
-    fork_big = timed(lambda: cold().fork("big", big, new_id=f"fb{next(counter)}"), 30)
-    result = {
-        "events": big,
-        "load_latest_ms": latest * 1000,
-        "state_at_ms": {k: v * 1000 for k, v in at.items()},
-        "state_at_ratio": {k: v / latest for k, v in at.items()},
-        "fork_ms": {"100": fork_small * 1000, str(big): fork_big * 1000},
-        "fork_ratio": fork_big / fork_small,
-        "targets": {"state_at_ratio": 3.0, "fork_ratio": 2.0},
-    }
-    result["pass"] = max(result["state_at_ratio"].values()) <= 3.0 and result["fork_ratio"] <= 2.0
-    print(f"{'measure':44} {'ms':>10} {'ratio':>8}")
-    print(f"{f'load latest, {big:,}-event task':44} {latest * 1000:10.3f} {1:8.2f}")
-    for name, seq in points.items():
-        print(f"{f'state_at {name} (seq {seq:,})':44} {at[name] * 1000:10.3f} {at[name] / latest:8.2f}")
-    print(f"{'fork at 100 events':44} {fork_small * 1000:10.3f} {1:8.2f}")
-    print(f"{f'fork at {big:,} events':44} {fork_big * 1000:10.3f} {fork_big / fork_small:8.2f}")
+    last = n + 1
+    out = {"latest": timed(lambda: cold().load(task_id), repeat)}
+    for name, seq in (("start", 50), ("middle", last // 2), ("end", last)):
+        out[f"state_at_{name}"] = timed(lambda seq=seq: cold().state_at(task_id, seq), repeat)
+    for name, seq in (("fork_start", 50), ("fork_end", n)):
+        out[name] = timed(lambda seq=seq: cold().fork(task_id, seq, new_id=f"{task_id}-fork{next(counter)}"), repeat)
+    return {key: value * 1000 for key, value in out.items()}
+
+
+def history_ms(folder: str, steps: int, repeat: int) -> tuple[float, int]:
+    url = f"sqlite:///{os.path.join(folder, 'history.db')}"
+    app = tether.App(url)
+    search = app.tool(name="search", readonly=True)(lambda i: MESSAGE)
+
+    @app.task
+    def research(ctx: tether.TaskContext, n: int) -> None:
+        for i in range(n):
+            with ctx.step(f"s{i}"):
+                ctx.call(search, i)
+
+    task_id = app.run(research, steps).task_id
+    app.close()
+    events = 0
+    # The App is opened outside the timing: a history read on an open App.
+    times = []
+    for _ in range(repeat):
+        fresh = tether.App(url)
+        start = time.perf_counter()
+        events = len(fresh.history(task_id))
+        times.append(time.perf_counter() - start)
+        fresh.close()
+    return statistics.median(times) * 1000, events
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sizes = (1_000, 10_000) if args.quick else (1_000, 100_000)
+    repeat = 7 if args.quick else 15
+    folder = tempfile.mkdtemp(prefix="tether-bench-")
+    result: dict[str, object] = {"sizes": list(sizes), "targets": TARGETS}
+    verdicts: list[bool] = []
+    print(f"{'shape':11} {'events':>8} {'latest':>8} {'at start':>9} {'middle':>8} {'end':>8} "
+          f"{'fork start':>11} {'fork end':>9}   (ms)")
+    for shape in ("overwrite", "accumulate"):
+        url = f"sqlite:///{os.path.join(folder, f'{shape}.db')}"
+        shape_result: dict[str, dict[str, float]] = {}
+        for n in sizes:
+            build(url, f"{shape}{n}", n, shape)
+            ms = travel(url, f"{shape}{n}", n, repeat)
+            shape_result[str(n)] = ms
+            print(f"{shape:11} {n:8,} {ms['latest']:8.3f} {ms['state_at_start']:9.3f} {ms['state_at_middle']:8.3f} "
+                  f"{ms['state_at_end']:8.3f} {ms['fork_start']:11.3f} {ms['fork_end']:9.3f}")
+        big = shape_result[str(sizes[-1])]
+        small = shape_result[str(sizes[0])]
+        at_ratio = max(big[f"state_at_{p}"] for p in ("start", "middle", "end")) / big["latest"]
+        fork_ratio = max(big["fork_start"], big["fork_end"]) / small["fork_end"]
+        result[shape] = {"ms": shape_result, "state_at_ratio": at_ratio, "fork_ratio": fork_ratio}
+        verdicts += [at_ratio <= TARGETS["state_at_ratio"], fork_ratio <= TARGETS["fork_ratio"]]
+    hist, events = history_ms(folder, 1_000, repeat)
+    result["history_ms"] = hist
+    result["history_events"] = events
+    verdicts.append(hist <= TARGETS["history_ms"])
+    result["pass"] = all(verdicts)
+    for shape in ("overwrite", "accumulate"):
+        r = result[shape]
+        assert isinstance(r, dict)
+        print(f"{shape}: worst state_at vs latest at {sizes[-1]:,} events {r['state_at_ratio']:.2f} (target <= 3); "
+              f"worst fork at {sizes[-1]:,} vs at {sizes[0]:,} events {r['fork_ratio']:.2f} (target <= 2)")
+    print(f"history of a 1,000-step task ({events:,} events): {hist:.2f} ms (target <= 5)")
     print(orjson.dumps(result).decode())
 
 

@@ -28,5 +28,5 @@ def retry_on_conflict(attempt: Callable[[], T], *, stream: str, tries: int = TRI
             raise
         except ConflictError as conflict:
             last = conflict
-    assert last is not None
+    assert last is not None and last.expected is not None  # a lost lease (no version) was re-raised
     raise ConflictError(stream, expected=last.expected, actual=last.actual) from last

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from tether.errors import ConflictError, TaskNotFoundError
 from tether.events import Event, Recorded
 from tether.log import TaskLog
-from tether.store import EventRow, TaskRow
+from tether.store import EventRow, IndexUpdate, StreamAppend, TaskRow
 
-__all__ = ["Stream"]
+__all__ = ["Stream", "append_together"]
 
 
 class Stream:
@@ -67,13 +67,27 @@ class Stream:
     ) -> int:
         """Append at ``expected_version`` (``ConflictError`` if another writer got there first), stamped
         ``at`` (epoch seconds; now by default)."""
-        from tether.store import IndexUpdate
+        part = self.part(events, expected_version, status=status, at=at)
+        self.log.store.append(self.log.tenant, self.id, part.events, expected_version, index=part.index)
+        return expected_version + len(part.events)
 
+    def part(
+        self, events: Sequence[Event], expected_version: int, *, status: str | None = None, at: float | None = None
+    ) -> StreamAppend:
+        """What :meth:`append` would write, encoded (refused here if it cannot be stored), for
+        :func:`append_together` to write with other streams' parts."""
         now = time.time() if at is None else at
         rows = [
             EventRow(expected_version + i, e.event_type, e.version, now, self.log.encode(e))
             for i, e in enumerate(events, start=1)
         ]
         index = IndexUpdate(status=status) if status is not None else None
-        self.log.store.append(self.log.tenant, self.id, rows, expected_version, index=index)
-        return expected_version + len(rows)
+        return StreamAppend(self.id, rows, expected_version, index=index)
+
+
+def append_together(log: TaskLog, parts: Sequence[StreamAppend]) -> list[int]:
+    """Write several streams' parts (from :meth:`Stream.part`) in one transaction: all or nothing.
+    A stale part raises its ``ConflictError`` (its ``task_id`` names the stream) and nothing is
+    written. Returns each stream's new version, in order."""
+    log.store.append_streams(log.tenant, parts)
+    return [part.expected_version + len(part.events) for part in parts]

@@ -24,7 +24,6 @@ import tether
 from tether.store.base import redact_url
 
 STEPS = ["understand", "search", "shortlist", "price", "choose", "hold", "invite", "itinerary", "summary"]
-KILL_AT_STEP = 6
 
 
 class World:

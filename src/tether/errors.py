@@ -164,9 +164,16 @@ class SequenceError(TetherError):
 
 
 class ConflictError(TetherError):
-    """An append whose ``expected_version`` is not the stream's version. Nothing was written."""
+    """An append whose ``expected_version`` is not the stream's version. Nothing was written.
+
+    ``expected`` is the version the writer appended at, ``actual`` the stream's version when it
+    is known (``None`` otherwise, and both ``None`` for a :class:`LeaseLostError`, which is
+    about the writer's lease, not a version).
+    """
 
     code = "conflict"
+    expected: int | None
+    actual: int | None
 
     def __init__(self, task_id: str, *, expected: int, actual: int | None) -> None:
         found = "unknown" if actual is None else str(actual)
@@ -188,8 +195,12 @@ class LeaseLostError(ConflictError):
             "another worker holds the task, nothing was written",
         )
         self.task_id = task_id
-        self.expected = token
-        self.actual = current
+        self.token = token
+        """The fencing token this writer held (stale)."""
+        self.current_token = current
+        """The task's current fencing token, when known."""
+        self.expected = None
+        self.actual = None
 
 
 class InvalidTransition(TetherError):  # noqa: N818 - the name DESIGN.md promises

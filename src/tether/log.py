@@ -14,7 +14,8 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from datetime import datetime
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
@@ -48,7 +49,7 @@ from tether.events import (
 )
 from tether.machine import Phases, Status
 from tether.model import STATE_SCHEMA_VERSION, TaskState
-from tether.store import EventRow, IndexUpdate, SnapshotRow, Store, TaskFilter, TaskRow, open_store
+from tether.store import EventRow, IndexUpdate, SnapshotRow, Store, StreamAppend, TaskFilter, TaskRow, open_store
 
 __all__ = ["SnapshotPolicy", "TaskLog", "checksum"]
 
@@ -213,6 +214,41 @@ class TaskLog:
         except BaseException:
             self.forget(task_id)  # what happened is for the store to say, on the next read
             raise
+        return self._settle(task_id, entry, batch, expected_version, snapshot=snapshot)
+
+    def append_together(
+        self, appends: Sequence[tuple[str, Sequence[Event], int]], *, fences: Mapping[str, int] | None = None
+    ) -> list[int]:
+        """Append to several tasks in one transaction — every task's events land, or none do —
+        each ``(task_id, events, expected_version)`` checked and staged as :meth:`append` does before
+        anything is written; ``fences`` maps a task to the lease token its append is fenced by.
+        Returns each task's new version, in order. The first refusal is raised, nothing written.
+        """
+        task_ids = [task_id for task_id, _, _ in appends]
+        if len(set(task_ids)) != len(task_ids):
+            raise InvalidInputError(f"append_together() names a task twice: {task_ids}; give each task once")
+        locks = {id(lock): lock for lock in map(self._memory.lock, task_ids)}
+        with ExitStack() as held:
+            for key in sorted(locks):  # one order for every caller: two of these never wait on each other
+                held.enter_context(locks[key])
+            staged = []
+            for task_id, events, expected_version in appends:
+                if not events:
+                    raise InvalidInputError("append_together() needs at least one event per task")
+                entry = self._entry(task_id, expected_version)
+                staged.append((task_id, entry, self._stage(task_id, events, entry, expected_version), expected_version))
+            fence = (fences or {}).get
+            parts = [StreamAppend(t, batch.rows, v, fence=fence(t), index=batch.update) for t, _, batch, v in staged]
+            try:
+                self.store.append_streams(self.tenant, parts)
+            except BaseException:
+                for task_id in task_ids:
+                    self.forget(task_id)
+                raise
+            return [self._settle(t, entry, batch, v, snapshot=True) for t, entry, batch, v in staged]
+
+    def _settle(self, task_id: str, entry: Entry, batch: _Staged, expected_version: int, *, snapshot: bool) -> int:
+        """After a staged batch is written: what the log remembers of the task moves on with it."""
         if batch.base is not None:
             entry.base = batch.base
             entry.pending = batch.staged

@@ -22,6 +22,7 @@ from tether._streams import Stream
 from tether.errors import ConflictError, InvalidInputError, TetherError
 from tether.events import Event, _event
 from tether.log import TaskLog
+from tether.store import StreamAppend
 
 __all__ = ["UserChange", "UserState"]
 
@@ -112,29 +113,47 @@ class UserState:
         new document and apply ``fn`` again (up to ``retries`` times). Returns the document written."""
         return self._write(fn, None, retries)[0]
 
+    def change(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> StreamAppend | None:
+        """What applying ``fn(doc) -> new doc`` to the document as it is now would write (``None``:
+        nothing changes), checked and encoded but not written: for an append that must land in one
+        transaction with other streams' (:func:`tether._streams.append_together`). A conflict there
+        means another writer changed the document first: ask again."""
+        _, version, event = self._changed(fn, None)
+        return None if event is None else self._stream.part([event], version)
+
+    def _changed(
+        self, fn: Callable[[dict[str, Any]], dict[str, Any]], expected: int | None
+    ) -> tuple[dict[str, Any], int, UserChanged | None]:
+        """The document ``fn`` makes of the current one, the version it applies to, and the event
+        that records the change (``None`` when nothing changes)."""
+        doc, version = self._refresh()
+        if expected is not None and expected != version:
+            raise _StaleError(self._stream.id, expected=expected, actual=version)
+        new = fn(dict(doc))
+        if not isinstance(new, dict):
+            raise InvalidInputError(f"an update must return the new document (a dict), got {type(new).__name__}")
+        new = as_json(new)
+        if self.schema is not None:
+            try:
+                new = self.schema.model_validate(new).model_dump(mode="json")
+            except ValidationError as exc:
+                raise InvalidInputError(f"user {self.user_id!r}: {exc}") from None
+        changed = {k: v for k, v in new.items() if k not in doc or doc[k] != v}
+        removed = [k for k in doc if k not in new]
+        if not changed and not removed:
+            return doc, version, None
+        orjson.dumps(changed)
+        return new, version, UserChanged(set=changed, removed=removed)
+
     def _write(
         self, fn: Callable[[dict[str, Any]], dict[str, Any]], expected: int | None, retries: int = 20
     ) -> tuple[dict[str, Any], int]:
         def attempt() -> tuple[dict[str, Any], int]:
-            doc, version = self._refresh()
-            if expected is not None and expected != version:
-                raise _StaleError(self._stream.id, expected=expected, actual=version)
-            new = fn(dict(doc))
-            if not isinstance(new, dict):
-                raise InvalidInputError(f"an update must return the new document (a dict), got {type(new).__name__}")
-            new = as_json(new)
-            if self.schema is not None:
-                try:
-                    new = self.schema.model_validate(new).model_dump(mode="json")
-                except ValidationError as exc:
-                    raise InvalidInputError(f"user {self.user_id!r}: {exc}") from None
-            changed = {k: v for k, v in new.items() if k not in doc or doc[k] != v}
-            removed = [k for k in doc if k not in new]
-            if not changed and not removed:
-                return doc, version
-            orjson.dumps(changed)
+            new, version, event = self._changed(fn, expected)
+            if event is None:
+                return new, version
             try:
-                version = self._stream.append([UserChanged(set=changed, removed=removed)], version)
+                version = self._stream.append([event], version)
             except ConflictError as conflict:
                 if expected is not None:  # the caller named the version: a conflict is theirs to see
                     raise _StaleError(self._stream.id, expected=expected, actual=conflict.actual) from None

@@ -33,3 +33,20 @@ def test_run_contract_reports_a_broken_backend() -> None:
     results = {r.check.name: r.passed for r in run_contract(lambda: Careless("memory://"))}
     assert results["append_at_a_stale_version_writes_nothing"] is False
     assert results["create_then_read_back"] is True
+
+
+def test_run_contract_reports_a_backend_appending_streams_one_by_one() -> None:
+    """A backend whose append across streams is a loop of single appends (each its own commit) is
+    caught: a stale stream after a good one leaves the good one written."""
+    from tether.store.memory import MemoryStore
+
+    class OneByOne(MemoryStore):
+        def append_streams(self, tenant, appends):  # type: ignore[no-untyped-def]
+            for part in appends:
+                index, fence = part.index, part.fence
+                self.append(tenant, part.task_id, part.events, part.expected_version, fence=fence, index=index)
+
+    results = {r.check.name: r.passed for r in run_contract(lambda: OneByOne("memory://"))}
+    assert results["append_streams_at_a_stale_version_on_one_stream_writes_nothing"] is False
+    assert results["append_streams_honours_the_fence"] is False
+    assert results["append_streams_writes_every_stream"] is True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -41,6 +42,20 @@ def _trip(app: tether.App, ran: list[str]) -> Any:
 
 def _rows(app: tether.App, task_id: str) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in app.store.read_events(app.tenant, task_id)]
+
+
+def test_history_entries_are_whole_frozen_records(app: tether.App) -> None:
+    # history builds its entries without HistoryEntry.__init__ (for speed): each must still have
+    # every field, compare and hash like one built the ordinary way, and refuse changes.
+    trip = _trip(app, [])
+    app.run(trip, "NYC", task_id="t")
+    names = [f.name for f in dataclasses.fields(tether.HistoryEntry)]
+    for entry in app.history("t"):
+        assert list(vars(entry)) == names
+        built = tether.HistoryEntry(**{name: getattr(entry, name) for name in names})
+        assert (entry, hash(entry), repr(entry)) == (built, hash(built), repr(built))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            entry.summary = "changed"  # type: ignore[misc]
 
 
 def test_history_marks_step_boundaries(app: tether.App) -> None:

@@ -31,7 +31,6 @@ from google.genai import types
 
 import tether
 from tests.integrations.conftest import CHILD_ENV, HERE
-from tether.conversation import SESSION_TYPE
 from tether.integrations import adk as tether_adk
 from tether.integrations.adk import TetherMemoryService, TetherSessionService
 
@@ -251,38 +250,68 @@ class _Died(BaseException):
     """A process dying at this point (a BaseException: nothing on the way catches it)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an append with app:/user: state writes two streams (the shared document, then the session) in two "
-    "commits: tether's Store has no transaction across streams (see docs/integrations/adk.md)",
-)
-def test_an_append_dying_between_its_writes_leaves_no_half(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fault injection: the process dies after the append's first commit. Wanted: the event and its
-    app:/user: state delta both stored or neither. Today the shared delta stays without its event."""
+_WRITES = ("create_task", "append", "append_streams", "put_snapshot")
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_append_dying_at_any_write_leaves_no_half(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """Fault injection: the process dies at each write the append makes to the store, just before it
+    or just after it returns. Whichever, the event and its app:/user: state delta are both stored or
+    neither — and the append is one write, one transaction."""
     app = tether.App(store_url)
     service = TetherSessionService(app)
 
-    async def scenario() -> None:
-        session = await service.create_session(app_name="shop", user_id="ada", session_id="s")
+    async def writes_of_one_append() -> list[str]:
+        session = await service.create_session(app_name="probe", user_id="ada", session_id="probe")
+        seen: list[str] = []
+        for name in _WRITES:
+            original = getattr(app.store, name)
 
-        shared_append = tether_adk.Stream.append
+            def counted(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+                seen.append(_name)
+                return _original(*args, **kwargs)
 
-        def die(stream: Any, *args: Any, **kwargs: Any) -> Any:
-            if stream.type == SESSION_TYPE:  # the session's own append: the process is gone by then
-                raise _Died
-            return shared_append(stream, *args, **kwargs)
+            monkeypatch.setattr(app.store, name, counted)
+        await service.append_event(session, say("bot", "hi", {"app:x": 1, "user:y": 2, "n": 0}))
+        monkeypatch.undo()
+        return seen
 
-        monkeypatch.setattr(tether_adk.Stream, "append", die)
+    writes = asyncio.run(writes_of_one_append())
+    assert writes == ["append_streams"], writes
+
+    async def dies_at(k: int) -> None:
+        session_id = f"s-{when}-{k}"
+        session = await service.create_session(app_name="shop", user_id=f"u-{k}", session_id=session_id)
+        count = 0
+        for name in _WRITES:
+            original = getattr(app.store, name)
+
+            def dying(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                nonlocal count
+                count += 1
+                if count == k and when == "before":
+                    raise _Died
+                result = _original(*args, **kwargs)
+                if count == k:
+                    raise _Died
+                return result
+
+            monkeypatch.setattr(app.store, name, dying)
         with pytest.raises(_Died):
-            await service.append_event(session, say("bot", "promo!", {"app:promo": True, "user:seen": 1, "n": 1}))
+            await service.append_event(session, say("bot", "promo!", {f"app:promo{k}": True, "user:seen": 1, "n": 1}))
         monkeypatch.undo()
         fresh = TetherSessionService(tether.App(store_url) if "memory" not in store_url else app)
-        again = await fresh.get_session(app_name="shop", user_id="ada", session_id="s")
+        again = await fresh.get_session(app_name="shop", user_id=f"u-{k}", session_id=session_id)
         assert again is not None
         stored = (texts(again.events), again.state)
-        assert stored in ((["promo!"], {"app:promo": True, "user:seen": 1, "n": 1}), ([], {})), stored
+        whole = (["promo!"], {f"app:promo{k}": True, "user:seen": 1, "n": 1})
+        assert stored in (whole, ([], {})), stored
+        assert stored == (whole if when == "after" else ([], {}))
 
-    asyncio.run(scenario())
+    for k in range(1, len(writes) + 1):
+        asyncio.run(dies_at(k))
 
 
 def test_get_session_reads_only_recent_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -433,7 +462,8 @@ def check_session(url: str, expected: dict[str, int]) -> None:
 @pytest.mark.timeout(300)
 def test_sigkill_while_appending_then_resume(tmp_path: Path, make_url: Any) -> None:
     """A child appending events is SIGKILLed from outside at random moments; each time the session
-    holds a prefix of its events with no duplicate and no torn event, and a fresh child finishes."""
+    holds a prefix of its events with no duplicate and no torn event, its app: state agrees with its
+    events (no delta without its event, none the other way round), and a fresh child finishes."""
     url = make_url(tmp_path)
     create_shared(url)
     rng = random.Random()
@@ -454,8 +484,10 @@ def test_sigkill_while_appending_then_resume(tmp_path: Path, make_url: Any) -> N
         stored = texts(session.events)
         assert stored == [f"a:{i}" for i in range(len(stored))], stored  # a prefix, no duplicate, no gap
         assert len(stored) >= (max(confirmed) + 1 if confirmed else 0)  # every confirmed append is there
-        if stored:
-            assert session.state["last_a"] == len(stored) - 1
+        if stored:  # the app: key lands with its event, in one transaction: never ahead of the session
+            assert session.state["last_a"] == session.state["app:total_a"] == len(stored) - 1, session.state
+        else:
+            assert "app:total_a" not in session.state, session.state
     assert landed >= 1, "no kill landed while the child was appending"
     done = child(url, "a", count)
     out, err = done.communicate(timeout=120)

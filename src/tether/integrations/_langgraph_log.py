@@ -7,7 +7,9 @@ every namespace of the thread (the graph's and its subgraphs'). Three events, al
 - ``CheckpointSaved``: one checkpoint, and the value of every channel whose version changed in
   it, and only those. A list that grew by appending (``add_messages``) stores only the new items.
 - ``WritesSaved``: one task's pending writes against a checkpoint.
-- ``CheckpointsDeleted``: checkpoints that ``delete_for_runs`` or ``prune`` took away.
+- ``CheckpointsDeleted``: checkpoints that ``delete_for_runs`` took away.
+- ``ThreadCompacted``: ``prune`` deleted the history before it; the events after it restate the
+  checkpoints it kept, whole.
 
 This module imports nothing from LangGraph (so ``tether history`` can decode a thread's events
 without it); values are encoded by the saver's serializer, passed in.
@@ -31,6 +33,7 @@ __all__ = [
     "CheckpointSaved",
     "CheckpointsDeleted",
     "Serde",
+    "ThreadCompacted",
     "ThreadView",
     "WritesSaved",
     "stream_id",
@@ -102,6 +105,15 @@ class CheckpointsDeleted(Event):
     """Checkpoints (``[ns, id]`` pairs) and their writes taken away by ``reason``."""
 
     checkpoints: list[list[str]]
+    reason: str
+
+
+@_event
+class ThreadCompacted(Event):
+    """The thread's history before this event was deleted (``prune``, to free its bytes): the events
+    after it restate the ``kept`` checkpoints (``[ns, id]`` pairs) whole, with their writes."""
+
+    kept: list[list[str]]
     reason: str
 
 
@@ -219,6 +231,9 @@ class ThreadView:
     and where each channel value lives. Values are decoded lazily, each stored item once."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self.version = 0
         self.checkpoints: dict[tuple[str, str], Saved] = {}
         self.gone: dict[tuple[str, str], Saved] = {}  # deleted, still the base of values stored after them
@@ -238,6 +253,8 @@ class ThreadView:
             self._saved(rec.seq, ev)
         elif isinstance(ev, WritesSaved):
             self._writes(ev)
+        elif isinstance(ev, ThreadCompacted):
+            self._reset()  # what came before is gone: the events after it restate what was kept
         elif isinstance(ev, CheckpointsDeleted):
             touched: set[str] = set()
             for ns, cid in ev.checkpoints:

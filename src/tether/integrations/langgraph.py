@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import functools
-import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar, cast
+from typing import Any
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -54,6 +51,7 @@ from tether._streams import Stream
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError
 from tether.events import Event, Recorded
 from tether.integrations._gc import no_cycle_collection
+from tether.integrations._langgraph_compact import restated
 from tether.integrations._langgraph_log import (
     THREAD_TYPE,
     CheckpointSaved,
@@ -66,6 +64,7 @@ from tether.integrations._langgraph_log import (
     stream_id,
     thread_of,
 )
+from tether.integrations._langgraph_worker import Worker, raw, serialized
 from tether.log import TaskLog
 from tether.store import TaskFilter
 
@@ -74,36 +73,6 @@ __all__ = ["THREAD_TYPE", "TetherSaver"]
 _RETRIES = 100
 _BATCH = 64  # checkpoints a list() builds per hand-over to the worker thread
 _ALL = 1_000_000_000
-
-
-_T = TypeVar("_T")
-_M = TypeVar("_M", bound=Callable[..., Any])
-_working = threading.local()  # which saver the current thread is working for, on that saver's worker
-
-
-def _serialized(method: _M) -> _M:
-    """Run the method on the saver's worker thread (at once when already there: one method may call another)."""
-
-    @functools.wraps(method)
-    def run(self: TetherSaver, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_working, "saver", None) is self:
-            return method(self, *args, **kwargs)
-        return self._submit(method, *args, **kwargs).result()
-
-    return cast(_M, run)
-
-
-def _raw(method: Callable[..., _T]) -> Callable[..., _T]:
-    """The undecorated method, to submit to the worker from async code without a second hop."""
-    return cast(Callable[..., _T], getattr(method, "__wrapped__", method))
-
-
-def _on_worker(saver: TetherSaver, method: Callable[..., _T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _T:
-    _working.saver = saver
-    try:
-        return method(saver, *args, **kwargs)
-    finally:
-        _working.saver = None
 
 
 class _Thread:
@@ -171,14 +140,11 @@ class TetherSaver(BaseCheckpointSaver[int]):
         # One thread of its own does all of this saver's work: the threads LangGraph calls from (its
         # pools, a background executor per run and subgraph) never touch the store, so the saver needs
         # no lock and holds one connection (PostgreSQL lends each appending thread one until it ends).
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-langgraph")
+        self._worker = Worker(self, "tether-langgraph")
 
     def close(self) -> None:
         """Stop the saver's worker thread (the store stays open: it belongs to the log)."""
-        self._worker.shutdown(wait=True)
-
-    def _submit(self, method: Callable[..., _T], *args: Any, **kwargs: Any) -> Future[_T]:
-        return self._worker.submit(_on_worker, self, method, args, kwargs)
+        self._worker.shutdown()
 
     # ------------------------------------------------------------------ reading the log
     def _thread(self, thread_id: str, *, refresh: bool = True) -> _Thread:
@@ -257,7 +223,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         )
 
     # ------------------------------------------------------------------ the saver contract
-    @_serialized
+    @serialized
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``), or the thread's newest in its namespace."""
         conf = config["configurable"]
@@ -293,7 +259,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
                     left -= 1
                 yield tup
 
-    @_serialized
+    @serialized
     def _matching(
         self, config: RunnableConfig | None, before: RunnableConfig | None
     ) -> builtins.list[tuple[str, str, ThreadView, Saved]]:
@@ -315,7 +281,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         found.sort(key=lambda item: item[0], reverse=True)
         return found
 
-    @_serialized
+    @serialized
     def _listed(
         self, found: Sequence[tuple[str, str, ThreadView, Saved]], filter: dict[str, Any] | None
     ) -> builtins.list[CheckpointTuple]:
@@ -330,7 +296,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
                 out.append(self._tuple(thread_id, view, saved))
         return out
 
-    @_serialized
+    @serialized
     def put(
         self,
         config: RunnableConfig,
@@ -381,7 +347,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             values=stored,
         )
 
-    @_serialized
+    @serialized
     def put_writes(
         self,
         config: RunnableConfig,
@@ -407,7 +373,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
 
         self._append(thread_id, event)
 
-    @_serialized
+    @serialized
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread: its stream, every namespace's checkpoints and writes."""
         stream = stream_id(str(thread_id))
@@ -415,7 +381,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             self.log.store.delete_task(self.log.tenant, stream)
         self._threads.pop(str(thread_id), None)
 
-    @_serialized
+    @serialized
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata names one of ``run_ids``, in every thread."""
         runs = set(run_ids)
@@ -426,7 +392,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             doomed = [s for s in view.checkpoints.values() if decode_json(self.serde, s.metadata).get("run_id") in runs]
             self._delete(thread_id, doomed, "delete_for_runs")
 
-    @_serialized
+    @serialized
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of one thread to another, as they were."""
         source = self._thread(str(source_thread_id))
@@ -453,7 +419,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             return
         raise ConflictError(stream_id(thread_id), expected=self._thread(thread_id).view.version, actual=None)
 
-    @_serialized
+    @serialized
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep only each namespace's newest checkpoint; ``delete``: delete the threads."""
         if strategy not in ("keep_latest", "delete"):
@@ -462,10 +428,27 @@ class TetherSaver(BaseCheckpointSaver[int]):
             if strategy == "delete":
                 self.delete_thread(thread_id)
                 continue
-            view = self._thread(str(thread_id)).view
+            self._compact(str(thread_id))
+
+    def _compact(self, thread_id: str) -> None:
+        """Keep each namespace's newest checkpoint and free the rest's bytes: the thread's history is
+        replaced by its kept checkpoints restated whole (one transaction), read again by a writer
+        that got in first."""
+        for _ in range(_RETRIES):
+            thread = self._thread(thread_id)
+            view = thread.view
             keep = {ns: max(ids) for ns, ids in view.ids.items() if ids}
-            doomed = [s for s in view.checkpoints.values() if keep.get(s.ns) != s.id]
-            self._delete(str(thread_id), doomed, "prune")
+            kept = [s for s in view.checkpoints.values() if keep.get(s.ns) == s.id]
+            if view.version == 0 or (len(kept) == len(view.checkpoints) and not view.gone):
+                return  # nothing to free
+            part = thread.stream.part(restated(self.serde, view, kept, reason="prune"), view.version)
+            try:
+                self.log.store.compact(self.log.tenant, thread.stream.id, view.version, part.events)
+            except (ConflictError, TaskNotFoundError):  # another writer appended, or deleted the thread
+                continue
+            self._thread(thread_id)  # read back what was written: the view starts over at ThreadCompacted
+            return
+        raise ConflictError(stream_id(thread_id), expected=self._thread(thread_id).view.version, actual=None)
 
     def _delete(self, thread_id: str, doomed: Sequence[Saved], reason: str) -> None:
         if not doomed:
@@ -477,7 +460,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         gone = [[s.ns, s.id] for s in doomed]
         self._append(thread_id, lambda view: CheckpointsDeleted(checkpoints=gone, reason=reason))
 
-    @_serialized
+    @serialized
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
@@ -513,7 +496,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         return result
 
     # ------------------------------------------------------------------ inspection
-    @_serialized
+    @serialized
     def threads(self, *, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """The tenant's threads, most recently written first: how many checkpoints and events each holds,
         its namespaces, and its newest checkpoint of the graph's own namespace (and that one's step)."""
@@ -540,7 +523,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
     # ------------------------------------------------------------------ async twins
     # The same work, on the same worker thread; the event loop awaits it and never blocks on the store.
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.wrap_future(self._submit(_raw(TetherSaver.get_tuple), config))
+        return await asyncio.wrap_future(self._worker.submit(raw(TetherSaver.get_tuple), config))
 
     async def alist(
         self,
@@ -550,12 +533,12 @@ class TetherSaver(BaseCheckpointSaver[int]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.wrap_future(self._submit(_raw(TetherSaver._matching), config, before))
+        found = await asyncio.wrap_future(self._worker.submit(raw(TetherSaver._matching), config, before))
         left = limit
         batch = min(_BATCH, limit) if limit else _BATCH
         for start in range(0, len(found), batch):
             chunk = found[start : start + batch]
-            for tup in await asyncio.wrap_future(self._submit(_raw(TetherSaver._listed), chunk, filter)):
+            for tup in await asyncio.wrap_future(self._worker.submit(raw(TetherSaver._listed), chunk, filter)):
                 if left is not None and left <= 0:
                     return
                 if left is not None:
@@ -569,7 +552,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        put = self._submit(_raw(TetherSaver.put), config, checkpoint, metadata, new_versions)
+        put = self._worker.submit(raw(TetherSaver.put), config, checkpoint, metadata, new_versions)
         return await asyncio.wrap_future(put)
 
     async def aput_writes(
@@ -579,25 +562,25 @@ class TetherSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await asyncio.wrap_future(self._submit(_raw(TetherSaver.put_writes), config, writes, task_id, task_path))
+        await asyncio.wrap_future(self._worker.submit(raw(TetherSaver.put_writes), config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.wrap_future(self._submit(_raw(TetherSaver.delete_thread), thread_id))
+        await asyncio.wrap_future(self._worker.submit(raw(TetherSaver.delete_thread), thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.wrap_future(self._submit(_raw(TetherSaver.delete_for_runs), run_ids))
+        await asyncio.wrap_future(self._worker.submit(raw(TetherSaver.delete_for_runs), run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        copy = self._submit(_raw(TetherSaver.copy_thread), source_thread_id, target_thread_id)
+        copy = self._worker.submit(raw(TetherSaver.copy_thread), source_thread_id, target_thread_id)
         await asyncio.wrap_future(copy)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.wrap_future(self._submit(_raw(TetherSaver.prune), thread_ids, strategy=strategy))
+        await asyncio.wrap_future(self._worker.submit(raw(TetherSaver.prune), thread_ids, strategy=strategy))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        walk = self._submit(_raw(TetherSaver.get_delta_channel_history), config=config, channels=channels)
+        walk = self._worker.submit(raw(TetherSaver.get_delta_channel_history), config=config, channels=channels)
         return await asyncio.wrap_future(walk)
 
 

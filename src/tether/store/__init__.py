@@ -20,7 +20,16 @@ from urllib.parse import parse_qsl
 
 from tether._validate import option_float
 from tether.errors import ConfigurationError
-from tether.store.base import EventRow, IndexUpdate, LedgerRow, SnapshotRow, Store, TaskFilter, TaskRow
+from tether.store.base import (
+    EventRow,
+    IndexUpdate,
+    LedgerRow,
+    SnapshotRow,
+    Store,
+    StreamAppend,
+    TaskFilter,
+    TaskRow,
+)
 
 __all__ = [
     "DEFAULT_URL",
@@ -29,6 +38,7 @@ __all__ = [
     "LedgerRow",
     "SnapshotRow",
     "Store",
+    "StreamAppend",
     "TaskFilter",
     "TaskRow",
     "open_store",

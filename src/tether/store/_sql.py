@@ -82,6 +82,7 @@ class Statements:
     delete_events: str = "DELETE FROM events WHERE task = ?"
     delete_snapshots: str = "DELETE FROM snapshots WHERE task = ?"
     delete_task: str = "DELETE FROM tasks WHERE id = ?"
+    unfork: str = "UPDATE tasks SET parent = NULL, parent_seq = NULL WHERE id = ?"
     latest_snapshot: str = (
         "SELECT seq, schema, checksum, data FROM snapshots WHERE task = ? AND seq <= ? ORDER BY seq DESC LIMIT 1"
     )

@@ -28,6 +28,7 @@ __all__ = [
     "LedgerRow",
     "SnapshotRow",
     "Store",
+    "StreamAppend",
     "TaskFilter",
     "TaskRow",
     "read_across_forks",
@@ -118,6 +119,22 @@ class IndexUpdate:
     wake_at: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StreamAppend:
+    """One stream's part of :meth:`Store.append_streams`: what :meth:`Store.append` takes for one stream.
+
+    Example:
+        >>> StreamAppend("a", [EventRow(2, "DecisionMade", 1, 0.0, "{}")], 1).expected_version
+        1
+    """
+
+    task_id: str
+    events: Sequence[EventRow]
+    expected_version: int
+    fence: int | None = None
+    index: IndexUpdate | None = None
+
+
 class ChangeSignal:
     """A counter of changes that threads can wait on: backends that learn of commits by a push
     (their own writes in memory, LISTEN/NOTIFY in PostgreSQL) bump it; waiting workers wake."""
@@ -175,6 +192,29 @@ class Store(Protocol):
         Raises ``ConflictError`` when the stream is not at ``expected_version``,
         ``LeaseLostError`` when ``fence`` is not the task's current lease token,
         ``TaskNotFoundError`` when there is no such task. Nothing is written then.
+        """
+        ...
+
+    def append_streams(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
+        """Append to several streams in one transaction: every stream's events land, or none do.
+
+        Each part is checked as :meth:`append` checks one (its version, its fence, its numbering)
+        and the first refusal is raised — ``ConflictError``, ``LeaseLostError``,
+        ``TaskNotFoundError``, ``InvalidInputError`` — with nothing written on any stream. A
+        stream may appear once (``InvalidInputError`` otherwise).
+        """
+        ...
+
+    def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
+        """Replace a stream's history: delete its events (and snapshots) and append ``events`` (seq
+        ``expected_version + 1`` onwards) in their place, in one transaction; return how many rows
+        went. Versions only grow, so a reader's cached version is never reused for other events.
+
+        For streams whose newest events can restate everything before them (tether's own, such as a
+        LangGraph thread whose pruned checkpoints must free their bytes); never for tasks, whose log
+        is their history. A fork stops being one (its new events stand alone). Raises
+        ``ConflictError`` when the stream is not at ``expected_version`` or while forks point at it,
+        ``TaskNotFoundError`` when there is no such stream; nothing is written then.
         """
         ...
 
@@ -326,6 +366,19 @@ def check_batch(task_id: str, events: Sequence[EventRow], expected_version: int)
                 f"an append to {task_id!r} numbers its events {[e.seq for e in events]}; "
                 f"they must follow on from version {expected_version} without a gap"
             )
+
+
+def check_streams(appends: Sequence[StreamAppend]) -> None:
+    """A multi-stream append's parts, each numbered as :func:`check_batch` wants, each stream once:
+    refused before anything is written otherwise."""
+    if not appends:
+        raise InvalidInputError("append_streams() needs at least one stream")
+    seen: set[str] = set()
+    for part in appends:
+        if part.task_id in seen:
+            raise InvalidInputError(f"append_streams() names {part.task_id!r} twice; give each stream once")
+        seen.add(part.task_id)
+        check_batch(part.task_id, part.events, part.expected_version)
 
 
 def refusal(

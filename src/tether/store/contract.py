@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from tether.errors import ConflictError, InvalidInputError, LeaseLostError, TaskNotFoundError
-from tether.store.base import EventRow, SnapshotRow, Store, TaskFilter, TaskRow
+from tether.store.base import EventRow, IndexUpdate, SnapshotRow, Store, StreamAppend, TaskFilter, TaskRow
 
 __all__ = ["CHECKS", "Check", "ContractResult", "run_contract"]
 
@@ -179,6 +179,107 @@ def delete_removes_a_stream(store: Store) -> None:
     _create(store, "a", events=3)
     assert store.delete_task(TENANT, "a") == 3
     assert store.get_task(TENANT, "a") is None
+
+
+# ------------------------------------------------------------------ appends across streams
+
+
+def _versions(store: Store, *task_ids: str) -> list[int | None]:
+    return [None if (row := store.get_task(TENANT, t)) is None else row.version for t in task_ids]
+
+
+@_check()
+def append_streams_writes_every_stream(store: Store) -> None:
+    _create(store, "a")
+    _create(store, "b", events=2)
+    store.append_streams(
+        TENANT,
+        [
+            StreamAppend("a", [_event(2), _event(3)], 1, index=IndexUpdate(status="running")),
+            StreamAppend("b", [_event(3)], 2),
+        ],
+    )
+    assert _seqs(store, "a") == [1, 2, 3] and _seqs(store, "b") == [1, 2, 3]
+    assert _versions(store, "a", "b") == [3, 3]
+    a, b = store.get_task(TENANT, "a"), store.get_task(TENANT, "b")
+    assert a is not None and a.status == "running" and b is not None and b.status == "pending"
+    store.append(TENANT, "a", [_event(4)], 3)  # a single append follows on from it
+
+
+@_check()
+def append_streams_at_a_stale_version_on_one_stream_writes_nothing(store: Store) -> None:
+    _create(store, "a")
+    _create(store, "b", events=2)
+    for stale in (1, 3):  # b behind and ahead; a is right both times
+        parts = [StreamAppend("a", [_event(2)], 1), StreamAppend("b", [_event(stale + 1)], stale)]
+        _expect(ConflictError, partial(store.append_streams, TENANT, parts))
+        assert _seqs(store, "a") == [1] and _seqs(store, "b") == [1, 2]
+    parts = [StreamAppend("b", [_event(3)], 2), StreamAppend("a", [_event(3)], 2)]  # the stale one last
+    _expect(ConflictError, partial(store.append_streams, TENANT, parts))
+    assert _seqs(store, "a") == [1] and _seqs(store, "b") == [1, 2]
+    assert _versions(store, "a", "b") == [1, 2]
+
+
+@_check()
+def append_streams_with_a_gap_or_a_missing_stream_writes_nothing(store: Store) -> None:
+    _create(store, "a")
+    _create(store, "b")
+    gap = [StreamAppend("a", [_event(2)], 1), StreamAppend("b", [_event(2), _event(4)], 1)]
+    _expect((ConflictError, InvalidInputError), partial(store.append_streams, TENANT, gap))
+    missing = [StreamAppend("a", [_event(2)], 1), StreamAppend("missing", [_event(2)], 1)]
+    _expect(TaskNotFoundError, partial(store.append_streams, TENANT, missing))
+    twice = [StreamAppend("a", [_event(2)], 1), StreamAppend("a", [_event(3)], 2)]
+    _expect(InvalidInputError, partial(store.append_streams, TENANT, twice))
+    _expect(InvalidInputError, partial(store.append_streams, TENANT, []))
+    assert _seqs(store, "a") == [1] and _seqs(store, "b") == [1]
+
+
+@_check()
+def append_streams_honours_the_fence(store: Store) -> None:
+    _create(store, "a")
+    _create(store, "b")
+    token = store.acquire_lease(TENANT, "a", "w1", 30, time.time())
+    assert token is not None
+    stale = [StreamAppend("b", [_event(2)], 1), StreamAppend("a", [_event(2)], 1, fence=token - 1)]
+    _expect(LeaseLostError, partial(store.append_streams, TENANT, stale))
+    assert _seqs(store, "a") == [1] and _seqs(store, "b") == [1]
+    store.append_streams(TENANT, [StreamAppend("a", [_event(2)], 1, fence=token), StreamAppend("b", [_event(2)], 1)])
+    assert [e.fence for e in store.read_events(TENANT, "a")][1:] == [token]
+    assert _versions(store, "a", "b") == [2, 2]
+
+
+# ------------------------------------------------------------------ compaction
+
+
+@_check()
+def compact_replaces_a_streams_history(store: Store) -> None:
+    _create(store, "a", events=5)
+    store.put_snapshot(TENANT, "a", SnapshotRow(3, 1, "s3", '{"at": 3}'))
+    assert store.compact(TENANT, "a", 5, [_event(6, '{"whole": 1}'), _event(7)]) == 5
+    assert _seqs(store, "a") == [6, 7] and _versions(store, "a") == [7]  # versions only grow
+    assert store.read_events(TENANT, "a")[0].data in ('{"whole": 1}', '{"whole":1}', b'{"whole": 1}', b'{"whole":1}')
+    assert store.get_snapshot(TENANT, "a", at_most=100) is None  # the old snapshots went with the events
+    snapshot, events = store.read_latest(TENANT, "a")
+    assert snapshot is None and [e.seq for e in events] == [6, 7]
+    store.append(TENANT, "a", [_event(8)], 7)  # appends follow on from the new history
+    _expect(ConflictError, lambda: store.append(TENANT, "a", [_event(8)], 7))
+    assert _seqs(store, "a", after=6) == [7, 8]
+
+
+@_check()
+def compact_at_a_stale_version_or_under_forks_writes_nothing(store: Store) -> None:
+    _create(store, "a", events=3)
+    for stale in (2, 4):
+        _expect(ConflictError, lambda stale=stale: store.compact(TENANT, "a", stale, [_event(stale + 1)]))  # type: ignore[misc]
+    _expect(TaskNotFoundError, lambda: store.compact(TENANT, "missing", 1, [_event(2)]))
+    now = time.time()
+    fork = TaskRow("f", TENANT, "t", "pending", None, None, now, now, 3, parent_id="a", parent_seq=2)
+    store.create_task(TENANT, fork, _event(3, '{"fork": true}'))
+    _expect(ConflictError, lambda: store.compact(TENANT, "a", 3, [_event(4)]))  # the fork reads a's events
+    assert _seqs(store, "a") == [1, 2, 3] and _seqs(store, "f") == [1, 2, 3]
+    assert store.compact(TENANT, "f", 3, [_event(4, '{"whole": 1}')]) == 1  # a fork compacted stands alone
+    assert _seqs(store, "f") == [4]
+    assert store.compact(TENANT, "a", 3, [_event(4)]) == 3  # no fork points at it now
 
 
 # ------------------------------------------------------------------ snapshots

@@ -17,9 +17,11 @@ from tether.store.base import (
     IndexUpdate,
     LedgerRow,
     SnapshotRow,
+    StreamAppend,
     TaskFilter,
     TaskRow,
     check_batch,
+    check_streams,
     read_across_forks,
 )
 
@@ -83,20 +85,48 @@ class MemoryStore:
     ) -> None:
         check_batch(task_id, events, expected_version)
         with self._lock:
-            stream = self._stream(tenant, task_id)
-            if fence is not None and stream.row.lease_token != fence:
-                raise LeaseLostError(task_id, token=fence, current=stream.row.lease_token)
-            actual = self._version(stream)
-            if actual != expected_version:
-                raise ConflictError(task_id, expected=expected_version, actual=actual)
-            for offset, event in enumerate(events, start=1):
-                if event.seq != expected_version + offset:
-                    raise ConflictError(task_id, expected=event.seq - 1, actual=actual)
-            stream.events.extend(e._replace(fence=fence) for e in events)
-            if index is not None:
-                status = index.status if index.status is not None else stream.row.status
-                stream.row = replace(stream.row, status=status, wake_at=index.wake_at)
+            stream = self._guarded(tenant, task_id, expected_version, fence)
+            self._extend(stream, events, fence, index)
         self._touch()
+
+    def append_streams(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
+        check_streams(appends)
+        with self._lock:  # every guard first, then every write: a refusal leaves all untouched
+            streams = [self._guarded(tenant, a.task_id, a.expected_version, a.fence) for a in appends]
+            for stream, part in zip(streams, appends, strict=True):
+                self._extend(stream, part.events, part.fence, part.index)
+        self._touch()
+
+    def _guarded(self, tenant: str, task_id: str, expected_version: int, fence: int | None) -> _Stream:
+        """The stream an append may write: it exists, ``fence`` is its lease token, it is at ``expected_version``."""
+        stream = self._stream(tenant, task_id)
+        if fence is not None and stream.row.lease_token != fence:
+            raise LeaseLostError(task_id, token=fence, current=stream.row.lease_token)
+        actual = self._version(stream)
+        if actual != expected_version:
+            raise ConflictError(task_id, expected=expected_version, actual=actual)
+        return stream
+
+    def _extend(
+        self, stream: _Stream, events: Sequence[EventRow], fence: int | None, index: IndexUpdate | None
+    ) -> None:
+        stream.events.extend(e._replace(fence=fence) for e in events)
+        if index is not None:
+            status = index.status if index.status is not None else stream.row.status
+            stream.row = replace(stream.row, status=status, wake_at=index.wake_at)
+
+    def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
+        check_batch(task_id, events, expected_version)
+        with self._lock:
+            stream = self._guarded(tenant, task_id, expected_version, None)
+            if any(t == tenant and other.row.parent_id == task_id for (t, _), other in self._tasks.items()):
+                raise ConflictError(task_id, expected=0, actual=None)
+            gone = len(stream.events)
+            stream.events = list(events)
+            stream.snapshots.clear()
+            stream.row = replace(stream.row, parent_id=None, parent_seq=None)
+        self._touch()
+        return gone
 
     def rewind(
         self,

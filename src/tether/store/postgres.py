@@ -58,9 +58,11 @@ from tether.store.base import (
     IndexUpdate,
     LedgerRow,
     SnapshotRow,
+    StreamAppend,
     TaskFilter,
     TaskRow,
     check_batch,
+    check_streams,
     read_across_forks,
     redact_url,
     refusal,
@@ -334,13 +336,52 @@ class PostgresStore:
             self._refuse(tenant, task_id, internal, expected_version, fence, stale=_StaleIdError if retry else None)
 
     def _already_there(self, internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
-        last = events[-1]
-        found = self._run(
-            lambda c: c.execute(
-                "SELECT type, fence FROM events WHERE task = %s AND seq = %s", (internal, last.seq)
-            ).fetchone()
-        )
-        return found is not None and found[0] == last.type and found[1] == fence
+        return self._run(lambda c: _landed(c, internal, events, fence))
+
+    def append_streams(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
+        check_streams(appends)
+        try:
+            self._append_streams(tenant, appends, [self._id(tenant, a.task_id) for a in appends], retry=True)
+        except _StaleIdError:  # a cached row id names another stream now: once more with the store's ids
+            fresh = [self._fresh_id(tenant, a.task_id) for a in appends]
+            self._append_streams(tenant, appends, fresh, retry=False)
+
+    def _append_streams(
+        self, tenant: str, appends: Sequence[StreamAppend], ids: list[int], *, retry: bool
+    ) -> None:
+        """Every part's guarded append in one transaction; a part whose guard fails rolls it all back
+        and is refused as a single append is. Streams are written in row-id order, so two
+        multi-stream appends over the same streams queue on each other instead of deadlocking."""
+        order = sorted(range(len(appends)), key=ids.__getitem__)
+        tries = 0
+
+        def write(conn: psycopg.Connection[Any]) -> int | None:
+            nonlocal tries
+            tries += 1
+            with conn.transaction():
+                if tries > 1 and all(_landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
+                    return None  # the try before committed, then lost its connection before it heard so
+                for i in order:
+                    part = appends[i]
+                    statement, params = append_statement(
+                        ids[i], tenant, part.task_id, part.events, part.fence, part.index
+                    )
+                    try:
+                        cursor = conn.execute(statement, params)
+                    except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
+                        raise _PartRefusedError(i) from None
+                    inserted = cursor.rowcount if statement is APPEND_ONE else cursor.fetchone()[0]  # type: ignore[index]
+                    if inserted != len(part.events):
+                        raise _PartRefusedError(i)  # leaving the block rolls every part back
+            return None
+
+        try:
+            self._run(write)
+        except _PartRefusedError as refused_part:
+            i = refused_part.index
+            part = appends[i]
+            stale = _StaleIdError if retry else None
+            self._refuse(tenant, part.task_id, ids[i], part.expected_version, part.fence, stale=stale)
 
     def _refuse(
         self,
@@ -363,6 +404,31 @@ class PostgresStore:
         token = None if row is None else int(row[0])
         version = lambda: self._run(lambda c: self._version_of(c, internal))  # noqa: E731
         raise refusal(task_id, tenant, token, fence, expected, version)
+
+    def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
+        check_batch(task_id, events, expected_version)
+        internal = self._fresh_id(tenant, task_id)
+        with self._tx() as conn:
+            # Two compactions queue on the row; an append racing this one loses to it (or it to the
+            # append) on the primary key of seq expected_version + 1, which both insert.
+            conn.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (internal,))
+            actual = self._version_of(conn, internal)
+            if actual != expected_version:
+                raise ConflictError(task_id, expected=expected_version, actual=actual)
+            if conn.execute(SQL.child_of, (internal,)).fetchone() is not None:
+                raise ConflictError(task_id, expected=0, actual=None)
+            gone = conn.execute(SQL.delete_events, (internal,)).rowcount
+            conn.execute(SQL.delete_snapshots, (internal,))
+            conn.execute(SQL.unfork, (internal,))
+            try:
+                with conn.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
+                        [(internal, e.seq, e.type, e.schema, e.at, to_jsonb(e.data)) for e in events],
+                    )
+            except psycopg.errors.UniqueViolation:
+                raise ConflictError(task_id, expected=expected_version, actual=None) from None
+        return int(gone)
 
     def rewind(
         self,
@@ -576,6 +642,22 @@ class PostgresStore:
         """Remove tether's schema and everything in it (tests use this to clean up)."""
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+
+def _landed(conn: psycopg.Connection[Any], internal: int, events: Sequence[EventRow], fence: int | None) -> bool:
+    """Whether an append whose outcome was lost with its connection committed: its last event is there."""
+    last = events[-1]
+    found = conn.execute("SELECT type, fence FROM events WHERE task = %s AND seq = %s", (internal, last.seq)).fetchone()
+    return found is not None and found[0] == last.type and found[1] == fence
+
+
+class _PartRefusedError(Exception):
+    """One part of a multi-stream append failed its guard: the transaction is rolled back, then the
+    part is refused with the reason the store gives."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
 
 
 class _StaleIdError(Exception):

@@ -29,9 +29,11 @@ from tether.store.base import (
     IndexUpdate,
     LedgerRow,
     SnapshotRow,
+    StreamAppend,
     TaskFilter,
     TaskRow,
     check_batch,
+    check_streams,
     read_across_forks,
     refusal,
 )
@@ -352,32 +354,15 @@ class SQLiteStore:
     ) -> None:
         """Several events, or an index change: the guarded first insert and the rest in one transaction."""
         conn = self._conn
-        first = events[0]
         self._gate_in()
         try:
             internal = self._id(tenant, task_id)
         except BaseException:
             self._gate_out()
             raise
-        params = (internal, first.seq, first.type, first.schema, first.at, text(first.data), fence)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            try:
-                inserted = conn.execute(_INSERT_FIRST if fence is None else _INSERT_FIRST_FENCED, params).rowcount
-            except sqlite3.IntegrityError:
-                inserted = 0
-            if inserted != 1:
-                self._refuse(tenant, task_id, internal, expected_version, fence)
-            if len(events) > 1:
-                conn.executemany(
-                    _INSERT_NEXT,
-                    [(internal, e.seq, e.type, e.schema, e.at, text(e.data), fence) for e in events[1:]],
-                )
-            if index is not None:
-                conn.execute(
-                    "UPDATE tasks SET status = COALESCE(?, status), wake_at = ? WHERE id = ?",
-                    (index.status, index.wake_at, internal),
-                )
+            self._insert_guarded(tenant, task_id, internal, events, expected_version, fence, index)
             conn.execute("COMMIT")
         except BaseException:
             rollback(conn)
@@ -386,6 +371,74 @@ class SQLiteStore:
             raise
         self._gate_out()
         self._known[internal] = events[-1].seq
+
+    def append_streams(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
+        check_streams(appends)
+        written: list[tuple[int, int]] = []  # (stream, its new version), remembered once committed
+        try:
+            with self._write():
+                for part in appends:
+                    internal = self._id(tenant, part.task_id)
+                    written.append((internal, part.events[-1].seq))
+                    self._insert_guarded(
+                        tenant, part.task_id, internal, part.events, part.expected_version, part.fence, part.index
+                    )
+        except BaseException:
+            for internal, _ in written:
+                self._forget_known(internal)
+            raise
+        for internal, version in written:
+            self._known[internal] = version
+
+    def _insert_guarded(
+        self,
+        tenant: str,
+        task_id: str,
+        internal: int,
+        events: Sequence[EventRow],
+        expected_version: int,
+        fence: int | None,
+        index: IndexUpdate | None,
+    ) -> None:
+        """Inside an open transaction: the guarded insert of the first event (its predecessor there,
+        the fence current), the rest after it, the index change. Refused (the caller rolls back) if
+        the guard fails."""
+        conn = self._conn
+        first = events[0]
+        params = (internal, first.seq, first.type, first.schema, first.at, text(first.data), fence)
+        try:
+            inserted = conn.execute(_INSERT_FIRST if fence is None else _INSERT_FIRST_FENCED, params).rowcount
+        except sqlite3.IntegrityError:
+            inserted = 0
+        if inserted != 1:
+            self._refuse(tenant, task_id, internal, expected_version, fence)
+        if len(events) > 1:
+            conn.executemany(
+                _INSERT_NEXT,
+                [(internal, e.seq, e.type, e.schema, e.at, text(e.data), fence) for e in events[1:]],
+            )
+        if index is not None:
+            conn.execute(
+                "UPDATE tasks SET status = COALESCE(?, status), wake_at = ? WHERE id = ?",
+                (index.status, index.wake_at, internal),
+            )
+
+    def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
+        check_batch(task_id, events, expected_version)
+        with self._write() as conn:
+            internal = self._id(tenant, task_id)
+            actual = self._version_of(internal)
+            if actual != expected_version:
+                raise ConflictError(task_id, expected=expected_version, actual=actual)
+            if conn.execute(_SQL.child_of, (internal,)).fetchone() is not None:
+                raise ConflictError(task_id, expected=0, actual=None)
+            self._forget_known(internal)
+            gone = conn.execute(_SQL.delete_events, (internal,)).rowcount
+            conn.execute(_SQL.delete_snapshots, (internal,))
+            conn.execute(_SQL.unfork, (internal,))
+            rows = [(internal, e.seq, e.type, e.schema, e.at, text(e.data), None) for e in events]
+            conn.executemany(_INSERT_NEXT, rows)
+        return int(gone)
 
     def rewind(
         self,

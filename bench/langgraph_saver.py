@@ -1,6 +1,6 @@
 """LangGraph checkpointer benchmark: TetherSaver against LangGraph's own SqliteSaver, same graph, same run.
 
-Run: ``python bench/langgraph.py`` (100 and 1,000 turns; ``--turns 100 1000 10000`` for more,
+Run: ``python bench/langgraph_saver.py`` (100 and 1,000 turns; ``--turns 100 1000 10000`` for more,
 SqliteSaver up to ``--peer-max`` turns, 1,000 by default; ``--quick``: 30 and 100). Prints a table
 and the ratios, then one line of JSON.
 
@@ -32,20 +32,16 @@ from typing import Annotated, Any, TypedDict
 
 import orjson
 
-# This file's name is the package's, and LangGraph is a namespace package, which any langgraph.py on
-# the path shadows: LangGraph is imported with this folder off the path, the benchmarks' helpers after.
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
+sys.path.insert(0, HERE)
 
+from _common import MESSAGE  # noqa: E402
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage  # noqa: E402
 from langgraph.graph import START, StateGraph  # noqa: E402
 from langgraph.graph.message import add_messages  # noqa: E402
 
 from tether.integrations.langgraph import TetherSaver  # noqa: E402
-
-sys.path.append(HERE)
-from _common import MESSAGE  # noqa: E402
 
 TARGETS = {"storage": 50.0, "per_turn": 5.0, "history": 100.0}
 
