@@ -1,17 +1,23 @@
 """Invariants that once could break with the whole suite green: the store's own contract (not only
 through TaskLog), fork by reference, attempt numbering, the ledger after a failure, leases and their
-heartbeat, session snapshots, and the idempotency key's hash."""
+heartbeat, session snapshots, the idempotency key's hash, and cancel under contention."""
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import threading
 import time
+from typing import Any
 
 import pytest
 
 import tether
+from tests.conftest import dump_database
+from tether._conflicts import TRIES
 from tether._keys import args_hash, call_key
 from tether.conversation import stream_id
+from tether.events import CancelRequested
 from tether.store import EventRow, SnapshotRow, TaskRow
 
 
@@ -75,16 +81,20 @@ def test_the_store_refuses_an_expected_version_ahead_or_behind(app: tether.App) 
 # ------------------------------------------------------------------ fork by reference
 
 
-def _counts(app: tether.App, store_url: str) -> tuple[int, int]:
-    """(event rows, bytes of event data) stored in the whole database."""
-    rows, size = 0, 0
-    for row in app.store.list_tasks(app.tenant, tether.store.TaskFilter(), limit=10_000):
-        own = app.store.read_events(app.tenant, row.task_id)
-        if row.parent_id is not None:
-            own = own[row.parent_seq :]  # a fork's own events only
-        rows += len(own)
-        size += sum(len(r.data) for r in own)
-    return rows, size
+def _stored(app: tether.App, store_url: str) -> tuple[int, int]:
+    """(rows, bytes) the database physically holds, in every table — not what the store's reads
+    show, which join a fork to its parent and would hide events copied into the fork."""
+    dump = dump_database(store_url, app.store)
+    if isinstance(dump, str):  # SQLite: its SQL dump, one INSERT per row
+        rows = [line for line in dump.splitlines() if line.startswith("INSERT INTO")]
+        return len(rows), sum(len(line) for line in rows)
+    if store_url.startswith("memory://"):
+        assert isinstance(dump, dict)
+        streams = dump["_tasks"].values()
+        records = [r for s in streams for r in (s.row, *s.events, *s.snapshots.values())]
+        return len(records), sum(len(repr(r)) for r in records)
+    assert isinstance(dump, dict)
+    return sum(len(t) for t in dump.values()), sum(len("".join(row)) for t in dump.values() for row in t)
 
 
 def test_forking_a_large_task_adds_one_row_and_one_small_event(app: tether.App, store_url: str) -> None:
@@ -99,12 +109,14 @@ def test_forking_a_large_task_adds_one_row_and_one_small_event(app: tether.App, 
         return 1
 
     app.run(long, task_id="big")
-    rows_before, bytes_before = _counts(app, store_url)
+    rows_before, bytes_before = _stored(app, store_url)
     tasks_before = len(app.store.list_tasks(app.tenant, tether.store.TaskFilter(), limit=10_000))
     fork = app.fork("big", at=250, new_id="f")
-    rows_after, bytes_after = _counts(app, store_url)
+    rows_after, bytes_after = _stored(app, store_url)
     assert len(app.store.list_tasks(app.tenant, tether.store.TaskFilter(), limit=10_000)) == tasks_before + 1
-    assert rows_after - rows_before == 1 and bytes_after - bytes_before < 300
+    # The task's row and its TaskForked event (a copy of 250 events would be ~130 kB more).
+    assert rows_after - rows_before == 2, (rows_before, rows_after)
+    assert bytes_after - bytes_before < 2_000, (bytes_before, bytes_after)
     assert len(fork.state.calls) == app.state_at("big", 250).calls.__len__()
 
 
@@ -160,6 +172,7 @@ def test_the_ledger_forgets_a_failed_effect_so_a_retry_is_not_in_doubt(app: teth
 def test_the_heartbeat_renews_well_before_the_lease_expires(app: tether.App) -> None:
     app.lease_ttl = 0.9
     seen: list[float] = []
+    expiries: set[float] = set()
     kept_out = threading.Event()
 
     @app.tool
@@ -169,6 +182,7 @@ def test_the_heartbeat_renews_well_before_the_lease_expires(app: tether.App) -> 
             row = app.store.get_task(app.tenant, "hb")
             if row is not None and row.lease_expires is not None:
                 seen.append(row.lease_expires - time.time())
+                expiries.add(row.lease_expires)
             time.sleep(0.05)
         return "ok"
 
@@ -193,6 +207,11 @@ def test_the_heartbeat_renews_well_before_the_lease_expires(app: tether.App) -> 
     assert kept_out.is_set(), "a second runner was let in while the owner was alive"
     # Renewed every ttl/3: over two seconds (more than two TTLs) the time left never neared zero.
     assert seen and min(seen) > 0.9 / 3 - 0.25, min(seen)
+    # The cadence itself: each renewal sets expiry = now + TTL, so the gaps between the expiries
+    # seen are the gaps between renewals — every TTL/3 (0.3 s), well under the TTL; the median
+    # rides out a renewal a loaded machine delays.
+    gaps = [b - a for a, b in itertools.pairwise(sorted(expiries))]
+    assert len(gaps) >= 3 and statistics.median(gaps) <= 0.4 * 0.9, gaps
 
 
 def test_a_live_owners_lease_is_never_taken(app: tether.App) -> None:
@@ -242,3 +261,47 @@ def test_a_corrupted_session_snapshot_is_detected_and_rebuilt(app: tether.App) -
     fresh = tether.App(app.store).session("s")  # a new process's view: from the store
     assert [m.content for m in fresh.messages()] == expected
     assert fresh.window(max_tokens=10_000).to_openai() == window
+
+
+# ------------------------------------------------------------------ cancel under contention
+
+
+@pytest.mark.parametrize("conflicts", [1, 5, 40, TRIES])
+def test_cancel_under_contention_records_the_request_or_fails(
+    app: tether.App, conflicts: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer wins the request's append ``conflicts`` times in a row: the request is
+    recorded at last and the task cancelled — or, past the retries, the cancel fails with nothing
+    recorded; never a run of the task without the request."""
+    ran: list[int] = []
+
+    @app.tool
+    def work() -> int:
+        ran.append(1)
+        return 1
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> int:
+        ctx.wait_for_input("go")
+        return int(ctx.call(work))
+
+    app.run(job, task_id="c")
+    app.send_input("c", "go", True)  # runnable: a run without the request would do the work
+    real = app.log.append
+    left = {"n": conflicts}
+
+    def contended(task_id: str, events: list[Any], expected_version: int, **options: Any) -> int:
+        if left["n"] and any(isinstance(e, CancelRequested) for e in events):
+            left["n"] -= 1
+            raise tether.ConflictError(task_id, expected=expected_version, actual=expected_version + 1)
+        return real(task_id, events, expected_version, **options)
+
+    monkeypatch.setattr(app.log, "append", contended)
+    if conflicts < TRIES:
+        handle = app.cancel("c", "stop")
+        assert handle.status is tether.Status.CANCELLED and app.state("c").cancel_reason == "stop"
+    else:
+        with pytest.raises(tether.ConflictError):
+            app.cancel("c", "stop")
+        assert app.state("c").cancel_reason is None and app.state("c").status is tether.Status.AWAITING_INPUT
+    assert ran == []

@@ -61,9 +61,18 @@ def test_replay_writes_nothing_wherever_the_task_stopped(store_url: str, positio
     assert dump_database(store_url, app.store) == before
 
 
-def test_a_replay_that_cannot_go_on_is_not_reported_clean(store_url: str) -> None:
+@pytest.mark.parametrize("where", ["inside_the_record", "where_the_record_ends"])
+@pytest.mark.parametrize(
+    "error",
+    [tether.ConflictError("t", expected=1, actual=2), tether.OutcomeUnknownError("t:1:work:0")],
+    ids=["conflict", "outcome_unknown"],
+)
+def test_a_replay_that_cannot_go_on_is_not_reported_clean(store_url: str, where: str, error: Exception) -> None:
+    """An error that stops the run itself (not a failure of the task) is never a clean replay —
+    inside the record, nor where it ends, where a task failure would be what a live run records
+    next — and the replay writes nothing."""
     app = tether.App(store_url)
-    mode = {"raise": False}
+    replaying = {"on": False}
 
     @app.tool
     def work() -> int:
@@ -72,15 +81,22 @@ def test_a_replay_that_cannot_go_on_is_not_reported_clean(store_url: str) -> Non
     @app.task
     def job(ctx: tether.TaskContext) -> int:
         ctx.call(work)
-        if mode["raise"]:
-            raise tether.ConflictError("t", expected=1, actual=2)
+        if replaying["on"]:
+            raise error
+        if where == "where_the_record_ends":
+            raise Stop
         ctx.call(work)
         return 1
 
-    app.run(job, task_id="t")
-    mode["raise"] = True
+    try:
+        app.run(job, task_id="t")
+    except Stop:
+        pass
+    replaying["on"] = True
+    before = dump_database(store_url, app.store)
     report = app.replay("t")
-    assert not report.clean and "ConflictError" in report.outcome
+    assert not report.clean and type(error).__name__ in report.outcome, report
+    assert dump_database(store_url, app.store) == before
 
 
 def test_code_that_now_raises_before_recorded_work_diverges(store_url: str) -> None:
@@ -102,3 +118,38 @@ def test_code_that_now_raises_before_recorded_work_diverges(store_url: str) -> N
     broken["on"] = True
     report = app.replay("t")
     assert not report.clean and "KeyError" in report.outcome
+
+
+def test_a_replay_runs_no_tool_past_the_record(store_url: str) -> None:
+    """Where the record ends, the next call would run live: a replay stops there, before a readonly
+    call (which records nothing until it returns) runs as much as before one with an intent."""
+    app = tether.App(store_url)
+    ran: list[str] = []
+    crash = {"on": True}
+
+    @app.tool(readonly=True)
+    def lookup(n: int) -> int:
+        ran.append("lookup")
+        return n
+
+    @app.tool
+    def send(n: int) -> int:
+        ran.append("send")
+        return n
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> int:
+        ctx.call(send, 1)
+        if crash["on"]:
+            raise Stop
+        ctx.call(lookup, 2)
+        return int(ctx.call(send, 3))
+
+    with pytest.raises(Stop):
+        app.run(job, task_id="t")
+    crash["on"] = False
+    ran.clear()
+    before = dump_database(store_url, app.store)
+    report = app.replay("t")
+    assert report.clean and ran == [], (report, ran)
+    assert dump_database(store_url, app.store) == before

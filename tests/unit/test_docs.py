@@ -20,8 +20,14 @@ def test_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     if page.name == "postgres.md" and PG_PROBLEM:
         pytest.skip(PG_PROBLEM)
-    monkeypatch.chdir(tmp_path)
-    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    text = page.read_text()
+    # Every fenced block is Python (run here) or says what else it is: a block spelt ```py or
+    # ```python3 would otherwise be skipped in silence, its example never checked.
+    openers = re.findall(r"^```(\S*)\n(?:.*?\n)?```$", text, re.S | re.M)
+    assert set(openers) <= {"python", "bash", "sh", "sql", "text", ""}, sorted(set(openers))
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks, f"{page.name} has no Python example to check"
+    monkeypatch.chdir(tmp_path)  # the examples write their databases here, not into the docs
     module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")  # a real module: dataclasses look theirs up
     monkeypatch.setitem(sys.modules, module.__name__, module)
     namespace = module.__dict__

@@ -22,11 +22,15 @@ def conversations(draw: st.DrawFn) -> list[dict[str, object]]:
     if draw(st.booleans()):
         messages.append({"role": "system", "content": draw(texts)})
     for i in range(draw(st.integers(1, 25))):
-        kind = draw(st.integers(0, 3))
+        kind = draw(st.integers(0, 5))
         if kind == 0:
             messages.append({"role": "user", "content": draw(texts)})
         elif kind == 1:
             messages.append({"role": "assistant", "content": draw(texts)})
+        elif kind == 4:  # another system message, anywhere: every one is kept, in order
+            messages.append({"role": "system", "content": draw(texts)})
+        elif kind == 5:  # a tool result whose call is not there: never shown
+            messages.append({"role": "tool", "content": draw(texts), "tool_call_id": f"gone-{i}"})
         else:
             calls = draw(st.integers(1, 3))
             ids = [f"c{i}-{k}" for k in range(calls)]
@@ -40,6 +44,18 @@ def conversations(draw: st.DrawFn) -> list[dict[str, object]]:
             for c in ids:
                 messages.append({"role": "tool", "content": draw(texts), "tool_call_id": c})
     return messages
+
+
+def _check_pairs(shown: list[tether.Message]) -> None:
+    """Never a tool result without the assistant message that called it, right before its results."""
+    called: set[str] = set()
+    for m in shown:
+        if m.role == "assistant":
+            called = {c.id for c in m.tool_calls}
+        elif m.role == "tool":
+            assert m.tool_call_id in called, (m, shown)
+        else:
+            called = set()
 
 
 def _session(messages: list[dict[str, Any]] | list[dict[str, object]]) -> tether.Session:
@@ -56,16 +72,15 @@ def test_window_properties(messages: list[dict[str, object]], budget: int, keep_
     window = session.window(max_tokens=budget, keep_last=keep_last)
     counter = EstimateCounter()
     shown = list(window.messages)
-    # Never a tool result without the assistant message that called it, right before its results.
-    called: set[str] = set()
-    for m in shown:
-        if m.role == "assistant":
-            called = {c.id for c in m.tool_calls}
-        elif m.role == "tool":
-            assert m.tool_call_id in called
-    # Always the newest message.
-    newest = max(session.messages(), key=lambda m: m.seq)
-    assert shown[-1].seq == newest.seq or newest.role == "system"
+    _check_pairs(shown)
+    # Every system message, in order, whatever the budget.
+    stored = session.messages()
+    assert [m.seq for m in shown if m.role == "system"] == [m.seq for m in stored if m.role == "system"]
+    # Always the newest message (that is not a system message or a result of nothing).
+    orphan = {m.seq for m in stored if m.role == "tool" and str(m.tool_call_id).startswith("gone-")}
+    newest = max((m for m in stored if m.role != "system" and m.seq not in orphan), key=lambda m: m.seq, default=None)
+    assert newest is None or shown[-1].seq == newest.seq
+    assert not orphan & {m.seq for m in shown}
     # Within budget, unless keeping keep_last turns (and system messages) needs more.
     if window.tokens > budget:
         non_system = [m for m in shown if m.role != "system"]
@@ -85,12 +100,16 @@ def test_compaction_never_loses_a_message(messages: list[dict[str, object]], kee
     window = session.window(max_tokens=100_000, keep_last=keep_last)
     summary = window.summary
     # Everything is either in the summary's range or in the window.
+    _check_pairs(list(window.messages))
     shown = {m.seq for m in window.messages}
+    caller = {c.id: m.seq for m in before if m.role == "assistant" for c in m.tool_calls}
     for m in before:
         if m.role == "system":
             assert m.seq in shown
+        elif m.role == "tool":  # shown exactly when the call it answers is (not summarized, not missing)
+            assert (m.seq in shown) == (caller.get(str(m.tool_call_id)) in shown), m
         elif summary is None or m.seq > summary.covers_to:
-            assert m.seq in shown or m.role == "tool"
+            assert m.seq in shown
 
 
 # ----------------------------------------------------------------------------- mixed provider shapes

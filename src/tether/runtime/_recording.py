@@ -163,11 +163,6 @@ class Recorder:
                 self.undelivered += 1  # its recorded outcome is handed back when the code awaits it
         return n, record
 
-    def delivered(self) -> None:
-        """A replayed call's recorded outcome reached the code."""
-        with self.lock:
-            self.undelivered -= 1
-
     def settled(self) -> None:
         """A live call ended (recorded, or stopped)."""
         with self.lock:
