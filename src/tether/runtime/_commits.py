@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tether.log import TaskLog
     from tether.runtime._recording import Recorder
 
-__all__ = ["Branch", "CommitThread"]
+__all__ = ["Branch", "CommitThread", "deliver"]
 
 Branch = tuple[list["Event"], "asyncio.Future[None]"]
 """One branch's records and the future it awaits."""
@@ -208,9 +208,14 @@ def _wake_batch(loop: asyncio.AbstractEventLoop, batch: list[Branch], error: Bas
 
 def _deliver(batch: list[Branch], error: BaseException | None) -> None:
     for _, waiter in batch:
-        if waiter.done():  # its branch was cancelled meanwhile: what it did is recorded all the same
-            continue
-        if error is None:
-            waiter.set_result(None)
-        else:
-            waiter.set_exception(error)
+        deliver(waiter, error)
+
+
+def deliver(waiter: asyncio.Future[None], error: BaseException | None) -> None:
+    """Wake a branch waiting on its records: done, or with the error that stopped them."""
+    if waiter.done():  # its branch was cancelled meanwhile: what it did is recorded all the same
+        return
+    if error is None:
+        waiter.set_result(None)
+    else:
+        waiter.set_exception(error)

@@ -33,7 +33,7 @@ from tether.events import (
     StatusChanged,
 )
 from tether.model import TaskState, ToolCall
-from tether.runtime._commits import Branch
+from tether.runtime._commits import Branch, deliver
 from tether.runtime._flow import Commit, Flow, next_turn
 from tether.runtime._replay import Replay, describe
 from tether.runtime.specs import TaskSpec, ToolSpec
@@ -350,10 +350,10 @@ class GroupCommit:
                 if waiter is None:
                     mine = exc
                 else:
-                    _deliver(waiter, exc)
+                    deliver(waiter, exc)
             else:
                 if waiter is not None:
-                    _deliver(waiter, None)
+                    deliver(waiter, None)
         if mine is not None:
             raise mine
 
@@ -383,18 +383,9 @@ def _deliver_all(batch: list[tuple[list[Event], asyncio.Future[None] | None]], e
     flushed for itself."""
     for _, waiter in batch:
         if waiter is not None:
-            _deliver(waiter, error)
+            deliver(waiter, error)
     if error is not None and any(waiter is None for _, waiter in batch):
         raise error
-
-
-def _deliver(waiter: asyncio.Future[None], error: BaseException | None) -> None:
-    if waiter.done():  # its branch was cancelled meanwhile: what it did is recorded all the same
-        return
-    if error is None:
-        waiter.set_result(None)
-    else:
-        waiter.set_exception(error)
 
 
 @functools.cache
