@@ -149,7 +149,7 @@ def test_durable_sleep_frees_the_process_and_resumes_when_due(app: tether.App) -
     @app.task
     def t(ctx: tether.TaskContext) -> int:
         ctx.call(step, 1)
-        ctx.sleep(0.2)
+        ctx.sleep(1.0)  # long enough that the early resume below comes before it is due, under load too
         ctx.sleep(0.01)  # short: waits in place
         return ctx.call(step, 2)
 
@@ -157,7 +157,7 @@ def test_durable_sleep_frees_the_process_and_resumes_when_due(app: tether.App) -
     assert run.status is tether.Status.SLEEPING and run.state.wake_at is not None
     early = app.resume("t1")  # before it is due: goes back to sleep, runs nothing
     assert early.status is tether.Status.SLEEPING and ran == [1]
-    time.sleep(0.25)
+    time.sleep(max(0.0, run.state.wake_at.timestamp() - time.time()) + 0.05)
     done = app.resume("t1")
     assert done.status is tether.Status.COMPLETED and ran == [1, 2]
     assert done.state.updated_at >= run.state.wake_at
@@ -238,7 +238,7 @@ def test_claim_takes_what_is_runnable(app: tether.App) -> None:
         if how == "wait":
             ctx.wait_for_input("k")
         if how == "sleep":
-            ctx.sleep(0.1)
+            ctx.sleep(30)  # long enough to be not due yet however slow the machine; the claims pass "now"
         return how
 
     app.start(t, "now", task_id="pending")
@@ -246,15 +246,15 @@ def test_claim_takes_what_is_runnable(app: tether.App) -> None:
     app.run(t, "sleep", task_id="sleeping")
     app.run(t, "done", task_id="finished")
     store, tenant = app.store, app.tenant
-    claimed = store.claim(tenant, "w", 30, time.time())
+    claimed = store.claim(tenant, "w", 300, time.time())
     assert claimed is not None and claimed[0] == "pending"
-    assert store.claim(tenant, "w", 30, time.time()) is None  # waiting: no answer; sleeping: not due
-    assert store.claim(tenant, "w", 30, time.time() + 1) == ("sleeping", 2)
+    assert store.claim(tenant, "w", 300, time.time()) is None  # waiting: no answer; sleeping: not due
+    assert store.claim(tenant, "w", 300, time.time() + 45) == ("sleeping", 2)
     app.send_input("waiting", "k", 1)
-    assert store.claim(tenant, "w", 30, time.time() + 1)[0] == "waiting"  # type: ignore[index]
+    assert store.claim(tenant, "w", 300, time.time() + 45)[0] == "waiting"  # type: ignore[index]
     # A lease that ran out makes a task claimable again.
-    assert store.claim(tenant, "w2", 30, time.time() + 60)[0] == "pending"  # type: ignore[index]
-    assert store.claim("other-tenant", "w", 30, time.time() + 60) is None
+    assert store.claim(tenant, "w2", 300, time.time() + 400)[0] == "pending"  # type: ignore[index]
+    assert store.claim("other-tenant", "w", 300, time.time() + 400) is None
 
 
 def test_worker_runs_everything_and_exits_when_idle(app: tether.App) -> None:
