@@ -20,9 +20,9 @@ import asyncio
 import os
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import InvalidInputError
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tether.log import TaskLog
     from tether.runtime._recording import Recorder
 
-__all__ = ["Branch", "CommitThread", "deliver"]
+__all__ = ["Branch", "CommitThread", "deliver", "write_branches"]
 
 Branch = tuple[list["Event"], "asyncio.Future[None]"]
 """One branch's records and the future it awaits."""
@@ -171,28 +171,36 @@ def _write_together(log: TaskLog, groups: Sequence[_Submission]) -> None:
             group.recorder.appended(version)
 
 
-def _write_one(group: _Submission) -> None:
-    """One task's branches in one transaction; if one branch's record is refused, each branch on its own."""
-    append = group.recorder.append
-    batch = group.batch
+def write_branches(
+    append: Callable[[list[Event]], None], batch: Sequence[tuple[list[Event], Any]]
+) -> list[BaseException | None]:
+    """Branches' records through ``append`` in one transaction; if one branch's record is refused
+    (it cannot be stored), each branch's on its own. Each branch's error, or ``None``: an error that
+    stopped the whole transaction (lease lost, store down) is every branch's."""
     if len(batch) > 1:
         try:
             append([e for events, _ in batch for e in events])
         except InvalidInputError:
             pass  # one branch's record cannot be stored: the others' still are, each on its own
         except BaseException as exc:
-            _wake(group, exc)
-            return
+            return [exc] * len(batch)
         else:
-            _wake(group, None)
-            return
-    for events, waiter in batch:
-        error: BaseException | None = None
+            return [None] * len(batch)
+    errors: list[BaseException | None] = []
+    for events, _ in batch:
         try:
             append(events)
         except BaseException as exc:
-            error = exc
-        _wake_batch(group.loop, [(events, waiter)], error)
+            errors.append(exc)
+        else:
+            errors.append(None)
+    return errors
+
+
+def _write_one(group: _Submission) -> None:
+    """One task's branches in one transaction (each on its own if one is refused), then woken."""
+    for branch, error in zip(group.batch, write_branches(group.recorder.append, group.batch), strict=True):
+        _wake_batch(group.loop, [branch], error)
 
 
 def _wake(group: _Submission, error: BaseException | None) -> None:

@@ -16,7 +16,6 @@ from pydantic import BaseModel
 from tether.errors import (
     Cancelled,
     ConflictError,
-    InvalidInputError,
     LeaseLostError,
     NonDeterminismError,
     OutcomeUnknownError,
@@ -33,7 +32,7 @@ from tether.events import (
     StatusChanged,
 )
 from tether.model import TaskState, ToolCall
-from tether.runtime._commits import Branch, deliver
+from tether.runtime._commits import Branch, deliver, write_branches
 from tether.runtime._flow import Commit, Flow, next_turn
 from tether.runtime._replay import Replay, describe
 from tether.runtime.specs import TaskSpec, ToolSpec
@@ -328,32 +327,12 @@ class GroupCommit:
         """Write the branches batched on the loop in one transaction and wake them. A branch that
         flushes for itself (its waiter ``None``) gets its own error raised here."""
         batch, self._batch = self._batch, []
-        if not batch:
-            return  # written already, by the last branch to join it
-        append = self._recorder.append
-        if len(batch) > 1:
-            try:
-                append([event for events, _ in batch for event in events])
-            except InvalidInputError:
-                pass  # one branch's event was refused: the others' still record, each on its own
-            except BaseException as exc:  # the run stopped (lease lost, store down...): every branch hears it
-                _deliver_all(batch, exc)
-                return
-            else:
-                _deliver_all(batch, None)
-                return
         mine: BaseException | None = None
-        for events, waiter in batch:
-            try:
-                append(events)
-            except BaseException as exc:
-                if waiter is None:
-                    mine = exc
-                else:
-                    deliver(waiter, exc)
+        for (_, waiter), error in zip(batch, write_branches(self._recorder.append, batch), strict=True):
+            if waiter is None:
+                mine = error
             else:
-                if waiter is not None:
-                    deliver(waiter, None)
+                deliver(waiter, error)
         if mine is not None:
             raise mine
 
@@ -376,16 +355,6 @@ class GroupCommit:
         if queued:
             rec = self._recorder
             rec.app.commits.submit(rec, queued)
-
-
-def _deliver_all(batch: list[tuple[list[Event], asyncio.Future[None] | None]], error: BaseException | None) -> None:
-    """Wake every waiting branch of a written (or failed) batch; raise ``error`` for the one that
-    flushed for itself."""
-    for _, waiter in batch:
-        if waiter is not None:
-            deliver(waiter, error)
-    if error is not None and any(waiter is None for _, waiter in batch):
-        raise error
 
 
 @functools.cache
