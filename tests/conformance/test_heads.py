@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ from tether.events import (
 )
 from tether.machine import _ALLOWED as ALLOWED
 from tether.machine import Status
+from tether.store import EventRow
 
 _ids = itertools.count()
 STEPS = ["a", "b", "c"]
@@ -302,3 +304,38 @@ def test_a_database_from_before_heads_migrates(store_url: str) -> None:
     row = app.log.get("old")
     assert read_head(row) == row_head_of(app.state("old")) and row.version == 6
     assert app.get("old").position == "all 2 steps committed" and state.task_id == "old"
+
+
+def test_a_sqlite_database_from_before_lazy_rows_migrates(tmp_path: Path) -> None:
+    """Schema 2 to 3: rows the old trigger kept exact read the same, and appends after the
+    migration (which move the row every HEAD_EVERY-th event only) count on from them."""
+    import sqlite3
+
+    from tether.store._sqlite_schema import MIGRATIONS, _statements
+
+    path = tmp_path / "v2.db"
+    conn = sqlite3.connect(path)
+    for script in MIGRATIONS[:2]:
+        for statement in _statements(script):
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 2")
+    internal = conn.execute(
+        "INSERT INTO tasks (tenant, task_id, type, status, created_at, summary) "
+        "VALUES ('default', 'old', 't', 'running', 1.0, '{\"plan\": null}')"
+    ).lastrowid
+    conn.executemany(
+        "INSERT INTO events (task, seq, type, schema, at, data) VALUES (?, ?, ?, 1, ?, '{}')",
+        [(internal, seq, "CallCompleted" if seq > 1 else "TaskCreated", float(seq)) for seq in range(1, 101)],
+    )
+    conn.commit()
+    conn.close()
+    store = tether.TaskLog(f"sqlite:///{path}").store
+    row = store.get_task("default", "old")
+    assert row is not None and (row.version, row.updated_at, row.calls_done) == (100, 100.0, 99)
+    store.append("default", "old", [EventRow(s, "CallCompleted", 1, float(s), "{}") for s in range(101, 171)], 100)
+    row = store.get_task("default", "old")
+    assert row is not None and (row.version, row.updated_at, row.calls_done) == (170, 170.0, 169)
+    store.close()
+    from tether.store._sql import HEAD_EVERY
+
+    assert f"WHEN NEW.seq % {HEAD_EVERY} = 0" in MIGRATIONS[2]  # the trigger moves the row as reads expect

@@ -18,7 +18,9 @@ __all__ = ["APPEND", "APPEND_ONE", "LATEST", "SQL", "append_statement", "drop_hi
 
 # One statement, one round trip: the guard (fencing token, predecessor present) and the
 # insert and the index update share a snapshot; a concurrent append of the same seq loses
-# on the primary key.
+# on the primary key. The row is brought up to the events with an index change, or when the batch
+# reaches a multiple of HEAD_EVERY (the events it inserts are not visible to the row's update, so it
+# counts them from ``ins``).
 APPEND = """
 WITH guard AS (
     SELECT 1 WHERE (%(fence)s::bigint IS NULL OR (SELECT lease_token FROM tasks WHERE id = %(task)s) = %(fence)s)
@@ -36,20 +38,24 @@ WITH guard AS (
     UPDATE tasks SET
         version = (SELECT max(seq) FROM ins),
         updated_at = (SELECT at FROM ins ORDER BY seq DESC LIMIT 1),
-        calls_done = COALESCE(%(calls_done)s, calls_done + (SELECT count(*) FROM ins WHERE type = 'CallCompleted')),
+        calls_done = COALESCE(%(calls_done)s, calls_done
+            + (SELECT count(*) FROM events e WHERE e.task = tasks.id AND e.seq > tasks.version
+               AND e.type = 'CallCompleted')
+            + (SELECT count(*) FROM ins WHERE type = 'CallCompleted')),
         status = CASE WHEN %(moves)s THEN COALESCE(%(status)s, status) ELSE status END,
         wake_at = CASE WHEN %(moves)s THEN %(wake)s ELSE wake_at END,
         summary = CASE WHEN %(head)s THEN %(summary)s ELSE summary END,
         output = CASE WHEN %(head)s THEN %(output)s ELSE output END
     WHERE id = %(task)s AND EXISTS (SELECT 1 FROM ins)
+      AND (%(indexed)s OR (SELECT max(seq) FROM ins) / {every} > (%(first)s::integer - 1) / {every})
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM ins)
-"""
+""".replace("{every}", str(_sql.HEAD_EVERY))
 
-# The common case, one event and no index change: the same guard, a plain INSERT ... SELECT, and
-# the row's version moved with it (the rows updated say whether the event landed). Its values come
-# in once each, by position (cheaper for the driver than named parameters).
+# The common case, one event and no index change: the same guard, a plain INSERT ... SELECT, the
+# row brought up to it every HEAD_EVERY-th event. Its values come in once each, by position
+# (cheaper for the driver than named parameters).
 APPEND_ONE = """
 WITH ins AS (
     INSERT INTO events (task, seq, type, schema, at, data, fence)
@@ -62,10 +68,16 @@ WITH ins AS (
       AND (EXISTS (SELECT 1 FROM events WHERE task = v.task AND seq = v.seq - 1)
            OR (SELECT parent_seq FROM tasks WHERE id = v.task) = v.seq - 1)
     RETURNING task, seq, at, type
+), idx AS (
+    UPDATE tasks SET calls_done = calls_done + (ins.type = 'CallCompleted')::int
+            + (SELECT count(*) FROM events e WHERE e.task = ins.task AND e.seq > tasks.version
+               AND e.type = 'CallCompleted'),
+        version = ins.seq, updated_at = ins.at
+    FROM ins WHERE tasks.id = ins.task AND ins.seq %% {every} = 0
+    RETURNING 1
 )
-UPDATE tasks SET version = ins.seq, updated_at = ins.at, calls_done = calls_done + (ins.type = 'CallCompleted')::int
-FROM ins WHERE tasks.id = ins.task
-"""
+SELECT count(*) FROM ins
+""".replace("{every}", str(_sql.HEAD_EVERY))
 
 # The statements shared with SQLite, in psycopg's placeholders; claimers skip each other's rows.
 SQL = replace(_sql.Statements(), claim=_sql.claim_statement(lock="FOR UPDATE SKIP LOCKED")).in_pyformat()
@@ -128,6 +140,7 @@ def append_statement(
             "status": index.status if index is not None else None,
             "wake": index.wake_at if index is not None else None,
             "head": head is not None,
+            "indexed": index is not None,
             "calls_done": head.calls_done if head is not None else None,
             "summary": head.summary if head is not None else None,
             "output": head.output if head is not None else None,
@@ -160,9 +173,10 @@ def replace_history(
     # Two compactions queue on the row; an append racing this one loses to it (or it to the
     # append) on the primary key of seq expected_version + 1, which both insert.
     conn.execute("SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (internal,))
-    actual = conn.execute(SQL.version_of, (internal,)).fetchone()
-    if actual is None or actual[0] != expected_version:
-        raise ConflictError(task_id, expected=expected_version, actual=None if actual is None else int(actual[0]))
+    found = conn.execute(SQL.version_of, (internal, internal)).fetchone()
+    actual = None if found is None or found[0] is None else int(found[0])
+    if actual != expected_version:
+        raise ConflictError(task_id, expected=expected_version, actual=actual)
     gone = drop_history(conn, task_id, internal)
     conn.execute(SQL.unfork, (internal,))
     try:
@@ -173,5 +187,5 @@ def replace_history(
             )
     except psycopg.errors.UniqueViolation:
         raise ConflictError(task_id, expected=expected_version, actual=None) from None
-    conn.execute(SQL.move_version, (events[-1].seq, events[-1].at, internal))
+    conn.execute(SQL.settle_row, _sql.settle_values(internal, events[-1]))
     return gone

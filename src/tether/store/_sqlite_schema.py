@@ -87,6 +87,19 @@ MIGRATIONS: list[str] = [
         WHERE id = NEW.task;
     END;
     """,
+    # 3: the row follows its events every HEAD_EVERY-th event, not every event (an append writes its
+    # event's page alone); reads add what came after (store/_sql.py, TASK_COLUMNS).
+    """
+    DROP TRIGGER events_move_task;
+    CREATE TRIGGER events_move_task AFTER INSERT ON events WHEN NEW.seq % 64 = 0 BEGIN
+        UPDATE tasks SET calls_done = calls_done + (
+                             SELECT count(*) FROM events e
+                             WHERE e.task = NEW.task AND e.seq > tasks.version AND e.seq <= NEW.seq
+                               AND e.type = 'CallCompleted'),
+                         version = NEW.seq, updated_at = NEW.at
+        WHERE id = NEW.task AND version < NEW.seq;
+    END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -147,6 +147,38 @@ def the_row_moves_with_every_append(store: Store) -> None:
 
 
 @_check()
+def the_row_reads_right_at_any_length(store: Store) -> None:
+    """However a backend keeps the row between appends (SQL ones bring it up to date every few
+    dozen events), a read of it gives the newest event's version and time and every committing
+    event counted: checked after each append of a 300-event stream written one by one and in
+    batches that cross any boundary, with a head written part way (which resets the count)."""
+    store.create_task(TENANT, replace(_row("a"), calls_done=0, summary='{"plan": null}'), _event(1))
+    version, done, at = 1, 0, time.time()
+    step = 0
+    while version < 300:
+        step += 1
+        size = 1 if step % 3 else 5  # a batch of five every third append
+        batch = []
+        for seq in range(version + 1, version + size + 1):
+            kind = COMPLETES if seq % 4 != 1 else "DecisionMade"  # multiples of 64 commit a call
+            done += kind == COMPLETES
+            batch.append(EventRow(seq, kind, 1, at + seq, "{}"))
+        index = None
+        if step == 40:
+            done = 1000  # a head the log wrote: the count goes on from it
+            index = IndexUpdate(None, head=TaskHead(done, '{"plan": null}', None), moves=False)
+        store.append(TENANT, "a", batch, version, index=index)
+        version += size
+        row = store.get_task(TENANT, "a")
+        assert row is not None and (row.version, row.updated_at, row.calls_done) == (version, at + version, done), (
+            f"after {version} events the row reads {(row.version, row.updated_at, row.calls_done) if row else None}, "
+            f"expected {(version, at + version, done)}"
+        )
+    [listed] = store.list_tasks(TENANT, TaskFilter())
+    assert (listed.version, listed.updated_at, listed.calls_done) == (version, at + version, done)
+
+
+@_check()
 def create_twice_is_a_conflict(store: Store) -> None:
     _create(store, "a")
     _expect(ConflictError, lambda: store.create_task(TENANT, _row("a"), _event(1)))

@@ -52,7 +52,7 @@ from tether.store._postgres_io import (
     with_default_params,
 )
 from tether.store._postgres_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
-from tether.store._postgres_sql import APPEND_ONE, LATEST, SQL, append_statement, drop_history, landed, replace_history
+from tether.store._postgres_sql import LATEST, SQL, append_statement, drop_history, landed, replace_history
 from tether.store.base import (
     EventRow,
     IndexUpdate,
@@ -250,8 +250,8 @@ class PostgresStore:
         return found
 
     def _version_of(self, conn: psycopg.Connection[Any], internal: int) -> int:
-        row = conn.execute(SQL.version_of, (internal,)).fetchone()
-        return int(row[0]) if row else 0
+        row = conn.execute(SQL.version_of, (internal, internal)).fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
 
     # -- streams ------------------------------------------------------------------
     def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
@@ -313,7 +313,7 @@ class PostgresStore:
                 cursor = self._appender(deadline)
                 with self._watchdog.watch(cursor.connection, self.query_timeout):
                     cursor.execute(statement, params)
-                inserted = cursor.rowcount if statement is APPEND_ONE else cursor.fetchone()[0]  # type: ignore[index]
+                inserted = cursor.fetchone()[0]  # type: ignore[index]
                 break
             except psycopg.errors.UniqueViolation:
                 raise ConflictError(
@@ -364,7 +364,7 @@ class PostgresStore:
                         cursor = conn.execute(statement, params)
                     except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
                         raise _PartRefusedError(i) from None
-                    inserted = cursor.rowcount if statement is APPEND_ONE else cursor.fetchone()[0]  # type: ignore[index]
+                    inserted = cursor.fetchone()[0]  # type: ignore[index]
                     if inserted != len(part.events):
                         raise _PartRefusedError(i)  # leaving the block rolls every part back
             return None
@@ -429,7 +429,7 @@ class PostgresStore:
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
                 (internal, archived.seq, archived.type, archived.schema, archived.at, to_jsonb(archived.data)),
             )
-            conn.execute(SQL.move_version, (archived.seq, archived.at, internal))
+            conn.execute(SQL.settle_row, _sql.settle_values(internal, archived))
             values = _sql.task_values(tenant, fork, internal, wake_at=None, first=forked)
             new = conn.execute(SQL.insert_task + " RETURNING id", values).fetchone()
             assert new is not None

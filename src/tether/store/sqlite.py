@@ -211,8 +211,8 @@ class SQLiteStore:
         return found
 
     def _version_of(self, internal: int) -> int:
-        row = self._conn.execute(own.SQL.version_of, (internal,)).fetchone()
-        return 0 if row is None else int(row[0])
+        row = self._conn.execute(own.SQL.version_of, (internal, internal)).fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
 
     # -- streams ----------------------------------------------------------------
     def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
@@ -379,7 +379,8 @@ class SQLiteStore:
                 [(internal, e.seq, e.type, e.schema, e.at, text(e.data), fence) for e in events[1:]],
             )
         if index is not None:
-            # After the inserts, whose trigger moved the version and counted committed calls.
+            # After the inserts: the row brought up to them, then what the index change says.
+            conn.execute(own.SQL.settle_row, _sql.settle_values(internal, events[-1]))
             if index.moves:
                 conn.execute(own.SQL.move_task, (index.status, index.wake_at, internal))
             if index.head is not None:
@@ -397,6 +398,7 @@ class SQLiteStore:
             conn.execute(own.SQL.unfork, (internal,))
             rows = [(internal, e.seq, e.type, e.schema, e.at, text(e.data), None) for e in events]
             conn.executemany(own.INSERT_NEXT, rows)
+            conn.execute(own.SQL.settle_row, _sql.settle_values(internal, events[-1]))
         return int(gone)
 
     def rewind(
