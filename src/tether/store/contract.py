@@ -99,6 +99,16 @@ def _expect(error: type[BaseException] | tuple[type[BaseException], ...], action
     raise AssertionError(f"expected {error} from {action}")
 
 
+def _expect_conflict_on(task_id: str, action: Callable[[], object]) -> None:
+    """``action`` raises a ConflictError that names ``task_id`` (the part refused, not another)."""
+    try:
+        action()
+    except ConflictError as exc:
+        assert exc.task_id == task_id, f"the conflict names {exc.task_id!r}, not the refused {task_id!r}"
+        return
+    raise AssertionError(f"expected a ConflictError on {task_id!r} from {action}")
+
+
 # ------------------------------------------------------------------ streams
 
 
@@ -287,10 +297,10 @@ def append_streams_at_a_stale_version_on_one_stream_writes_nothing(store: Store)
     _create(store, "b", events=2)
     for stale in (1, 3):  # b behind and ahead; a is right both times
         parts = [StreamAppend("a", [_event(2)], 1), StreamAppend("b", [_event(stale + 1)], stale)]
-        _expect(ConflictError, partial(store.append_streams, TENANT, parts))
+        _expect_conflict_on("b", partial(store.append_streams, TENANT, parts))
         assert _seqs(store, "a") == [1] and _seqs(store, "b") == [1, 2]
     parts = [StreamAppend("b", [_event(3)], 2), StreamAppend("a", [_event(3)], 2)]  # the stale one last
-    _expect(ConflictError, partial(store.append_streams, TENANT, parts))
+    _expect_conflict_on("a", partial(store.append_streams, TENANT, parts))
     assert _seqs(store, "a") == [1] and _seqs(store, "b") == [1, 2]
     assert _versions(store, "a", "b") == [1, 2]
 

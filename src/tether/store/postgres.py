@@ -345,32 +345,50 @@ class PostgresStore:
     ) -> None:
         """Every part's guarded append in one transaction; a part whose guard fails rolls it all back
         and is refused as a single append is. Streams are written in row-id order, so two
-        multi-stream appends over the same streams queue on each other instead of deadlocking."""
+        multi-stream appends over the same streams queue on each other instead of deadlocking.
+
+        The parts' statements go to the server in one pipeline (psycopg's pipeline mode): one round
+        trip for them all instead of one each, which is what a group commit of many tasks' records
+        waited on. A part refused by the primary key aborts the pipeline without saying which part
+        it was; the transaction is then written again one statement at a time, to name it."""
         order = sorted(range(len(appends)), key=ids.__getitem__)
         tries = 0
+        statements = [
+            append_statement(ids[i], tenant, part.task_id, part.events, part.fence, part.index)
+            for i, part in enumerate(appends)
+        ]
 
-        def write(conn: psycopg.Connection[Any]) -> int | None:
+        def write(conn: psycopg.Connection[Any], pipelined: bool) -> None:
             nonlocal tries
             tries += 1
             with conn.transaction():
+                # A try after a lost connection (``_run`` tries again only then): did the one before
+                # commit before its connection broke?
                 if tries > 1 and all(landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
-                    return None  # the try before committed, then lost its connection before it heard so
-                for i in order:
-                    part = appends[i]
-                    statement, params = append_statement(
-                        ids[i], tenant, part.task_id, part.events, part.fence, part.index
-                    )
+                    return
+                if pipelined and len(order) > 1:
                     try:
-                        cursor = conn.execute(statement, params)
-                    except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
-                        raise _PartRefusedError(i) from None
-                    inserted = cursor.fetchone()[0]  # type: ignore[index]
-                    if inserted != len(part.events):
+                        with conn.pipeline():
+                            cursors = [(i, conn.execute(*statements[i])) for i in order]
+                    except psycopg.errors.UniqueViolation:  # some part's seq was taken first: which?
+                        raise _AmbiguousRefusalError() from None
+                else:
+                    cursors = []
+                    for i in order:
+                        try:
+                            cursors.append((i, conn.execute(*statements[i])))
+                        except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
+                            raise _PartRefusedError(i) from None
+                for i, cursor in cursors:
+                    if cursor.fetchone()[0] != len(appends[i].events):  # type: ignore[index]
                         raise _PartRefusedError(i)  # leaving the block rolls every part back
-            return None
 
         try:
-            self._run(write)
+            try:
+                self._run(lambda conn: write(conn, True))
+            except _AmbiguousRefusalError:
+                tries = 0  # the first try was refused, not lost: nothing of it can have landed
+                self._run(lambda conn: write(conn, False))
         except _PartRefusedError as refused_part:
             i: int = refused_part.args[0]
             part = appends[i]
@@ -587,6 +605,10 @@ class PostgresStore:
         """Remove tether's schema and everything in it (tests use this to clean up)."""
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+
+class _AmbiguousRefusalError(Exception):
+    """A pipelined multi-stream append that the primary key refused, for a part not yet known."""
 
 
 class _PartRefusedError(Exception):
