@@ -268,6 +268,33 @@ def test_durable_run_records_model_and_tools(store_url: str) -> None:
     assert script.calls == 2 and len(keys) == 2
 
 
+def test_a_durable_agent_run_again_is_not_wrapped_twice(store_url: str) -> None:
+    """``run`` of an agent ``durable_agent`` already made: its model wraps the original model once and
+    its tools are recorded once, so each turn and each tool run is one recorded call (not a call
+    recorded inside another, which a replay cannot follow)."""
+    app = tether.App(store_url)
+    script = Script()
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"{q}: ok"
+
+    model = script.model()
+    agent = Agent(name="Support", model=model, tools=[lookup])
+
+    @app.task
+    async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
+        durable = durable_agent(ctx, agent)
+        assert durable_agent(ctx, durable).model.inner is model  # type: ignore[union-attr]
+        return str((await run(ctx, durable, question)).final_output)
+
+    assert app.run(support, "Where?", task_id="t1").output == "order: ok / parcel: ok"
+    assert [c.tool for c in app.state("t1").calls] == ["openai_agents.model", "lookup", "lookup", "openai_agents.model"]
+    assert script.calls == 2
+    assert app.replay("t1").clean
+
+
 def test_a_resumed_run_replays_recorded_turns(store_url: str) -> None:
     """The run stops in its second tool (an error that is not retried stops the task here); the
     retry answers the first model turn and the first tool from their records."""

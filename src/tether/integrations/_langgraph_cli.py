@@ -7,10 +7,11 @@ lists its events. These commands are the thread's own views: ``threads``, ``show
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 import orjson
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from rich.table import Table
 
 from tether.cli import (
@@ -24,18 +25,25 @@ from tether.cli import (
     errors_as_messages,
     json_option,
 )
-from tether.integrations._langgraph_log import CheckpointSaved, CheckpointsDeleted, WritesSaved, stream_id
+from tether.integrations._langgraph_log import (
+    CheckpointSaved,
+    CheckpointsDeleted,
+    WritesSaved,
+    decode_json,
+    list_threads,
+    read_thread,
+    stream_id,
+)
+from tether.log import TaskLog
 
-if TYPE_CHECKING:
-    from tether.integrations.langgraph import TetherSaver
+
+def _log(db: str | None) -> TaskLog:
+    return TaskLog(_url(db), tenant=_tenant())
 
 
-def _saver(db: str | None, tenant: str) -> TetherSaver:
-    from tether.integrations.langgraph import TetherSaver  # this module is run by that one
-
-    return TetherSaver(_url(db), tenant=tenant)
-
-
+# Threads are read as TetherSaver reads them (the fold in _langgraph_log), with the serializer it
+# uses unless given another; no saver is needed, nor its worker thread.
+_SERDE = JsonPlusSerializer()
 
 
 @click.group(context_settings=CONTEXT)
@@ -49,7 +57,8 @@ def main() -> None:
 @errors_as_messages
 def threads(db: str | None, as_json: bool) -> None:
     """Threads, most recently written first: checkpoints, namespaces, the newest checkpoint."""
-    infos = _saver(db, _tenant()).threads()
+    log = _log(db)
+    infos = list_threads(log, _SERDE, lambda thread_id: read_thread(log, thread_id), limit=100)
     if as_json:
         _emit_json(infos)
         return
@@ -76,25 +85,26 @@ def threads(db: str | None, as_json: bool) -> None:
 @errors_as_messages
 def show(thread_id: str, ns: str, db: str | None, as_json: bool) -> None:
     """The thread's newest checkpoint: its values (lists by their length and last item) and pending writes."""
-    saver = _saver(db, _tenant())
-    tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
-    if tup is None:
+    view = read_thread(_log(db), thread_id)
+    saved = view.latest(ns)
+    if saved is None:
         raise click.ClickException(f"no checkpoint for thread {thread_id!r} in namespace {ns!r}")
-    values = {k: _describe(v) for k, v in tup.checkpoint["channel_values"].items()}
-    writes = [{"task": t, "channel": c, "value": _describe(v)} for t, c, v in tup.pending_writes or []]
+    values = {k: _describe(v) for k, v in view.values(_SERDE, saved).items()}
+    writes = [{"task": t, "channel": c, "value": _describe(v)} for t, c, v in view.pending_writes(_SERDE, saved)]
+    meta = decode_json(_SERDE, saved.metadata)
     if as_json:
+        config = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": saved.id}
         _emit_json(
             {
-                "config": tup.config,
-                "metadata": orjson.loads(orjson.dumps(tup.metadata, default=str)),
+                "config": {"configurable": config},
+                "metadata": orjson.loads(orjson.dumps(meta, default=str)),
                 "values": values,
                 "pending_writes": writes,
             }
         )
         return
     out = _console()
-    meta = tup.metadata
-    out.print(f"[bold]{thread_id}[/] {ns or '(root)'} checkpoint {tup.config['configurable']['checkpoint_id']}")
+    out.print(f"[bold]{thread_id}[/] {ns or '(root)'} checkpoint {saved.id}")
     out.print(f"step {meta.get('step')} from {meta.get('source')}")
     for channel, text in values.items():
         out.print(f"  {channel}: {text}")
@@ -109,8 +119,7 @@ def show(thread_id: str, ns: str, db: str | None, as_json: bool) -> None:
 @errors_as_messages
 def history(thread_id: str, db: str | None, as_json: bool) -> None:
     """Every event of the thread, in order: checkpoints (with what each stored), writes, deletions."""
-    saver = _saver(db, _tenant())
-    log = saver.log
+    log = _log(db)
     rows = log.store.read_events(log.tenant, stream_id(thread_id))
     if not rows:
         raise click.ClickException(f"no LangGraph thread {thread_id!r}")

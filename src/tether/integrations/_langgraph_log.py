@@ -11,8 +11,10 @@ every namespace of the thread (the graph's and its subgraphs'). Three events, al
 - ``ThreadCompacted``: ``prune`` deleted the history before it; the events after it restate the
   checkpoints it kept, whole.
 
-This module imports nothing from LangGraph (so ``tether history`` can decode a thread's events
-without it); values are encoded by the saver's serializer, passed in.
+Reading a thread back (its view folded from its stream, a checkpoint's values and writes, the
+tenant's threads) is here too, below the saver: ``TetherSaver`` and its commands (``_langgraph_cli``)
+both read through it. This module imports nothing from LangGraph (so ``tether history`` can decode
+a thread's events without it); values are encoded by the saver's serializer, passed in.
 """
 
 from __future__ import annotations
@@ -21,12 +23,19 @@ import base64
 import dataclasses
 import hashlib
 from collections import OrderedDict
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from tether._streams import Stream
 from tether.errors import InvalidInputError
 from tether.events import Event, Recorded, _event
+from tether.integrations._gc import no_cycle_collection
+from tether.store import TaskFilter
+
+if TYPE_CHECKING:
+    from tether.log import TaskLog
 
 __all__ = [
     "THREAD_TYPE",
@@ -36,6 +45,8 @@ __all__ = [
     "ThreadCompacted",
     "ThreadView",
     "WritesSaved",
+    "list_threads",
+    "read_thread",
     "stream_id",
 ]
 
@@ -247,6 +258,12 @@ class ThreadView:
         self._flat: OrderedDict[int, tuple[Blob, list[Any]]] = OrderedDict()
 
     # -- folding ------------------------------------------------------------------------
+    def read(self, stream: Stream) -> None:
+        """Fold what the thread's ``stream`` holds past this view's version."""
+        with no_cycle_collection():
+            for rec in stream.read(after=self.version):
+                self.apply(rec)
+
     def apply(self, rec: Recorded) -> None:
         ev = rec.event
         if isinstance(ev, CheckpointSaved):
@@ -398,6 +415,14 @@ class ThreadView:
         newest = self._newest.get(ns)
         return self.checkpoints[(ns, newest)] if newest is not None else None
 
+    def values(self, serde: Serde, saved: Saved) -> dict[str, Any]:
+        """A checkpoint's channel values, decoded (its empty channels left out)."""
+        return {channel: self.value(serde, blob) for channel, blob in saved.sources.items() if blob.kind != "e"}
+
+    def pending_writes(self, serde: Serde, saved: Saved) -> list[tuple[str, str, Any]]:
+        """A checkpoint's pending writes, decoded: (task id, channel, value), in LangGraph's order."""
+        return [(w.task_id, w.channel, self.value(serde, w.blob)) for w in self.ordered_writes(saved.ns, saved.id)]
+
     def value(self, serde: Serde, blob: Blob) -> Any:
         """A fresh copy of a stored value (a list is a new list; its items are shared, decoded once)."""
         if blob.kind == "f":
@@ -474,3 +499,39 @@ class ThreadView:
         if not table:
             return []
         return sorted(table.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
+
+
+# ----------------------------------------------------------------------------- threads
+
+
+def read_thread(log: TaskLog, thread_id: str) -> ThreadView:
+    """A thread's view, folded from its whole stream (empty when there is no such thread)."""
+    view = ThreadView()
+    view.read(Stream(log, stream_id(thread_id), THREAD_TYPE))
+    return view
+
+
+def list_threads(
+    log: TaskLog, serde: Serde, view_of: Callable[[str], ThreadView], *, limit: int
+) -> list[dict[str, Any]]:
+    """The tenant's threads, most recently written first: how many checkpoints and events each holds,
+    its namespaces, and its newest checkpoint of the graph's own namespace (and that one's step).
+    ``view_of`` gives a thread's view by its id."""
+    rows = log.store.list_tasks(log.tenant, TaskFilter(type=THREAD_TYPE), limit=limit)
+    infos = []
+    for row in sorted(rows, key=lambda r: r.updated_at, reverse=True):
+        thread_id = thread_of(row.task_id)
+        view = view_of(thread_id)
+        latest = view.latest("")
+        infos.append(
+            {
+                "thread_id": thread_id,
+                "checkpoints": len(view.checkpoints),
+                "namespaces": sorted(ns for ns, ids in view.ids.items() if ids),
+                "latest": latest.id if latest is not None else None,
+                "step": decode_json(serde, latest.metadata).get("step") if latest is not None else None,
+                "events": row.version,
+                "updated_at": row.updated_at,
+            }
+        )
+    return infos

@@ -61,6 +61,7 @@ from tether.integrations._langgraph_log import (
     WritesSaved,
     decode_json,
     encode_json,
+    list_threads,
     stream_id,
     thread_of,
 )
@@ -165,9 +166,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             if row is None:
                 return thread
         if row.version != thread.view.version:
-            with no_cycle_collection():
-                for rec in thread.stream.read(after=thread.view.version):
-                    thread.view.apply(rec)
+            thread.view.read(thread.stream)
         thread.created_at = row.created_at
         return thread
 
@@ -207,10 +206,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
         checkpoint = decode_json(serde, saved.body)
         checkpoint["id"] = saved.id
         checkpoint["channel_versions"] = dict(saved.versions)
-        checkpoint["channel_values"] = {
-            channel: view.value(serde, blob) for channel, blob in saved.sources.items() if blob.kind != "e"
-        }
-        writes = [(w.task_id, w.channel, view.value(serde, w.blob)) for w in view.ordered_writes(saved.ns, saved.id)]
+        checkpoint["channel_values"] = view.values(serde, saved)
+        writes = view.pending_writes(serde, saved)
         parent = None
         if saved.parent is not None:
             parent = _config(thread_id, saved.ns, saved.parent)
@@ -500,25 +497,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
     def threads(self, *, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """The tenant's threads, most recently written first: how many checkpoints and events each holds,
         its namespaces, and its newest checkpoint of the graph's own namespace (and that one's step)."""
-        rows = self.log.store.list_tasks(self.log.tenant, TaskFilter(type=THREAD_TYPE), limit=limit)
-        rows = sorted(rows, key=lambda r: r.updated_at, reverse=True)
-        infos = []
-        for row in rows:
-            thread_id = thread_of(row.task_id)
-            view = self._thread(thread_id).view
-            latest = view.latest("")
-            infos.append(
-                {
-                    "thread_id": thread_id,
-                    "checkpoints": len(view.checkpoints),
-                    "namespaces": sorted(ns for ns, ids in view.ids.items() if ids),
-                    "latest": latest.id if latest is not None else None,
-                    "step": decode_json(self.serde, latest.metadata).get("step") if latest is not None else None,
-                    "events": row.version,
-                    "updated_at": row.updated_at,
-                }
-            )
-        return infos
+        return list_threads(self.log, self.serde, lambda thread_id: self._thread(thread_id).view, limit=limit)
 
     # ------------------------------------------------------------------ async twins
     # The same work, on the same worker thread; the event loop awaits it and never blocks on the store.
@@ -588,7 +567,7 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m tether.integrations.langgraph: the thread views
     import tether.integrations._langgraph_cli as thread_cli
 
     thread_cli.main()

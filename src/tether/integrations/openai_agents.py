@@ -35,6 +35,7 @@ import asyncio
 import contextvars
 import dataclasses
 import hashlib
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +162,12 @@ class DurableModel(Model):
         self._ctx = ctx
         self._inner = inner
         self._agent_name = agent_name
+
+    @property
+    def inner(self) -> Model | Callable[[], Model]:
+        """What this model wraps, as it was given: the model that answers, or the function that makes
+        it (not called here: unwrapping builds no client)."""
+        return self._inner
 
     def _model(self) -> Model:
         if not isinstance(self._inner, Model):
@@ -318,9 +325,16 @@ def _tool_call(tool: FunctionTool) -> _ToolCall:
     return known[1]
 
 
+# The on_invoke_tool functions of tools made durable here: such a tool (of an agent made durable
+# again, by run() of a durable agent or a handoff to one) is a recorded call already.
+_RECORDING: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+
+
 def _durable_tool(ctx: AsyncTaskContext, tool: Tool) -> Tool:
     if not isinstance(tool, FunctionTool):
         return tool  # hosted tools run at the provider: their results come back in the recorded response
+    if tool.on_invoke_tool in _RECORDING:
+        return tool  # recording it again would make a call inside a call, which a replay cannot follow
     inner = getattr(tool, "_agent_instance", None) if getattr(tool, "_is_agent_tool", False) else None
     if isinstance(inner, Agent) and isinstance(inner.model, DurableModel):
         # An agent made durable, used as a tool: it runs live, and its own model turns and tools are
@@ -336,6 +350,7 @@ def _durable_tool(ctx: AsyncTaskContext, tool: Tool) -> Tool:
         finally:
             _TOOL_CONTEXT.reset(token)
 
+    _RECORDING.add(on_invoke_tool)
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 
 
@@ -364,7 +379,7 @@ def durable_agent(
         model = original.model
         inner: Model | Callable[[], Model]
         if isinstance(model, Model):
-            inner = model._inner if isinstance(model, DurableModel) else model
+            inner = model.inner if isinstance(model, DurableModel) else model  # never wrapped twice
         else:
             name = model
 

@@ -26,7 +26,7 @@ from tether.events import (
     Event,
 )
 from tether.machine import Status
-from tether.model import ToolCall
+from tether.model import Attempt, ToolCall
 from tether.runtime._flow import CURRENT_CALL, Commit, Flow, Invoke, Wait, _tuple_new, invoke
 from tether.runtime._recording import Recorder
 from tether.runtime.specs import Registry, ToolSpec
@@ -74,6 +74,37 @@ class Issued(NamedTuple):
     arguments: dict[str, Any]
     key: str
     record: ToolCall | None
+
+
+def _intent(issued: Issued, attempt: int, kind: str, compensates: int | None) -> CallStarted:
+    """What is recorded before an attempt runs: the call's identity and arguments, so a crash inside
+    the attempt leaves its effect in doubt, never unknown."""
+    return CallStarted(
+        n=issued.n,
+        key=issued.key,
+        tool=issued.spec.name,
+        args=issued.arguments,
+        attempt=attempt,
+        kind=kind,
+        compensates=compensates,
+    )
+
+
+def _completion(
+    issued: Issued, attempt: int, recorded: Any, duration: float, kind: str, started: bool
+) -> CallCompleted:
+    """The record of an attempt that returned ``recorded``. A call whose record has not ``started``
+    (a readonly call has no intent) carries its identity in its completion."""
+    return CallCompleted(
+        n=issued.n,
+        result=recorded,
+        attempt=attempt,
+        duration=duration,
+        kind=kind,
+        key=None if started else issued.key,
+        tool=None if started else issued.spec.name,
+        args=None if started else issued.arguments,
+    )
 
 
 def _excerpt(arguments: Any, limit: int = 80) -> str:
@@ -152,79 +183,91 @@ class Calls:
                     traceback=last.traceback,
                 )
         try:  # a live call is counted in ``inflight`` from its issue until it ends
-            return (yield from self._live(issued, undo, kind, compensates, readonly))
+            if record is None:
+                return (yield from self._attempts(issued, undo, kind, compensates, readonly, 1, 0))
+            return (yield from self._resume(issued, undo, kind, compensates, readonly))
         finally:
             self._recorder.settled()
 
-    def _live(
+    def _resume(
         self, issued: Issued, undo: Callable[..., Any] | None, kind: str, compensates: int | None, readonly: bool
     ) -> Flow[Any]:
-        """A call with no outcome recorded: run it (again, under the same key), record each attempt."""
-        n, spec, args, kwargs, arguments, key, record = issued
+        """A call whose record ends with no outcome (the process stopped inside an attempt or during a
+        backoff, or the task was retried): settle where it stopped, then attempt again under the same key."""
+        n, spec, _, _, _, _, record = issued
+        assert record is not None
         rec = self._recorder
-        attempt = 1
-        if record is not None:
-            last = record.attempts[-1]
-            rec.going_live()  # the record ends inside this call: what follows is live
-            if last.finished_at is None:
-                # The process stopped inside this attempt: the effect may or may not have happened.
-                if spec.on_unknown == "raise":
-                    raise OutcomeUnknownError(key)
-                if callable(spec.on_unknown):
-                    found = yield Invoke(spec.on_unknown, (key,))
-                    assert found is not None
-                    if not found.ok:
-                        raise found.value
-                    if found.value is not None:
-                        found_done = CallCompleted(n=n, result=found.value, attempt=last.number, duration=0.0)
-                        yield _tuple_new(Commit, (rec.writer, [found_done]))
-                        if undo is not None:
-                            rec.compensate_with(n, self._registry.tool(undo), found.value)
-                        return spec.rehydrate(found.value)
-                stopped = time.time() - last.started_at.timestamp()
-                yield Commit(
-                    rec.writer,
-                    [
-                        CallAttemptFailed(
-                            n=n,
-                            attempt=last.number,
-                            error_type="Interrupted",
-                            message="the process stopped during this attempt",
-                            traceback=None,
-                            duration=stopped,
-                            backoff=0.0,
-                        )
-                    ]
-                )
-            elif last.backoff:
-                # Stopped (or suspended) during the backoff: wait only what is left of it.
-                assert last.finished_at is not None
-                until = last.finished_at.timestamp() + last.backoff
-                yield from self.backoff(until)
-            attempt = last.number + 1
+        last = record.attempts[-1]
+        rec.going_live()  # the record ends inside this call: what follows is live
+        if last.finished_at is None:
+            found = yield from self._in_doubt(issued, last)
+            if found is not None:
+                if undo is not None:
+                    rec.compensate_with(n, self._registry.tool(undo), found)
+                return spec.rehydrate(found)
+        elif last.backoff:
+            # Stopped (or suspended) during the backoff: wait only what is left of it.
+            yield from self.backoff(last.finished_at.timestamp() + last.backoff)
         # Attempts that ended in an error count against the policy; one cut short by a crash
         # does not (it is run again: at-least-once), though it keeps its number in the record;
         # nor do the attempts before a retry of the task (a retry is a fresh round).
-        errors = 0
-        if record is not None:
-            errors = sum(
-                1
-                for a in record.attempts
-                if a.error_type not in (None, "Interrupted") and a.number > record.retried_after
-            )
+        errors = sum(
+            1 for a in record.attempts if a.error_type not in (None, "Interrupted") and a.number > record.retried_after
+        )
+        return (yield from self._attempts(issued, undo, kind, compensates, readonly, last.number + 1, errors))
+
+    def _in_doubt(self, issued: Issued, last: Attempt) -> Flow[Any]:
+        """The attempt the process stopped inside: its effect may or may not have happened. The tool's
+        ``on_unknown`` decides: ``"raise"`` (:class:`~tether.errors.OutcomeUnknownError`), or a function
+        of the key whose answer, unless ``None``, is recorded as the call's result and returned;
+        otherwise the attempt is recorded as interrupted and ``None`` returned (it runs again)."""
+        n, spec, _, _, _, key, _ = issued
+        writer = self._recorder.writer
+        if spec.on_unknown == "raise":
+            raise OutcomeUnknownError(key)
+        if callable(spec.on_unknown):
+            found = yield Invoke(spec.on_unknown, (key,))
+            assert found is not None
+            if not found.ok:
+                raise found.value
+            if found.value is not None:
+                found_done = CallCompleted(n=n, result=found.value, attempt=last.number, duration=0.0)
+                yield _tuple_new(Commit, (writer, [found_done]))
+                return found.value
+        interrupted = CallAttemptFailed(
+            n=n,
+            attempt=last.number,
+            error_type="Interrupted",
+            message="the process stopped during this attempt",
+            traceback=None,
+            duration=time.time() - last.started_at.timestamp(),
+            backoff=0.0,
+        )
+        yield Commit(writer, [interrupted])
+        return None
+
+    def _attempts(
+        self,
+        issued: Issued,
+        undo: Callable[..., Any] | None,
+        kind: str,
+        compensates: int | None,
+        readonly: bool,
+        attempt: int,
+        errors: int,
+    ) -> Flow[Any]:
+        """Run the call live from attempt number ``attempt`` (``errors`` of its attempts already count
+        against its retry policy): the intent recorded before each attempt, unless it is readonly,
+        and the result after it; an error retried or recorded as the call's failure."""
+        n, spec, args, kwargs, _, key, record = issued
+        rec = self._recorder
         task_id = rec.task_id
         exists = record is not None
-
-        def intent(attempt: int) -> CallStarted:
-            return CallStarted(
-                n=n, key=key, tool=spec.name, args=arguments, attempt=attempt, kind=kind, compensates=compensates
-            )
-
         rec.going_live()
         writer = rec.writer
         while True:
             if not readonly:
-                yield _tuple_new(Commit, (writer, [intent(attempt)]))
+                yield _tuple_new(Commit, (writer, [_intent(issued, attempt, kind, compensates)]))
                 exists = True
             current = _tuple_new(CallInfo, (task_id, n, spec.name, key, attempt))
             outcome = yield invoke(spec.fn, args, kwargs, current)
@@ -235,17 +278,7 @@ class Calls:
                     # Live code gets what replay will get: the result's JSON form (as the tool's
                     # return annotation promises, for a model), never the object it happened to be.
                     recorded = as_json(value)
-                    # A readonly call has no intent: its completion carries the call's identity.
-                    done = CallCompleted(
-                        n=n,
-                        result=recorded,
-                        attempt=attempt,
-                        duration=outcome.duration,
-                        kind=kind,
-                        key=None if exists else key,
-                        tool=None if exists else spec.name,
-                        args=None if exists else arguments,
-                    )
+                    done = _completion(issued, attempt, recorded, outcome.duration, kind, exists)
                     yield _tuple_new(Commit, (writer, [done]))
                 except InvalidInputError as exc:
                     # The value cannot be stored: fail the call, never half-write it.
@@ -262,38 +295,49 @@ class Calls:
                 failure = outcome.value
                 errors += 1
                 retry = spec.retry.should_retry(failure, attempt=errors)
+            # A readonly call that failed: its record starts with this attempt.
+            started: list[Event] = [] if exists else [_intent(issued, attempt, kind, compensates)]
+            exists = True
             backoff = spec.retry.delay(attempt) if retry else None
-            tb = "".join(traceback.format_exception(failure))
-            events: list[Event] = []
-            if not exists:  # a readonly call that failed: its record starts with this attempt
-                events.append(intent(attempt))
-                exists = True
-            events.append(
-                CallAttemptFailed(
-                    n=n,
-                    attempt=attempt,
-                    error_type=type(failure).__name__,
-                    message=str(failure),
-                    traceback=tb,
-                    duration=outcome.duration,
-                    backoff=backoff,
-                )
-            )
-            if backoff is None:
-                exhausted = errors >= spec.retry.max_attempts
-                events.append(CallFailed(n=n, reason="no attempts left" if exhausted else "error not retried"))
-            yield _tuple_new(Commit, (writer, events))
-            if backoff is None:
-                raise ToolError(
-                    spec.name,
-                    key=key,
-                    error_type=type(failure).__name__,
-                    message=str(failure),
-                    attempts=errors,
-                    traceback=tb,
-                ) from failure
+            yield from self._record_error(issued, attempt, errors, failure, outcome.duration, backoff, started)
+            assert backoff is not None
             yield from self.backoff(time.time() + backoff)
             attempt += 1
+
+    def _record_error(
+        self,
+        issued: Issued,
+        attempt: int,
+        errors: int,
+        failure: BaseException,
+        duration: float,
+        backoff: float | None,
+        events: list[Event],
+    ) -> Flow[None]:
+        """Record an attempt that ended in ``failure`` (after ``events``): with its ``backoff`` when it is
+        retried, else with the call's failure, which is raised to the code as a :class:`ToolError`."""
+        n, spec, _, _, _, key, _ = issued
+        tb = "".join(traceback.format_exception(failure))
+        error_type = type(failure).__name__
+        events.append(
+            CallAttemptFailed(
+                n=n,
+                attempt=attempt,
+                error_type=error_type,
+                message=str(failure),
+                traceback=tb,
+                duration=duration,
+                backoff=backoff,
+            )
+        )
+        if backoff is None:
+            exhausted = errors >= spec.retry.max_attempts
+            events.append(CallFailed(n=n, reason="no attempts left" if exhausted else "error not retried"))
+        yield _tuple_new(Commit, (self._recorder.writer, events))
+        if backoff is None:
+            raise ToolError(
+                spec.name, key=key, error_type=error_type, message=str(failure), attempts=errors, traceback=tb
+            ) from failure
 
     def backoff(self, until: float) -> Flow[None]:
         """Wait until ``until``: here if it is short, else as a durable sleep that frees the worker."""

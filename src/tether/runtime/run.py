@@ -38,7 +38,7 @@ from tether.events import (
 )
 from tether.machine import TERMINAL, Status
 from tether.model import TaskState
-from tether.runtime._flow import RUNNING_TASK, Commit, Flow, Invoke, Io, drive, drive_async
+from tether.runtime._flow import RUNNING_TASK, Commit, Flow, Invoke, Io, Outcome, drive, drive_async
 from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, upcast_data
 from tether.runtime.calls import Calls
 from tether.runtime.context import AsyncTaskContext, TaskContext
@@ -82,12 +82,7 @@ def execute(
             if spec.is_async:
                 app.commits.run_started()
                 counted = True
-            if state.status is not Status.RUNNING:
-                yield Commit(rec.writer, [StatusChanged(status=Status.RUNNING.value)])
-            if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
-                migrated = spec.state.model_validate(upcast_data(spec, state)).model_dump(mode="json")
-                to = spec.data_version
-                yield Commit(rec.writer, [DataMigrated(data=migrated, from_version=state.data_version, to_version=to)])
+            yield from _begin(rec, spec, state)
             running = RUNNING_TASK.set(task_id)
             try:
                 outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
@@ -101,23 +96,7 @@ def execute(
             finally:
                 RUNNING_TASK.reset(running)
             assert outcome is not None
-            if rec.cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
-                yield from end_cancelled(rec, calls, rec.cancel_reason)
-            elif outcome.ok:
-                head = rec.cursor.first_left()
-                if head is not None:
-                    raise NonDeterminismError(
-                        task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
-                    )
-                try:
-                    done = [OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)]
-                    yield Commit(rec.writer, done)
-                except InvalidInputError as exc:
-                    yield from fail(rec, calls, exc)
-            else:
-                if isinstance(outcome.value, NOT_A_TASK_FAILURE):
-                    raise outcome.value
-                yield from fail(rec, calls, outcome.value)
+            yield from _end(rec, calls, outcome)
             return TaskHandle.of(rec.latest)
     except GeneratorExit:
         closed = True
@@ -131,6 +110,40 @@ def execute(
             _let_go(app, task_id, token)
         else:
             yield Io(_let_go, (app, task_id, token))
+
+
+def _begin(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
+    """What a run records before the task's code runs: the task running again, and its data
+    migrated to the version the code declares."""
+    if state.status is not Status.RUNNING:
+        yield Commit(rec.writer, [StatusChanged(status=Status.RUNNING.value)])
+    if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
+        migrated = spec.state.model_validate(upcast_data(spec, state)).model_dump(mode="json")
+        to = spec.data_version
+        yield Commit(rec.writer, [DataMigrated(data=migrated, from_version=state.data_version, to_version=to)])
+
+
+def _end(rec: Recorder, calls: Calls, outcome: Outcome) -> Flow[None]:
+    """The way out of a run whose code returned or raised: cancelled (a cancel came meanwhile),
+    completed with its output, or failed with compensation. What stops the run itself (a lost
+    lease, a non-determinism) is raised, recording nothing."""
+    if rec.cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
+        yield from end_cancelled(rec, calls, rec.cancel_reason)
+    elif outcome.ok:
+        head = rec.cursor.first_left()
+        if head is not None:
+            raise NonDeterminismError(
+                rec.task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
+            )
+        try:
+            done = [OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)]
+            yield Commit(rec.writer, done)
+        except InvalidInputError as exc:
+            yield from fail(rec, calls, exc)
+    else:
+        if isinstance(outcome.value, NOT_A_TASK_FAILURE):
+            raise outcome.value
+        yield from fail(rec, calls, outcome.value)
 
 
 def _record_of(app: App, task_id: str) -> tuple[list[Recorded], TaskState]:
@@ -215,6 +228,12 @@ def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[Rep
         rec.end()
         RUNNING_TASK.reset(running)
     assert outcome is not None
+    return _verdict(rec, state, outcome, recorded)
+
+
+def _verdict(rec: Recorder, state: TaskState, outcome: Outcome, recorded: int) -> ReplayReport:
+    """What a replay found, from how the code ended against the record: clean, or where they part."""
+    task_id = rec.task_id
     if isinstance(outcome.value, NonDeterminismError):
         return ReplayReport(task_id, False, rec.cursor.walked, recorded, str(outcome.value), outcome.value)
     head = rec.cursor.first_left()
