@@ -14,7 +14,19 @@ from tether.store import _sql
 from tether.store._postgres_io import to_jsonb
 from tether.store.base import EventRow, IndexUpdate
 
-__all__ = ["APPEND", "APPEND_ONE", "LATEST", "SQL", "append_statement", "drop_history", "landed", "replace_history"]
+__all__ = [
+    "APPEND",
+    "APPEND_ONE",
+    "LATEST",
+    "SQL",
+    "AmbiguousRefusalError",
+    "PartRefusedError",
+    "append_statement",
+    "drop_history",
+    "landed",
+    "replace_history",
+    "write_parts",
+]
 
 # One statement, one round trip: the guard (fencing token, predecessor present) and the
 # insert and the index update share a snapshot; a concurrent append of the same seq loses
@@ -189,3 +201,45 @@ def replace_history(
         raise ConflictError(task_id, expected=expected_version, actual=None) from None
     conn.execute(SQL.settle_row, _sql.settle_values(internal, events[-1]))
     return gone
+
+
+class AmbiguousRefusalError(Exception):
+    """A pipelined multi-stream append that the primary key refused, for a part not yet known."""
+
+
+class PartRefusedError(Exception):
+    """One part of a multi-stream append (its index, ``args[0]``) failed its guard: the transaction
+    is rolled back, then the part is refused with the reason the store gives."""
+
+
+def write_parts(
+    conn: psycopg.Connection[Any],
+    statements: Sequence[tuple[str, tuple[Any, ...] | dict[str, Any]]],
+    order: Sequence[int],
+    counts: Sequence[int],
+    *,
+    pipelined: bool,
+) -> None:
+    """Inside a transaction: each part's guarded append (``statements[i]``, in ``order``), checked to
+    have inserted its ``counts[i]`` events; :class:`PartRefusedError` names a part that did not.
+
+    ``pipelined``: the statements go to the server in one pipeline (psycopg's pipeline mode), one
+    round trip for them all instead of one each, which is what a group commit of many tasks' records
+    waited on. A part refused by the primary key aborts the pipeline without saying which part it
+    was: :class:`AmbiguousRefusalError`, and the caller writes it again unpipelined to name it."""
+    cursors: list[tuple[int, psycopg.Cursor[Any]]] = []
+    if pipelined and len(order) > 1:
+        try:
+            with conn.pipeline():
+                cursors = [(i, conn.execute(*statements[i])) for i in order]
+        except psycopg.errors.UniqueViolation:  # some part's seq was taken first: which?
+            raise AmbiguousRefusalError() from None
+    else:
+        for i in order:
+            try:
+                cursors.append((i, conn.execute(*statements[i])))
+            except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
+                raise PartRefusedError(i) from None
+    for i, cursor in cursors:
+        if cursor.fetchone()[0] != counts[i]:  # type: ignore[index]
+            raise PartRefusedError(i)  # leaving the transaction rolls every part back

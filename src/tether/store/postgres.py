@@ -52,7 +52,17 @@ from tether.store._postgres_io import (
     with_default_params,
 )
 from tether.store._postgres_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
-from tether.store._postgres_sql import LATEST, SQL, append_statement, drop_history, landed, replace_history
+from tether.store._postgres_sql import (
+    LATEST,
+    SQL,
+    AmbiguousRefusalError,
+    PartRefusedError,
+    append_statement,
+    drop_history,
+    landed,
+    replace_history,
+    write_parts,
+)
 from tether.store.base import (
     EventRow,
     IndexUpdate,
@@ -72,6 +82,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresStore"]
 
 log = logging.getLogger("tether")
 T = TypeVar("T")
+
 
 class PostgresStore:
     """The PostgreSQL backend.
@@ -241,9 +252,7 @@ class PostgresStore:
         key = (tenant, task_id)
         found = self._ids.get(key)
         if found is None:
-            row = self._run(
-                lambda c: c.execute(SQL.task_id, key).fetchone()
-            )
+            row = self._run(lambda c: c.execute(SQL.task_id, key).fetchone())
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
             found = self._ids[key] = int(row[0])
@@ -340,17 +349,13 @@ class PostgresStore:
             fresh = [self._fresh_id(tenant, a.task_id) for a in appends]
             self._append_streams(tenant, appends, fresh, retry=False)
 
-    def _append_streams(
-        self, tenant: str, appends: Sequence[StreamAppend], ids: list[int], *, retry: bool
-    ) -> None:
+    def _append_streams(self, tenant: str, appends: Sequence[StreamAppend], ids: list[int], *, retry: bool) -> None:
         """Every part's guarded append in one transaction; a part whose guard fails rolls it all back
         and is refused as a single append is. Streams are written in row-id order, so two
         multi-stream appends over the same streams queue on each other instead of deadlocking.
 
-        The parts' statements go to the server in one pipeline (psycopg's pipeline mode): one round
-        trip for them all instead of one each, which is what a group commit of many tasks' records
-        waited on. A part refused by the primary key aborts the pipeline without saying which part
-        it was; the transaction is then written again one statement at a time, to name it."""
+        The parts' statements go in one pipeline (:func:`write_parts`); a refusal that does not say
+        which part it was is written again one statement at a time, to name it."""
         order = sorted(range(len(appends)), key=ids.__getitem__)
         tries = 0
         statements = [
@@ -366,30 +371,15 @@ class PostgresStore:
                 # commit before its connection broke?
                 if tries > 1 and all(landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
                     return
-                if pipelined and len(order) > 1:
-                    try:
-                        with conn.pipeline():
-                            cursors = [(i, conn.execute(*statements[i])) for i in order]
-                    except psycopg.errors.UniqueViolation:  # some part's seq was taken first: which?
-                        raise _AmbiguousRefusalError() from None
-                else:
-                    cursors = []
-                    for i in order:
-                        try:
-                            cursors.append((i, conn.execute(*statements[i])))
-                        except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
-                            raise _PartRefusedError(i) from None
-                for i, cursor in cursors:
-                    if cursor.fetchone()[0] != len(appends[i].events):  # type: ignore[index]
-                        raise _PartRefusedError(i)  # leaving the block rolls every part back
+                write_parts(conn, statements, order, [len(a.events) for a in appends], pipelined=pipelined)
 
         try:
             try:
                 self._run(lambda conn: write(conn, True))
-            except _AmbiguousRefusalError:
+            except AmbiguousRefusalError:
                 tries = 0  # the first try was refused, not lost: nothing of it can have landed
                 self._run(lambda conn: write(conn, False))
-        except _PartRefusedError as refused_part:
+        except PartRefusedError as refused_part:
             i: int = refused_part.args[0]
             part = appends[i]
             stale = _StaleIdError if retry else None
@@ -514,9 +504,7 @@ class PostgresStore:
 
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         internal = self._fresh_id(tenant, task_id)
-        row = self._run(
-            lambda c: c.execute(SQL.latest_snapshot, (internal, min(at_most, 2**31 - 1))).fetchone()
-        )
+        row = self._run(lambda c: c.execute(SQL.latest_snapshot, (internal, min(at_most, 2**31 - 1))).fetchone())
         return None if row is None else SnapshotRow(*row)
 
     def read_latest(self, tenant: str, task_id: str) -> tuple[SnapshotRow | None, list[EventRow]]:
@@ -605,15 +593,6 @@ class PostgresStore:
         """Remove tether's schema and everything in it (tests use this to clean up)."""
         with psycopg.connect(self._conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
-
-
-class _AmbiguousRefusalError(Exception):
-    """A pipelined multi-stream append that the primary key refused, for a part not yet known."""
-
-
-class _PartRefusedError(Exception):
-    """One part of a multi-stream append (its index, ``args[0]``) failed its guard: the transaction
-    is rolled back, then the part is refused with the reason the store gives."""
 
 
 class _StaleIdError(Exception):
