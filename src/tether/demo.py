@@ -147,20 +147,7 @@ def run_demo(url: str, folder: Path, out: Any) -> dict[str, Any]:
     out.print(f"[bold]tether demo[/] — a 9-step trip-booking agent, task [cyan]{task_id}[/] in {redact_url(url)}")
     out.print("Process A runs the agent. At step 6 (holding the seat) it is killed with SIGKILL.\n")
 
-    first = _spawn(url, folder, task_id)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if any(e["kind"] == "tool" and e["tool"] == "hold_seat" for e in world.timeline()):
-            break
-        if first.poll() is not None:
-            raise RuntimeError(f"process A ended before step 6: {first.stderr.read().decode() if first.stderr else ''}")
-        time.sleep(0.02)
-    time.sleep(0.2)  # well inside the airline call: its intent is committed, its result is not
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    if first.stderr:
-        first.stderr.close()
-    pid_a = first.pid
+    pid_a = _killed_while_holding(url, folder, task_id, world)
     out.print(f"[red]✗ process A (pid {pid_a}) killed with SIGKILL during step 6[/]")
     out.print("Process B resumes the task from its log.\n")
 
@@ -189,9 +176,34 @@ def run_demo(url: str, folder: Path, out: Any) -> dict[str, Any]:
         "hold_attempts": sum(1 for e in timeline if e["kind"] == "tool" and e["tool"] == "hold_seat"),
         "seconds": round(time.time() - started, 2),
     }
+    _print_facts(out, facts)
+    return facts
+
+
+def _killed_while_holding(url: str, folder: Path, task_id: str, world: World) -> int:
+    """Process A runs the task until it is inside the airline call of step 6, then is SIGKILLed: its pid."""
+    first = _spawn(url, folder, task_id)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if any(e["kind"] == "tool" and e["tool"] == "hold_seat" for e in world.timeline()):
+            break
+        if first.poll() is not None:
+            raise RuntimeError(f"process A ended before step 6: {first.stderr.read().decode() if first.stderr else ''}")
+        time.sleep(0.02)
+    time.sleep(0.2)  # well inside the airline call: its intent is committed, its result is not
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    if first.stderr:
+        first.stderr.close()
+    return first.pid
+
+
+def _print_facts(out: Any, facts: dict[str, Any]) -> None:
+    """What the story proved, one tick a fact."""
+    task_id = facts["task_id"]
     out.print()
     tick = "[green]✓[/]"
-    out.print(f"{tick} task {state.status.value}: {state.output}")
+    out.print(f"{tick} task {facts['status']}: {facts['output']}")
     out.print(
         f"{tick} steps 1–5 run again by process B: {facts['steps_1_to_5_run_again_by_b']} "
         "(their results came from the log)"
@@ -202,7 +214,6 @@ def run_demo(url: str, folder: Path, out: Any) -> dict[str, Any]:
     )
     out.print(f"{tick} calendar invites sent: {facts['calendar_invites_sent']}")
     out.print(f"\n{facts['seconds']}s. Look closer: [bold]tether show {task_id}[/], [bold]tether history {task_id}[/]")
-    return facts
 
 
 def _print_timeline(

@@ -1,6 +1,6 @@
 """The shape of the house, read from the source with ``ast``: no room reaches into another's
 private attributes, private names stay inside their package, the runtime's modules import each
-other in one direction, and no module grows past ~600 lines.
+other in one direction, no module grows past ~600 lines and no function past ~60.
 
 The rules, as these tests apply them to every module of ``src/tether``:
 
@@ -19,12 +19,16 @@ The rules, as these tests apply them to every module of ``src/tether``:
 * **Import direction.** Among the modules of each package (``runtime/`` above all), the imports
   that run (at module level or inside functions — not those under ``if TYPE_CHECKING:``, which
   only name types) form no circle.
+* **Function length.** A function or method is at most 60 lines, from its ``def`` to its last
+  line (its docstring and nested functions included): a longer one is split along the parts it
+  has, each with a name. The exceptions are in :data:`LONG_FUNCTIONS`, each with its reason.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +54,18 @@ ALLOWED: dict[tuple[str, str], str] = {
 # Modules known to be over the line, at most as long as they are now: each is to be split by
 # the room that owns it, and may not grow meanwhile.
 OVER_600: dict[str, int] = {}
+
+FUNCTION_LINES = 60
+# (module path under src/tether, the function's qualified name) -> why it may be longer.
+LONG_FUNCTIONS: dict[tuple[str, str], str] = {
+    ("timetravel.py", "describe"): (
+        "a match with one case per event type: a table read down, not a procedure with parts"
+    ),
+    ("demo.py", "build_app"): (
+        "the demo's script: its four tools and the nine-step task that calls them, read top to bottom "
+        "as the story the demo tells"
+    ),
+}
 
 
 @functools.cache
@@ -81,6 +97,28 @@ def _is_package(module: str) -> bool:
 
 def _is_module(module: str) -> bool:
     return _is_package(module) or (SRC.parent / (module.replace(".", "/") + ".py")).is_file()
+
+
+def long_functions(rel: str, tree: ast.Module, limit: int = FUNCTION_LINES) -> list[str]:
+    """Functions and methods longer than ``limit`` lines, by qualified name, not in :data:`LONG_FUNCTIONS`."""
+    found = []
+    for name, node in _functions(tree):
+        lines = (node.end_lineno or node.lineno) - node.lineno + 1
+        if lines > limit and (rel, name) not in LONG_FUNCTIONS:
+            found.append(f"{rel}:{node.lineno}: {name} is {lines} lines")
+    return found
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function and method, nested ones too, with its qualified name (``Class.method``)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield prefix + node.name, node
+            yield from _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, f"{prefix}{node.name}.")
+        else:
+            yield from _functions(node, prefix)
 
 
 def private_reaches(rel: str, tree: ast.Module) -> list[str]:
@@ -243,6 +281,11 @@ def test_the_checks_catch_what_they_are_for() -> None:
     ]
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    sixty = "".join(f"    x = {n}\n" for n in range(60))  # with its def, a function of 61 lines
+    method = ast.parse("class A:\n    def f(self):\n" + textwrap.indent(sixty, "    "))
+    assert long_functions("x.py", method) == ["x.py:2: A.f is 61 lines"]
+    assert long_functions("x.py", ast.parse("def g():\n" + sixty), limit=61) == []
+    assert long_functions("timetravel.py", ast.parse("def describe():\n" + sixty)) == []  # allowed
 
 
 def test_no_module_is_over_600_lines() -> None:
@@ -253,3 +296,21 @@ def test_no_module_is_over_600_lines() -> None:
         if lines > OVER_600.get(rel, 600):
             over[rel] = lines
     assert over == {}, f"modules past ~600 lines (split them by concept): {over}"
+
+
+def test_no_function_is_over_60_lines() -> None:
+    found = [line for rel, tree in _modules() for line in long_functions(rel, tree)]
+    assert found == [], f"functions past {FUNCTION_LINES} lines (split them where the parts have names):\n" + "\n".join(
+        found
+    )
+
+
+def test_the_long_functions_list_has_no_stale_entries() -> None:
+    """Each allowed function exists and is still long: one split since is taken off the list."""
+    lengths = {
+        (rel, name): (node.end_lineno or node.lineno) - node.lineno + 1
+        for rel, tree in _modules()
+        for name, node in _functions(tree)
+    }
+    stale = {key for key in LONG_FUNCTIONS if lengths.get(key, 0) <= FUNCTION_LINES}
+    assert stale == set(), stale

@@ -238,9 +238,7 @@ class DurableModel(Model):
         events: asyncio.Queue[TResponseStreamEvent] = asyncio.Queue()
 
         async def send() -> dict[str, Any]:
-            final: Response | None = None
-            items: list[Any] = []
-            async for event in self._model().stream_response(
+            stream = self._model().stream_response(
                 system_instructions,
                 input,
                 model_settings,
@@ -251,18 +249,8 @@ class DurableModel(Model):
                 previous_response_id=previous_response_id,
                 conversation_id=conversation_id,
                 prompt=prompt,
-            ):
-                events.put_nowait(event)
-                if isinstance(event, ResponseCompletedEvent):
-                    final = event.response
-                elif isinstance(event, ResponseOutputItemDoneEvent):
-                    items.append(event.item)
-            if final is None:
-                raise ModelBehaviorError("the model's stream ended without a response.completed event")
-            dumped: dict[str, Any] = final.model_dump(mode="json")
-            if not dumped.get("output"):  # some backends only send the items as they finish
-                dumped["output"] = [item.model_dump(mode="json") for item in items]
-            return dumped
+            )
+            return await _relay(stream, events)
 
         token = _PENDING_REQUEST.set(send)
         try:  # issued here, so the call keeps its place in the task's order
@@ -272,16 +260,7 @@ class DurableModel(Model):
         finally:
             _PENDING_REQUEST.reset(token)
         try:
-            while not call.done() or not events.empty():
-                if events.empty():
-                    waiting = asyncio.ensure_future(events.get())
-                    await asyncio.wait({waiting, call}, return_when=asyncio.FIRST_COMPLETED)
-                    if not waiting.done():
-                        waiting.cancel()
-                        continue
-                    event = waiting.result()
-                else:
-                    event = events.get_nowait()
+            while (event := await _next_event(events, call)) is not None:
                 if not isinstance(event, ResponseCompletedEvent):
                     yield event
             recorded = call.result()
@@ -297,6 +276,41 @@ class DurableModel(Model):
     async def close(self) -> None:
         if isinstance(self._inner, Model):
             await self._inner.close()
+
+
+async def _relay(
+    stream: AsyncIterator[TResponseStreamEvent], events: asyncio.Queue[TResponseStreamEvent]
+) -> dict[str, Any]:
+    """Pass the model's live events on as they come; the final response, as the call records it."""
+    final: Response | None = None
+    items: list[Any] = []
+    async for event in stream:
+        events.put_nowait(event)
+        if isinstance(event, ResponseCompletedEvent):
+            final = event.response
+        elif isinstance(event, ResponseOutputItemDoneEvent):
+            items.append(event.item)
+    if final is None:
+        raise ModelBehaviorError("the model's stream ended without a response.completed event")
+    dumped: dict[str, Any] = final.model_dump(mode="json")
+    if not dumped.get("output"):  # some backends only send the items as they finish
+        dumped["output"] = [item.model_dump(mode="json") for item in items]
+    return dumped
+
+
+async def _next_event(
+    events: asyncio.Queue[TResponseStreamEvent], call: asyncio.Future[Any]
+) -> TResponseStreamEvent | None:
+    """The next event the relay passed on, or ``None`` once the call is done and none is left."""
+    while events.empty():
+        if call.done():
+            return None
+        waiting = asyncio.ensure_future(events.get())
+        await asyncio.wait({waiting, call}, return_when=asyncio.FIRST_COMPLETED)
+        if waiting.done():
+            return waiting.result()
+        waiting.cancel()
+    return events.get_nowait()
 
 
 class _ToolCall:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 try:
@@ -96,10 +96,37 @@ def create_app(
     check_id(tenant, "tenant")
     keys = KeyRing(store)
     feed = ChangeFeed(store)
-    # One App per thread and tenant: an App's TaskLog caches folded states and is not safe to load
-    # from two threads at once (a fold can take an event twice), while the store itself is.
-    local = threading.local()
     hosts = frozenset(allowed_hosts) if allowed_hosts is not None else LOOPBACK_HOSTS
+
+    def principal(request: Request) -> Principal:
+        return authenticate(request, keys, no_auth_tenant=tenant if no_auth else None, allowed_hosts=hosts)
+
+    api = FastAPI(
+        title="tether",
+        version="1",
+        description="Durable state for AI agents: tasks, their history and state, control, inputs, sessions.",
+        lifespan=_feed_running(feed),
+        docs_url=None,  # the interactive docs pages load their script from a CDN: the document is enough
+        redoc_url=None,
+        responses=_DOCUMENTED,  # type: ignore[arg-type]
+    )
+    api.state.store = store  # close it when done if create_app opened it from a URL
+    api.state.keys = keys
+    api.state.feed = feed
+    api.state.no_auth = no_auth
+    api.state.authenticate = principal
+    _add_error_handlers(api)
+    app_for = _apps_by_thread(store)
+    api.include_router(build_router(app_for, feed.bump, feed), responses=_DOCUMENTED)  # type: ignore[arg-type]
+    api.include_router(build_pages(app_for, principal, keys, no_auth=no_auth))
+    return api
+
+
+def _apps_by_thread(store: Store) -> Callable[[Principal], App]:
+    """The tenant's App for a principal, one per thread and tenant: an App's TaskLog caches folded
+    states and is not safe to load from two threads at once (a fold can take an event twice),
+    while the store itself is."""
+    local = threading.local()
 
     def app_for(who: Principal) -> App:
         if who.tenant == SYSTEM_TENANT:  # never reachable with a key; refused all the same
@@ -112,8 +139,11 @@ def create_app(
             found = apps[who.tenant] = App(store, tenant=who.tenant)
         return found
 
-    def principal(request: Request) -> Principal:
-        return authenticate(request, keys, no_auth_tenant=tenant if no_auth else None, allowed_hosts=hosts)
+    return app_for
+
+
+def _feed_running(feed: ChangeFeed) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The ASGI lifespan: the change feed's thread runs while the server does."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -123,20 +153,11 @@ def create_app(
         finally:
             feed.stop()
 
-    api = FastAPI(
-        title="tether",
-        version="1",
-        description="Durable state for AI agents: tasks, their history and state, control, inputs, sessions.",
-        lifespan=lifespan,
-        docs_url=None,  # the interactive docs pages load their script from a CDN: the document is enough
-        redoc_url=None,
-        responses=_DOCUMENTED,  # type: ignore[arg-type]
-    )
-    api.state.store = store  # close it when done if create_app opened it from a URL
-    api.state.keys = keys
-    api.state.feed = feed
-    api.state.no_auth = no_auth
-    api.state.authenticate = principal
+    return lifespan
+
+
+def _add_error_handlers(api: FastAPI) -> None:
+    """Every error answers with a body that has a ``code``: the tether error tree's, or ``invalid_request``."""
 
     @api.exception_handler(TetherError)
     async def tether_error(request: Request, exc: TetherError) -> JSONResponse:
@@ -150,10 +171,6 @@ def create_app(
         errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
         body = {"code": "invalid_request", "message": "the request does not fit the API", "errors": errors}
         return JSONResponse(body, status_code=422)
-
-    api.include_router(build_router(app_for, feed.bump, feed), responses=_DOCUMENTED)  # type: ignore[arg-type]
-    api.include_router(build_pages(app_for, principal, keys, no_auth=no_auth))
-    return api
 
 
 def _body(exc: TetherError) -> dict[str, Any]:

@@ -99,24 +99,43 @@ class Queued(BaseModel):
     note: str
 
 
-def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], feed: Any) -> APIRouter:
+AppFor = Callable[[Principal], App]
+"""Gives the tenant's App to a request's principal (one App per thread and tenant)."""
+
+
+def build_router(app_for: AppFor, bump: Callable[[], None], feed: Any) -> APIRouter:
     """The ``/v1`` routes (the authenticator is ``app.state.authenticate``). ``app_for`` gives the
     tenant's App, ``bump`` wakes live listeners after a write, ``feed`` is the :class:`ChangeFeed`."""
     router = APIRouter(prefix="/v1")
+    # In this order: the OpenAPI document lists the routes as they were added.
+    _add_whoami(router)
+    _add_task_reads(router, app_for)
+    _add_time_travel(router, app_for)
+    _add_branching(router, app_for, bump)
+    _add_steering(router, app_for, bump)
+    _add_inputs(router, app_for, bump)
+    _add_sessions_and_users(router, app_for)
+    _add_live(router, app_for, feed)
+    return router
 
-    def row_of(app: App, task_id: str) -> TaskRow:
-        check_id(task_id, "task_id")
-        row = app.store.get_task(app.tenant, task_id)
-        if row is None or row.type.startswith("tether."):
-            raise TaskNotFoundError(task_id, tenant=app.tenant)
-        return row
 
+def _row_of(app: App, task_id: str) -> TaskRow:
+    """The task's index row; a missing task, or one of tether's own streams, is not found."""
+    check_id(task_id, "task_id")
+    row = app.store.get_task(app.tenant, task_id)
+    if row is None or row.type.startswith("tether."):
+        raise TaskNotFoundError(task_id, tenant=app.tenant)
+    return row
+
+
+def _add_whoami(router: APIRouter) -> None:
     @router.get("/whoami", tags=["meta"])
     def whoami(who: Who) -> dict[str, str]:
         """The tenant this key acts in and the name its writes are recorded under."""
         return {"tenant": who.tenant, "name": who.name}
 
-    # ----------------------------------------------------------------- tasks
+
+def _add_task_reads(router: APIRouter, app_for: AppFor) -> None:
     @router.get("/tasks", response_model=TaskPage, tags=["tasks"])
     def list_tasks(
         who: Who,
@@ -154,14 +173,16 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         """A task: its summary line, its state (plan, steps, calls with args, results, attempts and
         durations, decisions, observations, failure, output) and its failure in words."""
         app = app_for(who)
-        row = row_of(app, task_id)
+        row = _row_of(app, task_id)
         return task_json(app, row, app.state(task_id))
 
+
+def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
     @router.get("/tasks/{task_id}/history", tags=["time travel"])
     def history(who: Who, task_id: TaskId, after: Seq = 0) -> dict[str, Any]:
         """Every event in order, in words, with the step it fell in (events after ``after``)."""
         app = app_for(who)
-        row_of(app, task_id)
+        _row_of(app, task_id)
         entries = [entry_json(e) for e in app.history(task_id) if e.seq > after]
         return {"task_id": task_id, "entries": entries}
 
@@ -175,7 +196,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     ) -> dict[str, Any]:
         """The state now, right after event ``at``, or just before / right after a step (number or name)."""
         app = app_for(who)
-        row_of(app, task_id)
+        _row_of(app, task_id)
         state = app.state(task_id, at=at, before_step=step_ref(before_step), after_step=step_ref(after_step))
         return state_json(state)
 
@@ -191,9 +212,9 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     ) -> dict[str, Any]:
         """An RFC 6902 patch from the state after event ``a`` to the state after ``b`` (of ``other``)."""
         app = app_for(who)
-        row_of(app, task_id)
+        _row_of(app, task_id)
         if other is not None:
-            row_of(app, other)
+            _row_of(app, other)
         result = app.diff(task_id, a, b, other=other)
         return {"a": result.a, "b": result.b, "patch": jsonable(result.patch), "text": result.render()}
 
@@ -201,58 +222,65 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     def fork_tree(who: Who, task_id: TaskId) -> dict[str, Any]:
         """The fork tree ``task_id`` is in: from its root, each task with the forks made of it."""
         app = app_for(who)
-        row = row_of(app, task_id)
-        seen = {row.task_id}
-        while row.parent_id is not None and row.parent_id not in seen:
-            parent = app.store.get_task(app.tenant, row.parent_id)
-            if parent is None:
-                break
-            seen.add(parent.task_id)
-            row = parent
-        children: dict[str, list[TaskRow]] = {}
-        for r in app.store.list_tasks(app.tenant, TaskFilter(), limit=_SCAN, offset=0):
-            if r.parent_id is not None:
-                children.setdefault(r.parent_id, []).append(r)
+        return _fork_tree(app, _row_of(app, task_id))
 
-        def node(r: TaskRow, depth: int) -> dict[str, Any]:
-            kids = sorted(children.get(r.task_id, []), key=lambda k: k.created_at) if depth < 50 else []
-            return {
-                "task_id": r.task_id,
-                "status": r.status,
-                "fork_at": r.parent_seq,
-                "forks": [node(k, depth + 1) for k in kids],
-            }
 
-        return node(row, 0)
+def _fork_tree(app: App, row: TaskRow) -> dict[str, Any]:
+    """The tree ``row`` is in, from its root: each task with the forks made of it."""
+    seen = {row.task_id}
+    while row.parent_id is not None and row.parent_id not in seen:
+        parent = app.store.get_task(app.tenant, row.parent_id)
+        if parent is None:
+            break
+        seen.add(parent.task_id)
+        row = parent
+    children: dict[str, list[TaskRow]] = {}
+    for r in app.store.list_tasks(app.tenant, TaskFilter(), limit=_SCAN, offset=0):
+        if r.parent_id is not None:
+            children.setdefault(r.parent_id, []).append(r)
 
-    # ----------------------------------------------------------------- control
+    def node(r: TaskRow, depth: int) -> dict[str, Any]:
+        kids = sorted(children.get(r.task_id, []), key=lambda k: k.created_at) if depth < 50 else []
+        return {
+            "task_id": r.task_id,
+            "status": r.status,
+            "fork_at": r.parent_seq,
+            "forks": [node(k, depth + 1) for k in kids],
+        }
+
+    return node(row, 0)
+
+
+def _add_branching(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
     @router.post("/tasks/{task_id}/fork", status_code=201, tags=["control"])
     def fork(who: Who, task_id: TaskId, body: ForkBody, request: Request) -> dict[str, Any]:
         """A new pending task sharing this task's history up to ``at``; a worker runs it from there."""
         app = app_for(who)
-        row_of(app, task_id)
+        _row_of(app, task_id)
         handle = app.fork(task_id, at=body.at, inputs=body.inputs, new_id=body.new_id, actor=who.name)
         _audit.info("%s/%s forked %s at %d as %s", who.tenant, who.name, task_id, body.at, handle.task_id)
         bump()
-        return task_json(app, row_of(app, handle.task_id), handle.state)
+        return task_json(app, _row_of(app, handle.task_id), handle.state)
 
     @router.post("/tasks/{task_id}/rewind", tags=["control"])
     def rewind(who: Who, task_id: TaskId, body: RewindBody) -> dict[str, Any]:
         """Go back to event ``to``: the task becomes a fork of itself there; the old branch stays as ``TASK~N``."""
         app = app_for(who)
-        row_of(app, task_id)
+        _row_of(app, task_id)
         handle = app.rewind(task_id, to=body.to, actor=who.name)
         _audit.info("%s/%s rewound %s to %d", who.tenant, who.name, task_id, body.to)
         bump()
-        return task_json(app, row_of(app, task_id), handle.state)
+        return task_json(app, _row_of(app, task_id), handle.state)
 
+
+def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
     @router.post("/tasks/{task_id}/resume", status_code=202, response_model=Queued, tags=["control"])
     def resume(who: Who, task_id: TaskId) -> Queued:
         """Make sure a worker will continue the task. The server has no task code, so it runs
         nothing: a task that is runnable is left to the workers; one that waits for an answer
         or a timer, or has finished, is refused (409) saying what it needs."""
         app = app_for(who)
-        row = row_of(app, task_id)
+        row = _row_of(app, task_id)
         state = app.state(task_id)
         now = time.time()
         if state.status.value in TERMINAL:
@@ -274,7 +302,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     def retry(who: Who, task_id: TaskId) -> Queued:
         """Send a failed task to run again with the workers' code; recorded with the key's name as actor."""
         app = app_for(who)
-        row_of(app, task_id)
+        _row_of(app, task_id)
         app.request_retry(task_id, actor=who.name)
         bump()
         status = app.state(task_id).status.value
@@ -285,7 +313,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         """Ask the task to stop; the next worker run compensates its completed calls and ends it
         cancelled (a running worker stops at its next step). Recorded with the key's name as actor."""
         app = app_for(who)
-        row_of(app, task_id)
+        _row_of(app, task_id)
         reason = (body or CancelBody()).reason
         before = app.state(task_id)
         if before.status is Status.CANCELLED or before.cancel_reason is not None:
@@ -295,7 +323,8 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         status = app.state(task_id).status.value
         return Queued(task_id=task_id, status=status, runnable=True, note="cancel requested; a worker ends it")
 
-    # ----------------------------------------------------------------- inputs
+
+def _add_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
     @router.get("/inputs", tags=["inputs"])
     def pending_inputs(
         who: Who,
@@ -313,12 +342,20 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         """Answer the task's wait ``key`` (checked against its schema; 400 with the reason if it does not
         fit). The task becomes runnable and a worker continues it. Recorded with the key's name as actor."""
         app = app_for(who)
-        row_of(app, task_id)
+        _row_of(app, task_id)
         handle = app.send_input(task_id, key, body.value, actor=who.name)
         bump()
         return {"task_id": task_id, "status": handle.status.value, "position": handle.position}
 
-    # ----------------------------------------------------------------- sessions and users
+
+def _open_session(app: App, session_id: str) -> Any:
+    check_id(session_id, "session_id")
+    if app.store.get_task(app.tenant, session_stream(session_id)) is None:
+        raise TaskNotFoundError(session_id, tenant=app.tenant)
+    return app.session(session_id)
+
+
+def _add_sessions_and_users(router: APIRouter, app_for: AppFor) -> None:
     @router.get("/sessions", tags=["sessions"])
     def sessions(
         who: Who,
@@ -332,12 +369,6 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
             check_id(user_id, "user_id")
         return {"items": jsonable(app.sessions(user_id=user_id, limit=limit, offset=offset))}
 
-    def open_session(app: App, session_id: str) -> Any:
-        check_id(session_id, "session_id")
-        if app.store.get_task(app.tenant, session_stream(session_id)) is None:
-            raise TaskNotFoundError(session_id, tenant=app.tenant)
-        return app.session(session_id)
-
     @router.get("/sessions/{session_id}/messages", tags=["sessions"])
     def messages(
         who: Who,
@@ -346,7 +377,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
     ) -> dict[str, Any]:
         """A session's messages in order, summaries beside them."""
-        session = open_session(app_for(who), session_id)
+        session = _open_session(app_for(who), session_id)
         return {
             "session_id": session_id,
             "messages": jsonable(session.messages(since=since, limit=limit)),
@@ -361,7 +392,7 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         keep_last: Annotated[int, Query(ge=0, le=10_000)] = 6,
     ) -> dict[str, Any]:
         """What would go into the next model call."""
-        session = open_session(app_for(who), session_id)
+        session = _open_session(app_for(who), session_id)
         result: dict[str, Any] = jsonable(session.window(max_tokens, keep_last=keep_last))
         return result
 
@@ -375,7 +406,8 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
         doc = app.user(user_id)
         return {"user_id": user_id, "version": doc.version, "document": jsonable(doc.get())}
 
-    # ----------------------------------------------------------------- live
+
+def _add_live(router: APIRouter, app_for: AppFor, feed: Any) -> None:
     @router.get("/events", tags=["live"], response_class=StreamingResponse)
     async def events(who: Who, request: Request) -> StreamingResponse:
         """Server-sent events: ``task`` (a task's summary when it changed) and ``input`` (a task began
@@ -385,11 +417,9 @@ def build_router(app_for: Callable[[Principal], App], bump: Callable[[], None], 
     @router.get("/tasks/{task_id}/events", tags=["live"], response_class=StreamingResponse)
     async def task_events(who: Who, task_id: TaskId, request: Request, after: Seq = 0) -> StreamingResponse:
         """Server-sent events: each new ``history`` entry of one task as it lands; ``end`` once it finished."""
-        await asyncio.to_thread(lambda: row_of(app_for(who), task_id))
+        await asyncio.to_thread(lambda: _row_of(app_for(who), task_id))
         stream = _history_events(lambda: app_for(who), task_id, after, request, feed)
         return StreamingResponse(stream, media_type="text/event-stream")
-
-    return router
 
 
 _RECHECK = 3.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
@@ -57,12 +58,31 @@ def _short(value: Any, limit: int = 160) -> str:
 def build_pages(
     app_for: Callable[[Principal], App], principal: Callable[[Request], Principal], keys: KeyRing, *, no_auth: bool
 ) -> APIRouter:
+    """The inspector's routes: logging in and out, its static files, and its pages."""
     router = APIRouter(include_in_schema=False)
+    frame = _Frame(app_for, principal, no_auth=no_auth)
+    _add_login(router, keys, frame)
+    _add_static(router)
+    _add_pages(router, frame)
+    return router
 
-    def page(request: Request, title: str, body: str, who: Principal | None) -> HTMLResponse:
+
+Render = Callable[[App, Request], str | Response]
+"""A page's body, from the tenant's App and the request."""
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """What every page shares: who is asking, and the document around a page's body."""
+
+    app_for: Callable[[Principal], App]
+    principal: Callable[[Request], Principal]
+    no_auth: bool
+
+    def page(self, request: Request, title: str, body: str, who: Principal | None) -> HTMLResponse:
         nav = ""
         if who is not None:
-            out = "" if no_auth else '<form method="post" action="/logout"><button>Log out</button></form>'
+            out = "" if self.no_auth else '<form method="post" action="/logout"><button>Log out</button></form>'
             nav = (
                 '<nav><a href="/">Tasks</a><a href="/inbox">Inbox</a><a href="/failed">Failed</a>'
                 f'<span class="who">{e(who.tenant)} · {e(who.name)}</span>{out}</nav>'
@@ -78,28 +98,29 @@ def build_pages(
             response.set_cookie(CSRF_COOKIE, new_csrf_token(), httponly=False, samesite="strict", path="/")
         return response
 
-    def guarded(
-        render: Callable[[Request, Principal], str | Response], title: str | Callable[[Request], str]
-    ) -> Callable[..., Any]:
+    def guarded(self, render: Render, title: str | Callable[[Request], str]) -> Callable[..., Any]:
+        """A page for a signed-in principal: the login page for anyone else, errors shown in the frame."""
+
         def handler(request: Request) -> Response:
             try:
-                who = principal(request)
+                who = self.principal(request)
             except AuthError as exc:
                 if exc.status == 401:
                     return RedirectResponse("/login", status_code=303)
                 return HTMLResponse(e(str(exc)), status_code=exc.status, headers=_HEADERS)
             try:
-                out = render(request, who)
+                out = render(self.app_for(who), request)
             except TaskNotFoundError as exc:
-                return page(request, "not found", f'<p class="error">{e(exc)}</p>', who)
+                return self.page(request, "not found", f'<p class="error">{e(exc)}</p>', who)
             except TetherError as exc:
-                return page(request, "error", f'<p class="error">{e(exc)}</p>', who)
+                return self.page(request, "error", f'<p class="error">{e(exc)}</p>', who)
             named = title(request) if callable(title) else title
-            return out if isinstance(out, Response) else page(request, named, out, who)
+            return out if isinstance(out, Response) else self.page(request, named, out, who)
 
         return handler
 
-    # -------------------------------------------------------------- login
+
+def _add_login(router: APIRouter, keys: KeyRing, frame: _Frame) -> None:
     @router.get("/login")
     def login_form(request: Request, error: str = "") -> HTMLResponse:
         message = '<p class="error">That key is not valid.</p>' if error else ""
@@ -109,7 +130,7 @@ def build_pages(
             '<input type="password" name="key" autocomplete="off" required placeholder="tk_…">'
             "<button>Log in</button></form>"
         )
-        return page(request, "log in", body, None)
+        return frame.page(request, "log in", body, None)
 
     @router.post("/login")
     async def login(request: Request) -> Response:
@@ -131,6 +152,8 @@ def build_pages(
         response.delete_cookie(KEY_COOKIE, path="/")
         return response
 
+
+def _add_static(router: APIRouter) -> None:
     @router.get("/static/{name}")
     def static(name: str) -> Response:
         if name not in _STATIC:
@@ -138,77 +161,78 @@ def build_pages(
         text = resources.files("tether.serve").joinpath("static", name).read_text(encoding="utf-8")
         return Response(text, media_type=_STATIC[name], headers={"Cache-Control": "no-cache"})
 
-    # -------------------------------------------------------------- pages
-    def task_list(request: Request, who: Principal) -> str:
-        app = app_for(who)
-        status = request.query_params.get("status") or ""
-        q = request.query_params.get("q") or ""
-        statuses = (status,) if status in {s.value for s in Status} else None
-        rows = app.store.list_tasks(app.tenant, TaskFilter(status=statuses), limit=1000, offset=0)
-        if q:
-            rows = [r for r in rows if q.lower() in f"{r.task_id} {r.type} {r.user_id or ''}".lower()]
-        shown = rows[:100]
-        options = "".join(
-            f'<option value="{s.value}"{" selected" if s.value == status else ""}>{s.value}</option>' for s in Status
-        )
-        lines = "".join(_task_row(summary_json(app, r)) for r in shown)
-        return (
-            f'<h1>Tasks</h1><form class="filters" method="get" action="/">'
-            f'<input name="q" value="{e(q)}" placeholder="search id, type, user" id="search">'
-            f'<select name="status" id="status-filter"><option value="">any status</option>{options}</select>'
-            f'<button>Filter</button></form><p class="count" id="count">{len(shown):,} of {len(rows):,}</p>'
-            '<table id="tasks" data-live="1"><thead><tr><th>task</th><th>type</th><th>status</th><th>position</th>'
-            f"<th>waiting for</th><th>held by</th><th>updated</th></tr></thead><tbody>{lines}</tbody></table>"
-        )
 
-    def task_page(request: Request, who: Principal) -> str:
-        app = app_for(who)
-        task_id = request.path_params["task_id"]
-        row = app.store.get_task(app.tenant, task_id)
-        if row is None or row.type.startswith("tether."):
-            raise TaskNotFoundError(task_id, tenant=app.tenant)
-        state = app.state(task_id)
-        history = app.history(task_id)
-        return _task_body(app, state, history, row.parent_id)
-
-    def inbox(request: Request, who: Principal) -> str:
-        items = app_for(who).pending_inputs(limit=200)
-        cards = "".join(
-            f'<section class="input" data-task="{e(p.task_id)}" data-key="{e(p.key)}">'
-            f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} '
-            f"waits for <code>{e(p.key)}</code></h2>"
-            f'<p class="prompt">{e(p.prompt or "")}</p>'
-            f'<script type="application/json" class="schema">{_data(p.schema)}</script>'
-            '<form class="answer"></form><p class="result"></p></section>'
-            for p in items
-        )
-        return (
-            f'<h1>Inbox</h1><p class="count">{len(items):,} waiting</p>{cards or "<p>Nothing waits for an answer.</p>"}'
-        )
-
-    def failed(request: Request, who: Principal) -> str:
-        app = app_for(who)
-        rows = app.store.list_tasks(app.tenant, TaskFilter(status=(Status.FAILED.value,)), limit=200, offset=0)
-        cards = []
-        for r in rows:
-            try:
-                text = failure_summary(app.state(r.task_id))
-            except TetherError as exc:
-                text = str(exc)
-            cards.append(
-                f'<section class="failed" data-task="{e(r.task_id)}"><h2><a href="/tasks/{e(r.task_id)}">'
-                f'{e(r.task_id)}</a> · {e(r.type)}</h2><p class="failure">{e(text)}</p>'
-                '<button class="retry">Retry</button><p class="result"></p></section>'
-            )
-        return f"<h1>Failed tasks</h1>{''.join(cards) or '<p>No failed tasks.</p>'}"
-
-    router.add_api_route("/", guarded(task_list, "tasks"), methods=["GET"])
+def _add_pages(router: APIRouter, frame: _Frame) -> None:
+    router.add_api_route("/", frame.guarded(_task_list, "tasks"), methods=["GET"])
     router.add_api_route(
-        "/tasks/{task_id}", guarded(task_page, lambda request: str(request.path_params["task_id"])), methods=["GET"]
+        "/tasks/{task_id}",
+        frame.guarded(_task_page, lambda request: str(request.path_params["task_id"])),
+        methods=["GET"],
     )
-    router.add_api_route("/inbox", guarded(inbox, "inbox"), methods=["GET"])
-    router.add_api_route("/failed", guarded(failed, "failed"), methods=["GET"])
-    return router
+    router.add_api_route("/inbox", frame.guarded(_inbox, "inbox"), methods=["GET"])
+    router.add_api_route("/failed", frame.guarded(_failed, "failed"), methods=["GET"])
+
+
+def _task_list(app: App, request: Request) -> str:
+    status = request.query_params.get("status") or ""
+    q = request.query_params.get("q") or ""
+    statuses = (status,) if status in {s.value for s in Status} else None
+    rows = app.store.list_tasks(app.tenant, TaskFilter(status=statuses), limit=1000, offset=0)
+    if q:
+        rows = [r for r in rows if q.lower() in f"{r.task_id} {r.type} {r.user_id or ''}".lower()]
+    shown = rows[:100]
+    options = "".join(
+        f'<option value="{s.value}"{" selected" if s.value == status else ""}>{s.value}</option>' for s in Status
+    )
+    lines = "".join(_task_row(summary_json(app, r)) for r in shown)
+    return (
+        f'<h1>Tasks</h1><form class="filters" method="get" action="/">'
+        f'<input name="q" value="{e(q)}" placeholder="search id, type, user" id="search">'
+        f'<select name="status" id="status-filter"><option value="">any status</option>{options}</select>'
+        f'<button>Filter</button></form><p class="count" id="count">{len(shown):,} of {len(rows):,}</p>'
+        '<table id="tasks" data-live="1"><thead><tr><th>task</th><th>type</th><th>status</th><th>position</th>'
+        f"<th>waiting for</th><th>held by</th><th>updated</th></tr></thead><tbody>{lines}</tbody></table>"
+    )
+
+
+def _task_page(app: App, request: Request) -> str:
+    task_id = request.path_params["task_id"]
+    row = app.store.get_task(app.tenant, task_id)
+    if row is None or row.type.startswith("tether."):
+        raise TaskNotFoundError(task_id, tenant=app.tenant)
+    state = app.state(task_id)
+    history = app.history(task_id)
+    return _task_body(app, state, history, row.parent_id)
+
+
+def _inbox(app: App, request: Request) -> str:
+    items = app.pending_inputs(limit=200)
+    cards = "".join(
+        f'<section class="input" data-task="{e(p.task_id)}" data-key="{e(p.key)}">'
+        f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} '
+        f"waits for <code>{e(p.key)}</code></h2>"
+        f'<p class="prompt">{e(p.prompt or "")}</p>'
+        f'<script type="application/json" class="schema">{_data(p.schema)}</script>'
+        '<form class="answer"></form><p class="result"></p></section>'
+        for p in items
+    )
+    return f'<h1>Inbox</h1><p class="count">{len(items):,} waiting</p>{cards or "<p>Nothing waits for an answer.</p>"}'
+
+
+def _failed(app: App, request: Request) -> str:
+    rows = app.store.list_tasks(app.tenant, TaskFilter(status=(Status.FAILED.value,)), limit=200, offset=0)
+    cards = []
+    for r in rows:
+        try:
+            text = failure_summary(app.state(r.task_id))
+        except TetherError as exc:
+            text = str(exc)
+        cards.append(
+            f'<section class="failed" data-task="{e(r.task_id)}"><h2><a href="/tasks/{e(r.task_id)}">'
+            f'{e(r.task_id)}</a> · {e(r.type)}</h2><p class="failure">{e(text)}</p>'
+            '<button class="retry">Retry</button><p class="result"></p></section>'
+        )
+    return f"<h1>Failed tasks</h1>{''.join(cards) or '<p>No failed tasks.</p>'}"
 
 
 def _task_row(s: dict[str, Any]) -> str:
@@ -222,39 +246,11 @@ def _task_row(s: dict[str, Any]) -> str:
 
 def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) -> str:
     tid = state.task_id
-    failure = ""
-    if state.status in (Status.FAILED, Status.CANCELLED):
-        failure = f'<div class="failure"><h2>Failure</h2><p>{e(failure_summary(state))}</p>'
-        if state.failure is not None and state.failure.traceback:
-            failure += f"<details><summary>traceback</summary><pre>{e(state.failure.traceback)}</pre></details>"
-        failure += "</div>"
-    waiting = ""
-    if state.waiting is not None:
-        w = state.waiting
-        waiting = (
-            f'<section class="input" data-task="{e(tid)}" data-key="{e(w.key)}"><h2>Waiting for <code>{e(w.key)}</code>'
-            f'</h2><p class="prompt">{e(w.prompt or "")}</p>'
-            f'<script type="application/json" class="schema">{_data(w.input_schema)}</script>'
-            '<form class="answer"></form><p class="result"></p></section>'
-        )
     actions = []
     if state.status is Status.FAILED:
         actions.append('<button class="retry">Retry</button>')
     if state.status.value not in ("completed", "failed", "cancelled"):
         actions.append('<button class="cancel">Cancel</button>')
-    timeline = "".join(
-        f'<li class="point {e(h.type)}" data-seq="{h.seq}" tabindex="0">'
-        f"{f'<span class=boundary>{e(h.boundary)}</span>' if h.boundary else ''}"
-        f'<span class="seq">#{h.seq}</span> <span class="type">{e(h.type)}</span> {e(h.summary)}</li>'
-        for h in history
-    )
-    calls = "".join(
-        f'<tr class="call {e(c.kind)}"><td>{c.n}</td>'
-        f"<td>{e(c.tool)}{' (compensation)' if c.kind == 'compensation' else ''}</td><td>{e(c.status)}</td>"
-        f"<td><code>{e(_short(c.args))}</code></td><td><code>{e(_short(c.result))}</code></td>"
-        f"<td>{_attempts(c)}</td><td>{e(_duration(c))}</td></tr>"
-        for c in state.calls
-    )
     decisions = "".join(
         f"<li><b>{e(d.name)}</b>: {e(_short(d.choice))} — {e(d.rationale or '')}</li>" for d in state.decisions
     )
@@ -272,16 +268,58 @@ def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) 
         f'<div class="actions">{"".join(actions)}<form class="fork"><label>Fork at event '
         f'<input type="number" name="at" min="1" max="{state.version}" value="{state.version}"></label>'
         f'<button>Fork</button></form></div><p class="result" id="action-result"></p>'
-        f"{failure}{waiting}"
+        f"{_failure_section(state)}{_waiting_section(state)}"
         '<div class="columns"><section><h2>Timeline</h2><ol id="timeline">'
-        f'{timeline}</ol></section><section id="inspect"><h2>State at <span id="at">now</span></h2>'
+        f'{_timeline(history)}</ol></section><section id="inspect"><h2>State at <span id="at">now</span></h2>'
         '<h3>Changes from the point before</h3><pre id="diff">click a point in the timeline</pre>'
         '<h3>State</h3><pre id="state"></pre></section></div>'
         f'<h2>Calls</h2><table class="calls"><thead><tr><th>#</th><th>tool</th><th>status</th><th>args</th>'
-        f"<th>result</th><th>attempts</th><th>duration</th></tr></thead><tbody>{calls}</tbody></table>"
+        f"<th>result</th><th>attempts</th><th>duration</th></tr></thead><tbody>{_call_rows(state.calls)}</tbody></table>"
         f"<h2>Decisions</h2><ul>{decisions or '<li>none</li>'}</ul>"
         f"<h2>Output</h2><pre>{e(_short(state.output, 2000))}</pre>"
         f'<section><h2>Fork tree</h2><div id="tree"></div></section>{session}</div>'
+    )
+
+
+def _failure_section(state: Any) -> str:
+    """Why a failed or cancelled task ended, with the traceback folded away."""
+    if state.status not in (Status.FAILED, Status.CANCELLED):
+        return ""
+    failure = f'<div class="failure"><h2>Failure</h2><p>{e(failure_summary(state))}</p>'
+    if state.failure is not None and state.failure.traceback:
+        failure += f"<details><summary>traceback</summary><pre>{e(state.failure.traceback)}</pre></details>"
+    return failure + "</div>"
+
+
+def _waiting_section(state: Any) -> str:
+    """The question a task waits on, with the form the script fills from its JSON schema."""
+    if state.waiting is None:
+        return ""
+    w = state.waiting
+    return (
+        f'<section class="input" data-task="{e(state.task_id)}" data-key="{e(w.key)}"><h2>Waiting for '
+        f'<code>{e(w.key)}</code></h2><p class="prompt">{e(w.prompt or "")}</p>'
+        f'<script type="application/json" class="schema">{_data(w.input_schema)}</script>'
+        '<form class="answer"></form><p class="result"></p></section>'
+    )
+
+
+def _timeline(history: list[Any]) -> str:
+    return "".join(
+        f'<li class="point {e(h.type)}" data-seq="{h.seq}" tabindex="0">'
+        f"{f'<span class=boundary>{e(h.boundary)}</span>' if h.boundary else ''}"
+        f'<span class="seq">#{h.seq}</span> <span class="type">{e(h.type)}</span> {e(h.summary)}</li>'
+        for h in history
+    )
+
+
+def _call_rows(calls: list[Any]) -> str:
+    return "".join(
+        f'<tr class="call {e(c.kind)}"><td>{c.n}</td>'
+        f"<td>{e(c.tool)}{' (compensation)' if c.kind == 'compensation' else ''}</td><td>{e(c.status)}</td>"
+        f"<td><code>{e(_short(c.args))}</code></td><td><code>{e(_short(c.result))}</code></td>"
+        f"<td>{_attempts(c)}</td><td>{e(_duration(c))}</td></tr>"
+        for c in calls
     )
 
 
