@@ -81,9 +81,11 @@ def test_inspect_answer_and_fork_in_a_browser(page: Any, served: Served, tmp_pat
 
         # The list is live: a task started elsewhere appears without a reload.
         newcomer = served.app.start("trip", city="Porto").task_id
-        expect(page.locator(f'tr[data-task="{newcomer}"]')).to_have_count(1)
+        # (Pushed by the change feed, whose wake-up and re-listing a loaded machine can slow past
+        # the default 5 s: waited for up to 20 s, still without a reload.)
+        expect(page.locator(f'tr[data-task="{newcomer}"]')).to_have_count(1, timeout=20_000)
         work(served.app)
-        expect(page.locator(f'tr[data-task="{newcomer}"] td.status')).to_have_text("awaiting_input")
+        expect(page.locator(f'tr[data-task="{newcomer}"] td.status')).to_have_text("awaiting_input", timeout=20_000)
         page.fill("#search", "brok")
         expect(page.locator("#tasks tbody tr:visible")).to_have_count(1)
         page.fill("#search", "")
