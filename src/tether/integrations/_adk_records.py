@@ -32,7 +32,7 @@ __all__ = [
     "app_prefix",
     "encoded_shared",
     "fold_state",
-    "listed_session",
+    "listed_sessions",
     "message_of",
     "scoped",
     "session_key",
@@ -147,15 +147,31 @@ _SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
 _SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
-def listed_session(session_id: str, app_name: str, user_id: str, state: dict[str, Any], at: float) -> AdkSession:
-    """An ADK ``Session`` from values of the right types: what ``model_construct`` builds (no
-    validation, every field set), in a fraction of its time. Validating each of 10,000 listed
-    sessions again was most of ``list_sessions``' cost; a test checks the result equals a validated one."""
-    session: AdkSession = object.__new__(AdkSession)
-    fields: dict[str, Any] = {"id": session_id, "app_name": app_name, "user_id": user_id, "state": state}
-    fields["events"], fields["last_update_time"] = [], at
-    object.__setattr__(session, "__dict__", fields)
-    _SET_FIELDS_SET(session, set(_LISTED_FIELDS))
-    _SET_EXTRA(session, None)
-    _SET_PRIVATE(session, {"_storage_update_marker": None})
-    return session
+def listed_sessions(
+    app_name: str, order: Iterable[tuple[float, str, str]], states: Iterable[dict[str, Any]]
+) -> list[AdkSession]:
+    """ADK ``Session``\\ s from values of the right types — each session's last update, user and id,
+    and its state — as ``model_construct`` builds them (no validation, every field set), in a
+    fraction of its time: validating each of 10,000 listed sessions again was most of
+    ``list_sessions``' cost. A test checks that each equals a validated one. One loop, its names
+    bound locally: at 10,000 sessions a function call per session is a fifth of the time."""
+    new, set_dict = object.__new__, object.__setattr__
+    set_fields, set_extra, set_private, fields_set = _SET_FIELDS_SET, _SET_EXTRA, _SET_PRIVATE, _LISTED_FIELDS
+    sessions: list[AdkSession] = []
+    append = sessions.append
+    for (at, user_id, session_id), state in zip(order, states, strict=True):
+        session = new(AdkSession)
+        fields: dict[str, Any] = {
+            "id": session_id,
+            "app_name": app_name,
+            "user_id": user_id,
+            "state": state,
+            "events": [],
+            "last_update_time": at,
+        }
+        set_dict(session, "__dict__", fields)
+        set_fields(session, set(fields_set))
+        set_extra(session, None)
+        set_private(session, {"_storage_update_marker": None})
+        append(session)
+    return sessions

@@ -7,6 +7,9 @@ text, the model's text and function calls, the function responses — carrying t
 verbatim. State follows ADK's scopes: ``app:`` keys live in one tether document per app, ``user:``
 keys in one per (app, user), ``temp:`` keys are never stored, and the rest belong to the session.
 
+- ``create_session`` writes a session's ``app:``/``user:`` keys in one transaction with the message
+  that makes it a session (its stream is opened first, unfinished and seen by no reader): a create
+  that dies leaves nothing a reader sees, and the same create again finishes it.
 - ``append_event`` is one optimistic append at the version the session object was read at, in one
   transaction with the changes its ``app:``/``user:`` delta makes to the shared documents (all or
   nothing): an append from a session object another writer has since moved past raises ADK's
@@ -15,8 +18,9 @@ keys in one per (app, user), ``temp:`` keys are never stored, and the rest belon
   after_timestamp)``) with ranged reads, and the session's state from a snapshot plus the events
   after it: its cost does not grow with the session's history.
 - ``list_sessions`` returns each session with its merged state and no events, as ADK's own
-  services do: one read of the index, and each session's own state from this service's cache
-  unless the session moved since the service last saw it (then the records after it are read).
+  services do: one narrow read of the sessions' versions, and each session's own state from this
+  service's cache unless the session moved since the service last saw it (then the records after
+  it are read). The stored form is described in :mod:`._adk_records`.
 
 Example:
     >>> import asyncio, tether
@@ -74,7 +78,7 @@ from tether.integrations._adk_records import (
     app_prefix,
     encoded_shared,
     fold_state,
-    listed_session,
+    listed_sessions,
     message_of,
     scoped,
     session_key,
@@ -351,11 +355,7 @@ class TetherSessionService(BaseSessionService):
             order, states = self._listing(app_name, positions, documents)
             self._last_listing = ((app_name, user_id), positions, documents, order, states)
         with no_cycle_collection():  # thousands of sessions built and kept: no collection walks them midway
-            decoded = orjson.loads(states)
-            sessions = [
-                listed_session(sid, app_name, owner, state, at)
-                for (at, owner, sid), state in zip(order, decoded, strict=True)
-            ]
+            sessions = listed_sessions(app_name, order, orjson.loads(states))
         return ListSessionsResponse.model_construct(sessions=sessions)
 
     def _document_positions(self, app_name: str, user_id: str | None) -> list[StreamPosition]:
