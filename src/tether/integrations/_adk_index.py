@@ -25,7 +25,6 @@ from typing import Any
 
 from tether.store import Store, TaskFilter
 from tether.store._sql import pyformat
-from tether.store.sqlite import SQLiteStore
 
 __all__ = ["StreamPosition", "stream_positions"]
 
@@ -58,7 +57,9 @@ def stream_positions(
     params: list[Any] = [tenant, type, len(prefix), prefix]
     if user_id is not None:
         query, params = query + _OF_USER, [*params, user_id]
-    if isinstance(store, SQLiteStore):
+    # A backend's module is imported if, and only if, a store of it exists: none is imported here.
+    sqlite_backend, postgres = sys.modules.get("tether.store.sqlite"), sys.modules.get("tether.store.postgres")
+    if sqlite_backend is not None and isinstance(store, sqlite_backend.SQLiteStore):
         if few and user_id is None:
             following = prefix[:-1] + chr(ord(prefix[-1]) + 1)  # the first id past every id with the prefix
             query, params = query + _IN_RANGE, [*params, prefix, following]
@@ -68,7 +69,6 @@ def stream_positions(
             return rows
         except sqlite3.Error:
             pass  # the store's own read, below, raises it as the store's error
-    postgres = sys.modules.get("tether.store.postgres")  # imported if, and only if, a PostgresStore exists
     if postgres is not None and isinstance(store, postgres.PostgresStore):
         statement = pyformat(query)
         found: list[StreamPosition] = store._run(lambda conn: conn.execute(statement, params).fetchall())
