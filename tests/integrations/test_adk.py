@@ -7,8 +7,9 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,10 @@ from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
 import tether
+from tests.conftest import dump_database, pg_url
 from tests.integrations.conftest import CHILD_ENV, HERE
+from tether._streams import Stream
+from tether.conversation import SESSION_TYPE, SessionOpened
 from tether.integrations import adk as tether_adk
 from tether.integrations.adk import TetherMemoryService, TetherSessionService
 
@@ -312,6 +316,170 @@ def test_an_append_dying_at_any_write_leaves_no_half(
 
     for k in range(1, len(writes) + 1):
         asyncio.run(dies_at(k))
+
+
+_CLOCK = 1_700_000_000.0  # a frozen clock: two creates of one session write the same bytes
+
+
+class _Databases:
+    """A fresh database of the test's backend each time: a SQLite file, a PostgreSQL schema, a
+    memory store; dropped at the end."""
+
+    def __init__(self, store_url: str, folder: Path) -> None:
+        self.store_url, self.folder, self.schemas = store_url, folder, []
+
+    def fresh(self) -> str:
+        self.made = getattr(self, "made", 0) + 1
+        if self.store_url.startswith("sqlite"):
+            return f"sqlite:///{self.folder / f'db{self.made}.db'}"
+        if self.store_url.startswith("postgresql"):
+            schemas = pg_url("adkc")
+            self.schemas.append(schemas)
+            return next(schemas)
+        return "memory://"
+
+    def drop(self) -> None:
+        for schemas in self.schemas:
+            next(schemas, None)
+
+
+def _on_writes(patch: pytest.MonkeyPatch, store: Any, hook: Callable[[str, Callable[[], Any]], Any]) -> None:
+    """Route each write the store makes through ``hook(name, write)``; ``write()`` makes it."""
+    for name in _WRITES:
+
+        def routed(*args: Any, _name: str = name, _original: Any = getattr(store, name), **kw: Any) -> Any:  # noqa: B008
+            return hook(_name, lambda: _original(*args, **kw))
+
+        patch.setattr(store, name, routed)
+
+
+def _dying_at(k: int, when: str) -> Callable[[str, Callable[[], Any]], Any]:
+    """A hook for :func:`_on_writes`: the process dies just ``before`` or ``after`` the k-th write."""
+    count = 0
+
+    def hook(name: str, write: Callable[[], Any]) -> Any:
+        nonlocal count
+        count += 1
+        if count == k and when == "before":
+            raise _Died
+        result = write()
+        if count == k:
+            raise _Died
+        return result
+
+    return hook
+
+
+def _dump(url: str, store: Any) -> Any:
+    """The database, byte for byte (:func:`dump_database`), but for PostgreSQL's row ids: a failed
+    insert uses up a sequence number there, so each stream is named by its id, not its row id."""
+    dumped: Any = dump_database(url, store)
+    if not url.startswith("postgresql"):
+        return dumped
+    names = {row[0]: row[2] for row in dumped["tasks"]}  # row id -> stream id
+    named = dict(dumped)
+    for table in ("events", "snapshots"):
+        named[table] = sorted((names[row[0]], *row[1:]) for row in dumped[table])
+    named["tasks"] = sorted((*row[1:8], names.get(row[8], row[8]), *row[9:]) for row in dumped["tasks"])
+    return named
+
+
+def _create_shop_s(service: TetherSessionService, state: dict[str, Any]) -> AdkSession:
+    return asyncio.run(service.create_session(app_name="shop", user_id="ada", session_id="s", state=state))
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-keys", "own-keys"])
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_create_dying_at_any_write_leaves_nothing_half_written(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str, shared: bool
+) -> None:
+    """Fault injection: the process dies just before, or just after, each write create_session makes
+    to the store. Whichever, the database is byte for byte what a create that never died leaves
+    after some of its writes (never part of one); until its last write no reader sees the session,
+    its state or its app:/user: keys; and the same create, made again, succeeds and leaves the
+    database byte for byte as the create that never died — or, when the last write had landed,
+    says AlreadyExistsError and changes nothing. With shared keys the session's first message and
+    the keys are one write (one transaction), after the session's stream is opened unfinished."""
+    monkeypatch.setattr(time, "time", lambda: _CLOCK)
+    state = {"n": 1, "nested": [1]} | ({"app:promo": True, "user:seat": "aisle"} if shared else {})
+    whole = {"n": 1, "nested": [1], "app:promo": True, "user:seat": "aisle"} if shared else {"n": 1, "nested": [1]}
+    databases = _Databases(store_url, tmp_path)
+    try:
+        # A create that never dies, the database dumped before it and after each of its writes.
+        url = databases.fresh()
+        app = tether.App(url)
+        dumps, writes = [_dump(url, app.store)], []
+
+        def dumped(name: str, write: Callable[[], Any]) -> Any:
+            result = write()
+            writes.append(name)
+            dumps.append(_dump(url, app.store))
+            return result
+
+        with pytest.MonkeyPatch.context() as patch:
+            _on_writes(patch, app.store, dumped)
+            assert _create_shop_s(TetherSessionService(app), state).state == whole
+        # The app's and the user's documents (empty), the session's stream, then what fills them.
+        assert writes == ["create_task"] * 3 + (["append_streams"] if shared else []), writes
+        app.close()
+
+        for k in range(1, len(writes) + 1):
+            url = databases.fresh()
+            app = tether.App(url)
+            service = TetherSessionService(app)
+            with pytest.MonkeyPatch.context() as patch:
+                _on_writes(patch, app.store, _dying_at(k, when))
+                with pytest.raises(_Died):
+                    _create_shop_s(service, state)
+            landed = k if when == "after" else k - 1
+            assert _dump(url, app.store) == dumps[landed], (k, landed)
+            reader = TetherSessionService(app if url == "memory://" else tether.App(url))
+            got = asyncio.run(reader.get_session(app_name="shop", user_id="ada", session_id="s"))
+            listed = asyncio.run(reader.list_sessions(app_name="shop")).sessions
+            if landed == len(writes):  # the create happened: all of it
+                assert got is not None and got.state == whole and [s.state for s in listed] == [whole]
+                with pytest.raises(AlreadyExistsError):
+                    _create_shop_s(service, state)
+            else:  # no part of it is there for a reader
+                assert got is None and listed == []
+                assert asyncio.run(reader.get_user_state(app_name="shop", user_id="ada")) == {}
+                assert reader._shared("adk-app:shop") == {}
+                assert _create_shop_s(service, state).state == whole  # the same create again: it converges
+            assert _dump(url, app.store) == dumps[-1], (k, landed)
+            app.close()
+    finally:
+        databases.drop()
+
+
+def test_two_creates_finishing_one_unfinished_session(store_url: str) -> None:
+    """A session left unfinished by a create that died: two creates of it at once finish it once.
+    The one that writes first wins with its state and its shared keys; the other says
+    AlreadyExistsError, and none of its keys is written."""
+    app = tether.App(store_url)
+    opened = Stream(app.log, "session:adk:shop:ada:s", SESSION_TYPE)
+    assert opened.create(SessionOpened(session_id="adk:shop:ada:s", user_id="ada"), user_id="ada")
+    first = TetherSessionService(app)
+    second = TetherSessionService(app if store_url == "memory://" else tether.App(store_url))
+    original = app.store.append_streams
+    finished: list[AdkSession] = []
+    calls = 0
+
+    def second_finishes_first(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # the other create finishes the session between this one's read and its write
+            runner = threading.Thread(target=lambda: finished.append(_create_shop_s(second, {"won": 2, "app:b": 2})))
+            runner.start()
+            runner.join()
+        return original(*args, **kwargs)
+
+    app.store.append_streams = second_finishes_first  # type: ignore[method-assign]
+    with pytest.raises(AlreadyExistsError):
+        _create_shop_s(first, {"lost": 1, "app:a": 1, "user:u": 1})
+    del app.store.append_streams
+    assert finished and finished[0].state == {"won": 2, "app:b": 2}
+    got = asyncio.run(first.get_session(app_name="shop", user_id="ada", session_id="s"))
+    assert got is not None and got.state == {"won": 2, "app:b": 2}
 
 
 def test_get_session_reads_only_recent_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,9 @@ text, the model's text and function calls, the function responses — carrying t
 verbatim. State follows ADK's scopes: ``app:`` keys live in one tether document per app, ``user:``
 keys in one per (app, user), ``temp:`` keys are never stored, and the rest belong to the session.
 
+- ``create_session`` writes a session's ``app:``/``user:`` keys in one transaction with the message
+  that makes it a session (its stream is opened first, unfinished and seen by no reader): a create
+  that dies leaves nothing a reader sees, and the same create again finishes it.
 - ``append_event`` is one optimistic append at the version the session object was read at, in one
   transaction with the changes its ``app:``/``user:`` delta makes to the shared documents (all or
   nothing): an append from a session object another writer has since moved past raises ADK's
@@ -15,8 +18,9 @@ keys in one per (app, user), ``temp:`` keys are never stored, and the rest belon
   after_timestamp)``) with ranged reads, and the session's state from a snapshot plus the events
   after it: its cost does not grow with the session's history.
 - ``list_sessions`` returns each session with its merged state and no events, as ADK's own
-  services do: one read of the index, and each session's own state from this service's cache
-  unless the session moved since the service last saw it (then the records after it are read).
+  services do: one narrow read of the sessions' versions, and each session's own state from this
+  service's cache unless the session moved since the service last saw it (then the records after
+  it are read). The stored form is described in :mod:`._adk_records`.
 
 Example:
     >>> import asyncio, tether
@@ -39,13 +43,11 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 import orjson
-from pydantic import BaseModel
 
 try:
     from google.adk.errors._stale_session_error import StaleSessionError
@@ -67,113 +69,38 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from tether._conflicts import retry_on_conflict
 from tether._streams import Stream, append_together
-from tether.conversation import SESSION_TYPE, MessageAdded, stream_id, to_event
+from tether.conversation import SESSION_TYPE, MessageAdded, SessionOpened, stream_id, to_event
 from tether.errors import ConflictError, TaskNotFoundError
+from tether.integrations._adk_index import StreamPosition, stream_positions
+from tether.integrations._adk_records import (
+    Seen,
+    app_document,
+    app_prefix,
+    encoded_shared,
+    fold_state,
+    listed_sessions,
+    message_of,
+    scoped,
+    session_key,
+    unfinished,
+    user_and_id,
+    user_document,
+)
 from tether.integrations._gc import no_cycle_collection
 from tether.log import checksum
-from tether.store import SnapshotRow, StreamAppend, TaskFilter, TaskRow
+from tether.store import SnapshotRow, StreamAppend
 from tether.userstate import USER_TYPE
 
 if TYPE_CHECKING:
-    from tether.events import Recorded
     from tether.runtime.app import App
     from tether.userstate import UserState
 
 __all__ = ["TetherMemoryService", "TetherSessionService"]
 
-_PREFIX = "adk:"  # tether session ids of ADK sessions: adk:{app}:{user}:{session}, each part quoted
 _SNAPSHOT_SCHEMA = 1001  # the session-state snapshots' schema (tether's own session views use others)
 _SNAPSHOT_EVERY = 64  # events folded on a read before it caches the state again
-_LIST_LIMIT = 10_000_000
 _SHARED_TRIES = 20  # an append whose app:/user: document another writer keeps changing: tries before giving up
-_STATES_CACHED = 200_000  # sessions whose own state a service keeps decoded-on-demand for list_sessions
-
-
-def _session_key(app_name: str, user_id: str, session_id: str) -> str:
-    return _PREFIX + ":".join(quote(part, safe="") for part in (app_name, user_id, session_id))
-
-
-def _app_prefix(app_name: str) -> str:
-    return stream_id(_PREFIX + quote(app_name, safe="") + ":")
-
-
-def _owner_and_id(rest: str) -> tuple[str, str]:
-    """``{user}:{session}`` (each part quoted) of a session key after its app: the two parts."""
-    owner, session_id = rest.split(":")
-    return (unquote(owner) if "%" in owner else owner), (unquote(session_id) if "%" in session_id else session_id)
-
-
-_LISTED_FIELDS = frozenset({"id", "app_name", "user_id", "state", "events", "last_update_time"})
-# The slots pydantic keeps beside a model's __dict__, set through their descriptors: a quarter faster
-# than object.__setattr__ by name, which listing 10,000 sessions does 40,000 times.
-_SET_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
-_SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
-
-
-def _listed_session(session_id: str, app_name: str, user_id: str, state: dict[str, Any], at: float) -> AdkSession:
-    """An ADK ``Session`` from values of the right types: what ``model_construct`` builds (no
-    validation, every field set), in a fraction of its time. Validating each of 10,000 listed
-    sessions again was most of ``list_sessions``' cost; a test checks the result equals a validated one."""
-    session: AdkSession = object.__new__(AdkSession)
-    fields: dict[str, Any] = {"id": session_id, "app_name": app_name, "user_id": user_id, "state": state}
-    fields["events"], fields["last_update_time"] = [], at
-    object.__setattr__(session, "__dict__", fields)
-    _SET_FIELDS_SET(session, set(_LISTED_FIELDS))
-    _SET_EXTRA(session, None)
-    _SET_PRIVATE(session, {"_storage_update_marker": None})
-    return session
-
-
-def _message(event: AdkEvent) -> dict[str, Any]:
-    """An ADK event as a tether message: who said what, which functions were called and answered,
-    and the event itself, verbatim (``adk``)."""
-    stored = event.model_dump(mode="json", exclude_none=True)
-    parts = event.content.parts or [] if event.content is not None else []
-    text = "".join(p.text for p in parts if p.text and not p.thought)
-    calls = [p.function_call for p in parts if p.function_call is not None]
-    answers = [p.function_response for p in parts if p.function_response is not None]
-    if answers:
-        first = answers[0].id or f"{event.id}:0"
-        content = orjson.dumps([{"name": a.name, "response": a.response} for a in answers], default=str).decode()
-        return {"role": "tool", "content": content, "tool_call_id": first, "adk": stored}
-    if event.author == "user":
-        return {"role": "user", "content": text, "adk": stored}
-    message: dict[str, Any] = {"role": "assistant", "content": text, "adk": stored}
-    if calls:
-        message["tool_calls"] = [
-            {"id": c.id or f"{event.id}:{i}", "name": c.name or "", "arguments": c.args or {}}
-            for i, c in enumerate(calls)
-        ]
-    return message
-
-
-def _scoped(delta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """A state delta split into its app, user and session parts (``temp:`` dropped)."""
-    app_part, user_part, session_part = {}, {}, {}
-    for key, value in delta.items():
-        if key.startswith(State.APP_PREFIX):
-            app_part[key.removeprefix(State.APP_PREFIX)] = value
-        elif key.startswith(State.USER_PREFIX):
-            user_part[key.removeprefix(State.USER_PREFIX)] = value
-        elif not key.startswith(State.TEMP_PREFIX):
-            session_part[key] = value
-    return app_part, user_part, session_part
-
-
-def _fold_state(records: Iterable[Recorded], state: dict[str, Any]) -> dict[str, Any]:
-    """The session-scoped state after these records (the first message's initial state, then the
-    events' deltas)."""
-    for rec in records:
-        event = rec.event
-        if not isinstance(event, MessageAdded) or not event.meta:
-            continue
-        if "adk_session" in event.meta:
-            state.update(event.meta["adk_session"].get("state") or {})
-        elif "adk" in event.meta:
-            delta = (event.meta["adk"].get("actions") or {}).get("state_delta") or {}
-            state.update(_scoped(delta)[2])
-    return state
+_STATES_CACHED = 200_000  # sessions whose own state a service keeps, encoded, for list_sessions
 
 
 class TetherSessionService(BaseSessionService):
@@ -194,7 +121,10 @@ class TetherSessionService(BaseSessionService):
         self._app = app
         self._log = app.log
         self._documents: dict[str, UserState] = {}
-        self._states: dict[str, tuple[float, int, bytes]] = {}  # stream -> (created_at, version, state)
+        self._states: dict[str, Seen] = {}  # session stream -> what was last seen of it
+        self._shared_seen: dict[str, tuple[float, int, dict[str, Any]]] = {}  # document stream -> its scoped keys
+        # The last listing: what was asked, the positions it was made from, and what it returned.
+        self._last_listing: tuple[Any, ...] | None = None
 
     # ------------------------------------------------------------------ shared state
     def _document(self, doc_id: str) -> UserState:
@@ -203,17 +133,21 @@ class TetherSessionService(BaseSessionService):
             doc = self._documents[doc_id] = self._app.user(doc_id)  # read incrementally from then on
         return doc
 
-    def _app_state(self, app_name: str) -> UserState:
-        return self._document(f"adk-app:{quote(app_name, safe='')}")
-
-    def _user_state(self, app_name: str, user_id: str) -> UserState:
-        return self._document(f"adk-user:{quote(app_name, safe='')}:{quote(user_id, safe='')}")
+    def _shared(self, doc_id: str) -> dict[str, Any]:
+        """A shared document's keys, read without creating the document if it has none."""
+        if doc_id not in self._documents and not Stream(self._log, f"user:{doc_id}", USER_TYPE).exists():
+            return {}
+        keys: dict[str, Any] = self._document(doc_id).get()
+        return keys
 
     def _merge(self, app_name: str, user_id: str, session_state: dict[str, Any]) -> dict[str, Any]:
+        """A session's own state with the app's and the user's keys: a copy of its own, which shares
+        no value with the service's documents (a caller may change it)."""
         merged = dict(session_state)
-        merged.update({State.APP_PREFIX + k: v for k, v in self._app_state(app_name).get().items()})
-        merged.update({State.USER_PREFIX + k: v for k, v in self._user_state(app_name, user_id).get().items()})
-        return merged
+        merged.update({State.APP_PREFIX + k: v for k, v in self._shared(app_document(app_name)).items()})
+        merged.update({State.USER_PREFIX + k: v for k, v in self._shared(user_document(app_name, user_id)).items()})
+        copied: dict[str, Any] = orjson.loads(orjson.dumps(merged))
+        return copied
 
     def _shared_changes(
         self, app_name: str, user_id: str, app_delta: dict[str, Any], user_delta: dict[str, Any]
@@ -221,24 +155,13 @@ class TetherSessionService(BaseSessionService):
         """What the deltas change in the app's and the user's documents, as parts of one append."""
         changes = []
         if app_delta:
-            changes.append(self._app_state(app_name).change(lambda doc: {**doc, **app_delta}))
+            changes.append(self._document(app_document(app_name)).change(lambda doc: {**doc, **app_delta}))
         if user_delta:
-            changes.append(self._user_state(app_name, user_id).change(lambda doc: {**doc, **user_delta}))
+            changes.append(self._document(user_document(app_name, user_id)).change(lambda doc: {**doc, **user_delta}))
         return [c for c in changes if c is not None]
 
-    def _share(self, app_name: str, user_id: str, app_delta: dict[str, Any], user_delta: dict[str, Any]) -> None:
-        """A new session's shared keys: both documents' changes in one transaction, retried on a conflict."""
-
-        def write() -> None:
-            changes = self._shared_changes(app_name, user_id, app_delta, user_delta)
-            if changes:
-                append_together(self._log, changes)
-
-        retry_on_conflict(write, stream=f"user:adk-app:{quote(app_name, safe='')}", tries=_SHARED_TRIES)
-
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        state: dict[str, Any] = self._user_state(app_name, user_id).get()
-        return state
+        return self._shared(user_document(app_name, user_id))
 
     # ------------------------------------------------------------------ sessions
     async def create_session(
@@ -249,20 +172,35 @@ class TetherSessionService(BaseSessionService):
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> AdkSession:
+        """A new session, written whole or not at all (for readers): with ``app:``/``user:`` keys in
+        ``state``, its stream is opened first, unfinished (no reader sees it), then the message that
+        makes it a session is written in one transaction with the keys. A create that dies between
+        the two leaves it unfinished; creating it again with the same id finishes it (with the state
+        the new call gives), so a failed create can be retried. ``AlreadyExistsError`` if it exists."""
         session_id = (session_id or "").strip() or uuid.uuid4().hex
-        key = _session_key(app_name, user_id, session_id)
-        app_delta, user_delta, session_state = _scoped(state or {})
+        key = session_key(app_name, user_id, session_id)
+        stream = Stream(self._log, stream_id(key), SESSION_TYPE)
+        app_delta, user_delta, session_state = scoped(state or {})
         now = time.time()
-        first = to_event(
+        made = to_event(
             {
                 "role": "system",
                 "content": f"ADK session {session_id!r} of app {app_name!r} for user {user_id!r}",
                 "adk_session": {"app_name": app_name, "user_id": user_id, "id": session_id, "state": session_state},
             }
         )
-        if not Stream(self._log, stream_id(key), SESSION_TYPE).create(first, user_id=user_id, session_id=key):
+        # The shared documents are made (empty) before the session, so that from then on its creation
+        # and each append to it is one transaction. An empty document is no document to a reader.
+        self._document(app_document(app_name))
+        self._document(user_document(app_name, user_id))
+        shares = bool(app_delta or user_delta)
+        first = SessionOpened(session_id=key, user_id=user_id) if shares else made
+        if stream.create(first, user_id=user_id, session_id=key):
+            version = self._finish(stream, made, now, app_name, user_id, app_delta, user_delta) if shares else 1
+        elif unfinished(stream.read(after=0, upto=2)):
+            version = self._finish(stream, made, now, app_name, user_id, app_delta, user_delta)
+        else:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.")
-        self._share(app_name, user_id, app_delta, user_delta)
         session = AdkSession(
             id=session_id,
             app_name=app_name,
@@ -270,8 +208,35 @@ class TetherSessionService(BaseSessionService):
             state=self._merge(app_name, user_id, session_state),
             last_update_time=now,
         )
-        session._storage_update_marker = "1"
+        session._storage_update_marker = str(version)
         return session
+
+    def _finish(
+        self,
+        stream: Stream,
+        made: MessageAdded,
+        now: float,
+        app_name: str,
+        user_id: str,
+        app_delta: dict[str, Any],
+        user_delta: dict[str, Any],
+    ) -> int:
+        """Finish creating a session whose stream is open and unfinished: the message that makes it
+        a session, and its shared keys, in one transaction. Another create that finished it first
+        makes this one ``AlreadyExistsError``; a document another writer changed is read again."""
+        message = stream.part([made], 1, at=now)
+
+        def write() -> int:
+            parts = [*self._shared_changes(app_name, user_id, app_delta, user_delta), message]
+            try:
+                return append_together(self._log, parts)[-1]
+            except ConflictError as conflict:
+                if conflict.task_id == stream.id:
+                    session_id = user_and_id(stream.id)[1]
+                    raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
+                raise
+
+        return retry_on_conflict(write, stream=stream.id, tries=_SHARED_TRIES)
 
     async def get_session(
         self,
@@ -281,31 +246,33 @@ class TetherSessionService(BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> AdkSession | None:
-        key = _session_key(app_name, user_id, session_id)
+        key = session_key(app_name, user_id, session_id)
         stream = Stream(self._log, stream_id(key), SESSION_TYPE)
         row = self._log.store.get_task(self._log.tenant, stream.id)
         if row is None:
             return None
         version = row.version
+        state = self._session_state(stream, version, row.created_at, row.updated_at)
+        if state is None:
+            return None  # its creation has not finished
         events = self._recent_events(stream, version, config or GetSessionConfig())
         session = AdkSession(
             id=session_id,
             app_name=app_name,
             user_id=user_id,
-            state=self._merge(app_name, user_id, self._session_state(stream, version, row.created_at)),
+            state=self._merge(app_name, user_id, state),
             events=events,
             last_update_time=row.updated_at,
         )
         session._storage_update_marker = str(version)
         return session
-
     def _recent_events(self, stream: Stream, version: int, config: GetSessionConfig) -> list[AdkEvent]:
         """The events ``config`` asks for, read by range: the newest ``num_recent_events`` (each
         event is one record, so they are the last records), those from ``after_timestamp`` on
         (found by bisecting the records' times)."""
         if config.num_recent_events == 0:
             return []
-        start = 1  # the first record is the session's own; events follow it
+        start = 1  # the first record is the session's own (a second, if it was created in two steps)
         if config.num_recent_events is not None:
             start = max(start, version - config.num_recent_events)
         if config.after_timestamp is not None:
@@ -335,9 +302,12 @@ class TetherSessionService(BaseSessionService):
                 low = middle + 1
         return low
 
-    def _session_state(self, stream: Stream, version: int, created_at: float) -> dict[str, Any]:
-        """The session-scoped state at ``version``: the newest snapshot, plus the events after it
-        (remembered for ``list_sessions``)."""
+    def _session_state(
+        self, stream: Stream, version: int, created_at: float, at: float | None
+    ) -> dict[str, Any] | None:
+        """The session-scoped state at ``version`` (last changed ``at``, if known): the newest
+        snapshot plus the events after it, remembered for ``list_sessions``; ``None`` while the
+        session's creation is unfinished."""
         store, tenant = self._log.store, self._log.tenant
         snap = store.get_snapshot(tenant, stream.id, at_most=version)
         state: dict[str, Any] = {}
@@ -345,10 +315,15 @@ class TetherSessionService(BaseSessionService):
         if snap is not None and snap.schema == _SNAPSHOT_SCHEMA and checksum(snap.data) == snap.checksum:
             state, after = orjson.loads(snap.data), snap.seq
         records = stream.read(after=after, upto=version)
-        state = _fold_state(records, state)
+        if after == 0 and unfinished(records):
+            self._remember(stream.id, created_at, version, records[0].at, None)
+            return None
+        state = fold_state(records, state)
         if len(records) >= _SNAPSHOT_EVERY:
             self._snapshot(stream.id, version, state)
-        self._remember(stream.id, created_at, version, state)
+        if at is None:
+            at = (records or stream.read(after=version - 1, upto=version))[-1].at
+        self._remember(stream.id, created_at, version, at, state)
         return state
 
     def _snapshot(self, stream: str, version: int, state: dict[str, Any]) -> None:
@@ -361,86 +336,133 @@ class TetherSessionService(BaseSessionService):
         """The app's sessions (one user's, with ``user_id``), oldest update first, each with its state
         (app, user and session scopes merged) and without events, as ADK's own services return them.
 
-        One read of tether's index gives every session's version; a session's own state comes from
-        this service's cache when the session has not moved since it was last seen (read, written or
-        listed here) and is otherwise brought up to date from the records after the cached version
-        (a session never seen: its snapshot and the records after it). The app's and each user's
-        shared state are read once per listing, not once per session.
+        One narrow read gives each session's version (:mod:`._adk_index`), and one more each the
+        versions of the app's and the users' shared documents. A session's own state comes from this
+        service's cache when the session has not moved since it was last seen (read, written or
+        listed here), and is otherwise brought up to date from the records after the cached version
+        (a session never seen: its snapshot and the records after it); a shared document is read
+        again only if it moved. When nothing moved since the last listing, that listing is made
+        again from what it kept. Every state is decoded afresh, all in one parse: the caller's to change.
         """
-        rows = self._log.store.list_tasks(
-            self._log.tenant, TaskFilter(type=SESSION_TYPE, user_id=user_id), limit=_LIST_LIMIT
-        )
-        prefix = _app_prefix(app_name)
-        cut = len(prefix)
-        app_shared = {State.APP_PREFIX + k: v for k, v in self._app_state(app_name).get().items()}
-        user_shared: dict[str, dict[str, Any]] = {}
-        states = self._states
-        listed: list[tuple[float, str, str, dict[str, Any]]] = []
+        store, tenant = self._log.store, self._log.tenant
+        prefix = app_prefix(app_name) + ("" if user_id is None else quote(user_id, safe="") + ":")
+        positions = stream_positions(store, tenant, SESSION_TYPE, prefix, user_id=user_id)
+        documents = self._document_positions(app_name, user_id)
+        last = self._last_listing
+        if last is not None and last[:3] == ((app_name, user_id), positions, documents):
+            order, states = last[3], last[4]
+        else:
+            order, states = self._listing(app_name, positions, documents)
+            self._last_listing = ((app_name, user_id), positions, documents, order, states)
         with no_cycle_collection():  # thousands of sessions built and kept: no collection walks them midway
-            for row in rows:
-                task_id = row.task_id
-                if not task_id.startswith(prefix):
-                    continue
-                owner, session_id = _owner_and_id(task_id[cut:])
-                shared = user_shared.get(owner)
-                if shared is None:
-                    shared = user_shared[owner] = {**app_shared, **self._shared_user_state(app_name, owner)}
-                cached = states.get(task_id)
-                if cached is not None and cached[0] == row.created_at and cached[1] == row.version:
-                    state = orjson.loads(cached[2])  # the common case, inline: unchanged since last seen
-                else:
-                    state = self._state_of(row)
-                state.update(shared)  # each state is decoded afresh: the caller's to change
-                listed.append((row.updated_at, owner, session_id, state))
+            sessions = listed_sessions(app_name, order, orjson.loads(states))
+        return ListSessionsResponse.model_construct(sessions=sessions)
+
+    def _document_positions(self, app_name: str, user_id: str | None) -> list[StreamPosition]:
+        """The app's shared document and its users' (one user's, with ``user_id``), those that exist."""
+        store, tenant = self._log.store, self._log.tenant
+        app_doc = "user:" + app_document(app_name)
+        found = [p for p in stream_positions(store, tenant, USER_TYPE, app_doc, few=True) if p[0] == app_doc]
+        users = "user:" + user_document(app_name, "" if user_id is None else user_id)
+        of_users = stream_positions(store, tenant, USER_TYPE, users, few=True)
+        return found + [p for p in of_users if user_id is None or p[0] == users]
+
+    def _listing(
+        self, app_name: str, positions: list[StreamPosition], documents: list[StreamPosition]
+    ) -> tuple[list[tuple[float, str, str]], bytes]:
+        """A listing of the sessions at ``positions``: each one's last update, user and id, oldest
+        update first, and their merged states, encoded as one JSON array."""
+        shared, nobody = self._shared_by_user(app_name, documents)
+        states = self._states
+        listed: list[tuple[float, str, str, bytes]] = []
+        with no_cycle_collection():
+            for position in positions:
+                seen = states.get(position[0])
+                if seen is None or seen[1] != position[2] or seen[0] != position[1]:
+                    seen = self._state_of(*position)
+                if seen is None or seen[3] is None:
+                    continue  # deleted since the read, or its creation has not finished
+                own, owner = seen[3], seen[4]
+                whole, tail = shared.get(owner, nobody)
+                state = own if not tail else whole if own == b"{}" else own[:-1] + tail
+                listed.append((seen[2], owner, seen[5], state))
             # Oldest update first, then by user and id (unique within an app: the states are never compared).
             listed.sort()
-            sessions = [_listed_session(sid, app_name, owner, state, at) for at, owner, sid, state in listed]
-        return ListSessionsResponse(sessions=sessions)
+            return [entry[:3] for entry in listed], b"[" + b",".join([entry[3] for entry in listed]) + b"]"
 
-    def _shared_user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
-        """The ``user:`` keys of one user, read without creating the user's document if it has none."""
-        doc_id = f"adk-user:{quote(app_name, safe='')}:{quote(user_id, safe='')}"
-        if doc_id not in self._documents and not Stream(self._log, f"user:{doc_id}", USER_TYPE).exists():
-            return {}
-        return {State.USER_PREFIX + k: v for k, v in self._document(doc_id).get().items()}
+    def _shared_by_user(
+        self, app_name: str, documents: list[StreamPosition]
+    ) -> tuple[dict[str, tuple[bytes, bytes]], tuple[bytes, bytes]]:
+        """The app's keys merged with each user's, by user, encoded (:func:`encoded_shared`); and the
+        app's alone, for a user without a document."""
+        app_doc = "user:" + app_document(app_name)
+        app_keys: dict[str, Any] = {}
+        for position in documents:
+            if position[0] == app_doc:
+                app_keys = self._shared_keys(position, State.APP_PREFIX)
+        users = len("user:" + user_document(app_name, ""))
+        shared = {
+            unquote(position[0][users:]): encoded_shared({**app_keys, **self._shared_keys(position, State.USER_PREFIX)})
+            for position in documents
+            if position[0] != app_doc
+        }
+        return shared, encoded_shared(app_keys)
 
-    def _state_of(self, row: TaskRow) -> dict[str, Any]:
-        """The session-scoped state of the session at ``row`` (cached; refreshed if it moved)."""
-        cached = self._states.get(row.task_id)
-        if cached is not None and cached[0] == row.created_at:
-            if cached[1] == row.version:
-                return {} if cached[2] == b"{}" else orjson.loads(cached[2])
-            if cached[1] < row.version:
-                stream = Stream(self._log, row.task_id, SESSION_TYPE)
-                state = _fold_state(stream.read(after=cached[1], upto=row.version), orjson.loads(cached[2]))
-                self._remember(row.task_id, row.created_at, row.version, state)
-                return state
+    def _shared_keys(self, position: StreamPosition, scope: str) -> dict[str, Any]:
+        """A shared document's keys, each with its scope's prefix; read again only if the document
+        moved since this service last read it."""
+        doc_stream, created_at, version = position
+        seen = self._shared_seen.get(doc_stream)
+        if seen is None or seen[0] != created_at or seen[1] != version:
+            keys = {scope + k: v for k, v in self._document(doc_stream.removeprefix("user:")).get().items()}
+            seen = self._shared_seen[doc_stream] = (created_at, version, keys)
+        return seen[2]
+
+    def _state_of(self, stream_id: str, created_at: float, version: int) -> Seen | None:
+        """What a listing needs of a session at ``version``, the cache brought up to date; ``None``
+        if the session was deleted since the listing's read."""
+        cached = self._states.get(stream_id)
+        stream = Stream(self._log, stream_id, SESSION_TYPE)
+        if cached is not None and cached[0] == created_at and cached[1] < version:
+            try:
+                records = stream.read(after=cached[1], upto=version)
+            except TaskNotFoundError:
+                return None
+            state = fold_state(records, orjson.loads(cached[3]) if cached[3] is not None else {})
+            return self._remember(stream_id, created_at, version, records[-1].at, state)
         # Never seen here: the newest snapshot and the records after it, in one read where it is ours.
         try:
-            snap, rows = self._log.store.read_latest(self._log.tenant, row.task_id)
+            snap, rows = self._log.store.read_latest(self._log.tenant, stream_id)
         except TaskNotFoundError:
-            return {}  # deleted since the index was read
-        if snap is None or (
-            snap.schema == _SNAPSHOT_SCHEMA and snap.seq <= row.version and checksum(snap.data) == snap.checksum
+            return None
+        records = [self._log.decode(r) for r in rows if r.seq <= version]
+        if records and (
+            snap is None
+            or (snap.schema == _SNAPSHOT_SCHEMA and snap.seq <= version and checksum(snap.data) == snap.checksum)
         ):
-            records = [self._log.decode(r) for r in rows if r.seq <= row.version]
-            state = _fold_state(records, orjson.loads(snap.data) if snap is not None else {})
-            self._remember(row.task_id, row.created_at, row.version, state)
-            return state
-        return self._session_state(Stream(self._log, row.task_id, SESSION_TYPE), row.version, row.created_at)
+            if snap is None and unfinished(records):
+                return self._remember(stream_id, created_at, version, records[0].at, None)
+            own = fold_state(records, orjson.loads(snap.data) if snap is not None else {})
+            return self._remember(stream_id, created_at, version, records[-1].at, own)
+        self._session_state(stream, version, created_at, None)
+        return self._states.get(stream_id)
 
-    def _remember(self, stream: str, created_at: float, version: int, state: dict[str, Any]) -> None:
-        """Cache a session's own state at ``version``, encoded (each reader decodes its own copy, so
-        no caller's change to a returned state reaches the cache); ``created_at`` tells a session
-        deleted and made again under the same id from the one cached."""
+    def _remember(
+        self, stream: str, created_at: float, version: int, at: float, state: dict[str, Any] | None
+    ) -> Seen:
+        """Cache a session's own state at ``version`` (made ``at``), encoded: each reader decodes its
+        own copy, so no caller's change to a returned state reaches the cache. ``created_at`` tells a
+        session deleted and made again under the same id from the one cached."""
         states = self._states
         states.pop(stream, None)
-        states[stream] = (created_at, version, orjson.dumps(state))
+        encoded = None if state is None else orjson.dumps(state)
+        seen = states[stream] = (created_at, version, at, encoded, *user_and_id(stream))
         if len(states) > _STATES_CACHED:
             del states[next(iter(states))]  # the least recently stored
+        return seen
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        key = _session_key(app_name, user_id, session_id)
+        key = session_key(app_name, user_id, session_id)
         self._states.pop(stream_id(key), None)
         try:
             self._app.delete_session(key)
@@ -454,7 +476,7 @@ class TetherSessionService(BaseSessionService):
             return event
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        key = _session_key(session.app_name, session.user_id, session.id)
+        key = session_key(session.app_name, session.user_id, session.id)
         stream = Stream(self._log, stream_id(key), SESSION_TYPE)
         marker = session._storage_update_marker
         stale = StaleSessionError(
@@ -469,8 +491,8 @@ class TetherSessionService(BaseSessionService):
         if expected != current:
             raise stale  # before anything is written
         delta = event.actions.state_delta if event.actions else {}
-        app_delta, user_delta, session_delta = _scoped(delta or {})
-        message = stream.part([to_event(_message(event))], expected, at=event.timestamp)
+        app_delta, user_delta, session_delta = scoped(delta or {})
+        message = stream.part([to_event(message_of(event))], expected, at=event.timestamp)
 
         def write() -> int:
             """The event and the app:/user: documents' changes in one transaction: all or nothing. A
@@ -488,8 +510,9 @@ class TetherSessionService(BaseSessionService):
         session.last_update_time = event.timestamp
         committed = self._commit_event_to_session(session, event)
         cached = self._states.get(stream.id)
-        if cached is not None and cached[1] == expected:
-            self._remember(stream.id, cached[0], version, {**orjson.loads(cached[2]), **session_delta})
+        if cached is not None and cached[1] == expected and cached[3] is not None:
+            own = {**orjson.loads(cached[3]), **session_delta}
+            self._remember(stream.id, cached[0], version, event.timestamp, own)
         if version % _SNAPSHOT_EVERY == 0:
             state = {k: v for k, v in session.state.items() if not k.startswith(("app:", "user:", "temp:"))}
             self._snapshot(stream.id, version, state)
