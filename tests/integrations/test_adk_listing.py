@@ -18,7 +18,6 @@ from tests.integrations.test_adk import say
 from tether._streams import Stream
 from tether.conversation import SESSION_TYPE, SessionOpened, stream_id
 from tether.integrations import adk as tether_adk
-from tether.integrations._adk_index import stream_positions
 from tether.integrations._adk_records import app_prefix, session_key
 from tether.integrations.adk import TetherSessionService
 from tether.store import TaskFilter
@@ -192,14 +191,13 @@ def test_positions_are_what_list_tasks_says(store_url: str) -> None:
     expected = from_list_tasks(SESSION_TYPE, shop)
     versions = {task_id.rpartition(":")[2]: version for task_id, _, version in expected}
     assert versions == {"s0": 1, "s1": 2, "s2": 63, "s3": 64, "s4": 65, "s5": 66, "s6": 131, "half": 1}
-    assert sorted(stream_positions(store, tenant, SESSION_TYPE, shop)) == expected
-    assert sorted(stream_positions(store, tenant, SESSION_TYPE, shop, few=True)) == expected
-    assert sorted(stream_positions(store, tenant, SESSION_TYPE, shop + "u1:", user_id="u1")) == from_list_tasks(
+    assert sorted(store.stream_positions(tenant, SESSION_TYPE, shop)) == expected
+    assert sorted(store.stream_positions(tenant, SESSION_TYPE, shop + "u1:", user_id="u1")) == from_list_tasks(
         SESSION_TYPE, shop + "u1:", "u1"
     )
     docs = from_list_tasks(USER_TYPE, "user:adk-")
     assert len(docs) == 7  # the app documents of shop, shop2 and sho; their users' (u0, u1 of shop; u0 of each other)
-    assert sorted(stream_positions(store, tenant, USER_TYPE, "user:adk-", few=True)) == docs
-    assert sorted(stream_positions(store, tenant, USER_TYPE, "user:adk-user:shop:", few=True)) == from_list_tasks(
+    assert sorted(store.stream_positions(tenant, USER_TYPE, "user:adk-")) == docs
+    assert sorted(store.stream_positions(tenant, USER_TYPE, "user:adk-user:shop:")) == from_list_tasks(
         USER_TYPE, "user:adk-user:shop:"
     )

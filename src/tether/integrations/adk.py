@@ -40,10 +40,8 @@ Example:
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -54,8 +52,6 @@ try:
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event as AdkEvent
-    from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
-    from google.adk.memory.memory_entry import MemoryEntry
     from google.adk.sessions.base_session_service import (
         BaseSessionService,
         GetSessionConfig,
@@ -63,7 +59,6 @@ try:
     )
     from google.adk.sessions.session import Session as AdkSession
     from google.adk.sessions.state import State
-    from google.genai import types
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.integrations.adk needs Google ADK: pip install 'tether[adk]'") from exc
 
@@ -71,7 +66,7 @@ from tether._conflicts import retry_on_conflict
 from tether._streams import Stream, append_together
 from tether.conversation import SESSION_TYPE, MessageAdded, SessionOpened, stream_id, to_event
 from tether.errors import ConflictError, TaskNotFoundError
-from tether.integrations._adk_index import StreamPosition, stream_positions
+from tether.integrations._adk_memory import TetherMemoryService
 from tether.integrations._adk_records import (
     Seen,
     app_document,
@@ -88,7 +83,7 @@ from tether.integrations._adk_records import (
 )
 from tether.integrations._gc import no_cycle_collection
 from tether.log import checksum
-from tether.store import SnapshotRow, StreamAppend
+from tether.store import Position, SnapshotRow, StreamAppend
 from tether.userstate import USER_TYPE
 
 if TYPE_CHECKING:
@@ -266,6 +261,7 @@ class TetherSessionService(BaseSessionService):
         )
         session._storage_update_marker = str(version)
         return session
+
     def _recent_events(self, stream: Stream, version: int, config: GetSessionConfig) -> list[AdkEvent]:
         """The events ``config`` asks for, read by range: the newest ``num_recent_events`` (each
         event is one record, so they are the last records), those from ``after_timestamp`` on
@@ -336,7 +332,7 @@ class TetherSessionService(BaseSessionService):
         """The app's sessions (one user's, with ``user_id``), oldest update first, each with its state
         (app, user and session scopes merged) and without events, as ADK's own services return them.
 
-        One narrow read gives each session's version (:mod:`._adk_index`), and one more each the
+        One narrow read gives each session's version (``Store.stream_positions``), and one more each the
         versions of the app's and the users' shared documents. A session's own state comes from this
         service's cache when the session has not moved since it was last seen (read, written or
         listed here), and is otherwise brought up to date from the records after the cached version
@@ -346,7 +342,7 @@ class TetherSessionService(BaseSessionService):
         """
         store, tenant = self._log.store, self._log.tenant
         prefix = app_prefix(app_name) + ("" if user_id is None else quote(user_id, safe="") + ":")
-        positions = stream_positions(store, tenant, SESSION_TYPE, prefix, user_id=user_id)
+        positions = store.stream_positions(tenant, SESSION_TYPE, prefix, user_id=user_id)
         documents = self._document_positions(app_name, user_id)
         last = self._last_listing
         if last is not None and last[:3] == ((app_name, user_id), positions, documents):
@@ -358,17 +354,17 @@ class TetherSessionService(BaseSessionService):
             sessions = listed_sessions(app_name, order, orjson.loads(states))
         return ListSessionsResponse.model_construct(sessions=sessions)
 
-    def _document_positions(self, app_name: str, user_id: str | None) -> list[StreamPosition]:
+    def _document_positions(self, app_name: str, user_id: str | None) -> list[Position]:
         """The app's shared document and its users' (one user's, with ``user_id``), those that exist."""
         store, tenant = self._log.store, self._log.tenant
         app_doc = "user:" + app_document(app_name)
-        found = [p for p in stream_positions(store, tenant, USER_TYPE, app_doc, few=True) if p[0] == app_doc]
+        found = [p for p in store.stream_positions(tenant, USER_TYPE, app_doc) if p[0] == app_doc]
         users = "user:" + user_document(app_name, "" if user_id is None else user_id)
-        of_users = stream_positions(store, tenant, USER_TYPE, users, few=True)
+        of_users = store.stream_positions(tenant, USER_TYPE, users)
         return found + [p for p in of_users if user_id is None or p[0] == users]
 
     def _listing(
-        self, app_name: str, positions: list[StreamPosition], documents: list[StreamPosition]
+        self, app_name: str, positions: list[Position], documents: list[Position]
     ) -> tuple[list[tuple[float, str, str]], bytes]:
         """A listing of the sessions at ``positions``: each one's last update, user and id, oldest
         update first, and their merged states, encoded as one JSON array."""
@@ -391,7 +387,7 @@ class TetherSessionService(BaseSessionService):
             return [entry[:3] for entry in listed], b"[" + b",".join([entry[3] for entry in listed]) + b"]"
 
     def _shared_by_user(
-        self, app_name: str, documents: list[StreamPosition]
+        self, app_name: str, documents: list[Position]
     ) -> tuple[dict[str, tuple[bytes, bytes]], tuple[bytes, bytes]]:
         """The app's keys merged with each user's, by user, encoded (:func:`encoded_shared`); and the
         app's alone, for a user without a document."""
@@ -408,7 +404,7 @@ class TetherSessionService(BaseSessionService):
         }
         return shared, encoded_shared(app_keys)
 
-    def _shared_keys(self, position: StreamPosition, scope: str) -> dict[str, Any]:
+    def _shared_keys(self, position: Position, scope: str) -> dict[str, Any]:
         """A shared document's keys, each with its scope's prefix; read again only if the document
         moved since this service last read it."""
         doc_stream, created_at, version = position
@@ -447,9 +443,7 @@ class TetherSessionService(BaseSessionService):
         self._session_state(stream, version, created_at, None)
         return self._states.get(stream_id)
 
-    def _remember(
-        self, stream: str, created_at: float, version: int, at: float, state: dict[str, Any] | None
-    ) -> Seen:
+    def _remember(self, stream: str, created_at: float, version: int, at: float, state: dict[str, Any] | None) -> Seen:
         """Cache a session's own state at ``version`` (made ``at``), encoded: each reader decodes its
         own copy, so no caller's change to a returned state reaches the cache. ``created_at`` tells a
         session deleted and made again under the same id from the one cached."""
@@ -517,92 +511,3 @@ class TetherSessionService(BaseSessionService):
             state = {k: v for k, v in session.state.items() if not k.startswith(("app:", "user:", "temp:"))}
             self._snapshot(stream.id, version, state)
         return committed
-
-
-# ----------------------------------------------------------------------------- memory
-
-
-def _words(text: str) -> set[str]:
-    return {w.lower() for w in re.findall(r"\w+", text)}
-
-
-class TetherMemoryService(BaseMemoryService):
-    """ADK's memory service on tether: keyword search over the events of the sessions added to it.
-
-    A user's memory (per app) is one tether session, ``adk-memory:{app}:{user}``: each remembered
-    event is a message holding its text and the ADK content verbatim. ``add_session_to_memory``
-    adds the events not remembered yet (a session may be added again as it grows), atomically;
-    ``search_memory`` returns up to ``limit`` memories sharing the most words with the query.
-    Keyword matching, not semantic search: it reads the user's whole memory at each search.
-
-    Example:
-        >>> import asyncio, tether
-        >>> from google.adk.events import Event
-        >>> from google.genai import types
-        >>> app = tether.App("memory://")
-        >>> sessions, memory = TetherSessionService(app), TetherMemoryService(app)
-        >>> async def demo():
-        ...     s = await sessions.create_session(app_name="shop", user_id="ada")
-        ...     said = types.Content(role="user", parts=[types.Part(text="My seat is 12A")])
-        ...     await sessions.append_event(s, Event(author="user", content=said))
-        ...     await memory.add_session_to_memory(s)
-        ...     found = await memory.search_memory(app_name="shop", user_id="ada", query="which seat?")
-        ...     return [m.content.parts[0].text for m in found.memories]
-        >>> asyncio.run(demo())
-        ['My seat is 12A']
-    """
-
-    def __init__(self, app: App, *, limit: int = 10) -> None:
-        self._app = app
-        self._limit = limit
-
-    def _memory(self, app_name: str, user_id: str) -> Any:
-        return self._app.session(f"adk-memory:{quote(app_name, safe='')}:{quote(user_id, safe='')}", user_id=user_id)
-
-    async def add_session_to_memory(self, session: AdkSession) -> None:
-        memory = self._memory(session.app_name, session.user_id)
-        known = {m.meta.get("adk_memory", {}).get("event_id") for m in memory.messages()}
-        new = []
-        for event in session.events:
-            parts = event.content.parts or [] if event.content is not None else []
-            text = " ".join(p.text for p in parts if p.text and not p.thought)
-            if not text.strip() or event.id in known:
-                continue
-            assert event.content is not None
-            new.append(
-                {
-                    "role": "user" if event.author == "user" else "assistant",
-                    "content": text,
-                    "adk_memory": {
-                        "event_id": event.id,
-                        "session_id": session.id,
-                        "author": event.author,
-                        "timestamp": event.timestamp,
-                        "content": event.content.model_dump(mode="json", exclude_none=True),
-                    },
-                }
-            )
-        if new:
-            memory.add_many(new)
-
-    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
-        wanted = _words(query)
-        scored = []
-        for m in self._memory(app_name, user_id).messages():
-            stored = m.meta.get("adk_memory")
-            shared = len(wanted & _words(m.content))
-            if stored is not None and shared:
-                scored.append((shared, stored["timestamp"], stored))
-        scored.sort(key=lambda s: (-s[0], -s[1]))
-        return SearchMemoryResponse(
-            memories=[
-                MemoryEntry(
-                    id=stored["event_id"],
-                    content=types.Content.model_validate(stored["content"]),
-                    author=stored["author"],
-                    timestamp=datetime.fromtimestamp(stored["timestamp"], tz=UTC).isoformat(),
-                    custom_metadata={"session_id": stored["session_id"]},
-                )
-                for _, _, stored in scored[: self._limit]
-            ]
-        )

@@ -23,6 +23,7 @@ __all__ = [
     "claim_values",
     "list_tasks_query",
     "newer_schema",
+    "positions_query",
     "pyformat",
     "settle_values",
     "task_values",
@@ -189,6 +190,25 @@ def list_tasks_query(tenant: str, flt: TaskFilter, *, limit: int, offset: int) -
         "ORDER BY t.created_at DESC, t.task_id DESC LIMIT ? OFFSET ?"
     )
     return query, params
+
+
+# The narrow read of Store.stream_positions: the newest event's seq as the last row of the stream's
+# range of the events' primary key (as TASK_COLUMNS reads it), of the streams whose id has the prefix.
+_POSITIONS = """
+SELECT t.task_id, t.created_at,
+       COALESCE((SELECT e.seq FROM events e WHERE e.task = t.id ORDER BY e.seq DESC LIMIT 1), t.version)
+FROM tasks t
+WHERE t.tenant = ? AND t.type = ? AND substr(t.task_id, 1, ?) = ?
+"""
+
+
+def positions_query(tenant: str, type: str, prefix: str, user_id: str | None) -> tuple[str, list[Any]]:
+    """The statement and parameters of ``Store.stream_positions``."""
+    params: list[Any] = [tenant, type, len(prefix), prefix]
+    if user_id is None:
+        return _POSITIONS, params
+    # With the user too, the database reads its index on (tenant, user_id) rather than every stream.
+    return _POSITIONS + " AND t.user_id = ?", [*params, user_id]
 
 
 def pyformat(statement: str) -> str:

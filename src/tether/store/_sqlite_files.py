@@ -140,6 +140,7 @@ _STORE_METHODS = (
     "get_task",
     "delete_task",
     "list_tasks",
+    "stream_positions",
     "put_snapshot",
     "get_snapshot",
     "ledger_get",

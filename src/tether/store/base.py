@@ -120,6 +120,10 @@ class TaskRow:
         return None if self.summary is None else TaskHead(self.calls_done, self.summary, self.output)
 
 
+Position = tuple[str, float, int]
+"""Where a stream stands, as :meth:`Store.stream_positions` reads it: ``(task_id, created_at, version)``."""
+
+
 @dataclass(frozen=True, slots=True)
 class TaskFilter:
     """What :meth:`Store.list_tasks` selects. ``None`` means "any"."""
@@ -295,6 +299,12 @@ class Store(Protocol):
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         """Tasks matching ``flt``, newest first."""
+        ...
+
+    def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
+        """``(task_id, created_at, version)`` of every stream of ``type`` (and ``user_id``, if given)
+        whose id starts with ``prefix``, in no particular order: the narrow read of a listing that
+        keeps the rest itself (the ADK session service), with the version a :class:`TaskRow` reads."""
         ...
 
     # -- snapshots --------------------------------------------------------------

@@ -189,6 +189,28 @@ def the_row_reads_right_at_any_length(store: Store) -> None:
 
 
 @_check()
+def stream_positions_are_the_rows_versions(store: Store) -> None:
+    """The narrow read gives, for the streams of a type whose id has the prefix (and of a user, if
+    named), the id, creation time and version a full row read gives, including past the events at
+    which a SQL backend brings its rows up to date."""
+    for task_id, user, events in (("app:a", "u1", 3), ("app:b", "u2", 70), ("apple", "u1", 1), ("other", "u1", 2)):
+        store.create_task(TENANT, replace(_row(task_id), user_id=user), _event(1))
+        if events > 1:
+            store.append(TENANT, task_id, [_event(seq) for seq in range(2, events + 1)], 1)
+    store.create_task(TENANT, replace(_row("app:c"), type="other type"), _event(1))
+
+    def rows(prefix: str, user: str | None) -> list[tuple[str, float, int]]:
+        listed = store.list_tasks(TENANT, TaskFilter(type="t", user_id=user), limit=100)
+        return sorted((r.task_id, r.created_at, r.version) for r in listed if r.task_id.startswith(prefix))
+
+    asked: list[tuple[str, str | None]] = [("app:", None), ("app:", "u1"), ("app", None), ("zzz", None)]
+    for prefix, of_user in asked:
+        found = sorted(store.stream_positions(TENANT, "t", prefix, user_id=of_user))
+        assert found == rows(prefix, of_user), (prefix, of_user, found)
+    assert [p[2] for p in sorted(store.stream_positions(TENANT, "t", "app:"))] == [3, 70]
+
+
+@_check()
 def create_twice_is_a_conflict(store: Store) -> None:
     _create(store, "a")
     _expect(ConflictError, lambda: store.create_task(TENANT, _row("a"), _event(1)))

@@ -17,6 +17,7 @@ from tether.store.base import (
     EventRow,
     IndexUpdate,
     LedgerRow,
+    Position,
     SnapshotRow,
     StreamAppend,
     TaskFilter,
@@ -209,6 +210,15 @@ class MemoryStore:
             rows = [s.row for (t, _), s in self._tasks.items() if t == tenant and _matches(s.row, flt)]
         rows.sort(key=lambda r: (r.created_at, r.task_id), reverse=True)
         return rows[offset : offset + limit]
+
+    def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
+        flt = TaskFilter(type=type, user_id=user_id)
+        with self._lock:
+            return [
+                (s.row.task_id, s.row.created_at, s.row.version)
+                for (t, task_id), s in self._tasks.items()
+                if t == tenant and task_id.startswith(prefix) and _matches(s.row, flt)
+            ]
 
     # -- snapshots --------------------------------------------------------------
     def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:

@@ -33,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
 
 from tether._validate import option_float, option_int
 from tether.errors import ConfigurationError, ConflictError, StoreUnavailableError, TaskNotFoundError
+from tether.store import _postgres_sql as own
 from tether.store import _sql
 from tether.store._postgres_io import (
     CONNECT_TIMEOUT,
@@ -52,21 +53,12 @@ from tether.store._postgres_io import (
     with_default_params,
 )
 from tether.store._postgres_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
-from tether.store._postgres_sql import (
-    LATEST,
-    SQL,
-    AmbiguousRefusalError,
-    PartRefusedError,
-    append_statement,
-    drop_history,
-    landed,
-    replace_history,
-    write_parts,
-)
+from tether.store._postgres_sql import LATEST, SQL
 from tether.store.base import (
     EventRow,
     IndexUpdate,
     LedgerRow,
+    Position,
     SnapshotRow,
     StreamAppend,
     TaskFilter,
@@ -313,7 +305,7 @@ class PostgresStore:
         *,
         retry: bool = True,
     ) -> None:
-        statement, params = append_statement(internal, tenant, task_id, events, fence, index)
+        statement, params = own.append_statement(internal, tenant, task_id, events, fence, index)
         inserted = 0
         deadline = time.monotonic() + self.give_up_after
         attempt = 0
@@ -334,7 +326,7 @@ class PostgresStore:
                     self._recover(attempt, exc, deadline)
                     attempt += 1
                     # The append may or may not have committed before the connection broke: look first.
-                    if self._run(lambda c: landed(c, internal, events, fence)):
+                    if self._run(lambda c: own.landed(c, internal, events, fence)):
                         return
                     continue
                 raise refused(exc) from exc
@@ -354,12 +346,12 @@ class PostgresStore:
         and is refused as a single append is. Streams are written in row-id order, so two
         multi-stream appends over the same streams queue on each other instead of deadlocking.
 
-        The parts' statements go in one pipeline (:func:`write_parts`); a refusal that does not say
+        The parts' statements go in one pipeline (``_postgres_sql.write_parts``); a refusal that does not say
         which part it was is written again one statement at a time, to name it."""
         order = sorted(range(len(appends)), key=ids.__getitem__)
         tries = 0
         statements = [
-            append_statement(ids[i], tenant, part.task_id, part.events, part.fence, part.index)
+            own.append_statement(ids[i], tenant, part.task_id, part.events, part.fence, part.index)
             for i, part in enumerate(appends)
         ]
 
@@ -369,17 +361,17 @@ class PostgresStore:
             with conn.transaction():
                 # A try after a lost connection (``_run`` tries again only then): did the one before
                 # commit before its connection broke?
-                if tries > 1 and all(landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
+                if tries > 1 and all(own.landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
                     return
-                write_parts(conn, statements, order, [len(a.events) for a in appends], pipelined=pipelined)
+                own.write_parts(conn, statements, order, [len(a.events) for a in appends], pipelined=pipelined)
 
         try:
             try:
                 self._run(lambda conn: write(conn, True))
-            except AmbiguousRefusalError:
+            except own.AmbiguousRefusalError:
                 tries = 0  # the first try was refused, not lost: nothing of it can have landed
                 self._run(lambda conn: write(conn, False))
-        except PartRefusedError as refused_part:
+        except own.PartRefusedError as refused_part:
             i: int = refused_part.args[0]
             part = appends[i]
             stale = _StaleIdError if retry else None
@@ -411,7 +403,7 @@ class PostgresStore:
         check_batch(task_id, events, expected_version)
         internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
-            return replace_history(conn, task_id, internal, expected_version, events)
+            return own.replace_history(conn, task_id, internal, expected_version, events)
 
     def rewind(
         self,
@@ -475,7 +467,7 @@ class PostgresStore:
     def delete_task(self, tenant: str, task_id: str) -> int:
         internal = self._fresh_id(tenant, task_id)
         with self._tx() as conn:
-            gone = drop_history(conn, task_id, internal)
+            gone = own.drop_history(conn, task_id, internal)
             conn.execute(SQL.delete_task, (internal,))
         self._ids.pop((tenant, task_id), None)
         return int(gone)
@@ -485,7 +477,13 @@ class PostgresStore:
         query = _sql.pyformat(query)
         return [TaskRow(*r) for r in self._run(lambda c: c.execute(query, params).fetchall())]
 
+    def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
+        query, params = _sql.positions_query(tenant, type, prefix, user_id)
+        statement = _sql.pyformat(query)
+        return self._run(lambda conn: [(r[0], r[1], r[2]) for r in conn.execute(statement, params)])
+
     # -- snapshots ----------------------------------------------------------------
+
     def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
         internal = self._fresh_id(tenant, task_id)
 

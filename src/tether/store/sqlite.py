@@ -28,6 +28,7 @@ from tether.store.base import (
     EventRow,
     IndexUpdate,
     LedgerRow,
+    Position,
     SnapshotRow,
     StreamAppend,
     TaskFilter,
@@ -252,7 +253,8 @@ class SQLiteStore:
                     tenant, task_id, events, expected_version, fence
                 ):
                     return
-            self._append_batch(tenant, task_id, events, expected_version, fence, index)
+            # Several events, or an index change: the guarded first insert and the rest in one transaction.
+            self.append_streams(tenant, [StreamAppend(task_id, events, expected_version, fence, index)])
 
     def _append_one(self, tenant: str, task_id: str, event: EventRow, expected_version: int, fence: int | None) -> None:
         """The common case: one guarded INSERT in autocommit mode, one statement. A single write
@@ -320,18 +322,6 @@ class SQLiteStore:
             self._refuse(tenant, task_id, internal, expected_version, fence)
         self._known[internal] = events[-1].seq
         return True
-
-    def _append_batch(
-        self,
-        tenant: str,
-        task_id: str,
-        events: Sequence[EventRow],
-        expected_version: int,
-        fence: int | None,
-        index: IndexUpdate | None,
-    ) -> None:
-        """Several events, or an index change: the guarded first insert and the rest in one transaction."""
-        self.append_streams(tenant, [StreamAppend(task_id, events, expected_version, fence, index)])
 
     def append_streams(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
         check_streams(appends)
@@ -502,7 +492,13 @@ class SQLiteStore:
             rows = self._conn.execute(query, params).fetchall()
         return [TaskRow(*r) for r in rows]
 
+    def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
+        query, params = _sql.positions_query(tenant, type, prefix, user_id)
+        with self._lock:
+            return [(r[0], r[1], r[2]) for r in self._conn.execute(query, params)]
+
     # -- snapshots --------------------------------------------------------------
+
     def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
         with self._write() as conn:
             internal = self._id(tenant, task_id)
