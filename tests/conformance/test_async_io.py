@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -73,9 +74,11 @@ async def _let_writes_go(store: HeldStore, done: asyncio.Event, *, queued: Calla
     while not done.is_set():
         if store.entered.is_set():
             if queued is not None:
-                for _ in range(2000):  # a bound, not a timing: the tasks each take a few turns to queue
-                    if queued():
-                        break
+                # The tasks each take a few turns to queue. Bounded in time well under GIVE_UP (a
+                # held write's patience): on a loaded machine 2,000 turns of a 1 ms sleep once
+                # outlasted it, and the write gave up as if the loop were blocked.
+                until = time.monotonic() + GIVE_UP / 4
+                while not queued() and time.monotonic() < until:
                     await asyncio.sleep(0.001)
             store.entered.clear()
             store.go.set()
