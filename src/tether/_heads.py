@@ -39,7 +39,7 @@ from tether.events import (
     apply,
 )
 from tether.machine import Status
-from tether.model import Failure, TaskState, Waiting, describe_position, plan_progress
+from tether.model import CallList, Failure, TaskState, Waiting, describe_position, plan_progress
 from tether.store import IndexUpdate, TaskHead, TaskRow
 
 __all__ = ["INDEXED", "LIGHT", "Head", "RowHead", "index_update", "new_row", "read_head", "row_head_of"]
@@ -51,7 +51,7 @@ INDEXED = frozenset({StatusChanged, RetryRequested, *_WAKES})
 # Events folded later by the log that change a head: folded now onto the light state.
 LIGHT = frozenset({StepStarted, StepCompleted, StepFailed, OutputSet, InputReceived})
 # What the light state leaves out: nothing a head shows depends on them.
-_HEAVY: dict[str, Any] = {"calls": (), "decisions": (), "observations": {}, "data": {}, "received": {}}
+_HEAVY: dict[str, Any] = {"calls": CallList(), "decisions": (), "observations": {}, "data": {}, "received": {}}
 
 
 class Head:
@@ -80,13 +80,9 @@ class Head:
     @classmethod
     def of(cls, state: TaskState, written: TaskHead | None = None) -> Head:
         """The head of a folded state."""
-        open_: set[int] = set()
-        done = 0
-        for call in state.calls:
-            if call.status == "completed":
-                done += 1
-            else:
-                open_.add(call.n)
+        calls = state.calls
+        open_ = {n for n, status in zip(calls.ordinals(), calls.statuses(), strict=True) if status != "completed"}
+        done = len(calls) - len(open_)
         return cls(state.model_copy(update=_HEAVY), open_, done, written)
 
     def working_copy(self) -> Head:

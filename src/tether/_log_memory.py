@@ -32,7 +32,7 @@ class Entry:
         self.base = state
         self.pending: list[Recorded] = []
         self.version = state.version
-        self.calls = {call.n for call in state.calls}  # the ordinals opened
+        self.calls = set(state.calls.ordinals())  # the ordinals opened
         self.head = Head.of(state)
         """Where the task stands, as its index row says (kept current with every append)."""
         self.snap_seq = snap_seq

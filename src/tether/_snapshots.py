@@ -13,13 +13,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import orjson
 from pydantic import ValidationError
 
 from tether.errors import ConfigurationError
-from tether.model import STATE_SCHEMA_VERSION, TaskState
+from tether.model import STATE_SCHEMA_VERSION, CallList, TaskState
 from tether.store import SnapshotRow, Store
 
-__all__ = ["SnapshotPolicy", "checksum", "intact_snapshot", "parse_state", "read_if_intact", "snapshot_row"]
+__all__ = [
+    "SnapshotPolicy",
+    "checksum",
+    "intact_snapshot",
+    "parse_state",
+    "read_if_intact",
+    "snapshot_row",
+    "state_data",
+]
 
 log = logging.getLogger("tether")
 
@@ -106,11 +115,44 @@ def intact_snapshot(
         at_most = snap.seq - 1
 
 
+_STATUS_CODES = {"intended": "i", "completed": "c", "failed": "f"}
+_CODE_STATUS = {code: status for status, code in _STATUS_CODES.items()}
+
+
+def state_data(state: TaskState) -> str:
+    """A task's state as its snapshot stores it (state schema 2), in lines: the state without its
+    calls; the calls' ordinals and statuses; then each call's JSON, one per line.
+
+    A call never read since the state was loaded is written back as the text it was read from,
+    so a snapshot costs a dump of the calls that changed, not of all of them; and a load reads
+    the calls' records only when they are asked for (:class:`tether.model.CallList`).
+    """
+    calls = state.calls
+    meta = {"n": calls.ordinals(), "s": "".join(_STATUS_CODES[s] for s in calls.statuses())}
+    lines = [state.model_dump_json(exclude={"position", "calls"}), orjson.dumps(meta).decode()]
+    lines.extend(calls.text(i) for i in range(len(calls)))
+    return "\n".join(lines)
+
+
 def parse_state(snap: SnapshotRow) -> TaskState:
     """A task's state from its snapshot (``ValueError`` naming why it cannot be used)."""
     if snap.schema != STATE_SCHEMA_VERSION:
         raise ValueError(f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}")
+    data = snap.data if isinstance(snap.data, str) else snap.data.decode()
+    lines = data.split("\n")
+    if len(lines) < 2:
+        raise ValueError("has no line of calls")
     try:
-        return TaskState.model_validate_json(snap.data)
+        state = TaskState.model_validate_json(lines[0])
     except ValidationError as exc:
         raise ValueError(f"does not validate ({exc.error_count()} errors)") from None
+    meta = orjson.loads(lines[1])
+    ns, codes, texts = meta.get("n"), meta.get("s"), lines[2:]
+    if not isinstance(ns, list) or not isinstance(codes, str) or not len(ns) == len(codes) == len(texts):
+        raise ValueError(f"lists {len(texts)} calls that its ordinals and statuses do not match")
+    try:
+        status = [_CODE_STATUS[code] for code in codes]
+    except KeyError as exc:
+        raise ValueError(f"has an unknown call status code {exc}") from None
+    calls = CallList(stored=(ns, status, list(texts)))
+    return state.model_copy(update={"calls": calls})

@@ -24,7 +24,15 @@ import orjson
 from tether._encoding import encode_event
 from tether._heads import Head, new_row
 from tether._log_memory import Entry, Memory
-from tether._snapshots import SnapshotPolicy, checksum, intact_snapshot, parse_state, read_if_intact, snapshot_row
+from tether._snapshots import (
+    SnapshotPolicy,
+    checksum,
+    intact_snapshot,
+    parse_state,
+    read_if_intact,
+    snapshot_row,
+    state_data,
+)
 from tether._staging import Staged, stage
 from tether._validate import (
     MAX_LIMIT,
@@ -413,7 +421,7 @@ class TaskLog:
             return
         if entry.bytes_since < policy.size_ratio * entry.snap_size:
             return
-        data = entry.state.model_dump_json(exclude={"position"})
+        data = state_data(entry.state)
         # A state that grew by what its events carried replaces its previous snapshot (when that one
         # is this task's own: a fork may start from its parent's, which is left alone).
         grew = len(data) - entry.snap_size >= policy.growth_ratio * entry.bytes_since
@@ -423,7 +431,7 @@ class TaskLog:
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
         """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""
-        self._put_snapshot(task_id, state.version, state.model_dump_json(exclude={"position"}))
+        self._put_snapshot(task_id, state.version, state_data(state))
 
     def _put_snapshot(self, task_id: str, version: int, data: str, *, replaces: int | None = None) -> None:
         self.store.put_snapshot(
@@ -466,7 +474,7 @@ class TaskLog:
                 entry.version = rows[-1].seq
                 entry.bytes_since += sum(len(r.data) for r in rows)
                 state = entry.state
-                entry.calls = {call.n for call in state.calls}
+                entry.calls = set(state.calls.ordinals())
                 # The row's head is known to be this state's only when the row is of the same version.
                 written = row.head if row is not None and row.version == entry.version else None
                 entry.head = Head.of(state, written)

@@ -9,16 +9,18 @@ state.model_dump_json()) == state``).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, computed_field
+from pydantic_core import core_schema
 
 from tether.machine import Status
 
 __all__ = [
     "Attempt",
+    "CallList",
     "Decision",
     "Failure",
     "Observation",
@@ -29,7 +31,7 @@ __all__ = [
     "Waiting",
 ]
 
-STATE_SCHEMA_VERSION = 1
+STATE_SCHEMA_VERSION = 2
 """Version of the :class:`TaskState` shape. Snapshots of another version are rebuilt from events."""
 
 
@@ -92,6 +94,154 @@ class ToolCall(_Record):
     count against the retry policy's attempts."""
 
 
+class CallList(Sequence[ToolCall]):
+    """A task's calls in ordinal order: a read-only sequence of :class:`ToolCall` whose records
+    are validated when first read.
+
+    A state loaded from a snapshot holds each call as the JSON text the snapshot stored; a call
+    becomes a :class:`ToolCall` when it is read (indexing, iterating), so loading a task of
+    10,000 calls does not validate 10,000 records it may never look at. The ordinals and the
+    statuses are known without that (:meth:`ordinals`, :meth:`completed`, :meth:`index_of`).
+    Compares equal to any sequence of the same calls (a tuple, a list, another ``CallList``).
+    """
+
+    __slots__ = ("_items", "_ns", "_status")
+    _items: list[ToolCall | str]
+    _ns: list[int]
+    _status: list[str]
+
+    def __init__(
+        self,
+        calls: Sequence[ToolCall] = (),
+        *,
+        stored: tuple[list[int], list[str], list[ToolCall | str]] | None = None,
+    ) -> None:
+        """``CallList(calls)`` from records in ordinal order; ``stored=(ordinals, statuses, items)``
+        takes the three lists as they are (an item is a record or its JSON text), without a copy."""
+        if stored is not None:
+            self._ns, self._status, self._items = stored
+            return
+        self._items = list(calls)
+        self._ns = [call.n for call in calls]
+        self._status = [call.status for call in calls]
+        if any(a >= b for a, b in zip(self._ns, self._ns[1:], strict=False)):
+            raise ValueError(f"calls must be in increasing ordinal order, got {self._ns}")
+
+    def draft(self) -> CallDraft:
+        """A copy the fold changes (:class:`tether.events._draft._Draft`); this list is untouched."""
+        return CallDraft(stored=(list(self._ns), list(self._status), list(self._items)))
+
+    def ordinals(self) -> list[int]:
+        """The calls' ordinals, in order (a copy)."""
+        return list(self._ns)
+
+    def statuses(self) -> list[str]:
+        """The calls' statuses, in order (a copy)."""
+        return list(self._status)
+
+    def completed(self) -> int:
+        """How many calls are completed (no record is read)."""
+        return self._status.count("completed")
+
+    def index_of(self, n: int) -> int | None:
+        """Where call ``n`` sits, or ``None`` (see :func:`call_index`); no record is read."""
+        ns = self._ns
+        if 0 < n <= len(ns) and ns[n - 1] == n:
+            return n - 1
+        i = bisect_left(ns, n)
+        return i if i < len(ns) and ns[i] == n else None
+
+    def text(self, i: int) -> str:
+        """Call ``i`` as JSON (defaults left out): its stored text when it was never read, else its dump."""
+        item = self._items[i]
+        return item if isinstance(item, str) else item.model_dump_json(exclude_defaults=True)
+
+    def _read(self, i: int) -> ToolCall:
+        item = self._items[i]
+        if isinstance(item, str):
+            item = ToolCall.model_validate_json(item)
+            self._items[i] = item  # the same record for every reader after the first
+        return item
+
+    def __len__(self) -> int:
+        return len(self._ns)
+
+    @overload
+    def __getitem__(self, i: int) -> ToolCall: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[ToolCall, ...]: ...
+    def __getitem__(self, i: int | slice) -> ToolCall | tuple[ToolCall, ...]:
+        if isinstance(i, slice):
+            return tuple(self._read(j) for j in range(*i.indices(len(self._ns))))
+        if i < 0:
+            i += len(self._ns)
+        if not 0 <= i < len(self._ns):
+            raise IndexError("call index out of range")
+        return self._read(i)
+
+    def __iter__(self) -> Iterator[ToolCall]:
+        for i in range(len(self._ns)):
+            yield self._read(i)
+
+    def __reversed__(self) -> Iterator[ToolCall]:
+        for i in range(len(self._ns) - 1, -1, -1):
+            yield self._read(i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CallList):
+            if other is self:
+                return True
+            if self._ns != other.ordinals() or self._status != other.statuses():
+                return False
+        elif not isinstance(other, tuple | list) or len(other) != len(self._ns):
+            return NotImplemented if not isinstance(other, tuple | list) else False
+        return all(a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._ns))
+
+    def __repr__(self) -> str:
+        return f"CallList({list(self)!r})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CallList:
+        return self  # immutable to its readers: the fold changes only drafts
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        items = handler.generate_schema(tuple[ToolCall, ...])
+        from_items = core_schema.no_info_after_validator_function(cls, items)
+        return core_schema.json_or_python_schema(
+            json_schema=from_items,
+            python_schema=core_schema.union_schema([core_schema.is_instance_schema(cls), from_items]),
+            serialization=core_schema.plain_serializer_function_ser_schema(tuple, return_schema=items),
+        )
+
+
+class CallDraft(CallList):
+    """The fold's working copy of a :class:`CallList` while a batch of events is folded."""
+
+    __slots__ = ()
+
+    def set_call(self, i: int, call: ToolCall) -> None:
+        self._items[i] = call
+        self._status[i] = call.status
+
+    def open_call(self, call: ToolCall) -> None:
+        """Add a new call in ordinal order (parallel calls open in the order they finish)."""
+        ns = self._ns
+        i = len(ns) if not ns or ns[-1] < call.n else bisect_left(ns, call.n)
+        self._items.insert(i, call)
+        ns.insert(i, call.n)
+        self._status.insert(i, call.status)
+
+    def freeze(self) -> CallList:
+        """The calls as an immutable list; this draft is not to be changed afterwards (they share lists)."""
+        return CallList(stored=(self._ns, self._status, self._items))
+
+
+_NO_CALLS = CallList()
+
+
 def _ordinal(call: ToolCall) -> int:
     return call.n
 
@@ -101,14 +251,15 @@ def call_index(calls: Sequence[ToolCall], n: int) -> int | None:
 
     Calls are issued in program order but may be opened out of order (parallel calls
     finish in any order; an ordinal issued and never started leaves a gap), so the
-    position is ``n - 1`` in the common case and found by bisection otherwise.
+    position is ``n - 1`` in the common case and found by bisection otherwise. A
+    :class:`CallList` answers from its ordinals, reading no call.
     """
+    if isinstance(calls, CallList):
+        return calls.index_of(n)
     if 0 < n <= len(calls) and calls[n - 1].n == n:
         return n - 1
     i = bisect_left(calls, n, key=_ordinal)
-    if i < len(calls) and calls[i].n == n:
-        return i
-    return None
+    return i if i < len(calls) and calls[i].n == n else None
 
 
 def plan_progress(plan: Sequence[Step]) -> tuple[int, int]:
@@ -207,7 +358,8 @@ class TaskState(_Record):
     phases: dict[str, list[str]] | None = None
     inputs: dict[str, Any] = {}
     plan: tuple[Step, ...] = ()
-    calls: tuple[ToolCall, ...] = ()
+    calls: CallList = _NO_CALLS
+    """The calls in ordinal order (a :class:`CallList`: each record is validated when first read)."""
     decisions: tuple[Decision, ...] = ()
     observations: dict[str, Observation] = {}
     data: dict[str, Any] = {}
@@ -232,7 +384,7 @@ class TaskState(_Record):
     @property
     def position(self) -> str:
         """A one-line answer to "where are we?", e.g. ``step 6 of 9; 1–5 committed``."""
-        done = 0 if self.plan else sum(1 for call in self.calls if call.status == "completed")
+        done = 0 if self.plan else self.calls.completed()
         return describe_position(*plan_progress(self.plan), done)
 
     def call(self, n: int) -> ToolCall | None:

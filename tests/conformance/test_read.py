@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import tether
+from tether._snapshots import state_data
 from tether.events import DecisionMade, ObservationRecorded, fold
 from tether.log import checksum
 from tether.model import STATE_SCHEMA_VERSION
@@ -134,9 +135,9 @@ def test_put_snapshot_can_replace_an_earlier_one_in_the_same_write(store_url: st
     state = _grow(log, 12)
     store, tenant = log.store, log.tenant
     for seq in (5, 9):
-        data = log.state_at(state.task_id, seq).model_dump_json(exclude={"position"})
+        data = state_data(log.state_at(state.task_id, seq))
         store.put_snapshot(tenant, state.task_id, SnapshotRow(seq, STATE_SCHEMA_VERSION, checksum(data), data))
-    data = state.model_dump_json(exclude={"position"})
+    data = state_data(state)
     row = SnapshotRow(state.version, STATE_SCHEMA_VERSION, checksum(data), data)
     store.put_snapshot(tenant, state.task_id, row, replaces=9)
     assert _snapshot_seqs(log, state.task_id) == [state.version, 5]

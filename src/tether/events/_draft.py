@@ -6,13 +6,12 @@ helpers build and change pydantic records without validating them again.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from tether.errors import TetherError
-from tether.model import TaskState, ToolCall, call_index
+from tether.model import CallDraft, TaskState, ToolCall, call_index
 
 __all__ = ["_Draft", "_evolve", "_make"]
 
@@ -79,6 +78,12 @@ class _Draft:
             self.owned.add(name)
         return self.values[name]  # type: ignore[no-any-return]
 
+    def own_calls(self) -> CallDraft:
+        if "calls" not in self.owned:
+            self.values["calls"] = self.values["calls"].draft()
+            self.owned.add("calls")
+        return self.values["calls"]  # type: ignore[no-any-return]
+
     def call_at(self, n: int) -> int:
         i = call_index(self.values["calls"], n)
         if i is None:
@@ -90,22 +95,21 @@ class _Draft:
 
     def replace_call(self, n: int, changes: dict[str, Any]) -> None:
         i = self.call_at(n)
-        calls = self.own_list("calls")
-        calls[i] = _evolve(calls[i], changes)
+        calls = self.own_calls()
+        calls.set_call(i, _evolve(calls[i], changes))
 
     def open_call(self, call: ToolCall) -> None:
         """Add a new call in ordinal order (parallel calls open in the order they finish)."""
-        calls = self.own_list("calls")
-        if not calls or calls[-1].n < call.n:
-            calls.append(call)
-        else:
-            calls.insert(bisect_left(calls, call.n, key=lambda c: c.n), call)
+        self.own_calls().open_call(call)
 
     def freeze(self, template: TaskState) -> TaskState:
         values = self.values
         for name in self.owned:
-            if type(values[name]) is list:
+            kind = type(values[name])
+            if kind is list:
                 values[name] = tuple(values[name])
+            elif kind is CallDraft:
+                values[name] = values[name].freeze()
         new = object.__new__(type(template))
         object.__setattr__(new, "__dict__", values)
         object.__setattr__(new, "__pydantic_fields_set__", template.__pydantic_fields_set__ | values.keys())
