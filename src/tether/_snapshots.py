@@ -16,8 +16,8 @@ from typing import TypeVar
 import orjson
 from pydantic import ValidationError
 
-from tether.errors import ConfigurationError
-from tether.model import STATE_SCHEMA_VERSION, CallList, TaskState
+from tether.errors import ConfigurationError, InvalidInputError
+from tether.model import STATE_SCHEMA_VERSION, CallList, CallReader, TaskState
 from tether.store import SnapshotRow, Store
 
 __all__ = [
@@ -47,7 +47,8 @@ class SnapshotPolicy:
 
     When a new snapshot is written, the one before it is dropped if the state grew
     by at least ``growth_ratio`` times the bytes of the events between the two: a
-    state that keeps what its events carry (a chat keeping every message) keeps one
+    state that keeps what its events carry (a chat keeping every message; a task
+    keeping its calls, which a snapshot holds by reference to their events) keeps one
     snapshot, its latest, instead of a copy of itself at every size. A state that
     stays about the same size keeps them all, and time travel to any point starts
     from the nearest. Either way the bytes stored per event do not grow with the
@@ -65,6 +66,20 @@ class SnapshotPolicy:
             raise ConfigurationError(f"SnapshotPolicy.size_ratio must be >= 0, got {self.size_ratio}")
         if self.growth_ratio < 0:
             raise ConfigurationError(f"SnapshotPolicy.growth_ratio must be >= 0, got {self.growth_ratio}")
+
+    def due(self, events: int, size_since: int, last_size: int) -> bool:
+        """A snapshot is due: ``events`` events of ``size_since`` bytes were appended since the last
+        snapshot, which is ``last_size`` bytes."""
+        return events >= self.every and size_since >= self.size_ratio * last_size
+
+    def replaces_last(self, grown: int, kept: int, size_since: int) -> bool:
+        """The new snapshot replaces the one before: the state grew by what the events between carried.
+
+        ``grown`` is how many bytes the new snapshot is larger; ``kept``, the bytes of the events
+        between that the state keeps by reference (its calls', see ``state_data``); ``size_since``,
+        the bytes of all the events between.
+        """
+        return grown + kept >= self.growth_ratio * size_since
 
 
 def checksum(data: str | bytes) -> str:
@@ -120,39 +135,52 @@ _CODE_STATUS = {code: status for status, code in _STATUS_CODES.items()}
 
 
 def state_data(state: TaskState) -> str:
-    """A task's state as its snapshot stores it (state schema 2), in lines: the state without its
-    calls; the calls' ordinals and statuses; then each call's JSON, one per line.
+    """A task's state as its snapshot stores it (state schema 2), in two lines: the state without
+    its calls, then the calls as their ordinals, statuses and the seqs of the events that made
+    each (``{"n": [...], "s": "ccf...", "e": [[seq, ...], ...]}``).
 
-    A call never read since the state was loaded is written back as the text it was read from,
-    so a snapshot costs a dump of the calls that changed, not of all of them; and a load reads
-    the calls' records only when they are asked for (:class:`tether.model.CallList`).
+    A call's record — its result above all — is stored once, in its events; a load reads a
+    call's events when the call is first read (:class:`tether.model.CallList`). Raises
+    ``InvalidInputError`` for a state whose calls were not folded from events (nothing names
+    the events that made them).
     """
     calls = state.calls
-    meta = {"n": calls.ordinals(), "s": "".join(_STATUS_CODES[s] for s in calls.statuses())}
-    lines = [state.model_dump_json(exclude={"position", "calls"}), orjson.dumps(meta).decode()]
-    lines.extend(calls.text(i) for i in range(len(calls)))
-    return "\n".join(lines)
+    seqs = calls.event_seqs()
+    if not all(seqs):
+        missing = next(n for n, made in zip(calls.ordinals(), seqs, strict=True) if not made)
+        raise InvalidInputError(
+            f"call #{missing} of task {state.task_id!r} was not folded from events: "
+            "a snapshot stores a call as the events that made it"
+        )
+    meta = {"n": calls.ordinals(), "s": "".join(_STATUS_CODES[s] for s in calls.statuses()), "e": seqs}
+    return state.model_dump_json(exclude={"position", "calls"}) + "\n" + orjson.dumps(meta).decode()
 
 
-def parse_state(snap: SnapshotRow) -> TaskState:
-    """A task's state from its snapshot (``ValueError`` naming why it cannot be used)."""
+def parse_state(snap: SnapshotRow, reader: Callable[[TaskState], CallReader] | None = None) -> TaskState:
+    """A task's state from its snapshot (``ValueError`` naming why it cannot be used); its calls are
+    read when asked for, by ``reader(state)`` (``None``: a snapshot with calls is refused)."""
     if snap.schema != STATE_SCHEMA_VERSION:
         raise ValueError(f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}")
     data = snap.data if isinstance(snap.data, str) else snap.data.decode()
-    lines = data.split("\n")
-    if len(lines) < 2:
-        raise ValueError("has no line of calls")
+    head, _, rest = data.partition("\n")
     try:
-        state = TaskState.model_validate_json(lines[0])
-    except ValidationError as exc:
-        raise ValueError(f"does not validate ({exc.error_count()} errors)") from None
-    meta = orjson.loads(lines[1])
-    ns, codes, texts = meta.get("n"), meta.get("s"), lines[2:]
-    if not isinstance(ns, list) or not isinstance(codes, str) or not len(ns) == len(codes) == len(texts):
-        raise ValueError(f"lists {len(texts)} calls that its ordinals and statuses do not match")
+        state = TaskState.model_validate_json(head)
+        meta = orjson.loads(rest)
+    except (ValidationError, orjson.JSONDecodeError) as exc:
+        count = f"{exc.error_count()} errors" if isinstance(exc, ValidationError) else "not JSON"
+        raise ValueError(f"does not validate ({count})") from None
+    ns, codes, seqs = meta.get("n"), meta.get("s"), meta.get("e")
+    if not isinstance(ns, list) or not isinstance(codes, str) or not isinstance(seqs, list):
+        raise ValueError("has no calls line of ordinals, statuses and event seqs")
+    if not len(ns) == len(codes) == len(seqs):
+        raise ValueError(f"lists {len(ns)} ordinals, {len(codes)} statuses and {len(seqs)} calls' events")
     try:
         status = [_CODE_STATUS[code] for code in codes]
     except KeyError as exc:
         raise ValueError(f"has an unknown call status code {exc}") from None
-    calls = CallList(stored=(ns, status, list(texts)))
+    if not ns:
+        return state
+    if reader is None:
+        raise ValueError("has calls, and nothing to read their events with")
+    calls = CallList(stored=(ns, status, seqs, reader(state), None))
     return state.model_copy(update={"calls": calls})

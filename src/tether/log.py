@@ -21,6 +21,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
 
+from tether._call_reads import call_reader
 from tether._encoding import encode_event
 from tether._heads import Head, new_row
 from tether._log_memory import Entry, Memory
@@ -267,6 +268,7 @@ class TaskLog:
         entry.head = batch.head
         entry.calls |= batch.opening
         entry.bytes_since += batch.size
+        entry.kept_since += batch.kept
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
         return seq
@@ -417,17 +419,15 @@ class TaskLog:
 
     def _maybe_snapshot(self, task_id: str, entry: Entry) -> None:
         policy = self.snapshots
-        if entry.version - entry.snap_seq < policy.every:
-            return
-        if entry.bytes_since < policy.size_ratio * entry.snap_size:
+        if not policy.due(entry.version - entry.snap_seq, entry.bytes_since, entry.snap_size):
             return
         data = state_data(entry.state)
-        # A state that grew by what its events carried replaces its previous snapshot (when that one
-        # is this task's own: a fork may start from its parent's, which is left alone).
-        grew = len(data) - entry.snap_size >= policy.growth_ratio * entry.bytes_since
-        self._put_snapshot(task_id, entry.version, data, replaces=entry.snap_seq if entry.snap_seq and grew else None)
+        grown = len(data) - entry.snap_size
+        # The one before goes only when it is this task's own (a fork may start from its parent's).
+        last = entry.snap_seq if policy.replaces_last(grown, entry.kept_since, entry.bytes_since) else 0
+        self._put_snapshot(task_id, entry.version, data, replaces=last or None)
         entry.snap_seq = entry.version
-        entry.bytes_since = 0
+        entry.bytes_since = entry.kept_since = 0
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
         """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""
@@ -472,7 +472,7 @@ class TaskLog:
             if rows:
                 entry.pending.extend(self.decode(r) for r in rows)
                 entry.version = rows[-1].seq
-                entry.bytes_since += sum(len(r.data) for r in rows)
+                entry.took(rows)
                 state = entry.state
                 entry.calls = set(state.calls.ordinals())
                 # The row's head is known to be this state's only when the row is of the same version.
@@ -503,11 +503,7 @@ class TaskLog:
         return [self.decode(r) for r in self.store.read_events(self.tenant, task_id, after=after, upto=upto)]
 
     def version(self, task_id: str) -> int:
-        check_id(task_id, "task_id")
-        row = self.store.get_task(self.tenant, task_id)
-        if row is None:
-            raise TaskNotFoundError(task_id, tenant=self.tenant)
-        return row.version
+        return self.get(task_id).version
 
     def get(self, task_id: str) -> TaskRow:
         """The task's index row (status, lease, version) without folding anything."""
@@ -558,12 +554,9 @@ class TaskLog:
         if base is None and not rows:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
         state = fold((self.decode(r) for r in rows), base)
-        return Entry(
-            state,
-            snapshot.seq if snapshot else 0,
-            len(snapshot.data) if snapshot else 0,
-            sum(len(r.data) for r in rows),
-        )
+        entry = Entry(state, snapshot.seq if snapshot else 0, len(snapshot.data) if snapshot else 0, 0)
+        entry.took(rows)
+        return entry
 
     def _good_snapshot(self, task_id: str, upto: int | None) -> tuple[SnapshotRow | None, TaskState | None]:
         """The newest snapshot at or before ``upto`` that is intact and of the current schema.
@@ -571,7 +564,8 @@ class TaskLog:
         A fork with none of its own uses its parent's (from before the fork point): the
         events after it, which ``read_events`` follows across the fork, make up the rest.
         """
-        return self.intact_snapshot(task_id, upto, parse_state)
+        reader = call_reader(self.store, self.tenant, task_id, self.decode)
+        return self.intact_snapshot(task_id, upto, functools.partial(parse_state, reader=reader))
 
     def intact_snapshot(
         self, stream_id: str, upto: int | None, parse: Callable[[SnapshotRow], _T]

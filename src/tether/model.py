@@ -9,7 +9,7 @@ state.model_dump_json()) == state``).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Literal, overload
 
@@ -94,42 +94,60 @@ class ToolCall(_Record):
     count against the retry policy's attempts."""
 
 
-class CallList(Sequence[ToolCall]):
-    """A task's calls in ordinal order: a read-only sequence of :class:`ToolCall` whose records
-    are validated when first read.
+CallReader = Callable[[Sequence[tuple[int, Sequence[int]]]], list["ToolCall"]]
+"""Reads calls' records from their events: given ``(ordinal, seqs of the events that made it)``
+pairs, the records in the same order (:meth:`tether.TaskLog` builds one for each state it loads)."""
 
-    A state loaded from a snapshot holds each call as the JSON text the snapshot stored; a call
-    becomes a :class:`ToolCall` when it is read (indexing, iterating), so loading a task of
-    10,000 calls does not validate 10,000 records it may never look at. The ordinals and the
-    statuses are known without that (:meth:`ordinals`, :meth:`completed`, :meth:`index_of`).
-    Compares equal to any sequence of the same calls (a tuple, a list, another ``CallList``).
+_PAGE = 256
+_AHEAD = 32
+
+_Stored = tuple[list[int], list[str], list[Sequence[int]], "CallReader | None", "list[ToolCall | None] | None"]
+
+
+class CallList(Sequence[ToolCall]):
+    """A task's calls in ordinal order: a read-only sequence of :class:`ToolCall`.
+
+    A call's record is made by its events (``CallStarted``, ``CallCompleted``, ...), and a
+    ``CallList`` knows, for each call, the seqs of the events that made it. A state loaded from
+    a snapshot holds only those (the snapshot stores a result once: in its event); a call's
+    record is folded from its events, read from the store, when it is first read — by index,
+    or by iterating, a page of calls per store read. The ordinals and the statuses are known
+    without reading (:meth:`ordinals`, :meth:`completed`, :meth:`index_of`).
+
+    Compares equal to any sequence of the same records (a tuple, a list, another ``CallList``).
     """
 
-    __slots__ = ("_items", "_ns", "_status")
-    _items: list[ToolCall | str]
+    __slots__ = ("_items", "_ns", "_reader", "_seqs", "_status")
+    _items: list[ToolCall | None]
     _ns: list[int]
     _status: list[str]
+    _seqs: list[Sequence[int]]
+    _reader: CallReader | None
 
     def __init__(
         self,
         calls: Sequence[ToolCall] = (),
         *,
-        stored: tuple[list[int], list[str], list[ToolCall | str]] | None = None,
+        stored: _Stored | None = None,
     ) -> None:
-        """``CallList(calls)`` from records in ordinal order; ``stored=(ordinals, statuses, items)``
-        takes the three lists as they are (an item is a record or its JSON text), without a copy."""
+        """``CallList(calls)`` from records in ordinal order (the events that made them unknown);
+        ``stored=(ordinals, statuses, seqs, reader, records)``: the lists as they are, without a
+        copy; a record not read yet is ``None`` (``records=None``: none is), read by ``reader``."""
         if stored is not None:
-            self._ns, self._status, self._items = stored
+            self._ns, self._status, self._seqs, self._reader, items = stored
+            self._items = [None] * len(self._ns) if items is None else items
             return
         self._items = list(calls)
         self._ns = [call.n for call in calls]
         self._status = [call.status for call in calls]
+        self._seqs = [()] * len(self._ns)
+        self._reader = None
         if any(a >= b for a, b in zip(self._ns, self._ns[1:], strict=False)):
             raise ValueError(f"calls must be in increasing ordinal order, got {self._ns}")
 
     def draft(self) -> CallDraft:
         """A copy the fold changes (:class:`tether.events._draft._Draft`); this list is untouched."""
-        return CallDraft(stored=(list(self._ns), list(self._status), list(self._items)))
+        return CallDraft(stored=(list(self._ns), list(self._status), list(self._seqs), self._reader, list(self._items)))
 
     def ordinals(self) -> list[int]:
         """The calls' ordinals, in order (a copy)."""
@@ -138,6 +156,11 @@ class CallList(Sequence[ToolCall]):
     def statuses(self) -> list[str]:
         """The calls' statuses, in order (a copy)."""
         return list(self._status)
+
+    def event_seqs(self) -> list[Sequence[int]]:
+        """For each call, in order, the seqs of the events that made its record (empty for a record
+        that came from elsewhere than the fold)."""
+        return list(self._seqs)
 
     def completed(self) -> int:
         """How many calls are completed (no record is read)."""
@@ -151,17 +174,25 @@ class CallList(Sequence[ToolCall]):
         i = bisect_left(ns, n)
         return i if i < len(ns) and ns[i] == n else None
 
-    def text(self, i: int) -> str:
-        """Call ``i`` as JSON (defaults left out): its stored text when it was never read, else its dump."""
-        item = self._items[i]
-        return item if isinstance(item, str) else item.model_dump_json(exclude_defaults=True)
-
     def _read(self, i: int) -> ToolCall:
+        """Call ``i``'s record; when it is not read yet, the few unread after it come along (a replay
+        reads calls in order)."""
         item = self._items[i]
-        if isinstance(item, str):
-            item = ToolCall.model_validate_json(item)
-            self._items[i] = item  # the same record for every reader after the first
+        if item is None:
+            self._load(i, min(len(self._ns), i + _AHEAD))
+            item = self._items[i]
+            assert item is not None
         return item
+
+    def _load(self, low: int, high: int) -> None:
+        """Read the records of calls ``low..high-1`` that are not read yet, in one read."""
+        want = [j for j in range(low, high) if self._items[j] is None]
+        if not want:
+            return
+        reader = self._reader
+        assert reader is not None, "a CallList without a reader holds every record"
+        for j, record in zip(want, reader([(self._ns[j], self._seqs[j]) for j in want]), strict=True):
+            self._items[j] = record  # the same record for every reader after the first
 
     def __len__(self) -> int:
         return len(self._ns)
@@ -172,7 +203,10 @@ class CallList(Sequence[ToolCall]):
     def __getitem__(self, i: slice) -> tuple[ToolCall, ...]: ...
     def __getitem__(self, i: int | slice) -> ToolCall | tuple[ToolCall, ...]:
         if isinstance(i, slice):
-            return tuple(self._read(j) for j in range(*i.indices(len(self._ns))))
+            indices = range(*i.indices(len(self._ns)))
+            if indices.step == 1 and indices:
+                self._load(indices[0], indices[-1] + 1)
+            return tuple(self._read(j) for j in indices)
         if i < 0:
             i += len(self._ns)
         if not 0 <= i < len(self._ns):
@@ -180,11 +214,16 @@ class CallList(Sequence[ToolCall]):
         return self._read(i)
 
     def __iter__(self) -> Iterator[ToolCall]:
-        for i in range(len(self._ns)):
+        count = len(self._ns)
+        for i in range(count):
+            if self._items[i] is None:
+                self._load(i, min(count, i + _PAGE))
             yield self._read(i)
 
     def __reversed__(self) -> Iterator[ToolCall]:
         for i in range(len(self._ns) - 1, -1, -1):
+            if self._items[i] is None:
+                self._load(max(0, i - _PAGE + 1), i + 1)
             yield self._read(i)
 
     def __eq__(self, other: object) -> bool:
@@ -193,8 +232,10 @@ class CallList(Sequence[ToolCall]):
                 return True
             if self._ns != other.ordinals() or self._status != other.statuses():
                 return False
-        elif not isinstance(other, tuple | list) or len(other) != len(self._ns):
-            return NotImplemented if not isinstance(other, tuple | list) else False
+        elif not isinstance(other, tuple | list):
+            return NotImplemented
+        elif len(other) != len(self._ns):
+            return False
         return all(a == b for a, b in zip(self, other, strict=True))
 
     def __hash__(self) -> int:
@@ -218,25 +259,28 @@ class CallList(Sequence[ToolCall]):
 
 
 class CallDraft(CallList):
-    """The fold's working copy of a :class:`CallList` while a batch of events is folded."""
+    """The fold's working copy of a :class:`CallList` while a batch of events is folded: each
+    change names the seq of the event that made it."""
 
     __slots__ = ()
 
-    def set_call(self, i: int, call: ToolCall) -> None:
+    def set_call(self, i: int, call: ToolCall, seq: int) -> None:
         self._items[i] = call
         self._status[i] = call.status
+        self._seqs[i] = (*self._seqs[i], seq)
 
-    def open_call(self, call: ToolCall) -> None:
+    def open_call(self, call: ToolCall, seq: int) -> None:
         """Add a new call in ordinal order (parallel calls open in the order they finish)."""
         ns = self._ns
         i = len(ns) if not ns or ns[-1] < call.n else bisect_left(ns, call.n)
         self._items.insert(i, call)
         ns.insert(i, call.n)
         self._status.insert(i, call.status)
+        self._seqs.insert(i, (seq,))
 
     def freeze(self) -> CallList:
         """The calls as an immutable list; this draft is not to be changed afterwards (they share lists)."""
-        return CallList(stored=(self._ns, self._status, self._items))
+        return CallList(stored=(self._ns, self._status, self._seqs, self._reader, self._items))
 
 
 _NO_CALLS = CallList()

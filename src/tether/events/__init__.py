@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from tether.events._fold import apply, fold
+from tether.events._fold import apply, fold, fold_calls
 from tether.events._rules import _RULES as _RULES  # the fold's rules: a test checks each has a test
 from tether.events.base import DEFAULT_UPCASTERS as DEFAULT_UPCASTERS
 from tether.events.base import EVENT_TYPES, Event, Recorded, Upcasters
@@ -97,4 +97,5 @@ __all__ = [
     "Upcasters",
     "apply",
     "fold",
+    "fold_calls",
 ]

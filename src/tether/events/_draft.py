@@ -60,11 +60,13 @@ class _Draft:
     state is never touched; :meth:`freeze` makes the new immutable state.
     """
 
-    __slots__ = ("owned", "values")
+    __slots__ = ("owned", "seq", "values")
 
     def __init__(self, state: TaskState) -> None:
         self.values = dict(state.__dict__)
         self.owned: set[str] = set()
+        self.seq = 0
+        """The seq of the event being folded: a call's record names the events that made it."""
 
     def own_list(self, name: str) -> list[Any]:
         if name not in self.owned:
@@ -96,11 +98,11 @@ class _Draft:
     def replace_call(self, n: int, changes: dict[str, Any]) -> None:
         i = self.call_at(n)
         calls = self.own_calls()
-        calls.set_call(i, _evolve(calls[i], changes))
+        calls.set_call(i, _evolve(calls[i], changes), self.seq)
 
     def open_call(self, call: ToolCall) -> None:
         """Add a new call in ordinal order (parallel calls open in the order they finish)."""
-        self.own_calls().open_call(call)
+        self.own_calls().open_call(call, self.seq)
 
     def freeze(self, template: TaskState) -> TaskState:
         values = self.values

@@ -6,13 +6,13 @@ from collections.abc import Iterable, Sequence
 
 from tether.errors import TetherError, UnknownEventTypeError
 from tether.events._draft import _Draft
-from tether.events._rules import _RULES, _created
+from tether.events._rules import _RULES, _created, _retry_call
 from tether.events.base import Recorded, _ts
 from tether.events.knowledge import ObservationRecorded
-from tether.events.task import TaskCreated
-from tether.model import TaskState
+from tether.events.task import RetryRequested, TaskCreated
+from tether.model import TaskState, ToolCall, call_index
 
-__all__ = ["apply", "fold"]
+__all__ = ["apply", "fold", "fold_calls"]
 
 
 def fold(events: Iterable[Recorded], state: TaskState | None = None) -> TaskState:
@@ -42,6 +42,7 @@ def fold(events: Iterable[Recorded], state: TaskState | None = None) -> TaskStat
             raise UnknownEventTypeError(f"the fold has no rule for {type(ev).__name__}")
         if draft is None:
             draft = _Draft(state)
+        draft.seq = rec.seq
         rule(draft, ev, _ts(rec.at), rec.at)
         last = rec
     if state is None:
@@ -80,3 +81,30 @@ _NONE: frozenset[int] = frozenset()
 def apply(state: TaskState | None, rec: Recorded) -> TaskState:
     """The state after one more event: ``fold([rec], state)``."""
     return fold((rec,), state)
+
+
+def fold_calls(state: TaskState, calls: Sequence[tuple[int, Sequence[Recorded]]]) -> list[ToolCall]:
+    """Calls' records, each folded from the events that made it (the seqs its state's
+    :class:`~tether.model.CallList` names), by the fold's own rules applied to that call alone.
+
+    ``calls`` are ``(ordinal, events)`` pairs; ``state`` gives the task they belong to and has no
+    calls (``state.model_copy(update={"calls": CallList()})``, made once for many reads).
+    """
+    if state.calls:
+        raise TetherError("fold_calls() folds calls onto a state with no calls")
+    draft = _Draft(state)
+    for n, records in calls:
+        for rec in records:
+            ev = rec.event
+            draft.seq = rec.seq
+            if type(ev) is RetryRequested:
+                _retry_call(draft, n)  # of a retry, only what it does to this call
+                continue
+            rule = _RULES.get(type(ev))
+            if rule is None or getattr(ev, "n", None) != n:
+                kind = type(ev).__name__
+                raise TetherError(f"event {rec.seq} ({kind}) of task {state.task_id!r} is not one of call #{n}'s")
+            rule(draft, ev, _ts(rec.at), rec.at)
+        if call_index(draft.values["calls"], n) is None:
+            raise TetherError(f"the events of call #{n} of task {state.task_id!r} do not open it")
+    return [draft.call(n) for n, _ in calls]

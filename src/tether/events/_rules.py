@@ -366,13 +366,18 @@ def _retry_requested(d: _Draft, ev: RetryRequested, at: datetime, epoch: float) 
     values = d.values
     values.update(status=Status.PENDING, failure=None, output=None, wake_at=None)
     for n in ev.calls:
-        call = d.call(n)
-        last = call.attempts[-1].number if call.attempts else 0
-        d.replace_call(n, {"status": "intended", "finished_at": None, "retried_after": last})
+        _retry_call(d, n)
     if any(step.status == "failed" for step in values["plan"]):
         plan = d.own_list("plan")
         again = {"status": "running", "finished_at": None, "error": None}
         plan[:] = [_evolve(step, again) if step.status == "failed" else step for step in plan]
+
+
+def _retry_call(d: _Draft, n: int) -> None:
+    """What a retry does to one of the calls it sends to run again: a fresh round of attempts."""
+    call = d.call(n)
+    last = call.attempts[-1].number if call.attempts else 0
+    d.replace_call(n, {"status": "intended", "finished_at": None, "retried_after": last})
 
 
 @_rule(FailureRecorded)
