@@ -81,7 +81,7 @@ class Head:
     def of(cls, state: TaskState, written: TaskHead | None = None) -> Head:
         """The head of a folded state."""
         calls = state.calls
-        open_ = {n for n, status in zip(calls.ordinals(), calls.statuses(), strict=True) if status != "completed"}
+        open_ = calls.open_ordinals()
         done = len(calls) - len(open_)
         return cls(state.model_copy(update=_HEAVY), open_, done, written)
 

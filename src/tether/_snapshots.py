@@ -130,14 +130,10 @@ def intact_snapshot(
         at_most = snap.seq - 1
 
 
-_STATUS_CODES = {"intended": "i", "completed": "c", "failed": "f"}
-_CODE_STATUS = {code: status for status, code in _STATUS_CODES.items()}
-
-
 def state_data(state: TaskState) -> str:
     """A task's state as its snapshot stores it (state schema 2), in two lines: the state without
     its calls, then the calls as their ordinals, statuses and the seqs of the events that made
-    each (``{"n": [...], "s": "ccf...", "e": [[seq, ...], ...]}``).
+    each (``{"n": [1, 2, ...], "s": "ccf...", "e": ["4", "5,7", ...]}``).
 
     A call's record — its result above all — is stored once, in its events; a load reads a
     call's events when the call is first read (:class:`tether.model.CallList`). Raises
@@ -152,7 +148,7 @@ def state_data(state: TaskState) -> str:
             f"call #{missing} of task {state.task_id!r} was not folded from events: "
             "a snapshot stores a call as the events that made it"
         )
-    meta = {"n": calls.ordinals(), "s": "".join(_STATUS_CODES[s] for s in calls.statuses()), "e": seqs}
+    meta = {"n": calls.ordinals(), "s": calls.status_codes().decode(), "e": seqs}
     return state.model_dump_json(exclude={"position", "calls"}) + "\n" + orjson.dumps(meta).decode()
 
 
@@ -174,13 +170,11 @@ def parse_state(snap: SnapshotRow, reader: Callable[[TaskState], CallReader] | N
         raise ValueError("has no calls line of ordinals, statuses and event seqs")
     if not len(ns) == len(codes) == len(seqs):
         raise ValueError(f"lists {len(ns)} ordinals, {len(codes)} statuses and {len(seqs)} calls' events")
-    try:
-        status = [_CODE_STATUS[code] for code in codes]
-    except KeyError as exc:
-        raise ValueError(f"has an unknown call status code {exc}") from None
+    if codes.strip("icf"):
+        raise ValueError(f"has an unknown call status code {codes.strip('icf')[0]!r}")
     if not ns:
         return state
     if reader is None:
         raise ValueError("has calls, and nothing to read their events with")
-    calls = CallList(stored=(ns, status, seqs, reader(state), None))
+    calls = CallList(stored=(ns, bytearray(codes.encode()), seqs, reader(state), None))
     return state.model_copy(update={"calls": calls})

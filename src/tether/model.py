@@ -8,6 +8,7 @@ state.model_dump_json()) == state``).
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
@@ -101,7 +102,13 @@ pairs, the records in the same order (:meth:`tether.TaskLog` builds one for each
 _PAGE = 256
 _AHEAD = 32
 
-_Stored = tuple[list[int], list[str], list[Sequence[int]], "CallReader | None", "list[ToolCall | None] | None"]
+_Stored = tuple[list[int], bytearray, list[str], "CallReader | None", "list[ToolCall | None] | None"]
+
+_CODE = {"intended": ord("i"), "completed": ord("c"), "failed": ord("f")}
+"""A call's status as one byte: the statuses of 100,000 calls are 100,000 bytes, counted and
+searched in C."""
+_STATUS = {code: status for status, code in _CODE.items()}
+_NOT_COMPLETED = re.compile(rb"[^c]")
 
 
 class CallList(Sequence[ToolCall]):
@@ -120,8 +127,8 @@ class CallList(Sequence[ToolCall]):
     __slots__ = ("_items", "_ns", "_reader", "_seqs", "_status")
     _items: list[ToolCall | None]
     _ns: list[int]
-    _status: list[str]
-    _seqs: list[Sequence[int]]
+    _status: bytearray
+    _seqs: list[str]
     _reader: CallReader | None
 
     def __init__(
@@ -131,7 +138,8 @@ class CallList(Sequence[ToolCall]):
         stored: _Stored | None = None,
     ) -> None:
         """``CallList(calls)`` from records in ordinal order (the events that made them unknown);
-        ``stored=(ordinals, statuses, seqs, reader, records)``: the lists as they are, without a
+        ``stored=(ordinals, status codes, seqs, reader, records)`` (the codes and seqs as
+        :meth:`status_codes` and :meth:`event_seqs` give them): the lists as they are, without a
         copy; a record not read yet is ``None`` (``records=None``: none is), read by ``reader``."""
         if stored is not None:
             self._ns, self._status, self._seqs, self._reader, items = stored
@@ -139,32 +147,44 @@ class CallList(Sequence[ToolCall]):
             return
         self._items = list(calls)
         self._ns = [call.n for call in calls]
-        self._status = [call.status for call in calls]
-        self._seqs = [()] * len(self._ns)
+        self._status = bytearray(_CODE[call.status] for call in calls)
+        self._seqs = [""] * len(self._ns)
         self._reader = None
         if any(a >= b for a, b in zip(self._ns, self._ns[1:], strict=False)):
             raise ValueError(f"calls must be in increasing ordinal order, got {self._ns}")
 
     def draft(self) -> CallDraft:
         """A copy the fold changes (:class:`tether.events._draft._Draft`); this list is untouched."""
-        return CallDraft(stored=(list(self._ns), list(self._status), list(self._seqs), self._reader, list(self._items)))
+        copies = (list(self._ns), bytearray(self._status), list(self._seqs), self._reader, list(self._items))
+        return CallDraft(stored=copies)
 
     def ordinals(self) -> list[int]:
         """The calls' ordinals, in order (a copy)."""
         return list(self._ns)
 
     def statuses(self) -> list[str]:
-        """The calls' statuses, in order (a copy)."""
-        return list(self._status)
+        """The calls' statuses, in order."""
+        return [_STATUS[code] for code in self._status]
 
-    def event_seqs(self) -> list[Sequence[int]]:
-        """For each call, in order, the seqs of the events that made its record (empty for a record
-        that came from elsewhere than the fold)."""
+    def status_codes(self) -> bytes:
+        """The calls' statuses, in order, one byte each: ``i`` intended, ``c`` completed, ``f`` failed."""
+        return bytes(self._status)
+
+    def event_seqs(self) -> list[str]:
+        """For each call, in order, the seqs of the events that made its record, comma-separated
+        (``"12,15"``; empty for a record that came from elsewhere than the fold). Strings, not lists:
+        a snapshot of 100,000 calls parses into 100,000 strings, which the garbage collector does
+        not walk, where 100,000 lists would cost it more than the parse."""
         return list(self._seqs)
+
+    def open_ordinals(self) -> set[int]:
+        """The ordinals of the calls not completed (no record is read)."""
+        ns = self._ns
+        return {ns[found.start()] for found in _NOT_COMPLETED.finditer(self._status)}
 
     def completed(self) -> int:
         """How many calls are completed (no record is read)."""
-        return self._status.count("completed")
+        return self._status.count(b"c")
 
     def index_of(self, n: int) -> int | None:
         """Where call ``n`` sits, or ``None`` (see :func:`call_index`); no record is read."""
@@ -191,7 +211,8 @@ class CallList(Sequence[ToolCall]):
             return
         reader = self._reader
         assert reader is not None, "a CallList without a reader holds every record"
-        for j, record in zip(want, reader([(self._ns[j], self._seqs[j]) for j in want]), strict=True):
+        wanted = [(self._ns[j], [int(seq) for seq in self._seqs[j].split(",")]) for j in want]
+        for j, record in zip(want, reader(wanted), strict=True):
             self._items[j] = record  # the same record for every reader after the first
 
     def __len__(self) -> int:
@@ -230,7 +251,7 @@ class CallList(Sequence[ToolCall]):
         if isinstance(other, CallList):
             if other is self:
                 return True
-            if self._ns != other.ordinals() or self._status != other.statuses():
+            if self._ns != other.ordinals() or self._status != other.status_codes():
                 return False
         elif not isinstance(other, tuple | list):
             return NotImplemented
@@ -266,8 +287,8 @@ class CallDraft(CallList):
 
     def set_call(self, i: int, call: ToolCall, seq: int) -> None:
         self._items[i] = call
-        self._status[i] = call.status
-        self._seqs[i] = (*self._seqs[i], seq)
+        self._status[i] = _CODE[call.status]
+        self._seqs[i] = f"{self._seqs[i]},{seq}" if self._seqs[i] else str(seq)
 
     def open_call(self, call: ToolCall, seq: int) -> None:
         """Add a new call in ordinal order (parallel calls open in the order they finish)."""
@@ -275,8 +296,8 @@ class CallDraft(CallList):
         i = len(ns) if not ns or ns[-1] < call.n else bisect_left(ns, call.n)
         self._items.insert(i, call)
         ns.insert(i, call.n)
-        self._status.insert(i, call.status)
-        self._seqs.insert(i, (seq,))
+        self._status.insert(i, _CODE[call.status])
+        self._seqs.insert(i, str(seq))
 
     def freeze(self) -> CallList:
         """The calls as an immutable list; this draft is not to be changed afterwards (they share lists)."""
