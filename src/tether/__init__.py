@@ -47,7 +47,18 @@ from tether.errors import (
 from tether.integrations import _langgraph_log  # noqa: F401  (its events: `tether history langgraph:ID` reads them)
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import Phases, Status
-from tether.model import Attempt, Decision, Failure, Observation, ParentRef, Step, TaskState, ToolCall, Waiting
+from tether.model import (
+    Attempt,
+    CallList,
+    Decision,
+    Failure,
+    Observation,
+    ParentRef,
+    Step,
+    TaskState,
+    ToolCall,
+    Waiting,
+)
 from tether.runtime.app import App, CheckReport, PendingInput, TaskHandle, TaskSummary
 from tether.runtime.context import AsyncTaskContext, CallInfo, TaskContext, current_call
 from tether.runtime.ledger import Ledger
@@ -63,6 +74,7 @@ __all__ = [
     "AsyncTaskContext",
     "Attempt",
     "CallInfo",
+    "CallList",
     "CheckReport",
     "ConfigurationError",
     "ConflictError",
