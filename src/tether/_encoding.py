@@ -13,6 +13,7 @@ import orjson
 from tether._keys import MAX_DEPTH, check_finite, json_default, unserializable_reason
 from tether.errors import InvalidInputError, NotSerializableError, ValueTooLargeError
 from tether.events import (
+    CALL_EVENTS,
     CallAttemptFailed,
     CallCompleted,
     CallFailed,
@@ -52,8 +53,6 @@ def encode_event(event: Event, max_bytes: int) -> str:
 
 # Events whose fold cannot fail once these cheap checks pass: appends of them are folded
 # lazily. Every other event (status and phase moves, plans) is folded before it is written.
-_CALL_EVENTS = (CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
-_CALL_EVENT_TYPES = frozenset(_CALL_EVENTS)
 DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     CallStarted: lambda e: isinstance(e.key, str) and isinstance(e.tool, str) and isinstance(e.args, dict),
     CallCompleted: lambda e: e.key is None or (isinstance(e.key, str) and isinstance(e.args, dict)),
@@ -88,7 +87,7 @@ def checked(task_id: str, event: Event, opened: set[int], opening: set[int]) -> 
     """Check an event whose fold is deferred (a call event against the calls opened so far)."""
     if not DEFERRED[type(event)](event):
         raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
-    if type(event) in _CALL_EVENT_TYPES:
+    if type(event) in CALL_EVENTS:
         _check_call_ordinal(task_id, event, opened, opening)
 
 

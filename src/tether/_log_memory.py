@@ -8,14 +8,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from tether._heads import Head
-from tether.events import CallAttemptFailed, CallCompleted, CallFailed, CallStarted, Recorded, fold
+from tether.events import CALL_EVENTS, Recorded, fold
 from tether.model import TaskState
 from tether.store import EventRow
 
-__all__ = ["CALL_EVENTS", "Entry", "Memory"]
+__all__ = ["Entry", "Memory"]
 
-CALL_EVENTS = frozenset({CallStarted, CallCompleted, CallAttemptFailed, CallFailed})
-"""The events that make calls' records: a snapshot keeps them by reference."""
 CALL_EVENT_TYPES = frozenset(cls.__name__ for cls in CALL_EVENTS)
 
 _STRIPES = 64
@@ -42,7 +40,7 @@ class Entry:
         "version",
     )
 
-    def __init__(self, state: TaskState, snap_seq: int, snap_size: int, bytes_since: int, kept_since: int = 0) -> None:
+    def __init__(self, state: TaskState, snap_seq: int, snap_size: int, bytes_since: int) -> None:
         self.created: float | None = None
         """The stream's index row ``created_at``: which stream this is (a rewind elsewhere puts another
         stream under the same id, a delete and re-create too). ``None`` until first checked."""
@@ -56,11 +54,12 @@ class Entry:
         self.snap_size = snap_size
         self.bytes_since = bytes_since
         """Bytes of the events appended since the last snapshot."""
-        self.kept_since = kept_since
+        self.kept_since = 0
         """Of those, the bytes of call events: the state keeps them (by reference, see ``state_data``)."""
 
     def took(self, rows: Sequence[EventRow]) -> None:
-        """Count events read from the store (another writer's) towards the next snapshot."""
+        """Count events written or read (another writer's) towards the next snapshot: their bytes,
+        and of those the call events' (the state keeps them, by reference)."""
         for row in rows:
             self.bytes_since += len(row.data)
             if row.type in CALL_EVENT_TYPES:

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from tether._encoding import DEFERRED, checked, encode_event
 from tether._heads import INDEXED, Head, index_update
-from tether._log_memory import CALL_EVENTS, Entry
+from tether._log_memory import Entry
 from tether.errors import InvalidInputError
 from tether.events import CallCompleted, Event, Recorded, TaskCreated, fold
 from tether.model import TaskState
@@ -30,8 +30,6 @@ class Staged(NamedTuple):
     staged: list[Recorded]  # events folded later, after ``base`` (or after what was pending)
     opening: set[int]  # the call ordinals the batch opens
     update: IndexUpdate | None
-    size: int
-    kept: int  # of ``size``, the bytes of call events: a state keeps those, by reference
     head: Head  # where the task stands after the batch
 
 
@@ -54,7 +52,7 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
     opening: set[int] = set()  # calls this batch opens: added to the entry's once written
     rows: list[EventRow] = []
     index: IndexUpdate | None = None
-    size = kept = completes = 0
+    completes = 0
     seq = expected_version
     head = entry.head.working_copy()  # where the task stands after each event, for its row
     for event in events:
@@ -80,8 +78,5 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
         if cls in INDEXED:
             index = index_update(event, index, now)
         data = encode_event(event, limit)
-        size += len(data)
-        if cls in CALL_EVENTS:
-            kept += len(data)
         rows.append(_tuple_new(EventRow, (seq, event.event_type, event.version, now, data, None)))
-    return Staged(rows, base, staged, opening, _with_head(index, head.row_update(completes)), size, kept, head)
+    return Staged(rows, base, staged, opening, _with_head(index, head.row_update(completes)), head)

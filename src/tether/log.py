@@ -267,8 +267,7 @@ class TaskLog:
         entry.version = seq
         entry.head = batch.head
         entry.calls |= batch.opening
-        entry.bytes_since += batch.size
-        entry.kept_since += batch.kept
+        entry.took(batch.rows)
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
         return seq

@@ -31,7 +31,7 @@ from tether.events.base import EVENT_TYPES, Event, Recorded, Upcasters
 from tether.events.base import Upcaster as Upcaster
 from tether.events.base import _event as _event  # other rooms define events of their own with it
 from tether.events.base import _ts as _ts
-from tether.events.calls import CallAttemptFailed, CallCompleted, CallFailed, CallStarted
+from tether.events.calls import CALL_EVENTS, CallAttemptFailed, CallCompleted, CallFailed, CallStarted
 from tether.events.knowledge import (
     DataMigrated,
     DataUpdated,
@@ -62,6 +62,7 @@ from tether.events.task import (
 )
 
 __all__ = [
+    "CALL_EVENTS",
     "EVENT_TYPES",
     "CallAttemptFailed",
     "CallCompleted",

@@ -6,7 +6,7 @@ from typing import Any
 
 from tether.events.base import Event, _event
 
-__all__ = ["CallAttemptFailed", "CallCompleted", "CallFailed", "CallStarted"]
+__all__ = ["CALL_EVENTS", "CallAttemptFailed", "CallCompleted", "CallFailed", "CallStarted"]
 
 
 @_event
@@ -53,3 +53,7 @@ class CallFailed(Event):
 
     n: int
     reason: str
+
+
+CALL_EVENTS: frozenset[type[Event]] = frozenset({CallStarted, CallCompleted, CallAttemptFailed, CallFailed})
+"""The events that make calls' records (a snapshot keeps a call as the seqs of these)."""

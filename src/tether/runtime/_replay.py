@@ -31,6 +31,7 @@ from typing import Any
 
 from tether.errors import NonDeterminismError
 from tether.events import (
+    CALL_EVENTS,
     CallAttemptFailed,
     CallCompleted,
     CallFailed,
@@ -77,7 +78,6 @@ PASSIVE = frozenset(
         RetryRequested,
     }
 )
-CALL_EVENTS = frozenset({CallStarted, CallCompleted, CallAttemptFailed, CallFailed})
 SESSION_EVENTS = frozenset({SessionRead, SessionWritten})
 _NOT_IN_ORDER = PASSIVE | CALL_EVENTS | SESSION_EVENTS
 
