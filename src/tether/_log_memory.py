@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from tether._heads import Head
+from tether._snapshots import HEAD_SHARE, NOT_IN_HEAD, head_of
 from tether.events import CALL_EVENTS, Recorded, fold
 from tether.model import TaskState
 from tether.store import EventRow
@@ -33,8 +34,11 @@ class Entry:
         "calls",
         "created",
         "head",
+        "heads",
+        "heads_every",
         "kept_since",
         "pending",
+        "snap_head",
         "snap_seq",
         "snap_size",
         "version",
@@ -56,6 +60,14 @@ class Entry:
         """Bytes of the events appended since the last snapshot."""
         self.kept_since = 0
         """Of those, the bytes of call events: the state keeps them (by reference, see ``state_data``)."""
+        self.heads: list[tuple[int, str]] = []
+        """Heads of the state folded since the last snapshot, ``(seq, data)`` (see ``settle``): written
+        with the next snapshot, which holds their calls."""
+        self.heads_every = 0
+        """Keep a head every this many events at least (0: none); set by the log's memory."""
+        self.snap_head: str | None = None
+        """The head of the last snapshot (``head_of``), when this log wrote it: what it is cut down to
+        once a later one holds its calls."""
 
     def took(self, rows: Sequence[EventRow]) -> None:
         """Count events written or read (another writer's) towards the next snapshot: their bytes,
@@ -68,9 +80,26 @@ class Entry:
     @property
     def state(self) -> TaskState:
         if self.pending:
-            self.base = fold(self.pending, self.base)
-            self.pending = []
+            self.settle()
         return self.base
+
+    def settle(self) -> None:
+        """Fold the pending events. For a state that keeps its calls (most of the bytes since the last
+        snapshot are call events), keep its head at every seq that is a multiple of ``heads_every``
+        on the way, when the head is small beside the calls' bytes it spans."""
+        since = self.version - self.snap_seq
+        if not self.heads_every or since <= 0 or self.kept_since * 2 < self.bytes_since:
+            self.base = fold(self.pending, self.base)
+        else:
+            room = self.kept_since / since * self.heads_every / HEAD_SHARE
+
+            def keep(state: TaskState, calls: int) -> None:
+                head = head_of(state.model_dump_json(exclude=NOT_IN_HEAD), calls)
+                if len(head) <= room:
+                    self.heads.append((state.version, head))
+
+            self.base = fold(self.pending, self.base, every=self.heads_every, mark=keep)
+        self.pending = []
 
 
 class Memory:
@@ -81,9 +110,11 @@ class Memory:
     unrelated tasks rarely wait on each other), the LRU's order under its own.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, heads_every: int = 0) -> None:
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._size = size
+        self.heads_every = heads_every
+        """Each remembered entry keeps a head of its state every this many events at least (0: none)."""
         self._stripes = [threading.RLock() for _ in range(_STRIPES)]
         self._order = threading.RLock()
 
@@ -91,6 +122,7 @@ class Memory:
         return self._entries.get(task_id)
 
     def remember(self, task_id: str, entry: Entry) -> None:
+        entry.heads_every = self.heads_every
         with self._order:
             self._entries[task_id] = entry
             self._entries.move_to_end(task_id)

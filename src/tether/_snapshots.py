@@ -21,9 +21,15 @@ from tether.model import STATE_SCHEMA_VERSION, CallList, CallReader, TaskState
 from tether.store import SnapshotRow, Store
 
 __all__ = [
+    "HEAD_SHARE",
+    "NOT_IN_HEAD",
+    "Calls",
     "SnapshotPolicy",
     "checksum",
+    "head_data",
+    "head_of",
     "intact_snapshot",
+    "newest_calls",
     "parse_state",
     "read_if_intact",
     "snapshot_row",
@@ -33,6 +39,12 @@ __all__ = [
 log = logging.getLogger("tether")
 
 _FAR = 2**62
+HEAD_SHARE = 8
+"""A head is kept only when it is at most an eighth of the bytes of the call events it spans: heads
+add at most an eighth to what a task stores."""
+NOT_IN_HEAD: set[str] = {"position", "calls"}
+"""What a snapshot's first line leaves out of a state: its calls (the second line's), and its
+position (computed from the rest)."""
 _T = TypeVar("_T")
 
 
@@ -103,12 +115,12 @@ def read_if_intact(snap: SnapshotRow, read: Callable[[SnapshotRow], _T]) -> _T |
 
 
 def intact_snapshot(
-    store: Store, tenant: str, stream_id: str, upto: int | None, read: Callable[[SnapshotRow], _T]
+    store: Store, tenant: str, stream_id: str, upto: int | None, read: Callable[[SnapshotRow, str], _T]
 ) -> tuple[SnapshotRow | None, _T | None]:
     """The newest snapshot of a stream at or before ``upto`` that passes its checksum and that
-    ``read`` takes (``read`` raises ``ValueError`` naming why not: an unknown schema, a shape
-    that does not validate); a fork with none of its own uses its parent's from before the fork
-    point."""
+    ``read(snapshot, owner)`` takes (``read`` raises ``ValueError`` naming why not: an unknown
+    schema, a shape that does not validate); a fork with none of its own uses its parent's from
+    before the fork point (``owner`` is the stream the snapshot belongs to)."""
     at_most = _FAR if upto is None else upto
     owner = stream_id
     while True:
@@ -121,7 +133,7 @@ def intact_snapshot(
             continue
         if checksum(snap.data) == snap.checksum:
             try:
-                return snap, read(snap)
+                return snap, read(snap, owner)
             except ValueError as exc:  # pydantic's ValidationError is one
                 reason = str(exc).splitlines()[0]
         else:
@@ -148,13 +160,65 @@ def state_data(state: TaskState) -> str:
             f"call #{missing} of task {state.task_id!r} was not folded from events: "
             "a snapshot stores a call as the events that made it"
         )
-    meta = {"n": calls.ordinals(), "s": calls.status_codes().decode(), "e": seqs}
-    return state.model_dump_json(exclude={"position", "calls"}) + "\n" + orjson.dumps(meta).decode()
+    meta: dict[str, object] = {"n": calls.ordinals(), "s": calls.status_codes().decode(), "e": seqs}
+    if calls.in_order():
+        meta["o"] = 1
+    return state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + orjson.dumps(meta).decode()
 
 
-def parse_state(snap: SnapshotRow, reader: Callable[[TaskState], CallReader] | None = None) -> TaskState:
+def head_data(state: TaskState) -> str:
+    """A *head* of a task's state, as its snapshot stores it: the state without its calls, then how
+    many calls it has (``{"k": 1200}``). The calls are those of a later full snapshot of the same
+    stream (``state_data``) as they stood at the head's seq; see :mod:`tether._log_snapshots`."""
+    return head_of(state.model_dump_json(exclude=NOT_IN_HEAD), len(state.calls))
+
+
+def head_of(data: str, count: int) -> str:
+    """The head of a full snapshot's ``data`` (its first line), given its number of calls."""
+    return data.partition("\n")[0] + "\n" + orjson.dumps({"k": count}).decode()
+
+
+Calls = tuple[list[int], bytearray, list[str], bool]
+"""A full snapshot's calls line: ordinals, status codes, event seqs, and whether they are in order
+(``CallList.in_order``)."""
+
+
+def newest_calls(store: Store, tenant: str, owner: str) -> tuple[int, Calls] | None:
+    """The seq and calls line of stream ``owner``'s newest snapshot, if it is a full one, intact and
+    of the current schema: what its heads take their calls from."""
+    snap = store.get_snapshot(tenant, owner, at_most=_FAR)
+    if snap is None or snap.schema != STATE_SCHEMA_VERSION or checksum(snap.data) != snap.checksum:
+        return None
+    data = snap.data if isinstance(snap.data, str) else snap.data.decode()
+    try:
+        meta = orjson.loads(data.partition("\n")[2])
+        return None if "k" in meta else (snap.seq, _calls_line(meta))
+    except (ValueError, TypeError):
+        return None
+
+
+def _calls_line(meta: object) -> Calls:
+    """A calls line, checked (``ValueError`` naming what is wrong)."""
+    if not isinstance(meta, dict):
+        raise ValueError("has no calls line of ordinals, statuses and event seqs")
+    ns, codes, seqs = meta.get("n"), meta.get("s"), meta.get("e")
+    if not isinstance(ns, list) or not isinstance(codes, str) or not isinstance(seqs, list):
+        raise ValueError("has no calls line of ordinals, statuses and event seqs")
+    if not len(ns) == len(codes) == len(seqs):
+        raise ValueError(f"lists {len(ns)} ordinals, {len(codes)} statuses and {len(seqs)} calls' events")
+    if codes.count("c") + codes.count("i") + codes.count("f") != len(codes):  # str.strip would be 100x slower
+        raise ValueError(f"has an unknown call status code {codes.strip('icf')[0]!r}")
+    return ns, bytearray(codes.encode()), seqs, meta.get("o") == 1
+
+
+def parse_state(
+    snap: SnapshotRow,
+    reader: Callable[[TaskState], CallReader] | None = None,
+    later: Callable[[], Calls | None] | None = None,
+) -> TaskState:
     """A task's state from its snapshot (``ValueError`` naming why it cannot be used); its calls are
-    read when asked for, by ``reader(state)`` (``None``: a snapshot with calls is refused)."""
+    read when asked for, by ``reader(state)`` (``None``: a snapshot with calls is refused). A head's
+    calls come from ``later()``: the calls line of a later full snapshot of its stream."""
     if snap.schema != STATE_SCHEMA_VERSION:
         raise ValueError(f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}")
     data = snap.data if isinstance(snap.data, str) else snap.data.decode()
@@ -163,18 +227,27 @@ def parse_state(snap: SnapshotRow, reader: Callable[[TaskState], CallReader] | N
         state = TaskState.model_validate_json(head)
         meta = orjson.loads(rest)
     except (ValidationError, orjson.JSONDecodeError) as exc:
-        count = f"{exc.error_count()} errors" if isinstance(exc, ValidationError) else "not JSON"
-        raise ValueError(f"does not validate ({count})") from None
-    ns, codes, seqs = meta.get("n"), meta.get("s"), meta.get("e")
-    if not isinstance(ns, list) or not isinstance(codes, str) or not isinstance(seqs, list):
-        raise ValueError("has no calls line of ordinals, statuses and event seqs")
-    if not len(ns) == len(codes) == len(seqs):
-        raise ValueError(f"lists {len(ns)} ordinals, {len(codes)} statuses and {len(seqs)} calls' events")
-    if codes.strip("icf"):
-        raise ValueError(f"has an unknown call status code {codes.strip('icf')[0]!r}")
+        why = f"{exc.error_count()} errors" if isinstance(exc, ValidationError) else "not JSON"
+        raise ValueError(f"does not validate ({why})") from None
+    count = meta.get("k") if isinstance(meta, dict) else None
+    if count is None:
+        ns, codes, seqs, ordered = _calls_line(meta)
+    elif not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError(f"is a head with a count of calls of {count!r}, not a whole number")
+    elif count == 0:
+        return state
+    else:
+        full = later() if later is not None else None
+        if full is None:
+            raise ValueError("is a head, and its stream has no later full snapshot to take its calls from")
+        ns, codes, seqs, ordered = full
     if not ns:
         return state
     if reader is None:
         raise ValueError("has calls, and nothing to read their events with")
-    calls = CallList(stored=(ns, bytearray(codes.encode()), seqs, reader(state), None))
+    calls = CallList(stored=(ns, codes, seqs, reader(state), None), ordered=ordered)
+    if count is not None:
+        calls = calls.upto(snap.seq)
+        if len(calls) != count:
+            raise ValueError(f"is a head of {count} calls, and the later full snapshot had {len(calls)} by then")
     return state.model_copy(update={"calls": calls})

@@ -72,7 +72,10 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
             raise InvalidInputError("TaskCreated is written by create(), not append()")
         else:
             # Fold now: the machines check the move before anything is written.
-            base = fold([*entry.pending, *staged, rec], entry.base) if base is None else fold([*staged, rec], base)
+            if base is None:
+                entry.settle()  # what is pending is written already: folded now, its heads kept
+                base = entry.base
+            base = fold([*staged, rec], base)
             staged = []
             head = Head.of(base, head.written)
         if cls in INDEXED:

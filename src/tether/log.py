@@ -21,18 +21,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
 
-from tether._call_reads import call_reader
 from tether._encoding import encode_event
 from tether._heads import Head, new_row
 from tether._log_memory import Entry, Memory
+from tether._log_snapshots import SnapshotKeeping
 from tether._snapshots import (
     SnapshotPolicy,
     checksum,
-    intact_snapshot,
-    parse_state,
-    read_if_intact,
-    snapshot_row,
-    state_data,
 )
 from tether._staging import Staged, stage
 from tether._validate import (
@@ -64,14 +59,13 @@ from tether.events import (
     fold,
 )
 from tether.machine import Phases, Status
-from tether.model import STATE_SCHEMA_VERSION, TaskState
-from tether.store import EventRow, SnapshotRow, Store, StreamAppend, TaskFilter, TaskRow, open_store
+from tether.model import TaskState
+from tether.store import EventRow, Store, StreamAppend, TaskFilter, TaskRow, open_store
 
 __all__ = ["SnapshotPolicy", "TaskLog", "checksum"]
 
 log = logging.getLogger("tether")
 
-_T = TypeVar("_T")
 
 
 _P = ParamSpec("_P")
@@ -91,7 +85,7 @@ def _per_task(
     return locked
 
 
-class TaskLog:
+class TaskLog(SnapshotKeeping):
     """Typed access to task event streams for one tenant.
 
     Args:
@@ -127,7 +121,7 @@ class TaskLog:
         self.snapshots = snapshots or SnapshotPolicy()
         self.upcasters = upcasters or DEFAULT_UPCASTERS
         self.max_event_bytes = max_event_bytes
-        self._memory = Memory(cache_size)
+        self._memory = Memory(cache_size, self.snapshots.every)
 
     # ----------------------------------------------------------------- encoding
     def encode(self, event: Event) -> str:
@@ -416,30 +410,6 @@ class TaskLog:
             return entry.state
         return self.load(task_id)
 
-    def _maybe_snapshot(self, task_id: str, entry: Entry) -> None:
-        policy = self.snapshots
-        if not policy.due(entry.version - entry.snap_seq, entry.bytes_since, entry.snap_size):
-            return
-        data = state_data(entry.state)
-        grown = len(data) - entry.snap_size
-        # The one before goes only when it is this task's own (a fork may start from its parent's).
-        last = entry.snap_seq if policy.replaces_last(grown, entry.kept_since, entry.bytes_since) else 0
-        self._put_snapshot(task_id, entry.version, data, replaces=last or None)
-        entry.snap_seq = entry.version
-        entry.bytes_since = entry.kept_since = 0
-
-    def write_snapshot(self, task_id: str, state: TaskState) -> None:
-        """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""
-        self._put_snapshot(task_id, state.version, state_data(state))
-
-    def _put_snapshot(self, task_id: str, version: int, data: str, *, replaces: int | None = None) -> None:
-        self.store.put_snapshot(
-            self.tenant, task_id, snapshot_row(version, STATE_SCHEMA_VERSION, data), replaces=replaces
-        )
-        entry = self._memory.get(task_id)
-        if entry is not None and entry.version == version:
-            entry.snap_size = len(data)
-
     # ----------------------------------------------------------------- reading
     @_per_task
     def load(self, task_id: str) -> TaskState:
@@ -556,43 +526,6 @@ class TaskLog:
         entry = Entry(state, snapshot.seq if snapshot else 0, len(snapshot.data) if snapshot else 0, 0)
         entry.took(rows)
         return entry
-
-    def _good_snapshot(self, task_id: str, upto: int | None) -> tuple[SnapshotRow | None, TaskState | None]:
-        """The newest snapshot at or before ``upto`` that is intact and of the current schema.
-
-        A fork with none of its own uses its parent's (from before the fork point): the
-        events after it, which ``read_events`` follows across the fork, make up the rest.
-        """
-        reader = call_reader(self.store, self.tenant, task_id, self.decode)
-        return self.intact_snapshot(task_id, upto, functools.partial(parse_state, reader=reader))
-
-    def intact_snapshot(
-        self, stream_id: str, upto: int | None, parse: Callable[[SnapshotRow], _T]
-    ) -> tuple[SnapshotRow | None, _T | None]:
-        """The newest intact snapshot of a stream at or before ``upto`` (see
-        :func:`tether._snapshots.intact_snapshot`): tasks' states and tether's own streams'
-        views (sessions) share this one mechanism."""
-        return intact_snapshot(self.store, self.tenant, stream_id, upto, parse)
-
-    def latest(
-        self, stream_id: str, parse: Callable[[SnapshotRow], _T]
-    ) -> tuple[SnapshotRow | None, _T | None, Sequence[Recorded]]:
-        """A stream's newest intact snapshot (read by ``parse``, as in :meth:`intact_snapshot`) and
-        the decoded events after it, in one store read when the newest snapshot is good."""
-        snap, rows = self.store.read_latest(self.tenant, stream_id)
-        if snap is not None:
-            parsed = read_if_intact(snap, parse)
-            if parsed is None:  # the general path says why, and looks further back
-                snap, parsed = self.intact_snapshot(stream_id, None, parse)
-                rows = self.store.read_events(self.tenant, stream_id, after=snap.seq if snap else 0)
-            return snap, parsed, [self.decode(r) for r in rows]
-        return None, None, [self.decode(r) for r in rows]
-
-    def put_stream_snapshot(
-        self, stream_id: str, seq: int, schema: int, data: str, *, replaces: int | None = None
-    ) -> None:
-        """Store a snapshot (with its checksum) of one of tether's own streams at ``seq``."""
-        self.store.put_snapshot(self.tenant, stream_id, snapshot_row(seq, schema, data), replaces=replaces)
 
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""

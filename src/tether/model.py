@@ -8,8 +8,9 @@ state.model_dump_json()) == state``).
 
 from __future__ import annotations
 
+import operator
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Literal, overload
@@ -109,6 +110,8 @@ _CODE = {"intended": ord("i"), "completed": ord("c"), "failed": ord("f")}
 searched in C."""
 _STATUS = {code: status for status, code in _CODE.items()}
 _NOT_COMPLETED = re.compile(rb"[^c]")
+_LAST_PART = operator.methodcaller("rpartition", ",")
+_THIRD = operator.itemgetter(2)
 
 
 class CallList(Sequence[ToolCall]):
@@ -124,7 +127,7 @@ class CallList(Sequence[ToolCall]):
     Compares equal to any sequence of the same records (a tuple, a list, another ``CallList``).
     """
 
-    __slots__ = ("_items", "_ns", "_reader", "_seqs", "_status")
+    __slots__ = ("_items", "_ns", "_ordered", "_reader", "_seqs", "_status")
     _items: list[ToolCall | None]
     _ns: list[int]
     _status: bytearray
@@ -136,11 +139,14 @@ class CallList(Sequence[ToolCall]):
         calls: Sequence[ToolCall] = (),
         *,
         stored: _Stored | None = None,
+        ordered: bool = False,
     ) -> None:
         """``CallList(calls)`` from records in ordinal order (the events that made them unknown);
         ``stored=(ordinals, status codes, seqs, reader, records)`` (the codes and seqs as
         :meth:`status_codes` and :meth:`event_seqs` give them): the lists as they are, without a
-        copy; a record not read yet is ``None`` (``records=None``: none is), read by ``reader``."""
+        copy; a record not read yet is ``None`` (``records=None``: none is), read by ``reader``.
+        ``ordered``: the seqs, call after call, only ever grow (see :meth:`in_order`)."""
+        self._ordered = ordered and stored is not None
         if stored is not None:
             self._ns, self._status, self._seqs, self._reader, items = stored
             self._items = [None] * len(self._ns) if items is None else items
@@ -156,7 +162,13 @@ class CallList(Sequence[ToolCall]):
     def draft(self) -> CallDraft:
         """A copy the fold changes (:class:`tether.events._draft._Draft`); this list is untouched."""
         copies = (list(self._ns), bytearray(self._status), list(self._seqs), self._reader, list(self._items))
-        return CallDraft(stored=copies)
+        return CallDraft(stored=copies, ordered=self._ordered or not self._ns)
+
+    def in_order(self) -> bool:
+        """Whether every call's events come after all of the calls before it, as when a task makes
+        one call at a time (not parallel calls, not a call retried after others): then the calls as
+        they stood at any seq are a prefix of these (:meth:`upto` finds it by bisection)."""
+        return self._ordered
 
     def ordinals(self) -> list[int]:
         """The calls' ordinals, in order (a copy)."""
@@ -193,6 +205,74 @@ class CallList(Sequence[ToolCall]):
             return n - 1
         i = bisect_left(ns, n)
         return i if i < len(ns) and ns[i] == n else None
+
+    def upto(self, seq: int) -> CallList:
+        """The calls as they stood right after event ``seq``: those opened by then, each made by its
+        events up to ``seq`` only. A call whose events run past ``seq`` (open then, or retried since)
+        is read now, folded from its earlier events; the others keep their records, read or not."""
+        all_seqs = self._seqs
+        if self._ordered:
+            return self._prefix_upto(seq)
+        lasts = map(int, map(_THIRD, map(_LAST_PART, all_seqs)))  # in C: no Python frame per call
+        late = [i for i, last in enumerate(lasts) if last > seq]  # calls with an event after ``seq``
+        if not late:
+            return self
+        # The late calls in one block up to the last call were (nearly all) opened after ``seq``: of
+        # those only a call of several events can have begun by then, so only those are looked at.
+        tail = len(late) - 1
+        while tail and late[tail - 1] == late[tail] - 1:
+            tail -= 1
+        first_of_tail = late[tail]
+        late = late[:tail] + [i for i in range(first_of_tail, len(all_seqs)) if "," in all_seqs[i]]
+        ns: list[int] = []
+        codes = bytearray()
+        seqs: list[str] = []
+        items: list[ToolCall | None] = []
+
+        def whole(low: int, high: int) -> None:  # calls between two late ones: in slices, not one by one
+            ns.extend(self._ns[low:high])
+            codes.extend(self._status[low:high])
+            seqs.extend(all_seqs[low:high])
+            items.extend(self._items[low:high])
+
+        straddling: list[tuple[int, int, list[int]]] = []  # (where, ordinal, its seqs up to ``seq``)
+        done = 0
+        for i in late:
+            if done < min(i, first_of_tail):
+                whole(done, min(i, first_of_tail))
+            done = i + 1
+            before = [part for part in map(int, all_seqs[i].split(",")) if part <= seq]
+            if before:
+                straddling.append((len(ns), self._ns[i], before))
+                ns.append(self._ns[i])
+                codes.append(self._status[i])
+                seqs.append(",".join(map(str, before)))
+                items.append(None)
+        if done < first_of_tail:
+            whole(done, first_of_tail)
+        if straddling:
+            assert self._reader is not None, "a CallList without a reader holds no event seqs"
+            for (j, _, _), record in zip(straddling, self._reader([(n, s) for _, n, s in straddling]), strict=True):
+                items[j] = record
+                codes[j] = _CODE[record.status]
+        return CallList(stored=(ns, codes, seqs, self._reader, items))
+
+    def _prefix_upto(self, seq: int) -> CallList:
+        """:meth:`upto` for calls :meth:`in_order`: those opened by ``seq`` are a prefix, found by
+        bisection on their first seqs, and only the last of them can have events after ``seq``."""
+        seqs = self._seqs
+        opened = bisect_right(range(len(seqs)), seq, key=lambda i: int(seqs[i].partition(",")[0]))
+        if opened == len(seqs) and int(seqs[-1].rpartition(",")[2]) <= seq:
+            return self
+        items = self._items[:opened]
+        codes = self._status[:opened]
+        made = seqs[:opened]
+        if opened and int(made[-1].rpartition(",")[2]) > seq:
+            before = [part for part in map(int, made[-1].split(",")) if part <= seq]
+            assert self._reader is not None, "a CallList without a reader holds no event seqs"
+            record = self._reader([(self._ns[opened - 1], before)])[0]
+            items[-1], codes[-1], made[-1] = record, _CODE[record.status], ",".join(map(str, before))
+        return CallList(stored=(self._ns[:opened], codes, made, self._reader, items), ordered=True)
 
     def _read(self, i: int) -> ToolCall:
         """Call ``i``'s record; when it is not read yet, the few unread after it come along (a replay
@@ -286,6 +366,8 @@ class CallDraft(CallList):
     __slots__ = ()
 
     def set_call(self, i: int, call: ToolCall, seq: int) -> None:
+        if i != len(self._ns) - 1:
+            self._ordered = False  # an event of a call after events of calls after it
         self._items[i] = call
         self._status[i] = _CODE[call.status]
         self._seqs[i] = f"{self._seqs[i]},{seq}" if self._seqs[i] else str(seq)
@@ -294,6 +376,8 @@ class CallDraft(CallList):
         """Add a new call in ordinal order (parallel calls open in the order they finish)."""
         ns = self._ns
         i = len(ns) if not ns or ns[-1] < call.n else bisect_left(ns, call.n)
+        if i != len(ns):
+            self._ordered = False  # opened before calls opened already
         self._items.insert(i, call)
         ns.insert(i, call.n)
         self._status.insert(i, _CODE[call.status])
@@ -301,7 +385,7 @@ class CallDraft(CallList):
 
     def freeze(self) -> CallList:
         """The calls as an immutable list; this draft is not to be changed afterwards (they share lists)."""
-        return CallList(stored=(self._ns, self._status, self._seqs, self._reader, self._items))
+        return CallList(stored=(self._ns, self._status, self._seqs, self._reader, self._items), ordered=self._ordered)
 
 
 _NO_CALLS = CallList()

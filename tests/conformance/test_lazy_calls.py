@@ -145,21 +145,6 @@ def test_a_call_of_a_rewound_task_is_refused_not_read_from_the_new_branch(store_
         held.calls[5]
 
 
-def test_a_call_accumulating_task_keeps_one_snapshot(store_url: str) -> None:
-    """Its calls keep their events by reference: the state grows by what its events carry, so each
-    new snapshot replaces the one before (they would otherwise add up to the events' own bytes)."""
-    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10, size_ratio=0))
-    state = log.create(type="t")
-    for n in range(1, 201):
-        log.append(state.task_id, [_readonly(n, "x" * 200)], n)
-    snaps = []
-    at = 10**9
-    while (snap := log.store.get_snapshot(log.tenant, state.task_id, at_most=at)) is not None:
-        snaps.append(snap.seq)
-        at = snap.seq - 1
-    assert len(snaps) == 1 and snaps[0] >= 190
-
-
 @st.composite
 def interleavings(draw: st.DrawFn) -> list[tuple[str, Any]]:
     """Appends of call events (parallel calls finishing in any order), snapshots and loads, in any order."""

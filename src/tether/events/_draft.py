@@ -11,12 +11,14 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from tether.errors import TetherError
-from tether.model import CallDraft, TaskState, ToolCall, call_index
+from tether.events.base import _ts
+from tether.model import CallDraft, CallList, TaskState, ToolCall, call_index
 
 __all__ = ["_Draft", "_evolve", "_make"]
 
 
 _DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
+_NO_CALLS = CallList()
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
@@ -104,6 +106,18 @@ class _Draft:
         """Add a new call in ordinal order (parallel calls open in the order they finish)."""
         self.own_calls().open_call(call, self.seq)
 
+    def peek(self, template: TaskState, seq: int, at: float) -> TaskState:
+        """The state so far, as of event ``seq`` appended at ``at``, without its calls; the draft goes
+        on. It shares the draft's dicts: only valid until the next event is folded."""
+        values = dict(self.values)
+        for name in self.owned:
+            if type(values[name]) is list:
+                values[name] = tuple(values[name])
+        values["calls"] = _NO_CALLS
+        values["version"] = seq
+        values["updated_at"] = _ts(at)
+        return _as_state(template, values)
+
     def freeze(self, template: TaskState) -> TaskState:
         values = self.values
         for name in self.owned:
@@ -112,9 +126,13 @@ class _Draft:
                 values[name] = tuple(values[name])
             elif kind is CallDraft:
                 values[name] = values[name].freeze()
-        new = object.__new__(type(template))
-        object.__setattr__(new, "__dict__", values)
-        object.__setattr__(new, "__pydantic_fields_set__", template.__pydantic_fields_set__ | values.keys())
-        object.__setattr__(new, "__pydantic_extra__", None)
-        object.__setattr__(new, "__pydantic_private__", None)
-        return new
+        return _as_state(template, values)
+
+
+def _as_state(template: TaskState, values: dict[str, Any]) -> TaskState:
+    new = object.__new__(type(template))
+    object.__setattr__(new, "__dict__", values)
+    object.__setattr__(new, "__pydantic_fields_set__", template.__pydantic_fields_set__ | values.keys())
+    object.__setattr__(new, "__pydantic_extra__", None)
+    object.__setattr__(new, "__pydantic_private__", None)
+    return new

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from tether.errors import TetherError, UnknownEventTypeError
 from tether.events._draft import _Draft
@@ -15,8 +15,18 @@ from tether.model import TaskState, ToolCall, call_index
 __all__ = ["apply", "fold", "fold_calls"]
 
 
-def fold(events: Iterable[Recorded], state: TaskState | None = None) -> TaskState:
+def fold(
+    events: Iterable[Recorded],
+    state: TaskState | None = None,
+    *,
+    every: int = 0,
+    mark: Callable[[TaskState, int], None] | None = None,
+) -> TaskState:
     """Fold recorded events, in order, onto ``state`` (or from nothing). Pure: ``state`` is untouched.
+
+    ``mark(state, calls)``, with ``every``: called after each event whose seq is a multiple of
+    ``every``, with the state so far without its calls, and how many calls it has (the snapshot
+    heads of :mod:`tether._log_snapshots`). That state is only valid during the call.
 
     Raises :class:`InvalidTransition` for a status or phase move the machines forbid.
     """
@@ -45,6 +55,8 @@ def fold(events: Iterable[Recorded], state: TaskState | None = None) -> TaskStat
         draft.seq = rec.seq
         rule(draft, ev, _ts(rec.at), rec.at)
         last = rec
+        if mark is not None and rec.seq % every == 0:
+            mark(draft.peek(state, rec.seq, rec.at), len(draft.values["calls"]))
     if state is None:
         raise TetherError("fold() needs at least a TaskCreated event when it starts from nothing")
     if draft is None or last is None:

@@ -1,0 +1,140 @@
+"""How a task log keeps and finds snapshots: when to write one (the policy), the heads kept of a
+growing state, and the newest intact snapshot at or before a seq.
+
+A state that grows with its calls is written whole (a *full* snapshot) only now and then, and the
+one before is then cut down to its *head*: the state without its calls, and their count. A head's
+calls are those of a later full snapshot of the same stream, as they stood at the head's seq
+(:meth:`tether.model.CallList.upto`). So a task of 100,000 calls keeps one copy of its calls'
+index, and a head every few hundred events: time travel to any seq starts from the head before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from tether._call_reads import call_reader
+from tether._snapshots import (
+    HEAD_SHARE,
+    Calls,
+    head_of,
+    intact_snapshot,
+    newest_calls,
+    parse_state,
+    read_if_intact,
+    snapshot_row,
+    state_data,
+)
+from tether.model import STATE_SCHEMA_VERSION, TaskState
+
+if TYPE_CHECKING:
+    from tether._log_memory import Entry, Memory
+    from tether._snapshots import SnapshotPolicy
+    from tether.events import Recorded
+    from tether.store import EventRow, SnapshotRow, Store
+
+__all__ = ["SnapshotKeeping"]
+
+_T = TypeVar("_T")
+
+
+class SnapshotKeeping:
+    """The snapshot half of :class:`tether.TaskLog`."""
+
+    if TYPE_CHECKING:
+        store: Store
+        tenant: str
+        snapshots: SnapshotPolicy
+        _memory: Memory
+
+        def decode(self, row: EventRow) -> Recorded: ...
+
+    # ----------------------------------------------------------------- writing
+    def _maybe_snapshot(self, task_id: str, entry: Entry) -> None:
+        policy = self.snapshots
+        if not policy.due(entry.version - entry.snap_seq, entry.bytes_since, entry.snap_size):
+            return
+        state = entry.state  # folds what is pending, keeping heads on the way (``Entry.settle``)
+        heads = [(seq, head) for seq, head in entry.heads if seq < state.version]  # not over the full one
+        entry.heads = []
+        data = state_data(state)
+        grown = len(data) - entry.snap_size
+        if entry.snap_seq and policy.replaces_last(grown, entry.kept_since, entry.bytes_since):
+            # The one before is cut down to its head (the new one holds its calls too); it is dropped
+            # when its head is not known here or is big beside the calls since. Either way it goes only
+            # when it is this task's own (a fork may start from its parent's: nothing there is its own).
+            head = entry.snap_head
+            if head is None or len(head) * HEAD_SHARE > entry.kept_since:
+                self._put_snapshot(task_id, entry.version, data, replaces=entry.snap_seq)
+            else:
+                self._put_snapshot(task_id, entry.version, data)
+                heads.insert(0, (entry.snap_seq, head))
+        else:
+            self._put_snapshot(task_id, entry.version, data)
+        for seq, head in heads:  # after the full one they take their calls from, never before it
+            self.store.put_snapshot(self.tenant, task_id, snapshot_row(seq, STATE_SCHEMA_VERSION, head))
+        entry.snap_seq = entry.version
+        entry.snap_head = head_of(data, len(state.calls))
+        entry.bytes_since = entry.kept_since = 0
+
+    def write_snapshot(self, task_id: str, state: TaskState) -> None:
+        """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""
+        self._put_snapshot(task_id, state.version, state_data(state))
+
+    def _put_snapshot(self, task_id: str, version: int, data: str, *, replaces: int | None = None) -> None:
+        self.store.put_snapshot(
+            self.tenant, task_id, snapshot_row(version, STATE_SCHEMA_VERSION, data), replaces=replaces
+        )
+        entry = self._memory.get(task_id)
+        if entry is not None and entry.version == version:
+            entry.snap_size = len(data)
+
+    def put_stream_snapshot(
+        self, stream_id: str, seq: int, schema: int, data: str, *, replaces: int | None = None
+    ) -> None:
+        """Store a snapshot (with its checksum) of one of tether's own streams at ``seq``."""
+        self.store.put_snapshot(self.tenant, stream_id, snapshot_row(seq, schema, data), replaces=replaces)
+
+    # ----------------------------------------------------------------- reading
+    def _good_snapshot(self, task_id: str, upto: int | None) -> tuple[SnapshotRow | None, TaskState | None]:
+        """The newest snapshot at or before ``upto`` that is intact and of the current schema.
+
+        A fork with none of its own uses its parent's (from before the fork point): the events
+        after it, which ``read_events`` follows across the fork, make up the rest. A head takes its
+        calls from the newest full snapshot of the stream it belongs to.
+        """
+        reader = call_reader(self.store, self.tenant, task_id, self.decode)
+        fulls: dict[str, tuple[int, Calls] | None] = {}  # each stream's newest full snapshot's calls, read once
+
+        def parse(snap: SnapshotRow, owner: str) -> TaskState:
+            def later() -> Calls | None:
+                if owner not in fulls:
+                    fulls[owner] = newest_calls(self.store, self.tenant, owner)
+                full = fulls[owner]
+                return full[1] if full is not None and full[0] > snap.seq else None
+
+            return parse_state(snap, reader=reader, later=later)
+
+        return intact_snapshot(self.store, self.tenant, task_id, upto, parse)
+
+    def intact_snapshot(
+        self, stream_id: str, upto: int | None, parse: Callable[[SnapshotRow], _T]
+    ) -> tuple[SnapshotRow | None, _T | None]:
+        """The newest intact snapshot of a stream at or before ``upto`` (see
+        :func:`tether._snapshots.intact_snapshot`): tasks' states and tether's own streams'
+        views (sessions) share this one mechanism."""
+        return intact_snapshot(self.store, self.tenant, stream_id, upto, lambda snap, _owner: parse(snap))
+
+    def latest(
+        self, stream_id: str, parse: Callable[[SnapshotRow], _T]
+    ) -> tuple[SnapshotRow | None, _T | None, Sequence[Recorded]]:
+        """A stream's newest intact snapshot (read by ``parse``, as in :meth:`intact_snapshot`) and
+        the decoded events after it, in one store read when the newest snapshot is good."""
+        snap, rows = self.store.read_latest(self.tenant, stream_id)
+        if snap is not None:
+            parsed = read_if_intact(snap, parse)
+            if parsed is None:  # the general path says why, and looks further back
+                snap, parsed = self.intact_snapshot(stream_id, None, parse)
+                rows = self.store.read_events(self.tenant, stream_id, after=snap.seq if snap else 0)
+            return snap, parsed, [self.decode(r) for r in rows]
+        return None, None, [self.decode(r) for r in rows]
