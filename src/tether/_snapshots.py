@@ -65,6 +65,12 @@ class SnapshotPolicy:
     stays about the same size keeps them all, and time travel to any point starts
     from the nearest. Either way the bytes stored per event do not grow with the
     history. ``growth_ratio`` above 1 keeps every snapshot.
+
+    A task whose calls accumulate also keeps *heads* (its state without its calls, a few
+    hundred bytes) where its earlier snapshots were and at every seq that is a multiple of
+    ``every``, when each is at most an eighth of the call events it spans: time travel to any
+    point reads the head before it, the calls of the latest snapshot as they stood then, and
+    at most ``every`` events (see ``tether._log_snapshots``).
     """
 
     every: int = 100

@@ -60,7 +60,7 @@ from tether.events import (
 )
 from tether.machine import Phases, Status
 from tether.model import TaskState
-from tether.store import EventRow, Store, StreamAppend, TaskFilter, TaskRow, open_store
+from tether.store import EventRow, SnapshotRow, Store, StreamAppend, TaskFilter, TaskRow, open_store
 
 __all__ = ["SnapshotPolicy", "TaskLog", "checksum"]
 
@@ -462,7 +462,7 @@ class TaskLog(SnapshotKeeping):
         last = self.version(task_id)
         if seq < 1 or seq > last:
             raise SequenceError(task_id, seq, last)
-        return self._load_entry(task_id, upto=seq).state
+        return self._folded(task_id, seq)[0]
 
     def events(self, task_id: str, *, after: int = 0, upto: int | None = None) -> list[Recorded]:
         """Decoded events with ``after < seq <= upto``."""
@@ -518,14 +518,18 @@ class TaskLog(SnapshotKeeping):
         return entry
 
     def _load_entry(self, task_id: str, *, upto: int | None) -> Entry:
+        state, snapshot, rows = self._folded(task_id, upto)
+        entry = Entry(state, snapshot.seq if snapshot else 0, len(snapshot.data) if snapshot else 0, 0)
+        entry.took(rows)
+        return entry
+
+    def _folded(self, task_id: str, upto: int | None) -> tuple[TaskState, SnapshotRow | None, Sequence[EventRow]]:
+        """The state after ``upto`` (``None``: the latest), the snapshot it started from and the events after."""
         snapshot, base = self._good_snapshot(task_id, upto)
         rows = self.store.read_events(self.tenant, task_id, after=snapshot.seq if snapshot else 0, upto=upto)
         if base is None and not rows:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
-        state = fold((self.decode(r) for r in rows), base)
-        entry = Entry(state, snapshot.seq if snapshot else 0, len(snapshot.data) if snapshot else 0, 0)
-        entry.took(rows)
-        return entry
+        return fold((self.decode(r) for r in rows), base), snapshot, rows
 
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""
