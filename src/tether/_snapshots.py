@@ -129,6 +129,7 @@ def intact_snapshot(
     before the fork point (``owner`` is the stream the snapshot belongs to)."""
     at_most = _FAR if upto is None else upto
     owner = stream_id
+    warned: set[str] = set()
     while True:
         snap = store.get_snapshot(tenant, owner, at_most=at_most)
         if snap is None:
@@ -144,7 +145,9 @@ def intact_snapshot(
                 reason = str(exc).splitlines()[0]
         else:
             reason = "fails its checksum"
-        log.warning("snapshot of stream %s at seq %d %s; rebuilding from events", stream_id, snap.seq, reason)
+        if reason not in warned:  # once per reason: a corrupted full snapshot makes every head before it unusable
+            warned.add(reason)
+            log.warning("snapshot of stream %s at seq %d %s; rebuilding from events", stream_id, snap.seq, reason)
         at_most = snap.seq - 1
 
 
