@@ -6,7 +6,10 @@ up), a state read through a head equals the fold of the events up to that point.
 
 from __future__ import annotations
 
+import logging
+
 import orjson
+import pytest
 
 import tether
 from tether.events import CallCompleted, CallFailed, Event, RetryRequested, fold
@@ -155,11 +158,17 @@ def test_a_fork_and_a_rewind_between_heads_read_as_the_fold(store_url: str) -> N
     _every_state_at_is_the_fold(log, "old")
 
 
-def test_heads_without_an_intact_full_snapshot_are_passed_over(store_url: str) -> None:
+def test_heads_without_an_intact_full_snapshot_are_passed_over(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=5))
     task_id = _appended_then_snapshotted(log, [_side_effecting(n) for n in range(1, 21)])
     full = _snapshots(log, task_id)[-1]
+    assert sum(_is_head(s) for s in _snapshots(log, task_id)) >= 6
     log.store.put_snapshot(log.tenant, task_id, SnapshotRow(full.seq, full.schema, "0" * 32, full.data))
+    with caplog.at_level(logging.WARNING, logger="tether"):
+        tether.TaskLog(log.store).state_at(task_id, full.seq - 1)
+    assert len(caplog.records) == 1  # one warning for the heads it passed over, not one each
     _every_state_at_is_the_fold(log, task_id)
     assert tether.TaskLog(log.store).load(task_id) == fold(log.events(task_id))
 
