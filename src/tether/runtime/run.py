@@ -63,7 +63,23 @@ def execute(
     Its store I/O is yielded (``Io``, ``Commit``): an async task's event loop never waits on it.
     What a run reads and takes before its code runs (the task, its lease, its record) is one
     ``Io``; so is what it does once the code has stopped (the state it ends in read, a snapshot
-    if one is due, the lease released): an async run crosses to a thread twice, not five times."""
+    if one is due, the lease released): an async run crosses to a thread twice, not five times.
+
+    An async run counts among those sharing the commit thread from before it opens until it has
+    let go: while it opens, another run's records are not written on their (shared) loop."""
+    if not spec.is_async:
+        return (yield from _held(app, spec, task, token, force))
+    app.commits.run_started()
+    try:
+        return (yield from _held(app, spec, task, token, force))
+    finally:
+        app.commits.run_ended()
+
+
+def _held(
+    app: App, spec: TaskSpec, task: str | Callable[[], TaskState], token: int | None, force: bool
+) -> Flow[TaskHandle]:
+    """``execute``'s run: opened, its code run under the lease's heartbeat, then let go."""
     closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
     rec: Recorder | None = None
     stopped = False  # the run ended the way it returns (not raised): its handle is the latest state
@@ -76,8 +92,6 @@ def execute(
             if state.status in TERMINAL:
                 return TaskHandle.of(state)
             rec = Recorder(app, spec, state, history, token)
-            if spec.is_async:
-                app.commits.run_started()
             yield from _code(rec, spec, state)
             stopped = True
     except GeneratorExit:
@@ -86,8 +100,6 @@ def execute(
     finally:
         if rec is not None:
             rec.end()  # a parallel branch still going records nothing more
-            if spec.is_async:
-                app.commits.run_ended()
         if closed:
             _let_go(app, task_id, token, None)
         else:
