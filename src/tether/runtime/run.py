@@ -195,13 +195,12 @@ def _let_go(app: App, task_id: str, token: int, rec: Recorder | None) -> TaskSta
     """The end of a run: the state it ends in (``rec``'s latest; read here, off an async task's
     loop, whose thread must never wait on the log's locks), a snapshot if one is due, and the lease
     released."""
-    latest = rec.latest if rec is not None else None
     try:
         app.log.snapshot_if_due(task_id)
         app.store.release_lease(app.tenant, task_id, token)
     except TetherError:
         pass  # the lease runs out by itself; the snapshot is only a cache
-    return latest
+    return rec.latest if rec is not None else None  # after the release: a failed read leaves no lease held
 
 
 def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
