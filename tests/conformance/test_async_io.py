@@ -35,6 +35,7 @@ class HeldStore:
         self.go = threading.Event()
         self.let_go_by_loop = 0
         self.streams_per_write: list[int] = []
+        self.types_per_write: list[list[list[str]]] = []  # each write's streams, each stream's event types
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -57,6 +58,7 @@ class HeldStore:
     def append_streams(self, tenant: str, appends: Any) -> None:
         self._hold()
         self.streams_per_write.append(len(appends))
+        self.types_per_write.append([[e.type for e in a.events] for a in appends])
         self._inner.append_streams(tenant, appends)
 
 
@@ -68,7 +70,9 @@ def _loop_running() -> bool:
     return True
 
 
-async def _let_writes_go(store: HeldStore, done: asyncio.Event, *, queued: Callable[[], bool] | None = None) -> None:
+async def _let_writes_go(
+    store: HeldStore, done: asyncio.Event, *, queued: Callable[[], bool] | None = None, patience: float = GIVE_UP / 4
+) -> None:
     """On the loop: each time a write waits, let it go — once ``queued()`` says enough records
     wait behind it, or once nothing else can come (every task waits on a write)."""
     while not done.is_set():
@@ -77,7 +81,7 @@ async def _let_writes_go(store: HeldStore, done: asyncio.Event, *, queued: Calla
                 # The tasks each take a few turns to queue. Bounded in time well under GIVE_UP (a
                 # held write's patience): on a loaded machine 2,000 turns of a 1 ms sleep once
                 # outlasted it, and the write gave up as if the loop were blocked.
-                until = time.monotonic() + GIVE_UP / 4
+                until = time.monotonic() + patience
                 while not queued() and time.monotonic() < until:
                     await asyncio.sleep(0.001)
             store.entered.clear()
@@ -237,4 +241,124 @@ def test_a_forked_child_writes_through_a_commit_thread_of_its_own() -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+    app.close()
+
+
+def test_runs_starting_and_ending_together_share_transactions_and_one_refusal_stays_its_own(
+    held: tuple[tether.App, HeldStore],
+) -> None:
+    # A run's first record (running) and its last (its output, completed) go through the group
+    # commit like its calls' records: runs starting and ending together share transactions. One
+    # task whose output cannot be stored fails alone; the others complete.
+    app, store = held
+    send, _ = _tools(app)
+
+    @app.task(name="finishing")
+    async def finishing(ctx: tether.AsyncTaskContext, i: int) -> float:
+        await ctx.call(send, i)
+        return math.nan if i < 0 else float(i)
+
+    left = 0  # runs not yet returned: with one left, nothing can queue behind its write
+
+    async def run(i: int) -> tether.TaskHandle:
+        nonlocal left
+        try:
+            return await app.run_async(finishing, i, task_id=f"f{i}")
+        finally:
+            left -= 1
+
+    async def main(ids: tuple[int, ...]) -> list[tether.TaskHandle]:
+        nonlocal left
+        left = len(ids)
+        done = asyncio.Event()
+        queued = lambda: app.commits.waiting >= 2 or left <= 1  # noqa: E731
+        letting = asyncio.create_task(_let_writes_go(store, done, queued=queued, patience=2.0))
+        store.holding = True
+        try:
+            return await asyncio.gather(*(run(i) for i in ids))
+        finally:
+            store.holding = False
+            done.set()
+            await letting
+
+    handles = {h.task_id: h for h in asyncio.run(main((1, 2, 3)))}
+    assert [handles[t].output for t in ("f1", "f2", "f3")] == [1.0, 2.0, 3.0]
+    shared = [streams for streams in store.types_per_write if len(streams) >= 2]
+    starts = max(sum(types == ["StatusChanged"] for types in w) for w in shared)
+    ends = max(sum("OutputSet" in types for types in w) for w in shared)
+    assert starts >= 2 and ends >= 2, store.types_per_write  # several runs' first and last records, one write
+
+    # A refused output: the transaction it was in is written again task by task; it fails alone.
+    handles = {h.task_id: h for h in asyncio.run(main((-1, 4, 5)))}
+    assert handles["f-1"].status is tether.Status.FAILED
+    assert handles["f-1"].failure is not None and "output is nan" in handles["f-1"].failure.message
+    assert [(handles[t].status, handles[t].output) for t in ("f4", "f5")] == [
+        (tether.Status.COMPLETED, 4.0),
+        (tether.Status.COMPLETED, 5.0),
+    ]
+    assert [h.type for h in app.history("f4")][-2:] == ["OutputSet", "StatusChanged"]
+
+
+class LoopWatch:
+    """A store that notes each of its methods called on the event loop's thread while more than
+    one async run is under way (``crowded``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.url = inner.url
+        self.crowded: Callable[[], bool] = lambda: False
+        self.on_loop: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._inner, name)
+        if not callable(found):
+            return found
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is threading.main_thread() and _loop_running() and self.crowded():
+                self.on_loop.append(name)
+            return found(*args, **kwargs)
+
+        return watched
+
+
+def test_no_store_call_runs_on_the_loop_while_other_runs_are_under_way(store_url: str) -> None:
+    # A lone run writes on its loop (nothing else of tether's waits there); once two or more are
+    # under way — opening, running or letting go — every store call of theirs is made off the loop.
+    store = LoopWatch(open_store(store_url))
+    app = tether.App(store)  # type: ignore[arg-type]
+    send, _ = _tools(app)
+
+    @app.task(name="three")
+    async def three(ctx: tether.AsyncTaskContext) -> str:
+        for i in range(3):
+            await ctx.call(send, i)
+        return "done"
+
+    under_way = 0
+    store.crowded = lambda: under_way > 1
+    # Nor does the run read the log's memory there: its locks are held through a whole group
+    # transaction by the commit thread, and a loop waiting on one stalls as long.
+    load_as_writer = app.log.load_as_writer
+
+    def watched(task_id: str, version: int) -> Any:
+        if threading.current_thread() is threading.main_thread() and _loop_running() and under_way > 1:
+            store.on_loop.append("log.load_as_writer")
+        return load_as_writer(task_id, version)
+
+    app.log.load_as_writer = watched  # type: ignore[method-assign]
+
+    async def one(i: int) -> tether.TaskHandle:
+        nonlocal under_way
+        under_way += 1
+        try:
+            return await app.run_async(three, task_id=f"t{i}")
+        finally:
+            under_way -= 1
+
+    async def main() -> list[tether.TaskHandle]:
+        return await asyncio.gather(*(one(i) for i in range(20)))
+
+    assert all(h.output == "done" for h in asyncio.run(main()))
+    assert store.on_loop == []
     app.close()

@@ -144,6 +144,7 @@ class CommitThread:
                 groups[id(sub.recorder)] = _Submission(sub.recorder, sub.loop, list(sub.batch))
             else:
                 group.batch.extend(sub.batch)
+        woken = _Wakeups()
         if len(groups) > 1:
             try:
                 _write_together(self._log, list(groups.values()))
@@ -151,10 +152,34 @@ class CommitThread:
                 pass
             else:
                 for group in groups.values():
-                    _wake(group, None)
+                    woken.add(group.loop, group.batch, None)
+                woken.send()
                 return
         for group in groups.values():
-            _write_one(group)
+            errors = write_branches(group.recorder.append, group.batch)
+            for branch, error in zip(group.batch, errors, strict=True):
+                woken.add(group.loop, [branch], error)
+        woken.send()
+
+
+class _Wakeups:
+    """The branches a transaction woke, handed to each loop in one callback: a loop is woken once
+    per transaction, not once per task (each wake-up is a write to its self-pipe and a turn)."""
+
+    __slots__ = ("_by_loop",)
+
+    def __init__(self) -> None:
+        self._by_loop: dict[asyncio.AbstractEventLoop, list[tuple[list[Branch], BaseException | None]]] = {}
+
+    def add(self, loop: asyncio.AbstractEventLoop, batch: list[Branch], error: BaseException | None) -> None:
+        self._by_loop.setdefault(loop, []).append((batch, error))
+
+    def send(self) -> None:
+        for loop, woken in self._by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, woken)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits for these branches any more
 
 
 def _write_together(log: TaskLog, groups: Sequence[_Submission]) -> None:
@@ -197,26 +222,10 @@ def write_branches(
     return errors
 
 
-def _write_one(group: _Submission) -> None:
-    """One task's branches in one transaction (each on its own if one is refused), then woken."""
-    for branch, error in zip(group.batch, write_branches(group.recorder.append, group.batch), strict=True):
-        _wake_batch(group.loop, [branch], error)
-
-
-def _wake(group: _Submission, error: BaseException | None) -> None:
-    _wake_batch(group.loop, group.batch, error)
-
-
-def _wake_batch(loop: asyncio.AbstractEventLoop, batch: list[Branch], error: BaseException | None) -> None:
-    try:
-        loop.call_soon_threadsafe(_deliver, batch, error)
-    except RuntimeError:
-        pass  # the loop is closed: nobody waits for these branches any more
-
-
-def _deliver(batch: list[Branch], error: BaseException | None) -> None:
-    for _, waiter in batch:
-        deliver(waiter, error)
+def _deliver(woken: list[tuple[list[Branch], BaseException | None]]) -> None:
+    for batch, error in woken:
+        for _, waiter in batch:
+            deliver(waiter, error)
 
 
 def deliver(waiter: asyncio.Future[None], error: BaseException | None) -> None:

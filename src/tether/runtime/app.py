@@ -288,12 +288,8 @@ class App(TimeTravel, Conversations):
         returns it as it is if it has finished.
         """
         spec = self.registry.task(task)
-        return drive_task(
-            spec,
-            lambda: execute(self, spec, self._create(spec, args, kwargs, task_id, user_id, session_id).task_id),
-            "run",
-            "run_async",
-        )
+        create = functools.partial(self._create, spec, args, kwargs, task_id, user_id, session_id)
+        return drive_task(spec, lambda: execute(self, spec, create), "run", "run_async")
 
     async def run_async(
         self,
@@ -306,8 +302,9 @@ class App(TimeTravel, Conversations):
     ) -> TaskHandle:
         """The async twin of :meth:`run`. Its store I/O runs off the event loop."""
         spec = self.registry.task(task)
-        state = await _off_loop(self._create, spec, args, kwargs, task_id, user_id, session_id)
-        return await drive_async(execute(self, spec, state.task_id))
+        # Created (or found) in the same trip off the loop as the lease is taken and the record read.
+        create = functools.partial(self._create, spec, args, kwargs, task_id, user_id, session_id)
+        return await drive_async(execute(self, spec, create))
 
     def resume(self, task_id: str) -> TaskHandle:
         """Continue a stored task from its log; recorded steps are not run again."""

@@ -5,7 +5,6 @@ cancelled, interrupted). ``App``, the worker and time travel call this room; it 
 from __future__ import annotations
 
 import asyncio
-import functools
 import signal
 import threading
 import traceback
@@ -56,60 +55,100 @@ T = TypeVar("T")
 
 
 def execute(
-    app: App, spec: TaskSpec, task_id: str, *, token: int | None = None, force: bool = False
+    app: App, spec: TaskSpec, task: str | Callable[[], TaskState], *, token: int | None = None, force: bool = False
 ) -> Flow[TaskHandle]:
     """Run (or replay, then continue) a task while holding its lease: ``token``, or one taken here.
+    ``task``: its id, or what creates it (or finds it) and returns its state.
 
-    Its store I/O is yielded (``Io``, ``Commit``): an async task's event loop never waits on it."""
-    ended: Callable[[], None] | None = None
+    Its store I/O is yielded (``Io``, ``Commit``): an async task's event loop never waits on it.
+    What a run reads and takes before its code runs (the task, its lease, its record) is one
+    ``Io``; so is what it does once the code has stopped (the state it ends in read, a snapshot
+    if one is due, the lease released): an async run crosses to a thread twice, not five times.
+
+    An async run counts among those sharing the commit thread from before it opens until it has
+    let go: while it opens, another run's records are not written on their (shared) loop."""
+    if not spec.is_async:
+        return (yield from _held(app, spec, task, token, force))
+    app.commits.run_started()
+    try:
+        return (yield from _held(app, spec, task, token, force))
+    finally:
+        app.commits.run_ended()
+
+
+def _held(
+    app: App, spec: TaskSpec, task: str | Callable[[], TaskState], token: int | None, force: bool
+) -> Flow[TaskHandle]:
+    """``execute``'s run: opened, its code run under the lease's heartbeat, then let go."""
     closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
-    counted = False  # an async run, counted among those that share the commit thread
-    if token is None:
-        state = yield Io(app.log.load, (task_id,))
-        if state.status in TERMINAL:
-            return TaskHandle.of(state)
-        take = functools.partial(acquire, force=force)
-        token = yield Io(take, (app.store, app.tenant, task_id, app.worker_id, app.lease_ttl))
+    rec: Recorder | None = None
+    stopped = False  # the run ended the way it returns (not raised): its handle is the latest state
+    opened = yield Io(_open, (app, task, token, force))
+    if isinstance(opened, TaskHandle):
+        return opened  # finished already: nothing to hold
+    task_id, token, history, state = opened
     try:
         with Heartbeat(app.store, app.tenant, task_id, token, app.lease_ttl):
-            history, state = yield Io(_record_of, (app, task_id))
             if state.status in TERMINAL:
                 return TaskHandle.of(state)
             rec = Recorder(app, spec, state, history, token)
-            calls = Calls(rec)
-            ctx = (AsyncTaskContext if spec.is_async else TaskContext)(rec, calls)
-            ended = rec.end
-            if spec.is_async:
-                app.commits.run_started()
-                counted = True
-            yield from _begin(rec, spec, state)
-            running = RUNNING_TASK.set(task_id)
-            try:
-                outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
-            except KeyboardInterrupt as stop:
-                raise RunInterrupted(task_id, stop) from None
-            except Suspend:
-                return TaskHandle.of(rec.latest)  # waiting or sleeping: no process needs to stay
-            except Cancelled as cancel:
-                yield from end_cancelled(rec, calls, cancel.reason)
-                return TaskHandle.of(rec.latest)
-            finally:
-                RUNNING_TASK.reset(running)
-            assert outcome is not None
-            yield from _end(rec, calls, outcome)
-            return TaskHandle.of(rec.latest)
+            yield from _code(rec, spec, state)
+            stopped = True
     except GeneratorExit:
         closed = True
         raise
     finally:
-        if ended is not None:
-            ended()  # a parallel branch still going records nothing more
-        if counted:
-            app.commits.run_ended()
+        if rec is not None:
+            rec.end()  # a parallel branch still going records nothing more
         if closed:
-            _let_go(app, task_id, token)
+            _let_go(app, task_id, token, None)
         else:
-            yield Io(_let_go, (app, task_id, token))
+            latest = yield Io(_let_go, (app, task_id, token, rec if stopped else None))
+    assert latest is not None
+    return TaskHandle.of(latest)
+
+
+def _open(
+    app: App, task: str | Callable[[], TaskState], token: int | None, force: bool
+) -> TaskHandle | tuple[str, int, list[Recorded], TaskState]:
+    """What a run needs before its code runs: the task (created by ``task`` when it is not an id),
+    the lease (``token``, or taken here) and the task's record; or the task's handle when it has
+    finished and there is nothing to run."""
+    state = None if isinstance(task, str) else task()
+    task_id = task if isinstance(task, str) else state.task_id  # type: ignore[union-attr]
+    if token is None:
+        state = state or app.log.load(task_id)
+        if state.status in TERMINAL:
+            return TaskHandle.of(state)
+        token = acquire(app.store, app.tenant, task_id, app.worker_id, app.lease_ttl, force=force)
+    try:
+        history, state = _record_of(app, task_id)
+    except BaseException:
+        _let_go(app, task_id, token, None)
+        raise
+    return task_id, token, history, state
+
+
+def _code(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
+    """The task's code, and what the run records around it; returns once the run has stopped the
+    way it returns a handle (completed, failed, cancelled, suspended)."""
+    calls = Calls(rec)
+    ctx = (AsyncTaskContext if spec.is_async else TaskContext)(rec, calls)
+    yield from _begin(rec, spec, state)
+    running = RUNNING_TASK.set(rec.task_id)
+    try:
+        outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+    except KeyboardInterrupt as stop:
+        raise RunInterrupted(rec.task_id, stop) from None
+    except Suspend:
+        return  # waiting or sleeping: no process needs to stay
+    except Cancelled as cancel:
+        yield from end_cancelled(rec, calls, cancel.reason)
+        return
+    finally:
+        RUNNING_TASK.reset(running)
+    assert outcome is not None
+    yield from _end(rec, calls, outcome)
 
 
 def _begin(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
@@ -152,13 +191,16 @@ def _record_of(app: App, task_id: str) -> tuple[list[Recorded], TaskState]:
     return history, app.log.load_as_writer(task_id, history[-1].seq)
 
 
-def _let_go(app: App, task_id: str, token: int) -> None:
-    """The end of a run: a snapshot if one is due, and the lease released."""
+def _let_go(app: App, task_id: str, token: int, rec: Recorder | None) -> TaskState | None:
+    """The end of a run: the state it ends in (``rec``'s latest; read here, off an async task's
+    loop, whose thread must never wait on the log's locks), a snapshot if one is due, and the lease
+    released."""
     try:
         app.log.snapshot_if_due(task_id)
         app.store.release_lease(app.tenant, task_id, token)
     except TetherError:
         pass  # the lease runs out by itself; the snapshot is only a cache
+    return rec.latest if rec is not None else None  # after the release: a failed read leaves no lease held
 
 
 def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
