@@ -284,25 +284,22 @@ class Calls:
         errors: int,
         first: Outcome | None = None,
     ) -> Flow[Any]:
-        """Run the call live from attempt number ``attempt`` (``errors`` of its attempts already count
-        against its retry policy): the intent recorded before each attempt, unless it is readonly,
-        and the result after it; an error retried or recorded as the call's failure. ``first``: the
-        outcome of attempt ``attempt``, run already (by :meth:`call_sync`, its intent recorded)."""
+        """Run the call live from attempt ``attempt`` (``errors`` of them count against its retry policy):
+        the intent recorded before each attempt, unless it is readonly, and the result after it; an error
+        retried or recorded as the call's failure. ``first``: the attempt :meth:`call_sync` ran, if any."""
         n, spec, args, kwargs, _, key, record = issued
         rec = self._recorder
-        task_id = rec.task_id
         exists = record is not None or (first is not None and not readonly)
         if first is None:
             rec.going_live()
         writer = rec.writer
         while True:
-            if first is not None:
-                outcome, first = first, None
-            else:
+            outcome, first = first, None
+            if outcome is None:
                 if not readonly:
                     yield _tuple_new(Commit, (writer, [_intent(issued, attempt, kind, compensates)]))
                     exists = True
-                current = _tuple_new(CallInfo, (task_id, n, spec.name, key, attempt))
+                current = _tuple_new(CallInfo, (rec.task_id, n, spec.name, key, attempt))
                 outcome = yield invoke(spec.fn, args, kwargs, current)
             assert outcome is not None
             if outcome.ok:
