@@ -35,10 +35,27 @@ from tether.events import (
 __all__ = ["DEFERRED", "checked", "encode_event"]
 
 
+def _field_reader(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
+    """A function that gives an event of ``cls`` as the dict of its fields, in their order: what orjson
+    writes for the dataclass itself, in half the time (it looks for a ``__dict__`` a slotted event
+    has not, and reads the fields one by one, before it writes them)."""
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    source = "lambda e: {" + ", ".join(f"{name!r}: e.{name}" for name in names) + "}"
+    reader: Callable[[Event], dict[str, Any]] = eval(source, {})  # names are the dataclass's own fields
+    return reader
+
+
+_READERS: dict[type[Event], Callable[[Event], dict[str, Any]]] = {}
+
+
 def encode_event(event: Event, max_bytes: int) -> str:
     """The stored JSON of an event; raises before anything is written if it cannot be stored."""
+    cls = type(event)
+    reader = _READERS.get(cls)
+    if reader is None:
+        reader = _READERS[cls] = _field_reader(cls)
     try:
-        data = orjson.dumps(event, default=json_default)
+        data = orjson.dumps(reader(event), default=json_default)
     except TypeError as exc:
         raise NotSerializableError(_explain_unserializable(event, exc)) from None
     if b"null" in data:  # where orjson puts a NaN or an infinity: refuse them, by name

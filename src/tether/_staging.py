@@ -42,10 +42,30 @@ def _with_head(index: IndexUpdate | None, head: TaskHead | None) -> IndexUpdate 
     return IndexUpdate(status=index.status, wake_at=index.wake_at, head=head)
 
 
+# Events an append of one of them stages by :func:`_stage_one`: folded later, and no index row move.
+_ALONE = frozenset(DEFERRED) - INDEXED
+
+
+def _stage_one(task_id: str, event: Event, entry: Entry, seq: int, limit: int) -> Staged:
+    """:func:`stage` of a one-event append whose event is folded later and moves no index column (a
+    call's intent or result, most often): the same checks and the same outcome, with less to do."""
+    now = time.time()
+    rec = _tuple_new(Recorded, (seq, now, event))
+    opening: set[int] = set()
+    head = entry.head.working_copy()
+    head.advance(rec, entry.calls, opening)
+    checked(task_id, event, entry.calls, opening)
+    row = _tuple_new(EventRow, (seq, event.event_type, event.version, now, encode_event(event, limit), None))
+    update = head.row_update(1 if type(event) is CallCompleted else 0)
+    return _tuple_new(Staged, ([row], None, [rec], opening, _with_head(None, update), head))
+
+
 def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version: int, limit: int) -> Staged:
     """Check and encode an append's events, before anything is written: a call event is checked
     against the calls opened so far and folded later; any other event is folded now (the
     machines refuse an illegal move here)."""
+    if len(events) == 1 and type(events[0]) in _ALONE:
+        return _stage_one(task_id, events[0], entry, expected_version + 1, limit)
     now = time.time()
     base: TaskState | None = None  # set when a checked event had to be folded now
     staged: list[Recorded] = []  # deferred events of this batch, after ``base`` if it is set

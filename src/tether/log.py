@@ -178,7 +178,6 @@ class TaskLog(SnapshotKeeping):
         self._memory.remember(task_id, entry)
         return state
 
-    @_per_task
     def append(
         self,
         task_id: str,
@@ -202,16 +201,17 @@ class TaskLog(SnapshotKeeping):
         """
         if not events:
             raise InvalidInputError("append() needs at least one event")
-        entry = self._memory.get(task_id)
-        if entry is None or entry.version != expected_version:
-            entry = self._entry(task_id, expected_version)
-        batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
-        try:
-            self.store.append(self.tenant, task_id, batch.rows, expected_version, fence=fence, index=batch.update)
-        except BaseException:
-            self.forget(task_id)  # what happened is for the store to say, on the next read
-            raise
-        return self._settle(task_id, entry, batch, expected_version, snapshot=snapshot)
+        with self._memory.lock(task_id):  # what the log remembers of the task changes under its lock
+            entry = self._memory.get(task_id)
+            if entry is None or entry.version != expected_version:
+                entry = self._entry(task_id, expected_version)
+            batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
+            try:
+                self.store.append(self.tenant, task_id, batch.rows, expected_version, fence=fence, index=batch.update)
+            except BaseException:
+                self.forget(task_id)  # what happened is for the store to say, on the next read
+                raise
+            return self._settle(task_id, entry, batch, expected_version, snapshot)
 
     def append_together(
         self,
@@ -248,9 +248,9 @@ class TaskLog(SnapshotKeeping):
                 for task_id in task_ids:
                     self.forget(task_id)
                 raise
-            return [self._settle(t, entry, batch, v, snapshot=snapshot) for t, entry, batch, v in staged]
+            return [self._settle(t, entry, batch, v, snapshot) for t, entry, batch, v in staged]
 
-    def _settle(self, task_id: str, entry: Entry, batch: Staged, expected_version: int, *, snapshot: bool) -> int:
+    def _settle(self, task_id: str, entry: Entry, batch: Staged, expected_version: int, snapshot: bool) -> int:
         """After a staged batch is written: what the log remembers of the task moves on with it."""
         if batch.base is not None:
             entry.base = batch.base

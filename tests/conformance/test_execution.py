@@ -250,6 +250,24 @@ def test_unstorable_result_fails_the_call_naming_tool_and_type(app: tether.App) 
     assert call.status == "failed" and call.result is None
 
 
+@pytest.mark.parametrize("readonly", [False, True])
+def test_an_unstorable_result_is_recorded_once_as_the_attempt_that_failed(app: tether.App, readonly: bool) -> None:
+    @app.tool(readonly=readonly, retry=tether.Retry(max_attempts=3, backoff=0))
+    def weird() -> Any:
+        return {"when": {1, 2}}
+
+    @app.task
+    def t(ctx: tether.TaskContext) -> Any:
+        return ctx.call(weird)
+
+    run = app.run(t, task_id="u1")
+    assert run.status is tether.Status.FAILED
+    kinds = [type(r.event).__name__ for r in app.log.events("u1") if type(r.event).__name__.startswith("Call")]
+    # One intent (written before the attempt, or with its failure for a readonly call), not retried.
+    assert kinds == ["CallStarted", "CallAttemptFailed", "CallFailed"]
+    assert [a.number for a in run.state.calls[0].attempts] == [1]
+
+
 def test_oversized_result_is_refused(store_url: str) -> None:
     app = tether.App(store_url, max_value_bytes=2000)
 

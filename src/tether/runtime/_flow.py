@@ -30,6 +30,7 @@ __all__ = [
     "drive_async",
     "invoke",
     "next_turn",
+    "run_tool",
 ]
 
 T = TypeVar("T")
@@ -105,8 +106,9 @@ def invoke(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     return _tuple_new(Invoke, (fn, args, kwargs, current))
 
 
-def _sync_invoke(op: Invoke) -> Outcome:
-    fn, args, kwargs, current = op
+def run_tool(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None, current: Any) -> Outcome:
+    """What the sync driver does for an :class:`Invoke`: run ``fn`` with ``current`` as the call it
+    runs inside, timed; a sync task calling an async tool runs it to completion here."""
     token = CURRENT_CALL.set(current) if current is not None else None
     start = time.perf_counter()
     try:
@@ -140,7 +142,7 @@ def drive(flow: Flow[T]) -> T:
         pending = None
         try:
             if type(op) is Invoke:
-                reply = _sync_invoke(op)
+                reply = run_tool(*op)
             elif type(op) is Commit:
                 op.writer.append(op.events)
                 reply = None

@@ -27,7 +27,18 @@ from tether.events import (
 )
 from tether.machine import Status
 from tether.model import Attempt, ToolCall
-from tether.runtime._flow import CURRENT_CALL, Commit, Flow, Invoke, Wait, _tuple_new, invoke
+from tether.runtime._flow import (
+    CURRENT_CALL,
+    Commit,
+    Flow,
+    Invoke,
+    Outcome,
+    Wait,
+    _tuple_new,
+    drive,
+    invoke,
+    run_tool,
+)
 from tether.runtime._recording import Recorder
 from tether.runtime.specs import Registry, ToolSpec
 
@@ -79,15 +90,7 @@ class Issued(NamedTuple):
 def _intent(issued: Issued, attempt: int, kind: str, compensates: int | None) -> CallStarted:
     """What is recorded before an attempt runs: the call's identity and arguments, so a crash inside
     the attempt leaves its effect in doubt, never unknown."""
-    return CallStarted(
-        n=issued.n,
-        key=issued.key,
-        tool=issued.spec.name,
-        args=issued.arguments,
-        attempt=attempt,
-        kind=kind,
-        compensates=compensates,
-    )
+    return CallStarted(issued.n, issued.key, issued.spec.name, issued.arguments, attempt, kind, compensates)
 
 
 def _completion(
@@ -95,16 +98,9 @@ def _completion(
 ) -> CallCompleted:
     """The record of an attempt that returned ``recorded``. A call whose record has not ``started``
     (a readonly call has no intent) carries its identity in its completion."""
-    return CallCompleted(
-        n=issued.n,
-        result=recorded,
-        attempt=attempt,
-        duration=duration,
-        kind=kind,
-        key=None if started else issued.key,
-        tool=None if started else issued.spec.name,
-        args=None if started else issued.arguments,
-    )
+    if started:
+        return CallCompleted(issued.n, recorded, attempt, duration, None, None, None, kind)
+    return CallCompleted(issued.n, recorded, attempt, duration, issued.key, issued.spec.name, issued.arguments, kind)
 
 
 def _excerpt(arguments: Any, limit: int = 80) -> str:
@@ -189,6 +185,37 @@ class Calls:
         finally:
             self._recorder.settled()
 
+    def call_sync(self, issued: Issued, compensate: Callable[..., Any] | None) -> Any:
+        """:meth:`flow` for a sync task, with a live call's first attempt run here, without a flow
+        and its driver (the common case: a call that has no record and whose tool returns a value
+        that can be stored). Its records are the flow's, written in the same order; anything else
+        (a replayed call, an error, a value that cannot be stored) is the flow's to handle."""
+        if issued.record is not None:
+            return drive(self.flow(issued, compensate))
+        n, spec, args, kwargs, _, key, _ = issued
+        rec = self._recorder
+        undo = compensate or spec.compensate
+        readonly = spec.readonly
+        try:  # counted in ``inflight`` from its issue until it ends, as in :meth:`flow`
+            rec.going_live()
+            if not readonly:
+                rec.append([_intent(issued, 1, "call", None)])
+            current = _tuple_new(CallInfo, (rec.task_id, n, spec.name, key, 1))
+            outcome = run_tool(spec.fn, args, kwargs, current)
+            if outcome.ok:
+                try:
+                    recorded = as_json(outcome.value)
+                    rec.append([_completion(issued, 1, recorded, outcome.duration, "call", not readonly)])
+                except InvalidInputError:
+                    pass  # the flow records why the value cannot be stored
+                else:
+                    if undo is not None:
+                        rec.compensate_with(n, self._registry.tool(undo), recorded)
+                    return spec.rehydrate(recorded)
+            return drive(self._attempts(issued, undo, "call", None, readonly, 1, 0, first=outcome))
+        finally:
+            rec.settled()
+
     def _resume(
         self, issued: Issued, undo: Callable[..., Any] | None, kind: str, compensates: int | None, readonly: bool
     ) -> Flow[Any]:
@@ -255,22 +282,25 @@ class Calls:
         readonly: bool,
         attempt: int,
         errors: int,
+        first: Outcome | None = None,
     ) -> Flow[Any]:
-        """Run the call live from attempt number ``attempt`` (``errors`` of its attempts already count
-        against its retry policy): the intent recorded before each attempt, unless it is readonly,
-        and the result after it; an error retried or recorded as the call's failure."""
+        """Run the call live from attempt ``attempt`` (``errors`` of them count against its retry policy):
+        the intent recorded before each attempt, unless it is readonly, and the result after it; an error
+        retried or recorded as the call's failure. ``first``: the attempt :meth:`call_sync` ran, if any."""
         n, spec, args, kwargs, _, key, record = issued
         rec = self._recorder
-        task_id = rec.task_id
-        exists = record is not None
-        rec.going_live()
+        exists = record is not None or (first is not None and not readonly)
+        if first is None:
+            rec.going_live()
         writer = rec.writer
         while True:
-            if not readonly:
-                yield _tuple_new(Commit, (writer, [_intent(issued, attempt, kind, compensates)]))
-                exists = True
-            current = _tuple_new(CallInfo, (task_id, n, spec.name, key, attempt))
-            outcome = yield invoke(spec.fn, args, kwargs, current)
+            outcome, first = first, None
+            if outcome is None:
+                if not readonly:
+                    yield _tuple_new(Commit, (writer, [_intent(issued, attempt, kind, compensates)]))
+                    exists = True
+                current = _tuple_new(CallInfo, (rec.task_id, n, spec.name, key, attempt))
+                outcome = yield invoke(spec.fn, args, kwargs, current)
             assert outcome is not None
             if outcome.ok:
                 value = outcome.value

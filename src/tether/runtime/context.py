@@ -317,7 +317,7 @@ class TaskContext(_Context):
         recorded result is returned without running it. ``compensate(result)`` is
         called, recorded, if the task later fails.
         """
-        return drive(self._calls.flow(self._calls.issue(fn, args, kwargs), compensate))
+        return self._calls.call_sync(self._calls.issue(fn, args, kwargs), compensate)
 
     def map(self, fn: Callable[..., Any], items: Iterable[Any], *, max_concurrency: int | None = None) -> list[Any]:
         """Call ``fn(item)`` for every item as recorded calls running in parallel threads; the

@@ -1,0 +1,95 @@
+"""Instructions a recorded call runs in Python, counted (not timed) under valgrind's callgrind.
+
+Run: ``python bench/call_instructions.py [--src PATH]`` (needs ``valgrind``; ~1-2 minutes). Timings
+on shared cores move with the neighbours' load; an instruction count does not. Each kind of call
+(readonly, side-effecting; a ~500-byte result) runs as a task of 300 and of 900 calls with the
+store's SQLite INSERT replaced by a statement that does nothing; the difference of the two
+counts over 600 calls is what one call costs besides the INSERT: the flow, the event's encoding,
+the log's checks, the store's lock file. ``--src`` counts another checkout's ``src`` (to compare
+before and after in one run). Prints one line of JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+SIZES = (300, 900)
+
+
+def child(src: str, kind: str, calls: int) -> None:
+    """Run ``calls`` recorded calls with the INSERT stubbed, then leave at once (no end-of-run fold)."""
+    sys.path.insert(0, src)
+    import tether  # from ``src``: imported before _common puts this checkout's first
+
+    sys.path.insert(1, str(HERE))
+    from _common import MESSAGE
+
+    class NoInsert:
+        rowcount = 1
+
+        def execute(self, sql: str, params: object) -> None:
+            pass
+
+    app = tether.App(f"sqlite:///{tempfile.mkdtemp()}/c.db")
+    store = app.log.store
+    tool = app.tool(name="noop", readonly=kind == "readonly")(lambda: MESSAGE)
+
+    @app.task
+    def many(ctx: tether.TaskContext, count: int) -> None:
+        store._append_cursor = NoInsert()  # type: ignore[attr-defined]
+        for _ in range(count):
+            ctx.call(tool)
+        os._exit(0)
+
+    app.run(many, calls)
+
+
+def count(src: str, kind: str, calls: int) -> int:
+    out = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--child",
+            kind,
+            str(calls),
+            "--src",
+            src,
+        ],
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    assert found is not None, out.stderr[-2000:]
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--src", default=str(HERE.parent / "src"), help="the src directory to count")
+    parser.add_argument("--child", nargs=2, metavar=("KIND", "CALLS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.src, args.child[0], int(args.child[1]))
+        return
+    result: dict[str, object] = {"src": args.src}
+    for kind in ("readonly", "side_effecting"):
+        few, many = (count(args.src, kind, n) for n in SIZES)
+        result[f"{kind}_instructions_per_call"] = (many - few) // (SIZES[1] - SIZES[0])
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""An event's stored JSON: every field, in the class's order, as orjson writes the dataclass itself."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+import pytest
+from pydantic import BaseModel
+
+from tether._encoding import encode_event
+from tether.errors import NotSerializableError
+from tether.events import EVENT_TYPES, Event
+
+
+class _Point(BaseModel):
+    x: int
+
+
+@pytest.mark.parametrize("cls", sorted(EVENT_TYPES.values(), key=lambda c: c.__name__), ids=lambda c: c.__name__)
+def test_every_event_type_encodes_as_its_dataclass(cls: type[Event]) -> None:
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    values = [{"i": i, "nested": [None, 1.5, "text"]} for i in range(len(names))]
+    event = cls(**dict(zip(names, values, strict=True)))
+    data = encode_event(event, 1 << 20)
+    assert data == orjson.dumps(event).decode()
+    assert list(orjson.loads(data)) == names  # every field, in the class's order
+
+
+def test_a_model_inside_an_event_is_stored_as_its_json_and_an_unknown_object_is_refused() -> None:
+    cls = EVENT_TYPES["ObservationRecorded"]
+    assert orjson.loads(encode_event(cls(key="p", value=_Point(x=3)), 1 << 20))["value"] == {"x": 3}
+    with pytest.raises(NotSerializableError, match=r"ObservationRecorded\.value"):
+        encode_event(cls(key="p", value=object()), 1 << 20)
