@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -35,17 +35,15 @@ class HeldStore:
         self.go = threading.Event()
         self.let_go_by_loop = 0
         self.streams_per_write: list[int] = []
-        self.held_streams = 0  # how many tasks' records the write now held carries
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def _hold(self, streams: int = 1) -> None:
+    def _hold(self) -> None:
         if not self.holding or (threading.current_thread() is threading.main_thread() and _loop_running()):
             # A write on the loop's thread: it would wait for a loop that cannot run.
             assert not self.holding, "a record was written on the event loop's thread"
             return
-        self.held_streams = streams
         self.entered.set()
         assert self.go.wait(GIVE_UP), "the event loop never let the write go: it was blocked"
         self.go.clear()
@@ -57,7 +55,7 @@ class HeldStore:
         self._inner.append(*args, **kwargs)
 
     def append_streams(self, tenant: str, appends: Any) -> None:
-        self._hold(len(appends))
+        self._hold()
         self.streams_per_write.append(len(appends))
         self._inner.append_streams(tenant, appends)
 
@@ -70,22 +68,17 @@ def _loop_running() -> bool:
     return True
 
 
-async def _let_writes_go(
-    store: HeldStore, done: asyncio.Event, *, app: tether.App | None = None, runs: Sequence[asyncio.Future[Any]] = ()
-) -> None:
-    """On the loop: each time a write waits, let it go — with ``app`` and its ``runs``, once two
-    tasks' records wait behind it (they share the next transaction) or once nothing else can come
-    (every run not yet done is in the held write or queued behind it); without, at once."""
+async def _let_writes_go(store: HeldStore, done: asyncio.Event, *, queued: Callable[[], bool] | None = None) -> None:
+    """On the loop: each time a write waits, let it go — once ``queued()`` says enough records
+    wait behind it, or once nothing else can come (every task waits on a write)."""
     while not done.is_set():
         if store.entered.is_set():
-            if app is not None:
-                # Bounded in time well under GIVE_UP (a held write's patience) all the same: the
-                # count of what is queued is the commit thread's, read while it runs.
+            if queued is not None:
+                # The tasks each take a few turns to queue. Bounded in time well under GIVE_UP (a
+                # held write's patience): on a loaded machine 2,000 turns of a 1 ms sleep once
+                # outlasted it, and the write gave up as if the loop were blocked.
                 until = time.monotonic() + GIVE_UP / 4
-                while time.monotonic() < until:
-                    queued = app.commits.waiting
-                    if queued >= 2 or queued + store.held_streams >= sum(not r.done() for r in runs):
-                        break
+                while not queued() and time.monotonic() < until:
                     await asyncio.sleep(0.001)
             store.entered.clear()
             store.go.set()
@@ -151,11 +144,10 @@ def test_tasks_waiting_at_once_share_one_transaction(held: tuple[tether.App, Hel
     async def main() -> list[tether.TaskHandle]:
         done = asyncio.Event()
         # Each write is held until two tasks' records wait behind it: they share the next one.
+        letting = asyncio.create_task(_let_writes_go(store, done, queued=lambda: app.commits.waiting >= 2))
         store.holding = True
-        runs = [asyncio.ensure_future(app.run_async(two, task_id=f"t{i}")) for i in range(12)]
-        letting = asyncio.create_task(_let_writes_go(store, done, app=app, runs=runs))
         try:
-            return await asyncio.gather(*runs)
+            return await asyncio.gather(*(app.run_async(two, task_id=f"t{i}") for i in range(12)))
         finally:
             store.holding = False
             done.set()
@@ -179,11 +171,10 @@ def test_one_tasks_refused_record_fails_that_task_only(held: tuple[tether.App, H
 
     async def main() -> list[tether.TaskHandle]:
         done = asyncio.Event()
+        letting = asyncio.create_task(_let_writes_go(store, done, queued=lambda: app.commits.waiting >= 2))
         store.holding = True
-        runs = [asyncio.ensure_future(app.run_async(weighing, i, task_id=f"w{i}")) for i in (1, -1, 2, 3)]
-        letting = asyncio.create_task(_let_writes_go(store, done, app=app, runs=runs))
         try:
-            return await asyncio.gather(*runs)
+            return await asyncio.gather(*(app.run_async(weighing, i, task_id=f"w{i}") for i in (1, -1, 2, 3)))
         finally:
             store.holding = False
             done.set()
