@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/tether demo
 
+# Four test processes on two cores: the crash, worker and serve tests mostly wait (subprocesses,
+# PostgreSQL, sockets). worksteal hands a long test's neighbours to whichever process is free.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 4 --dist worksteal
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -4,8 +4,10 @@ Timing targets are ratios against a floor measured in the same run; on these sha
 machines a quick run's ratio is noise for the benchmarks whose margin is a few tens of
 percent. So for every benchmark the test asserts its own pass/fail value is the verdict its
 own reported numbers give against its documented targets (written out again below, so a
-benchmark that passes itself regardless, or moves its goalposts, fails here), and asserts the
-verdict is a pass only where the margin is wide.
+benchmark that passes itself regardless, or moves its goalposts, fails here). It asserts no
+verdict is a pass: the suite runs in parallel with itself and other work, and even check.py's
+twentyfold margin (~0.5 ms a task against 10 ms) read 14 ms at a load average of ~35. Whether
+the targets are met is for the benchmarks themselves (``make bench``), not the unit suite.
 """
 
 from __future__ import annotations
@@ -63,20 +65,20 @@ def _async_tasks(r: Report) -> bool:
     return all(r[b]["ratio"] >= r["targets"][b] and r[b]["stall_ms"] <= 5.0 for b in backends)
 
 
-# script -> (the verdict its numbers give, whether a pass is asserted in the quick run)
-VERDICTS: dict[str, tuple[Callable[[Report], bool | None], bool]] = {
-    "store.py": (lambda r: r["append_ratio"] <= 1.5 and r["bytes_growth"] <= 1.2 and r["load_growth"] <= 2.0, False),
-    "calls.py": (_calls, False),
-    "timetravel.py": (_timetravel, False),
-    "conversation.py": (lambda r: r["add_growth"] <= 1.2 and r["open_window_growth"] <= 2.0, False),
-    "agent_loop.py": (lambda r: r["parallel_round_ratio"] <= 1.5, False),
-    "async_tasks.py": (_async_tasks, False),
-    "check.py": (lambda r: r["per_task_ms"] <= 10.0, True),  # ~0.5 ms per task against a 10 ms target
-    "peers.py": (_peers, False),
-    "task_reads.py": (_task_reads, False),
-    "serve.py": (lambda r: r["errors"] == 0 and r["sse_task_events_min"] > 0, False),
-    "langgraph_saver.py": (_langgraph, False),
-    "adk.py": (lambda r: r["list_all_vs_adk_sqlite"] <= 1.5 and r["get_recent_growth"] <= 2.0, False),
+# script -> the verdict its numbers give
+VERDICTS: dict[str, Callable[[Report], bool | None]] = {
+    "store.py": lambda r: r["append_ratio"] <= 1.5 and r["bytes_growth"] <= 1.2 and r["load_growth"] <= 2.0,
+    "calls.py": _calls,
+    "timetravel.py": _timetravel,
+    "conversation.py": lambda r: r["add_growth"] <= 1.2 and r["open_window_growth"] <= 2.0,
+    "agent_loop.py": lambda r: r["parallel_round_ratio"] <= 1.5,
+    "async_tasks.py": _async_tasks,
+    "check.py": lambda r: r["per_task_ms"] <= 10.0,
+    "peers.py": _peers,
+    "task_reads.py": _task_reads,
+    "serve.py": lambda r: r["errors"] == 0 and r["sse_task_events_min"] > 0,
+    "langgraph_saver.py": _langgraph,
+    "adk.py": lambda r: r["list_all_vs_adk_sqlite"] <= 1.5 and r["get_recent_growth"] <= 2.0,
 }
 
 
@@ -100,7 +102,4 @@ def test_bench_runs_and_reports(script: str) -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     numbers = list(_numbers(report))
     assert numbers and all(math.isfinite(x) and x >= 0 for x in numbers), report
-    verdict, must_pass = VERDICTS[script]
-    assert report["pass"] is verdict(report), report  # None: for sizes a quick run does not reach
-    if must_pass:
-        assert report["pass"] is True, report
+    assert report["pass"] is VERDICTS[script](report), report  # None: for sizes a quick run does not reach
