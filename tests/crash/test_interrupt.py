@@ -20,13 +20,22 @@ AGENT = HERE / "_interrupted_agent.py"
 ENV = {**os.environ, "PYTHONPATH": str(HERE.parent.parent / "src")}
 
 
+def _as_from_a_terminal() -> None:
+    """The child starts with Ctrl-C's default action, as a program run from a terminal does: a shell
+    without job control starts what it runs in the background (``cmd &``) with SIGINT ignored, and
+    a test suite run that way would pass that on, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.crash
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_releases_its_lease_and_resumes(tmp_path: Path, make_url: Any, signum: int) -> None:
     url = make_url(tmp_path)
     ready = tmp_path / "ready"
     args = [sys.executable, str(AGENT), url, str(ready)]
-    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    child = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=_as_from_a_terminal
+    )
     deadline = time.time() + 30
     while not ready.exists():
         assert time.time() < deadline and child.poll() is None, "the task never reached its slow call"
