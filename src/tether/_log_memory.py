@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from tether._heads import Head
-from tether._snapshots import HEAD_SHARE, NOT_IN_HEAD, head_of
+from tether._snapshots import HEAD_SHARE, head_data
 from tether.events import CALL_EVENTS, Recorded, fold
 from tether.model import TaskState
 from tether.store import EventRow
@@ -94,7 +94,7 @@ class Entry:
             room = self.kept_since / since * self.heads_every / HEAD_SHARE
 
             def keep(state: TaskState, calls: int) -> None:
-                head = head_of(state.model_dump_json(exclude=NOT_IN_HEAD), calls)
+                head = head_data(state, calls)
                 if len(head) <= room:
                     self.heads.append((state.version, head))
 

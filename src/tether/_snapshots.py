@@ -175,11 +175,12 @@ def state_data(state: TaskState) -> str:
     return state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + orjson.dumps(meta).decode()
 
 
-def head_data(state: TaskState) -> str:
+def head_data(state: TaskState, calls: int) -> str:
     """A *head* of a task's state, as its snapshot stores it: the state without its calls, then how
-    many calls it has (``{"k": 1200}``). The calls are those of a later full snapshot of the same
-    stream (``state_data``) as they stood at the head's seq; see :mod:`tether._log_snapshots`."""
-    return head_of(state.model_dump_json(exclude=NOT_IN_HEAD), len(state.calls))
+    many calls it has (``{"k": 1200}``: the fold's marks give a state without them, and the count).
+    The calls are those of a later full snapshot of the same stream (``state_data``) as they stood
+    at the head's seq; see :mod:`tether._log_snapshots`."""
+    return head_of(state.model_dump_json(exclude=NOT_IN_HEAD), calls)
 
 
 def head_of(data: str, count: int) -> str:

@@ -53,11 +53,21 @@ def _stage_one(task_id: str, event: Event, entry: Entry, seq: int, limit: int) -
     rec = _tuple_new(Recorded, (seq, now, event))
     opening: set[int] = set()
     head = entry.head.working_copy()
-    head.advance(rec, entry.calls, opening)
-    checked(task_id, event, entry.calls, opening)
-    row = _tuple_new(EventRow, (seq, event.event_type, event.version, now, encode_event(event, limit), None))
+    _deferred(task_id, rec, entry, head, opening)
     update = head.row_update(1 if type(event) is CallCompleted else 0)
-    return _tuple_new(Staged, ([row], None, [rec], opening, _with_head(None, update), head))
+    return _tuple_new(Staged, ([_row(rec, limit)], None, [rec], opening, _with_head(None, update), head))
+
+
+def _deferred(task_id: str, rec: Recorded, entry: Entry, head: Head, opening: set[int]) -> None:
+    """Check an event folded later against the calls opened so far, and move the head by it."""
+    head.advance(rec, entry.calls, opening)
+    checked(task_id, rec.event, entry.calls, opening)
+
+
+def _row(rec: Recorded, limit: int) -> EventRow:
+    """The event as stored (encoded; raises before anything is written if it cannot be)."""
+    event = rec.event
+    return _tuple_new(EventRow, (rec.seq, event.event_type, event.version, rec.at, encode_event(event, limit), None))
 
 
 def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version: int, limit: int) -> Staged:
@@ -82,8 +92,7 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
         if cls in DEFERRED:
             # The common case (a call, a decision, an observation): checked now, written now,
             # folded when somebody reads the state.
-            head.advance(rec, entry.calls, opening)
-            checked(task_id, event, entry.calls, opening)
+            _deferred(task_id, rec, entry, head, opening)
             staged.append(rec)
             completes += cls is CallCompleted
         elif not isinstance(event, Event):
@@ -100,6 +109,5 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
             head = Head.of(base, head.written)
         if cls in INDEXED:
             index = index_update(event, index, now)
-        data = encode_event(event, limit)
-        rows.append(_tuple_new(EventRow, (seq, event.event_type, event.version, now, data, None)))
+        rows.append(_row(rec, limit))
     return Staged(rows, base, staged, opening, _with_head(index, head.row_update(completes)), head)
