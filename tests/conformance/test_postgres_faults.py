@@ -177,6 +177,18 @@ def test_a_dead_server_is_reported_within_the_bound(url: str, proxy: _Proxy) -> 
     app.close()
 
 
+def _wait_until_stopped(pid: int) -> None:
+    """SIGSTOP takes effect when the process is next scheduled: on a busy machine the proxy could
+    still forward (and answer) a query sent right after the signal. Wait for its state to read T."""
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in ("T", "t"):
+        assert time.monotonic() < deadline, "the proxy never stopped"
+        time.sleep(0.005)
+
+
 def test_a_blackholed_connection_is_cut_within_the_bound(url: str, proxy: _Proxy) -> None:
     import signal
 
@@ -188,6 +200,7 @@ def test_a_blackholed_connection_is_cut_within_the_bound(url: str, proxy: _Proxy
 
     app.run(t, task_id="t")
     proxy.process.send_signal(signal.SIGSTOP)  # the peer stops answering; its kernel still ACKs, no RST
+    _wait_until_stopped(proxy.process.pid)
     try:
         # query_timeout cuts the hung statement, then retries meet connect_timeout, until give_up_after
         _unavailable_within(app, 12.0)
