@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from tether._call_list import CallList, CallReader
 from tether.errors import TetherError
 from tether.events import Recorded, fold_calls
-from tether.model import CallList, CallReader, TaskState, ToolCall
+from tether.model import TaskState, ToolCall
 from tether.store import EventRow, Store
 
 __all__ = ["call_reader"]

@@ -7,6 +7,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from tether._call_list import CallList
 from tether._heads import Head
 from tether._snapshots import HEAD_SHARE, head_data
 from tether.events import CALL_EVENTS, Recorded, fold
@@ -29,9 +30,9 @@ class Entry:
     """
 
     __slots__ = (
+        "_opened",
         "base",
         "bytes_since",
-        "calls",
         "created",
         "head",
         "heads",
@@ -51,7 +52,7 @@ class Entry:
         self.base = state
         self.pending: list[Recorded] = []
         self.version = state.version
-        self.calls = set(state.calls.ordinals())  # the ordinals opened
+        self._opened: set[int] | None = None
         self.head = Head.of(state)
         """Where the task stands, as its index row says (kept current with every append)."""
         self.snap_seq = snap_seq
@@ -78,6 +79,19 @@ class Entry:
                 self.kept_since += len(row.data)
 
     @property
+    def calls(self) -> set[int]:
+        """The ordinals of the calls opened, the pending events' too; listed when first needed (an
+        append's check): loading or forking a task of many calls does not list them."""
+        opened = self._opened
+        if opened is None:
+            opened = self._opened = set(self.state.calls.ordinals())
+        return opened
+
+    @calls.setter
+    def calls(self, opened: set[int] | None) -> None:
+        self._opened = opened
+
+    @property
     def state(self) -> TaskState:
         if self.pending:
             self.settle()
@@ -93,7 +107,7 @@ class Entry:
         else:
             room = self.kept_since / since * self.heads_every / HEAD_SHARE
 
-            def keep(state: TaskState, calls: int) -> None:
+            def keep(state: TaskState, calls: CallList) -> None:
                 head = head_data(state, calls)
                 if len(head) <= room:
                     self.heads.append((state.version, head))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from tether._call_list import CallList
 from tether._call_reads import call_reader
 from tether._snapshots import (
     HEAD_SHARE,
@@ -25,6 +26,7 @@ from tether._snapshots import (
     snapshot_row,
     state_data,
 )
+from tether.events import fold
 from tether.model import STATE_SCHEMA_VERSION, TaskState
 
 if TYPE_CHECKING:
@@ -74,7 +76,7 @@ class SnapshotKeeping:
         for seq, head in heads:  # after the full one they take their calls from, never before it
             self.store.put_snapshot(self.tenant, task_id, snapshot_row(seq, STATE_SCHEMA_VERSION, head))
         entry.snap_seq = entry.version
-        entry.snap_head = head_of(data, len(state.calls))
+        entry.snap_head = head_of(data, state.calls)
         entry.bytes_since = entry.kept_since = 0
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
@@ -113,7 +115,10 @@ class SnapshotKeeping:
                 full = fulls[owner]
                 return full[1] if full is not None and full[0] > snap.seq else None
 
-            return parse_state(snap, reader=reader, later=later)
+            return parse_state(snap, reader=reader, later=later, rebuild=rebuild)
+
+        def rebuild(seq: int) -> CallList:  # the calls at ``seq``, when a snapshot's index is unusable
+            return fold(self.decode(r) for r in self.store.read_events(self.tenant, task_id, upto=seq)).calls
 
         return intact_snapshot(self.store, self.tenant, task_id, upto, parse)
 

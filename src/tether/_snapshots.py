@@ -16,8 +16,9 @@ from typing import TypeVar
 import orjson
 from pydantic import ValidationError
 
+from tether._call_list import CallList, CallReader, Prefix
 from tether.errors import ConfigurationError, InvalidInputError
-from tether.model import STATE_SCHEMA_VERSION, CallList, CallReader, TaskState
+from tether.model import STATE_SCHEMA_VERSION, TaskState
 from tether.store import SnapshotRow, Store
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "read_if_intact",
     "snapshot_row",
     "state_data",
+    "summary_line",
 ]
 
 log = logging.getLogger("tether")
@@ -152,9 +154,10 @@ def intact_snapshot(
 
 
 def state_data(state: TaskState) -> str:
-    """A task's state as its snapshot stores it (state schema 2), in two lines: the state without
-    its calls, then the calls as their ordinals, statuses and the seqs of the events that made
-    each (``{"n": [1, 2, ...], "s": "ccf...", "e": ["4", "5,7", ...]}``).
+    """A task's state as its snapshot stores it (state schema 2), in three lines: the state without
+    its calls; a summary of its calls (:func:`summary_line`); then the calls as their ordinals,
+    statuses and the seqs of the events that made each (``{"n": [1, 2, ...], "s": "ccf...",
+    "e": ["4", "5,7", ...]}``), which a load parses only when something needs them.
 
     A call's record — its result above all — is stored once, in its events; a load reads a
     call's events when the call is first read (:class:`tether.model.CallList`). Raises
@@ -172,20 +175,35 @@ def state_data(state: TaskState) -> str:
     meta: dict[str, object] = {"n": calls.ordinals(), "s": calls.status_codes().decode(), "e": seqs}
     if calls.in_order():
         meta["o"] = 1
-    return state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + orjson.dumps(meta).decode()
+    summary = summary_line(calls, "c")
+    return state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + summary + "\n" + orjson.dumps(meta).decode()
 
 
-def head_data(state: TaskState, calls: int) -> str:
-    """A *head* of a task's state, as its snapshot stores it: the state without its calls, then how
-    many calls it has (``{"k": 1200}``: the fold's marks give a state without them, and the count).
-    The calls are those of a later full snapshot of the same stream (``state_data``) as they stood
-    at the head's seq; see :mod:`tether._log_snapshots`."""
+def summary_line(calls: CallList, key: str) -> str:
+    """What a load knows of a state's calls before it reads their index (``key``: ``"c"`` in a full
+    snapshot, ``"k"`` in a head; :meth:`CallList.split`): their count, the last ordinal of those
+    but the trailing calls not completed (``"z"``), which of those are not completed (``"m"``),
+    the trailing ones with their status and seqs (``"t"``), and whether they are in order (``"o"``).
+    A fold of later events goes on from there without the index, unless it changes an earlier call.
+    """
+    split = calls.split()
+    meta: dict[str, object] = {key: split.size, "z": split.last, "m": split.open, "t": split.tail}
+    if split.ordered:
+        meta["o"] = 1
+    return orjson.dumps(meta).decode()
+
+
+def head_data(state: TaskState, calls: CallList) -> str:
+    """A *head* of a task's state, as its snapshot stores it: the state without its calls, then the
+    summary of its calls (:func:`summary_line`, with their count as ``"k"``: the fold's marks give a
+    state without them, and them). The calls are those of a later full snapshot of the same stream
+    (``state_data``) as they stood at the head's seq; see :mod:`tether._log_snapshots`."""
     return head_of(state.model_dump_json(exclude=NOT_IN_HEAD), calls)
 
 
-def head_of(data: str, count: int) -> str:
-    """The head of a full snapshot's ``data`` (its first line), given its number of calls."""
-    return data.partition("\n")[0] + "\n" + orjson.dumps({"k": count}).decode()
+def head_of(data: str, calls: CallList) -> str:
+    """The head of a full snapshot's ``data`` (its first line), given its calls."""
+    return data.partition("\n")[0] + "\n" + summary_line(calls, "k")
 
 
 Calls = tuple[list[int], bytearray, list[str], bool]
@@ -200,8 +218,10 @@ def newest_calls(store: Store, tenant: str, owner: str) -> tuple[int, Calls] | N
     if snap is None or snap.schema != STATE_SCHEMA_VERSION or checksum(snap.data) != snap.checksum:
         return None
     data = snap.data if isinstance(snap.data, str) else snap.data.decode()
+    _, _, rest = data.partition("\n")
+    second, _, third = rest.partition("\n")
     try:
-        meta = orjson.loads(data.partition("\n")[2])
+        meta = orjson.loads(third or second)
         return None if "k" in meta else (snap.seq, _calls_line(meta))
     except (ValueError, TypeError):
         return None
@@ -225,20 +245,29 @@ def parse_state(
     snap: SnapshotRow,
     reader: Callable[[TaskState], CallReader] | None = None,
     later: Callable[[], Calls | None] | None = None,
+    rebuild: Callable[[int], CallList] | None = None,
 ) -> TaskState:
     """A task's state from its snapshot (``ValueError`` naming why it cannot be used); its calls are
     read when asked for, by ``reader(state)`` (``None``: a snapshot with calls is refused). A head's
-    calls come from ``later()``: the calls line of a later full snapshot of its stream."""
+    calls come from ``later()``: the calls line of a later full snapshot of its stream.
+
+    A snapshot with a summary of its calls (:func:`summary_line`) gives a state whose calls' index
+    is parsed when first needed (:class:`~tether._call_list.Prefix`); should it not be usable then
+    (a later full snapshot gone or corrupted), the calls are ``rebuild(seq)``: folded from events.
+    """
     if snap.schema != STATE_SCHEMA_VERSION:
         raise ValueError(f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}")
     data = snap.data if isinstance(snap.data, str) else snap.data.decode()
     head, _, rest = data.partition("\n")
+    second, _, third = rest.partition("\n")
     try:
         state = TaskState.model_validate_json(head)
-        meta = orjson.loads(rest)
+        meta = orjson.loads(second)
     except (ValidationError, orjson.JSONDecodeError) as exc:
         why = f"{exc.error_count()} errors" if isinstance(exc, ValidationError) else "not JSON"
         raise ValueError(f"does not validate ({why})") from None
+    if isinstance(meta, dict) and "z" in meta:
+        return _with_deferred_calls(state, snap, _summary(meta), third, reader, later, rebuild)
     count = meta.get("k") if isinstance(meta, dict) else None
     if count is None:
         ns, codes, seqs, ordered = _calls_line(meta)
@@ -260,4 +289,73 @@ def parse_state(
         calls = calls.upto(snap.seq)
         if len(calls) != count:
             raise ValueError(f"is a head of {count} calls, and the later full snapshot had {len(calls)} by then")
+    return state.model_copy(update={"calls": calls})
+
+
+_Summary = tuple[int, int, list[int], list[tuple[int, str, str]], bool]
+
+
+def _summary(meta: dict[str, object]) -> _Summary:
+    """A summary line (:func:`summary_line`), checked (``ValueError`` naming what is wrong)."""
+    count = meta.get("c", meta.get("k"))
+    last, opened, tail = meta.get("z"), meta.get("m"), meta.get("t")
+    if not isinstance(count, int) or not isinstance(last, int) or count < 0:
+        raise ValueError(f"has a summary of its calls with a count of {count!r} and a last ordinal of {last!r}")
+    if not isinstance(opened, list) or not isinstance(tail, list) or len(tail) > count:
+        raise ValueError("has a summary of its calls without their open and trailing calls")
+    trailing: list[tuple[int, str, str]] = []
+    for item in tail:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int) and item[1] in ("i", "f")):
+            raise ValueError(f"has a trailing call {item!r} that is not [ordinal, 'i' or 'f', seqs]")
+        trailing.append((item[0], item[1], str(item[2])))
+    return count, last, opened, trailing, meta.get("o") == 1
+
+
+def _with_deferred_calls(
+    state: TaskState,
+    snap: SnapshotRow,
+    summary: _Summary,
+    line: str,
+    reader: Callable[[TaskState], CallReader] | None,
+    later: Callable[[], Calls | None] | None,
+    rebuild: Callable[[int], CallList] | None,
+) -> TaskState:
+    """``state`` with the calls a summary describes: the trailing ones at once, the others (the
+    prefix) from the snapshot's own calls ``line`` or a later full snapshot's, when first needed."""
+    count, last, opened, tail, ordered = summary
+    if count == 0:
+        return state
+    if reader is None:
+        raise ValueError("has calls, and nothing to read their events with")
+    read = reader(state)
+    first = count - len(tail)
+    tail_ns = [n for n, _, _ in tail]
+
+    def calls_from_index() -> CallList:
+        if line:
+            ns, codes, seqs, in_order = _calls_line(orjson.loads(line))
+            calls = CallList(stored=(ns, codes, seqs, read, None), ordered=in_order)
+        else:
+            read(())  # reading no call checks that the stream is still the one loaded
+            full = later() if later is not None else None
+            if full is None:
+                raise ValueError("is a head, and its stream has no later full snapshot to take its calls from")
+            ns, codes, seqs, in_order = full
+            calls = CallList(stored=(ns, codes, seqs, read, None), ordered=in_order).upto(snap.seq)
+        if len(calls) != count or calls.ordinals()[first:] != tail_ns:
+            raise ValueError(f"sums up {count} calls, and its calls' index has {len(calls)} by then")
+        return calls.head(first)
+
+    def resolve() -> CallList:
+        try:
+            return calls_from_index()
+        except ValueError as exc:  # pydantic's and orjson's errors are ones
+            if rebuild is None:
+                raise
+            log.warning("snapshot at seq %d %s; reading its calls from events", snap.seq, str(exc).splitlines()[0])
+            read(())  # reading no call checks that the stream is still the one loaded
+            return rebuild(snap.seq).head(first)
+
+    stored = (tail_ns, bytearray(code.encode()[0] for _, code, _ in tail), [s for _, _, s in tail], read, None)
+    calls = CallList(stored=stored, ordered=True, prefix=Prefix(first, last, opened, ordered, resolve))
     return state.model_copy(update={"calls": calls})

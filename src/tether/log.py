@@ -443,7 +443,7 @@ class TaskLog(SnapshotKeeping):
                 entry.version = rows[-1].seq
                 entry.took(rows)
                 state = entry.state
-                entry.calls = set(state.calls.ordinals())
+                entry.calls = None  # listed again when next needed
                 # The row's head is known to be this state's only when the row is of the same version.
                 written = row.head if row is not None and row.version == entry.version else None
                 entry.head = Head.of(state, written)

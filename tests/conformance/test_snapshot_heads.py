@@ -30,7 +30,7 @@ def _snapshots(log: tether.TaskLog, task_id: str) -> list[SnapshotRow]:
 
 def _is_head(snap: SnapshotRow) -> bool:
     data = snap.data if isinstance(snap.data, str) else snap.data.decode()
-    return "k" in orjson.loads(data.partition("\n")[2])
+    return "k" in orjson.loads(data.split("\n")[1])
 
 
 def _every_state_at_is_the_fold(log: tether.TaskLog, task_id: str) -> None:
@@ -84,7 +84,7 @@ def test_a_run_keeps_heads_on_the_way_and_state_at_any_seq_is_the_fold(store_url
     snaps = _snapshots(log, task_id)
     heads = [s.seq for s in snaps if _is_head(s)]
     assert heads == list(range(3, 61, 3)) and not _is_head(snaps[-1]) and snaps[-1].seq == 61
-    full = orjson.loads(str(snaps[-1].data).partition("\n")[2])
+    full = orjson.loads(str(snaps[-1].data).split("\n")[2])
     assert full["o"] == 1  # one call at a time: the calls at any seq are a prefix
     _every_state_at_is_the_fold(log, task_id)
 
@@ -104,7 +104,7 @@ def test_parallel_retried_and_given_up_calls_read_through_heads_as_the_fold(stor
     task_id = _appended_then_snapshotted(log, batches)
     snaps = _snapshots(log, task_id)
     assert sum(_is_head(s) for s in snaps) >= 5 and not _is_head(snaps[-1])
-    assert "o" not in orjson.loads(str(snaps[-1].data).partition("\n")[2])  # out of order: no prefix
+    assert "o" not in orjson.loads(str(snaps[-1].data).split("\n")[2])  # out of order: no prefix
     _every_state_at_is_the_fold(log, task_id)
 
 
@@ -113,7 +113,7 @@ def test_readonly_calls_opened_out_of_order_read_through_heads_as_the_fold(store
     task_id = _appended_then_snapshotted(log, [[_readonly(n, [PAD, n])] for n in (1, 2, 4, 3, 5, 6, 8, 7)])
     snaps = _snapshots(log, task_id)
     assert sum(_is_head(s) for s in snaps) >= 3
-    assert "o" not in orjson.loads(str(snaps[-1].data).partition("\n")[2])
+    assert "o" not in orjson.loads(str(snaps[-1].data).split("\n")[2])
     _every_state_at_is_the_fold(log, task_id)
 
 
@@ -167,8 +167,11 @@ def test_heads_without_an_intact_full_snapshot_are_passed_over(
     assert sum(_is_head(s) for s in _snapshots(log, task_id)) >= 6
     log.store.put_snapshot(log.tenant, task_id, SnapshotRow(full.seq, full.schema, "0" * 32, full.data))
     with caplog.at_level(logging.WARNING, logger="tether"):
-        tether.TaskLog(log.store).state_at(task_id, full.seq - 1)
-    assert len(caplog.records) == 1  # one warning for the heads it passed over, not one each
+        at = tether.TaskLog(log.store).state_at(task_id, full.seq - 1)
+        assert not caplog.records  # a head's calls are read when first needed
+        assert list(at.calls) == list(fold(log.events(task_id, upto=full.seq - 1)).calls)
+    assert len(caplog.records) == 1  # one warning: the head's calls came from events instead
+    assert "reading its calls from events" in caplog.records[0].getMessage()
     _every_state_at_is_the_fold(log, task_id)
     assert tether.TaskLog(log.store).load(task_id) == fold(log.events(task_id))
 

@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from tether._call_list import CallDraft, CallList, call_index
 from tether.errors import TetherError
 from tether.events.base import _ts
-from tether.model import CallDraft, CallList, TaskState, ToolCall, call_index
+from tether.model import TaskState, ToolCall
 
 __all__ = ["_Draft", "_evolve", "_make"]
 

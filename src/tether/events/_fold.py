@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from tether._call_list import CallList, call_index
 from tether.errors import TetherError, UnknownEventTypeError
 from tether.events._draft import _Draft
 from tether.events._rules import _RULES, _created, _retry_call
 from tether.events.base import Recorded, _ts
 from tether.events.knowledge import ObservationRecorded
 from tether.events.task import RetryRequested, TaskCreated
-from tether.model import TaskState, ToolCall, call_index
+from tether.model import TaskState, ToolCall
 
 __all__ = ["apply", "fold", "fold_calls"]
 
@@ -20,13 +21,13 @@ def fold(
     state: TaskState | None = None,
     *,
     every: int = 0,
-    mark: Callable[[TaskState, int], None] | None = None,
+    mark: Callable[[TaskState, CallList], None] | None = None,
 ) -> TaskState:
     """Fold recorded events, in order, onto ``state`` (or from nothing). Pure: ``state`` is untouched.
 
     ``mark(state, calls)``, with ``every``: called after each event whose seq is a multiple of
-    ``every``, with the state so far without its calls, and how many calls it has (the snapshot
-    heads of :mod:`tether._log_snapshots`). That state is only valid during the call.
+    ``every``, with the state so far without its calls, and its calls (the snapshot heads of
+    :mod:`tether._log_snapshots`). Both are only valid during the call.
 
     Raises :class:`InvalidTransition` for a status or phase move the machines forbid.
     """
@@ -56,7 +57,7 @@ def fold(
         rule(draft, ev, _ts(rec.at), rec.at)
         last = rec
         if mark is not None and rec.seq % every == 0:
-            mark(draft.peek(state, rec.seq, rec.at), len(draft.values["calls"]))
+            mark(draft.peek(state, rec.seq, rec.at), draft.values["calls"])
     if state is None:
         raise TetherError("fold() needs at least a TaskCreated event when it starts from nothing")
     if draft is None or last is None:

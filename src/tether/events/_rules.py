@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from tether._call_list import call_index
 from tether.errors import InvalidTransition
 from tether.events._draft import _Draft, _evolve, _make
 from tether.events.base import Event, Recorded, _ts
@@ -53,7 +54,6 @@ from tether.model import (
     TaskState,
     ToolCall,
     Waiting,
-    call_index,
 )
 
 __all__ = ["_RULES", "_created"]
