@@ -3,7 +3,7 @@ and the cheap checks that let the log fold call events lazily."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
@@ -62,8 +62,7 @@ def encode_event(event: Event, max_bytes: int) -> str:
         check_finite(event, type(event).__name__)
     if len(data) > max_bytes:
         raise ValueTooLargeError(
-            f"{type(event).__name__} encodes to {len(data):,} bytes, over the limit of "
-            f"{max_bytes:,} (max_event_bytes)"
+            f"{type(event).__name__} encodes to {len(data):,} bytes, over the limit of {max_bytes:,} (max_event_bytes)"
         )
     return data.decode()
 
@@ -100,7 +99,7 @@ def _iso(value: Any) -> bool:
     return True
 
 
-def checked(task_id: str, event: Event, opened: set[int], opening: set[int]) -> None:
+def checked(task_id: str, event: Event, opened: Container[int], opening: set[int]) -> None:
     """Check an event whose fold is deferred (a call event against the calls opened so far)."""
     if not DEFERRED[type(event)](event):
         raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
@@ -108,7 +107,7 @@ def checked(task_id: str, event: Event, opened: set[int], opening: set[int]) -> 
         _check_call_ordinal(task_id, event, opened, opening)
 
 
-def _check_call_ordinal(task_id: str, event: Event, opened: set[int], opening: set[int]) -> None:
+def _check_call_ordinal(task_id: str, event: Event, opened: Container[int], opening: set[int]) -> None:
     """A call is opened once (by its intent, or a readonly call's completion), under any unused
     ordinal (parallel calls open in the order they finish); every other call event refers to
     an opened call."""

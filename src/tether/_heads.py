@@ -16,11 +16,13 @@ the one read off the whole fold.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import orjson
 
+from tether._call_list import CallList
 from tether._keys import json_default
 from tether.events import (
     CallCompleted,
@@ -39,7 +41,7 @@ from tether.events import (
     apply,
 )
 from tether.machine import Status
-from tether.model import CallList, Failure, TaskState, Waiting, describe_position, plan_progress
+from tether.model import Failure, TaskState, Waiting, describe_position, plan_progress
 from tether.store import IndexUpdate, TaskHead, TaskRow
 
 __all__ = ["INDEXED", "LIGHT", "Head", "RowHead", "index_update", "new_row", "read_head", "row_head_of"]
@@ -89,7 +91,7 @@ class Head:
         """A copy an append changes while it is checked; it replaces this one once written."""
         return Head(self.light, self.open, self.done, self.written, shared=True, texts=self._texts)
 
-    def advance(self, rec: Recorded, opened: set[int], opening: set[int]) -> None:
+    def advance(self, rec: Recorded, opened: Container[int], opening: set[int]) -> None:
         """Move the head by one event the log folds later (checked, not yet folded); ``opened`` and
         ``opening`` are the calls opened before it."""
         event = rec.event

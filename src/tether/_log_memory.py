@@ -14,7 +14,7 @@ from tether.events import CALL_EVENTS, Recorded, fold
 from tether.model import TaskState
 from tether.store import EventRow
 
-__all__ = ["Entry", "Memory"]
+__all__ = ["Entry", "Memory", "Opened"]
 
 CALL_EVENT_TYPES = frozenset(cls.__name__ for cls in CALL_EVENTS)
 
@@ -52,7 +52,7 @@ class Entry:
         self.base = state
         self.pending: list[Recorded] = []
         self.version = state.version
-        self._opened: set[int] | None = None
+        self._opened: Opened | None = None
         self.head = Head.of(state)
         """Where the task stands, as its index row says (kept current with every append)."""
         self.snap_seq = snap_seq
@@ -79,16 +79,16 @@ class Entry:
                 self.kept_since += len(row.data)
 
     @property
-    def calls(self) -> set[int]:
-        """The ordinals of the calls opened, the pending events' too; listed when first needed (an
-        append's check): loading or forking a task of many calls does not list them."""
+    def calls(self) -> Opened:
+        """The ordinals of the calls opened, the pending events' too (what an append is checked
+        against): made from the state when first needed."""
         opened = self._opened
         if opened is None:
-            opened = self._opened = set(self.state.calls.ordinals())
+            opened = self._opened = Opened(self.state.calls)
         return opened
 
     @calls.setter
-    def calls(self, opened: set[int] | None) -> None:
+    def calls(self, opened: Opened | None) -> None:
         self._opened = opened
 
     @property
@@ -114,6 +114,24 @@ class Entry:
 
             self.base = fold(self.pending, self.base, every=self.heads_every, mark=keep)
         self.pending = []
+
+
+class Opened:
+    """The ordinals of a task's calls opened: those of its state when made (its calls answer without
+    reading an unread prefix's index, for a call after it) and those opened since, added by
+    ``update``. A call once opened stays opened."""
+
+    __slots__ = ("_calls", "_since")
+
+    def __init__(self, calls: CallList) -> None:
+        self._calls = calls
+        self._since: set[int] = set()
+
+    def __contains__(self, n: object) -> bool:
+        return n in self._since or (type(n) is int and self._calls.index_of(n) is not None)
+
+    def update(self, more: set[int]) -> None:
+        self._since |= more
 
 
 class Memory:

@@ -260,7 +260,7 @@ class TaskLog(SnapshotKeeping):
         seq = expected_version + len(batch.rows)
         entry.version = seq
         entry.head = batch.head
-        entry.calls |= batch.opening
+        entry.calls.update(batch.opening)
         entry.took(batch.rows)
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)

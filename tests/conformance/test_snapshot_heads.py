@@ -38,6 +38,10 @@ def _every_state_at_is_the_fold(log: tether.TaskLog, task_id: str) -> None:
     for seq in range(1, len(events) + 1):
         at = tether.TaskLog(log.store).state_at(task_id, seq)
         want = fold(events[:seq])
+        # What the summary answers before any call's index is read: the count, the calls done and open.
+        summary = (len(at.calls), at.calls.completed(), at.calls.open_ordinals(), at.position)
+        assert summary == (len(want.calls), want.calls.completed(), want.calls.open_ordinals(), want.position), seq
+        assert [at.calls.index_of(c.n) for c in want.calls] == list(range(len(want.calls))), seq
         assert list(at.calls) == list(want.calls), seq
         assert at.calls.statuses() == want.calls.statuses() and at == want, seq
 
