@@ -18,6 +18,7 @@ from tether._call_reads import call_reader
 from tether._snapshots import (
     HEAD_SHARE,
     Calls,
+    first_lines_intact,
     head_of,
     intact_snapshot,
     newest_calls,
@@ -120,7 +121,7 @@ class SnapshotKeeping:
         def rebuild(seq: int) -> CallList:  # the calls at ``seq``, when a snapshot's index is unusable
             return fold(self.decode(r) for r in self.store.read_events(self.tenant, task_id, upto=seq)).calls
 
-        return intact_snapshot(self.store, self.tenant, task_id, upto, parse)
+        return intact_snapshot(self.store, self.tenant, task_id, upto, parse, first_lines_intact)
 
     def intact_snapshot(
         self, stream_id: str, upto: int | None, parse: Callable[[SnapshotRow], _T]

@@ -27,6 +27,7 @@ __all__ = [
     "Calls",
     "SnapshotPolicy",
     "checksum",
+    "first_lines_intact",
     "head_data",
     "head_of",
     "intact_snapshot",
@@ -123,12 +124,18 @@ def read_if_intact(snap: SnapshotRow, read: Callable[[SnapshotRow], _T]) -> _T |
 
 
 def intact_snapshot(
-    store: Store, tenant: str, stream_id: str, upto: int | None, read: Callable[[SnapshotRow, str], _T]
+    store: Store,
+    tenant: str,
+    stream_id: str,
+    upto: int | None,
+    read: Callable[[SnapshotRow, str], _T],
+    intact: Callable[[SnapshotRow], bool] | None = None,
 ) -> tuple[SnapshotRow | None, _T | None]:
-    """The newest snapshot of a stream at or before ``upto`` that passes its checksum and that
-    ``read(snapshot, owner)`` takes (``read`` raises ``ValueError`` naming why not: an unknown
-    schema, a shape that does not validate); a fork with none of its own uses its parent's from
-    before the fork point (``owner`` is the stream the snapshot belongs to)."""
+    """The newest snapshot of a stream at or before ``upto`` that passes its checksum (or
+    ``intact(snapshot)``, when given) and that ``read(snapshot, owner)`` takes (``read`` raises
+    ``ValueError`` naming why not: an unknown schema, a shape that does not validate); a fork with
+    none of its own uses its parent's from before the fork point (``owner`` is the stream the
+    snapshot belongs to)."""
     at_most = _FAR if upto is None else upto
     owner = stream_id
     warned: set[str] = set()
@@ -140,7 +147,7 @@ def intact_snapshot(
                 return None, None
             owner, at_most = row.parent_id, min(at_most, row.parent_seq)
             continue
-        if checksum(snap.data) == snap.checksum:
+        if intact(snap) if intact is not None else checksum(snap.data) == snap.checksum:
             try:
                 return snap, read(snap, owner)
             except ValueError as exc:  # pydantic's ValidationError is one
@@ -172,11 +179,27 @@ def state_data(state: TaskState) -> str:
             f"call #{missing} of task {state.task_id!r} was not folded from events: "
             "a snapshot stores a call as the events that made it"
         )
-    meta: dict[str, object] = {"n": calls.ordinals(), "s": calls.status_codes().decode(), "e": seqs}
+    first = state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + summary_line(calls, "c")
+    meta: dict[str, object] = {"h": checksum(first), "n": calls.ordinals(), "s": calls.status_codes().decode()}
+    meta["e"] = seqs
     if calls.in_order():
         meta["o"] = 1
-    summary = summary_line(calls, "c")
-    return state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + summary + "\n" + orjson.dumps(meta).decode()
+    return first + "\n" + orjson.dumps(meta).decode()
+
+
+_SUMS_FIRST = '{"h":"'
+
+
+def first_lines_intact(snap: SnapshotRow) -> bool:
+    """Whether a task snapshot's state and summary are intact, without reading its index: a full
+    snapshot's third line starts with the checksum of the two before it (``"h"``); the checksum of
+    the whole (the row's) is checked when the index is read. Any other snapshot: the whole's."""
+    data = snap.data if isinstance(snap.data, str) else snap.data.decode()
+    second = data.find("\n", data.find("\n") + 1)
+    if second > 0 and data.startswith(_SUMS_FIRST, second + 1):
+        start = second + 1 + len(_SUMS_FIRST)
+        return checksum(data[:second]) == data[start : start + 32]
+    return checksum(data) == snap.checksum
 
 
 def summary_line(calls: CallList, key: str) -> str:
@@ -258,8 +281,11 @@ def parse_state(
     if snap.schema != STATE_SCHEMA_VERSION:
         raise ValueError(f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}")
     data = snap.data if isinstance(snap.data, str) else snap.data.decode()
-    head, _, rest = data.partition("\n")
-    second, _, third = rest.partition("\n")
+    one = data.find("\n")
+    two = data.find("\n", one + 1) if one >= 0 else -1
+    head = data[:one] if one >= 0 else data
+    second = "" if one < 0 else data[one + 1 : two] if two >= 0 else data[one + 1 :]
+    third = data[two + 1 :] if two >= 0 else ""  # the calls' index, parsed when first needed
     try:
         state = TaskState.model_validate_json(head)
         meta = orjson.loads(second)
@@ -333,6 +359,8 @@ def _with_deferred_calls(
 
     def calls_from_index() -> CallList:
         if line:
+            if checksum(snap.data) != snap.checksum:  # its first lines were checked at load, by their own
+                raise ValueError("fails its checksum")
             ns, codes, seqs, in_order = _calls_line(orjson.loads(line))
             calls = CallList(stored=(ns, codes, seqs, read, None), ordered=in_order)
         else:

@@ -172,3 +172,30 @@ def test_a_snapshot_of_a_loaded_state_keeps_the_summary_it_did_not_read(store_ur
         assert (at.calls.completed(), at.calls.open_ordinals()) == (want.calls.completed(), want.calls.open_ordinals())
         assert 1 in at.calls.open_ordinals(), seq
         assert at == want
+
+
+def test_a_full_snapshots_index_is_checked_when_read_and_its_state_at_load(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The state and summary lines carry their own checksum (checked at load); the row's checksum,
+    over the index too, is checked when the index is read."""
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10, size_ratio=0))
+    task_id = _task(log, 30)
+    full = _snapshots(log, task_id)[-1]
+    events = log.events(task_id)
+    data = str(full.data)
+    assert '"2,3"' in data.split("\n")[2]
+    scribbled = SnapshotRow(full.seq, full.schema, full.checksum, data.replace('"2,3"', '"2,5"'))
+    log.store.put_snapshot(log.tenant, task_id, scribbled)  # call 1's events, wrong: the row's checksum fails
+    with caplog.at_level(logging.WARNING, logger="tether"):
+        state = tether.TaskLog(log.store).load(task_id)
+        assert not caplog.records and state.version == full.seq
+        assert list(state.calls) == list(fold(events).calls)
+    assert ["fails its checksum" in r.getMessage() for r in caplog.records] == [True]
+    caplog.clear()
+    assert data.count('"type":"t"') == 1
+    first = data.replace('"type":"t"', '"type":"u"')  # the state line, still valid: its own checksum fails
+    log.store.put_snapshot(log.tenant, task_id, SnapshotRow(full.seq, full.schema, full.checksum, first))
+    with caplog.at_level(logging.WARNING, logger="tether"):
+        assert tether.TaskLog(log.store).load(task_id) == fold(events)
+        assert "fails its checksum" in caplog.text
