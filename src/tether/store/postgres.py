@@ -346,14 +346,26 @@ class PostgresStore:
         and is refused as a single append is. Streams are written in row-id order, so two
         multi-stream appends over the same streams queue on each other instead of deadlocking.
 
-        The parts' statements go in one pipeline (``_postgres_sql.write_parts``); a refusal that does not say
-        which part it was is written again one statement at a time, to name it."""
+        The parts that change no index column (a group commit's calls) go in one statement
+        (``_postgres_sql.APPEND_GROUP``), the others one statement each, all in one pipeline
+        (``_postgres_sql.write_parts``); a refusal that does not say which part it was is written
+        again one statement a part, unpipelined, to name it."""
         order = sorted(range(len(appends)), key=ids.__getitem__)
+        plain = [i for i in order if appends[i].index is None]
+        group = own.group_statement(ids, tenant, appends, plain) if len(plain) > 1 else None
+        counts = [len(a.events) for a in appends]
         tries = 0
-        statements = [
-            own.append_statement(ids[i], tenant, part.task_id, part.events, part.fence, part.index)
-            for i, part in enumerate(appends)
-        ]
+
+        def statements(parts: Sequence[int]) -> list[tuple[int, tuple[str, tuple[Any, ...] | dict[str, Any]]]]:
+            return [
+                (
+                    i,
+                    own.append_statement(
+                        ids[i], tenant, appends[i].task_id, appends[i].events, appends[i].fence, appends[i].index
+                    ),
+                )
+                for i in parts
+            ]
 
         def write(conn: psycopg.Connection[Any], pipelined: bool) -> None:
             nonlocal tries
@@ -363,7 +375,11 @@ class PostgresStore:
                 # commit before its connection broke?
                 if tries > 1 and all(own.landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
                     return
-                own.write_parts(conn, statements, order, [len(a.events) for a in appends], pipelined=pipelined)
+                if pipelined and group is not None:
+                    singles = statements([i for i in order if appends[i].index is not None])
+                    own.write_parts(conn, singles, counts, pipelined=True, group=group)
+                else:
+                    own.write_parts(conn, statements(order), counts, pipelined=pipelined)
 
         try:
             try:
