@@ -28,6 +28,7 @@ __all__ = [
     "group_statement",
     "landed",
     "replace_history",
+    "write_group",
     "write_parts",
 ]
 
@@ -94,15 +95,19 @@ WITH ins AS (
 SELECT count(*) FROM ins
 """.replace("{every}", str(_sql.HEAD_EVERY))
 
-# The index-less parts of a multi-stream append (a group commit's calls, most often) in one
-# statement: each part's guard as APPEND's, its events inserted, each row brought up to its events
-# when a part reaches a multiple of HEAD_EVERY. The parts and their events come in as two JSON texts
-# (encoded by orjson at once; adapting a parameter per part per event was half the commit thread's
-# time). It returns the first part, in row-id order, that did not insert all its events (or NULL).
+# A multi-stream append (a group commit of many tasks' records) in one statement, so one round trip
+# and, on an autocommit connection, its own transaction: each part's guard as APPEND's; every part's
+# events inserted only if every part passed (all or nothing), in (row id, seq) order; each row brought
+# up to its events with an index change (as APPEND does) or when the part reaches a multiple of
+# HEAD_EVERY, after its row is locked in row-id order (two such appends over the same streams queue on
+# each other instead of deadlocking). The parts and their events come in as two JSON texts (encoded
+# by orjson at once: adapting each part's parameters was half the commit thread's time). It returns
+# the first part, in row-id order, whose guard failed (none: every part landed).
 APPEND_GROUP = """
 WITH p AS (
-    SELECT * FROM json_to_recordset(%s::json)
-        AS p(i integer, task bigint, task_id text, fence bigint, first integer, n integer)
+    SELECT * FROM json_to_recordset(%s::json) AS p(i integer, task bigint, task_id text, fence bigint,
+        first integer, n integer, indexed boolean, moves boolean, status text, wake float8, head boolean,
+        calls_done integer, summary text, output text)
 ), ok AS (
     SELECT p.i, p.task, p.fence FROM p
     WHERE (p.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = p.task) = p.fence)
@@ -114,20 +119,31 @@ WITH p AS (
     SELECT ok.task, e.seq, e.type, e.schema, e.at, e.data, ok.fence
     FROM json_to_recordset(%s::json) AS e(i integer, seq integer, type text, schema integer, at float8, data jsonb)
     JOIN ok ON ok.i = e.i
+    WHERE (SELECT count(*) FROM ok) = (SELECT count(*) FROM p)
+    ORDER BY ok.task, e.seq
     RETURNING task, seq, at, type
 ), m AS (
-    SELECT task, count(*) AS n, min(seq) AS first, max(seq) AS last, (array_agg(at ORDER BY seq DESC))[1] AS at,
-           count(*) FILTER (WHERE type = 'CallCompleted') AS completes
-    FROM ins GROUP BY task
+    SELECT p.*, ins.last, ins.at, ins.completes FROM p JOIN (
+        SELECT task, max(seq) AS last, (array_agg(at ORDER BY seq DESC))[1] AS at,
+               count(*) FILTER (WHERE type = 'CallCompleted') AS completes
+        FROM ins GROUP BY task) ins ON ins.task = p.task
+    WHERE p.indexed OR ins.last / {every} > (p.first - 1) / {every}
+), locked AS MATERIALIZED (
+    SELECT id FROM tasks WHERE id IN (SELECT task FROM m) ORDER BY id FOR UPDATE
 ), idx AS (
-    UPDATE tasks SET calls_done = calls_done + m.completes
+    UPDATE tasks SET
+        calls_done = COALESCE(m.calls_done, tasks.calls_done + m.completes
             + (SELECT count(*) FROM events e WHERE e.task = tasks.id AND e.seq > tasks.version
-               AND e.type = 'CallCompleted'),
-        version = m.last, updated_at = m.at
-    FROM m WHERE tasks.id = m.task AND m.last / {every} > (m.first - 1) / {every}
+               AND e.type = 'CallCompleted')),
+        version = m.last, updated_at = m.at,
+        status = CASE WHEN m.moves THEN COALESCE(m.status, tasks.status) ELSE tasks.status END,
+        wake_at = CASE WHEN m.moves THEN m.wake ELSE tasks.wake_at END,
+        summary = CASE WHEN m.head THEN m.summary ELSE tasks.summary END,
+        output = CASE WHEN m.head THEN m.output ELSE tasks.output END
+    FROM locked JOIN m ON m.task = locked.id WHERE tasks.id = locked.id
     RETURNING 1
 )
-SELECT p.i FROM p LEFT JOIN m ON m.task = p.task WHERE COALESCE(m.n, 0) <> p.n ORDER BY p.task LIMIT 1
+SELECT p.i FROM p WHERE p.i NOT IN (SELECT i FROM ok) ORDER BY p.task LIMIT 1
 """.replace("{every}", str(_sql.HEAD_EVERY))
 
 
@@ -200,18 +216,32 @@ def append_statement(
     return statement, params
 
 
-def group_statement(
-    ids: Sequence[int], tenant: str, appends: Sequence[StreamAppend], parts: Sequence[int]
-) -> tuple[str, tuple[str, str, str]]:
-    """:data:`APPEND_GROUP` and its parameters for ``appends[i]`` of each ``i`` in ``parts`` (parts with
-    no index change), ``ids[i]`` the row id of its stream."""
-    heads = []
+def group_statement(ids: Sequence[int], tenant: str, appends: Sequence[StreamAppend]) -> tuple[str, tuple[str, ...]]:
+    """:data:`APPEND_GROUP` and its parameters for ``appends``, ``ids[i]`` the row id of ``appends[i]``'s
+    stream."""
+    parts = []
     events = []
-    for i in parts:
-        part = appends[i]
+    for i, part in enumerate(appends):
         rows = part.events
-        heads.append(
-            {"i": i, "task": ids[i], "task_id": part.task_id, "fence": part.fence, "first": rows[0].seq, "n": len(rows)}
+        index = part.index
+        head = index.head if index is not None else None
+        parts.append(
+            {
+                "i": i,
+                "task": ids[i],
+                "task_id": part.task_id,
+                "fence": part.fence,
+                "first": rows[0].seq,
+                "n": len(rows),
+                "indexed": index is not None,
+                "moves": index is not None and index.moves,
+                "status": index.status if index is not None else None,
+                "wake": index.wake_at if index is not None else None,
+                "head": head is not None,
+                "calls_done": head.calls_done if head is not None else None,
+                "summary": head.summary if head is not None else None,
+                "output": head.output if head is not None else None,
+            }
         )
         events += [
             {
@@ -224,7 +254,7 @@ def group_statement(
             }
             for e in rows
         ]
-    return APPEND_GROUP, (orjson.dumps(heads).decode(), tenant, orjson.dumps(events).decode())
+    return APPEND_GROUP, (orjson.dumps(parts).decode(), tenant, orjson.dumps(events).decode())
 
 
 def drop_history(conn: psycopg.Connection[Any], task_id: str, internal: int) -> int:
@@ -281,42 +311,29 @@ class PartRefusedError(Exception):
 
 def write_parts(
     conn: psycopg.Connection[Any],
-    singles: Sequence[tuple[int, tuple[str, tuple[Any, ...] | dict[str, Any]]]],
+    statements: Sequence[tuple[str, tuple[Any, ...] | dict[str, Any]]],
+    order: Sequence[int],
     counts: Sequence[int],
-    *,
-    pipelined: bool,
-    group: tuple[str, tuple[Any, ...]] | None = None,
 ) -> None:
-    """Inside a transaction: each part's guarded append — ``(i, statement)`` of ``singles``, one
-    statement each, in that order, then the others' in one :data:`APPEND_GROUP` statement
-    (``group``) — checked to have inserted its ``counts[i]`` events; :class:`PartRefusedError` names
-    a part that did not.
-
-    ``pipelined``: the statements go to the server in one pipeline (psycopg's pipeline mode), one
-    round trip for them all instead of one each, which is what a group commit of many tasks' records
-    waited on. A part refused by the primary key aborts the pipeline (or the group statement)
-    without saying which part it was: :class:`AmbiguousRefusalError`, and the caller writes it again
-    unpipelined, one statement a part, to name it."""
-    cursors: list[tuple[int, psycopg.Cursor[Any]]] = []
-    grouped: psycopg.Cursor[Any] | None = None
-    if group is not None or (pipelined and len(singles) > 1):
+    """Inside a transaction: each part's guarded append (``statements[i]``, in ``order``), checked to
+    have inserted its ``counts[i]`` events; :class:`PartRefusedError` names a part that did not."""
+    for i in order:
         try:
-            with conn.pipeline():
-                cursors = [(i, conn.execute(*statement)) for i, statement in singles]
-                if group is not None:
-                    grouped = conn.execute(*group)
-        except psycopg.errors.UniqueViolation:  # some part's seq was taken first: which?
-            raise AmbiguousRefusalError() from None
-    else:
-        for i, statement in singles:
-            try:
-                cursors.append((i, conn.execute(*statement)))
-            except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
-                raise PartRefusedError(i) from None
-    for i, cursor in cursors:
+            cursor = conn.execute(*statements[i])
+        except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
+            raise PartRefusedError(i) from None
         if cursor.fetchone()[0] != counts[i]:  # type: ignore[index]
             raise PartRefusedError(i)  # leaving the transaction rolls every part back
-    if grouped is not None:
-        short = grouped.fetchone()
-        if short is not None:
-            raise PartRefusedError(short[0])
+
+
+def write_group(conn: psycopg.Connection[Any], group: tuple[str, tuple[Any, ...]]) -> None:
+    """On an autocommit connection: a multi-stream append as one :data:`APPEND_GROUP` statement, its
+    own transaction. :class:`PartRefusedError` names the first part whose guard failed (nothing was
+    written); a part refused by the primary key fails the statement without saying which part it
+    was: :class:`AmbiguousRefusalError`, and the caller writes it again one statement a part."""
+    try:
+        refused = conn.execute(*group).fetchone()
+    except psycopg.errors.UniqueViolation:  # some part's seq was taken first: which?
+        raise AmbiguousRefusalError() from None
+    if refused is not None:
+        raise PartRefusedError(refused[0])

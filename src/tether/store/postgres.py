@@ -342,44 +342,32 @@ class PostgresStore:
             self._append_streams(tenant, appends, fresh, retry=False)
 
     def _append_streams(self, tenant: str, appends: Sequence[StreamAppend], ids: list[int], *, retry: bool) -> None:
-        """Every part's guarded append in one transaction; a part whose guard fails rolls it all back
-        and is refused as a single append is. Streams are written in row-id order, so two
-        multi-stream appends over the same streams queue on each other instead of deadlocking.
+        """Every part's guarded append in one transaction; a part whose guard fails fails it all and
+        is refused as a single append is.
 
-        The parts that change no index column (a group commit's calls) go in one statement
-        (``_postgres_sql.APPEND_GROUP``), the others one statement each, all in one pipeline
-        (``_postgres_sql.write_parts``); a refusal that does not say which part it was is written
-        again one statement a part, unpipelined, to name it."""
-        order = sorted(range(len(appends)), key=ids.__getitem__)
-        plain = [i for i in order if appends[i].index is None]
-        group = own.group_statement(ids, tenant, appends, plain) if len(plain) > 1 else None
-        counts = [len(a.events) for a in appends]
+        The parts go as one statement (``_postgres_sql.APPEND_GROUP``): one round trip, its own
+        transaction. A refusal that does not say which part it was (the primary key's) is written
+        again one statement a part in row-id order, in a transaction, to name it."""
         tries = 0
 
-        def statements(parts: Sequence[int]) -> list[tuple[int, tuple[str, tuple[Any, ...] | dict[str, Any]]]]:
-            return [
-                (
-                    i,
-                    own.append_statement(
-                        ids[i], tenant, appends[i].task_id, appends[i].events, appends[i].fence, appends[i].index
-                    ),
-                )
-                for i in parts
-            ]
-
-        def write(conn: psycopg.Connection[Any], pipelined: bool) -> None:
+        def write(conn: psycopg.Connection[Any], grouped: bool) -> None:
             nonlocal tries
             tries += 1
+            # A try after a lost connection (``_run`` tries again only then): did the one before
+            # commit before its connection broke?
+            if tries > 1 and all(own.landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
+                return
+            if grouped:
+                own.write_group(conn, own.group_statement(ids, tenant, appends))
+                return
+            statements = [
+                own.append_statement(ids[i], tenant, part.task_id, part.events, part.fence, part.index)
+                for i, part in enumerate(appends)
+            ]
             with conn.transaction():
-                # A try after a lost connection (``_run`` tries again only then): did the one before
-                # commit before its connection broke?
-                if tries > 1 and all(own.landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
-                    return
-                if pipelined and group is not None:
-                    singles = statements([i for i in order if appends[i].index is not None])
-                    own.write_parts(conn, singles, counts, pipelined=True, group=group)
-                else:
-                    own.write_parts(conn, statements(order), counts, pipelined=pipelined)
+                own.write_parts(
+                    conn, statements, sorted(range(len(appends)), key=ids.__getitem__), [len(a.events) for a in appends]
+                )
 
         try:
             try:
