@@ -148,7 +148,19 @@ SELECT p.i FROM p WHERE p.i NOT IN (SELECT i FROM ok) ORDER BY p.task LIMIT 1
 
 
 # The statements shared with SQLite, in psycopg's placeholders; claimers skip each other's rows.
-SQL = replace(_sql.Statements(), claim=_sql.claim_statement(lock="FOR UPDATE SKIP LOCKED")).in_pyformat()
+# The lease statements find the row by its name in the statement itself (the unique key), not by a row id
+# looked up first: one round trip each instead of two (a run takes and releases its lease off the loop, but
+# each round trip was a thread's wait and a statement's Python).
+_BY_NAME = "WHERE tenant = ? AND task_id = ?"
+_statements = _sql.Statements()
+SQL = replace(
+    _statements,
+    claim=_sql.claim_statement(lock="FOR UPDATE SKIP LOCKED"),
+    acquire_lease=_statements.acquire_lease.replace("WHERE id = ?", _BY_NAME, 1),
+    renew_lease=_statements.renew_lease.replace("WHERE id = ?", _BY_NAME, 1),
+    release_lease=_statements.release_lease.replace("WHERE id = ?", _BY_NAME, 1),
+).in_pyformat()
+assert all(_BY_NAME.replace("?", "%s") in s for s in (SQL.acquire_lease, SQL.renew_lease, SQL.release_lease))
 
 # One statement, one round trip: the stream's row, its newest snapshot, and its own events
 # after that snapshot. A fork whose events reach back past its fork point (into its parent's)

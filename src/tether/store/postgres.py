@@ -562,10 +562,12 @@ class PostgresStore:
     def acquire_lease(
         self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
-        internal = self._fresh_id(tenant, task_id)
-        values = (owner, now + ttl, internal, now, steal_from)
+        values = (owner, now + ttl, tenant, task_id, now, steal_from)
         row = self._run(lambda c: c.execute(SQL.acquire_lease, values).fetchone())
-        return None if row is None else int(row[0])
+        if row is None:
+            self._fresh_id(tenant, task_id)  # held by another, or no such task: TaskNotFoundError
+            return None
+        return int(row[0])
 
     def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
         values = _sql.claim_values(tenant, owner, ttl, now)
@@ -573,13 +575,16 @@ class PostgresStore:
         return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
-        internal = self._fresh_id(tenant, task_id)
-        cur = self._run(lambda c: c.execute(SQL.renew_lease, (now + ttl, internal, token)))
-        return cur.rowcount == 1
+        cur = self._run(lambda c: c.execute(SQL.renew_lease, (now + ttl, tenant, task_id, token)))
+        if cur.rowcount != 1:
+            self._fresh_id(tenant, task_id)  # lost, or no such task: TaskNotFoundError
+            return False
+        return True
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None:
-        internal = self._fresh_id(tenant, task_id)
-        self._run(lambda c: c.execute(SQL.release_lease, (internal, token)))
+        cur = self._run(lambda c: c.execute(SQL.release_lease, (tenant, task_id, token)))
+        if cur.rowcount != 1:
+            self._fresh_id(tenant, task_id)  # not held under that token, or no such task: TaskNotFoundError
 
     # -- wake-ups ---------------------------------------------------------------------
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
