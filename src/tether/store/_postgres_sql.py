@@ -322,20 +322,21 @@ class PartRefusedError(Exception):
 
 
 def write_parts(
-    conn: psycopg.Connection[Any],
-    statements: Sequence[tuple[str, tuple[Any, ...] | dict[str, Any]]],
-    order: Sequence[int],
-    counts: Sequence[int],
+    conn: psycopg.Connection[Any], ids: Sequence[int], tenant: str, appends: Sequence[StreamAppend]
 ) -> None:
-    """Inside a transaction: each part's guarded append (``statements[i]``, in ``order``), checked to
-    have inserted its ``counts[i]`` events; :class:`PartRefusedError` names a part that did not."""
-    for i in order:
-        try:
-            cursor = conn.execute(*statements[i])
-        except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
-            raise PartRefusedError(i) from None
-        if cursor.fetchone()[0] != counts[i]:  # type: ignore[index]
-            raise PartRefusedError(i)  # leaving the transaction rolls every part back
+    """In a transaction: each part's guarded append, one statement a part in row-id order (``ids[i]``
+    is ``appends[i]``'s), checked to have inserted its events; :class:`PartRefusedError` names the
+    first part that did not, and nothing is written."""
+    with conn.transaction():
+        for i in sorted(range(len(appends)), key=ids.__getitem__):
+            part = appends[i]
+            statement = append_statement(ids[i], tenant, part.task_id, part.events, part.fence, part.index)
+            try:
+                cursor = conn.execute(*statement)
+            except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
+                raise PartRefusedError(i) from None
+            if cursor.fetchone()[0] != len(part.events):  # type: ignore[index]
+                raise PartRefusedError(i)  # leaving the transaction rolls every part back
 
 
 def write_group(conn: psycopg.Connection[Any], group: tuple[str, tuple[Any, ...]]) -> None:

@@ -360,14 +360,7 @@ class PostgresStore:
             if grouped:
                 own.write_group(conn, own.group_statement(ids, tenant, appends))
                 return
-            statements = [
-                own.append_statement(ids[i], tenant, part.task_id, part.events, part.fence, part.index)
-                for i, part in enumerate(appends)
-            ]
-            with conn.transaction():
-                own.write_parts(
-                    conn, statements, sorted(range(len(appends)), key=ids.__getitem__), [len(a.events) for a in appends]
-                )
+            own.write_parts(conn, ids, tenant, appends)
 
         try:
             try:
