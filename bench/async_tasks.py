@@ -15,8 +15,10 @@ and a result recorded per call). Measured on SQLite (a file) and on PostgreSQL (
 * gc pause: the longest garbage collection meanwhile (it holds the interpreter: the loop stalls
   at least that long when it falls in the loop's way; a full one walks every object of the
   process, most of them the modules imported at start); and the longest stall that no garbage
-  collection fell in (what is left to tether, the GIL and the machine). The target is on the
-  longest stall, whatever caused it.
+  collection fell in (what is left to tether, the GIL and the machine), and how many full
+  collections fell in the run. The target is on the longest stall, whatever caused it;
+* CPU ms per task: the process's CPU time (every thread) per task, alone and together: less
+  noisy than the rates on shared cores, and what bounds them when the process is CPU-bound.
 
 Targets: concurrent >= 5x one task on PostgreSQL, >= 2x on SQLite; stall <= 5 ms.
 """
@@ -80,6 +82,7 @@ class _GcPauses:
 
     def __init__(self) -> None:
         self.pauses: list[tuple[float, float]] = []
+        self.full = 0  # how many of them were full collections (generation 2)
         self._began = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
@@ -87,6 +90,7 @@ class _GcPauses:
             self._began = time.perf_counter()
         else:
             self.pauses.append((self._began, time.perf_counter()))
+            self.full += info["generation"] == 2
 
 
 def _stalls(gaps: list[tuple[float, float]], pauses: list[tuple[float, float]]) -> tuple[float, float, float]:
@@ -97,9 +101,10 @@ def _stalls(gaps: list[tuple[float, float]], pauses: list[tuple[float, float]]) 
     return stall, pause, max((end - start - 0.001 for start, end in clear), default=0.0)
 
 
-async def _together(app: tether.App, task: Any, tasks: int, prefix: str) -> tuple[float, float, float, float]:
+async def _together(app: tether.App, task: Any, tasks: int, prefix: str) -> tuple[float, ...]:
     """(calls per second in all; the loop's longest stall, the longest GC pause, the longest stall
-    without a GC pause in it, in seconds) for ``tasks`` tasks at once."""
+    without a GC pause in it, in seconds; the process's CPU seconds per task; how many full
+    collections fell in) for ``tasks`` tasks at once."""
     stop = asyncio.Event()
     gaps: list[tuple[float, float]] = []
     ticking = asyncio.create_task(_ticker(stop, gaps))
@@ -107,26 +112,29 @@ async def _together(app: tether.App, task: Any, tasks: int, prefix: str) -> tupl
     gaps.clear()
     pauses = _GcPauses()
     gc.callbacks.append(pauses)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         handles = await asyncio.gather(*(app.run_async(task, CALLS, task_id=f"{prefix}-{i}") for i in range(tasks)))
     finally:
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         gc.callbacks.remove(pauses)
     stop.set()
     await ticking
     assert all(h.status is tether.Status.COMPLETED for h in handles), [h.failure for h in handles][:3]
-    return (tasks * CALLS / elapsed, *_stalls(gaps, pauses.pauses))
+    return (tasks * CALLS / elapsed, *_stalls(gaps, pauses.pauses), cpu / tasks, pauses.full)
 
 
-async def _alone(app: tether.App, task: Any, prefix: str) -> float:
-    rates = []
+async def _alone(app: tether.App, task: Any, prefix: str) -> tuple[float, float]:
+    """(calls per second, the process's CPU seconds) of one task alone: the median of 5 runs."""
+    rates, cpus = [], []
     for r in range(5):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         handle = await app.run_async(task, CALLS, task_id=f"{prefix}-alone-{r}")
         rates.append(CALLS / (time.perf_counter() - start))
+        cpus.append(time.process_time() - cpu)
         assert handle.status is tether.Status.COMPLETED, handle.failure
-    return statistics.median(rates)
+    return statistics.median(rates), statistics.median(cpus)
 
 
 def measure(url: str, tasks: int, *, freeze: bool = False) -> dict[str, float]:
@@ -137,10 +145,19 @@ def measure(url: str, tasks: int, *, freeze: bool = False) -> dict[str, float]:
         if freeze:
             gc.collect()
             gc.freeze()
-        alone = await _alone(app, task, "a")
-        together, stall, pause, clear = await _together(app, task, tasks, "t")
-        return {"one_task_calls_per_s": alone, "concurrent_calls_per_s": together, "ratio": together / alone,
-                "stall_ms": stall * 1000, "gc_pause_ms": pause * 1000, "stall_without_gc_ms": clear * 1000}
+        alone, alone_cpu = await _alone(app, task, "a")
+        together, stall, pause, clear, cpu, full = await _together(app, task, tasks, "t")
+        return {
+            "one_task_calls_per_s": alone,
+            "concurrent_calls_per_s": together,
+            "ratio": together / alone,
+            "stall_ms": stall * 1000,
+            "gc_pause_ms": pause * 1000,
+            "stall_without_gc_ms": clear * 1000,
+            "one_task_cpu_ms": alone_cpu * 1000,
+            "concurrent_cpu_ms_per_task": cpu * 1000,
+            "full_gcs": full,
+        }
 
     try:
         return asyncio.run(main())
@@ -186,16 +203,22 @@ def main() -> None:
             result["postgres"] = measure(pg, tasks, freeze=args.gc_freeze)
         finally:
             drop_schema(pg)
-    print(f"{'backend':10} {'one task calls/s':>17} {f'{tasks} tasks calls/s':>18} {'ratio':>7} {'target':>7} "
-          f"{'longest stall ms':>17} {'gc pause ms':>12} {'stall w/o gc ms':>16}")
+    print(
+        f"{'backend':10} {'one task calls/s':>17} {f'{tasks} tasks calls/s':>18} {'ratio':>7} {'target':>7} "
+        f"{'longest stall ms':>17} {'gc pause ms':>12} {'stall w/o gc ms':>16} {'full gcs':>9} "
+        f"{'cpu ms/task alone':>18} {'together':>9}"
+    )
     verdicts = []
     for backend in ("sqlite", "postgres"):
         if backend not in result:
             continue
         r = result[backend]
-        print(f"{backend:10} {r['one_task_calls_per_s']:17,.0f} {r['concurrent_calls_per_s']:18,.0f} "
-              f"{r['ratio']:7.2f} {TARGETS[backend]:7.1f} {r['stall_ms']:17.2f} {r['gc_pause_ms']:12.2f} "
-              f"{r['stall_without_gc_ms']:16.2f}")
+        print(
+            f"{backend:10} {r['one_task_calls_per_s']:17,.0f} {r['concurrent_calls_per_s']:18,.0f} "
+            f"{r['ratio']:7.2f} {TARGETS[backend]:7.1f} {r['stall_ms']:17.2f} {r['gc_pause_ms']:12.2f} "
+            f"{r['stall_without_gc_ms']:16.2f} {r['full_gcs']:9d} {r['one_task_cpu_ms']:18.2f} "
+            f"{r['concurrent_cpu_ms_per_task']:9.2f}"
+        )
         verdicts += [r["ratio"] >= TARGETS[backend], r["stall_ms"] <= TARGETS["stall_ms"]]
     result["pass"] = all(verdicts)
     print(orjson.dumps(result).decode())

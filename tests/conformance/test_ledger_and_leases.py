@@ -51,3 +51,21 @@ def test_leases_and_fencing(store_url: str) -> None:
     store.release_lease(log.tenant, state.task_id, stolen)
     assert log.get(state.task_id).lease_owner is None
     assert store.acquire_lease(log.tenant, state.task_id, "w3", 10.0, 121.0) == 3
+
+
+def test_a_lease_on_a_task_that_is_not_there_is_refused_by_name(store_url: str) -> None:
+    """Taking, renewing or releasing the lease of a task nobody created says so (TaskNotFoundError), as
+    it does for a task of another tenant, on every backend; a held lease still just says no."""
+    log = tether.TaskLog(store_url)
+    store = log.store
+    other = log.create(type="trip").task_id
+    for tenant, task_id in [(log.tenant, "nobody"), ("another-tenant", other)]:
+        with pytest.raises(tether.TaskNotFoundError):
+            store.acquire_lease(tenant, task_id, "w1", 10.0, 100.0)
+        with pytest.raises(tether.TaskNotFoundError):
+            store.renew_lease(tenant, task_id, 1, 10.0, 100.0)
+        with pytest.raises(tether.TaskNotFoundError):
+            store.release_lease(tenant, task_id, 1)
+    token = store.acquire_lease(log.tenant, other, "w1", 10.0, 100.0)
+    assert token is not None and store.acquire_lease(log.tenant, other, "w2", 10.0, 100.0) is None
+    assert log.get(other).lease_owner == "w1"

@@ -7,15 +7,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import orjson
 import psycopg
 
 from tether.errors import ConflictError
 from tether.store import _sql
 from tether.store._postgres_io import to_jsonb
-from tether.store.base import EventRow, IndexUpdate
+from tether.store.base import EventRow, IndexUpdate, StreamAppend
 
 __all__ = [
     "APPEND",
+    "APPEND_GROUP",
     "APPEND_ONE",
     "LATEST",
     "SQL",
@@ -23,8 +25,10 @@ __all__ = [
     "PartRefusedError",
     "append_statement",
     "drop_history",
+    "group_statement",
     "landed",
     "replace_history",
+    "write_group",
     "write_parts",
 ]
 
@@ -91,8 +95,72 @@ WITH ins AS (
 SELECT count(*) FROM ins
 """.replace("{every}", str(_sql.HEAD_EVERY))
 
+# A multi-stream append (a group commit of many tasks' records) in one statement, so one round trip
+# and, on an autocommit connection, its own transaction: each part's guard as APPEND's; every part's
+# events inserted only if every part passed (all or nothing), in (row id, seq) order; each row brought
+# up to its events with an index change (as APPEND does) or when the part reaches a multiple of
+# HEAD_EVERY, after its row is locked in row-id order (two such appends over the same streams queue on
+# each other instead of deadlocking). The parts and their events come in as two JSON texts (encoded
+# by orjson at once: adapting each part's parameters was half the commit thread's time). It returns
+# the first part, in row-id order, whose guard failed (none: every part landed).
+APPEND_GROUP = """
+WITH p AS (
+    SELECT * FROM json_to_recordset(%s::json) AS p(i integer, task bigint, task_id text, fence bigint,
+        first integer, n integer, indexed boolean, moves boolean, status text, wake float8, head boolean,
+        calls_done integer, summary text, output text)
+), ok AS (
+    SELECT p.i, p.task, p.fence FROM p
+    WHERE (p.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = p.task) = p.fence)
+      AND EXISTS (SELECT 1 FROM tasks WHERE id = p.task AND task_id = p.task_id AND tenant = %s)
+      AND (EXISTS (SELECT 1 FROM events WHERE task = p.task AND seq = p.first - 1)
+           OR (SELECT parent_seq FROM tasks WHERE id = p.task) = p.first - 1)
+), ins AS (
+    INSERT INTO events (task, seq, type, schema, at, data, fence)
+    SELECT ok.task, e.seq, e.type, e.schema, e.at, e.data, ok.fence
+    FROM json_to_recordset(%s::json) AS e(i integer, seq integer, type text, schema integer, at float8, data jsonb)
+    JOIN ok ON ok.i = e.i
+    WHERE (SELECT count(*) FROM ok) = (SELECT count(*) FROM p)
+    ORDER BY ok.task, e.seq
+    RETURNING task, seq, at, type
+), m AS (
+    SELECT p.*, ins.last, ins.at, ins.completes FROM p JOIN (
+        SELECT task, max(seq) AS last, (array_agg(at ORDER BY seq DESC))[1] AS at,
+               count(*) FILTER (WHERE type = 'CallCompleted') AS completes
+        FROM ins GROUP BY task) ins ON ins.task = p.task
+    WHERE p.indexed OR ins.last / {every} > (p.first - 1) / {every}
+), locked AS MATERIALIZED (
+    SELECT id FROM tasks WHERE id IN (SELECT task FROM m) ORDER BY id FOR UPDATE
+), idx AS (
+    UPDATE tasks SET
+        calls_done = COALESCE(m.calls_done, tasks.calls_done + m.completes
+            + (SELECT count(*) FROM events e WHERE e.task = tasks.id AND e.seq > tasks.version
+               AND e.type = 'CallCompleted')),
+        version = m.last, updated_at = m.at,
+        status = CASE WHEN m.moves THEN COALESCE(m.status, tasks.status) ELSE tasks.status END,
+        wake_at = CASE WHEN m.moves THEN m.wake ELSE tasks.wake_at END,
+        summary = CASE WHEN m.head THEN m.summary ELSE tasks.summary END,
+        output = CASE WHEN m.head THEN m.output ELSE tasks.output END
+    FROM locked JOIN m ON m.task = locked.id WHERE tasks.id = locked.id
+    RETURNING 1
+)
+SELECT p.i FROM p WHERE p.i NOT IN (SELECT i FROM ok) ORDER BY p.task LIMIT 1
+""".replace("{every}", str(_sql.HEAD_EVERY))
+
+
 # The statements shared with SQLite, in psycopg's placeholders; claimers skip each other's rows.
-SQL = replace(_sql.Statements(), claim=_sql.claim_statement(lock="FOR UPDATE SKIP LOCKED")).in_pyformat()
+# The lease statements find the row by its name in the statement itself (the unique key), not by a row id
+# looked up first: one round trip each instead of two (a run takes and releases its lease off the loop, but
+# each round trip was a thread's wait and a statement's Python).
+_BY_NAME = "WHERE tenant = ? AND task_id = ?"
+_statements = _sql.Statements()
+SQL = replace(
+    _statements,
+    claim=_sql.claim_statement(lock="FOR UPDATE SKIP LOCKED"),
+    acquire_lease=_statements.acquire_lease.replace("WHERE id = ?", _BY_NAME, 1),
+    renew_lease=_statements.renew_lease.replace("WHERE id = ?", _BY_NAME, 1),
+    release_lease=_statements.release_lease.replace("WHERE id = ?", _BY_NAME, 1),
+).in_pyformat()
+assert all(_BY_NAME.replace("?", "%s") in s for s in (SQL.acquire_lease, SQL.renew_lease, SQL.release_lease))
 
 # One statement, one round trip: the stream's row, its newest snapshot, and its own events
 # after that snapshot. A fork whose events reach back past its fork point (into its parent's)
@@ -160,6 +228,47 @@ def append_statement(
     return statement, params
 
 
+def group_statement(ids: Sequence[int], tenant: str, appends: Sequence[StreamAppend]) -> tuple[str, tuple[str, ...]]:
+    """:data:`APPEND_GROUP` and its parameters for ``appends``, ``ids[i]`` the row id of ``appends[i]``'s
+    stream."""
+    parts = []
+    events = []
+    for i, part in enumerate(appends):
+        rows = part.events
+        index = part.index
+        head = index.head if index is not None else None
+        parts.append(
+            {
+                "i": i,
+                "task": ids[i],
+                "task_id": part.task_id,
+                "fence": part.fence,
+                "first": rows[0].seq,
+                "n": len(rows),
+                "indexed": index is not None,
+                "moves": index is not None and index.moves,
+                "status": index.status if index is not None else None,
+                "wake": index.wake_at if index is not None else None,
+                "head": head is not None,
+                "calls_done": head.calls_done if head is not None else None,
+                "summary": head.summary if head is not None else None,
+                "output": head.output if head is not None else None,
+            }
+        )
+        events += [
+            {
+                "i": i,
+                "seq": e.seq,
+                "type": e.type,
+                "schema": e.schema,
+                "at": e.at,
+                "data": orjson.Fragment(to_jsonb(e.data)),
+            }
+            for e in rows
+        ]
+    return APPEND_GROUP, (orjson.dumps(parts).decode(), tenant, orjson.dumps(events).decode())
+
+
 def drop_history(conn: psycopg.Connection[Any], task_id: str, internal: int) -> int:
     """Inside a transaction: delete a stream's events and snapshots (refused while forks read
     them); return how many events went."""
@@ -213,33 +322,31 @@ class PartRefusedError(Exception):
 
 
 def write_parts(
-    conn: psycopg.Connection[Any],
-    statements: Sequence[tuple[str, tuple[Any, ...] | dict[str, Any]]],
-    order: Sequence[int],
-    counts: Sequence[int],
-    *,
-    pipelined: bool,
+    conn: psycopg.Connection[Any], ids: Sequence[int], tenant: str, appends: Sequence[StreamAppend]
 ) -> None:
-    """Inside a transaction: each part's guarded append (``statements[i]``, in ``order``), checked to
-    have inserted its ``counts[i]`` events; :class:`PartRefusedError` names a part that did not.
-
-    ``pipelined``: the statements go to the server in one pipeline (psycopg's pipeline mode), one
-    round trip for them all instead of one each, which is what a group commit of many tasks' records
-    waited on. A part refused by the primary key aborts the pipeline without saying which part it
-    was: :class:`AmbiguousRefusalError`, and the caller writes it again unpipelined to name it."""
-    cursors: list[tuple[int, psycopg.Cursor[Any]]] = []
-    if pipelined and len(order) > 1:
-        try:
-            with conn.pipeline():
-                cursors = [(i, conn.execute(*statements[i])) for i in order]
-        except psycopg.errors.UniqueViolation:  # some part's seq was taken first: which?
-            raise AmbiguousRefusalError() from None
-    else:
-        for i in order:
+    """In a transaction: each part's guarded append, one statement a part in row-id order (``ids[i]``
+    is ``appends[i]``'s), checked to have inserted its events; :class:`PartRefusedError` names the
+    first part that did not, and nothing is written."""
+    with conn.transaction():
+        for i in sorted(range(len(appends)), key=ids.__getitem__):
+            part = appends[i]
+            statement = append_statement(ids[i], tenant, part.task_id, part.events, part.fence, part.index)
             try:
-                cursors.append((i, conn.execute(*statements[i])))
+                cursor = conn.execute(*statement)
             except psycopg.errors.UniqueViolation:  # a concurrent append took the seq first
                 raise PartRefusedError(i) from None
-    for i, cursor in cursors:
-        if cursor.fetchone()[0] != counts[i]:  # type: ignore[index]
-            raise PartRefusedError(i)  # leaving the transaction rolls every part back
+            if cursor.fetchone()[0] != len(part.events):  # type: ignore[index]
+                raise PartRefusedError(i)  # leaving the transaction rolls every part back
+
+
+def write_group(conn: psycopg.Connection[Any], group: tuple[str, tuple[Any, ...]]) -> None:
+    """On an autocommit connection: a multi-stream append as one :data:`APPEND_GROUP` statement, its
+    own transaction. :class:`PartRefusedError` names the first part whose guard failed (nothing was
+    written); a part refused by the primary key fails the statement without saying which part it
+    was: :class:`AmbiguousRefusalError`, and the caller writes it again one statement a part."""
+    try:
+        refused = conn.execute(*group).fetchone()
+    except psycopg.errors.UniqueViolation:  # some part's seq was taken first: which?
+        raise AmbiguousRefusalError() from None
+    if refused is not None:
+        raise PartRefusedError(refused[0])

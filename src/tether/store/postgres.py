@@ -342,28 +342,25 @@ class PostgresStore:
             self._append_streams(tenant, appends, fresh, retry=False)
 
     def _append_streams(self, tenant: str, appends: Sequence[StreamAppend], ids: list[int], *, retry: bool) -> None:
-        """Every part's guarded append in one transaction; a part whose guard fails rolls it all back
-        and is refused as a single append is. Streams are written in row-id order, so two
-        multi-stream appends over the same streams queue on each other instead of deadlocking.
+        """Every part's guarded append in one transaction; a part whose guard fails fails it all and
+        is refused as a single append is.
 
-        The parts' statements go in one pipeline (``_postgres_sql.write_parts``); a refusal that does not say
-        which part it was is written again one statement at a time, to name it."""
-        order = sorted(range(len(appends)), key=ids.__getitem__)
+        The parts go as one statement (``_postgres_sql.APPEND_GROUP``): one round trip, its own
+        transaction. A refusal that does not say which part it was (the primary key's) is written
+        again one statement a part in row-id order, in a transaction, to name it."""
         tries = 0
-        statements = [
-            own.append_statement(ids[i], tenant, part.task_id, part.events, part.fence, part.index)
-            for i, part in enumerate(appends)
-        ]
 
-        def write(conn: psycopg.Connection[Any], pipelined: bool) -> None:
+        def write(conn: psycopg.Connection[Any], grouped: bool) -> None:
             nonlocal tries
             tries += 1
-            with conn.transaction():
-                # A try after a lost connection (``_run`` tries again only then): did the one before
-                # commit before its connection broke?
-                if tries > 1 and all(own.landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
-                    return
-                own.write_parts(conn, statements, order, [len(a.events) for a in appends], pipelined=pipelined)
+            # A try after a lost connection (``_run`` tries again only then): did the one before
+            # commit before its connection broke?
+            if tries > 1 and all(own.landed(conn, ids[i], a.events, a.fence) for i, a in enumerate(appends)):
+                return
+            if grouped:
+                own.write_group(conn, own.group_statement(ids, tenant, appends))
+                return
+            own.write_parts(conn, ids, tenant, appends)
 
         try:
             try:
@@ -558,10 +555,12 @@ class PostgresStore:
     def acquire_lease(
         self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
-        internal = self._fresh_id(tenant, task_id)
-        values = (owner, now + ttl, internal, now, steal_from)
+        values = (owner, now + ttl, tenant, task_id, now, steal_from)
         row = self._run(lambda c: c.execute(SQL.acquire_lease, values).fetchone())
-        return None if row is None else int(row[0])
+        if row is None:
+            self._fresh_id(tenant, task_id)  # held by another, or no such task: TaskNotFoundError
+            return None
+        return int(row[0])
 
     def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
         values = _sql.claim_values(tenant, owner, ttl, now)
@@ -569,13 +568,16 @@ class PostgresStore:
         return None if row is None else (row[0], int(row[1]))
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
-        internal = self._fresh_id(tenant, task_id)
-        cur = self._run(lambda c: c.execute(SQL.renew_lease, (now + ttl, internal, token)))
-        return cur.rowcount == 1
+        cur = self._run(lambda c: c.execute(SQL.renew_lease, (now + ttl, tenant, task_id, token)))
+        if cur.rowcount != 1:
+            self._fresh_id(tenant, task_id)  # lost, or no such task: TaskNotFoundError
+            return False
+        return True
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None:
-        internal = self._fresh_id(tenant, task_id)
-        self._run(lambda c: c.execute(SQL.release_lease, (internal, token)))
+        cur = self._run(lambda c: c.execute(SQL.release_lease, (tenant, task_id, token)))
+        if cur.rowcount != 1:
+            self._fresh_id(tenant, task_id)  # not held under that token, or no such task: TaskNotFoundError
 
     # -- wake-ups ---------------------------------------------------------------------
     def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
