@@ -110,29 +110,25 @@ def _iso(value: Any) -> bool:
 
 
 def checked(task_id: str, event: Event, opened: set[int], opening: set[int]) -> None:
-    """Check an event whose fold is deferred (a call event against the calls opened so far)."""
-    if not DEFERRED[type(event)](event):
-        raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
-    if type(event) in CALL_EVENTS:
-        _check_call_ordinal(task_id, event, opened, opening)
-
-
-def _check_call_ordinal(task_id: str, event: Event, opened: set[int], opening: set[int]) -> None:
-    """A call is opened once (by its intent, or a readonly call's completion), under any unused
-    ordinal (parallel calls open in the order they finish); every other call event refers to
-    an opened call."""
+    """Check an event whose fold is deferred. A call event, against the calls opened so far: a call is
+    opened once (by its intent, or a readonly call's completion), under any unused ordinal (parallel
+    calls open in the order they finish); every other call event refers to an opened call."""
+    cls = type(event)
+    if not DEFERRED[cls](event):
+        raise InvalidInputError(f"{cls.__name__} has a field of the wrong type: {event!r}")
+    if cls not in CALL_EVENTS:
+        return
     n = event.n  # type: ignore[attr-defined]
     if type(n) is not int or n < 1:
-        raise InvalidInputError(f"{type(event).__name__} has call ordinal {n!r}; ordinals are integers from 1")
-    exists = n in opened or n in opening
-    if isinstance(event, CallCompleted) and event.key is not None:
-        if exists:
+        raise InvalidInputError(f"{cls.__name__} has call ordinal {n!r}; ordinals are integers from 1")
+    if cls is CallStarted:
+        opening.add(n)  # a new call, or the next attempt of an open one
+    elif cls is CallCompleted and event.key is not None:  # type: ignore[attr-defined]
+        if n in opened or n in opening:
             raise InvalidInputError(f"CallCompleted opens call #{n} of task {task_id!r}, which is already open")
         opening.add(n)
-    elif isinstance(event, CallStarted):
-        opening.add(n)  # a new call, or the next attempt of an open one
-    elif not exists:
-        raise InvalidInputError(f"{type(event).__name__} refers to call #{n}, but task {task_id!r} has no such call")
+    elif n not in opened and n not in opening:
+        raise InvalidInputError(f"{cls.__name__} refers to call #{n}, but task {task_id!r} has no such call")
 
 
 def _explain_unserializable(event: Event, exc: Exception) -> str:

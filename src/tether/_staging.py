@@ -66,8 +66,8 @@ def _deferred(task_id: str, rec: Recorded, entry: Entry, head: Head, opening: se
 
 def _row(rec: Recorded, limit: int) -> EventRow:
     """The event as stored (encoded; raises before anything is written if it cannot be)."""
-    event = rec.event
-    return _tuple_new(EventRow, (rec.seq, event.event_type, event.version, rec.at, encode_event(event, limit), None))
+    seq, at, event = rec
+    return _tuple_new(EventRow, (seq, event.event_type, event.version, at, encode_event(event, limit), None))
 
 
 def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version: int, limit: int) -> Staged:

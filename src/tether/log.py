@@ -252,16 +252,18 @@ class TaskLog(SnapshotKeeping):
 
     def _settle(self, task_id: str, entry: Entry, batch: Staged, expected_version: int, snapshot: bool) -> int:
         """After a staged batch is written: what the log remembers of the task moves on with it."""
-        if batch.base is not None:
-            entry.base = batch.base
-            entry.pending = batch.staged
+        rows, base, staged, opening, _, head = batch
+        if base is not None:
+            entry.base = base
+            entry.pending = staged
         else:
-            entry.pending.extend(batch.staged)
-        seq = expected_version + len(batch.rows)
+            entry.pending += staged
+        seq = expected_version + len(rows)
         entry.version = seq
-        entry.head = batch.head
-        entry.calls |= batch.opening
-        entry.took(batch.rows)
+        entry.head = head
+        if opening:
+            entry.calls |= opening
+        entry.took(rows)
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
         return seq

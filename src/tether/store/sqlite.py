@@ -259,14 +259,14 @@ class SQLiteStore:
     def _append_one(self, tenant: str, task_id: str, event: EventRow, expected_version: int, fence: int | None) -> None:
         """The common case: one guarded INSERT in autocommit mode, one statement. A single write
         statement takes the write lock at its start, so the busy handler applies."""
-        data = event.data if type(event.data) is str else text(event.data)
-        sql = own.INSERT_FIRST if fence is None else own.INSERT_FIRST_FENCED
+        seq, type_, schema, at, data, _ = event  # unpacked: a named field is a slow attribute in 3.11
+        if type(data) is not str:
+            data = text(data)
         cursor = self._append_cursor
         alone = self._gate_in()
         try:
             # Looked up under the gate: a rewind or delete elsewhere has dropped a stale id.
             internal = self._ids.get((tenant, task_id)) or self._id(tenant, task_id)
-            params = (internal, event.seq, event.type, event.schema, event.at, data, fence)
             if (
                 alone
                 and self._known.get(internal) == expected_version
@@ -276,7 +276,9 @@ class SQLiteStore:
                 # guard's two reads would only confirm what we know. The primary key still refuses
                 # a duplicate.
                 sql = own.INSERT_NEXT
-            cursor.execute(sql, params)
+            else:
+                sql = own.INSERT_FIRST if fence is None else own.INSERT_FIRST_FENCED
+            cursor.execute(sql, (internal, seq, type_, schema, at, data, fence))
             inserted = cursor.rowcount
         except sqlite3.IntegrityError:
             inserted = 0
@@ -285,7 +287,7 @@ class SQLiteStore:
         if inserted != 1:
             self._forget_known(internal)
             self._refuse(tenant, task_id, internal, expected_version, fence)
-        self._known[internal] = event.seq
+        self._known[internal] = seq
         if fence is not None:
             self._tokens[internal] = fence
 
