@@ -67,7 +67,10 @@ def encode_event(event: Event, max_bytes: int) -> str:
     # writes one ``null`` too, and anything else that reads "null" (a nested None, a word in a text)
     # only adds to the count: as many as the None fields means none of them is a number. That is
     # most events with a ``null``: a call's intent (no ``compensates``), a side-effecting call's result.
-    if b"null" in data and data.count(b"null") != nones(event):
+    # (``count``, not ``in``: ``bytes.__contains__`` tries its operand as an int first, and raises and
+    # clears a TypeError each time.)
+    nulls = data.count(b"null")
+    if nulls and nulls != nones(event):
         check_finite(event, type(event).__name__)
     if len(data) > max_bytes:
         raise ValueTooLargeError(

@@ -48,14 +48,18 @@ _ALONE = frozenset(DEFERRED) - INDEXED
 
 def _stage_one(task_id: str, event: Event, entry: Entry, seq: int, limit: int) -> Staged:
     """:func:`stage` of a one-event append whose event is folded later and moves no index column (a
-    call's intent or result, most often): the same checks and the same outcome, with less to do."""
-    now = time.time()
-    rec = _tuple_new(Recorded, (seq, now, event))
+    call's intent or result, most often): the same checks and the same outcome, with less to do.
+
+    It moves the entry's own head, not a copy of it: the caller forgets the entry when the append
+    does not go through (refused here, or by the store). The event is encoded first, so a value that
+    cannot be stored (a tool's result, most often) is refused before the head has moved."""
+    rec = _tuple_new(Recorded, (seq, time.time(), event))
+    row = _row(rec, limit)
     opening: set[int] = set()
-    head = entry.head.working_copy()
+    head = entry.head
     _deferred(task_id, rec, entry, head, opening)
     update = head.row_update(1 if type(event) is CallCompleted else 0)
-    return _tuple_new(Staged, ([_row(rec, limit)], None, [rec], opening, _with_head(None, update), head))
+    return _tuple_new(Staged, ([row], None, [rec], opening, _with_head(None, update), head))
 
 
 def _deferred(task_id: str, rec: Recorded, entry: Entry, head: Head, opening: set[int]) -> None:
