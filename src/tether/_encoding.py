@@ -35,30 +35,42 @@ from tether.events import (
 __all__ = ["DEFERRED", "checked", "encode_event"]
 
 
-def _field_reader(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
-    """A function that gives an event of ``cls`` as the dict of its fields, in their order: what orjson
-    writes for the dataclass itself, in half the time (it looks for a ``__dict__`` a slotted event
-    has not, and reads the fields one by one, before it writes them)."""
+def _field_reader(cls: type[Event]) -> tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]:
+    """Two functions of an event of ``cls``: the dict of its fields, in their order (what orjson writes
+    for the dataclass itself, in half the time: it looks for a ``__dict__`` a slotted event has not,
+    and reads the fields one by one, before it writes them), and how many of its fields are ``None``."""
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-    source = "lambda e: {" + ", ".join(f"{name!r}: e.{name}" for name in names) + "}"
-    reader: Callable[[Event], dict[str, Any]] = eval(source, {})  # names are the dataclass's own fields
-    return reader
+    # Names are the dataclass's own fields (identifiers), so the generated source is theirs alone.
+    reader: Callable[[Event], dict[str, Any]] = eval(
+        "lambda e: {" + ", ".join(f"{name!r}: e.{name}" for name in names) + "}", {}
+    )
+    counted = " + ".join(f"(e.{name} is None)" for name in names) or "0"
+    nones: Callable[[Event], int] = eval(f"lambda e: {counted}", {})
+    return reader, nones
 
 
-_READERS: dict[type[Event], Callable[[Event], dict[str, Any]]] = {}
+_READERS: dict[type[Event], tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]] = {}
 
 
 def encode_event(event: Event, max_bytes: int) -> str:
     """The stored JSON of an event; raises before anything is written if it cannot be stored."""
     cls = type(event)
-    reader = _READERS.get(cls)
-    if reader is None:
-        reader = _READERS[cls] = _field_reader(cls)
+    found = _READERS.get(cls)
+    if found is None:
+        found = _READERS[cls] = _field_reader(cls)
+    reader, nones = found
     try:
         data = orjson.dumps(reader(event), default=json_default)
     except TypeError as exc:
         raise NotSerializableError(_explain_unserializable(event, exc)) from None
-    if b"null" in data:  # where orjson puts a NaN or an infinity: refuse them, by name
+    # orjson writes a NaN or an infinity as ``null``: refuse them, by name. Each field that is None
+    # writes one ``null`` too, and anything else that reads "null" (a nested None, a word in a text)
+    # only adds to the count: as many as the None fields means none of them is a number. That is
+    # most events with a ``null``: a call's intent (no ``compensates``), a side-effecting call's result.
+    # (``count``, not ``in``: ``bytes.__contains__`` tries its operand as an int first, and raises and
+    # clears a TypeError each time.)
+    nulls = data.count(b"null")
+    if nulls and nulls != nones(event):
         check_finite(event, type(event).__name__)
     if len(data) > max_bytes:
         raise ValueTooLargeError(
@@ -100,29 +112,25 @@ def _iso(value: Any) -> bool:
 
 
 def checked(task_id: str, event: Event, opened: Container[int], opening: set[int]) -> None:
-    """Check an event whose fold is deferred (a call event against the calls opened so far)."""
-    if not DEFERRED[type(event)](event):
-        raise InvalidInputError(f"{type(event).__name__} has a field of the wrong type: {event!r}")
-    if type(event) in CALL_EVENTS:
-        _check_call_ordinal(task_id, event, opened, opening)
-
-
-def _check_call_ordinal(task_id: str, event: Event, opened: Container[int], opening: set[int]) -> None:
-    """A call is opened once (by its intent, or a readonly call's completion), under any unused
-    ordinal (parallel calls open in the order they finish); every other call event refers to
-    an opened call."""
+    """Check an event whose fold is deferred. A call event, against the calls opened so far: a call is
+    opened once (by its intent, or a readonly call's completion), under any unused ordinal (parallel
+    calls open in the order they finish); every other call event refers to an opened call."""
+    cls = type(event)
+    if not DEFERRED[cls](event):
+        raise InvalidInputError(f"{cls.__name__} has a field of the wrong type: {event!r}")
+    if cls not in CALL_EVENTS:
+        return
     n = event.n  # type: ignore[attr-defined]
     if type(n) is not int or n < 1:
-        raise InvalidInputError(f"{type(event).__name__} has call ordinal {n!r}; ordinals are integers from 1")
-    exists = n in opened or n in opening
-    if isinstance(event, CallCompleted) and event.key is not None:
-        if exists:
+        raise InvalidInputError(f"{cls.__name__} has call ordinal {n!r}; ordinals are integers from 1")
+    if cls is CallStarted:
+        opening.add(n)  # a new call, or the next attempt of an open one
+    elif cls is CallCompleted and event.key is not None:  # type: ignore[attr-defined]
+        if n in opened or n in opening:
             raise InvalidInputError(f"CallCompleted opens call #{n} of task {task_id!r}, which is already open")
         opening.add(n)
-    elif isinstance(event, CallStarted):
-        opening.add(n)  # a new call, or the next attempt of an open one
-    elif not exists:
-        raise InvalidInputError(f"{type(event).__name__} refers to call #{n}, but task {task_id!r} has no such call")
+    elif n not in opened and n not in opening:
+        raise InvalidInputError(f"{cls.__name__} refers to call #{n}, but task {task_id!r} has no such call")
 
 
 def _explain_unserializable(event: Event, exc: Exception) -> str:

@@ -52,32 +52,37 @@ _WAKES = frozenset({InputReceived, CancelRequested})
 INDEXED = frozenset({StatusChanged, RetryRequested, *_WAKES})
 # Events folded later by the log that change a head: folded now onto the light state.
 LIGHT = frozenset({StepStarted, StepCompleted, StepFailed, OutputSet, InputReceived})
+_new_head = object.__new__  # a working copy is made per append: without __init__'s arguments
 # What the light state leaves out: nothing a head shows depends on them.
 _HEAVY: dict[str, Any] = {"calls": CallList(), "decisions": (), "observations": {}, "data": {}, "received": {}}
 
 
 class Head:
     """A task's head as the log keeps it: the light state, the calls not (or no longer) committed,
-    how many are, and what the task's row holds as far as this log knows (``written``)."""
+    how many are, and what the task's row holds as far as this log knows (:attr:`written`)."""
 
-    __slots__ = ("_owned", "_texts", "done", "light", "open", "written")
+    __slots__ = ("cached_texts", "done", "light", "open", "owned", "written_done", "written_texts")
 
-    def __init__(
-        self,
-        light: TaskState,
-        open: set[int],
-        done: int,
-        written: TaskHead | None,
-        *,
-        shared: bool = False,
-        texts: tuple[str, str | None] | None = None,
-    ) -> None:
+    def __init__(self, light: TaskState, open: set[int], done: int, written: TaskHead | None) -> None:
         self.light = light
         self.open = open  # opened calls whose status is not completed
         self.done = done
+        self.owned = True  # a working copy shares ``open`` until it changes it
+        self.cached_texts: tuple[str, str | None] | None = None  # see :meth:`texts`
         self.written = written
-        self._owned = not shared  # a working copy shares ``open`` until it changes it
-        self._texts = texts
+
+    @property
+    def written(self) -> TaskHead | None:
+        """What the task's row holds, as far as this log knows (``None``: not known)."""
+        texts = self.written_texts
+        return None if texts is None else TaskHead(self.written_done, *texts)
+
+    @written.setter
+    def written(self, head: TaskHead | None) -> None:
+        # Kept as its parts: an append that leaves the row to its own counting (most) then moves an
+        # int, instead of building a frozen TaskHead.
+        self.written_done = 0 if head is None else head.calls_done
+        self.written_texts = None if head is None else (head.summary, head.output)
 
     @classmethod
     def of(cls, state: TaskState, written: TaskHead | None = None) -> Head:
@@ -89,7 +94,11 @@ class Head:
 
     def working_copy(self) -> Head:
         """A copy an append changes while it is checked; it replaces this one once written."""
-        return Head(self.light, self.open, self.done, self.written, shared=True, texts=self._texts)
+        copy = _new_head(Head)
+        copy.light, copy.open, copy.done, copy.owned = self.light, self.open, self.done, False
+        copy.cached_texts = self.cached_texts
+        copy.written_done, copy.written_texts = self.written_done, self.written_texts
+        return copy
 
     def advance(self, rec: Recorded, opened: Container[int], opening: set[int]) -> None:
         """Move the head by one event the log folds later (checked, not yet folded); ``opened`` and
@@ -98,7 +107,7 @@ class Head:
         cls = type(event)
         if cls in LIGHT:
             self.light = apply(self.light, rec)  # the fold's own rule, on the light state
-            self._texts = None
+            self.cached_texts = None
             return
         if cls is CallCompleted:
             n = event.n  # type: ignore[attr-defined]
@@ -115,14 +124,14 @@ class Head:
                 self._own().add(n)
 
     def _own(self) -> set[int]:
-        if not self._owned:
+        if not self.owned:
             self.open = set(self.open)
-            self._owned = True
+            self.owned = True
         return self.open
 
     def texts(self) -> tuple[str, str | None]:
         """The row's ``summary`` and ``output`` for this head."""
-        if self._texts is None:
+        if self.cached_texts is None:
             light = self.light
             summary = {
                 "plan": plan_progress(light.plan) if light.plan else None,
@@ -132,24 +141,19 @@ class Head:
                 "cancel_reason": light.cancel_reason,
             }
             output = None if light.output is None else orjson.dumps(light.output, default=json_default).decode()
-            self._texts = (orjson.dumps(summary).decode(), output)
-        return self._texts
+            self.cached_texts = (orjson.dumps(summary).decode(), output)
+        return self.cached_texts
 
     def row_update(self, completes: int) -> TaskHead | None:
         """What to write to the task's row with an append of ``completes`` committing events:
         ``None`` when the row's own count of them keeps it right (the common case)."""
-        summary, output = self.texts()
-        written = self.written
-        head = TaskHead(self.done, summary, output)
-        self.written = head
-        if (
-            written is not None
-            and written.calls_done + completes == self.done
-            and written.summary == summary
-            and written.output == output
-        ):
+        texts = self.cached_texts or self.texts()
+        written_texts = self.written_texts
+        same = written_texts is not None and self.written_done + completes == self.done
+        self.written_done, self.written_texts = self.done, texts
+        if same and (written_texts is texts or written_texts == texts):
             return None
-        return head
+        return TaskHead(self.done, *texts)
 
 
 class RowHead(NamedTuple):

@@ -73,10 +73,11 @@ class Entry:
     def took(self, rows: Sequence[EventRow]) -> None:
         """Count events written or read (another writer's) towards the next snapshot: their bytes,
         and of those the call events' (the state keeps them, by reference)."""
-        for row in rows:
-            self.bytes_since += len(row.data)
-            if row.type in CALL_EVENT_TYPES:
-                self.kept_since += len(row.data)
+        for _, type_, _, _, data, _ in rows:  # unpacked: a named field is a slow attribute in 3.11
+            size = len(data)
+            self.bytes_since += size
+            if type_ in CALL_EVENT_TYPES:
+                self.kept_since += size
 
     @property
     def calls(self) -> Opened:

@@ -48,26 +48,31 @@ _ALONE = frozenset(DEFERRED) - INDEXED
 
 def _stage_one(task_id: str, event: Event, entry: Entry, seq: int, limit: int) -> Staged:
     """:func:`stage` of a one-event append whose event is folded later and moves no index column (a
-    call's intent or result, most often): the same checks and the same outcome, with less to do."""
-    now = time.time()
-    rec = _tuple_new(Recorded, (seq, now, event))
+    call's intent or result, most often): the same checks and the same outcome, with less to do.
+
+    It moves the entry's own head, not a copy of it: the caller forgets the entry when the append
+    does not go through (refused here, or by the store). The event is encoded first, so a value that
+    cannot be stored (a tool's result, most often) is refused before the head has moved."""
+    rec = _tuple_new(Recorded, (seq, time.time(), event))
+    row = _row(rec, limit)
     opening: set[int] = set()
-    head = entry.head.working_copy()
+    head = entry.head
     _deferred(task_id, rec, entry, head, opening)
     update = head.row_update(1 if type(event) is CallCompleted else 0)
-    return _tuple_new(Staged, ([_row(rec, limit)], None, [rec], opening, _with_head(None, update), head))
+    return _tuple_new(Staged, ([row], None, [rec], opening, _with_head(None, update), head))
 
 
 def _deferred(task_id: str, rec: Recorded, entry: Entry, head: Head, opening: set[int]) -> None:
     """Check an event folded later against the calls opened so far, and move the head by it."""
-    head.advance(rec, entry.calls, opening)
-    checked(task_id, rec.event, entry.calls, opening)
+    opened = entry.calls
+    head.advance(rec, opened, opening)
+    checked(task_id, rec.event, opened, opening)
 
 
 def _row(rec: Recorded, limit: int) -> EventRow:
     """The event as stored (encoded; raises before anything is written if it cannot be)."""
-    event = rec.event
-    return _tuple_new(EventRow, (rec.seq, event.event_type, event.version, rec.at, encode_event(event, limit), None))
+    seq, at, event = rec
+    return _tuple_new(EventRow, (seq, event.event_type, event.version, at, encode_event(event, limit), None))
 
 
 def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version: int, limit: int) -> Staged:

@@ -205,11 +205,13 @@ class TaskLog(SnapshotKeeping):
             entry = self._memory.get(task_id)
             if entry is None or entry.version != expected_version:
                 entry = self._entry(task_id, expected_version)
-            batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
             try:
+                batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
                 self.store.append(self.tenant, task_id, batch.rows, expected_version, fence=fence, index=batch.update)
             except BaseException:
-                self.forget(task_id)  # what happened is for the store to say, on the next read
+                # What happened is for the store to say, on the next read; a refused stage may have
+                # moved the entry's head (a one-event stage moves it in place).
+                self.forget(task_id)
                 raise
             return self._settle(task_id, entry, batch, expected_version, snapshot)
 
@@ -234,34 +236,36 @@ class TaskLog(SnapshotKeeping):
             for key in sorted(locks):  # one order for every caller: two of these never wait on each other
                 held.enter_context(locks[key])
             staged = []
-            for task_id, events, expected_version in appends:
-                if not events:
-                    raise InvalidInputError("append_together() needs at least one event per task")
-                entry = self._entry(task_id, expected_version)
-                batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
-                staged.append((task_id, entry, batch, expected_version))
-            fence = (fences or {}).get
-            parts = [StreamAppend(t, batch.rows, v, fence=fence(t), index=batch.update) for t, _, batch, v in staged]
             try:
+                for task_id, events, expected_version in appends:
+                    if not events:
+                        raise InvalidInputError("append_together() needs at least one event per task")
+                    entry = self._entry(task_id, expected_version)
+                    batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
+                    staged.append((task_id, entry, batch, expected_version))
+                fence = (fences or {}).get
+                parts = [StreamAppend(t, b.rows, v, fence=fence(t), index=b.update) for t, _, b, v in staged]
                 self.store.append_streams(self.tenant, parts)
             except BaseException:
-                for task_id in task_ids:
+                for task_id in task_ids:  # as append() does: a stage may have moved an entry's head
                     self.forget(task_id)
                 raise
             return [self._settle(t, entry, batch, v, snapshot) for t, entry, batch, v in staged]
 
     def _settle(self, task_id: str, entry: Entry, batch: Staged, expected_version: int, snapshot: bool) -> int:
         """After a staged batch is written: what the log remembers of the task moves on with it."""
-        if batch.base is not None:
-            entry.base = batch.base
-            entry.pending = batch.staged
+        rows, base, staged, opening, _, head = batch
+        if base is not None:
+            entry.base = base
+            entry.pending = staged
         else:
-            entry.pending.extend(batch.staged)
-        seq = expected_version + len(batch.rows)
+            entry.pending += staged
+        seq = expected_version + len(rows)
         entry.version = seq
-        entry.head = batch.head
-        entry.calls.update(batch.opening)
-        entry.took(batch.rows)
+        entry.head = head
+        if opening:
+            entry.calls.update(opening)
+        entry.took(rows)
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
         return seq

@@ -175,6 +175,43 @@ def _reset(model: _Model, state: tether.TaskState) -> _Model:
     return model
 
 
+@pytest.mark.parametrize("refused", ["opens_again", "unstorable"])
+def test_a_refused_append_leaves_the_row_as_the_fold_says(store_url: str, refused: str) -> None:
+    """A one-event append moves the log's own head as it is checked: refused, the log forgets it, so
+    the next append that writes the head (an output) writes the fold's, not one moved by the refusal."""
+    log = tether.TaskLog(store_url)
+    task_id = f"r{next(_ids)}"
+    version = log.create(type="t", task_id=task_id).version
+    version = log.append(task_id, [CallStarted(n=1, key="k1", tool="t", args={}, attempt=1)], version)
+    if refused == "opens_again":  # its check fails after the head has counted the call as committed
+        bad = CallCompleted(n=1, result=1, attempt=1, duration=0.0, key="k1", tool="t", args={})
+    else:  # a result that cannot be stored: refused before the head moves
+        bad = CallCompleted(n=1, result=object(), attempt=1, duration=0.0)
+    with pytest.raises(tether.TetherError):
+        log.append(task_id, [bad], version)
+    log.append(task_id, [OutputSet(output="draft")], version)
+    _check(log, task_id)
+    row = log.store.get_task(log.tenant, task_id)
+    assert row is not None and row.calls_done == 0  # call #1 has its intent only
+
+
+def test_a_refused_group_append_leaves_every_row_as_the_fold_says(store_url: str) -> None:
+    """The same for ``append_together``: the first task's one event staged (its head moved) and the
+    second's refused, nothing is written and the log forgets both."""
+    log = tether.TaskLog(store_url)
+    first, second = f"g{next(_ids)}", f"g{next(_ids)}"
+    version = log.create(type="t", task_id=first).version
+    version = log.append(first, [CallStarted(n=1, key="k1", tool="t", args={}, attempt=1)], version)
+    other = log.create(type="t", task_id=second).version
+    closes = CallCompleted(n=1, result=1, attempt=1, duration=0.0)
+    with pytest.raises(tether.TetherError):
+        log.append_together([(first, [closes], version), (second, [CallFailed(n=9, reason="no such call")], other)])
+    log.append(first, [OutputSet(output="draft")], version)
+    _check(log, first)
+    row = log.store.get_task(log.tenant, first)
+    assert row is not None and row.calls_done == 0
+
+
 def test_app_get_and_list_tasks_read_the_row(store_url: str) -> None:
     app = tether.App(store_url)
 

@@ -53,6 +53,8 @@ NOT_A_TASK_FAILURE = (
     StoreUnavailableError,
 )
 
+_thread_id = threading.get_ident
+
 # What another process may append to a task while a run holds it (send_input, cancel).
 _EXTERNAL = (InputReceived, CancelRequested)
 
@@ -146,12 +148,13 @@ class Recorder:
     # ------------------------------------------------------------------ issuing
     def issue_call(self, operation: str) -> tuple[int, ToolCall | None]:
         """The next call's ordinal, in program order, and its record if it has one (taken)."""
-        if threading.get_ident() != self._owner:
+        if _thread_id() != self._owner:
             self._wrong_thread(operation)
         with self.lock:
             self._n += 1
-            n = self.cursor.ordinal(self._n)
-            record = self.cursor.call(n)
+            cursor = self.cursor
+            n = cursor.ordinal(self._n) if cursor.retries else self._n  # shifted only past a retry's calls
+            record = cursor.call(n)
             # A call with no record is not checked against records left ahead of it: in a parallel
             # batch a sibling issued after it may be recorded while it is not (a readonly call that
             # had not finished). Its identity is its ordinal: an inserted or removed call shifts the

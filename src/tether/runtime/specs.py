@@ -159,7 +159,7 @@ class ToolSpec:
         """The call's arguments by parameter name: what is recorded and hashed into the key."""
         names = self._positional
         if names is not None and len(args) <= len(names):
-            bound = dict(zip(names, args, strict=False))
+            bound = dict(zip(names, args)) if args else {}  # noqa: B905 (fewer args than names: the rest by name)
             if kwargs:
                 for key in kwargs:
                     if key in bound:
