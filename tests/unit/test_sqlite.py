@@ -192,3 +192,15 @@ def test_a_batch_written_in_one_statement_still_refuses_a_stale_fence_or_version
     assert [r.seq for r in events] == list(range(1, 10)) and {r.fence for r in events[7:]} == {new}
     a.close()
     b.close()
+
+
+def test_every_store_method_translates_sqlites_errors() -> None:
+    """No sqlite3 error crosses the store boundary from any method of the Store protocol (a group
+    commit's ``append_streams`` and ``compact`` among them), ``close`` aside."""
+    from tether.store.base import Store
+    from tether.store.sqlite import SQLiteStore
+
+    methods = [name for name, member in vars(Store).items() if callable(member) and not name.startswith("_")]
+    assert {"append_streams", "compact", "read_latest", "append"} <= set(methods)
+    unguarded = [name for name in methods if name != "close" and not hasattr(getattr(SQLiteStore, name), "__wrapped__")]
+    assert unguarded == []

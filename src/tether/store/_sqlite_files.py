@@ -21,6 +21,7 @@ from tether.errors import (
     StoreUnavailableError,
     TetherError,
 )
+from tether.store.base import Store
 
 __all__ = ["connect_readonly", "create_private", "file_mode", "rollback", "translate_errors"]
 
@@ -132,24 +133,7 @@ def translate_errors(cls: S) -> S:
     return cls
 
 
-_STORE_METHODS = (
-    "create_task",
-    "append",
-    "rewind",
-    "read_events",
-    "get_task",
-    "delete_task",
-    "list_tasks",
-    "stream_positions",
-    "put_snapshot",
-    "get_snapshot",
-    "ledger_get",
-    "ledger_begin",
-    "ledger_finish",
-    "ledger_forget",
-    "acquire_lease",
-    "claim",
-    "renew_lease",
-    "release_lease",
-    "wait_for_change",
+_STORE_METHODS = tuple(
+    name for name, member in vars(Store).items() if callable(member) and not name.startswith("_") and name != "close"
 )
+"""Every method of the store protocol (``close`` aside): a method added to it is guarded too."""
