@@ -32,7 +32,7 @@ from tether.events import (
     StepStarted,
 )
 
-__all__ = ["DEFERRED", "checked", "encode_event"]
+__all__ = ["DEFERRED", "checked", "encode_event", "event_fields"]
 
 
 def _field_reader(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
@@ -48,14 +48,19 @@ def _field_reader(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
 _READERS: dict[type[Event], Callable[[Event], dict[str, Any]]] = {}
 
 
-def encode_event(event: Event, max_bytes: int) -> str:
-    """The stored JSON of an event; raises before anything is written if it cannot be stored."""
+def event_fields(event: Event) -> dict[str, Any]:
+    """The dict of an event's fields, in their order (what ``Event.to_dict`` gives, faster)."""
     cls = type(event)
     reader = _READERS.get(cls)
     if reader is None:
         reader = _READERS[cls] = _field_reader(cls)
+    return reader(event)
+
+
+def encode_event(event: Event, max_bytes: int) -> str:
+    """The stored JSON of an event; raises before anything is written if it cannot be stored."""
     try:
-        data = orjson.dumps(reader(event), default=json_default)
+        data = orjson.dumps(event_fields(event), default=json_default)
     except TypeError as exc:
         raise NotSerializableError(_explain_unserializable(event, exc)) from None
     if b"null" in data:  # where orjson puts a NaN or an infinity: refuse them, by name
