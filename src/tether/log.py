@@ -139,8 +139,8 @@ class TaskLog(SnapshotKeeping):
     def decode_all(self, rows: Iterable[EventRow]) -> list[Recorded]:
         """``decode`` of each row, in one pass: a record stored in its type's current shape (nearly
         all) is built from its JSON straight away, any other goes through ``decode``, which migrates
-        it; a record its class refuses, or of invalid JSON, goes there too, to be named. A history of
-        3,000 events took twice as long one ``decode`` at a time."""
+        it; a record its class refuses, or of invalid JSON, goes there too, to be named. Decoding the
+        3,004 events of a 1,000-step task took a third longer one ``decode`` at a time."""
         classes = EVENT_TYPES
         loads = orjson.loads
         new = tuple.__new__  # a Recorded without its Python-level __new__

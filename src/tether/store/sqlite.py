@@ -460,7 +460,7 @@ class SQLiteStore:
             parent, parent_seq = found
             return None if parent is None or parent_seq is None else (parent, parent_seq)
 
-        row = tuple.__new__  # an EventRow without its Python-level __new__: a third of a long read
+        row = tuple.__new__  # EventRow(*r), through its Python-level __new__, was a third of a long read
 
         def segment(task: int, low: int, last: int | None) -> list[EventRow]:
             # Two statements, not "(? IS NULL OR seq <= ?)": that would keep SQLite from bounding the
