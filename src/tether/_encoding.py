@@ -32,7 +32,7 @@ from tether.events import (
     StepStarted,
 )
 
-__all__ = ["DEFERRED", "checked", "encode_event"]
+__all__ = ["DEFERRED", "checked", "encode_event", "event_fields"]
 
 
 def _field_reader(cls: type[Event]) -> tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]:
@@ -52,13 +52,21 @@ def _field_reader(cls: type[Event]) -> tuple[Callable[[Event], dict[str, Any]], 
 _READERS: dict[type[Event], tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]] = {}
 
 
-def encode_event(event: Event, max_bytes: int) -> str:
-    """The stored JSON of an event; raises before anything is written if it cannot be stored."""
-    cls = type(event)
+def _readers(cls: type[Event]) -> tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]:
     found = _READERS.get(cls)
     if found is None:
         found = _READERS[cls] = _field_reader(cls)
-    reader, nones = found
+    return found
+
+
+def event_fields(event: Event) -> dict[str, Any]:
+    """The dict of an event's fields, in their order (what ``Event.to_dict`` gives, faster)."""
+    return _readers(type(event))[0](event)
+
+
+def encode_event(event: Event, max_bytes: int) -> str:
+    """The stored JSON of an event; raises before anything is written if it cannot be stored."""
+    reader, nones = _readers(type(event))
     try:
         data = orjson.dumps(reader(event), default=json_default)
     except TypeError as exc:

@@ -10,7 +10,7 @@ index, and a head every few hundred events: time travel to any seq starts from t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from tether._call_list import CallList
@@ -51,6 +51,8 @@ class SnapshotKeeping:
         _memory: Memory
 
         def decode(self, row: EventRow) -> Recorded: ...
+
+        def decode_all(self, rows: Iterable[EventRow]) -> list[Recorded]: ...
 
     # ----------------------------------------------------------------- writing
     def _maybe_snapshot(self, task_id: str, entry: Entry) -> None:
@@ -142,5 +144,5 @@ class SnapshotKeeping:
             if parsed is None:  # the general path says why, and looks further back
                 snap, parsed = self.intact_snapshot(stream_id, None, parse)
                 rows = self.store.read_events(self.tenant, stream_id, after=snap.seq if snap else 0)
-            return snap, parsed, [self.decode(r) for r in rows]
-        return None, None, [self.decode(r) for r in rows]
+            return snap, parsed, self.decode_all(rows)
+        return None, None, self.decode_all(rows)

@@ -60,7 +60,7 @@ class Stream:
 
     def read(self, after: int = 0, upto: int | None = None) -> list[Recorded]:
         rows = self.log.store.read_events(self.log.tenant, self.id, after=after, upto=upto)
-        return [self.log.decode(r) for r in rows]
+        return self.log.decode_all(rows)
 
     def append(
         self, events: Sequence[Event], expected_version: int, *, status: str | None = None, at: float | None = None

@@ -49,6 +49,7 @@ from tether.errors import (
 )
 from tether.events import (
     DEFAULT_UPCASTERS,
+    EVENT_TYPES,
     Event,
     Recorded,
     TaskArchived,
@@ -134,6 +135,28 @@ class TaskLog(SnapshotKeeping):
         except orjson.JSONDecodeError as exc:
             raise InvalidInputError(f"event #{row.seq} ({row.type}) holds invalid JSON: {exc}") from None
         return Recorded(row.seq, row.at, self.upcasters.decode(row.type, row.schema, data))
+
+    def decode_all(self, rows: Iterable[EventRow]) -> list[Recorded]:
+        """``decode`` of each row, in one pass: a record stored in its type's current shape (nearly
+        all) is built from its JSON straight away, any other goes through ``decode``, which migrates
+        it; a record its class refuses, or of invalid JSON, goes there too, to be named. Decoding the
+        3,004 events of a 1,000-step task took a third longer one ``decode`` at a time."""
+        classes = EVENT_TYPES
+        loads = orjson.loads
+        new = tuple.__new__  # a Recorded without its Python-level __new__
+        records: list[Recorded] = []
+        append = records.append
+        for row in rows:
+            seq, type_name, schema, at, data, _ = row
+            cls = classes.get(type_name)
+            if cls is not None and cls.version == schema:
+                try:
+                    append(new(Recorded, (seq, at, cls(**loads(data)))))
+                    continue
+                except (orjson.JSONDecodeError, TypeError):
+                    pass  # decode names the row and what is wrong with it
+            append(self.decode(row))
+        return records
 
     # ----------------------------------------------------------------- writing
     def create(
@@ -443,7 +466,7 @@ class TaskLog(SnapshotKeeping):
         if entry is not None:
             rows = self.store.read_events(self.tenant, task_id, after=entry.version)
             if rows:
-                entry.pending.extend(self.decode(r) for r in rows)
+                entry.pending.extend(self.decode_all(rows))
                 entry.version = rows[-1].seq
                 entry.took(rows)
                 state = entry.state
@@ -473,7 +496,7 @@ class TaskLog(SnapshotKeeping):
         check_id(task_id, "task_id")
         if after < 0 or (upto is not None and upto < after):
             raise SequenceError(task_id, upto if upto is not None else after, self.version(task_id))
-        return [self.decode(r) for r in self.store.read_events(self.tenant, task_id, after=after, upto=upto)]
+        return self.decode_all(self.store.read_events(self.tenant, task_id, after=after, upto=upto))
 
     def version(self, task_id: str) -> int:
         return self.get(task_id).version
@@ -533,7 +556,7 @@ class TaskLog(SnapshotKeeping):
         rows = self.store.read_events(self.tenant, task_id, after=snapshot.seq if snapshot else 0, upto=upto)
         if base is None and not rows:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
-        return fold((self.decode(r) for r in rows), base), snapshot, rows
+        return fold(self.decode_all(rows), base), snapshot, rows
 
     def forget(self, task_id: str) -> None:
         """Drop what this log cached about a task (the store is untouched)."""

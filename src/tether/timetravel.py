@@ -6,8 +6,9 @@ fold of its prefix (``TaskLog.state_at``), so nothing here stores anything new.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, overload
 
 import jsonpatch
@@ -69,74 +70,80 @@ def _by(actor: str | None) -> str:
     return f" by {actor}" if actor else ""
 
 
+def _call_started(e: CallStarted) -> str:
+    what = "compensation" if e.kind == "compensation" else "call"
+    return f"{what} #{e.n} {e.tool}({_short(e.args, 40)}) attempt {e.attempt} started"
+
+
+def _call_completed(e: CallCompleted) -> str:
+    head = f"call #{e.n} {e.tool}" if e.tool else f"call #{e.n}"
+    return f"{head} returned {_short(e.result, 50)} in {e.duration:.3f}s"
+
+
+def _attempt_failed(e: CallAttemptFailed) -> str:
+    then = f", retry in {e.backoff:.2f}s" if e.backoff is not None else ""
+    return f"call #{e.n} attempt {e.attempt} failed: {e.error_type}: {e.message}{then}"
+
+
+def _retry_requested(e: RetryRequested) -> str:
+    again = f"; call #{', #'.join(map(str, e.calls))} runs again" if e.calls else ""
+    return f"retried{_by(e.actor)} after {e.failure_type}: {e.failure_message}{again}"
+
+
+def _session_written(e: SessionWritten) -> str:
+    if e.last < e.first:
+        return f"conversation {e.session_id}: nothing to compact"
+    span = f"{e.first}" if e.first == e.last else f"{e.first}–{e.last}"
+    return f"conversation {e.session_id}: added {', '.join(e.roles)} (messages {span})"
+
+
+# One line per event type: a table, not a chain of ``isinstance`` tests, since a history
+# describes every event of a task (3,000 for a task of 1,000 steps).
+_SUMMARIES: dict[type[Event], Callable[[Any], str]] = {
+    TaskCreated: lambda e: f"created {e.type} with {_short(e.inputs)}",
+    TaskForked: lambda e: f"forked from {e.parent_task_id} at event {e.at}{_by(e.actor)}",
+    TaskArchived: lambda e: f"set aside by a rewind{_by(e.actor)}; {e.successor} took its place",
+    StatusChanged: lambda e: f"status → {e.status}" + (f" ({e.reason})" if e.reason else ""),
+    PlanSet: lambda e: f"plan: {', '.join(e.steps)}",
+    StepStarted: lambda e: f"step {e.name!r} started",
+    StepCompleted: lambda e: f"step {e.name!r} completed",
+    StepFailed: lambda e: f"step {e.name!r} failed: {e.error}",
+    CallStarted: _call_started,
+    CallCompleted: _call_completed,
+    CallAttemptFailed: _attempt_failed,
+    CallFailed: lambda e: f"call #{e.n} gave up ({e.reason})",
+    DecisionMade: lambda e: f"decided {e.name}: {_short(e.choice, 40)} — {e.rationale}",
+    ObservationRecorded: lambda e: f"observed {e.key} = {_short(e.value, 50)}"
+    + (f" (from {e.source})" if e.source else ""),
+    DataUpdated: lambda e: f"data: {_short(e.fields)}",
+    DataMigrated: lambda e: f"data migrated from version {e.from_version} to {e.to_version}",
+    InputRequested: lambda e: f"waiting for {e.key!r}" + (f": {e.prompt}" if e.prompt else ""),
+    InputReceived: lambda e: f"received {e.key!r} = {_short(e.value, 50)}{_by(e.actor)}",
+    InputTimedOut: lambda e: f"no answer for {e.key!r} in time",
+    SleepScheduled: lambda e: f"sleep until {datetime.fromtimestamp(e.until).isoformat(timespec='seconds')}",
+    CancelRequested: lambda e: f"cancellation requested{_by(e.actor)}: {e.reason}",
+    PhaseChanged: lambda e: f"phase → {e.phase}",
+    OutputSet: lambda e: f"output {_short(e.output)}",
+    FailureRecorded: lambda e: f"failed: {e.exception_type}: {e.message}" + (f" in {e.tool}" if e.tool else ""),
+    RetryRequested: _retry_requested,
+    SessionWritten: _session_written,
+    SessionRead: lambda e: f"conversation {e.session_id}: read as of message {e.upto}",
+}
+
+
+def _summary_of(cls: type[Event]) -> Callable[[Any], str]:
+    """The summary of ``cls``'s events: its own, a base class's (a subclass of an event reads as
+    it), or the type's name (an event type with no summary of its own, as ``PatchMarked``)."""
+    found = next((_SUMMARIES[base] for base in cls.__mro__ if base in _SUMMARIES), None)
+    summary = found or (lambda e: e.event_type)
+    _SUMMARIES[cls] = summary
+    return summary
+
+
 def describe(event: Event) -> str:
     """One line, for people, of what an event says."""
-    match event:
-        case TaskCreated():
-            return f"created {event.type} with {_short(event.inputs)}"
-        case TaskForked():
-            return f"forked from {event.parent_task_id} at event {event.at}{_by(event.actor)}"
-        case TaskArchived():
-            return f"set aside by a rewind{_by(event.actor)}; {event.successor} took its place"
-        case StatusChanged():
-            return f"status → {event.status}" + (f" ({event.reason})" if event.reason else "")
-        case PlanSet():
-            return f"plan: {', '.join(event.steps)}"
-        case StepStarted():
-            return f"step {event.name!r} started"
-        case StepCompleted():
-            return f"step {event.name!r} completed"
-        case StepFailed():
-            return f"step {event.name!r} failed: {event.error}"
-        case CallStarted():
-            what = "compensation" if event.kind == "compensation" else "call"
-            return f"{what} #{event.n} {event.tool}({_short(event.args, 40)}) attempt {event.attempt} started"
-        case CallCompleted():
-            head = f"call #{event.n} {event.tool}" if event.tool else f"call #{event.n}"
-            return f"{head} returned {_short(event.result, 50)} in {event.duration:.3f}s"
-        case CallAttemptFailed():
-            then = f", retry in {event.backoff:.2f}s" if event.backoff is not None else ""
-            return f"call #{event.n} attempt {event.attempt} failed: {event.error_type}: {event.message}{then}"
-        case CallFailed():
-            return f"call #{event.n} gave up ({event.reason})"
-        case DecisionMade():
-            return f"decided {event.name}: {_short(event.choice, 40)} — {event.rationale}"
-        case ObservationRecorded():
-            return f"observed {event.key} = {_short(event.value, 50)}" + (
-                f" (from {event.source})" if event.source else ""
-            )
-        case DataUpdated():
-            return f"data: {_short(event.fields)}"
-        case DataMigrated():
-            return f"data migrated from version {event.from_version} to {event.to_version}"
-        case InputRequested():
-            return f"waiting for {event.key!r}" + (f": {event.prompt}" if event.prompt else "")
-        case InputReceived():
-            return f"received {event.key!r} = {_short(event.value, 50)}{_by(event.actor)}"
-        case InputTimedOut():
-            return f"no answer for {event.key!r} in time"
-        case SleepScheduled():
-            return f"sleep until {datetime.fromtimestamp(event.until).isoformat(timespec='seconds')}"
-        case CancelRequested():
-            return f"cancellation requested{_by(event.actor)}: {event.reason}"
-        case PhaseChanged():
-            return f"phase → {event.phase}"
-        case OutputSet():
-            return f"output {_short(event.output)}"
-        case FailureRecorded():
-            return f"failed: {event.exception_type}: {event.message}" + (f" in {event.tool}" if event.tool else "")
-        case RetryRequested():
-            again = f"; call #{', #'.join(map(str, event.calls))} runs again" if event.calls else ""
-            return f"retried{_by(event.actor)} after {event.failure_type}: {event.failure_message}{again}"
-        case SessionWritten() if event.last < event.first:
-            return f"conversation {event.session_id}: nothing to compact"
-        case SessionWritten():
-            span = f"{event.first}" if event.first == event.last else f"{event.first}–{event.last}"
-            return f"conversation {event.session_id}: added {', '.join(event.roles)} (messages {span})"
-        case SessionRead():
-            return f"conversation {event.session_id}: read as of message {event.upto}"
-        case _:
-            return event.event_type
+    summary = _SUMMARIES.get(type(event))
+    return (summary or _summary_of(type(event)))(event)
 
 
 @dataclass(frozen=True)
@@ -154,33 +161,40 @@ class HistoryEntry:
     event: Event = field(repr=False, compare=False)
 
 
-def _entry(
-    seq: int, at: datetime, type: str, summary: str, step: str | None, boundary: str | None, event: Event
-) -> HistoryEntry:
-    """A :class:`HistoryEntry` built without the frozen dataclass's ``__init__``, which sets each
-    field through ``object.__setattr__``: a history builds one per event, and that was a third of
-    the time a 3,000-event history took. The result is equal to ``HistoryEntry(...)``."""
-    entry = object.__new__(HistoryEntry)
-    entry.__dict__.update(seq=seq, at=at, type=type, summary=summary, step=step, boundary=boundary, event=event)
-    return entry
+_STEP_MARKS = frozenset({StepStarted, StepCompleted, StepFailed})
 
 
 def history_of(records: list[Recorded]) -> list[HistoryEntry]:
-    entries = []
+    """Every event of ``records`` as a :class:`HistoryEntry`, in order, with the steps they fell in.
+
+    Each entry is made without the frozen dataclass's ``__init__``, which sets each field through
+    ``object.__setattr__`` (it cost a third of a 3,000-event history); an entry is equal to one
+    made by ``HistoryEntry(...)``, and as frozen.
+    """
+    entries: list[HistoryEntry] = []
+    append = entries.append
+    summaries = _SUMMARIES
+    stamp = datetime.fromtimestamp
     current: str | None = None
     ordinal = 0
-    for rec in records:
-        ev = rec.event
+    for seq, at, ev in records:
+        cls = type(ev)
+        summary = summaries.get(cls) or _summary_of(cls)
         boundary = None
-        if isinstance(ev, StepStarted):
-            ordinal += 1
-            current = ev.name
-            boundary = f"before step {ordinal}"
         step = current
-        if isinstance(ev, StepCompleted | StepFailed):
-            boundary = f"after step {ordinal}"
-            current = None
-        entries.append(_entry(rec.seq, rec.time, ev.event_type, describe(ev), step, boundary, ev))
+        if cls in _STEP_MARKS:
+            if cls is StepStarted:
+                ordinal += 1
+                step = current = ev.name  # type: ignore[attr-defined]
+                boundary = f"before step {ordinal}"
+            else:
+                boundary = f"after step {ordinal}"
+                current = None
+        entry = object.__new__(HistoryEntry)
+        entry.__dict__.update(
+            seq=seq, at=stamp(at, UTC), type=cls.event_type, summary=summary(ev), step=step, boundary=boundary, event=ev
+        )
+        append(entry)
     return entries
 
 

@@ -431,7 +431,7 @@ class TetherSessionService(BaseSessionService):
             snap, rows = self._log.store.read_latest(self._log.tenant, stream_id)
         except TaskNotFoundError:
             return None
-        records = [self._log.decode(r) for r in rows if r.seq <= version]
+        records = self._log.decode_all(r for r in rows if r.seq <= version)
         if records and (
             snap is None
             or (snap.schema == _SNAPSHOT_SCHEMA and snap.seq <= version and checksum(snap.data) == snap.checksum)

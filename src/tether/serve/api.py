@@ -23,7 +23,7 @@ from tether.conversation.session import stream_id as session_stream
 from tether.errors import TaskNotFoundError, TetherError
 from tether.machine import Status
 from tether.runtime.app import App
-from tether.serve._json import TERMINAL, entry_json, jsonable, state_json, summary_json, task_json
+from tether.serve._json import TERMINAL, entries_json, jsonable, state_json, summary_json, task_json
 from tether.serve.auth import Principal
 from tether.store import TaskFilter, TaskRow
 from tether.timetravel import HistoryEntry, step_ref
@@ -183,7 +183,7 @@ def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
         """Every event in order, in words, with the step it fell in (events after ``after``)."""
         app = app_for(who)
         _row_of(app, task_id)
-        entries = [entry_json(e) for e in app.history(task_id) if e.seq > after]
+        entries = entries_json([e for e in app.history(task_id) if e.seq > after])
         return {"task_id": task_id, "entries": entries}
 
     @router.get("/tasks/{task_id}/state", tags=["time travel"])
@@ -482,10 +482,9 @@ async def _history_events(
     quiet = 0.0
     while not await request.is_disconnected():
         row, entries = await asyncio.to_thread(_row_and_history, get_app, task_id)
-        for entry in entries:
-            if entry.seq > after:
-                yield _sse("history", entry_json(entry))
-                after = entry.seq
+        for body in entries_json([e for e in entries if e.seq > after]):
+            yield _sse("history", body)
+            after = body["seq"]
         if row is None or row.status in TERMINAL:
             yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
             return

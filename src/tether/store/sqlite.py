@@ -464,6 +464,8 @@ class SQLiteStore:
             parent, parent_seq = found
             return None if parent is None or parent_seq is None else (parent, parent_seq)
 
+        row = tuple.__new__  # EventRow(*r), through its Python-level __new__, was a third of a long read
+
         def segment(task: int, low: int, last: int | None) -> list[EventRow]:
             # Two statements, not "(? IS NULL OR seq <= ?)": that would keep SQLite from bounding the
             # index range, and reading the start of a long stream would scan to its end.
@@ -471,7 +473,7 @@ class SQLiteStore:
                 cursor = conn.execute(own.READ_FROM, (task, low))
             else:
                 cursor = conn.execute(own.READ_RANGE, (task, low, last))
-            return [EventRow(*r) for r in cursor]
+            return [row(EventRow, r) for r in cursor]  # the SELECT's columns are EventRow's, in order
 
         with self._lock:
             return read_across_forks(self._id(tenant, task_id), after, upto, parent_of, segment)
