@@ -121,7 +121,7 @@ class SnapshotKeeping:
             return parse_state(snap, reader=reader, later=later, rebuild=rebuild)
 
         def rebuild(seq: int) -> CallList:  # the calls at ``seq``, when a snapshot's index is unusable
-            return fold(self.decode(r) for r in self.store.read_events(self.tenant, task_id, upto=seq)).calls
+            return fold(self.decode_all(self.store.read_events(self.tenant, task_id, upto=seq))).calls
 
         return intact_snapshot(self.store, self.tenant, task_id, upto, parse, first_lines_intact)
 
