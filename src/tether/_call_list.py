@@ -47,7 +47,7 @@ class Prefix:
     completed (``open``), whether the whole list was :meth:`CallList.in_order`, and ``resolve()``,
     which reads them (once; a list of exactly those calls)."""
 
-    __slots__ = ("_calls", "_resolve", "count", "last", "open", "ordered")
+    __slots__ = ("_calls", "_resolve", "count", "last", "open", "open_set", "ordered")
 
     def __init__(
         self, count: int, last: int, open: Sequence[int], ordered: bool, resolve: Callable[[], CallList]
@@ -55,6 +55,7 @@ class Prefix:
         self.count = count
         self.last = last
         self.open = tuple(open)
+        self.open_set = frozenset(self.open)
         self.ordered = ordered
         self._resolve = resolve
         self._calls: CallList | None = None
@@ -223,6 +224,14 @@ class CallList(Sequence["ToolCall"]):
         done = self._status.count(b"c")
         return done if prefix is None else done + prefix.count - len(prefix.open)
 
+    def has(self, n: int) -> bool:
+        """Whether call ``n`` is in the list; a prefix is not read for a call after it, nor for one
+        of its calls not completed (a parallel call finishing, an attempt retried)."""
+        prefix = self._prefix
+        if prefix is not None and n in prefix.open_set:
+            return True
+        return self.index_of(n) is not None
+
     def index_of(self, n: int) -> int | None:
         """Where call ``n`` sits, or ``None`` (see :func:`call_index`); no record is read, nor a
         prefix for a call after it."""
@@ -253,11 +262,14 @@ class CallList(Sequence["ToolCall"]):
             return self
         # The late calls in one block up to the last call were (nearly all) opened after ``seq``: of
         # those only a call of several events can have begun by then, so only those are looked at.
-        tail = len(late) - 1
-        while tail and late[tail - 1] == late[tail] - 1:
-            tail -= 1
-        first_of_tail = late[tail]
-        late = late[:tail] + [i for i in range(first_of_tail, len(all_seqs)) if "," in all_seqs[i]]
+        # Without such a block (a call after the late ones was made by then) each is looked at.
+        first_of_tail = len(all_seqs)
+        if late[-1] == len(all_seqs) - 1:
+            tail = len(late) - 1
+            while tail and late[tail - 1] == late[tail] - 1:
+                tail -= 1
+            first_of_tail = late[tail]
+            late = late[:tail] + [i for i in range(first_of_tail, len(all_seqs)) if "," in all_seqs[i]]
         ns: list[int] = []
         codes = bytearray()
         seqs: list[str] = []

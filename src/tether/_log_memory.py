@@ -129,7 +129,7 @@ class Opened:
         self._since: set[int] = set()
 
     def __contains__(self, n: object) -> bool:
-        return n in self._since or (type(n) is int and self._calls.index_of(n) is not None)
+        return n in self._since or (type(n) is int and self._calls.has(n))
 
     def update(self, more: set[int]) -> None:
         self._since |= more

@@ -199,3 +199,18 @@ def test_a_full_snapshots_index_is_checked_when_read_and_its_state_at_load(
     with caplog.at_level(logging.WARNING, logger="tether"):
         assert tether.TaskLog(log.store).load(task_id) == fold(events)
         assert "fails its checksum" in caplog.text
+
+
+def test_finishing_a_call_left_open_among_finished_ones_reads_no_index(store_url: str, index_reads: list[int]) -> None:
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10, size_ratio=0))
+    state = log.create(type="t")
+    version = log.append(state.task_id, [_started(1)], state.version)  # a parallel call, still open
+    for n in range(2, 40):
+        version = log.append(state.task_id, [_readonly(n, "r")], version)
+    log.write_snapshot(state.task_id, log.load(state.task_id))
+    cold = tether.TaskLog(log.store)
+    loaded = cold.load(state.task_id)
+    assert loaded.calls.open_ordinals() == {1} and index_reads == []
+    version = cold.append(state.task_id, [CallCompleted(n=1, result="late", attempt=1, duration=0.1)], version)
+    assert index_reads == []  # call 1 is known open from the summary
+    assert list(cold.load(state.task_id).calls) == list(fold(log.events(state.task_id)).calls)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 import tether
-from tether.events import CallCompleted, CallFailed, Event, RetryRequested, fold
+from tether.events import CallCompleted, CallFailed, Event, ObservationRecorded, RetryRequested, fold
 from tether.store import SnapshotRow
 
 from .test_lazy_calls import _failed_attempt, _mixed, _readonly, _started
@@ -180,3 +180,20 @@ def test_heads_without_an_intact_full_snapshot_are_passed_over(
     assert tether.TaskLog(log.store).load(task_id) == fold(log.events(task_id))
 
 
+
+
+def test_a_call_open_across_a_head_while_later_ones_finish_reads_through_it_without_falling_back(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Call 1 opens, calls 2 and 3 (readonly) finish, a head is kept, then call 1 finishes and no call
+    follows: the calls at the head are call 1's intent and calls 2 and 3, read from the full snapshot
+    (not rebuilt from the events)."""
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=4, size_ratio=0))
+    big = PAD * 5  # a head spans four events here: results this big keep it
+    batches: list[list[Event]] = [[_started(1)], [_readonly(2, big)], [_readonly(3, big)], [_done(1)]]
+    batches += [[ObservationRecorded(key="k", value=i)] for i in range(8)]  # no call after call 1
+    task_id = _appended_then_snapshotted(log, batches)
+    assert 4 in [s.seq for s in _snapshots(log, task_id) if _is_head(s)]
+    with caplog.at_level(logging.WARNING, logger="tether"):
+        _every_state_at_is_the_fold(log, task_id)
+    assert not caplog.records  # every head's calls came from the full snapshot's index
