@@ -194,11 +194,11 @@ def first_lines_intact(snap: SnapshotRow) -> bool:
     """Whether a task snapshot's state and summary are intact, without reading its index: a full
     snapshot's third line starts with the checksum of the two before it (``"h"``); the checksum of
     the whole (the row's) is checked when the index is read. Any other snapshot: the whole's."""
-    data = snap.data if isinstance(snap.data, str) else snap.data.decode()
-    second = data.find("\n", data.find("\n") + 1)
-    if second > 0 and data.startswith(_SUMS_FIRST, second + 1):
-        start = second + 1 + len(_SUMS_FIRST)
-        return checksum(data[:second]) == data[start : start + 32]
+    data = _text(snap)
+    _, two = _breaks(data)
+    if two > 0 and data.startswith(_SUMS_FIRST, two + 1):  # no copy of the index
+        start = two + 1 + len(_SUMS_FIRST)
+        return checksum(data[:two]) == data[start : start + 32]
     return checksum(data) == snap.checksum
 
 
@@ -240,9 +240,7 @@ def newest_calls(store: Store, tenant: str, owner: str) -> tuple[int, Calls] | N
     snap = store.get_snapshot(tenant, owner, at_most=_FAR)
     if snap is None or snap.schema != STATE_SCHEMA_VERSION or checksum(snap.data) != snap.checksum:
         return None
-    data = snap.data if isinstance(snap.data, str) else snap.data.decode()
-    _, _, rest = data.partition("\n")
-    second, _, third = rest.partition("\n")
+    _, second, third = _lines(snap)
     try:
         meta = orjson.loads(third or second)
         return None if "k" in meta else (snap.seq, _calls_line(meta))
@@ -264,28 +262,46 @@ def _calls_line(meta: object) -> Calls:
     return ns, bytearray(codes.encode()), seqs, meta.get("o") == 1
 
 
+def _lines(snap: SnapshotRow) -> tuple[str, str, str]:
+    """A task snapshot's three lines: the state, the summary of its calls (in a snapshot written
+    before summaries: its calls' index, or a head's count), and the calls' index ("" if none)."""
+    data = _text(snap)
+    one, two = _breaks(data)
+    if one < 0:
+        return data, "", ""
+    if two < 0:
+        return data[:one], data[one + 1 :], ""
+    return data[:one], data[one + 1 : two], data[two + 1 :]
+
+
+def _text(snap: SnapshotRow) -> str:
+    return snap.data if isinstance(snap.data, str) else snap.data.decode()
+
+
+def _breaks(data: str) -> tuple[int, int]:
+    """Where a snapshot's first and second line breaks are (-1: none)."""
+    one = data.find("\n")
+    return one, (data.find("\n", one + 1) if one >= 0 else -1)
+
+
 def parse_state(
     snap: SnapshotRow,
-    reader: Callable[[TaskState], CallReader] | None = None,
-    later: Callable[[], Calls | None] | None = None,
-    rebuild: Callable[[int], CallList] | None = None,
+    reader: Callable[[TaskState], CallReader],
+    later: Callable[[], Calls | None],
+    rebuild: Callable[[int], CallList],
 ) -> TaskState:
     """A task's state from its snapshot (``ValueError`` naming why it cannot be used); its calls are
-    read when asked for, by ``reader(state)`` (``None``: a snapshot with calls is refused). A head's
-    calls come from ``later()``: the calls line of a later full snapshot of its stream.
+    read when asked for, by ``reader(state)``. A head's calls come from ``later()``: the calls line
+    of a later full snapshot of its stream.
 
     A snapshot with a summary of its calls (:func:`summary_line`) gives a state whose calls' index
     is parsed when first needed (:class:`~tether._call_list.Prefix`); should it not be usable then
     (a later full snapshot gone or corrupted), the calls are ``rebuild(seq)``: folded from events.
+    A snapshot written before summaries has its index parsed now.
     """
     if snap.schema != STATE_SCHEMA_VERSION:
         raise ValueError(f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}")
-    data = snap.data if isinstance(snap.data, str) else snap.data.decode()
-    one = data.find("\n")
-    two = data.find("\n", one + 1) if one >= 0 else -1
-    head = data[:one] if one >= 0 else data
-    second = "" if one < 0 else data[one + 1 : two] if two >= 0 else data[one + 1 :]
-    third = data[two + 1 :] if two >= 0 else ""  # the calls' index, parsed when first needed
+    head, second, third = _lines(snap)  # the third, the calls' index, is parsed when first needed
     try:
         state = TaskState.model_validate_json(head)
         meta = orjson.loads(second)
@@ -293,29 +309,32 @@ def parse_state(
         why = f"{exc.error_count()} errors" if isinstance(exc, ValidationError) else "not JSON"
         raise ValueError(f"does not validate ({why})") from None
     if isinstance(meta, dict) and "z" in meta:
-        return _with_deferred_calls(state, snap, _summary(meta), third, reader, later, rebuild)
-    count = meta.get("k") if isinstance(meta, dict) else None
-    if count is None:
-        ns, codes, seqs, ordered = _calls_line(meta)
-    elif not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        return _with_deferred_calls(state, snap, _summary(meta), third, reader(state), later, rebuild)
+    count = meta.get("k") if isinstance(meta, dict) else None  # before summaries: a head, or the index
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
         raise ValueError(f"is a head with a count of calls of {count!r}, not a whole number")
-    elif count == 0:
+    if count == 0:
         return state
-    else:
-        full = later() if later is not None else None
-        if full is None:
-            raise ValueError("is a head, and its stream has no later full snapshot to take its calls from")
-        ns, codes, seqs, ordered = full
-    if not ns:
-        return state
-    if reader is None:
-        raise ValueError("has calls, and nothing to read their events with")
-    calls = CallList(stored=(ns, codes, seqs, reader(state), None), ordered=ordered)
-    if count is not None:
-        calls = calls.upto(snap.seq)
-        if len(calls) != count:
-            raise ValueError(f"is a head of {count} calls, and the later full snapshot had {len(calls)} by then")
-    return state.model_copy(update={"calls": calls})
+    calls = _indexed_calls(snap, second if count is None else "", reader(state), later)
+    if count is not None and len(calls) != count:
+        raise ValueError(f"is a head of {count} calls, and the later full snapshot had {len(calls)} by then")
+    return state.model_copy(update={"calls": calls}) if calls else state
+
+
+def _indexed_calls(snap: SnapshotRow, line: str, read: CallReader, later: Callable[[], Calls | None]) -> CallList:
+    """The calls a snapshot stands for, from its own index ``line`` (checked against the row's
+    checksum), or, for a head, from its stream's later full snapshot as they stood at its seq
+    (``ValueError`` naming why they cannot be)."""
+    if line:
+        if checksum(snap.data) != snap.checksum:  # its first lines are checked at load, by their own
+            raise ValueError("fails its checksum")
+        ns, codes, seqs, in_order = _calls_line(orjson.loads(line))
+        return CallList(stored=(ns, codes, seqs, read, None), ordered=in_order)
+    full = later()
+    if full is None:
+        raise ValueError("is a head, and its stream has no later full snapshot to take its calls from")
+    ns, codes, seqs, in_order = full
+    return CallList(stored=(ns, codes, seqs, read, None), ordered=in_order).upto(snap.seq)
 
 
 _Summary = tuple[int, int, list[int], list[tuple[int, str, str]], bool]
@@ -342,47 +361,28 @@ def _with_deferred_calls(
     snap: SnapshotRow,
     summary: _Summary,
     line: str,
-    reader: Callable[[TaskState], CallReader] | None,
-    later: Callable[[], Calls | None] | None,
-    rebuild: Callable[[int], CallList] | None,
+    read: CallReader,
+    later: Callable[[], Calls | None],
+    rebuild: Callable[[int], CallList],
 ) -> TaskState:
     """``state`` with the calls a summary describes: the trailing ones at once, the others (the
-    prefix) from the snapshot's own calls ``line`` or a later full snapshot's, when first needed."""
+    prefix) from the snapshot's own index ``line`` or a later full snapshot's, when first needed."""
     count, last, opened, tail, ordered = summary
     if count == 0:
         return state
-    if reader is None:
-        raise ValueError("has calls, and nothing to read their events with")
-    read = reader(state)
     first = count - len(tail)
     tail_ns = [n for n, _, _ in tail]
 
-    def calls_from_index() -> CallList:
-        if line:
-            if checksum(snap.data) != snap.checksum:  # its first lines were checked at load, by their own
-                raise ValueError("fails its checksum")
-            ns, codes, seqs, in_order = _calls_line(orjson.loads(line))
-            calls = CallList(stored=(ns, codes, seqs, read, None), ordered=in_order)
-        else:
-            read(())  # reading no call checks that the stream is still the one loaded
-            full = later() if later is not None else None
-            if full is None:
-                raise ValueError("is a head, and its stream has no later full snapshot to take its calls from")
-            ns, codes, seqs, in_order = full
-            calls = CallList(stored=(ns, codes, seqs, read, None), ordered=in_order).upto(snap.seq)
-        if len(calls) != count or calls.ordinals()[first:] != tail_ns:
-            raise ValueError(f"sums up {count} calls, and its calls' index has {len(calls)} by then")
-        return calls.head(first)
-
     def resolve() -> CallList:
+        read(())  # reading no call checks that the stream is still the one loaded
         try:
-            return calls_from_index()
+            calls = _indexed_calls(snap, line, read, later)
+            if len(calls) != count or calls.ordinals()[first:] != tail_ns:
+                raise ValueError(f"sums up {count} calls, and its calls' index has {len(calls)} by then")
         except ValueError as exc:  # pydantic's and orjson's errors are ones
-            if rebuild is None:
-                raise
             log.warning("snapshot at seq %d %s; reading its calls from events", snap.seq, str(exc).splitlines()[0])
-            read(())  # reading no call checks that the stream is still the one loaded
             return rebuild(snap.seq).head(first)
+        return calls.head(first)
 
     stored = (tail_ns, bytearray(code.encode()[0] for _, code, _ in tail), [s for _, _, s in tail], read, None)
     calls = CallList(stored=stored, ordered=True, prefix=Prefix(first, last, opened, ordered, resolve))
