@@ -47,15 +47,14 @@ class Prefix:
     completed (``open``), whether the whole list was :meth:`CallList.in_order`, and ``resolve()``,
     which reads them (once; a list of exactly those calls)."""
 
-    __slots__ = ("_calls", "_resolve", "count", "last", "open", "open_set", "ordered")
+    __slots__ = ("_calls", "_resolve", "count", "last", "open", "ordered")
 
     def __init__(
         self, count: int, last: int, open: Sequence[int], ordered: bool, resolve: Callable[[], CallList]
     ) -> None:
         self.count = count
         self.last = last
-        self.open = tuple(open)
-        self.open_set = frozenset(self.open)
+        self.open = frozenset(open)
         self.ordered = ordered
         self._resolve = resolve
         self._calls: CallList | None = None
@@ -158,7 +157,7 @@ class CallList(Sequence["ToolCall"]):
         cut = len(ns)
         while cut and codes[cut - 1] != _COMPLETED:
             cut -= 1
-        opened = [] if prefix is None else list(prefix.open)
+        opened = [] if prefix is None else sorted(prefix.open)
         opened += [ns[found.start()] for found in _NOT_COMPLETED.finditer(codes, 0, cut)]
         last = ns[cut - 1] if cut else (0 if prefix is None else prefix.last)
         tail = [(ns[i], chr(codes[i]), seqs[i]) for i in range(cut, len(ns))]
@@ -228,7 +227,7 @@ class CallList(Sequence["ToolCall"]):
         """Whether call ``n`` is in the list; a prefix is not read for a call after it, nor for one
         of its calls not completed (a parallel call finishing, an attempt retried)."""
         prefix = self._prefix
-        if prefix is not None and n in prefix.open_set:
+        if prefix is not None and n in prefix.open:
             return True
         return self.index_of(n) is not None
 
