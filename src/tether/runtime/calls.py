@@ -166,10 +166,7 @@ class Calls:
                 with rec.lock:
                     rec.undelivered -= 1
             if record.status == "completed":
-                result = spec.rehydrate(record.result)
-                if undo is not None:
-                    self._recorder.compensate_with(n, self._registry.tool(undo), record.result)
-                return result
+                return self._kept(n, spec, undo, record.result)
             last = record.attempts[-1]
             if record.status == "failed":
                 raise ToolError(
@@ -210,13 +207,17 @@ class Calls:
                 except InvalidInputError:
                     pass  # the flow records why the value cannot be stored
                 else:
-                    undo = compensate or spec.compensate
-                    if undo is not None:
-                        rec.compensate_with(n, self._registry.tool(undo), recorded)
-                    return spec.rehydrate(recorded)
+                    return self._kept(n, spec, compensate or spec.compensate, recorded)
             return drive(self._attempts(issued, compensate or spec.compensate, "call", None, readonly, 1, 0, outcome))
         finally:
             rec.settled()
+
+    def _kept(self, n: int, spec: ToolSpec, undo: Callable[..., Any] | None, recorded: Any) -> Any:
+        """A call's result once it is recorded: its undo registered, if it has one, and the value as
+        the task gets it (rehydrated from its JSON form)."""
+        if undo is not None:
+            self._recorder.compensate_with(n, self._registry.tool(undo), recorded)
+        return spec.rehydrate(recorded)
 
     def _resume(
         self, issued: Issued, undo: Callable[..., Any] | None, kind: str, compensates: int | None, readonly: bool
@@ -231,9 +232,7 @@ class Calls:
         if last.finished_at is None:
             found = yield from self._in_doubt(issued, last)
             if found is not None:
-                if undo is not None:
-                    rec.compensate_with(n, self._registry.tool(undo), found)
-                return spec.rehydrate(found)
+                return self._kept(n, spec, undo, found)
         elif last.backoff:
             # Stopped (or suspended) during the backoff: wait only what is left of it.
             yield from self.backoff(last.finished_at.timestamp() + last.backoff)
@@ -320,9 +319,7 @@ class Calls:
                     retry = False
                     errors += 1
                 else:
-                    if undo is not None:
-                        rec.compensate_with(n, self._registry.tool(undo), recorded)
-                    return spec.rehydrate(recorded)
+                    return self._kept(n, spec, undo, recorded)
             else:
                 failure = outcome.value
                 errors += 1
