@@ -221,12 +221,12 @@ def head_data(state: TaskState, calls: CallList) -> str:
     summary of its calls (:func:`summary_line`, with their count as ``"k"``: the fold's marks give a
     state without them, and them). The calls are those of a later full snapshot of the same stream
     (``state_data``) as they stood at the head's seq; see :mod:`tether._log_snapshots`."""
-    return head_of(state.model_dump_json(exclude=NOT_IN_HEAD), calls)
+    return state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + summary_line(calls, "k")
 
 
 def head_of(data: str, calls: CallList) -> str:
-    """The head of a full snapshot's ``data`` (its first line), given its calls."""
-    return data.partition("\n")[0] + "\n" + summary_line(calls, "k")
+    """The head of a full snapshot's ``data`` (its first line, not copying the rest), given its calls."""
+    return data[: data.find("\n")] + "\n" + summary_line(calls, "k")
 
 
 Calls = tuple[list[int], bytearray, list[str], bool]
