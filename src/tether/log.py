@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -172,6 +173,28 @@ class TaskLog(SnapshotKeeping):
         data_version: int | None = None,
     ) -> TaskState:
         """Create a task (status ``pending``) with its first event. ``ConflictError`` if the id exists."""
+        return self.start(
+            type=type, inputs=inputs, task_id=task_id, user_id=user_id, session_id=session_id, phases=phases,
+            data=data, data_version=data_version,
+        )[1]
+
+    def start(
+        self,
+        *,
+        type: str,
+        inputs: dict[str, Any] | None = None,
+        task_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        phases: Phases | None = None,
+        data: dict[str, Any] | None = None,
+        data_version: int | None = None,
+        holder: tuple[str, float] | None = None,
+    ) -> tuple[Recorded, TaskState]:
+        """:meth:`create`, returning the task's first record with its state. With ``holder=(owner,
+        ttl)`` the task is created leased to ``owner`` for ``ttl`` seconds, its lease token 1: a run
+        that creates the task it runs holds it from its first moment, with no second write (and no
+        worker can claim it in between)."""
         if not type:
             raise InvalidInputError("a task needs a non-empty type")
         task_id = uuid.uuid4().hex if task_id is None else check_task_id(task_id)
@@ -194,12 +217,14 @@ class TaskLog(SnapshotKeeping):
         state = apply(None, rec)
         encoded = self.encode(event)
         row = new_row(self.tenant, task_id, type, user_id, session_id, now, version=1, state=state)
+        if holder is not None:
+            row = replace(row, lease_owner=holder[0], lease_expires=now + holder[1], lease_token=1)
         self.store.create_task(self.tenant, row, EventRow(1, event.event_type, event.version, now, encoded))
         entry = Entry(state, 0, 0, len(encoded))
         entry.created = now
         entry.head.written = row.head
         self._memory.remember(task_id, entry)
-        return state
+        return rec, state
 
     def append(
         self,

@@ -3,7 +3,8 @@ and every wait bounded when the server goes away."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -227,3 +228,40 @@ def test_a_data_error_is_not_reported_as_an_outage(url: str) -> None:
     with pytest.raises(tether.InvalidInputError, match="cannot store"):
         store.get_task("default", "a\0b")
     store.close()
+
+
+def test_a_lease_taken_wakes_nobody_and_a_lease_given_back_wakes_waiters(url: str) -> None:
+    """Waiters (workers, ``tether logs --follow``, the inspector's feed) are woken by what they look
+    at: a task created, its status or wake time moved, its lease given back. Taking a lease changes
+    none of those, and a NOTIFY serialises every notifying commit of the database (issue 17, target 6),
+    so it sends none. Checked on the channel itself, in commit order: a marker sent after the
+    operations arrives right after the notifications they sent, and only those."""
+    import psycopg
+    from psycopg import sql
+
+    app = tether.App(url)
+    app.log.create(type="t", task_id="a")
+    schema = url.rpartition("schema=")[2]
+    channel = f"tether_{schema}"
+
+    def notifications(operation: Callable[[], object]) -> int:
+        with psycopg.connect(PG_URL, autocommit=True) as listener:
+            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            operation()
+            listener.execute("SELECT pg_notify(%s, 'marker')", (channel,))
+            seen = 0
+            for note in listener.notifies(timeout=30):
+                if note.payload == "marker":
+                    return seen
+                seen += 1
+        raise AssertionError("the marker never came")
+
+    now = time.time()
+    token: list[int | None] = []
+    assert notifications(lambda: token.append(app.store.acquire_lease(app.tenant, "a", "w1", 30, now))) == 0
+    assert token[0] is not None
+    assert notifications(lambda: app.store.release_lease(app.tenant, "a", token[0])) == 1
+    assert notifications(lambda: app.log.create(type="t", task_id="b")) == 1
+    assert notifications(lambda: app.log.start(type="t", task_id="c", holder=("w3", 30))) == 0  # held: not claimable
+    assert notifications(lambda: app.store.claim(app.tenant, "w2", 30, time.time())) == 0  # a claim takes a lease
+    app.close()

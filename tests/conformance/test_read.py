@@ -174,3 +174,32 @@ def test_load_sees_appends_from_another_log(store_url: str) -> None:
     assert log.load(state.task_id).version == 3
     other.append(state.task_id, [ObservationRecorded(key="late", value=1)], 3)
     assert log.load(state.task_id).observations["late"].value == 1
+
+
+def test_event_ranges_across_a_fork_of_a_fork(store_url: str) -> None:
+    # A fork shares its parent's events up to the fork point: every range of a fork of a fork reads
+    # what its chain holds, the ancestors' part (up to each fork point) first, then its own.
+    log = tether.TaskLog(store_url)
+    root = log.create(type="chat", task_id="root")
+    version = root.version
+    for i in range(9):
+        version = log.append("root", [ObservationRecorded(key="k", value=i)], version)
+    log.fork("root", at=6, new_id="mid")
+    version = log.load("mid").version
+    for i in range(4):
+        version = log.append("mid", [ObservationRecorded(key="k", value=100 + i)], version)
+    log.fork("mid", at=9, new_id="leaf")
+    version = log.load("leaf").version
+    for i in range(3):
+        version = log.append("leaf", [ObservationRecorded(key="k", value=200 + i)], version)
+    whole = log.store.read_events(log.tenant, "leaf")
+    assert [r.seq for r in whole] == list(range(1, version + 1))
+    values = [r.data for r in whole]
+    assert values[:6] == [r.data for r in log.store.read_events(log.tenant, "root", upto=6)]
+    assert values[6:9] == [r.data for r in log.store.read_events(log.tenant, "mid", after=6, upto=9)]
+    for after in range(version + 1):
+        for upto in (None, *range(after, version + 1)):
+            got = log.store.read_events(log.tenant, "leaf", after=after, upto=upto)
+            assert got == [r for r in whole if r.seq > after and (upto is None or r.seq <= upto)], (after, upto)
+    with pytest.raises(tether.TaskNotFoundError):
+        log.store.read_events(log.tenant, "nowhere")

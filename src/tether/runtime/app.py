@@ -25,7 +25,6 @@ from tether.errors import (
     InvalidInputError,
     InvalidTransition,
     TaskDefinitionError,
-    TaskNotFoundError,
     TetherError,
 )
 from tether.events import (
@@ -33,6 +32,7 @@ from tether.events import (
     CancelRequested,
     Event,
     InputReceived,
+    Recorded,
 )
 from tether.log import SnapshotPolicy, TaskLog
 from tether.machine import TERMINAL, Phases, Status
@@ -219,7 +219,7 @@ class App(TimeTravel, Conversations):
     ) -> TaskHandle:
         """Record a new task without running it (``pending``); an existing ``task_id`` is returned as is."""
         spec = self.registry.task(task)
-        return TaskHandle.of(self._create(spec, args, kwargs, task_id, user_id, session_id))
+        return TaskHandle.of(self._create(spec, args, kwargs, task_id, user_id, session_id)[1])
 
     def _create(
         self,
@@ -229,28 +229,29 @@ class App(TimeTravel, Conversations):
         task_id: str | None,
         user_id: str | None,
         session_id: str | None,
-    ) -> TaskState:
+        *,
+        holder: tuple[str, float] | None = None,
+    ) -> tuple[Recorded | None, TaskState]:
+        """The task these arguments make, created (held by ``holder``, when given) with its first
+        record; or the existing task ``task_id`` names, as it stands, with no record.
+
+        A new task is written at once, without looking first: a run of a new task costs one write,
+        not a read and a write. An existing ``task_id`` is met as the write's conflict (or, when
+        these arguments do not fit the task, looked up: an existing task is returned whatever they
+        are, as before)."""
         if task_id is not None:
             check_task_id(task_id)
         check_optional_id(user_id, "user_id")
         check_optional_id(session_id, "session_id")
-        if task_id is not None:
-            try:
-                return self._existing(spec, task_id)
-            except TaskNotFoundError:
-                pass
-        inputs = spec.bind(args, kwargs)
-        data = None
-        if spec.state is not None:
-            try:
-                data = spec.state().model_dump(mode="json")
-            except ValidationError as exc:
-                raise TaskDefinitionError(
-                    f"task {spec.name!r}: its state model {spec.state.__name__} needs defaults for every "
-                    f"field, so a new task can start with it ({exc.error_count()} fields lack one)"
-                ) from None
         try:
-            return self.log.create(
+            inputs = spec.bind(args, kwargs)
+            data = _initial_data(spec)
+        except TetherError:
+            if task_id is not None and self.log.store.get_task(self.tenant, task_id) is not None:
+                return None, self._existing(spec, task_id)
+            raise
+        try:
+            return self.log.start(
                 type=spec.name,
                 inputs=inputs,
                 task_id=task_id,
@@ -259,13 +260,14 @@ class App(TimeTravel, Conversations):
                 phases=spec.phases,
                 data=data,
                 data_version=spec.data_version,
+                holder=holder,
             )
         except ConflictError:
             if task_id is None:
                 raise
-            # Another caller created it between our look and our write: we get what a later
-            # caller gets, the task as it stands (running it then meets its lease).
-            return self._existing(spec, task_id)
+            # The task exists (created before, or by another caller between our look and our write):
+            # we get it as it stands (running it then meets its lease).
+            return None, self._existing(spec, task_id)
 
     def _existing(self, spec: TaskSpec, task_id: str) -> TaskState:
         existing = self.log.load(task_id)
@@ -288,7 +290,9 @@ class App(TimeTravel, Conversations):
         returns it as it is if it has finished.
         """
         spec = self.registry.task(task)
-        create = functools.partial(self._create, spec, args, kwargs, task_id, user_id, session_id)
+        create = functools.partial(
+            self._create, spec, args, kwargs, task_id, user_id, session_id, holder=(self.worker_id, self.lease_ttl)
+        )
         return drive_task(spec, lambda: execute(self, spec, create), "run", "run_async")
 
     async def run_async(
@@ -303,7 +307,9 @@ class App(TimeTravel, Conversations):
         """The async twin of :meth:`run`. Its store I/O runs off the event loop."""
         spec = self.registry.task(task)
         # Created (or found) in the same trip off the loop as the lease is taken and the record read.
-        create = functools.partial(self._create, spec, args, kwargs, task_id, user_id, session_id)
+        create = functools.partial(
+            self._create, spec, args, kwargs, task_id, user_id, session_id, holder=(self.worker_id, self.lease_ttl)
+        )
         return await drive_async(execute(self, spec, create))
 
     def resume(self, task_id: str) -> TaskHandle:
@@ -560,3 +566,16 @@ class App(TimeTravel, Conversations):
 async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` in a thread of the loop's executor: the loop serves others while the store answers."""
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def _initial_data(spec: TaskSpec) -> dict[str, Any] | None:
+    """A new task's data: its state model's defaults (``None`` for a task without one)."""
+    if spec.state is None:
+        return None
+    try:
+        return spec.state().model_dump(mode="json")
+    except ValidationError as exc:
+        raise TaskDefinitionError(
+            f"task {spec.name!r}: its state model {spec.state.__name__} needs defaults for every "
+            f"field, so a new task can start with it ({exc.error_count()} fields lack one)"
+        ) from None

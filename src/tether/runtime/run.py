@@ -53,9 +53,12 @@ __all__ = ["drive_task", "execute", "replay", "retry_event", "run_claimed"]
 
 T = TypeVar("T")
 
+Opener = Callable[[], tuple[Recorded | None, TaskState]]
+"""What creates (or finds) the task a run opens: its first record when it created it, and its state."""
+
 
 def execute(
-    app: App, spec: TaskSpec, task: str | Callable[[], TaskState], *, token: int | None = None, force: bool = False
+    app: App, spec: TaskSpec, task: str | Opener, *, token: int | None = None, force: bool = False
 ) -> Flow[TaskHandle]:
     """Run (or replay, then continue) a task while holding its lease: ``token``, or one taken here.
     ``task``: its id, or what creates it (or finds it) and returns its state.
@@ -77,7 +80,7 @@ def execute(
 
 
 def _held(
-    app: App, spec: TaskSpec, task: str | Callable[[], TaskState], token: int | None, force: bool
+    app: App, spec: TaskSpec, task: str | Opener, token: int | None, force: bool
 ) -> Flow[TaskHandle]:
     """``execute``'s run: opened, its code run under the lease's heartbeat, then let go."""
     closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
@@ -109,13 +112,22 @@ def _held(
 
 
 def _open(
-    app: App, task: str | Callable[[], TaskState], token: int | None, force: bool
+    app: App, task: str | Opener, token: int | None, force: bool
 ) -> TaskHandle | tuple[str, int, list[Recorded], TaskState]:
     """What a run needs before its code runs: the task (created by ``task`` when it is not an id),
     the lease (``token``, or taken here) and the task's record; or the task's handle when it has
-    finished and there is nothing to run."""
-    state = None if isinstance(task, str) else task()
-    task_id = task if isinstance(task, str) else state.task_id  # type: ignore[union-attr]
+    finished and there is nothing to run.
+
+    A task ``task`` creates is created held by this run (lease token 1), and its record is the one
+    event it was created with: no lease to take and nothing to read back. Whatever another process
+    appends meanwhile (a cancel) is met by the run's first write, as at any other point."""
+    if isinstance(task, str):
+        task_id, state = task, None
+    else:
+        first, state = task()
+        if first is not None:
+            return state.task_id, 1, [first], state
+        task_id = state.task_id
     if token is None:
         state = state or app.log.load(task_id)
         if state.status in TERMINAL:

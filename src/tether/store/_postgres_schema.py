@@ -94,6 +94,21 @@ MIGRATIONS: list[str] = [
               OR OLD.lease_owner IS DISTINCT FROM NEW.lease_owner)
         EXECUTE FUNCTION tether_wake();
     """,
+    # 3: no wake-up when a lease is taken, or for a task created leased (issue 17, target 6). Taking a
+    # lease makes nothing claimable and nothing anyone waits for; it is the run's next change (its
+    # status) that readers see. A NOTIFY holds a lock of the whole database from its commit's WAL
+    # flush to its end, so every notifying commit of every process waits for the one before it: with
+    # many async runs starting at once, their lease takes queued there.
+    """
+    DROP TRIGGER tasks_wake_new ON tasks;
+    CREATE TRIGGER tasks_wake_new AFTER INSERT ON tasks FOR EACH ROW WHEN (NEW.lease_owner IS NULL)
+        EXECUTE FUNCTION tether_wake();
+    DROP TRIGGER tasks_wake ON tasks;
+    CREATE TRIGGER tasks_wake AFTER UPDATE OF status, wake_at, lease_owner ON tasks FOR EACH ROW
+        WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.wake_at IS DISTINCT FROM NEW.wake_at
+              OR (OLD.lease_owner IS NOT NULL AND NEW.lease_owner IS NULL))
+        EXECUTE FUNCTION tether_wake();
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations

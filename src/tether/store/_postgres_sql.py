@@ -12,8 +12,8 @@ import psycopg
 
 from tether.errors import ConflictError
 from tether.store import _sql
-from tether.store._postgres_io import to_jsonb
-from tether.store.base import EventRow, IndexUpdate, StreamAppend
+from tether.store._postgres_io import from_jsonb, to_jsonb
+from tether.store.base import EventRow, IndexUpdate, StreamAppend, read_across_forks
 
 __all__ = [
     "APPEND",
@@ -27,6 +27,7 @@ __all__ = [
     "drop_history",
     "group_statement",
     "landed",
+    "read_stream",
     "replace_history",
     "write_group",
     "write_parts",
@@ -350,3 +351,53 @@ def write_group(conn: psycopg.Connection[Any], group: tuple[str, tuple[Any, ...]
         raise AmbiguousRefusalError() from None
     if refused is not None:
         raise PartRefusedError(refused[0])
+
+
+# A stream's events and where it forked from, found by its name: one round trip for what a run
+# reads before its code goes on (two transactions and four statements before: its row id, its
+# parent, then its events). A task with no events in the range still gives its row (the LEFT JOIN).
+READ_STREAM = """
+SELECT t.parent, t.parent_seq, e.seq, e.type, e.schema, e.at, e.data::text, e.fence
+FROM tasks t LEFT JOIN events e
+  ON e.task = t.id AND e.seq > %(after)s AND (%(upto)s::integer IS NULL OR e.seq <= %(upto)s)
+WHERE t.tenant = %(tenant)s AND t.task_id = %(task_id)s
+ORDER BY e.seq
+"""
+
+
+def read_stream(
+    conn: psycopg.Connection[Any], tenant: str, task_id: str, after: int, upto: int | None
+) -> list[EventRow] | None:
+    """The events with ``after < seq <= upto`` of a stream, its parent's part first when it is a fork
+    whose fork point lies past ``after``; ``None`` when there is no such stream."""
+    found = conn.execute(READ_STREAM, {"tenant": tenant, "task_id": task_id, "after": after, "upto": upto}).fetchall()
+    if not found:
+        return None
+    parent, fork_point = found[0][0], found[0][1]
+    own = [EventRow(r[2], r[3], r[4], r[5], from_jsonb(r[6]), r[7]) for r in found if r[2] is not None]
+    if parent is None or fork_point is None or fork_point <= after:
+        return own
+    # A fork whose shared part is asked for: the parent's events up to the fork point (and further
+    # up the chain), then this stream's own, which all come after the fork point.
+    shared = read_across_forks(
+        parent,
+        after,
+        fork_point if upto is None else min(upto, fork_point),
+        lambda task: _parent_of(conn, task),
+        lambda task, low, last: _segment(conn, task, low, last),
+    )
+    return [*shared, *own]
+
+
+def _parent_of(conn: psycopg.Connection[Any], task: int) -> tuple[int, int] | None:
+    found = conn.execute(SQL.parent_of, (task,)).fetchone()
+    return None if found is None or found[0] is None or found[1] is None else (found[0], found[1])
+
+
+def _segment(conn: psycopg.Connection[Any], task: int, low: int, last: int | None) -> list[EventRow]:
+    cursor = conn.execute(
+        "SELECT seq, type, schema, at, data::text, fence FROM events "
+        "WHERE task = %s AND seq > %s AND (%s::integer IS NULL OR seq <= %s) ORDER BY seq",
+        (task, low, last, last),
+    )
+    return [EventRow(r[0], r[1], r[2], r[3], from_jsonb(r[4]), r[5]) for r in cursor]

@@ -89,8 +89,9 @@ class Statements:
     rename_task: str = "UPDATE tasks SET task_id = ? WHERE id = ?"
     insert_task: str = (
         "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
-        "parent, parent_seq, wake_at, version, updated_at, calls_done, summary, output) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "parent, parent_seq, wake_at, version, updated_at, calls_done, summary, output, "
+        "lease_owner, lease_expires, lease_token) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
     # A stream's version: its newest event's seq (the row's for a stream with none), given its id twice.
     version_of: str = (
@@ -162,6 +163,9 @@ def task_values(
         row.calls_done,
         row.summary,
         row.output,
+        row.lease_owner,
+        row.lease_expires,
+        row.lease_token,
     )
 
 

@@ -220,7 +220,10 @@ class Store(Protocol):
     def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
         """Create the task's index row and its first event, atomically.
 
-        Raises ``ConflictError(expected=0)`` if the task id exists in this tenant.
+        The row's lease is stored as given: a task created with ``lease_owner`` set is held from
+        its first moment (a run creating the task it runs), and no claim takes it until the lease
+        is released or expires. Raises ``ConflictError(expected=0)`` if the task id exists in this
+        tenant.
         """
         ...
 

@@ -466,6 +466,26 @@ def an_expired_lease_can_be_taken(store: Store) -> None:
 
 
 @_check()
+def a_task_created_leased_is_held_from_its_first_moment(store: Store) -> None:
+    now = time.time()
+    held = replace(_row("a"), lease_owner="w1", lease_expires=now + 30, lease_token=1)
+    store.create_task(TENANT, held, _event(1))
+    _create(store, "b")
+    row = store.get_task(TENANT, "a")
+    assert row is not None and (row.lease_owner, row.lease_expires, row.lease_token) == ("w1", now + 30, 1)
+    assert store.acquire_lease(TENANT, "a", "w2", 30, now) is None  # held and alive
+    claimed = store.claim(TENANT, "w2", 30, now)
+    assert claimed is not None and claimed[0] == "b"  # the held one is not runnable for others
+    assert store.claim(TENANT, "w2", 30, now) is None
+    store.append(TENANT, "a", [_event(2)], 1, fence=1)
+    _expect(LeaseLostError, lambda: store.append(TENANT, "a", [_event(3)], 2, fence=0))
+    assert store.renew_lease(TENANT, "a", 1, 30, now)
+    store.release_lease(TENANT, "a", 1)
+    again = store.claim(TENANT, "w2", 30, now)
+    assert again is not None and again[0] == "a" and again[1] > 1
+
+
+@_check()
 def claim_takes_one_runnable_task_at_a_time(store: Store) -> None:
     _create(store, "a")
     now = time.time()

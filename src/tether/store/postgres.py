@@ -65,7 +65,6 @@ from tether.store.base import (
     TaskRow,
     check_batch,
     check_streams,
-    read_across_forks,
     redact_url,
     refusal,
 )
@@ -438,24 +437,10 @@ class PostgresStore:
         self._ids[(tenant, task_id)] = int(new[0])
 
     def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
-        internal = self._fresh_id(tenant, task_id)
-
-        def read(conn: psycopg.Connection[Any]) -> list[EventRow]:
-            def parent_of(task: int) -> tuple[int, int] | None:
-                found = conn.execute(SQL.parent_of, (task,)).fetchone()
-                return None if found is None or found[0] is None or found[1] is None else (found[0], found[1])
-
-            def segment(task: int, low: int, last: int | None) -> list[EventRow]:
-                cursor = conn.execute(
-                    "SELECT seq, type, schema, at, data::text, fence FROM events "
-                    "WHERE task = %s AND seq > %s AND (%s::integer IS NULL OR seq <= %s) ORDER BY seq",
-                    (task, low, last, last),
-                )
-                return [EventRow(r[0], r[1], r[2], r[3], from_jsonb(r[4]), r[5]) for r in cursor]
-
-            return read_across_forks(internal, after, upto, parent_of, segment)
-
-        return self._run(read)
+        rows = self._run(lambda conn: own.read_stream(conn, tenant, task_id, after, upto))
+        if rows is None:
+            raise TaskNotFoundError(task_id, tenant=tenant)
+        return rows
 
     def get_task(self, tenant: str, task_id: str) -> TaskRow | None:
         row = self._run(lambda c: c.execute(SQL.select_task, (tenant, task_id)).fetchone())
