@@ -173,12 +173,12 @@ class TaskLog(SnapshotKeeping):
         data_version: int | None = None,
     ) -> TaskState:
         """Create a task (status ``pending``) with its first event. ``ConflictError`` if the id exists."""
-        return self.start(
+        return self.create_record(
             type=type, inputs=inputs, task_id=task_id, user_id=user_id, session_id=session_id, phases=phases,
             data=data, data_version=data_version,
         )[1]
 
-    def start(
+    def create_record(
         self,
         *,
         type: str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -331,6 +332,55 @@ def test_task_id_reuse_never_starts_a_second_copy(app: tether.App) -> None:
 
     with pytest.raises(tether.InvalidInputError, match="exists as a"):
         app.run(other, task_id="same")
+
+
+def test_an_existing_task_id_is_returned_whatever_the_arguments(app: tether.App) -> None:
+    @app.task
+    def t(ctx: tether.TaskContext, x: int) -> int:
+        return x
+
+    assert app.run(t, 1, task_id="same").output == 1
+    assert app.run(t, task_id="same").output == 1  # x missing: the task exists, so it is returned
+    assert app.start(t, 1, 2, task_id="same").output == 1
+    with pytest.raises(tether.InvalidInputError, match="x"):
+        app.run(t, task_id="new")  # a new task needs its arguments
+    with pytest.raises(tether.TaskNotFoundError):
+        app.get("new")  # and nothing was written
+
+
+def test_a_run_of_a_new_task_holds_it_from_its_creation(app: tether.App) -> None:
+    """A task a run creates is created leased to the run (one write: no lease taken after, no
+    record read back), and nobody can claim it meanwhile; an existing one is leased as before."""
+    seen: dict[str, Any] = {}
+    taken: list[str] = []
+    read: list[str] = []
+    store = app.store
+    acquire, read_events = store.acquire_lease, store.read_events
+
+    def counting_acquire(tenant: str, task_id: str, *args: Any, **kwargs: Any) -> int | None:
+        taken.append(task_id)
+        return acquire(tenant, task_id, *args, **kwargs)
+
+    def counting_read(tenant: str, task_id: str, **kwargs: Any) -> Any:
+        read.append(task_id)
+        return read_events(tenant, task_id, **kwargs)
+
+    store.acquire_lease, store.read_events = counting_acquire, counting_read  # type: ignore[method-assign]
+
+    @app.task
+    def t(ctx: tether.TaskContext) -> str:
+        row = app.log.get(ctx.task_id)
+        seen["held"] = (row.lease_owner, row.lease_token)
+        seen["claimed"] = store.claim(app.tenant, "thief", 30, time.time())
+        return ctx.task_id
+
+    assert app.run(t, task_id="fresh").output == "fresh"
+    assert seen == {"held": (app.worker_id, 1), "claimed": None}
+    assert taken == [] and read == []
+    assert app.log.get("fresh").lease_owner is None  # given back at the end
+    app.start(t, task_id="made")
+    assert app.run(t, task_id="made").output == "made"
+    assert taken == ["made"] and read == ["made"]
 
 
 def test_task_parameters_that_collide_with_start_options_are_refused(app: tether.App) -> None:

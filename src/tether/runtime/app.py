@@ -251,7 +251,7 @@ class App(TimeTravel, Conversations):
                 return None, self._existing(spec, task_id)
             raise
         try:
-            return self.log.start(
+            return self.log.create_record(
                 type=spec.name,
                 inputs=inputs,
                 task_id=task_id,
