@@ -262,6 +262,7 @@ def test_a_lease_taken_wakes_nobody_and_a_lease_given_back_wakes_waiters(url: st
     assert token[0] is not None
     assert notifications(lambda: app.store.release_lease(app.tenant, "a", token[0])) == 1
     assert notifications(lambda: app.log.create(type="t", task_id="b")) == 1
-    assert notifications(lambda: app.log.create_record(type="t", task_id="c", holder=("w3", 30))) == 0  # held: not claimable
+    held = ("w3", 30.0)  # a task created leased is not claimable: nobody to wake
+    assert notifications(lambda: app.log.create_record(type="t", task_id="c", holder=held)) == 0
     assert notifications(lambda: app.store.claim(app.tenant, "w2", 30, time.time())) == 0  # a claim takes a lease
     app.close()
