@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 import tether
 from tests.conftest import PG_URL, pg_url
+from tether.events import OutputSet, StatusChanged
+from tether.machine import TERMINAL
 
 
 @pytest.fixture
@@ -265,4 +268,15 @@ def test_a_lease_taken_wakes_nobody_and_a_lease_given_back_wakes_waiters(url: st
     held = ("w3", 30.0)  # a task created leased is not claimable: nobody to wake
     assert notifications(lambda: app.log.create_record(type="t", task_id="c", holder=held)) == 0
     assert notifications(lambda: app.store.claim(app.tenant, "w2", 30, time.time())) == 0  # a claim takes a lease
+    # A finished task's lease given back wakes nobody: its end (the status) did, in its own commit.
+    for status, event in (("completed", OutputSet(output=1)), ("failed", None), ("cancelled", None)):
+        task = f"done-{status}"
+        app.log.create_record(type="t", task_id=task, holder=held)
+        token = 1  # a task created held has lease token 1
+        version = app.log.append(task, [StatusChanged(status="running")], 1, fence=token)
+        ended: list[Any] = [event] if event is not None else []
+        ended.append(StatusChanged(status=status))
+        assert notifications(lambda: app.log.append(task, ended, version, fence=token)) == 1  # noqa: B023
+        assert notifications(lambda: app.store.release_lease(app.tenant, task, token)) == 0  # noqa: B023
+    assert {"completed", "failed", "cancelled"} == {s.value for s in TERMINAL}  # the trigger's list
     app.close()

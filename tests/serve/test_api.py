@@ -193,3 +193,19 @@ def test_no_secret_or_store_url_in_any_answer(served: Served) -> None:
     scheme = served.url.partition("://")[0] + "://"
     for text in texts:
         assert scheme not in text and "tk_" not in text
+
+
+@pytest.mark.parametrize("status", ["running", "completed", "failed", "cancelled"])
+def test_a_finished_task_is_held_by_nobody(status: str) -> None:
+    """A run gives its lease back after its last status change (and that release wakes no
+    listener): the list never shows a finished task as held, a live one as held by its run."""
+    import time
+    from dataclasses import replace
+
+    import tether
+    from tether.serve._json import summary_json
+
+    app = tether.App("memory://")
+    app.log.create(type="t", task_id="a")
+    row = replace(app.log.get("a"), status=status, lease_owner="w1", lease_expires=time.time() + 60)
+    assert summary_json(app, row)["held_by"] == ("w1" if status == "running" else None)

@@ -94,11 +94,12 @@ MIGRATIONS: list[str] = [
               OR OLD.lease_owner IS DISTINCT FROM NEW.lease_owner)
         EXECUTE FUNCTION tether_wake();
     """,
-    # 3: no wake-up when a lease is taken, or for a task created leased (issue 17, target 6). Taking a
-    # lease makes nothing claimable and nothing anyone waits for; it is the run's next change (its
-    # status) that readers see. A NOTIFY holds a lock of the whole database from its commit's WAL
-    # flush to its end, so every notifying commit of every process waits for the one before it: with
-    # many async runs starting at once, their lease takes queued there.
+    # 3: no wake-up when a lease is taken, for a task created leased, or for the lease of a finished
+    # task given back (issue 17, target 6). None of them makes anything claimable or anything anyone
+    # waits for: a run's status changes are what readers see, and a finished task is held by nobody
+    # to them (serve shows no holder). A NOTIFY holds a lock of the whole database from its commit's
+    # WAL flush to its end, so every notifying commit of every process waits for the one before it:
+    # with many async runs at once, their lease takes and releases queued there.
     """
     DROP TRIGGER tasks_wake_new ON tasks;
     CREATE TRIGGER tasks_wake_new AFTER INSERT ON tasks FOR EACH ROW WHEN (NEW.lease_owner IS NULL)
@@ -106,7 +107,8 @@ MIGRATIONS: list[str] = [
     DROP TRIGGER tasks_wake ON tasks;
     CREATE TRIGGER tasks_wake AFTER UPDATE OF status, wake_at, lease_owner ON tasks FOR EACH ROW
         WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.wake_at IS DISTINCT FROM NEW.wake_at
-              OR (OLD.lease_owner IS NOT NULL AND NEW.lease_owner IS NULL))
+              OR (OLD.lease_owner IS NOT NULL AND NEW.lease_owner IS NULL
+                  AND NEW.status NOT IN ('completed', 'failed', 'cancelled')))
         EXECUTE FUNCTION tether_wake();
     """,
 ]
