@@ -362,3 +362,32 @@ def test_no_store_call_runs_on_the_loop_while_other_runs_are_under_way(store_url
     assert all(h.output == "done" for h in asyncio.run(main()))
     assert store.on_loop == []
     app.close()
+
+
+def test_a_transaction_wakes_its_branches_a_few_per_turn_of_the_loop() -> None:
+    """However many branches one transaction wakes, a turn of the loop wakes at most ``PER_TURN`` of
+    them: whatever else the loop serves gets its turns in between, not after all of them. Each
+    branch gets its own outcome."""
+    from tether.runtime._commits import PER_TURN, Wakeups
+
+    refused = RuntimeError("refused")
+
+    async def main() -> tuple[list[int], list[asyncio.Future[None]]]:
+        loop = asyncio.get_running_loop()
+        waiters: list[asyncio.Future[None]] = [loop.create_future() for _ in range(3 * PER_TURN + 5)]
+        woken = Wakeups()
+        woken.add(loop, [([], w) for w in waiters[:-1]], None)
+        woken.add(loop, [([], waiters[-1])], refused)
+        sender = threading.Thread(target=woken.send)  # from another thread, as the commit thread does
+        sender.start()
+        sender.join()
+        done: list[int] = []
+        while not all(w.done() for w in waiters):
+            await asyncio.sleep(0)  # one turn of the loop
+            done.append(sum(w.done() for w in waiters))
+        return done, waiters
+
+    done, waiters = asyncio.run(main())
+    steps = [b - a for a, b in zip([0, *done], done, strict=False)]
+    assert max(steps) <= PER_TURN and len([s for s in steps if s]) >= 4, steps
+    assert all(w.result() is None for w in waiters[:-1]) and waiters[-1].exception() is refused
