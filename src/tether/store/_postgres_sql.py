@@ -19,6 +19,7 @@ __all__ = [
     "APPEND",
     "APPEND_GROUP",
     "APPEND_ONE",
+    "CREATE",
     "LATEST",
     "SQL",
     "AmbiguousRefusalError",
@@ -176,6 +177,14 @@ LATEST = (
     "UNION ALL (SELECT 2, e.seq, e.schema, e.type, e.data::text, e.at, e.fence, NULL FROM events e "
     "WHERE e.task = (SELECT id FROM t) AND e.seq > COALESCE((SELECT seq FROM s), 0) ORDER BY e.seq)"
 )
+
+# A task's row and its first event, in one statement (one round trip, its own transaction on the
+# autocommit connection); a task id taken fails it on the unique key, writing nothing.
+CREATE = f"""
+WITH t AS ({SQL.insert_task} RETURNING id)
+INSERT INTO events (task, seq, type, schema, at, data) SELECT t.id, %s, %s, %s, %s, %s::jsonb FROM t
+RETURNING task
+"""
 
 
 def append_statement(

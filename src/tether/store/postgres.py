@@ -258,18 +258,15 @@ class PostgresStore:
         parent = self._fresh_id(tenant, row.parent_id) if row.parent_id is not None else None
 
         def create(conn: psycopg.Connection[Any]) -> int:
-            with conn.transaction():
-                try:
-                    values = _sql.task_values(tenant, row, parent, wake_at=row.wake_at, first=first)
-                    found = conn.execute(SQL.insert_task + " RETURNING id", values).fetchone()
-                except psycopg.errors.UniqueViolation:
-                    raise ConflictError(row.task_id, expected=0, actual=None) from None
-                assert found is not None
-                conn.execute(
-                    "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
-                    (found[0], first.seq, first.type, first.schema, first.at, to_jsonb(first.data)),
-                )
-                return int(found[0])
+            # The row and its first event in one statement: one round trip, its own transaction.
+            values = _sql.task_values(tenant, row, parent, wake_at=row.wake_at, first=first)
+            event = (first.seq, first.type, first.schema, first.at, to_jsonb(first.data))
+            try:
+                found = conn.execute(own.CREATE, (*values, *event)).fetchone()
+            except psycopg.errors.UniqueViolation:
+                raise ConflictError(row.task_id, expected=0, actual=None) from None
+            assert found is not None
+            return int(found[0])
 
         self._ids[(tenant, row.task_id)] = self._run(create)
 
