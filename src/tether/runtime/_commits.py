@@ -21,7 +21,6 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import InvalidInputError
@@ -184,9 +183,12 @@ class Wakeups:
 
 def _write_together(log: TaskLog, groups: Sequence[_Submission]) -> None:
     """Every group's records in one transaction, each task's lock held from staging to bookkeeping."""
-    with ExitStack() as held:
-        for group in sorted(groups, key=lambda g: id(g.recorder)):  # one order: never two waits crossed
-            held.enter_context(group.recorder.lock)
+    locks = [group.recorder.lock for group in sorted(groups, key=lambda g: id(g.recorder))]  # one order:
+    held = 0  # never two waits crossed; taken and let go by hand (an ExitStack was 5% of the thread)
+    try:
+        for lock in locks:
+            lock.acquire()
+            held += 1
         parts = [group.recorder.staged([e for events, _ in group.batch for e in events]) for group in groups]
         fences = {task_id: fence for task_id, _, _, fence in parts if fence is not None}
         versions = log.append_together(
@@ -194,6 +196,9 @@ def _write_together(log: TaskLog, groups: Sequence[_Submission]) -> None:
         )
         for group, version in zip(groups, versions, strict=True):
             group.recorder.appended(version)
+    finally:
+        for lock in reversed(locks[:held]):
+            lock.release()
 
 
 def write_branches(
