@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import jsonschema
-
 from tether.errors import InvalidInputError, TaskFailedError, TaskNotFinishedError, TetherError
 from tether.machine import Status
 from tether.model import Failure, TaskState, Waiting
@@ -175,6 +173,9 @@ class TaskSummary:
 
 def check_against_schema(task_id: str, key: str, value: Any, schema: dict[str, Any]) -> None:
     """Refuse a value that does not fit a wait's JSON schema, saying where and why."""
+    # Imported here, when a wait has a schema: jsonschema and what it brings are a third of the
+    # objects ``import tether`` makes, and every full garbage collection of the process walks them.
+    import jsonschema
 
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path))
     if errors:
