@@ -154,3 +154,19 @@ def test_a_row_that_cannot_be_read_is_named(store_url: str, data: str, error: ty
         app.history(task_id)
     with pytest.raises(error, match=match):
         app.log.events(task_id)
+
+
+def test_upcasters_that_read_every_record_themselves_read_the_history_too(store_url: str) -> None:
+    class Loud(tether.events.Upcasters):
+        def decode(self, type_name: str, version: int, data: dict[str, Any]) -> Event:
+            if type_name == "ObservationRecorded":
+                data = {**data, "key": data["key"].upper()}
+            return super().decode(type_name, version, data)
+
+    app = tether.App(store_url)
+    state = app.log.create(type="chat", task_id="loud")
+    app.log.append("loud", [ObservationRecorded(key="price", value=3)], state.version)
+    app.log.upcasters = Loud()
+    assert app.log.events("loud")[-1].event.key == "PRICE"  # type: ignore[attr-defined]
+    entry = app.history("loud")[-1]
+    assert entry.summary == "observed PRICE = 3" and entry.event.key == "PRICE"  # type: ignore[attr-defined]
