@@ -119,26 +119,29 @@ def _iso(value: Any) -> bool:
     return True
 
 
-def checked(task_id: str, event: Event, opened: Container[int], opening: set[int]) -> None:
-    """Check an event whose fold is deferred. A call event, against the calls opened so far: a call is
-    opened once (by its intent, or a readonly call's completion), under any unused ordinal (parallel
-    calls open in the order they finish); every other call event refers to an opened call."""
+def checked(task_id: str, event: Event, opened: Container[int], opening: set[int]) -> bool:
+    """Check an event whose fold is deferred; for a call event, whether its call was opened before it
+    (``False`` for any other event). A call event is checked against the calls opened so far: a call
+    is opened once (by its intent, or a readonly call's completion), under any unused ordinal
+    (parallel calls open in the order they finish); every other call event refers to an opened call."""
     cls = type(event)
     if not DEFERRED[cls](event):
         raise InvalidInputError(f"{cls.__name__} has a field of the wrong type: {event!r}")
     if cls not in CALL_EVENTS:
-        return
+        return False
     n = event.n  # type: ignore[attr-defined]
     if type(n) is not int or n < 1:
         raise InvalidInputError(f"{cls.__name__} has call ordinal {n!r}; ordinals are integers from 1")
+    known = n in opening or n in opened
     if cls is CallStarted:
         opening.add(n)  # a new call, or the next attempt of an open one
     elif cls is CallCompleted and event.key is not None:  # type: ignore[attr-defined]
-        if n in opened or n in opening:
+        if known:
             raise InvalidInputError(f"CallCompleted opens call #{n} of task {task_id!r}, which is already open")
         opening.add(n)
-    elif n not in opened and n not in opening:
+    elif not known:
         raise InvalidInputError(f"{cls.__name__} refers to call #{n}, but task {task_id!r} has no such call")
+    return known
 
 
 def _explain_unserializable(event: Event, exc: Exception) -> str:

@@ -119,17 +119,19 @@ class Entry:
 
 class Opened:
     """The ordinals of a task's calls opened: those of its state when made (its calls answer without
-    reading an unread prefix's index, for a call after it) and those opened since, added by
-    ``update``. A call once opened stays opened."""
+    reading an unread prefix's index, for a call after it; a call after the last of them, the new
+    call of nearly every append, without asking them) and those opened since, added by ``update``.
+    A call once opened stays opened."""
 
-    __slots__ = ("_calls", "_since")
+    __slots__ = ("_calls", "_last", "_since")
 
     def __init__(self, calls: CallList) -> None:
         self._calls = calls
+        self._last = calls.last()
         self._since: set[int] = set()
 
     def __contains__(self, n: object) -> bool:
-        return n in self._since or (type(n) is int and self._calls.has(n))
+        return n in self._since or (type(n) is int and n <= self._last and self._calls.has(n))
 
     def update(self, more: set[int]) -> None:
         self._since |= more

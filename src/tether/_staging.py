@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from tether._encoding import DEFERRED, checked, encode_event
 from tether._heads import INDEXED, Head, index_update
 from tether._log_memory import Entry
 from tether.errors import InvalidInputError
-from tether.events import CallCompleted, Event, Recorded, TaskCreated, fold
+from tether.events import CALL_EVENTS, CallCompleted, Event, Recorded, TaskCreated, fold
 from tether.model import TaskState
 from tether.store import EventRow, IndexUpdate, TaskHead
 
@@ -22,15 +21,11 @@ __all__ = ["Staged", "stage"]
 _tuple_new = tuple.__new__
 
 
-class Staged(NamedTuple):
-    """An append's events checked and encoded, not yet written."""
-
-    rows: list[EventRow]
-    base: TaskState | None  # the state folded now, when one of the events needed it
-    staged: list[Recorded]  # events folded later, after ``base`` (or after what was pending)
-    opening: set[int]  # the call ordinals the batch opens
-    update: IndexUpdate | None
-    head: Head  # where the task stands after the batch
+Staged = tuple[list[EventRow], TaskState | None, list[Recorded], set[int], IndexUpdate | None, Head]
+"""An append's events checked and encoded, not yet written: ``(rows, base, staged, opening, update,
+head)`` — the rows to write; the state folded now, when one of the events needed it; the events
+folded later, after ``base`` (or after what was pending); the call ordinals the batch opens; the
+index row's change; where the task stands after the batch. (A plain tuple: one is built per append.)"""
 
 
 def _with_head(index: IndexUpdate | None, head: TaskHead | None) -> IndexUpdate | None:
@@ -54,19 +49,23 @@ def _stage_one(task_id: str, event: Event, entry: Entry, seq: int, limit: int) -
     does not go through (refused here, or by the store). The event is encoded first, so a value that
     cannot be stored (a tool's result, most often) is refused before the head has moved."""
     rec = _tuple_new(Recorded, (seq, time.time(), event))
-    row = _row(rec, limit)
+    rows = [_row(rec, limit)]
     opening: set[int] = set()
     head = entry.head
     _deferred(task_id, rec, entry, head, opening)
-    update = head.row_update(1 if type(event) is CallCompleted else 0)
-    return _tuple_new(Staged, ([row], None, [rec], opening, _with_head(None, update), head))
+    update = head.row_update(type(event) is CallCompleted)
+    return rows, None, [rec], opening, None if update is None else _with_head(None, update), head
 
 
 def _deferred(task_id: str, rec: Recorded, entry: Entry, head: Head, opening: set[int]) -> None:
     """Check an event folded later against the calls opened so far, and move the head by it."""
-    opened = entry.calls
-    head.advance(rec, opened, opening)
-    checked(task_id, rec.event, opened, opening)
+    event = rec.event
+    known = checked(task_id, event, entry.calls, opening)
+    cls = type(event)
+    if cls in CALL_EVENTS:
+        head.call_moved(cls, event.n, known)  # type: ignore[attr-defined]
+    else:
+        head.advance(rec)
 
 
 def _row(rec: Recorded, limit: int) -> EventRow:
@@ -115,4 +114,4 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
         if cls in INDEXED:
             index = index_update(event, index, now)
         rows.append(_row(rec, limit))
-    return Staged(rows, base, staged, opening, _with_head(index, head.row_update(completes)), head)
+    return rows, base, staged, opening, _with_head(index, head.row_update(completes)), head

@@ -224,19 +224,24 @@ class TaskLog(SnapshotKeeping):
         """
         if not events:
             raise InvalidInputError("append() needs at least one event")
-        with self._memory.lock(task_id):  # what the log remembers of the task changes under its lock
-            entry = self._memory.get(task_id)
+        memory = self._memory
+        lock = memory.lock(task_id)  # what the log remembers of the task changes under its lock
+        lock.acquire()  # (not ``with``: a call's two appends pay for it, and it costs twice as much)
+        try:
+            entry = memory.get(task_id)
             if entry is None or entry.version != expected_version:
                 entry = self._entry(task_id, expected_version)
             try:
                 batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
-                self.store.append(self.tenant, task_id, batch.rows, expected_version, fence=fence, index=batch.update)
+                self.store.append(self.tenant, task_id, batch[0], expected_version, fence=fence, index=batch[4])
             except BaseException:
                 # What happened is for the store to say, on the next read; a refused stage may have
                 # moved the entry's head (a one-event stage moves it in place).
                 self.forget(task_id)
                 raise
             return self._settle(task_id, entry, batch, expected_version, snapshot)
+        finally:
+            lock.release()
 
     def append_together(
         self,
@@ -267,7 +272,7 @@ class TaskLog(SnapshotKeeping):
                     batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
                     staged.append((task_id, entry, batch, expected_version))
                 fence = (fences or {}).get
-                parts = [StreamAppend(t, b.rows, v, fence=fence(t), index=b.update) for t, _, b, v in staged]
+                parts = [StreamAppend(t, b[0], v, fence=fence(t), index=b[4]) for t, _, b, v in staged]
                 self.store.append_streams(self.tenant, parts)
             except BaseException:
                 for task_id in task_ids:  # as append() does: a stage may have moved an entry's head
