@@ -60,7 +60,7 @@ def _stage_one(task_id: str, event: Event, entry: Entry, seq: int, limit: int) -
 def _deferred(task_id: str, rec: Recorded, entry: Entry, head: Head, opening: set[int]) -> None:
     """Check an event folded later against the calls opened so far, and move the head by it."""
     event = rec.event
-    known = checked(task_id, event, entry.calls, opening)
+    known = checked(task_id, event, entry.opened(), opening)
     cls = type(event)
     if cls in CALL_EVENTS:
         head.call_moved(cls, event.n, known)  # type: ignore[attr-defined]

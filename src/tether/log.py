@@ -292,7 +292,7 @@ class TaskLog(SnapshotKeeping):
         entry.version = seq
         entry.head = head
         if opening:
-            entry.calls.update(opening)
+            entry.opened().update(opening)
         entry.took(rows)
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
@@ -475,7 +475,7 @@ class TaskLog(SnapshotKeeping):
                 entry.version = rows[-1].seq
                 entry.took(rows)
                 state = entry.state
-                entry.calls = None  # listed again when next needed
+                entry.drop_opened()  # listed again when next needed
                 # The row's head is known to be this state's only when the row is of the same version.
                 written = row.head if row is not None and row.version == entry.version else None
                 entry.head = Head.of(state, written)

@@ -143,10 +143,10 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
         f"        raise store_error(self.path, exc) from exc\n"
     )
     namespace: dict[str, Any] = {"method": method, "sqlite3": sqlite3, "store_error": _store_error}
-    exec(source, namespace)  # noqa: S102 (the names are the method's own parameters: identifiers)
+    exec(source, namespace)  # the names are the method's own parameters: identifiers
     guarded = namespace["guarded"]
-    guarded.__defaults__ = method.__defaults__  # type: ignore[attr-defined]
-    guarded.__kwdefaults__ = method.__kwdefaults__  # type: ignore[attr-defined]
+    guarded.__defaults__ = method.__defaults__
+    guarded.__kwdefaults__ = method.__kwdefaults__
     return functools.wraps(method)(guarded)
 
 
