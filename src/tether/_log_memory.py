@@ -79,6 +79,18 @@ class Entry:
             if type_ in CALL_EVENT_TYPES:
                 self.kept_since += size
 
+    def wrote(self, rec: Recorded, row: EventRow, opening: set[int]) -> None:
+        """A one-event append (:func:`tether._staging.stage_alone`) was written: its event is pending,
+        the calls it opens are opened, its bytes counted. (Its head moved when it was staged.)"""
+        self.pending.append(rec)
+        self.version = rec[0]
+        if opening:
+            self.opened().update(opening)
+        size = len(row[4])  # what took((row,)) counts, without its call and loop
+        self.bytes_since += size
+        if row[1] in CALL_EVENT_TYPES:
+            self.kept_since += size
+
     def opened(self) -> Opened:
         """The ordinals of the calls opened, the pending events' too (what an append is checked
         against): made from the state when first needed. (A method, not a property: every append

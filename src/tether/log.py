@@ -29,7 +29,7 @@ from tether._snapshots import (
     SnapshotPolicy,
     checksum,
 )
-from tether._staging import Staged, stage
+from tether._staging import ALONE, Staged, stage, stage_alone
 from tether._validate import (
     MAX_LIMIT,
     MAX_OFFSET,
@@ -231,15 +231,28 @@ class TaskLog(SnapshotKeeping):
             entry = memory.get(task_id)
             if entry is None or entry.version != expected_version:
                 entry = self._entry(task_id, expected_version)
+            batch: Staged | None = None
             try:
-                batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
-                self.store.append(self.tenant, task_id, batch[0], expected_version, fence=fence, index=batch[4])
+                if len(events) == 1 and type(events[0]) in ALONE:  # a call's intent or result, most often
+                    row, rec, opening, update = stage_alone(
+                        task_id, events[0], entry, expected_version + 1, self.max_event_bytes
+                    )
+                    self.store.append(self.tenant, task_id, [row], expected_version, fence=fence, index=update)
+                else:
+                    batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
+                    self.store.append(self.tenant, task_id, batch[0], expected_version, fence=fence, index=batch[4])
             except BaseException:
                 # What happened is for the store to say, on the next read; a refused stage may have
                 # moved the entry's head (a one-event stage moves it in place).
                 self.forget(task_id)
                 raise
-            return self._settle(task_id, entry, batch, expected_version, snapshot)
+            if batch is not None:
+                return self._settle(task_id, entry, batch, expected_version, snapshot)
+            entry.wrote(rec, row, opening)
+            seq = expected_version + 1
+            if snapshot and seq - entry.snap_seq >= self.snapshots.every:
+                self._maybe_snapshot(task_id, entry)
+            return seq
         finally:
             lock.release()
 
