@@ -223,6 +223,14 @@ class CallList(Sequence["ToolCall"]):
         done = self._status.count(b"c")
         return done if prefix is None else done + prefix.count - len(prefix.open)
 
+    def last(self) -> int:
+        """The highest ordinal in the list (0: none), without reading a prefix (its calls not completed
+        come before its last one)."""
+        if self._ns:
+            return self._ns[-1]
+        prefix = self._prefix
+        return 0 if prefix is None else prefix.last
+
     def has(self, n: int) -> bool:
         """Whether call ``n`` is in the list; a prefix is not read for a call after it, nor for one
         of its calls not completed (a parallel call finishing, an attempt retried)."""

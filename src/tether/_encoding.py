@@ -3,10 +3,10 @@ and the cheap checks that let the log fold call events lazily."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -32,10 +32,16 @@ from tether.events import (
     StepStarted,
 )
 
+if TYPE_CHECKING:
+    from tether._log_memory import Opened
+
 __all__ = ["DEFERRED", "checked", "encode_event", "event_fields"]
 
 
-def _field_reader(cls: type[Event]) -> tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]:
+_Readers = tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]
+
+
+def _field_reader(cls: type[Event]) -> _Readers:
     """Two functions of an event of ``cls``: the dict of its fields, in their order (what orjson writes
     for the dataclass itself, in half the time: it looks for a ``__dict__`` a slotted event has not,
     and reads the fields one by one, before it writes them), and how many of its fields are ``None``."""
@@ -49,24 +55,25 @@ def _field_reader(cls: type[Event]) -> tuple[Callable[[Event], dict[str, Any]], 
     return reader, nones
 
 
-_READERS: dict[type[Event], tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]] = {}
+class _ByClass(dict[type[Event], _Readers]):
+    """Each event class's two readers, made when first asked for (``_READERS[cls]``: no call in Python)."""
+
+    def __missing__(self, cls: type[Event]) -> _Readers:
+        found = self[cls] = _field_reader(cls)
+        return found
 
 
-def _readers(cls: type[Event]) -> tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]:
-    found = _READERS.get(cls)
-    if found is None:
-        found = _READERS[cls] = _field_reader(cls)
-    return found
+_READERS = _ByClass()
 
 
 def event_fields(event: Event) -> dict[str, Any]:
     """The dict of an event's fields, in their order (what ``Event.to_dict`` gives, faster)."""
-    return _readers(type(event))[0](event)
+    return _READERS[type(event)][0](event)
 
 
 def encode_event(event: Event, max_bytes: int) -> str:
     """The stored JSON of an event; raises before anything is written if it cannot be stored."""
-    reader, nones = _readers(type(event))
+    reader, nones = _READERS[type(event)]
     try:
         data = orjson.dumps(reader(event), default=json_default)
     except TypeError as exc:
@@ -119,26 +126,29 @@ def _iso(value: Any) -> bool:
     return True
 
 
-def checked(task_id: str, event: Event, opened: Container[int], opening: set[int]) -> None:
-    """Check an event whose fold is deferred. A call event, against the calls opened so far: a call is
-    opened once (by its intent, or a readonly call's completion), under any unused ordinal (parallel
-    calls open in the order they finish); every other call event refers to an opened call."""
+def checked(task_id: str, event: Event, opened: Opened, opening: set[int]) -> bool:
+    """Check an event whose fold is deferred; for a call event, whether its call was opened before it
+    (``False`` for any other event). A call event is checked against the calls opened so far: a call
+    is opened once (by its intent, or a readonly call's completion), under any unused ordinal
+    (parallel calls open in the order they finish); every other call event refers to an opened call."""
     cls = type(event)
     if not DEFERRED[cls](event):
         raise InvalidInputError(f"{cls.__name__} has a field of the wrong type: {event!r}")
     if cls not in CALL_EVENTS:
-        return
+        return False
     n = event.n  # type: ignore[attr-defined]
     if type(n) is not int or n < 1:
         raise InvalidInputError(f"{cls.__name__} has call ordinal {n!r}; ordinals are integers from 1")
+    known = n in opening or opened.has(n)
     if cls is CallStarted:
         opening.add(n)  # a new call, or the next attempt of an open one
     elif cls is CallCompleted and event.key is not None:  # type: ignore[attr-defined]
-        if n in opened or n in opening:
+        if known:
             raise InvalidInputError(f"CallCompleted opens call #{n} of task {task_id!r}, which is already open")
         opening.add(n)
-    elif n not in opened and n not in opening:
+    elif not known:
         raise InvalidInputError(f"{cls.__name__} refers to call #{n}, but task {task_id!r} has no such call")
+    return known
 
 
 def _explain_unserializable(event: Event, exc: Exception) -> str:

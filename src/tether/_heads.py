@@ -16,7 +16,6 @@ the one read off the whole fold.
 
 from __future__ import annotations
 
-from collections.abc import Container
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -100,28 +99,25 @@ class Head:
         copy.written_done, copy.written_texts = self.written_done, self.written_texts
         return copy
 
-    def advance(self, rec: Recorded, opened: Container[int], opening: set[int]) -> None:
-        """Move the head by one event the log folds later (checked, not yet folded); ``opened`` and
-        ``opening`` are the calls opened before it."""
-        event = rec.event
-        cls = type(event)
-        if cls in LIGHT:
+    def advance(self, rec: Recorded) -> None:
+        """Move the head by one event the log folds later (checked, not yet folded) that is not a call's."""
+        if type(rec.event) in LIGHT:
             self.light = apply(self.light, rec)  # the fold's own rule, on the light state
             self.cached_texts = None
-            return
+
+    def call_moved(self, cls: type[Event], n: int, known: bool) -> None:
+        """Move the head by an event of class ``cls`` of call ``n`` (checked, not yet folded);
+        ``known``: whether the call was opened before it."""
         if cls is CallCompleted:
-            n = event.n  # type: ignore[attr-defined]
             if n in self.open:
                 self._own().discard(n)
                 self.done += 1
-            elif n not in opened and n not in opening:
+            elif not known:
                 self.done += 1  # a readonly call, opened and committed by this one event
-        elif cls is CallStarted or cls is CallFailed:
-            n = event.n  # type: ignore[attr-defined]
-            if n not in self.open:
-                if n in opened or n in opening:
-                    self.done -= 1  # a committed call started again, or given up
-                self._own().add(n)
+        elif (cls is CallStarted or cls is CallFailed) and n not in self.open:
+            if known:
+                self.done -= 1  # a committed call started again, or given up
+            self._own().add(n)
 
     def _own(self) -> set[int]:
         if not self.owned:

@@ -79,18 +79,30 @@ class Entry:
             if type_ in CALL_EVENT_TYPES:
                 self.kept_since += size
 
-    @property
-    def calls(self) -> Opened:
+    def wrote(self, rec: Recorded, row: EventRow, opening: set[int]) -> None:
+        """A one-event append (:func:`tether._staging.stage_alone`) was written: its event is pending,
+        the calls it opens are opened, its bytes counted. (Its head moved when it was staged.)"""
+        self.pending.append(rec)
+        self.version = rec[0]
+        if opening:
+            self.opened().update(opening)
+        size = len(row[4])  # what took((row,)) counts, without its call and loop
+        self.bytes_since += size
+        if row[1] in CALL_EVENT_TYPES:
+            self.kept_since += size
+
+    def opened(self) -> Opened:
         """The ordinals of the calls opened, the pending events' too (what an append is checked
-        against): made from the state when first needed."""
+        against): made from the state when first needed. (A method, not a property: every append
+        asks, and a property's getter is a call from C, which costs twice as much.)"""
         opened = self._opened
         if opened is None:
             opened = self._opened = Opened(self.state.calls)
         return opened
 
-    @calls.setter
-    def calls(self, opened: Opened | None) -> None:
-        self._opened = opened
+    def drop_opened(self) -> None:
+        """Forget the calls opened: made again from the state when next asked."""
+        self._opened = None
 
     @property
     def state(self) -> TaskState:
@@ -119,17 +131,20 @@ class Entry:
 
 class Opened:
     """The ordinals of a task's calls opened: those of its state when made (its calls answer without
-    reading an unread prefix's index, for a call after it) and those opened since, added by
-    ``update``. A call once opened stays opened."""
+    reading an unread prefix's index, for a call after it; a call after the last of them, the new
+    call of nearly every append, without asking them) and those opened since, added by ``update``.
+    A call once opened stays opened."""
 
-    __slots__ = ("_calls", "_since")
+    __slots__ = ("_calls", "_last", "_since")
 
     def __init__(self, calls: CallList) -> None:
         self._calls = calls
+        self._last = calls.last()
         self._since: set[int] = set()
 
-    def __contains__(self, n: object) -> bool:
-        return n in self._since or (type(n) is int and self._calls.has(n))
+    def has(self, n: int) -> bool:
+        """Whether call ``n`` is opened (a method, not ``in``: from C, ``__contains__`` costs twice as much)."""
+        return n in self._since or (n <= self._last and self._calls.has(n))
 
     def update(self, more: set[int]) -> None:
         self._since |= more

@@ -6,31 +6,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from tether._encoding import DEFERRED, checked, encode_event
 from tether._heads import INDEXED, Head, index_update
 from tether._log_memory import Entry
 from tether.errors import InvalidInputError
-from tether.events import CallCompleted, Event, Recorded, TaskCreated, fold
+from tether.events import CALL_EVENTS, CallCompleted, Event, Recorded, TaskCreated, fold
 from tether.model import TaskState
 from tether.store import EventRow, IndexUpdate, TaskHead
 
-__all__ = ["Staged", "stage"]
+__all__ = ["ALONE", "Staged", "stage", "stage_alone"]
 
 # A NamedTuple from a ready tuple, without the keyword-parsing __new__ (a hot path builds two per append).
 _tuple_new = tuple.__new__
 
 
-class Staged(NamedTuple):
-    """An append's events checked and encoded, not yet written."""
-
-    rows: list[EventRow]
-    base: TaskState | None  # the state folded now, when one of the events needed it
-    staged: list[Recorded]  # events folded later, after ``base`` (or after what was pending)
-    opening: set[int]  # the call ordinals the batch opens
-    update: IndexUpdate | None
-    head: Head  # where the task stands after the batch
+Staged = tuple[list[EventRow], TaskState | None, list[Recorded], set[int], IndexUpdate | None, Head]
+"""An append's events checked and encoded, not yet written: ``(rows, base, staged, opening, update,
+head)`` — the rows to write; the state folded now, when one of the events needed it; the events
+folded later, after ``base`` (or after what was pending); the call ordinals the batch opens; the
+index row's change; where the task stands after the batch. (A plain tuple: one is built per append.)"""
 
 
 def _with_head(index: IndexUpdate | None, head: TaskHead | None) -> IndexUpdate | None:
@@ -42,31 +37,45 @@ def _with_head(index: IndexUpdate | None, head: TaskHead | None) -> IndexUpdate 
     return IndexUpdate(status=index.status, wake_at=index.wake_at, head=head)
 
 
-# Events an append of one of them stages by :func:`_stage_one`: folded later, and no index row move.
-_ALONE = frozenset(DEFERRED) - INDEXED
+# Events an append of one of them stages by :func:`stage_alone`: folded later, and no index row move.
+ALONE = frozenset(DEFERRED) - INDEXED
 
 
-def _stage_one(task_id: str, event: Event, entry: Entry, seq: int, limit: int) -> Staged:
-    """:func:`stage` of a one-event append whose event is folded later and moves no index column (a
-    call's intent or result, most often): the same checks and the same outcome, with less to do.
+def stage_alone(
+    task_id: str, event: Event, entry: Entry, seq: int, limit: int
+) -> tuple[EventRow, Recorded, set[int], IndexUpdate | None]:
+    """:func:`stage` of a one-event append whose event is in :data:`ALONE` (a call's intent or result,
+    most often): the same checks and the same outcome, with less to do — ``(row, record, the call
+    ordinals it opens, the index row's change)``; the log settles the entry with
+    :meth:`~tether._log_memory.Entry.wrote` once it is written.
 
     It moves the entry's own head, not a copy of it: the caller forgets the entry when the append
     does not go through (refused here, or by the store). The event is encoded first, so a value that
     cannot be stored (a tool's result, most often) is refused before the head has moved."""
-    rec = _tuple_new(Recorded, (seq, time.time(), event))
-    row = _row(rec, limit)
+    at = time.time()
+    rec = _tuple_new(Recorded, (seq, at, event))
+    cls = type(event)
+    row = _tuple_new(EventRow, (seq, cls.event_type, cls.version, at, encode_event(event, limit), None))
     opening: set[int] = set()
     head = entry.head
-    _deferred(task_id, rec, entry, head, opening)
-    update = head.row_update(1 if type(event) is CallCompleted else 0)
-    return _tuple_new(Staged, ([row], None, [rec], opening, _with_head(None, update), head))
+    known = checked(task_id, event, entry.opened(), opening)  # what _deferred does, without its call
+    if cls in CALL_EVENTS:
+        head.call_moved(cls, event.n, known)  # type: ignore[attr-defined]
+    else:
+        head.advance(rec)
+    update = head.row_update(cls is CallCompleted)
+    return row, rec, opening, None if update is None else _with_head(None, update)
 
 
 def _deferred(task_id: str, rec: Recorded, entry: Entry, head: Head, opening: set[int]) -> None:
     """Check an event folded later against the calls opened so far, and move the head by it."""
-    opened = entry.calls
-    head.advance(rec, opened, opening)
-    checked(task_id, rec.event, opened, opening)
+    event = rec.event
+    known = checked(task_id, event, entry.opened(), opening)
+    cls = type(event)
+    if cls in CALL_EVENTS:
+        head.call_moved(cls, event.n, known)  # type: ignore[attr-defined]
+    else:
+        head.advance(rec)
 
 
 def _row(rec: Recorded, limit: int) -> EventRow:
@@ -78,9 +87,7 @@ def _row(rec: Recorded, limit: int) -> EventRow:
 def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version: int, limit: int) -> Staged:
     """Check and encode an append's events, before anything is written: a call event is checked
     against the calls opened so far and folded later; any other event is folded now (the
-    machines refuse an illegal move here)."""
-    if len(events) == 1 and type(events[0]) in _ALONE:
-        return _stage_one(task_id, events[0], entry, expected_version + 1, limit)
+    machines refuse an illegal move here). (One event of :data:`ALONE`: :func:`stage_alone`.)"""
     now = time.time()
     base: TaskState | None = None  # set when a checked event had to be folded now
     staged: list[Recorded] = []  # deferred events of this batch, after ``base`` if it is set
@@ -115,4 +122,4 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
         if cls in INDEXED:
             index = index_update(event, index, now)
         rows.append(_row(rec, limit))
-    return Staged(rows, base, staged, opening, _with_head(index, head.row_update(completes)), head)
+    return rows, base, staged, opening, _with_head(index, head.row_update(completes)), head

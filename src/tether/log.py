@@ -30,7 +30,7 @@ from tether._snapshots import (
     SnapshotPolicy,
     checksum,
 )
-from tether._staging import Staged, stage
+from tether._staging import ALONE, Staged, stage, stage_alone
 from tether._validate import (
     MAX_LIMIT,
     MAX_OFFSET,
@@ -252,19 +252,37 @@ class TaskLog(SnapshotKeeping):
         """
         if not events:
             raise InvalidInputError("append() needs at least one event")
-        with self._memory.lock(task_id):  # what the log remembers of the task changes under its lock
-            entry = self._memory.get(task_id)
+        memory = self._memory
+        lock = memory.lock(task_id)  # what the log remembers of the task changes under its lock
+        lock.acquire()  # (not ``with``: a call's two appends pay for it, and it costs twice as much)
+        try:
+            entry = memory.get(task_id)
             if entry is None or entry.version != expected_version:
                 entry = self._entry(task_id, expected_version)
+            batch: Staged | None = None
             try:
-                batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
-                self.store.append(self.tenant, task_id, batch.rows, expected_version, fence=fence, index=batch.update)
+                if len(events) == 1 and type(events[0]) in ALONE:  # a call's intent or result, most often
+                    row, rec, opening, update = stage_alone(
+                        task_id, events[0], entry, expected_version + 1, self.max_event_bytes
+                    )
+                    self.store.append(self.tenant, task_id, [row], expected_version, fence=fence, index=update)
+                else:
+                    batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
+                    self.store.append(self.tenant, task_id, batch[0], expected_version, fence=fence, index=batch[4])
             except BaseException:
                 # What happened is for the store to say, on the next read; a refused stage may have
                 # moved the entry's head (a one-event stage moves it in place).
                 self.forget(task_id)
                 raise
-            return self._settle(task_id, entry, batch, expected_version, snapshot)
+            if batch is not None:
+                return self._settle(task_id, entry, batch, expected_version, snapshot)
+            entry.wrote(rec, row, opening)
+            seq = expected_version + 1
+            if snapshot and seq - entry.snap_seq >= self.snapshots.every:
+                self._maybe_snapshot(task_id, entry)
+            return seq
+        finally:
+            lock.release()
 
     def append_together(
         self,
@@ -295,7 +313,7 @@ class TaskLog(SnapshotKeeping):
                     batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
                     staged.append((task_id, entry, batch, expected_version))
                 fence = (fences or {}).get
-                parts = [StreamAppend(t, b.rows, v, fence=fence(t), index=b.update) for t, _, b, v in staged]
+                parts = [StreamAppend(t, b[0], v, fence=fence(t), index=b[4]) for t, _, b, v in staged]
                 self.store.append_streams(self.tenant, parts)
             except BaseException:
                 for task_id in task_ids:  # as append() does: a stage may have moved an entry's head
@@ -315,7 +333,7 @@ class TaskLog(SnapshotKeeping):
         entry.version = seq
         entry.head = head
         if opening:
-            entry.calls.update(opening)
+            entry.opened().update(opening)
         entry.took(rows)
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
@@ -498,7 +516,7 @@ class TaskLog(SnapshotKeeping):
                 entry.version = rows[-1].seq
                 entry.took(rows)
                 state = entry.state
-                entry.calls = None  # listed again when next needed
+                entry.drop_opened()  # listed again when next needed
                 # The row's head is known to be this state's only when the row is of the same version.
                 written = row.head if row is not None and row.version == entry.version else None
                 entry.head = Head.of(state, written)

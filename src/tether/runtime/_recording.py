@@ -150,7 +150,9 @@ class Recorder:
         """The next call's ordinal, in program order, and its record if it has one (taken)."""
         if _thread_id() != self._owner:
             self._wrong_thread(operation)
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # (not ``with``, here and in :meth:`settled`: every call pays for it)
+        try:
             self._n += 1
             cursor = self.cursor
             n = cursor.ordinal(self._n) if cursor.retries else self._n  # shifted only past a retry's calls
@@ -163,12 +165,18 @@ class Recorder:
                 self.inflight += 1  # it will run: issued and not yet ended
             else:
                 self.undelivered += 1  # its recorded outcome is handed back when the code awaits it
+        finally:
+            lock.release()
         return n, record
 
     def settled(self) -> None:
         """A live call ended (recorded, or stopped)."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             self.inflight -= 1
+        finally:
+            lock.release()
 
     def issue_session_op(self) -> int:
         """The next conversation operation's ordinal, in program order."""
@@ -189,18 +197,24 @@ class Recorder:
     # ------------------------------------------------------------------ writing
     def append(self, events: list[Event]) -> None:
         """The one write path: ``events`` (after any deferred reads) at the task's next version."""
-        log = self.app.log
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # (not ``with``: every call's append pays for it, and it costs twice as much)
+        try:
             task_id, events, _, fence = self.staged(events)
+            append = self.app.log.append
             while True:
                 try:
                     # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
-                    self.appended(log.append(task_id, events, self._version, fence=fence, snapshot=False))
-                    return
+                    version = append(task_id, events, self._version, fence=fence, snapshot=False)
                 except LeaseLostError:
                     raise
                 except ConflictError:
                     self._take_external()
+                    continue
+                self.appended(version)
+                return
+        finally:
+            lock.release()
 
     def staged(self, events: list[Event]) -> tuple[str, list[Event], int, int | None]:
         """What an append of ``events`` writes now: ``(task id, events after any deferred reads, the
@@ -215,7 +229,8 @@ class Recorder:
     def appended(self, version: int) -> None:
         """What :meth:`staged` gave was written: the task is at ``version``."""
         self._version = version
-        self._deferred.clear()
+        if self._deferred:
+            self._deferred.clear()
 
     def defer(self, event: Event) -> None:
         """Record ``event`` with the next append: a read that nothing depends on until something is written."""

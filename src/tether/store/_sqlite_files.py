@@ -6,6 +6,7 @@ the file (full disk, damaged page, I/O) into tether errors at the store boundary
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import sqlite3
@@ -118,19 +119,35 @@ def translate_errors(cls: S) -> S:
     :class:`StoreUnavailableError`, which stop a run without failing its task; a value SQLite cannot
     hold becomes :class:`InvalidInputError`."""
 
-    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return method(self, *args, **kwargs)
-            except sqlite3.Error as exc:
-                raise _store_error(self.path, exc) from exc
-
-        return guarded
-
     for name in _STORE_METHODS:
-        setattr(cls, name, wrap(getattr(cls, name)))
+        setattr(cls, name, _guarded(getattr(cls, name)))
     return cls
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` with sqlite3's errors translated, taking the same parameters (a wrapper of
+    ``*args, **kwargs`` packs a tuple and a dict on every call, and a call's two appends pay for it):
+    its source is made from the method's own parameter names, its defaults are the method's."""
+    params = inspect.signature(method).parameters.values()
+    positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    keywords = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    if len(positional) + len(keywords) != len(params) or positional[:1] != ["self"]:
+        raise TypeError(f"{method.__qualname__}: a store method takes self, then named parameters")
+    signature = ", ".join(positional + (["*", *keywords] if keywords else []))
+    arguments = ", ".join(positional + [f"{name}={name}" for name in keywords])
+    source = (
+        f"def guarded({signature}):\n"
+        f"    try:\n"
+        f"        return method({arguments})\n"
+        f"    except sqlite3.Error as exc:\n"
+        f"        raise store_error(self.path, exc) from exc\n"
+    )
+    namespace: dict[str, Any] = {"method": method, "sqlite3": sqlite3, "store_error": _store_error}
+    exec(source, namespace)  # the names are the method's own parameters: identifiers
+    guarded = namespace["guarded"]
+    guarded.__defaults__ = method.__defaults__
+    guarded.__kwdefaults__ = method.__kwdefaults__
+    return functools.wraps(method)(guarded)
 
 
 _STORE_METHODS = tuple(
