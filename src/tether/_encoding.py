@@ -3,7 +3,7 @@ and the cheap checks that let the log fold call events lazily."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -14,6 +14,7 @@ from tether._keys import MAX_DEPTH, check_finite, json_default, unserializable_r
 from tether.errors import InvalidInputError, NotSerializableError, ValueTooLargeError
 from tether.events import (
     CALL_EVENTS,
+    EVENT_TYPES,
     CallAttemptFailed,
     CallCompleted,
     CallFailed,
@@ -25,6 +26,7 @@ from tether.events import (
     ObservationRecorded,
     OutputSet,
     PatchMarked,
+    Recorded,
     SessionRead,
     SessionWritten,
     StepCompleted,
@@ -34,8 +36,9 @@ from tether.events import (
 
 if TYPE_CHECKING:
     from tether._log_memory import Opened
+    from tether.store import EventRow
 
-__all__ = ["DEFERRED", "checked", "encode_event", "event_fields"]
+__all__ = ["DEFERRED", "checked", "decode_rows", "encode_event", "event_fields"]
 
 
 _Readers = tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]
@@ -181,3 +184,25 @@ def _describe_bad_value(value: Any, path: str = "", depth: int = 0) -> str:
             except TypeError:
                 return _describe_bad_value(v, f"{path}[{i}]", depth + 1)
     return f"value of type {type(value).__name__} at {path or 'top level'}"
+
+
+def decode_rows(rows: Iterable[EventRow], decode: Callable[[EventRow], Recorded]) -> list[Recorded]:
+    """Each row's record, in one pass: one stored in its type's current shape (nearly all) is built
+    from its JSON straight away; any other goes through ``decode`` (the log's, with its upcasters),
+    which migrates it, or names what is wrong with it (a record its class refuses, invalid JSON)."""
+    classes = EVENT_TYPES
+    loads = orjson.loads
+    new = tuple.__new__  # a Recorded without its Python-level __new__
+    records: list[Recorded] = []
+    append = records.append
+    for row in rows:
+        seq, type_name, schema, at, data, _ = row
+        cls = classes.get(type_name)
+        if cls is not None and cls.version == schema:
+            try:
+                append(new(Recorded, (seq, at, cls(**loads(data)))))
+                continue
+            except (orjson.JSONDecodeError, TypeError):
+                pass  # decode names the row and what is wrong with it
+        append(decode(row))
+    return records

@@ -22,7 +22,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
 
-from tether._encoding import encode_event
+from tether._encoding import decode_rows, encode_event
 from tether._heads import Head, new_row
 from tether._log_memory import Entry, Memory
 from tether._log_snapshots import SnapshotKeeping
@@ -50,7 +50,6 @@ from tether.errors import (
 )
 from tether.events import (
     DEFAULT_UPCASTERS,
-    EVENT_TYPES,
     Event,
     Recorded,
     TaskArchived,
@@ -145,22 +144,7 @@ class TaskLog(SnapshotKeeping):
         whose ``decode`` is overridden read every record themselves: then each row goes there."""
         if type(self.upcasters).decode is not Upcasters.decode:
             return [self.decode(row) for row in rows]
-        classes = EVENT_TYPES
-        loads = orjson.loads
-        new = tuple.__new__  # a Recorded without its Python-level __new__
-        records: list[Recorded] = []
-        append = records.append
-        for row in rows:
-            seq, type_name, schema, at, data, _ = row
-            cls = classes.get(type_name)
-            if cls is not None and cls.version == schema:
-                try:
-                    append(new(Recorded, (seq, at, cls(**loads(data)))))
-                    continue
-                except (orjson.JSONDecodeError, TypeError):
-                    pass  # decode names the row and what is wrong with it
-            append(self.decode(row))
-        return records
+        return decode_rows(rows, self.decode)
 
     # ----------------------------------------------------------------- writing
     def create(
