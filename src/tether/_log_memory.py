@@ -86,10 +86,7 @@ class Entry:
         self.version = rec[0]
         if opening:
             self.opened().update(opening)
-        size = len(row[4])  # what took((row,)) counts, without its call and loop
-        self.bytes_since += size
-        if row[1] in CALL_EVENT_TYPES:
-            self.kept_since += size
+        self.took((row,))
 
     def opened(self) -> Opened:
         """The ordinals of the calls opened, the pending events' too (what an append is checked

@@ -52,18 +52,12 @@ def stage_alone(
     It moves the entry's own head, not a copy of it: the caller forgets the entry when the append
     does not go through (refused here, or by the store). The event is encoded first, so a value that
     cannot be stored (a tool's result, most often) is refused before the head has moved."""
-    at = time.time()
-    rec = _tuple_new(Recorded, (seq, at, event))
-    cls = type(event)
-    row = _tuple_new(EventRow, (seq, cls.event_type, cls.version, at, encode_event(event, limit), None))
+    rec = _tuple_new(Recorded, (seq, time.time(), event))
+    row = _row(rec, limit)  # encoded first: a value that cannot be stored is refused before the head moves
     opening: set[int] = set()
     head = entry.head
-    known = checked(task_id, event, entry.opened(), opening)  # what _deferred does, without its call
-    if cls in CALL_EVENTS:
-        head.call_moved(cls, event.n, known)  # type: ignore[attr-defined]
-    else:
-        head.advance(rec)
-    update = head.row_update(cls is CallCompleted)
+    _deferred(task_id, rec, entry, head, opening)
+    update = head.row_update(type(event) is CallCompleted)
     return row, rec, opening, None if update is None else _with_head(None, update)
 
 

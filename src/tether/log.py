@@ -261,10 +261,7 @@ class TaskLog(SnapshotKeeping):
             if batch is not None:
                 return self._settle(task_id, entry, batch, expected_version, snapshot)
             entry.wrote(rec, row, opening)
-            seq = expected_version + 1
-            if snapshot and seq - entry.snap_seq >= self.snapshots.every:
-                self._maybe_snapshot(task_id, entry)
-            return seq
+            return self._snapshot_due(task_id, entry, expected_version + 1, snapshot)
         finally:
             lock.release()
 
@@ -319,6 +316,11 @@ class TaskLog(SnapshotKeeping):
         if opening:
             entry.opened().update(opening)
         entry.took(rows)
+        return self._snapshot_due(task_id, entry, seq, snapshot)
+
+    def _snapshot_due(self, task_id: str, entry: Entry, seq: int, snapshot: bool) -> int:
+        """After an append up to ``seq``: a snapshot if the policy asks for one (unless ``snapshot`` is
+        off); the version, returned."""
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
             self._maybe_snapshot(task_id, entry)
         return seq
