@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -25,6 +26,7 @@ from tether.errors import (
     InvalidInputError,
     InvalidTransition,
     TaskDefinitionError,
+    TaskNotFoundError,
     TetherError,
 )
 from tether.events import (
@@ -247,9 +249,10 @@ class App(TimeTravel, Conversations):
             inputs = spec.bind(args, kwargs)
             data = _initial_data(spec)
         except TetherError:
-            if task_id is not None and self.log.store.get_task(self.tenant, task_id) is not None:
-                return None, self._existing(spec, task_id)
-            raise
+            if task_id is not None:
+                with contextlib.suppress(TaskNotFoundError):
+                    return None, self._existing(spec, task_id)
+            raise  # the arguments' error: there is no such task to return
         try:
             return self.log.create_record(
                 type=spec.name,
