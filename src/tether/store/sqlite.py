@@ -241,9 +241,8 @@ class SQLiteStore:
         fence: int | None = None,
         index: IndexUpdate | None = None,
     ) -> None:
+        check_batch(task_id, events, expected_version)
         one = index is None and len(events) == 1
-        if not one or events[0][0] != expected_version + 1:  # (else the one check check_batch would make)
-            check_batch(task_id, events, expected_version)
         self._refuse_write()
         self._lock.acquire()  # (not ``with``: a call's two appends pay for it, and it costs twice as much)
         try:
