@@ -104,7 +104,9 @@ SELECT count(*) FROM ins
 # HEAD_EVERY, after its row is locked in row-id order (two such appends over the same streams queue on
 # each other instead of deadlocking). The parts and their events come in as two JSON texts (encoded
 # by orjson at once: adapting each part's parameters was half the commit thread's time). It returns
-# the first part, in row-id order, whose guard failed (none: every part landed).
+# the first part, in row-id order, whose guard failed (none: every part landed). Each part's guard is
+# one scalar subquery on its row by primary key, which the planner cannot turn into a join: as EXISTS
+# it was, and in a schema without statistics yet it scanned every task of the tenant per part.
 APPEND_GROUP = """
 WITH p AS (
     SELECT * FROM json_to_recordset(%s::json) AS p(i integer, task bigint, task_id text, fence bigint,
@@ -112,10 +114,10 @@ WITH p AS (
         calls_done integer, summary text, output text)
 ), ok AS (
     SELECT p.i, p.task, p.fence FROM p
-    WHERE (p.fence IS NULL OR (SELECT lease_token FROM tasks WHERE id = p.task) = p.fence)
-      AND EXISTS (SELECT 1 FROM tasks WHERE id = p.task AND task_id = p.task_id AND tenant = %s)
-      AND (EXISTS (SELECT 1 FROM events WHERE task = p.task AND seq = p.first - 1)
-           OR (SELECT parent_seq FROM tasks WHERE id = p.task) = p.first - 1)
+    WHERE (SELECT t.task_id = p.task_id AND t.tenant = %s AND (p.fence IS NULL OR t.lease_token = p.fence)
+                  AND (t.parent_seq = p.first - 1
+                       OR EXISTS (SELECT 1 FROM events WHERE task = p.task AND seq = p.first - 1))
+           FROM tasks t WHERE t.id = p.task)
 ), ins AS (
     INSERT INTO events (task, seq, type, schema, at, data, fence)
     SELECT ok.task, e.seq, e.type, e.schema, e.at, e.data, ok.fence
