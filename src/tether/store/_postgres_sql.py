@@ -106,7 +106,7 @@ SELECT count(*) FROM ins
 # by orjson at once: adapting each part's parameters was half the commit thread's time). It returns
 # the first part, in row-id order, whose guard failed (none: every part landed). Each part's guard is
 # one scalar subquery on its row by primary key, which the planner cannot turn into a join: as EXISTS
-# it was, and in a schema without statistics yet it scanned every task of the tenant per part.
+# it was, and on a small table (a new schema) it scanned the tenant's tasks once per part.
 APPEND_GROUP = """
 WITH p AS (
     SELECT * FROM json_to_recordset(%s::json) AS p(i integer, task bigint, task_id text, fence bigint,
