@@ -65,6 +65,11 @@ def _async_tasks(r: Report) -> bool:
     return all(r[b]["ratio"] >= r["targets"][b] and r[b]["stall_ms"] <= 5.0 for b in backends)
 
 
+def _claims(r: Report) -> bool:
+    backends = [b for b in ("sqlite", "postgres") if b in r]
+    return all(growth <= 2.0 for b in backends for growth in r[b]["growth"].values())
+
+
 # script -> the verdict its numbers give
 VERDICTS: dict[str, Callable[[Report], bool | None]] = {
     "store.py": lambda r: r["append_ratio"] <= 1.5 and r["bytes_growth"] <= 1.2 and r["load_growth"] <= 2.0,
@@ -73,6 +78,7 @@ VERDICTS: dict[str, Callable[[Report], bool | None]] = {
     "conversation.py": lambda r: r["add_growth"] <= 1.2 and r["open_window_growth"] <= 2.0,
     "agent_loop.py": lambda r: r["parallel_round_ratio"] <= 1.5,
     "async_tasks.py": _async_tasks,
+    "claims.py": _claims,
     "check.py": lambda r: r["per_task_ms"] <= 10.0,
     "peers.py": _peers,
     "task_reads.py": _task_reads,

@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from tether.errors import ConfigurationError, SchemaVersionError
-from tether.store._sql import newer_schema
+from tether.store._sql import SCALE_INDEXES, newer_schema
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
 
@@ -111,6 +111,9 @@ MIGRATIONS: list[str] = [
                   AND NEW.status NOT IN ('completed', 'failed', 'cancelled')))
         EXECUTE FUNCTION tether_wake();
     """,
+    # 4: the claim reads only the tasks it may take, in the order it takes them, and a fork check only a
+    # task's forks (issue 17: cost that does not grow with the tasks waiting on people or asleep).
+    SCALE_INDEXES,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations

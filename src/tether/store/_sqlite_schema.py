@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 from tether.errors import ConfigurationError, SchemaVersionError
-from tether.store._sql import newer_schema
+from tether.store._sql import SCALE_INDEXES, newer_schema
 from tether.store._sqlite_files import rollback
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
@@ -100,6 +100,9 @@ MIGRATIONS: list[str] = [
         WHERE id = NEW.task AND version < NEW.seq;
     END;
     """,
+    # 4: the claim reads only the tasks it may take, in the order it takes them, and a fork check only a
+    # task's forks (issue 17: cost that does not grow with the tasks waiting on people or asleep).
+    SCALE_INDEXES,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -494,6 +494,33 @@ def claim_takes_one_runnable_task_at_a_time(store: Store) -> None:
     assert store.claim(TENANT, "w2", 30, now) is None  # the only task is leased
 
 
+@_check()
+def claim_takes_the_task_due_first(store: Store) -> None:
+    now = time.time()
+
+    def task(task_id: str, status: str, *, created: float = now, wake: float | None = None, lease: float = 0) -> None:
+        row = replace(_row(task_id, status=status), created_at=created, wake_at=wake)
+        if lease:
+            row = replace(row, lease_owner="w0", lease_expires=lease, lease_token=1)
+        store.create_task(TENANT, row, _event(1))
+
+    task("done", "completed", created=now - 5000)
+    task("held", "running", created=now - 1000, lease=now + 30)  # its worker is alive
+    task("waiting", "awaiting_input", created=now - 900)  # no timeout: only an answer wakes it
+    task("later", "sleeping", created=now - 800, wake=now + 100)
+    task("pending", "pending", created=now - 100)
+    task("orphan", "running", created=now - 50, lease=now - 1)  # its worker's lease ran out
+    task("woken", "sleeping", created=now - 700, wake=now - 200)
+    task("answered", "awaiting_input", created=now - 600, wake=now - 10)
+    store.create_task("another-tenant", replace(_row("theirs"), created_at=now - 9000), _event(1))
+    taken = [store.claim(TENANT, "w1", 3600, now) for _ in range(5)]
+    # Oldest due first: a sleeper by its wake-up time, a pending or orphaned task by its creation.
+    assert [c and c[0] for c in taken] == ["woken", "pending", "orphan", "answered", None]
+    assert taken[2] is not None and taken[2][1] == 2  # a lease taken over is fenced anew
+    late = [store.claim(TENANT, "w1", 3600, now + 101) for _ in range(3)]
+    assert [c and c[0] for c in late] == ["held", "later", None]  # held's lease ran out meanwhile
+
+
 @_check("push")
 def another_writer_wakes_a_waiting_reader(store: Store) -> None:
     _create(store, "a")

@@ -1,0 +1,176 @@
+"""Claim and delete beside many other tasks: a worker's cost must not grow with the tasks that wait.
+
+Run: ``python bench/claims.py`` (``--quick``: 100 and 1,000 only; ``TETHER_BENCH_PG_URL`` picks the
+PostgreSQL server, default ``postgresql://postgres@127.0.0.1:5432/test``; without a server its rows
+are skipped with a message). Prints a table, then one line of JSON.
+
+Beside N tasks of each kind no claim may take (awaiting an answer without a timeout, asleep for an
+hour, finished; inserted in bulk by SQL, as a long-lived database holds them), on SQLite (a file)
+and PostgreSQL (a schema of its own), for N = 100, 10,000 and 100,000:
+
+* claim: ``Store.claim`` taking the one due task, then its lease given back (not timed), so every
+  claim finds the same tasks: the median of 200, in ms;
+* delete: ``Store.delete_task`` of a finished task without forks (it looks for forks first): the
+  median of 50, in ms.
+
+Target: each at the largest N costs at most 2x what it costs at 100 (``growth``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from tether.store import EventRow, Store, TaskRow, open_store
+
+PG = os.environ.get("TETHER_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+TENANT = "default"
+TARGET = 2.0
+KINDS = "SELECT 'awaiting_input', NULL UNION ALL SELECT 'sleeping', {later} UNION ALL SELECT 'completed', NULL"
+
+
+def fill_sqlite(url: str, n: int, now: float) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+    conn.execute(
+        "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?), "
+        f"k(status, wake) AS ({KINDS.format(later=now + 3600)}) "
+        "INSERT INTO tasks (tenant, task_id, type, status, created_at, wake_at) "
+        "SELECT ?, k.status || '-' || g.i, 't', k.status, ? - g.i, k.wake FROM g, k",
+        (n, TENANT, now - 100),
+    )
+    conn.commit()
+    conn.close()
+
+
+def fill_postgres(url: str, n: int, now: float) -> None:
+    import psycopg
+
+    schema = url.rpartition("schema=")[2]
+    with psycopg.connect(PG, autocommit=True, options=f"-c search_path={schema}") as conn:
+        conn.execute(
+            f"WITH k(status, wake) AS ({KINDS.format(later=now + 3600)}) "
+            "INSERT INTO tasks (tenant, task_id, type, status, created_at, wake_at) "
+            "SELECT %s, k.status || '-' || g, 't', k.status, %s - g, k.wake FROM generate_series(1, %s) g, k",
+            (TENANT, now - 100, n),
+        )
+        conn.execute("ANALYZE tasks")
+
+
+def median_ms(fn: Callable[[], object], between: Callable[[], object], rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+        between()
+    return statistics.median(times) * 1000
+
+
+def measure(url: str, fill: Callable[[str, int, float], None], n: int) -> dict[str, float]:
+    store: Store = open_store(url)
+    now = time.time()
+    store.create_task(TENANT, TaskRow("due", TENANT, "t", "pending", None, None, now, now, 1), _event(now))
+    fill(url, n, now)
+    held: list[Any] = []
+
+    def claim() -> None:
+        held.append(store.claim(TENANT, "w", 30, time.time()))
+
+    def give_back() -> None:
+        claimed = held.pop()
+        assert claimed is not None and claimed[0] == "due", claimed
+        store.release_lease(TENANT, "due", claimed[1])
+
+    victims = iter(range(10**9))
+
+    def make_victim() -> None:
+        at = time.time()
+        store.create_task(
+            TENANT, TaskRow(f"v{next(victims)}", TENANT, "t", "completed", None, None, at, at, 1), _event(at)
+        )
+
+    deleted = iter(range(10**9))
+    make_victim()
+    out = {
+        "claim_ms": median_ms(claim, give_back, 200),
+        "delete_ms": median_ms(lambda: store.delete_task(TENANT, f"v{next(deleted)}"), make_victim, 50),
+    }
+    store.close()
+    return out
+
+
+def _event(at: float) -> EventRow:
+    return EventRow(1, "DecisionMade", 1, at, "{}")
+
+
+def postgres_answers() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect(PG, autocommit=True, connect_timeout=3):
+            return True
+    except Exception as exc:
+        print(f"PostgreSQL skipped: {exc}")
+        return False
+
+
+def postgres_url(n: int) -> str:
+    return f"{PG}{'&' if '?' in PG else '?'}schema=bench_claims_{n}_{uuid.uuid4().hex[:8]}"
+
+
+def drop_schema(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG, autocommit=True) as admin:
+        admin.execute(f"DROP SCHEMA IF EXISTS {url.rpartition('schema=')[2]} CASCADE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sizes = (100, 1_000) if args.quick else (100, 10_000, 100_000)
+    folder = tempfile.mkdtemp(prefix="tether-bench-")
+    result: dict[str, Any] = {"sizes": list(sizes), "target_growth": TARGET}
+    backends: list[tuple[str, Callable[[int], str], Callable[[str, int, float], None]]] = [
+        ("sqlite", lambda n: f"sqlite:///{os.path.join(folder, f'claims-{n}.db')}", fill_sqlite)
+    ]
+    if postgres_answers():
+        backends.append(("postgres", postgres_url, fill_postgres))
+    print(f"{'backend':<10}{'tasks of each kind':>20}{'claim ms':>12}{'delete ms':>12}")
+    verdicts = []
+    for name, make_url, fill in backends:
+        rows = {}
+        for n in sizes:
+            url = make_url(n)
+            try:
+                rows[n] = measure(url, fill, n)
+            finally:
+                if name == "postgres":
+                    drop_schema(url)
+            print(f"{name:<10}{n:>20,}{rows[n]['claim_ms']:>12.3f}{rows[n]['delete_ms']:>12.3f}")
+        growth = {k: rows[sizes[-1]][k] / rows[sizes[0]][k] for k in ("claim_ms", "delete_ms")}
+        print(
+            f"{name:<10}{'growth':>20}{growth['claim_ms']:>11.2f}x{growth['delete_ms']:>11.2f}x  (target <= {TARGET})"
+        )
+        verdicts.append(all(g <= TARGET for g in growth.values()))
+        result[name] = {"sizes": {str(n): row for n, row in rows.items()}, "growth": growth}
+    result["pass"] = all(verdicts)
+    print(orjson.dumps(result).decode())
+
+
+if __name__ == "__main__":
+    main()

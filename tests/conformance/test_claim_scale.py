@@ -1,0 +1,121 @@
+"""A worker's claim and a task's deletion cost the same beside 10 or 1,500 tasks of each other kind:
+waiting on people, asleep for an hour, finished. Measured as the database's own work, not time:
+SQLite's virtual-machine steps (a progress handler), PostgreSQL's rows of ``tasks`` read (the
+transaction's statistics, which count the foreign key's check too). The statements are the
+store's own, run on a connection of the test's own in a transaction rolled back."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tests.conftest import PG_URL, pg_url
+from tether.store import EventRow, Store, TaskRow, _postgres_sql, _sql, _sqlite_sql, open_store
+
+TENANT = "default"
+_EVENT = EventRow(1, "DecisionMade", 1, time.time(), "{}")
+Statements = Sequence[tuple[str, tuple[Any, ...]]]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{os.path.join(tmp_path, 'tether.db')}"
+    else:
+        yield from pg_url("scale")
+
+
+def _add(store: Store, start: int, stop: int) -> None:
+    """Tasks ``start`` to ``stop`` of each kind that no claim may take: awaiting an answer (no
+    timeout), asleep for an hour, finished."""
+    now = time.time()
+    for i in range(start, stop):
+        for status, wake in (("awaiting_input", None), ("sleeping", now + 3600), ("completed", None)):
+            row = TaskRow(f"{status}-{i}", TENANT, "t", status, None, None, now - 100 - i, now, 1, wake_at=wake)
+            store.create_task(TENANT, row, _EVENT)
+
+
+def _work(url: str, statements: Statements) -> int:
+    """What running ``statements`` costs the database: SQLite's VM steps, PostgreSQL's rows of
+    ``tasks`` read (sequentially and by index)."""
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        steps = 0
+
+        def count() -> int:
+            nonlocal steps
+            steps += 1
+            return 0
+
+        conn.execute("BEGIN IMMEDIATE")
+        conn.set_progress_handler(count, 1)
+        for statement, params in statements:
+            conn.execute(statement, params).fetchall()
+        conn.set_progress_handler(None, 1)
+        conn.execute("ROLLBACK")
+        conn.close()
+        return steps
+    import psycopg
+
+    schema = url.rpartition("schema=")[2]
+    with psycopg.connect(PG_URL, options=f"-c search_path={schema}") as pg:
+        for statement, params in statements:
+            pg.execute(statement, params)
+        (read,) = pg.execute(
+            "SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
+            "WHERE relid = 'tasks'::regclass"
+        ).fetchone()  # type: ignore[misc]
+        pg.rollback()
+        return int(read)
+
+
+def _row_id(url: str, task_id: str) -> int:
+    """A task's row id (the statements below take row ids), read on a connection of the test's own."""
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        (found,) = conn.execute("SELECT id FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+        conn.close()
+        return int(found)
+    import psycopg
+
+    schema = url.rpartition("schema=")[2]
+    with psycopg.connect(PG_URL, options=f"-c search_path={schema}") as pg:
+        (found,) = pg.execute("SELECT id FROM tasks WHERE task_id = %s", (task_id,)).fetchone()  # type: ignore[misc]
+        return int(found)
+
+
+def _costs(url: str) -> tuple[int, int]:
+    """What a worker's claim costs, and what deleting a finished task without forks asks of
+    ``tasks``: whether it has forks, then its row (the foreign key of forks checks on PostgreSQL)."""
+    own = _sqlite_sql.SQL if url.startswith("sqlite:///") else _postgres_sql.SQL
+    done = _row_id(url, "completed-0")
+    claim = _work(url, [(own.claim, _sql.claim_values(TENANT, "w", 30, time.time()))])
+    return claim, _work(url, [(own.child_of, (done,)), (own.delete_task, (done,))])
+
+
+def test_a_claim_and_a_delete_cost_the_same_beside_many_tasks(url: str) -> None:
+    store = open_store(url)
+    now = time.time()
+    due = TaskRow("due", TENANT, "t", "pending", None, None, now, now, 1)
+    store.create_task(TENANT, due, _EVENT)
+    fork = replace(due, task_id="fork", status="completed", parent_id="due", parent_seq=1)
+    store.create_task(TENANT, fork, EventRow(2, "DecisionMade", 1, now, "{}"))  # the parents' index is not empty
+    _add(store, 0, 10)
+    small = _costs(url)
+    _add(store, 10, 1_500)
+    large = _costs(url)
+    for what, before, after in zip(("claim", "delete"), small, large, strict=True):
+        assert after <= 1.5 * before + 20, f"{what}: {before} beside 10 tasks of each kind, {after} beside 1,500"
+    claimed = store.claim(TENANT, "w", 30, time.time())  # and the claim takes the one task due
+    assert claimed is not None and claimed[0] == "due"
+    assert store.claim(TENANT, "w", 30, time.time()) is None
+    store.close()
