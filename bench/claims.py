@@ -1,4 +1,4 @@
-"""Claim and delete beside many other tasks: a worker's cost must not grow with the tasks that wait.
+"""Claim, delete and list beside many other tasks: their cost must not grow with the tasks that wait.
 
 Run: ``python bench/claims.py`` (``--quick``: 100 and 1,000 only; ``TETHER_BENCH_PG_URL`` picks the
 PostgreSQL server, default ``postgresql://postgres@127.0.0.1:5432/test``; without a server its rows
@@ -11,7 +11,10 @@ and PostgreSQL (a schema of its own), for N = 100, 10,000 and 100,000:
 * claim: ``Store.claim`` taking the one due task, then its lease given back (not timed), so every
   claim finds the same tasks: the median of 200, in ms;
 * delete: ``Store.delete_task`` of a finished task without forks (it looks for forks first): the
-  median of 50, in ms.
+  median of 50, in ms;
+* list: ``Store.list_tasks`` of one type (20 tasks of type ``thread``, older than all the others,
+  as LangGraph's threads are listed) and ``Store.stream_positions`` of that type (as ADK's sessions
+  are): the median of 50 each, in ms.
 
 Target: each at the largest N costs at most 2x what it costs at 100 (``growth``).
 """
@@ -32,7 +35,7 @@ import orjson
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from tether.store import EventRow, Store, TaskRow, open_store
+from tether.store import EventRow, Store, TaskFilter, TaskRow, open_store
 
 PG = os.environ.get("TETHER_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TENANT = "default"
@@ -83,6 +86,9 @@ def measure(url: str, fill: Callable[[str, int, float], None], n: int) -> dict[s
     store: Store = open_store(url)
     now = time.time()
     store.create_task(TENANT, TaskRow("due", TENANT, "t", "pending", None, None, now, now, 1), _event(now))
+    for i in range(20):
+        thread = TaskRow(f"thread-{i}", TENANT, "thread", "completed", None, None, now - 10**6 - i, now, 1)
+        store.create_task(TENANT, thread, _event(now))
     fill(url, n, now)
     held: list[Any] = []
 
@@ -107,9 +113,15 @@ def measure(url: str, fill: Callable[[str, int, float], None], n: int) -> dict[s
     out = {
         "claim_ms": median_ms(claim, give_back, 200),
         "delete_ms": median_ms(lambda: store.delete_task(TENANT, f"v{next(deleted)}"), make_victim, 50),
+        "list_ms": median_ms(lambda: store.list_tasks(TENANT, TaskFilter(type="thread"), limit=20), _nothing, 50),
+        "positions_ms": median_ms(lambda: store.stream_positions(TENANT, "thread", "thread-"), _nothing, 50),
     }
     store.close()
     return out
+
+
+def _nothing() -> None:
+    pass
 
 
 def _event(at: float) -> EventRow:
@@ -150,7 +162,8 @@ def main() -> None:
     ]
     if postgres_answers():
         backends.append(("postgres", postgres_url, fill_postgres))
-    print(f"{'backend':<10}{'tasks of each kind':>20}{'claim ms':>12}{'delete ms':>12}")
+    columns = ("claim_ms", "delete_ms", "list_ms", "positions_ms")
+    print(f"{'backend':<10}{'tasks of each kind':>20}" + "".join(f"{c.replace('_ms', ' ms'):>14}" for c in columns))
     verdicts = []
     for name, make_url, fill in backends:
         rows = {}
@@ -161,11 +174,10 @@ def main() -> None:
             finally:
                 if name == "postgres":
                     drop_schema(url)
-            print(f"{name:<10}{n:>20,}{rows[n]['claim_ms']:>12.3f}{rows[n]['delete_ms']:>12.3f}")
-        growth = {k: rows[sizes[-1]][k] / rows[sizes[0]][k] for k in ("claim_ms", "delete_ms")}
-        print(
-            f"{name:<10}{'growth':>20}{growth['claim_ms']:>11.2f}x{growth['delete_ms']:>11.2f}x  (target <= {TARGET})"
-        )
+            print(f"{name:<10}{n:>20,}" + "".join(f"{rows[n][c]:>14.3f}" for c in columns))
+        growth = {c: rows[sizes[-1]][c] / rows[sizes[0]][c] for c in columns}
+        grew = "".join(f"{growth[c]:>13.2f}x" for c in columns)
+        print(f"{name:<10}{'growth':>20}{grew}  (target <= {TARGET})")
         verdicts.append(all(g <= TARGET for g in growth.values()))
         result[name] = {"sizes": {str(n): row for n, row in rows.items()}, "growth": growth}
     result["pass"] = all(verdicts)

@@ -1,8 +1,9 @@
-"""A worker's claim and a task's deletion cost the same beside 10 or 1,500 tasks of each other kind:
-waiting on people, asleep for an hour, finished. Measured as the database's own work, not time:
-SQLite's virtual-machine steps (a progress handler), PostgreSQL's rows of ``tasks`` read (the
-transaction's statistics, which count the foreign key's check too). The statements are the
-store's own, run on a connection of the test's own in a transaction rolled back."""
+"""A worker's claim, a task's deletion and a listing of one type cost the same beside 10 or 1,500
+tasks of each other kind: waiting on people, asleep for an hour, finished. Measured as the
+database's own work, not time: SQLite's virtual-machine steps (a progress handler), PostgreSQL's
+rows of ``tasks`` read (the transaction's statistics, which count the foreign key's check too).
+The statements are the store's own, run on a connection of the test's own in a transaction
+rolled back."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import PG_URL, pg_url
-from tether.store import EventRow, Store, TaskRow, _postgres_sql, _sql, _sqlite_sql, open_store
+from tether.store import EventRow, Store, TaskFilter, TaskRow, _postgres_sql, _sql, _sqlite_sql, open_store
 
 TENANT = "default"
 _EVENT = EventRow(1, "DecisionMade", 1, time.time(), "{}")
@@ -93,27 +94,38 @@ def _row_id(url: str, task_id: str) -> int:
         return int(found)
 
 
-def _costs(url: str) -> tuple[int, int]:
-    """What a worker's claim costs, and what deleting a finished task without forks asks of
-    ``tasks``: whether it has forks, then its row (the foreign key of forks checks on PostgreSQL)."""
-    own = _sqlite_sql.SQL if url.startswith("sqlite:///") else _postgres_sql.SQL
+def _costs(url: str) -> tuple[int, ...]:
+    """What a worker's claim costs; what deleting a finished task without forks asks of ``tasks``
+    (whether it has forks, then its row: the foreign key of forks checks on PostgreSQL); a page of
+    the tasks of one type; the positions of the streams of one type (the ADK's sessions)."""
+    sqlite = url.startswith("sqlite:///")
+    own = _sqlite_sql.SQL if sqlite else _postgres_sql.SQL
     done = _row_id(url, "completed-0")
-    claim = _work(url, [(own.claim, _sql.claim_values(TENANT, "w", 30, time.time()))])
-    return claim, _work(url, [(own.child_of, (done,)), (own.delete_task, (done,))])
+    listing = _sql.list_tasks_query(TENANT, TaskFilter(type="thread"), limit=20, offset=0)
+    positions = _sql.positions_query(TENANT, "thread", "thread-", None)
+    ours = [(q if sqlite else _sql.pyformat(q), tuple(params)) for q, params in (listing, positions)]
+    return (
+        _work(url, [(own.claim, _sql.claim_values(TENANT, "w", 30, time.time()))]),
+        _work(url, [(own.child_of, (done,)), (own.delete_task, (done,))]),
+        *(_work(url, [statement]) for statement in ours),
+    )
 
 
-def test_a_claim_and_a_delete_cost_the_same_beside_many_tasks(url: str) -> None:
+def test_claims_deletes_and_listings_cost_the_same_beside_many_tasks(url: str) -> None:
     store = open_store(url)
     now = time.time()
     due = TaskRow("due", TENANT, "t", "pending", None, None, now, now, 1)
     store.create_task(TENANT, due, _EVENT)
     fork = replace(due, task_id="fork", status="completed", parent_id="due", parent_seq=1)
     store.create_task(TENANT, fork, EventRow(2, "DecisionMade", 1, now, "{}"))  # the parents' index is not empty
+    for i in range(3):  # older than every other task: a walk of all tasks by age finds them last
+        thread = replace(due, task_id=f"thread-{i}", type="thread", status="completed", created_at=now - 10**6 - i)
+        store.create_task(TENANT, thread, _EVENT)
     _add(store, 0, 10)
     small = _costs(url)
     _add(store, 10, 1_500)
     large = _costs(url)
-    for what, before, after in zip(("claim", "delete"), small, large, strict=True):
+    for what, before, after in zip(("claim", "delete", "listing", "positions"), small, large, strict=True):
         assert after <= 1.5 * before + 20, f"{what}: {before} beside 10 tasks of each kind, {after} beside 1,500"
     claimed = store.claim(TENANT, "w", 30, time.time())  # and the claim takes the one task due
     assert claimed is not None and claimed[0] == "due"

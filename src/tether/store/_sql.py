@@ -87,12 +87,14 @@ RETURNING task_id, lease_token
 """
 
 
-# The indexes that keep a claim and a fork check (a task's children, before its history goes) from
-# reading every task; both backends' migrations create them as written.
+# The indexes that keep a claim, a fork check (a task's children, before its history goes) and a
+# listing of one type (LangGraph's threads, ADK's sessions) from reading every task; both backends'
+# migrations create them as written.
 SCALE_INDEXES = """
 CREATE INDEX tasks_runnable ON tasks (tenant, (COALESCE(wake_at, created_at))) WHERE status IN ('pending', 'running');
 CREATE INDEX tasks_waking ON tasks (tenant, wake_at) WHERE status IN ('sleeping', 'awaiting_input');
 CREATE INDEX tasks_by_parent ON tasks (parent) WHERE parent IS NOT NULL;
+CREATE INDEX tasks_by_type ON tasks (tenant, type, created_at);
 """
 
 

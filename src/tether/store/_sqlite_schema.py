@@ -100,8 +100,9 @@ MIGRATIONS: list[str] = [
         WHERE id = NEW.task AND version < NEW.seq;
     END;
     """,
-    # 4: the claim reads only the tasks it may take, in the order it takes them, and a fork check only a
-    # task's forks (issue 17: cost that does not grow with the tasks waiting on people or asleep).
+    # 4: the claim reads only the tasks it may take, in the order it takes them, a fork check only a
+    # task's forks, a listing of one type only that type (issue 17: cost that does not grow with the
+    # tasks waiting on people, asleep or of other kinds).
     SCALE_INDEXES,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
