@@ -5,8 +5,9 @@ PostgreSQL server, default ``postgresql://postgres@127.0.0.1:5432/test``; withou
 are skipped with a message). Prints a table, then one line of JSON.
 
 Beside N tasks of each kind no claim may take (awaiting an answer without a timeout, asleep for an
-hour, finished; inserted in bulk by SQL, as a long-lived database holds them), on SQLite (a file)
-and PostgreSQL (a schema of its own), for N = 100, 10,000 and 100,000:
+hour, finished, and N conversation sessions newer than every task; inserted in bulk by SQL, as a
+long-lived database holds them), on SQLite (a file) and PostgreSQL (a schema of its own), for
+N = 100, 10,000 and 100,000:
 
 * claim: ``Store.claim`` taking the one due task, then its lease given back (not timed), so every
   claim finds the same tasks: the median of 200, in ms;
@@ -14,7 +15,9 @@ and PostgreSQL (a schema of its own), for N = 100, 10,000 and 100,000:
   median of 50, in ms;
 * list: ``Store.list_tasks`` of one type (20 tasks of type ``thread``, older than all the others,
   as LangGraph's threads are listed) and ``Store.stream_positions`` of that type (as ADK's sessions
-  are): the median of 50 each, in ms.
+  are): the median of 50 each, in ms;
+* tasks: ``Store.list_tasks`` with no filter, as ``tether tasks`` lists (the newest 20 tasks,
+  sessions left out): the median of 50, in ms.
 
 Target: each at the largest N costs at most 2x what it costs at 100 (``growth``).
 """
@@ -40,7 +43,11 @@ from tether.store import EventRow, Store, TaskFilter, TaskRow, open_store
 PG = os.environ.get("TETHER_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TENANT = "default"
 TARGET = 2.0
-KINDS = "SELECT 'awaiting_input', NULL UNION ALL SELECT 'sleeping', {later} UNION ALL SELECT 'completed', NULL"
+# status, wake-up time, type, and whether newer (1) or older (-1) than the tasks measured
+KINDS = (
+    "SELECT 'awaiting_input', NULL, 't', -1 UNION ALL SELECT 'sleeping', {later}, 't', -1 "
+    "UNION ALL SELECT 'completed', NULL, 't', -1 UNION ALL SELECT 'open', NULL, 'tether.session', 1"
+)
 
 
 def fill_sqlite(url: str, n: int, now: float) -> None:
@@ -49,10 +56,10 @@ def fill_sqlite(url: str, n: int, now: float) -> None:
     conn = sqlite3.connect(url.removeprefix("sqlite:///"))
     conn.execute(
         "WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?), "
-        f"k(status, wake) AS ({KINDS.format(later=now + 3600)}) "
+        f"k(status, wake, type, side) AS ({KINDS.format(later=now + 3600)}) "
         "INSERT INTO tasks (tenant, task_id, type, status, created_at, wake_at) "
-        "SELECT ?, k.status || '-' || g.i, 't', k.status, ? - g.i, k.wake FROM g, k",
-        (n, TENANT, now - 100),
+        "SELECT ?, k.status || '-' || g.i, k.type, k.status, ? + k.side * (100 + g.i), k.wake FROM g, k",
+        (n, TENANT, now),
     )
     conn.commit()
     conn.close()
@@ -64,10 +71,11 @@ def fill_postgres(url: str, n: int, now: float) -> None:
     schema = url.rpartition("schema=")[2]
     with psycopg.connect(PG, autocommit=True, options=f"-c search_path={schema}") as conn:
         conn.execute(
-            f"WITH k(status, wake) AS ({KINDS.format(later=now + 3600)}) "
+            f"WITH k(status, wake, type, side) AS ({KINDS.format(later=now + 3600)}) "
             "INSERT INTO tasks (tenant, task_id, type, status, created_at, wake_at) "
-            "SELECT %s, k.status || '-' || g, 't', k.status, %s - g, k.wake FROM generate_series(1, %s) g, k",
-            (TENANT, now - 100, n),
+            "SELECT %s, k.status || '-' || g, k.type, k.status, %s + k.side * (100 + g), k.wake "
+            "FROM generate_series(1, %s) g, k",
+            (TENANT, now, n),
         )
         conn.execute("ANALYZE tasks")
 
@@ -114,6 +122,7 @@ def measure(url: str, fill: Callable[[str, int, float], None], n: int) -> dict[s
         "claim_ms": median_ms(claim, give_back, 200),
         "delete_ms": median_ms(lambda: store.delete_task(TENANT, f"v{next(deleted)}"), make_victim, 50),
         "list_ms": median_ms(lambda: store.list_tasks(TENANT, TaskFilter(type="thread"), limit=20), _nothing, 50),
+        "tasks_ms": median_ms(lambda: store.list_tasks(TENANT, TaskFilter(), limit=20), _nothing, 50),
         "positions_ms": median_ms(lambda: store.stream_positions(TENANT, "thread", "thread-"), _nothing, 50),
     }
     store.close()
@@ -162,7 +171,7 @@ def main() -> None:
     ]
     if postgres_answers():
         backends.append(("postgres", postgres_url, fill_postgres))
-    columns = ("claim_ms", "delete_ms", "list_ms", "positions_ms")
+    columns = ("claim_ms", "delete_ms", "list_ms", "tasks_ms", "positions_ms")
     print(f"{'backend':<10}{'tasks of each kind':>20}" + "".join(f"{c.replace('_ms', ' ms'):>14}" for c in columns))
     verdicts = []
     for name, make_url, fill in backends:

@@ -17,6 +17,7 @@ from tether.store.base import EventRow, TaskFilter, TaskRow
 
 __all__ = [
     "HEAD_EVERY",
+    "LISTED",
     "SCALE_INDEXES",
     "TASK_COLUMNS",
     "Statements",
@@ -87,14 +88,20 @@ RETURNING task_id, lease_token
 """
 
 
-# The indexes that keep a claim, a fork check (a task's children, before its history goes) and a
-# listing of one type (LangGraph's threads, ADK's sessions) from reading every task; both backends'
+# The indexes that keep a claim, a fork check (a task's children, before its history goes), a
+# listing of one type (LangGraph's threads, ADK's sessions) and a listing of tasks (tether's own
+# streams left out, as list_tasks_query says it) from reading every task; both backends'
 # migrations create them as written.
-SCALE_INDEXES = """
+LISTED = "type NOT LIKE 'tether.%'"
+"""The tasks a listing shows when no type is asked for (tether's own streams left out): the term the
+listing says and the listed tasks' index is made for, word for word (SQLite reads a partial index
+only for a query that says what the index says)."""
+SCALE_INDEXES = f"""
 CREATE INDEX tasks_runnable ON tasks (tenant, (COALESCE(wake_at, created_at))) WHERE status IN ('pending', 'running');
 CREATE INDEX tasks_waking ON tasks (tenant, wake_at) WHERE status IN ('sleeping', 'awaiting_input');
 CREATE INDEX tasks_by_parent ON tasks (parent) WHERE parent IS NOT NULL;
 CREATE INDEX tasks_by_type ON tasks (tenant, type, created_at);
+CREATE INDEX tasks_listed ON tasks (tenant, created_at) WHERE {LISTED};
 """
 
 
@@ -211,7 +218,7 @@ def list_tasks_query(tenant: str, flt: TaskFilter, *, limit: int, offset: int) -
             where.append(f"t.{column} = ?")
             params.append(value)
     if flt.type is None and not flt.internal:
-        where.append("t.type NOT LIKE 'tether.%'")
+        where.append(f"t.{LISTED}")
     if flt.created_after is not None:
         where.append("t.created_at >= ?")
         params.append(flt.created_after)
