@@ -357,8 +357,9 @@ class Store(Protocol):
     def claim(self, tenant: str, owner: str, ttl: float, now: float) -> tuple[str, int] | None:
         """Lease one runnable task, atomically; return its id and fencing token.
 
-        Runnable: ``pending``; ``sleeping`` or ``awaiting_input`` with ``wake_at <= now``;
-        ``running`` with no live lease (its worker died or let go). Oldest due first.
+        Runnable: ``pending``, or ``running`` with no live lease (its worker died or let go), once
+        due (at ``wake_at`` if set, else at ``created_at``); ``sleeping`` or ``awaiting_input``
+        with ``wake_at <= now``. A lease with an owner and no expiry is live. Oldest due first.
         """
         ...
 

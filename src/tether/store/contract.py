@@ -467,10 +467,10 @@ def an_expired_lease_can_be_taken(store: Store) -> None:
 
 @_check()
 def a_task_created_leased_is_held_from_its_first_moment(store: Store) -> None:
-    now = time.time()
-    held = replace(_row("a"), lease_owner="w1", lease_expires=now + 30, lease_token=1)
-    store.create_task(TENANT, held, _event(1))
     _create(store, "b")
+    now = time.time()  # b is due: it was made before now
+    held = replace(_row("a"), lease_owner="w1", lease_expires=now + 30, lease_token=1, created_at=now)
+    store.create_task(TENANT, held, _event(1))
     row = store.get_task(TENANT, "a")
     assert row is not None and (row.lease_owner, row.lease_expires, row.lease_token) == ("w1", now + 30, 1)
     assert store.acquire_lease(TENANT, "a", "w2", 30, now) is None  # held and alive
@@ -506,19 +506,23 @@ def claim_takes_the_task_due_first(store: Store) -> None:
 
     task("done", "completed", created=now - 5000)
     task("held", "running", created=now - 1000, lease=now + 30)  # its worker is alive
+    no_expiry = replace(_row("no-expiry", status="running"), created_at=now - 2000, lease_owner="w0", lease_token=1)
+    store.create_task(TENANT, no_expiry, _event(1))  # an owner and no expiry: held, whatever the time
     task("waiting", "awaiting_input", created=now - 900)  # no timeout: only an answer wakes it
     task("later", "sleeping", created=now - 800, wake=now + 100)
     task("pending", "pending", created=now - 100)
+    task("early", "pending", created=now + 50)  # made by a host whose clock runs ahead: due at its time
     task("orphan", "running", created=now - 50, lease=now - 1)  # its worker's lease ran out
     task("woken", "sleeping", created=now - 700, wake=now - 200)
     task("answered", "awaiting_input", created=now - 600, wake=now - 10)
     store.create_task("another-tenant", replace(_row("theirs"), created_at=now - 9000), _event(1))
     taken = [store.claim(TENANT, "w1", 3600, now) for _ in range(5)]
-    # Oldest due first: a sleeper by its wake-up time, a pending or orphaned task by its creation.
+    # Oldest due first: a sleeper or an answered wait by its wake-up time, a pending or orphaned
+    # task by its creation.
     assert [c and c[0] for c in taken] == ["woken", "pending", "orphan", "answered", None]
     assert taken[2] is not None and taken[2][1] == 2  # a lease taken over is fenced anew
-    late = [store.claim(TENANT, "w1", 3600, now + 101) for _ in range(3)]
-    assert [c and c[0] for c in late] == ["held", "later", None]  # held's lease ran out meanwhile
+    late = [store.claim(TENANT, "w1", 3600, now + 101) for _ in range(4)]
+    assert [c and c[0] for c in late] == ["held", "early", "later", None]  # held's lease ran out meanwhile
 
 
 @_check("push")

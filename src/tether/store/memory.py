@@ -275,7 +275,7 @@ class MemoryStore:
         with self._lock:
             stream = self._stream(tenant, task_id)
             row = stream.row
-            held = row.lease_owner is not None and (row.lease_expires or 0) > now
+            held = _held(row, now)
             if held and (steal_from is None or row.lease_owner != steal_from):
                 return None
             token = row.lease_token + 1
@@ -287,11 +287,14 @@ class MemoryStore:
             due = []
             for (t, task_id), stream in self._tasks.items():
                 row = stream.row
-                if t != tenant or (row.lease_owner is not None and (row.lease_expires or 0) > now):
+                if t != tenant or _held(row, now):
                     continue
-                waiting = row.status in ("sleeping", "awaiting_input")
-                if row.status in ("pending", "running") or (waiting and row.wake_at is not None and row.wake_at <= now):
-                    due.append((row.wake_at if row.wake_at is not None else row.created_at, task_id))
+                if row.status in ("pending", "running"):
+                    at: float | None = row.wake_at if row.wake_at is not None else row.created_at
+                else:
+                    at = row.wake_at if row.status in ("sleeping", "awaiting_input") else None
+                if at is not None and at <= now:  # as the SQL stores' claim says it (_sql.DUE)
+                    due.append((at, task_id))
             if not due:
                 return None
             _, task_id = min(due)
@@ -335,3 +338,9 @@ def _matches(row: TaskRow, flt: TaskFilter) -> bool:
         and (flt.created_after is None or row.created_at >= flt.created_after)
         and (flt.created_before is None or row.created_at < flt.created_before)
     )
+
+
+def _held(row: TaskRow, now: float) -> bool:
+    """Whether ``row``'s lease is held at ``now``: an owner, and an expiry not yet passed (none: held,
+    as SQL's ``lease_expires <= now`` is never true of NULL)."""
+    return row.lease_owner is not None and (row.lease_expires is None or row.lease_expires > now)
