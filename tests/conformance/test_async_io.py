@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -89,6 +89,30 @@ async def _let_writes_go(
         await asyncio.sleep(0.001)
 
 
+class Runs:
+    """A test's runs, gathered, and how many have not returned (``left``)."""
+
+    def __init__(self, runs: list[Coroutine[Any, Any, tether.TaskHandle]]) -> None:
+        self.left = len(runs)
+        self._runs = runs
+
+    async def _one(self, run: Coroutine[Any, Any, tether.TaskHandle]) -> tether.TaskHandle:
+        try:
+            return await run
+        finally:
+            self.left -= 1
+
+    async def gather(self) -> list[tether.TaskHandle]:
+        return await asyncio.gather(*(self._one(run) for run in self._runs))
+
+
+def _queued(app: tether.App, runs: Runs) -> Callable[[], bool]:
+    """When to let a held write go: two tasks' records wait behind it, or every run still under way
+    waits on the commit thread (its records in the thread's hands or queued), so nothing more can
+    queue (without this a write went only after ``patience``: a test ran 10-30 s on a loaded machine)."""
+    return lambda: app.commits.waiting >= 2 or app.commits.waiting + app.commits.in_hand >= runs.left
+
+
 @pytest.fixture
 def held(store_url: str) -> Iterator[tuple[tether.App, HeldStore]]:
     store = HeldStore(open_store(store_url))
@@ -148,10 +172,11 @@ def test_tasks_waiting_at_once_share_one_transaction(held: tuple[tether.App, Hel
     async def main() -> list[tether.TaskHandle]:
         done = asyncio.Event()
         # Each write is held until two tasks' records wait behind it: they share the next one.
-        letting = asyncio.create_task(_let_writes_go(store, done, queued=lambda: app.commits.waiting >= 2))
+        runs = Runs([app.run_async(two, task_id=f"t{i}") for i in range(12)])
+        letting = asyncio.create_task(_let_writes_go(store, done, queued=_queued(app, runs)))
         store.holding = True
         try:
-            return await asyncio.gather(*(app.run_async(two, task_id=f"t{i}") for i in range(12)))
+            return await runs.gather()
         finally:
             store.holding = False
             done.set()
@@ -175,10 +200,11 @@ def test_one_tasks_refused_record_fails_that_task_only(held: tuple[tether.App, H
 
     async def main() -> list[tether.TaskHandle]:
         done = asyncio.Event()
-        letting = asyncio.create_task(_let_writes_go(store, done, queued=lambda: app.commits.waiting >= 2))
+        runs = Runs([app.run_async(weighing, i, task_id=f"w{i}") for i in (1, -1, 2, 3)])
+        letting = asyncio.create_task(_let_writes_go(store, done, queued=_queued(app, runs)))
         store.holding = True
         try:
-            return await asyncio.gather(*(app.run_async(weighing, i, task_id=f"w{i}") for i in (1, -1, 2, 3)))
+            return await runs.gather()
         finally:
             store.holding = False
             done.set()
@@ -188,7 +214,10 @@ def test_one_tasks_refused_record_fails_that_task_only(held: tuple[tether.App, H
     assert max(store.streams_per_write) >= 2, store.streams_per_write  # they did share transactions
     assert handles["w-1"].status is tether.Status.FAILED
     assert handles["w-1"].failure is not None and "cannot be stored" in handles["w-1"].failure.message
-    assert [handles[t].output for t in ("w1", "w2", "w3")] == [1.0, 2.0, 3.0]
+    outcomes = {t: (h.status, h.output, h.failure) for t, h in handles.items()}
+    assert [outcomes[t][:2] for t in ("w1", "w2", "w3")] == [(tether.Status.COMPLETED, x) for x in (1.0, 2.0, 3.0)], (
+        outcomes
+    )
 
 
 def test_a_lone_run_writes_on_its_loop_and_runs_together_share_the_thread(store_url: str) -> None:
@@ -258,24 +287,13 @@ def test_runs_starting_and_ending_together_share_transactions_and_one_refusal_st
         await ctx.call(send, i)
         return math.nan if i < 0 else float(i)
 
-    left = 0  # runs not yet returned: with one left, nothing can queue behind its write
-
-    async def run(i: int) -> tether.TaskHandle:
-        nonlocal left
-        try:
-            return await app.run_async(finishing, i, task_id=f"f{i}")
-        finally:
-            left -= 1
-
     async def main(ids: tuple[int, ...]) -> list[tether.TaskHandle]:
-        nonlocal left
-        left = len(ids)
         done = asyncio.Event()
-        queued = lambda: app.commits.waiting >= 2 or left <= 1  # noqa: E731
-        letting = asyncio.create_task(_let_writes_go(store, done, queued=queued, patience=2.0))
+        runs = Runs([app.run_async(finishing, i, task_id=f"f{i}") for i in ids])
+        letting = asyncio.create_task(_let_writes_go(store, done, queued=_queued(app, runs)))
         store.holding = True
         try:
-            return await asyncio.gather(*(run(i) for i in ids))
+            return await runs.gather()
         finally:
             store.holding = False
             done.set()

@@ -59,6 +59,8 @@ class CommitThread:
         """Offload a lone async run's records too: its loop never waits on the store, at the cost of
         a thread handoff per commit (by default a lone run writes on its loop; see ``offloading``)."""
         self._runs = 0  # async runs under way, on any loop of the process
+        self.in_hand = 0
+        """How many submissions the thread is writing now (taken off the queue, not yet woken)."""
         self._queue: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
         self._start = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -130,7 +132,11 @@ class CommitThread:
                 else:
                     batch.append(more)
             if batch:
-                self._write(batch)
+                self.in_hand = len(batch)
+                try:
+                    self._write(batch)
+                finally:
+                    self.in_hand = 0
             if stop:
                 return
 
