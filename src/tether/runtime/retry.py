@@ -10,6 +10,10 @@ from tether.errors import TaskDefinitionError
 
 __all__ = ["Retry"]
 
+_JITTER = random.Random()
+"""tether's own random numbers: a retry's jitter leaves the application's (the ``random`` module's
+shared generator, which it may have seeded) alone."""
+
 
 @dataclass(frozen=True)
 class Retry:
@@ -60,7 +64,7 @@ class Retry:
         """Seconds to wait after failed attempt ``attempt`` (jitter included)."""
         base = min(self.backoff * self.multiplier ** (attempt - 1), self.max_backoff)
         if self.jitter:
-            base *= 1 + random.uniform(-self.jitter, self.jitter)
+            base *= 1 + _JITTER.uniform(-self.jitter, self.jitter)
         return max(0.0, base)
 
 

@@ -1,0 +1,29 @@
+"""A retry's delay: its backoff, its jitter, and the application's random numbers left alone."""
+
+from __future__ import annotations
+
+import random
+
+import tether
+
+
+def test_jitter_stays_within_its_share_and_varies() -> None:
+    policy = tether.Retry(max_attempts=5, backoff=1.0, multiplier=2.0, max_backoff=3.0, jitter=0.5)
+    delays = [policy.delay(attempt) for attempt in (1, 2, 3) for _ in range(200)]
+    for attempt, base in ((1, 1.0), (2, 2.0), (3, 3.0)):  # the third is capped at max_backoff
+        mine = delays[(attempt - 1) * 200 : attempt * 200]
+        assert all(base * 0.5 <= d <= base * 1.5 for d in mine), (attempt, min(mine), max(mine))
+        assert len(set(mine)) > 100  # it is random
+    assert tether.Retry(backoff=1.0, jitter=0).delay(1) == 1.0
+
+
+def test_jitter_leaves_the_applications_random_numbers_alone() -> None:
+    random.seed(1234)
+    expected = [random.random() for _ in range(5)]
+    random.seed(1234)
+    policy = tether.Retry(backoff=1.0, jitter=0.5)
+    drawn = []
+    for _ in range(5):
+        policy.delay(1)  # a retry in between the application's draws
+        drawn.append(random.random())
+    assert drawn == expected
