@@ -227,7 +227,7 @@ def test_a_data_error_is_not_reported_as_an_outage(url: str) -> None:
     with pytest.raises(tether.InvalidInputError, match="cannot store") as caught:
         store.create_task("default", row, EventRow(1, "TaskCreated", 1, now, "{}"))
     assert not isinstance(caught.value, tether.StoreUnavailableError)
-    assert time.monotonic() - start < 1.0  # refused at once, not retried
+    assert time.monotonic() - start < 4.0  # refused at once, not retried for give_up_after (5 s)
     with pytest.raises(tether.InvalidInputError, match="cannot store"):
         store.get_task("default", "a\0b")
     store.close()

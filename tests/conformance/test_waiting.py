@@ -72,15 +72,23 @@ def test_bad_input_is_refused_and_nothing_recorded(app: tether.App) -> None:
         app.send_input("t1", "other", 1)
 
 
+def _until_due(handle: tether.TaskHandle) -> None:
+    """Sleep until the task's wake-up time (its sleep's end, its wait's timeout) has passed."""
+    wake_at = handle.state.wake_at
+    assert wake_at is not None
+    time.sleep(max(0.0, wake_at.timestamp() - time.time()) + 0.05)
+
+
 def test_input_sent_before_it_is_asked_for(app: tether.App) -> None:
     @app.task
     def t(ctx: tether.TaskContext) -> Any:
-        ctx.sleep(0.2)  # long enough to suspend: the answer arrives meanwhile
+        ctx.sleep(1.0)  # long enough to suspend, even after a slow commit: the answer arrives meanwhile
         return ctx.wait_for_input("approve", schema={"type": "boolean"})
 
-    assert app.run(t, task_id="t1").status is tether.Status.SLEEPING
+    slept = app.run(t, task_id="t1")
+    assert slept.status is tether.Status.SLEEPING
     app.send_input("t1", "approve", True)
-    time.sleep(0.25)
+    _until_due(slept)
     run = app.resume("t1")
     assert run.status is tether.Status.COMPLETED and run.output is True
 
@@ -88,12 +96,13 @@ def test_input_sent_before_it_is_asked_for(app: tether.App) -> None:
 def test_input_sent_early_is_checked_when_asked_for(app: tether.App) -> None:
     @app.task
     def t(ctx: tether.TaskContext) -> Any:
-        ctx.sleep(0.2)
+        ctx.sleep(1.0)
         return ctx.wait_for_input("count", schema={"type": "integer"})
 
-    app.run(t, task_id="t1")
+    slept = app.run(t, task_id="t1")
+    assert slept.status is tether.Status.SLEEPING
     app.send_input("t1", "count", "seven")
-    time.sleep(0.25)
+    _until_due(slept)
     # The bad early answer is discarded with its reason; the task waits for a good one.
     run = app.resume("t1")
     assert run.status is tether.Status.AWAITING_INPUT and run.state.waiting.key == "count"
@@ -123,14 +132,14 @@ def test_timeout_raises_inside_the_task(app: tether.App) -> None:
     @app.task
     def t(ctx: tether.TaskContext) -> Any:
         try:
-            return ctx.wait_for_input("approve", timeout=0.1)
+            return ctx.wait_for_input("approve", timeout=1.0)  # past the commit, even a slow one
         except tether.InputTimeout as exc:
             return f"timed out waiting for {exc.key}"
 
     run = app.run(t, task_id="t1")
     assert run.status is tether.Status.AWAITING_INPUT and run.state.waiting is not None
     assert run.state.wake_at is not None  # a worker picks it up when the timeout is due
-    time.sleep(0.15)
+    _until_due(run)
     done = app.resume("t1")
     assert done.output == "timed out waiting for approve"
     assert app.resume("t1").output == done.output

@@ -93,7 +93,9 @@ def _fences_never_go_back(app: tether.App, task_id: str) -> set[int]:
 @pytest.mark.timeout(360)
 def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make_url: Any) -> None:
     url = make_url(tmp_path)
-    env = _env(tmp_path, url, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.05")
+    # A 3 s lease renewed every 1 s: a live worker's renewal would have to be 2 s late for another to
+    # take its task (with 1 s, a third of a second on a loaded machine did, and the effect ran twice).
+    env = _env(tmp_path, url, TETHER_TEST_TTL="3.0", TETHER_TEST_SLOW="0.05")
     app = tether.App(url)
     app.task(name="job")(lambda ctx, n, steps=5: n)  # the type, so start() can record it
     jobs = 12
@@ -132,7 +134,9 @@ def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make
 @pytest.mark.timeout(360)
 def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: Path, make_url: Any) -> None:
     url = make_url(tmp_path)
-    env = _env(tmp_path, url, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="0.6")
+    # Each effect takes 2 s: room to SIGSTOP the first worker inside its first one, however late
+    # this process sees it start.
+    env = _env(tmp_path, url, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="2.0")
     app = tether.App(url)
     app.task(name="job")(lambda ctx, n, steps=5: n)
     app.start("job", 1, steps=4, task_id="job-1")

@@ -165,7 +165,7 @@ def _env() -> dict[str, str]:
 
 @pytest.mark.crash
 def test_sigkill_mid_run_then_resume_loses_nothing(durable_url: str) -> None:
-    turns = 12
+    turns = 30  # turns enough after "turn 7" that the kill lands mid-run however late it comes
     for kill_after in ("turn 3", "turn 7"):  # the second process resumes what the first left
         with subprocess.Popen(
             [sys.executable, "-m", "tests.integrations._lg_graph", durable_url, "killed", str(turns), "0.03"],

@@ -69,23 +69,19 @@ def served(store_url: str) -> Iterator[Served]:
     app.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class LiveServer:
     """uvicorn in a thread: for server-sent events and the browser."""
 
     def __init__(self, asgi: Any) -> None:
         import uvicorn
 
-        self.port = free_port()
+        # Bound here and handed to uvicorn: a port chosen and let go could be taken in between.
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
         self.base = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(asgi, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
@@ -100,3 +96,4 @@ class LiveServer:
         self.server.should_exit = True
         self.server.force_exit = True  # open SSE streams must not hold the shutdown
         self.thread.join(timeout=10)
+        self.sock.close()

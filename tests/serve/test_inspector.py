@@ -49,8 +49,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
 
 @pytest.fixture
 def page(chromium: str, served: Served) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=15_000)  # expect's own default (5 s) is not the page's
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=ARGS, headless=True)
         context = browser.new_context(viewport={"width": 1400, "height": 1000})

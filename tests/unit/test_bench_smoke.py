@@ -36,9 +36,10 @@ def _calls(r: Report) -> bool:
 
 
 def _task_reads(r: Report) -> bool:
-    big = _last(r["sizes"])
-    calls_ok = all(row["bytes_per_call"] <= 1100 for n, row in r["sizes"].items() if int(n) >= 1000)
-    return calls_ok and r["get_output_growth"] <= 1.5 and big["state_ms"] <= 10.0
+    big = r["sizes"][str(min(max(map(int, r["sizes"])), 10_000))]
+    bytes_ok = all(b <= 1100 for by_n in r["bytes_per_step"].values() for b in by_n.values())
+    growth_ok = r["get_output_growth"] <= 1.5 and r["list_tasks_growth"] <= 1.5
+    return bytes_ok and growth_ok and big["state_ms"] <= 10.0
 
 
 def _langgraph(r: Report) -> bool | None:
