@@ -53,6 +53,15 @@ def pg_url(prefix: str = "t") -> Iterator[str]:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+def sql_url(backend: str, tmp_path: os.PathLike[str], prefix: str = "t") -> Iterator[str]:
+    """A database other processes can open too: a SQLite file (``backend`` "sqlite"), or a
+    PostgreSQL schema of its own, dropped afterwards."""
+    if backend == "sqlite":
+        yield f"sqlite:///{os.path.join(tmp_path, 'tether.db')}"
+    else:
+        yield from pg_url(prefix)
+
+
 @pytest.fixture(scope="session")
 def fork_servers() -> Iterator[ForkServers]:
     """Two fork servers per set of modules to preload (and child environment), started on first use and

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PG_URL, pg_url
+from tests.conftest import PG_URL, sql_url
 from tether.store import EventRow, Store, TaskFilter, TaskRow, _postgres_sql, _sql, _sqlite_sql, open_store
 
 TENANT = "default"
@@ -25,10 +25,7 @@ Statements = Sequence[tuple[str, tuple[Any, ...]]]
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{os.path.join(tmp_path, 'tether.db')}"
-    else:
-        yield from pg_url("scale")
+    yield from sql_url(request.param, tmp_path, "scale")
 
 
 def _add(store: Store, start: int, stop: int) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import pg_url
+from tests.conftest import sql_url
 from tests.crash.conftest import make_url  # noqa: F401 - a fixture: a fresh SQLite file or PostgreSQL schema
 
 HERE = Path(__file__).parent
@@ -17,7 +17,4 @@ CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent
 @pytest.fixture(params=["sqlite", "postgres"])
 def durable_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
     """A database other processes can open too: a SQLite file, or a PostgreSQL schema of its own."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{os.path.join(tmp_path, 'tether.db')}"
-    else:
-        yield from pg_url("lg")
+    yield from sql_url(request.param, tmp_path, "lg")
