@@ -37,7 +37,7 @@ def _add(store: Store, start: int, stop: int) -> None:
         for status, wake in (("awaiting_input", None), ("sleeping", now + 3600), ("completed", None)):
             row = TaskRow(f"{status}-{i}", TENANT, "t", status, None, None, now - 100 - i, now, 1, wake_at=wake)
             store.create_task(TENANT, row, _EVENT)
-        session = TaskRow(f"session-{i}", TENANT, "tether.session", "open", None, None, now + 100 + i, now, 1)
+        session = TaskRow(f"session-{i}", TENANT, "tether.session", "open", f"user-{i}", None, now + 100 + i, now, 1)
         store.create_task(TENANT, session, _EVENT)
 
 
@@ -105,8 +105,8 @@ def _analyze(url: str) -> None:
 def _costs(url: str) -> tuple[int, ...]:
     """What a worker's claim costs; what deleting a finished task without forks asks of ``tasks``
     (whether it has forks, then its row: the foreign key of forks checks on PostgreSQL); a page of
-    the tasks of one type; a page of tasks (sessions left out); the positions of the streams of one
-    type (the ADK's sessions)."""
+    the tasks of one type; a page of tasks (sessions left out); a page of one user's sessions; the
+    positions of the streams of one type (the ADK's sessions)."""
     sqlite = url.startswith("sqlite:///")
     own = _sqlite_sql.SQL if sqlite else _postgres_sql.SQL
     if not sqlite:  # what autovacuum does as a table grows: the planner learns how many are sessions
@@ -114,8 +114,9 @@ def _costs(url: str) -> tuple[int, ...]:
     done = _row_id(url, "completed-0")
     listing = _sql.list_tasks_query(TENANT, TaskFilter(type="thread"), limit=20, offset=0)
     tasks = _sql.list_tasks_query(TENANT, TaskFilter(), limit=20, offset=0)  # as `tether tasks` lists
+    mine = _sql.list_tasks_query(TENANT, TaskFilter(type="tether.session", user_id="me"), limit=20, offset=0)
     positions = _sql.positions_query(TENANT, "thread", "thread-", None)
-    ours = [(q if sqlite else _sql.pyformat(q), tuple(params)) for q, params in (listing, tasks, positions)]
+    ours = [(q if sqlite else _sql.pyformat(q), tuple(params)) for q, params in (listing, tasks, mine, positions)]
     return (
         _work(url, [(own.claim, _sql.claim_values(TENANT, "w", 30, time.time()))]),
         _work(url, [(own.child_of, (done,)), (own.delete_task, (done,))]),
@@ -130,6 +131,9 @@ def test_claims_deletes_and_listings_cost_the_same_beside_many_tasks(url: str) -
     store.create_task(TENANT, due, _EVENT)
     fork = replace(due, task_id="fork", status="completed", parent_id="due", parent_seq=1)
     store.create_task(TENANT, fork, EventRow(2, "DecisionMade", 1, now, "{}"))  # the parents' index is not empty
+    for i in range(2):  # one user's conversation sessions, among every other user's
+        session = replace(due, task_id=f"mine-{i}", type="tether.session", status="open", user_id="me")
+        store.create_task(TENANT, replace(session, created_at=now - 10**6 - i), _EVENT)
     for i in range(3):  # older than every other task: a walk of all tasks by age finds them last
         thread = replace(due, task_id=f"thread-{i}", type="thread", status="completed", created_at=now - 10**6 - i)
         store.create_task(TENANT, thread, _EVENT)
@@ -137,7 +141,8 @@ def test_claims_deletes_and_listings_cost_the_same_beside_many_tasks(url: str) -
     small = _costs(url)
     _add(store, 10, 1_500)
     large = _costs(url)
-    for what, before, after in zip(("claim", "delete", "listing", "tasks", "positions"), small, large, strict=True):
+    names = ("claim", "delete", "listing", "tasks", "my sessions", "positions")
+    for what, before, after in zip(names, small, large, strict=True):
         assert after <= 1.5 * before + 20, f"{what}: {before} beside 10 tasks of each kind, {after} beside 1,500"
     claimed = store.claim(TENANT, "w", 30, time.time())  # and the claim takes the one task due
     assert claimed is not None and claimed[0] == "due"

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import tether
+from tether._validate import MAX_LIMIT, MAX_OFFSET, check_statuses
 from tether.cli._base import _open, _tid, _url, db_option, errors_as_messages, json_option, main
 from tether.cli._render import (
     _console,
@@ -27,6 +28,7 @@ from tether.cli._render import (
     _status,
 )
 from tether.runtime.handles import failure_summary
+from tether.store import TaskFilter
 
 
 @main.command()
@@ -97,14 +99,10 @@ def tasks(
 
 
 def _count_tasks(app: tether.App, status: list[str] | None, task_type: str | None, user_id: str | None) -> int:
-    """How many tasks match: counted by pages of index rows (no state is loaded)."""
-    total, offset, step = 0, 0, 10_000
-    while True:
-        found = len(app.log.list(status=status, type=task_type, user_id=user_id, limit=step, offset=offset))
-        total += found
-        if found < step:
-            return total
-        offset += step
+    """How many tasks match, counted on the index (no row built): one statement, whose cost grows with
+    the tasks counted (paging through the listing to count took 1-13 s beside 100,000 tasks)."""
+    flt = TaskFilter(status=check_statuses(status), type=task_type, user_id=user_id)
+    return app.store.count_tasks(app.tenant, flt, cap=MAX_OFFSET + MAX_LIMIT)
 
 
 @main.command()

@@ -158,15 +158,19 @@ def _add_task_reads(router: APIRouter, app_for: AppFor) -> None:
             user_id=user_id,
             session_id=session_id,
         )
-        scanned = app.store.list_tasks(app.tenant, flt, limit=_SCAN + 1, offset=0)
-        truncated = len(scanned) > _SCAN
-        scanned = scanned[:_SCAN]
-        if q:
+        if q:  # the text is matched here: over the newest _SCAN tasks
+            scanned = app.store.list_tasks(app.tenant, flt, limit=_SCAN + 1, offset=0)
+            truncated = len(scanned) > _SCAN
             needle = q.lower()
-            scanned = [r for r in scanned if needle in f"{r.task_id} {r.type} {r.user_id or ''}".lower()]
-        page = scanned[offset : offset + limit]
+            found = [r for r in scanned[:_SCAN] if needle in f"{r.task_id} {r.type} {r.user_id or ''}".lower()]
+            page, total = found[offset : offset + limit], len(found)
+        else:  # the page alone, and a count on the index (building _SCAN rows took 40-230 ms at 100,000)
+            within = max(0, min(limit, _SCAN - offset))
+            page = app.store.list_tasks(app.tenant, flt, limit=within, offset=offset) if within else []
+            counted = app.store.count_tasks(app.tenant, flt, cap=_SCAN + 1)
+            truncated, total = counted > _SCAN, min(counted, _SCAN)
         items = [summary_json(app, row) for row in page]
-        return {"items": items, "total": len(scanned), "limit": limit, "offset": offset, "truncated": truncated}
+        return {"items": items, "total": total, "limit": limit, "offset": offset, "truncated": truncated}
 
     @router.get("/tasks/{task_id}", tags=["tasks"])
     def get_task(who: Who, task_id: TaskId) -> dict[str, Any]:

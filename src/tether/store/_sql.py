@@ -25,6 +25,7 @@ __all__ = [
     "Statements",
     "claim_statement",
     "claim_values",
+    "count_tasks_query",
     "list_tasks_query",
     "newer_schema",
     "positions_query",
@@ -91,6 +92,7 @@ SCALE_INDEXES = f"""
 CREATE INDEX tasks_due ON tasks (tenant, {DUE}) WHERE {CLAIMABLE};
 CREATE INDEX tasks_by_parent ON tasks (parent) WHERE parent IS NOT NULL;
 CREATE INDEX tasks_by_type ON tasks (tenant, type, created_at);
+CREATE INDEX tasks_by_type_user ON tasks (tenant, type, user_id, created_at);
 CREATE INDEX tasks_listed ON tasks (tenant, created_at) WHERE {LISTED};
 """
 
@@ -198,6 +200,23 @@ def task_values(
 
 def list_tasks_query(tenant: str, flt: TaskFilter, *, limit: int, offset: int) -> tuple[str, list[Any]]:
     """The statement and parameters that list ``tenant``'s tasks matching ``flt``, newest first."""
+    where, params = _matching(tenant, flt)
+    query = (
+        f"SELECT {TASK_COLUMNS} {_FROM_TASKS} WHERE {where} ORDER BY t.created_at DESC, t.task_id DESC LIMIT ? OFFSET ?"
+    )
+    return query, [*params, limit, offset]
+
+
+def count_tasks_query(tenant: str, flt: TaskFilter, *, cap: int) -> tuple[str, list[Any]]:
+    """The statement and parameters that count ``tenant``'s tasks matching ``flt``, up to ``cap``: the
+    listing's filter on the index row alone (no row built, no event read; paging through the
+    listing to count, as ``tether tasks`` did, took 1-13 s beside 100,000 tasks)."""
+    where, params = _matching(tenant, flt)
+    return f"SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE {where} LIMIT ?) AS matching", [*params, cap]
+
+
+def _matching(tenant: str, flt: TaskFilter) -> tuple[str, list[Any]]:
+    """The condition on a task's row (``t``) that ``flt`` says, and its parameters."""
     where = ["t.tenant = ?"]
     params: list[Any] = [tenant]
     if flt.status is not None:
@@ -215,12 +234,7 @@ def list_tasks_query(tenant: str, flt: TaskFilter, *, limit: int, offset: int) -
     if flt.created_before is not None:
         where.append("t.created_at < ?")
         params.append(flt.created_before)
-    params.extend([limit, offset])
-    query = (
-        f"SELECT {TASK_COLUMNS} {_FROM_TASKS} WHERE {' AND '.join(where)} "
-        "ORDER BY t.created_at DESC, t.task_id DESC LIMIT ? OFFSET ?"
-    )
-    return query, params
+    return " AND ".join(where), params
 
 
 # The narrow read of Store.stream_positions: the newest event's seq as the last row of the stream's

@@ -304,6 +304,11 @@ class Store(Protocol):
         """Tasks matching ``flt``, newest first."""
         ...
 
+    def count_tasks(self, tenant: str, flt: TaskFilter, *, cap: int) -> int:
+        """How many tasks match ``flt``, counted up to ``cap`` (``cap`` when there are more), from
+        the index alone: its cost grows with the tasks counted, not with the rest of the store."""
+        ...
+
     def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
         """``(task_id, created_at, version)`` of every stream of ``type`` (and ``user_id``, if given)
         whose id starts with ``prefix``, in no particular order: the narrow read of a listing that

@@ -282,6 +282,31 @@ def listing_filters_and_pages(store: Store) -> None:
 
 
 @_check()
+def a_count_is_the_listings_length_up_to_its_cap(store: Store) -> None:
+    now = time.time()
+    for i in range(7):
+        row = replace(_row(f"c{i}", type="odd" if i % 2 else "even", status=("pending", "failed")[i % 3 == 0]))
+        store.create_task(TENANT, replace(row, user_id=f"u{i % 2}", created_at=now - 100 + i), _event(1))
+    _create(store, "internal", type="tether.session")
+    store.create_task("another-tenant", _row("theirs"), _event(1))
+    filters = [
+        TaskFilter(),
+        TaskFilter(internal=True),
+        TaskFilter(type="odd"),
+        TaskFilter(type="tether.session"),
+        TaskFilter(status=("failed",)),
+        TaskFilter(status=("pending", "failed"), user_id="u0"),
+        TaskFilter(created_after=now - 97, created_before=now - 95),
+        TaskFilter(type="none such"),
+    ]
+    for flt in filters:
+        listed = len(store.list_tasks(TENANT, flt, limit=100))
+        assert store.count_tasks(TENANT, flt, cap=100) == listed, flt
+        assert store.count_tasks(TENANT, flt, cap=2) == min(listed, 2), flt
+    assert [store.count_tasks(TENANT, flt, cap=100) for flt in filters] == [7, 8, 3, 1, 3, 4, 2, 0]
+
+
+@_check()
 def delete_removes_a_stream(store: Store) -> None:
     _create(store, "a", events=3)
     assert store.delete_task(TENANT, "a") == 3

@@ -211,6 +211,10 @@ class MemoryStore:
         rows.sort(key=lambda r: (r.created_at, r.task_id), reverse=True)
         return rows[offset : offset + limit]
 
+    def count_tasks(self, tenant: str, flt: TaskFilter, *, cap: int) -> int:
+        with self._lock:
+            return min(cap, sum(1 for (t, _), s in self._tasks.items() if t == tenant and _matches(s.row, flt)))
+
     def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
         flt = TaskFilter(type=type, user_id=user_id)
         with self._lock:

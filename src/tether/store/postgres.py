@@ -456,6 +456,11 @@ class PostgresStore:
         query = _sql.pyformat(query)
         return [TaskRow(*r) for r in self._run(lambda c: c.execute(query, params).fetchall())]
 
+    def count_tasks(self, tenant: str, flt: TaskFilter, *, cap: int) -> int:
+        query, params = _sql.count_tasks_query(tenant, flt, cap=cap)
+        statement = _sql.pyformat(query)
+        return int(self._run(lambda c: c.execute(statement, params).fetchone()[0]))  # type: ignore[index]
+
     def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
         query, params = _sql.positions_query(tenant, type, prefix, user_id)
         statement = _sql.pyformat(query)

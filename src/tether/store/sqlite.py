@@ -14,6 +14,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from tether.errors import ConfigurationError, ConflictError, TaskNotFoundError
 from tether.store import _sql
@@ -39,12 +40,10 @@ from tether.store.base import (
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore"]
 
-# The lock file starts with two unsigned 8-byte counters, in the machine's byte order (little-endian
-# wherever tether runs), read and bumped through a memoryview (a struct call costs five times as much):
-# [0] the write generation; [1] the mapping generation, bumped by every change of which row a task id
-# names (a rewind renames a stream and puts a fork in its place; a delete frees the id for a new
-# stream). A process whose cached ids are from an older mapping generation drops them before it
-# trusts one.
+# The lock file starts with two unsigned 8-byte counters in the machine's byte order, read and bumped
+# through a memoryview (a struct call costs five times as much): [0] the write generation; [1] the
+# mapping generation, bumped by every change of which row a task id names (a rewind renames a stream
+# and forks in its place; a delete frees the id): cached ids of an older one are dropped before use.
 _LOCK_SIZE = 16
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN  # bound once: every append gates twice
 
@@ -493,15 +492,17 @@ class SQLiteStore:
         return int(gone)
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
-        query, params = _sql.list_tasks_query(tenant, flt, limit=limit, offset=offset)
-        with self._lock:
-            rows = self._conn.execute(query, params).fetchall()
-        return [TaskRow(*r) for r in rows]
+        return [TaskRow(*r) for r in self._read(*_sql.list_tasks_query(tenant, flt, limit=limit, offset=offset))]
+
+    def count_tasks(self, tenant: str, flt: TaskFilter, *, cap: int) -> int:
+        return int(self._read(*_sql.count_tasks_query(tenant, flt, cap=cap))[0][0])
 
     def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
-        query, params = _sql.positions_query(tenant, type, prefix, user_id)
+        return [(r[0], r[1], r[2]) for r in self._read(*_sql.positions_query(tenant, type, prefix, user_id))]
+
+    def _read(self, query: str, params: Sequence[Any]) -> list[Any]:
         with self._lock:
-            return [(r[0], r[1], r[2]) for r in self._conn.execute(query, params)]
+            return self._conn.execute(query, params).fetchall()
 
     # -- snapshots --------------------------------------------------------------
 
