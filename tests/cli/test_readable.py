@@ -65,6 +65,23 @@ def test_prefixes_and_ambiguity(folder: Path) -> None:
     assert f"trip-0-{'a' * 30}" in ambiguous.stderr
 
 
+def test_a_prefix_finds_a_task_older_than_ten_thousand_others(tmp_path: Path) -> None:
+    # The prefix was once looked for among the newest 10,000 tasks only; and the count of an
+    # ambiguous one says how many match, past the ten it lists.
+    from tether.store import EventRow, TaskRow
+
+    log = tether.TaskLog(f"sqlite:///{tmp_path / 'tether.db'}")
+    log.create(type="t", task_id="ancient-1")
+    later = time.time() + 1
+    for i in range(10_001):  # newer rows only to be listed (an ambiguous prefix loads none of them)
+        row = TaskRow(f"new-{i:05}", "default", "t", "completed", None, None, later + i, later, 1)
+        log.store.create_task("default", row, EventRow(1, "TaskCreated", 1, later, "{}"))
+    log.store.close()
+    assert run("show", "ancien", cwd=tmp_path).stdout.startswith("ancient-1")
+    assert "is the start of 10 task ids" in run("show", "new-0000", cwd=tmp_path, ok=False).stderr
+    assert "is the start of 10,001 task ids" in run("show", "new-", cwd=tmp_path, ok=False).stderr
+
+
 def test_tasks_pages_with_totals_and_full_ids_in_a_pipe(folder: Path) -> None:
     first = run("tasks", "--limit", "2", cwd=folder).stdout
     assert "2 of 4; next: --page 2" in first

@@ -15,7 +15,9 @@ import click
 import orjson
 
 import tether
+from tether._validate import MAX_LIMIT
 from tether.errors import ConfigurationError, InvalidInputError, TaskNotFoundError, TetherError
+from tether.store import TaskFilter
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -217,9 +219,9 @@ def _similar(task_id: str) -> list[str] | None:
 class AmbiguousTaskIdError(InvalidInputError):
     """A task id prefix that starts more than one task's id (``code`` stays ``invalid_input``)."""
 
-    def __init__(self, prefix: str, matches: list[str]) -> None:
-        shown = "\n  ".join(matches[:10]) + (f"\n  … and {len(matches) - 10:,} more" if len(matches) > 10 else "")
-        super().__init__(f"{prefix!r} is the start of {len(matches):,} task ids:\n  {shown}")
+    def __init__(self, prefix: str, matches: list[str], total: int) -> None:
+        shown = "\n  ".join(matches[:10]) + (f"\n  … and {total - 10:,} more" if total > 10 else "")
+        super().__init__(f"{prefix!r} is the start of {total:,} task ids:\n  {shown}")
         self.prefix = prefix
         self.matches = matches[:10]
 
@@ -234,11 +236,12 @@ def _tid(app: tether.App, text: str) -> str:
         return text
     except TaskNotFoundError:
         pass
-    matches = [r.task_id for r in app.log.list(limit=10_000) if r.task_id.startswith(text)]
+    starting = TaskFilter(id_prefix=text)  # every task, not the newest 10,000 as once
+    matches = [r.task_id for r in app.store.list_tasks(app.tenant, starting, limit=10)]
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise AmbiguousTaskIdError(text, matches)
+        raise AmbiguousTaskIdError(text, matches, app.store.count_tasks(app.tenant, starting, cap=MAX_LIMIT))
     return text
 
 

@@ -234,6 +234,9 @@ def _matching(tenant: str, flt: TaskFilter) -> tuple[str, list[Any]]:
     if flt.created_before is not None:
         where.append("t.created_at < ?")
         params.append(flt.created_before)
+    if flt.id_prefix is not None:  # substr, not LIKE: a prefix's % and _ are its own characters
+        where.append("substr(t.task_id, 1, ?) = ?")
+        params += [len(flt.id_prefix), flt.id_prefix]
     return " AND ".join(where), params
 
 

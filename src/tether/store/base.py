@@ -136,6 +136,8 @@ class TaskFilter:
     created_before: float | None = None
     internal: bool = False
     """Include tether's own streams (types ``tether.*``: sessions, user documents) when no type is given."""
+    id_prefix: str | None = None
+    """Only tasks whose id starts with this (exactly: no pattern characters)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -307,6 +307,24 @@ def a_count_is_the_listings_length_up_to_its_cap(store: Store) -> None:
 
 
 @_check()
+def a_listing_by_id_prefix_takes_the_prefix_as_it_is(store: Store) -> None:
+    for task_id in ("trip-a1", "trip-a2", "trip_b", "tri%", "other"):
+        _create(store, task_id)
+        time.sleep(0.002)
+
+    def starting(prefix: str) -> list[str]:
+        flt = TaskFilter(id_prefix=prefix)
+        found = [r.task_id for r in store.list_tasks(TENANT, flt)]
+        assert store.count_tasks(TENANT, flt, cap=100) == len(found)
+        return found
+
+    assert starting("trip-a") == ["trip-a2", "trip-a1"]
+    assert starting("trip_") == ["trip_b"]  # not a pattern: _ and % are characters
+    assert starting("tri%") == ["tri%"]
+    assert starting("trip-a1x") == [] and len(starting("")) == 5
+
+
+@_check()
 def delete_removes_a_stream(store: Store) -> None:
     _create(store, "a", events=3)
     assert store.delete_task(TENANT, "a") == 3

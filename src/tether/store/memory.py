@@ -341,6 +341,7 @@ def _matches(row: TaskRow, flt: TaskFilter) -> bool:
         and (flt.session_id is None or row.session_id == flt.session_id)
         and (flt.created_after is None or row.created_at >= flt.created_after)
         and (flt.created_before is None or row.created_at < flt.created_before)
+        and (flt.id_prefix is None or row.task_id.startswith(flt.id_prefix))
     )
 
 
