@@ -238,13 +238,13 @@ def _fork_tree(app: App, row: TaskRow) -> dict[str, Any]:
             break
         seen.add(parent.task_id)
         row = parent
-    children: dict[str, list[TaskRow]] = {}
-    for r in app.store.list_tasks(app.tenant, TaskFilter(), limit=_SCAN, offset=0):
-        if r.parent_id is not None:
-            children.setdefault(r.parent_id, []).append(r)
 
     def node(r: TaskRow, depth: int) -> dict[str, Any]:
-        kids = sorted(children.get(r.task_id, []), key=lambda k: k.created_at) if depth < 50 else []
+        # Each task's forks through the index of parents (the newest 10,000 tasks were read once, and
+        # a fork older than them was left out of the tree).
+        forks = TaskFilter(forks_of=r.task_id, internal=True)
+        kids = app.store.list_tasks(app.tenant, forks, limit=1000) if depth < 50 else []
+        kids.sort(key=lambda k: k.created_at)
         return {
             "task_id": r.task_id,
             "status": r.status,

@@ -237,6 +237,9 @@ def _matching(tenant: str, flt: TaskFilter) -> tuple[str, list[Any]]:
     if flt.id_prefix is not None:  # substr, not LIKE: a prefix's % and _ are its own characters
         where.append("substr(t.task_id, 1, ?) = ?")
         params += [len(flt.id_prefix), flt.id_prefix]
+    if flt.forks_of is not None:  # read through the index of parents
+        where.append("t.parent = (SELECT id FROM tasks WHERE tenant = ? AND task_id = ?)")
+        params += [tenant, flt.forks_of]
     return " AND ".join(where), params
 
 

@@ -138,6 +138,8 @@ class TaskFilter:
     """Include tether's own streams (types ``tether.*``: sessions, user documents) when no type is given."""
     id_prefix: str | None = None
     """Only tasks whose id starts with this (exactly: no pattern characters)."""
+    forks_of: str | None = None
+    """Only the forks made of this task (its children, not theirs)."""
 
 
 @dataclass(frozen=True, slots=True)

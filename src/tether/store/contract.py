@@ -299,9 +299,11 @@ def a_count_is_the_listings_length_up_to_its_cap(store: Store) -> None:
 
 
 @_check()
-def a_listing_by_id_prefix_takes_the_prefix_as_it_is(store: Store) -> None:
-    for i, task_id in enumerate(("trip-a1", "trip-a2", "trip_b", "tri%", "other")):
-        store.create_task(TENANT, replace(_row(task_id), created_at=1000.0 + i), _event(1))
+def a_listing_by_id_prefix_or_by_parent_is_exact(store: Store) -> None:
+    for i, task_id in enumerate(("trip-a1", "trip-a2", "trip_b", "tri%", "other", "fork-1", "fork-2")):
+        fork = task_id.startswith("fork")  # forks of trip-a1, from its first event
+        row = replace(_row(task_id), created_at=1000.0 + i, parent_id="trip-a1" if fork else None)
+        store.create_task(TENANT, replace(row, parent_seq=1 if fork else None), _event(2 if fork else 1))
 
     def starting(prefix: str) -> list[str]:
         found = [r.task_id for r in store.list_tasks(TENANT, TaskFilter(id_prefix=prefix))]
@@ -310,7 +312,10 @@ def a_listing_by_id_prefix_takes_the_prefix_as_it_is(store: Store) -> None:
 
     assert starting("trip-a") == ["trip-a2", "trip-a1"] and starting("tri%") == ["tri%"]
     assert starting("trip_") == ["trip_b"]  # not a pattern: _ and % are characters
-    assert starting("trip-a1x") == [] and len(starting("")) == 5
+    assert starting("trip-a1x") == [] and len(starting("")) == 7
+    forks = [r.task_id for r in store.list_tasks(TENANT, TaskFilter(forks_of="trip-a1"))]  # and by parent
+    assert forks == ["fork-2", "fork-1"] and store.count_tasks(TENANT, TaskFilter(forks_of="trip-a1"), cap=9) == 2
+    assert store.list_tasks(TENANT, TaskFilter(forks_of="fork-1")) == []
 
 
 @_check()

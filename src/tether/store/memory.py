@@ -342,6 +342,7 @@ def _matches(row: TaskRow, flt: TaskFilter) -> bool:
         and (flt.created_after is None or row.created_at >= flt.created_after)
         and (flt.created_before is None or row.created_at < flt.created_before)
         and (flt.id_prefix is None or row.task_id.startswith(flt.id_prefix))
+        and (flt.forks_of is None or row.parent_id == flt.forks_of)
     )
 
 
