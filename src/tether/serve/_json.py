@@ -46,8 +46,7 @@ def _iso(epoch: float | None) -> str | None:
 def summary_json(app: App, row: TaskRow) -> dict[str, Any]:
     """One line of the task list: where the task stands, what it waits for, who holds it."""
     # A finished task is held by nobody: its run is only giving its lease back (which wakes nobody).
-    live = row.lease_owner and (row.lease_expires or 0) > time.time() and row.status not in TERMINAL
-    held = row.lease_owner if live else None
+    held = row.held_by(time.time()) if row.status not in TERMINAL else None
     body: dict[str, Any] = {
         "task_id": row.task_id,
         "type": row.type,

@@ -298,7 +298,7 @@ def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) 
         if state.status is Status.SLEEPING and row.wake_at is not None and row.wake_at > now:
             note = f"sleeping; a worker continues it when it wakes, in {row.wake_at - now:.0f}s"
             return Queued(task_id=task_id, status=state.status.value, runnable=False, note=note)
-        held = row.lease_owner if row.lease_owner and (row.lease_expires or 0) > now else None
+        held = row.held_by(now)
         note = f"running in {held}" if held else "runnable: the next free worker continues it"
         return Queued(task_id=task_id, status=state.status.value, runnable=True, note=note)
 

@@ -119,6 +119,13 @@ class TaskRow:
         """The row's :class:`TaskHead`, or ``None`` when it holds none yet."""
         return None if self.summary is None else TaskHead(self.calls_done, self.summary, self.output)
 
+    def held_by(self, now: float) -> str | None:
+        """Who holds the task's lease at ``now``: its owner while the lease has not expired (a lease
+        with an owner and no expiry is held, as every store's claim and lease take read it), else
+        ``None``."""
+        owner = self.lease_owner
+        return owner if owner is not None and (self.lease_expires is None or self.lease_expires > now) else None
+
 
 Position = tuple[str, float, int]
 """Where a stream stands, as :meth:`Store.stream_positions` reads it: ``(task_id, created_at, version)``."""

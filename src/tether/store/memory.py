@@ -279,7 +279,7 @@ class MemoryStore:
         with self._lock:
             stream = self._stream(tenant, task_id)
             row = stream.row
-            held = _held(row, now)
+            held = row.held_by(now) is not None
             if held and (steal_from is None or row.lease_owner != steal_from):
                 return None
             token = row.lease_token + 1
@@ -291,7 +291,7 @@ class MemoryStore:
             due = []
             for (t, task_id), stream in self._tasks.items():
                 row = stream.row
-                if t != tenant or _held(row, now):
+                if t != tenant or row.held_by(now) is not None:
                     continue
                 if row.status in ("pending", "running"):
                     at: float | None = row.wake_at if row.wake_at is not None else row.created_at
@@ -344,9 +344,3 @@ def _matches(row: TaskRow, flt: TaskFilter) -> bool:
         and (flt.id_prefix is None or row.task_id.startswith(flt.id_prefix))
         and (flt.forks_of is None or row.parent_id == flt.forks_of)
     )
-
-
-def _held(row: TaskRow, now: float) -> bool:
-    """Whether ``row``'s lease is held at ``now``: an owner, and an expiry not yet passed (none: held,
-    as SQL's ``lease_expires <= now`` is never true of NULL)."""
-    return row.lease_owner is not None and (row.lease_expires is None or row.lease_expires > now)
