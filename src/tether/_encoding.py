@@ -36,9 +36,10 @@ from tether.events import (
 
 if TYPE_CHECKING:
     from tether._log_memory import Opened
+    from tether.events import Upcasters
     from tether.store import EventRow
 
-__all__ = ["DEFERRED", "checked", "decode_rows", "encode_event", "event_fields"]
+__all__ = ["DEFERRED", "checked", "decode_row", "decode_rows", "encode_event", "event_fields"]
 
 
 _Readers = tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]
@@ -184,6 +185,15 @@ def _describe_bad_value(value: Any, path: str = "", depth: int = 0) -> str:
             except TypeError:
                 return _describe_bad_value(v, f"{path}[{i}]", depth + 1)
     return f"value of type {type(value).__name__} at {path or 'top level'}"
+
+
+def decode_row(row: EventRow, upcasters: Upcasters) -> Recorded:
+    """One row's record, migrated by ``upcasters``; a row of invalid JSON is named by its seq and type."""
+    try:
+        data = orjson.loads(row.data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"event #{row.seq} ({row.type}) holds invalid JSON: {exc}") from None
+    return Recorded(row.seq, row.at, upcasters.decode(row.type, row.schema, data))
 
 
 def decode_rows(rows: Iterable[EventRow], decode: Callable[[EventRow], Recorded]) -> list[Recorded]:

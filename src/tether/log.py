@@ -20,9 +20,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-import orjson
-
-from tether._encoding import decode_rows, encode_event
+from tether._encoding import decode_row, decode_rows, encode_event
 from tether._heads import Head, new_row
 from tether._log_memory import Entry, Memory
 from tether._log_snapshots import SnapshotKeeping
@@ -66,7 +64,6 @@ from tether.store import EventRow, SnapshotRow, Store, StreamAppend, TaskFilter,
 __all__ = ["SnapshotPolicy", "TaskLog", "checksum"]
 
 log = logging.getLogger("tether")
-
 
 
 _P = ParamSpec("_P")
@@ -130,11 +127,7 @@ class TaskLog(SnapshotKeeping):
         return encode_event(event, self.max_event_bytes)
 
     def decode(self, row: EventRow) -> Recorded:
-        try:
-            data = orjson.loads(row.data)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidInputError(f"event #{row.seq} ({row.type}) holds invalid JSON: {exc}") from None
-        return Recorded(row.seq, row.at, self.upcasters.decode(row.type, row.schema, data))
+        return decode_row(row, self.upcasters)
 
     def decode_all(self, rows: Iterable[EventRow]) -> list[Recorded]:
         """``decode`` of each row, in one pass: a record stored in its type's current shape (nearly
@@ -161,8 +154,14 @@ class TaskLog(SnapshotKeeping):
     ) -> TaskState:
         """Create a task (status ``pending``) with its first event. ``ConflictError`` if the id exists."""
         return self.create_record(
-            type=type, inputs=inputs, task_id=task_id, user_id=user_id, session_id=session_id, phases=phases,
-            data=data, data_version=data_version,
+            type=type,
+            inputs=inputs,
+            task_id=task_id,
+            user_id=user_id,
+            session_id=session_id,
+            phases=phases,
+            data=data,
+            data_version=data_version,
         )[1]
 
     def create_record(

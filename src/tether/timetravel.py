@@ -6,7 +6,7 @@ fold of its prefix (``TaskLog.state_at``), so nothing here stores anything new.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, overload
@@ -14,8 +14,11 @@ from typing import Any, overload
 import jsonpatch
 import orjson
 
+from tether._encoding import decode_row
 from tether.errors import InvalidInputError, NonDeterminismError
 from tether.events import (
+    DEFAULT_UPCASTERS,
+    EVENT_TYPES,
     CallAttemptFailed,
     CallCompleted,
     CallFailed,
@@ -47,6 +50,7 @@ from tether.events import (
     TaskForked,
 )
 from tether.model import TaskState
+from tether.store.base import EventRow
 
 __all__ = [
     "HistoryEntry",
@@ -113,8 +117,9 @@ _SUMMARIES: dict[type[Event], Callable[[Any], str]] = {
     CallAttemptFailed: _attempt_failed,
     CallFailed: lambda e: f"call #{e.n} gave up ({e.reason})",
     DecisionMade: lambda e: f"decided {e.name}: {_short(e.choice, 40)} — {e.rationale}",
-    ObservationRecorded: lambda e: f"observed {e.key} = {_short(e.value, 50)}"
-    + (f" (from {e.source})" if e.source else ""),
+    ObservationRecorded: lambda e: (
+        f"observed {e.key} = {_short(e.value, 50)}" + (f" (from {e.source})" if e.source else "")
+    ),
     DataUpdated: lambda e: f"data: {_short(e.fields)}",
     DataMigrated: lambda e: f"data migrated from version {e.from_version} to {e.to_version}",
     InputRequested: lambda e: f"waiting for {e.key!r}" + (f": {e.prompt}" if e.prompt else ""),
@@ -148,7 +153,12 @@ def describe(event: Event) -> str:
 
 @dataclass(frozen=True)
 class HistoryEntry:
-    """One event of a task's history, in words, with the step it belongs to."""
+    """One event of a task's history, in words, with the step it belongs to.
+
+    An entry listed by :meth:`~tether.App.history` makes its ``at``, ``summary`` and ``event``
+    from its stored row when one of them is first read, and keeps them: a history lists every
+    event of a task, and a reader shows a page of it, or only what came after the last it saw.
+    """
 
     seq: int
     at: datetime
@@ -161,41 +171,115 @@ class HistoryEntry:
     event: Event = field(repr=False, compare=False)
 
 
-_STEP_MARKS = frozenset({StepStarted, StepCompleted, StepFailed})
+class _Made:
+    """A field of a listed :class:`HistoryEntry` made from its row when first read, then kept in
+    the entry's ``__dict__`` (which any later read finds first, as for an entry built whole)."""
+
+    def __init__(self, name: str, make: Callable[[Any, EventRow], Any]) -> None:
+        self.name = name
+        self.make = make
+
+    def __get__(self, entry: HistoryEntry | None, owner: type | None = None) -> Any:
+        if entry is None:
+            return self
+        made = entry.__dict__
+        value = made[self.name] = self.make(entry, made["_row"])
+        return value
 
 
-def history_of(records: list[Recorded]) -> list[HistoryEntry]:
-    """Every event of ``records`` as a :class:`HistoryEntry`, in order, with the steps they fell in.
+def _at(entry: HistoryEntry, row: EventRow) -> datetime:
+    return datetime.fromtimestamp(row[3], UTC)
 
-    Each entry is made without the frozen dataclass's ``__init__``, which sets each field through
-    ``object.__setattr__`` (it cost a third of a 3,000-event history); an entry is equal to one
-    made by ``HistoryEntry(...)``, and as frozen.
+
+def _event(entry: HistoryEntry, row: EventRow) -> Event:
+    """The row's event, built from its JSON as it stands (the row is in its type's current shape),
+    or, should its class refuse it, by the log's decode, which names what is wrong."""
+    try:
+        return EVENT_TYPES[row[1]](**orjson.loads(row[4]))
+    except (orjson.JSONDecodeError, TypeError):
+        return decode_row(row, DEFAULT_UPCASTERS).event
+
+
+def _summary(entry: HistoryEntry, row: EventRow) -> str:
+    return describe(entry.event)
+
+
+# Set after the dataclass is made: as class attributes in its body they would be the fields' defaults.
+HistoryEntry.at = _Made("at", _at)  # type: ignore[assignment]
+HistoryEntry.event = _Made("event", _event)  # type: ignore[assignment]
+HistoryEntry.summary = _Made("summary", _summary)  # type: ignore[assignment]
+
+_STEP_MARKS = frozenset({"StepStarted", "StepCompleted", "StepFailed"})
+
+
+def history_of(
+    rows: Sequence[EventRow], decode_all: Callable[[Iterable[EventRow]], list[Recorded]], *, lazy: bool = True
+) -> list[HistoryEntry]:
+    """Every event of ``rows`` as a :class:`HistoryEntry`, in order, with the steps they fell in.
+
+    ``decode_all`` is the log's. An entry is made from its row's seq and type alone, as long as
+    the row is stored in its type's current shape and ``lazy`` holds (the log reads rows as
+    stored): its time, summary and event are made when first read. Only a step's first event is
+    decoded here, for the step's name; any other row (an older shape, to migrate) is decoded
+    here too, so its type is the one it migrates to. Each entry is made without the frozen
+    dataclass's ``__init__``; it compares, hashes and refuses changes as one made by
+    ``HistoryEntry(...)``.
     """
     entries: list[HistoryEntry] = []
     append = entries.append
-    summaries = _SUMMARIES
-    stamp = datetime.fromtimestamp
+    new = object.__new__
+    set_dict = object.__setattr__
+    shapes = {name: cls.version for name, cls in EVENT_TYPES.items()} if lazy else {}
     current: str | None = None
     ordinal = 0
-    for seq, at, ev in records:
-        cls = type(ev)
-        summary = summaries.get(cls) or _summary_of(cls)
+    for row in rows:
+        type_name = row[1]
+        event: Event | None = None
+        if shapes.get(type_name) != row[2]:  # an older shape, an unknown type, or not lazy
+            event = decode_all((row,))[0].event
+            type_name = event.event_type
         boundary = None
         step = current
-        if cls in _STEP_MARKS:
-            if cls is StepStarted:
+        if type_name in _STEP_MARKS:
+            if type_name == "StepStarted":
                 ordinal += 1
-                step = current = ev.name  # type: ignore[attr-defined]
+                step, event = _step_started(row, event, decode_all)
+                current = step
                 boundary = f"before step {ordinal}"
             else:
                 boundary = f"after step {ordinal}"
                 current = None
-        entry = object.__new__(HistoryEntry)
-        entry.__dict__.update(
-            seq=seq, at=stamp(at, UTC), type=cls.event_type, summary=summary(ev), step=step, boundary=boundary, event=ev
-        )
+        fields = {
+            "seq": row[0],
+            "type": type_name,
+            "step": step,
+            "boundary": boundary,
+            "_row": row,
+        }  # five keys: a sixth would double the dict's table
+        if event is not None:
+            fields["event"] = event
+        entry = new(HistoryEntry)
+        set_dict(entry, "__dict__", fields)
         append(entry)
     return entries
+
+
+def _step_started(
+    row: EventRow, event: Event | None, decode_all: Callable[[Iterable[EventRow]], list[Recorded]]
+) -> tuple[str, Event | None]:
+    """The name of the step ``row`` starts, read from its JSON alone while its event is not made,
+    and its event if made (a row that is not valid JSON, or has no name, is decoded, which names
+    what is wrong with it)."""
+    if event is None:
+        try:
+            data = orjson.loads(row[4])
+        except orjson.JSONDecodeError:
+            data = None
+        name = data.get("name") if isinstance(data, dict) else None
+        if isinstance(name, str):
+            return name, None
+        event = decode_all((row,))[0].event
+    return str(event.name), event  # type: ignore[attr-defined]
 
 
 def step_bounds(records: list[Recorded], step: int | str) -> tuple[int, int | None]:

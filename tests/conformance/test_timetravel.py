@@ -9,6 +9,7 @@ import pytest
 
 import tether
 from tether.events import ObservationRecorded
+from tether.timetravel import describe
 
 
 @pytest.fixture
@@ -45,17 +46,34 @@ def _rows(app: tether.App, task_id: str) -> list[tuple[Any, ...]]:
 
 
 def test_history_entries_are_whole_frozen_records(app: tether.App) -> None:
-    # history builds its entries without HistoryEntry.__init__ (for speed): each must still have
-    # every field, compare and hash like one built the ordinary way, and refuse changes.
+    # history builds its entries without HistoryEntry.__init__, and makes their time, summary and
+    # event when first read: each must still have every field, compare and hash like one built
+    # the ordinary way, and refuse changes.
     trip = _trip(app, [])
     app.run(trip, "NYC", task_id="t")
     names = [f.name for f in dataclasses.fields(tether.HistoryEntry)]
     for entry in app.history("t"):
-        assert list(vars(entry)) == names
         built = tether.HistoryEntry(**{name: getattr(entry, name) for name in names})
         assert (entry, hash(entry), repr(entry)) == (built, hash(built), repr(built))
+        assert {name: vars(entry)[name] for name in names} == vars(built)
         with pytest.raises(dataclasses.FrozenInstanceError):
             entry.summary = "changed"  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="'HistoryEntry' object has no attribute 'sumary'"):
+        _ = app.history("t")[0].sumary  # type: ignore[attr-defined]
+
+
+def test_listing_a_history_decodes_no_event(app: tether.App) -> None:
+    # A page of a long history, or what came after the last entry seen, costs that much: an
+    # entry makes its event, summary and time when one is first read (a step's name is read
+    # from its first event's JSON).
+    trip = _trip(app, [])
+    app.run(trip, "NYC", task_id="t")
+    history = app.history("t")
+    assert [e.step for e in history if e.boundary == "before step 1"] == ["search"]
+    assert not any({"event", "summary", "at"} & set(vars(entry)) for entry in history)
+    last = history[-1]
+    assert (last.summary, "event" in vars(last)) == (describe(last.event), True)
+    assert [e.event for e in history] == [r.event for r in app.log.events("t")]
 
 
 def test_history_marks_step_boundaries(app: tether.App) -> None:

@@ -8,9 +8,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from tether._keys import as_json
-from tether._validate import check_int, check_optional_id, check_task_id
+from tether._validate import check_id, check_int, check_optional_id, check_task_id
 from tether.conversation import stream_id as _session_stream
 from tether.errors import ConflictError, InvalidInputError, TaskDefinitionError
+from tether.events import Upcasters
 from tether.machine import TERMINAL, Status
 from tether.model import TaskState
 from tether.runtime.handles import CheckReport, TaskHandle
@@ -43,8 +44,14 @@ class TimeTravel:
         def _spec_of(self, task_id: str) -> TaskSpec: ...
 
     def history(self, task_id: str) -> list[HistoryEntry]:
-        """Every event with its seq, time, type, a one-line summary, and the step it fell in."""
-        return history_of(self.log.events(task_id))
+        """Every event with its seq, time, type, a one-line summary, and the step it fell in.
+
+        Listing reads each event's row and decodes only a step's first (for the step's name); an
+        entry's time, summary and event are made when first read (see :class:`HistoryEntry`)."""
+        check_id(task_id, "task_id")
+        rows = self.store.read_events(self.tenant, task_id)
+        plain = type(self.log.upcasters).decode is Upcasters.decode  # else the log's decode reads each row
+        return history_of(rows, self.log.decode_all, lazy=plain)
 
     def state_at(self, task_id: str, seq: int) -> TaskState:
         """The state right after event ``seq``."""
