@@ -1,5 +1,5 @@
-"""A worker's claim, a task's deletion and a listing of one type cost the same beside 10 or 1,500
-tasks of each other kind: waiting on people, asleep for an hour, finished. Measured as the
+"""A worker's claim, a task's deletion, a listing of one type and a lookup by a prefix of ids cost
+the same beside 10 or 1,500 tasks of each other kind: waiting on people, asleep for an hour, finished. Measured as the
 database's own work, not time: SQLite's virtual-machine steps (a progress handler), PostgreSQL's
 rows of ``tasks`` read (the transaction's statistics, which count the foreign key's check too).
 The statements are the store's own, run on a connection of the test's own in a transaction
@@ -106,7 +106,9 @@ def _costs(url: str) -> tuple[int, ...]:
     """What a worker's claim costs; what deleting a finished task without forks asks of ``tasks``
     (whether it has forks, then its row: the foreign key of forks checks on PostgreSQL); a page of
     the tasks of one type; a page of tasks (sessions left out); a page of one user's sessions; the
-    positions of the streams of one type (the ADK's sessions)."""
+    positions of the streams of one type (the ADK's sessions); and by a prefix of ids among many
+    of their type (an ADK app's document among its users'), the positions, a page and a count
+    (a task id's first characters, as ``tether show`` looks one up)."""
     sqlite = url.startswith("sqlite:///")
     own = _sqlite_sql.SQL if sqlite else _postgres_sql.SQL
     if not sqlite:  # what autovacuum does as a table grows: the planner learns how many are sessions
@@ -116,7 +118,12 @@ def _costs(url: str) -> tuple[int, ...]:
     tasks = _sql.list_tasks_query(TENANT, TaskFilter(), limit=20, offset=0)  # as `tether tasks` lists
     mine = _sql.list_tasks_query(TENANT, TaskFilter(type="tether.session", user_id="me"), limit=20, offset=0)
     positions = _sql.positions_query(TENANT, "thread", "thread-", None)
-    ours = [(q if sqlite else _sql.pyformat(q), tuple(params)) for q, params in (listing, tasks, mine, positions)]
+    collate = "" if sqlite else _sql.ID_ORDER
+    prefixed = _sql.positions_query(TENANT, "t", "due", None, collate=collate)
+    page = _sql.list_tasks_query(TENANT, TaskFilter(id_prefix="du"), limit=20, offset=0, collate=collate)
+    count = _sql.count_tasks_query(TENANT, TaskFilter(id_prefix="du"), cap=100, collate=collate)
+    queries = (listing, tasks, mine, positions, prefixed, page, count)
+    ours = [(q if sqlite else _sql.pyformat(q), tuple(params)) for q, params in queries]
     return (
         _work(url, [(own.claim, _sql.claim_values(TENANT, "w", 30, time.time()))]),
         _work(url, [(own.child_of, (done,)), (own.delete_task, (done,))]),
@@ -141,7 +148,7 @@ def test_claims_deletes_and_listings_cost_the_same_beside_many_tasks(url: str) -
     small = _costs(url)
     _add(store, 10, 1_500)
     large = _costs(url)
-    names = ("claim", "delete", "listing", "tasks", "my sessions", "positions")
+    names = ("claim", "delete", "listing", "tasks", "my sessions", "positions", "by prefix", "page", "count")
     for what, before, after in zip(names, small, large, strict=True):
         assert after <= 1.5 * before + 20, f"{what}: {before} beside 10 tasks of each kind, {after} beside 1,500"
     claimed = store.claim(TENANT, "w", 30, time.time())  # and the claim takes the one task due

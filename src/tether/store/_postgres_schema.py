@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from tether.errors import ConfigurationError, SchemaVersionError
-from tether.store._sql import SCALE_INDEXES, newer_schema
+from tether.store._sql import ID_ORDER, SCALE_INDEXES, newer_schema
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
 
@@ -115,6 +115,11 @@ MIGRATIONS: list[str] = [
     # task's forks, a listing of one type only that type (issue 17: cost that does not grow with the
     # tasks waiting on people, asleep or of other kinds).
     SCALE_INDEXES,
+    # 5: the ids that start with a prefix (a task id's first characters, an ADK app's document among
+    # its users', one user's sessions) read as a range of ids in byte order, whatever the database's
+    # collation orders text by (the unique key's index is in that collation: 'a-b' may sort after
+    # 'ab' in it, and a range of it would miss ids).
+    f"CREATE INDEX tasks_by_id ON tasks (tenant, task_id{ID_ORDER});",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations

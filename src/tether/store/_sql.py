@@ -19,6 +19,7 @@ __all__ = [
     "CLAIMABLE",
     "DUE",
     "HEAD_EVERY",
+    "ID_ORDER",
     "LISTED",
     "SCALE_INDEXES",
     "TASK_COLUMNS",
@@ -26,6 +27,7 @@ __all__ = [
     "claim_statement",
     "claim_values",
     "count_tasks_query",
+    "id_range",
     "list_tasks_query",
     "newer_schema",
     "positions_query",
@@ -198,24 +200,27 @@ def task_values(
     )
 
 
-def list_tasks_query(tenant: str, flt: TaskFilter, *, limit: int, offset: int) -> tuple[str, list[Any]]:
-    """The statement and parameters that list ``tenant``'s tasks matching ``flt``, newest first."""
-    where, params = _matching(tenant, flt)
+def list_tasks_query(
+    tenant: str, flt: TaskFilter, *, limit: int, offset: int, collate: str = ""
+) -> tuple[str, list[Any]]:
+    """The statement and parameters that list ``tenant``'s tasks matching ``flt``, newest first.
+    ``collate``: the clause that orders ids by code point (see :func:`id_range`)."""
+    where, params = _matching(tenant, flt, collate)
     query = (
         f"SELECT {TASK_COLUMNS} {_FROM_TASKS} WHERE {where} ORDER BY t.created_at DESC, t.task_id DESC LIMIT ? OFFSET ?"
     )
     return query, [*params, limit, offset]
 
 
-def count_tasks_query(tenant: str, flt: TaskFilter, *, cap: int) -> tuple[str, list[Any]]:
+def count_tasks_query(tenant: str, flt: TaskFilter, *, cap: int, collate: str = "") -> tuple[str, list[Any]]:
     """The statement and parameters that count ``tenant``'s tasks matching ``flt``, up to ``cap``: the
     listing's filter on the index row alone (no row built, no event read; paging through the
     listing to count, as ``tether tasks`` did, took 1-13 s beside 100,000 tasks)."""
-    where, params = _matching(tenant, flt)
+    where, params = _matching(tenant, flt, collate)
     return f"SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE {where} LIMIT ?) AS matching", [*params, cap]
 
 
-def _matching(tenant: str, flt: TaskFilter) -> tuple[str, list[Any]]:
+def _matching(tenant: str, flt: TaskFilter, collate: str) -> tuple[str, list[Any]]:
     """The condition on a task's row (``t``) that ``flt`` says, and its parameters."""
     where = ["t.tenant = ?"]
     params: list[Any] = [tenant]
@@ -234,13 +239,44 @@ def _matching(tenant: str, flt: TaskFilter) -> tuple[str, list[Any]]:
     if flt.created_before is not None:
         where.append("t.created_at < ?")
         params.append(flt.created_before)
-    if flt.id_prefix is not None:  # substr, not LIKE: a prefix's % and _ are its own characters
-        where.append("substr(t.task_id, 1, ?) = ?")
-        params += [len(flt.id_prefix), flt.id_prefix]
+    if flt.id_prefix is not None:  # a range of the index of ids, not LIKE: % and _ are characters
+        condition, bounds = _starting(flt.id_prefix, collate)
+        where.append(condition)
+        params += bounds
     if flt.forks_of is not None:  # read through the index of parents
         where.append("t.parent = (SELECT id FROM tasks WHERE tenant = ? AND task_id = ?)")
         params += [tenant, flt.forks_of]
     return " AND ".join(where), params
+
+
+ID_ORDER = ' COLLATE "C"'
+"""PostgreSQL's clause that compares ids byte by byte (UTF-8's order is code points'), whatever the
+database's collation: what its index of ids by prefix (``tasks_by_id``) is made with. SQLite
+compares text byte by byte already."""
+
+
+def id_range(prefix: str) -> list[str]:
+    """The ids that start with ``prefix``, as a range in code point order: ``[prefix, successor)``,
+    the successor being ``prefix`` with its last character one higher (a character after U+10FFFF
+    does not exist: those are dropped first; the surrogates, which no id holds, are stepped over).
+    Every id from ``prefix`` up to it starts with ``prefix``, and no other id does. For a prefix of
+    U+10FFFF's alone, only the lower bound: ``[prefix]``."""
+    stem = prefix.rstrip("\U0010ffff")
+    if not stem:
+        return [prefix]
+    following = ord(stem[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:
+        following = 0xE000
+    return [prefix, stem[:-1] + chr(following)]
+
+
+def _starting(prefix: str, collate: str) -> tuple[str, list[str]]:
+    """The condition that a task's id starts with ``prefix``, read as a range of an index of ids
+    (see :func:`id_range`), and its parameters."""
+    bounds = id_range(prefix)
+    column = f"t.task_id{collate}"
+    condition = f"{column} >= ?" if len(bounds) == 1 else f"{column} >= ? AND {column} < ?"
+    return condition, bounds
 
 
 # The narrow read of Store.stream_positions: the newest event's seq as the last row of the stream's
@@ -249,17 +285,20 @@ _POSITIONS = """
 SELECT t.task_id, t.created_at,
        COALESCE((SELECT e.seq FROM events e WHERE e.task = t.id ORDER BY e.seq DESC LIMIT 1), t.version)
 FROM tasks t
-WHERE t.tenant = ? AND t.type = ? AND substr(t.task_id, 1, ?) = ?
-"""
+WHERE t.tenant = ? AND t.type = ? AND """
 
 
-def positions_query(tenant: str, type: str, prefix: str, user_id: str | None) -> tuple[str, list[Any]]:
-    """The statement and parameters of ``Store.stream_positions``."""
-    params: list[Any] = [tenant, type, len(prefix), prefix]
+def positions_query(
+    tenant: str, type: str, prefix: str, user_id: str | None, *, collate: str = ""
+) -> tuple[str, list[Any]]:
+    """The statement and parameters of ``Store.stream_positions``: the streams read by the range of
+    ids the prefix spans (an app's own document among its users', one user's sessions among an
+    app's), not every stream of the type."""
+    condition, bounds = _starting(prefix, collate)
+    params: list[Any] = [tenant, type, *bounds]
     if user_id is None:
-        return _POSITIONS, params
-    # With the user too, the database reads its index on (tenant, user_id) rather than every stream.
-    return _POSITIONS + " AND t.user_id = ?", [*params, user_id]
+        return _POSITIONS + condition, params
+    return _POSITIONS + condition + " AND t.user_id = ?", [*params, user_id]
 
 
 def pyformat(statement: str) -> str:

@@ -193,7 +193,7 @@ def stream_positions_are_the_rows_versions(store: Store) -> None:
     """The narrow read gives, for the streams of a type whose id has the prefix (and of a user, if
     named), the id, creation time and version a full row read gives, including past the events at
     which a SQL backend brings its rows up to date."""
-    for task_id, user, events in (("app:a", "u1", 3), ("app:b", "u2", 70), ("apple", "u1", 1), ("other", "u1", 2)):
+    for task_id, user, events in (("app:a", "u1", 3), ("app:b", "u2", 70), ("app;", "u1", 1), ("other", "u1", 2)):
         store.create_task(TENANT, replace(_row(task_id), user_id=user), _event(1))
         if events > 1:
             store.append(TENANT, task_id, [_event(seq) for seq in range(2, events + 1)], 1)
@@ -203,8 +203,7 @@ def stream_positions_are_the_rows_versions(store: Store) -> None:
         listed = store.list_tasks(TENANT, TaskFilter(type="t", user_id=user), limit=100)
         return sorted((r.task_id, r.created_at, r.version) for r in listed if r.task_id.startswith(prefix))
 
-    asked: list[tuple[str, str | None]] = [("app:", None), ("app:", "u1"), ("app", None), ("zzz", None)]
-    for prefix, of_user in asked:
+    for prefix, of_user in (("app:", None), ("app:", "u1"), ("app", None), ("app;", None), ("zzz", None)):
         found = sorted(store.stream_positions(TENANT, "t", prefix, user_id=of_user))
         assert found == rows(prefix, of_user), (prefix, of_user, found)
     assert [p[2] for p in sorted(store.stream_positions(TENANT, "t", "app:"))] == [3, 70]
@@ -300,7 +299,8 @@ def a_count_is_the_listings_length_up_to_its_cap(store: Store) -> None:
 
 @_check()
 def a_listing_by_id_prefix_or_by_parent_is_exact(store: Store) -> None:
-    for i, task_id in enumerate(("trip-a1", "trip-a2", "trip_b", "tri%", "other", "fork-1", "fork-2")):
+    ids = ("trip-a1", "trip-a2", "trip_b", "tri%", "trip-b", "trip-a\U0010ffff", "é\U0010ffff", "fork-1", "fork-2")
+    for i, task_id in enumerate(ids):
         fork = task_id.startswith("fork")  # forks of trip-a1, from its first event
         row = replace(_row(task_id), created_at=1000.0 + i, parent_id="trip-a1" if fork else None)
         store.create_task(TENANT, replace(row, parent_seq=1 if fork else None), _event(2 if fork else 1))
@@ -310,9 +310,10 @@ def a_listing_by_id_prefix_or_by_parent_is_exact(store: Store) -> None:
         assert store.count_tasks(TENANT, TaskFilter(id_prefix=prefix), cap=100) == len(found)
         return found
 
-    assert starting("trip-a") == ["trip-a2", "trip-a1"] and starting("tri%") == ["tri%"]
-    assert starting("trip_") == ["trip_b"]  # not a pattern: _ and % are characters
-    assert starting("trip-a1x") == [] and len(starting("")) == 7
+    assert starting("trip-a") == ["trip-a\U0010ffff", "trip-a2", "trip-a1"] and starting("tri%") == ["tri%"]
+    assert starting("trip_") == ["trip_b"] and starting("trip-b") == ["trip-b"] and starting("trip-a1x") == []
+    assert starting("é") == starting("é\U0010ffff") == ["é\U0010ffff"] and starting("\U0010ffff") == []
+    assert len(starting("")) == 9  # _ and % are characters, not a pattern; ids are ordered by code point
     forks = [r.task_id for r in store.list_tasks(TENANT, TaskFilter(forks_of="trip-a1"))]  # and by parent
     assert forks == ["fork-2", "fork-1"] and store.count_tasks(TENANT, TaskFilter(forks_of="trip-a1"), cap=9) == 2
     assert store.list_tasks(TENANT, TaskFilter(forks_of="fork-1")) == []
