@@ -20,7 +20,9 @@ N = 100, 10,000 and 100,000:
   sessions left out): the median of 50, in ms;
 * prefix: ``Store.stream_positions`` of the ids of type ``t`` that start with ``due`` (one, among
   3N of its type: an ADK app's document among its users'), and ``lookup``: ``Store.list_tasks``
-  by the id prefix ``du``, as ``tether show du`` looks a task up: the median of 50 each, in ms.
+  by the id prefix ``du``, as ``tether show du`` looks a task up: the median of 50 each, in ms;
+* unfinished: ``Store.list_tasks`` of two statuses (pending and running: the one due task, among
+  the finished), as ``tether tasks --status pending --status running``: the median of 50, in ms.
 
 Target: each at the largest N costs at most 2x what it costs at 100 (``growth``).
 """
@@ -120,6 +122,7 @@ def measure(url: str, fill: Callable[[str, int, float], None], n: int) -> dict[s
         )
 
     deleted = iter(range(10**9))
+    unfinished = TaskFilter(status=("pending", "running"))
     make_victim()
     out = {
         "claim_ms": median_ms(claim, give_back, 200),
@@ -129,6 +132,7 @@ def measure(url: str, fill: Callable[[str, int, float], None], n: int) -> dict[s
         "positions_ms": median_ms(lambda: store.stream_positions(TENANT, "thread", "thread-"), _nothing, 50),
         "prefix_ms": median_ms(lambda: store.stream_positions(TENANT, "t", "due"), _nothing, 50),
         "lookup_ms": median_ms(lambda: store.list_tasks(TENANT, TaskFilter(id_prefix="du"), limit=2), _nothing, 50),
+        "unfinished_ms": median_ms(lambda: store.list_tasks(TENANT, unfinished, limit=20), _nothing, 50),
     }
     store.close()
     return out
@@ -177,6 +181,7 @@ def main() -> None:
     if postgres_answers():
         backends.append(("postgres", postgres_url, fill_postgres))
     columns = ("claim_ms", "delete_ms", "list_ms", "tasks_ms", "positions_ms", "prefix_ms", "lookup_ms")
+    columns += ("unfinished_ms",)
     print(f"{'backend':<10}{'tasks of each kind':>20}" + "".join(f"{c.replace('_ms', ' ms'):>14}" for c in columns))
     verdicts = []
     for name, make_url, fill in backends:

@@ -108,7 +108,8 @@ def _costs(url: str) -> tuple[int, ...]:
     the tasks of one type; a page of tasks (sessions left out); a page of one user's sessions; the
     positions of the streams of one type (the ADK's sessions); and by a prefix of ids among many
     of their type (an ADK app's document among its users'), the positions, a page and a count
-    (a task id's first characters, as ``tether show`` looks one up)."""
+    (a task id's first characters, as ``tether show`` looks one up); a page of the tasks of two
+    statuses, few among many finished (``tether tasks --status pending --status running``)."""
     sqlite = url.startswith("sqlite:///")
     own = _sqlite_sql.SQL if sqlite else _postgres_sql.SQL
     if not sqlite:  # what autovacuum does as a table grows: the planner learns how many are sessions
@@ -122,7 +123,8 @@ def _costs(url: str) -> tuple[int, ...]:
     prefixed = _sql.positions_query(TENANT, "t", "due", None, collate=collate)
     page = _sql.list_tasks_query(TENANT, TaskFilter(id_prefix="du"), limit=20, offset=0, collate=collate)
     count = _sql.count_tasks_query(TENANT, TaskFilter(id_prefix="du"), cap=100, collate=collate)
-    queries = (listing, tasks, mine, positions, prefixed, page, count)
+    unfinished = _sql.list_tasks_query(TENANT, TaskFilter(status=("pending", "running")), limit=20, offset=0)
+    queries = (listing, tasks, mine, positions, prefixed, page, count, unfinished)
     ours = [(q if sqlite else _sql.pyformat(q), tuple(params)) for q, params in queries]
     return (
         _work(url, [(own.claim, _sql.claim_values(TENANT, "w", 30, time.time()))]),
@@ -148,7 +150,7 @@ def test_claims_deletes_and_listings_cost_the_same_beside_many_tasks(url: str) -
     small = _costs(url)
     _add(store, 10, 1_500)
     large = _costs(url)
-    names = ("claim", "delete", "listing", "tasks", "my sessions", "positions", "by prefix", "page", "count")
+    names = "claim, delete, listing, tasks, my sessions, positions, by prefix, page, count, unfinished".split(", ")
     for what, before, after in zip(names, small, large, strict=True):
         assert after <= 1.5 * before + 20, f"{what}: {before} beside 10 tasks of each kind, {after} beside 1,500"
     claimed = store.claim(TENANT, "w", 30, time.time())  # and the claim takes the one task due
