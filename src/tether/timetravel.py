@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import jsonpatch
 import orjson
@@ -48,14 +48,20 @@ from tether.events import (
     TaskArchived,
     TaskCreated,
     TaskForked,
+    Upcasters,
 )
 from tether.model import TaskState
 from tether.store.base import EventRow
 
+if TYPE_CHECKING:
+    from tether.runtime.app import App
+
 __all__ = [
+    "HistoryCursor",
     "HistoryEntry",
     "ReplayReport",
     "StateDiff",
+    "Steps",
     "describe",
     "diff_states",
     "history_of",
@@ -212,10 +218,24 @@ HistoryEntry.summary = _Made("summary", _summary)  # type: ignore[assignment]
 _STEP_MARKS = frozenset({"StepStarted", "StepCompleted", "StepFailed"})
 
 
+@dataclass
+class Steps:
+    """Where a history's reading stands in its steps: how many have started, and the one open."""
+
+    started: int = 0
+    open: str | None = None
+
+
 def history_of(
-    rows: Sequence[EventRow], decode_all: Callable[[Iterable[EventRow]], list[Recorded]], *, lazy: bool = True
+    rows: Sequence[EventRow],
+    decode_all: Callable[[Iterable[EventRow]], list[Recorded]],
+    *,
+    lazy: bool = True,
+    steps: Steps | None = None,
 ) -> list[HistoryEntry]:
-    """Every event of ``rows`` as a :class:`HistoryEntry`, in order, with the steps they fell in.
+    """Every event of ``rows`` as a :class:`HistoryEntry`, in order, with the steps they fell in:
+    counted from the task's start, or on from ``steps`` (the rows go on from those it was left at),
+    which is left where the rows end.
 
     ``decode_all`` is the log's. An entry is made from its row's seq and type alone, as long as
     the row is stored in its type's current shape and ``lazy`` holds (the log reads rows as
@@ -230,8 +250,8 @@ def history_of(
     new = object.__new__
     set_dict = object.__setattr__
     shapes = {name: cls.version for name, cls in EVENT_TYPES.items()} if lazy else {}
-    current: str | None = None
-    ordinal = 0
+    at = steps or Steps()
+    current, ordinal = at.open, at.started
     for row in rows:
         type_name = row[1]
         event: Event | None = None
@@ -261,7 +281,36 @@ def history_of(
         entry = new(HistoryEntry)
         set_dict(entry, "__dict__", fields)
         append(entry)
+    at.open, at.started = current, ordinal
     return entries
+
+
+class HistoryCursor:
+    """A task's history read on from where the last read stopped, for a reader that follows a task
+    as it runs (a live view, ``tether logs --follow``). The first read lists the whole history and
+    returns the entries after ``after``; each later one reads only the rows after the last one read,
+    and carries the step they fall in over from them, so following a long task costs its new events,
+    not its history again. Each read takes the App to read with (one belongs to one thread)."""
+
+    def __init__(self, task_id: str, *, after: int = 0) -> None:
+        self.task_id = task_id
+        self.after = after
+        """The seq of the last entry returned (or the ``after`` given, until one is)."""
+        self._read = 0  # the seq of the last row read
+        self._steps = Steps()
+
+    def read(self, app: App) -> list[HistoryEntry]:
+        """The entries after the last one returned: none when nothing new happened."""
+        rows = app.store.read_events(app.tenant, self.task_id, after=self._read)
+        plain = type(app.log.upcasters).decode is Upcasters.decode  # else the log's decode reads each row
+        entries = history_of(rows, app.log.decode_all, lazy=plain, steps=self._steps)
+        if rows:
+            self._read = rows[-1][0]
+        if entries and entries[0].seq <= self.after:
+            entries = [entry for entry in entries if entry.seq > self.after]
+        if entries:
+            self.after = entries[-1].seq
+        return entries
 
 
 def _step_started(

@@ -27,8 +27,11 @@ from tether.events import (
     ObservationRecorded,
     SessionWritten,
     SleepScheduled,
+    StepCompleted,
+    StepStarted,
 )
 from tether.store import EventRow
+from tether.timetravel import HistoryCursor
 
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "history_summaries.json"
 """What tether before the one-pass read (b60f4de) said of :func:`samples` in a history:
@@ -173,3 +176,33 @@ def test_upcasters_that_read_every_record_themselves_read_the_history_too(store_
     assert app.log.events("loud")[-1].event.key == "PRICE"  # type: ignore[attr-defined]
     entry = app.history("loud")[-1]
     assert entry.summary == "observed PRICE = 3" and entry.event.key == "PRICE"  # type: ignore[attr-defined]
+
+
+def test_a_cursor_reads_what_is_new_and_carries_the_open_step_over(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = tether.App(store_url)
+    state = app.log.create(type="chat", task_id="t")
+    version = app.log.append("t", [StepStarted(name="a"), ObservationRecorded(key="k", value=1)], state.version)
+    reads: list[int] = []
+    read_events = app.store.read_events
+    monkeypatch.setattr(app.store, "read_events", lambda *a, **kw: reads.append(kw["after"]) or read_events(*a, **kw))
+    cursor = HistoryCursor("t", after=2)
+    first = cursor.read(app)
+    assert [(e.seq, e.step, e.boundary) for e in first] == [(3, "a", None)] and cursor.read(app) == []
+    more = [ObservationRecorded(key="k", value=2), StepCompleted(name="a"), StepStarted(name="b")]
+    app.log.append("t", more, version)
+    second = cursor.read(app)
+    assert [(e.seq, e.step, e.boundary) for e in second] == [
+        (4, "a", None),
+        (5, "a", "after step 1"),
+        (6, "b", "before step 2"),
+    ]
+    assert reads == [0, 3, 3]  # the whole history once, then only the rows after the last read
+    whole = app.history("t")
+    assert first + second == whole[2:] and [e.summary for e in second] == [e.summary for e in whole[3:]]
+    app.log.fork("t", 5, new_id="fork")  # a fork's cursor reads its parent's part, then its own
+    assert [(e.seq, e.type, e.step) for e in HistoryCursor("fork", after=4).read(app)] == [
+        (5, "StepCompleted", "a"),
+        (6, "TaskForked", None),
+    ]

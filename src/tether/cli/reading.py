@@ -29,6 +29,7 @@ from tether.cli._render import (
 )
 from tether.runtime.handles import failure_summary
 from tether.store import TaskFilter
+from tether.timetravel import HistoryCursor
 
 
 @main.command()
@@ -195,15 +196,22 @@ def logs(task_id: str, follow: bool, after: int, db: str | None, as_json: bool) 
     task_id = _tid(app, task_id)
     out = _console()
     terminal = {"completed", "failed", "cancelled"}
+    cursor = HistoryCursor(task_id, after=after)  # each wake-up reads the new events alone
     while True:
         row = app.log.get(task_id)  # before the events: the end is never seen ahead of the last ones
-        for entry in app.history(task_id):
-            if entry.seq <= after:
-                continue
-            after = entry.seq
+        for entry in cursor.read(app):
             if as_json:
-                click.echo(orjson.dumps({"seq": entry.seq, "at": entry.at.isoformat(), "type": entry.type,
-                                         "step": entry.step, "summary": entry.summary}).decode())
+                click.echo(
+                    orjson.dumps(
+                        {
+                            "seq": entry.seq,
+                            "at": entry.at.isoformat(),
+                            "type": entry.type,
+                            "step": entry.step,
+                            "summary": entry.summary,
+                        }
+                    ).decode()
+                )
             else:
                 when = entry.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
                 step = f" [dim]{escape(entry.step)}[/]" if entry.step else ""

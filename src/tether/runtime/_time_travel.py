@@ -11,14 +11,13 @@ from tether._keys import as_json
 from tether._validate import check_id, check_int, check_optional_id, check_task_id
 from tether.conversation import stream_id as _session_stream
 from tether.errors import ConflictError, InvalidInputError, TaskDefinitionError
-from tether.events import Upcasters
 from tether.machine import TERMINAL, Status
 from tether.model import TaskState
 from tether.runtime.handles import CheckReport, TaskHandle
 from tether.runtime.leases import acquire
 from tether.runtime.run import drive_task, replay
 from tether.runtime.session import fork_conversation
-from tether.timetravel import HistoryEntry, ReplayReport, StateDiff, diff_states, history_of, step_bounds
+from tether.timetravel import HistoryCursor, HistoryEntry, ReplayReport, StateDiff, diff_states, step_bounds
 
 if TYPE_CHECKING:
     from tether.log import TaskLog
@@ -46,12 +45,11 @@ class TimeTravel:
     def history(self, task_id: str) -> list[HistoryEntry]:
         """Every event with its seq, time, type, a one-line summary, and the step it fell in.
 
-        Listing reads each event's row and decodes only a step's first (for the step's name); an
-        entry's time, summary and event are made when first read (see :class:`HistoryEntry`)."""
+        Listing reads each event's row and decodes none: an entry's time, summary and event are
+        made when first read (see :class:`HistoryEntry`); :class:`~tether.timetravel.HistoryCursor`
+        follows a task as it runs, reading only what is new."""
         check_id(task_id, "task_id")
-        rows = self.store.read_events(self.tenant, task_id)
-        plain = type(self.log.upcasters).decode is Upcasters.decode  # else the log's decode reads each row
-        return history_of(rows, self.log.decode_all, lazy=plain)
+        return HistoryCursor(task_id).read(cast("App", self))
 
     def state_at(self, task_id: str, seq: int) -> TaskState:
         """The state right after event ``seq``."""

@@ -26,7 +26,7 @@ from tether.runtime.app import App
 from tether.serve._json import TERMINAL, entries_json, jsonable, state_json, summary_json, task_json
 from tether.serve.auth import Principal
 from tether.store import TaskFilter, TaskRow
-from tether.timetravel import HistoryEntry, step_ref
+from tether.timetravel import HistoryCursor, HistoryEntry, step_ref
 
 __all__ = ["ErrorBody", "NotRunnableError", "build_router"]
 
@@ -187,7 +187,7 @@ def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
         """Every event in order, in words, with the step it fell in (events after ``after``)."""
         app = app_for(who)
         _row_of(app, task_id)
-        entries = entries_json([e for e in app.history(task_id) if e.seq > after])
+        entries = entries_json(HistoryCursor(task_id, after=after).read(app))
         return {"task_id": task_id, "entries": entries}
 
     @router.get("/tasks/{task_id}/state", tags=["time travel"])
@@ -437,10 +437,11 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def _row_and_history(get_app: Callable[[], App], task_id: str) -> tuple[TaskRow | None, list[HistoryEntry]]:
+def _row_and_history(get_app: Callable[[], App], cursor: HistoryCursor) -> tuple[TaskRow | None, list[HistoryEntry]]:
+    """The task's row, then the entries of its history the cursor has not returned yet."""
     app = get_app()
-    row = app.store.get_task(app.tenant, task_id)  # before the events: the end never overtakes them
-    return row, app.history(task_id)
+    row = app.store.get_task(app.tenant, cursor.task_id)  # before the events: the end never overtakes them
+    return row, cursor.read(app)
 
 
 def _summary(get_app: Callable[[], App], row: TaskRow) -> dict[str, Any]:
@@ -484,11 +485,11 @@ async def _history_events(
     yield b": connected\n\n"
     count = feed.count
     quiet = 0.0
+    cursor = HistoryCursor(task_id, after=after)  # each change reads the new events alone
     while not await request.is_disconnected():
-        row, entries = await asyncio.to_thread(_row_and_history, get_app, task_id)
-        for body in entries_json([e for e in entries if e.seq > after]):
+        row, entries = await asyncio.to_thread(_row_and_history, get_app, cursor)
+        for body in entries_json(entries):
             yield _sse("history", body)
-            after = body["seq"]
         if row is None or row.status in TERMINAL:
             yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
             return
