@@ -189,7 +189,10 @@ class _Made:
         if entry is None:
             return self
         made = entry.__dict__
-        value = made[self.name] = self.make(entry, made["_row"])
+        row = made.get("_row")
+        if row is None:  # an entry never made (object.__new__ alone): it has no such field
+            raise AttributeError(f"'HistoryEntry' object has no attribute {self.name!r}")
+        value = made[self.name] = self.make(entry, row)
         return value
 
 
@@ -288,29 +291,52 @@ def history_of(
 class HistoryCursor:
     """A task's history read on from where the last read stopped, for a reader that follows a task
     as it runs (a live view, ``tether logs --follow``). The first read lists the whole history and
-    returns the entries after ``after``; each later one reads only the rows after the last one read,
-    and carries the step they fall in over from them, so following a long task costs its new events,
-    not its history again. Each read takes the App to read with (one belongs to one thread)."""
+    returns the entries after ``after``; each later one reads only the rows from the last one read
+    on, and carries the step they fall in over from them, so following a long task costs its new
+    events, not its history again. Each read takes the App to read with (one belongs to one thread).
+
+    The last row read is read again each time, to make sure the history it belongs to is still
+    the task's: a rewind, or a task deleted and made again under its id, replaces the history
+    from some event on. Then the read starts over: ``replaced`` is set, and every entry of the new
+    history is returned, the first one first."""
 
     def __init__(self, task_id: str, *, after: int = 0) -> None:
         self.task_id = task_id
         self.after = after
         """The seq of the last entry returned (or the ``after`` given, until one is)."""
-        self._read = 0  # the seq of the last row read
+        self.replaced = False
+        """Whether the last read found the history replaced, and so started over."""
+        self._last: tuple[int, str, float] | None = None  # the last row read: its seq, type and time
         self._steps = Steps()
 
     def read(self, app: App) -> list[HistoryEntry]:
         """The entries after the last one returned: none when nothing new happened."""
-        rows = app.store.read_events(app.tenant, self.task_id, after=self._read)
+        self.replaced = False
+        rows = self._new_rows(app)
+        if rows is None:
+            self.replaced = True
+            self.after, self._steps = 0, Steps()
+            rows = app.store.read_events(app.tenant, self.task_id)
         plain = type(app.log.upcasters).decode is Upcasters.decode  # else the log's decode reads each row
         entries = history_of(rows, app.log.decode_all, lazy=plain, steps=self._steps)
         if rows:
-            self._read = rows[-1][0]
+            self._last = (rows[-1][0], rows[-1][1], rows[-1][3])
         if entries and entries[0].seq <= self.after:
             entries = [entry for entry in entries if entry.seq > self.after]
         if entries:
             self.after = entries[-1].seq
         return entries
+
+    def _new_rows(self, app: App) -> Sequence[EventRow] | None:
+        """The rows after the last one read (all, on the first read); ``None`` if that row is no
+        longer the task's."""
+        if self._last is None:
+            return app.store.read_events(app.tenant, self.task_id)
+        seq = self._last[0]
+        rows = app.store.read_events(app.tenant, self.task_id, after=seq - 1)
+        if not rows or (rows[0][0], rows[0][1], rows[0][3]) != self._last:
+            return None
+        return rows[1:]
 
 
 def _step_started(

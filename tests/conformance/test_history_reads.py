@@ -186,7 +186,12 @@ def test_a_cursor_reads_what_is_new_and_carries_the_open_step_over(
     version = app.log.append("t", [StepStarted(name="a"), ObservationRecorded(key="k", value=1)], state.version)
     reads: list[int] = []
     read_events = app.store.read_events
-    monkeypatch.setattr(app.store, "read_events", lambda *a, **kw: reads.append(kw["after"]) or read_events(*a, **kw))
+
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs.get("after", 0))
+        return read_events(*args, **kwargs)
+
+    monkeypatch.setattr(app.store, "read_events", spied)
     cursor = HistoryCursor("t", after=2)
     first = cursor.read(app)
     assert [(e.seq, e.step, e.boundary) for e in first] == [(3, "a", None)] and cursor.read(app) == []
@@ -198,7 +203,7 @@ def test_a_cursor_reads_what_is_new_and_carries_the_open_step_over(
         (5, "a", "after step 1"),
         (6, "b", "before step 2"),
     ]
-    assert reads == [0, 3, 3]  # the whole history once, then only the rows after the last read
+    assert reads == [0, 2, 2]  # the whole history once, then only from the last row read on
     whole = app.history("t")
     assert first + second == whole[2:] and [e.summary for e in second] == [e.summary for e in whole[3:]]
     app.log.fork("t", 5, new_id="fork")  # a fork's cursor reads its parent's part, then its own
@@ -206,3 +211,23 @@ def test_a_cursor_reads_what_is_new_and_carries_the_open_step_over(
         (5, "StepCompleted", "a"),
         (6, "TaskForked", None),
     ]
+
+
+def test_a_cursor_starts_over_when_the_history_is_replaced(store_url: str) -> None:
+    app = tether.App(store_url)
+    version = app.log.create(type="chat", task_id="t").version
+    steps = [StepStarted(name="a"), ObservationRecorded(key="k", value=1), StepCompleted(name="a")]
+    version = app.log.append("t", [*steps, StepStarted(name="b"), ObservationRecorded(key="k", value=2)], version)
+    cursor = HistoryCursor("t")
+    assert len(cursor.read(app)) == 6 and not cursor.replaced
+    version = app.log.rewind("t", 3, archive_id="t~1").version  # step "a" open again, step "b" gone
+    app.log.append("t", [ObservationRecorded(key="k", value=3), StepCompleted(name="a")], version)
+    again = cursor.read(app)
+    assert cursor.replaced and again == app.history("t")  # the whole new history, its steps its own
+    marks = [(e.seq, e.step, e.boundary) for e in again[3:]]
+    assert marks == [(4, "a", None), (5, "a", None), (6, "a", "after step 1")]
+    assert cursor.read(app) == [] and not cursor.replaced
+    app.store.delete_task(app.tenant, "t")  # and made again under its id: as long a history, its own
+    version = app.log.create(type="chat", task_id="t").version
+    app.log.append("t", [ObservationRecorded(key="other", value=i) for i in range(5)], version)
+    assert cursor.read(app) == app.history("t") and cursor.replaced

@@ -130,3 +130,20 @@ def test_concurrent_readers_while_workers_write(served: Served) -> None:
             t.join()
     assert failures == []
     assert all(served.app.state(t).status.value == "completed" for t in tasks)
+
+
+def test_a_rewound_tasks_stream_says_so_and_starts_over_and_a_deleted_one_ends(served: Served) -> None:
+    with LiveServer(served.asgi) as live:
+        out, stop = _start(f"{live.base}/v1/tasks/{served.waiting}/events?after=0", served.key)
+        version = served.app.state(served.waiting).version
+        _until(out, lambda k, d: k == "history" and d["seq"] == version)
+        served.app.rewind(served.waiting, to=3)
+        new = served.app.history(served.waiting)
+        got = _until(out, lambda k, d: k == "history" and d["seq"] == new[-1].seq)
+        if got[0][0] == "history":  # read as the rewind committed: the set-aside branch's last event
+            assert got.pop(0)[1]["type"] == "TaskArchived", got
+        assert got[0] == ("replaced", {"task_id": served.waiting}), got
+        assert [(d["seq"], d["type"]) for _, d in got[1:]] == [(e.seq, e.type) for e in new]
+        served.app.store.delete_task(served.app.tenant, served.waiting)
+        assert _until(out, lambda k, d: k == "end")[-1] == ("end", {"task_id": served.waiting, "status": None})
+        stop.set()

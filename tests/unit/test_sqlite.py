@@ -163,8 +163,10 @@ def test_sqlites_own_checkpoint_is_the_net_when_no_checkpointer_is_poked(
 
 
 def _rows(first: int, count: int) -> list[tether.store.EventRow]:
-    return [tether.store.EventRow(seq, "ObservationRecorded", 1, 0.0, f'{{"n": {seq}}}', None) for seq in
-            range(first, first + count)]
+    return [
+        tether.store.EventRow(seq, "ObservationRecorded", 1, 0.0, f'{{"n": {seq}}}', None)
+        for seq in range(first, first + count)
+    ]
 
 
 def test_a_batch_written_in_one_statement_still_refuses_a_stale_fence_or_version(tmp_path: Path) -> None:
@@ -204,3 +206,28 @@ def test_every_store_method_translates_sqlites_errors() -> None:
     assert {"append_streams", "compact", "read_latest", "append"} <= set(methods)
     unguarded = [name for name in methods if name != "close" and not hasattr(getattr(SQLiteStore, name), "__wrapped__")]
     assert unguarded == []
+
+
+def test_a_reader_never_keeps_the_id_a_rewind_moved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A rewind renames the task's row and puts a new one under its id. Another process's reader,
+    # reading the id in the rewind's transaction (before its commit), sees the old row: it must not
+    # keep it as the id's row once the rewind commits (it read the archived branch for good).
+    url = f"sqlite:///{tmp_path}/t.db"
+    writer, reader = tether.App(url), tether.App(url)
+    version = writer.log.create(type="chat", task_id="t").version
+    writer.log.append("t", [ObservationRecorded(key="k", value=i) for i in range(3)], version)
+    assert len(reader.history("t")) == 4
+    bump = writer.store._bump_mapping  # type: ignore[attr-defined]
+
+    def read_midway() -> None:
+        bump()
+        assert len(reader.history("t")) == 4  # the last commit's: the old row, under its id still
+
+    monkeypatch.setattr(writer.store, "_bump_mapping", read_midway)
+    writer.log.rewind("t", 2, archive_id="t~1")
+    assert [e.type for e in reader.history("t")] == ["TaskCreated", "ObservationRecorded", "TaskForked"]
+    monkeypatch.undo()
+    looking = tether.App(tether.open_store(url, readonly=True))  # as the CLI reads: nothing tells it of renames
+    assert len(looking.history("t")) == 3
+    writer.log.rewind("t", 1, archive_id="t~2")
+    assert [e.type for e in looking.history("t")] == ["TaskCreated", "TaskForked"]

@@ -199,7 +199,12 @@ def logs(task_id: str, follow: bool, after: int, db: str | None, as_json: bool) 
     cursor = HistoryCursor(task_id, after=after)  # each wake-up reads the new events alone
     while True:
         row = app.log.get(task_id)  # before the events: the end is never seen ahead of the last ones
-        for entry in cursor.read(app):
+        entries = cursor.read(app)
+        if cursor.replaced and as_json:
+            click.echo(orjson.dumps({"replaced": True, "task_id": task_id}).decode())
+        elif cursor.replaced:
+            out.print("[yellow]the task's history was replaced (rewound, or deleted and made again): from the start[/]")
+        for entry in entries:
             if as_json:
                 click.echo(
                     orjson.dumps(

@@ -26,7 +26,7 @@ from tether.runtime.app import App
 from tether.serve._json import TERMINAL, entries_json, jsonable, state_json, summary_json, task_json
 from tether.serve.auth import Principal
 from tether.store import TaskFilter, TaskRow
-from tether.timetravel import HistoryCursor, HistoryEntry, step_ref
+from tether.timetravel import HistoryCursor, step_ref
 
 __all__ = ["ErrorBody", "NotRunnableError", "build_router"]
 
@@ -437,11 +437,12 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def _row_and_history(get_app: Callable[[], App], cursor: HistoryCursor) -> tuple[TaskRow | None, list[HistoryEntry]]:
-    """The task's row, then the entries of its history the cursor has not returned yet."""
+def _row_and_history(get_app: Callable[[], App], cursor: HistoryCursor) -> tuple[TaskRow | None, list[dict[str, Any]]]:
+    """The task's row, then the bodies of the history entries the cursor has not returned yet (made
+    here, off the event loop); none once the task is gone."""
     app = get_app()
     row = app.store.get_task(app.tenant, cursor.task_id)  # before the events: the end never overtakes them
-    return row, cursor.read(app)
+    return row, ([] if row is None else entries_json(cursor.read(app)))
 
 
 def _summary(get_app: Callable[[], App], row: TaskRow) -> dict[str, Any]:
@@ -487,8 +488,10 @@ async def _history_events(
     quiet = 0.0
     cursor = HistoryCursor(task_id, after=after)  # each change reads the new events alone
     while not await request.is_disconnected():
-        row, entries = await asyncio.to_thread(_row_and_history, get_app, cursor)
-        for body in entries_json(entries):
+        row, bodies = await asyncio.to_thread(_row_and_history, get_app, cursor)
+        if cursor.replaced:  # rewound, or deleted and made again: its history starts over
+            yield _sse("replaced", {"task_id": task_id})
+        for body in bodies:
             yield _sse("history", body)
         if row is None or row.status in TERMINAL:
             yield _sse("end", {"task_id": task_id, "status": row.status if row else None})

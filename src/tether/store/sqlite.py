@@ -103,7 +103,8 @@ class SQLiteStore:
                 f"{path!r} is not a tether database (SQLite says: {exc}); "
                 "point tether at a new file or at a database tether created"
             ) from exc
-        self._ids: dict[tuple[str, str], int] = {}
+        self._ids: dict[tuple[str, str], int] = {}  # not read when read-only: no generation tells of renames
+        self._renamed = False
         self._mapped: mmap.mmap | None = None
         self._generations: memoryview | None = None  # the counters of ``_mapped``
         self._checkpointer: Checkpointer | None = None
@@ -151,13 +152,11 @@ class SQLiteStore:
         connection was the last to write (so what it knows of versions and tokens still holds).
 
         SQLite's busy handler sleeps and retries (1, 2, 5 ... 100 ms): under contention a writer can
-        lose every race for seconds while others commit. Waiting on ``flock`` instead wakes a writer
-        the moment the lock is free, so no writer starves and the longest wait stays near (writers ×
-        one transaction). Readers never take it (WAL).
-
-        The lock file also holds a write generation, bumped by every writer *before* it writes (a
-        writer killed mid-write has bumped it already). Finding our own last number there means no
-        other writer has touched the database since we last did."""
+        lose every race for seconds while others commit. Waiting on ``flock`` wakes a writer the moment
+        the lock is free: no writer starves, the longest wait stays near (writers × one transaction).
+        Readers never take it (WAL). The lock file also holds a write generation, bumped by every
+        writer *before* it writes (a writer killed mid-write has bumped it already). Finding our own
+        last number there means no other writer has touched the database since we last did."""
         generations = self._generations
         if generations is None:
             return False
@@ -184,13 +183,15 @@ class SQLiteStore:
             self._mapping = current
 
     def _bump_mapping(self) -> None:
-        """Under the write gate: tell every process that ids may now name other rows."""
-        if self._generations is not None:
-            self._mapping = self._mapping_now() + 1
-            self._generations[1] = self._mapping
+        """In a write: tell every process, once it commits, that ids may now name other rows (told before,
+        a reader could read the old ids again and keep them under the new generation, for good)."""
+        self._renamed = self._generations is not None
 
     def _gate_out(self) -> None:
         if self._gate is not None:
+            if self._renamed:  # committed or rolled back: a bump for nothing only drops caches
+                self._renamed, self._mapping = False, self._mapping_now() + 1
+                self._generations[1] = self._mapping  # type: ignore[index]
             _flock(self._gate, _LOCK_UN)
             self._commits += 1
             if self._commits >= Checkpointer.EVERY:
@@ -201,7 +202,7 @@ class SQLiteStore:
         key = (tenant, task_id)
         if self._generations is not None:
             self._check_mapping()
-        found = self._ids.get(key)
+        found = None if self.readonly else self._ids.get(key)
         if found is None:
             row = self._conn.execute(own.SQL.task_id, key).fetchone()
             if row is None:
@@ -505,7 +506,6 @@ class SQLiteStore:
             return self._conn.execute(query, params).fetchall()
 
     # -- snapshots --------------------------------------------------------------
-
     def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
         with self._write() as conn:
             internal = self._id(tenant, task_id)

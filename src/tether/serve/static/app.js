@@ -189,6 +189,7 @@ function initTask(root) {
       el("span", { class: "seq" }, "#" + h.seq), " ", el("span", { class: "type" }, h.type), " " + h.summary);
     timeline.append(li);
   });
+  events.addEventListener("replaced", () => { events.close(); location.reload(); });  // rewound: a new history
   events.addEventListener("end", () => { events.close(); if (live) location.reload(); });
 }
 
