@@ -115,16 +115,20 @@ def _costs(url: str) -> tuple[int, ...]:
     if not sqlite:  # what autovacuum does as a table grows: the planner learns how many are sessions
         _analyze(url)
     done = _row_id(url, "completed-0")
-    listing = _sql.list_tasks_query(TENANT, TaskFilter(type="thread"), limit=20, offset=0)
-    tasks = _sql.list_tasks_query(TENANT, TaskFilter(), limit=20, offset=0)  # as `tether tasks` lists
-    mine = _sql.list_tasks_query(TENANT, TaskFilter(type="tether.session", user_id="me"), limit=20, offset=0)
-    positions = _sql.positions_query(TENANT, "thread", "thread-", None)
-    collate = "" if sqlite else _sql.ID_ORDER
+    collate = "" if sqlite else _sql.ID_ORDER  # the statements as each store runs them
+
+    def page(flt: TaskFilter) -> tuple[str, list[Any]]:
+        return _sql.list_tasks_query(TENANT, flt, limit=20, offset=0, collate=collate)
+
+    listing = page(TaskFilter(type="thread"))
+    tasks = page(TaskFilter())  # as `tether tasks` lists
+    mine = page(TaskFilter(type="tether.session", user_id="me"))
+    positions = _sql.positions_query(TENANT, "thread", "thread-", None, collate=collate)
     prefixed = _sql.positions_query(TENANT, "t", "due", None, collate=collate)
-    page = _sql.list_tasks_query(TENANT, TaskFilter(id_prefix="du"), limit=20, offset=0, collate=collate)
+    by_prefix = page(TaskFilter(id_prefix="du"))
     count = _sql.count_tasks_query(TENANT, TaskFilter(id_prefix="du"), cap=100, collate=collate)
-    unfinished = _sql.list_tasks_query(TENANT, TaskFilter(status=("pending", "running")), limit=20, offset=0)
-    queries = (listing, tasks, mine, positions, prefixed, page, count, unfinished)
+    unfinished = page(TaskFilter(status=("pending", "running")))
+    queries = (listing, tasks, mine, positions, prefixed, by_prefix, count, unfinished)
     ours = [(q if sqlite else _sql.pyformat(q), tuple(params)) for q, params in queries]
     return (
         _work(url, [(own.claim, _sql.claim_values(TENANT, "w", 30, time.time()))]),

@@ -210,7 +210,7 @@ def list_tasks_query(
     the index of statuses, and the page taken from them all: no index gives tasks of several
     statuses in order, and walking every task newest first for the few of the statuses asked for
     (a listing of unfinished tasks among 100,000 finished) read them all."""
-    order = "ORDER BY t.created_at DESC, t.task_id DESC"
+    order = f"ORDER BY t.created_at DESC, t.task_id{collate} DESC"  # ties by id in code point order
     if flt.status is None or len(flt.status) < 2:
         where, matching = _matching(tenant, flt, collate)
         return f"SELECT {TASK_COLUMNS} {_FROM_TASKS} WHERE {where} {order} LIMIT ? OFFSET ?", [*matching, limit, offset]
