@@ -58,6 +58,7 @@ def test_history_entries_are_whole_frozen_records(app: tether.App) -> None:
         assert {name: vars(entry)[name] for name in names} == vars(built)
         with pytest.raises(dataclasses.FrozenInstanceError):
             entry.summary = "changed"  # type: ignore[misc]
+    assert not hasattr(object.__new__(tether.HistoryEntry), "summary")  # an entry never made has none
     with pytest.raises(AttributeError, match="'HistoryEntry' object has no attribute 'sumary'"):
         _ = app.history("t")[0].sumary  # type: ignore[attr-defined]
 
