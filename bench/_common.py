@@ -4,6 +4,7 @@ cost of a recorded call."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -141,3 +142,19 @@ def recorded_call(url: str, n: int, *, readonly: bool, result: object = None) ->
     assert run.status is tether.Status.COMPLETED, run.failure
     app.close()
     return elapsed / n
+
+
+def callgrind_instructions(argv: list[str]) -> int:
+    """The instructions a Python process running ``argv`` executes, counted under valgrind's
+    callgrind with a fixed hash seed: the same count for the same code and inputs, whatever else
+    the machine is doing."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, *argv],
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    assert found is not None, done.stderr[-2000:]
+    return int(found.group(1))

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -53,27 +51,9 @@ def child(src: str, kind: str, calls: int) -> None:
 
 
 def count(src: str, kind: str, calls: int) -> int:
-    out = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            sys.executable,
-            __file__,
-            "--child",
-            kind,
-            str(calls),
-            "--src",
-            src,
-        ],
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    assert found is not None, out.stderr[-2000:]
-    return int(found.group(1))
+    from _common import callgrind_instructions  # here, not at the top: the child imports ``src``'s tether first
+
+    return callgrind_instructions([__file__, "--child", kind, str(calls), "--src", src])
 
 
 def main() -> None:

@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,23 +32,10 @@ QUERY = "SELECT seq, type, schema, at, data, fence FROM events WHERE task = ? AN
 
 def store(path: str) -> None:
     """The 1,000-step task, as task ``t`` of the SQLite file at ``path``."""
-    sys.path.insert(0, str(HERE.parent / "src"))
-    sys.path.insert(1, str(HERE))
-    from _common import MESSAGE
+    sys.path.insert(0, str(HERE))
+    from timetravel import store_research  # here: the child imports ``src``'s tether first
 
-    import tether
-
-    app = tether.App(f"sqlite:///{path}")
-    search = app.tool(name="search", readonly=True)(lambda i: MESSAGE)
-
-    @app.task
-    def research(ctx: tether.TaskContext, n: int) -> None:
-        for i in range(n):
-            with ctx.step(f"s{i}"):
-                ctx.call(search, i)
-
-    app.run(research, 1_000, task_id="t")
-    app.close()
+    store_research(f"sqlite:///{path}", 1_000, task_id="t")
 
 
 def child(src: str, path: str, mode: str, reads: int) -> None:
@@ -70,17 +55,9 @@ def child(src: str, path: str, mode: str, reads: int) -> None:
 
 
 def count(src: str, path: str, mode: str, reads: int) -> int:
-    valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    out = subprocess.run(
-        [*valgrind, sys.executable, __file__, "--child", mode, str(reads), "--src", src, "--db", path],
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    assert found is not None, out.stderr[-2000:]
-    return int(found.group(1))
+    from _common import callgrind_instructions
+
+    return callgrind_instructions([__file__, "--child", mode, str(reads), "--src", src, "--db", path])
 
 
 def main() -> None:

@@ -110,11 +110,9 @@ def raw_fetch(path: str, task_id: str) -> float:
     return took
 
 
-def history_ms(folder: str, steps: int, repeat: int) -> dict[str, float]:
-    """Milliseconds (medians) of ``app.history`` on an App opened outside the timing, as by a
-    server, and of the raw fetch of its rows, taken in turn; ``events``: the history's entries."""
-    path = os.path.join(folder, "history.db")
-    url = f"sqlite:///{path}"
+def store_research(url: str, steps: int, task_id: str | None = None) -> str:
+    """A task of ``steps`` steps, each one readonly call returning ~500 bytes, run to its end on
+    ``url``: its id."""
     app = tether.App(url)
     search = app.tool(name="search", readonly=True)(lambda i: MESSAGE)
 
@@ -124,8 +122,17 @@ def history_ms(folder: str, steps: int, repeat: int) -> dict[str, float]:
             with ctx.step(f"s{i}"):
                 ctx.call(search, i)
 
-    task_id = app.run(research, steps).task_id
+    done = app.run(research, steps, task_id=task_id).task_id
     app.close()
+    return done
+
+
+def history_ms(folder: str, steps: int, repeat: int) -> dict[str, float]:
+    """Milliseconds (medians) of ``app.history`` on an App opened outside the timing, as by a
+    server, and of the raw fetch of its rows, taken in turn; ``events``: the history's entries."""
+    path = os.path.join(folder, "history.db")
+    url = f"sqlite:///{path}"
+    task_id = store_research(url, steps)
     events = 0
     times: list[float] = []
     summed: list[float] = []
@@ -157,9 +164,11 @@ def history_json(hist: dict[str, float]) -> dict[str, float]:
 
 
 def print_history(hist: dict[str, float]) -> None:
-    print(f"history of a 1,000-step task ({hist['events']:,.0f} events): {hist['ms']:.2f} ms (target <= 5); "
-          f"the raw sqlite3 fetch of its rows {hist['raw_fetch_ms']:.2f} ms: {hist['ratio']:.2f}x the floor; "
-          f"with every summary read {hist['read_ms']:.2f} ms")
+    print(
+        f"history of a 1,000-step task ({hist['events']:,.0f} events): {hist['ms']:.2f} ms (target <= 5); "
+        f"the raw sqlite3 fetch of its rows {hist['raw_fetch_ms']:.2f} ms: {hist['ratio']:.2f}x the floor; "
+        f"with every summary read {hist['read_ms']:.2f} ms"
+    )
 
 
 def main() -> None:
@@ -177,8 +186,10 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="tether-bench-")
     result: dict[str, object] = {"sizes": list(sizes), "targets": TARGETS}
     verdicts: list[bool] = []
-    print(f"{'shape':11} {'events':>8} {'latest':>8} {'at start':>9} {'middle':>8} {'end':>8} "
-          f"{'fork start':>11} {'fork end':>9}   (ms)")
+    print(
+        f"{'shape':11} {'events':>8} {'latest':>8} {'at start':>9} {'middle':>8} {'end':>8} "
+        f"{'fork start':>11} {'fork end':>9}   (ms)"
+    )
     for shape in ("overwrite", "accumulate"):
         url = f"sqlite:///{os.path.join(folder, f'{shape}.db')}"
         shape_result: dict[str, dict[str, float]] = {}
@@ -186,8 +197,10 @@ def main() -> None:
             build(url, f"{shape}{n}", n, shape)
             ms = travel(url, f"{shape}{n}", n, repeat)
             shape_result[str(n)] = ms
-            print(f"{shape:11} {n:8,} {ms['latest']:8.3f} {ms['state_at_start']:9.3f} {ms['state_at_middle']:8.3f} "
-                  f"{ms['state_at_end']:8.3f} {ms['fork_start']:11.3f} {ms['fork_end']:9.3f}")
+            print(
+                f"{shape:11} {n:8,} {ms['latest']:8.3f} {ms['state_at_start']:9.3f} {ms['state_at_middle']:8.3f} "
+                f"{ms['state_at_end']:8.3f} {ms['fork_start']:11.3f} {ms['fork_end']:9.3f}"
+            )
         big = shape_result[str(sizes[-1])]
         small = shape_result[str(sizes[0])]
         at_ratio = max(big[f"state_at_{p}"] for p in ("start", "middle", "end")) / big["latest"]
@@ -201,8 +214,10 @@ def main() -> None:
     for shape in ("overwrite", "accumulate"):
         r = result[shape]
         assert isinstance(r, dict)
-        print(f"{shape}: worst state_at vs latest at {sizes[-1]:,} events {r['state_at_ratio']:.2f} (target <= 3); "
-              f"worst fork at {sizes[-1]:,} vs at {sizes[0]:,} events {r['fork_ratio']:.2f} (target <= 2)")
+        print(
+            f"{shape}: worst state_at vs latest at {sizes[-1]:,} events {r['state_at_ratio']:.2f} (target <= 3); "
+            f"worst fork at {sizes[-1]:,} vs at {sizes[0]:,} events {r['fork_ratio']:.2f} (target <= 2)"
+        )
     print_history(hist)
     print(orjson.dumps(result).decode())
 
