@@ -147,3 +147,25 @@ def test_logs_follow_streams_until_the_task_ends(folder: Path) -> None:
     out, err = follow.communicate(timeout=30)
     assert follow.returncode == 0, err
     assert "created trip" in out and "received 'approve' = true" in out and "status → completed" in out
+
+
+def test_logs_follow_says_when_the_task_is_rewound_and_prints_the_new_history(folder: Path) -> None:
+    follow = subprocess.Popen(
+        [TETHER, "logs", "trip-1", "--follow", "--json"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert follow.stdout is not None
+    first = follow.stdout.readline()  # it has read the history once: the rewind comes after
+    task = f"trip-1-{'a' * 30}"  # whole: after the rewind, its set-aside branch starts the same
+    run("rewind", task, "--to", "3", "--app", "agent:app", cwd=folder)
+    run("worker", "agent:app", "--idle-exit", "--quiet", cwd=folder)  # to the wait again
+    run("send", task, "approve", "true", cwd=folder)
+    run("worker", "agent:app", "--idle-exit", "--quiet", cwd=folder)
+    out, err = follow.communicate(timeout=30)
+    assert follow.returncode == 0, err
+    lines = [json.loads(line) for line in (first + out).splitlines()]
+    cut = lines.index({"replaced": True, "task_id": task})
+    before, after = lines[:cut], lines[cut + 1 :]
+    assert [e["seq"] for e in before] == list(range(1, len(before) + 1))  # up to the wait, maybe its archiving
+    assert [e["seq"] for e in after] == list(range(1, len(after) + 1))  # the new history, from its start
+    assert after[3]["type"] == "TaskForked" and after[-1]["summary"] == "status → completed"
