@@ -452,19 +452,20 @@ class PostgresStore:
         return int(gone)
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
-        query, params = _sql.list_tasks_query(tenant, flt, limit=limit, offset=offset, collate=_sql.ID_ORDER)
-        query = _sql.pyformat(query)
-        return [TaskRow(*r) for r in self._run(lambda c: c.execute(query, params).fetchall())]
+        query = _sql.list_tasks_query(tenant, flt, limit=limit, offset=offset, collate=_sql.ID_ORDER)
+        return [TaskRow(*r) for r in self._read(*query)]
 
     def count_tasks(self, tenant: str, flt: TaskFilter, *, cap: int) -> int:
-        query, params = _sql.count_tasks_query(tenant, flt, cap=cap, collate=_sql.ID_ORDER)
-        statement = _sql.pyformat(query)
-        return int(self._run(lambda c: c.execute(statement, params).fetchone()[0]))  # type: ignore[index]
+        return int(self._read(*_sql.count_tasks_query(tenant, flt, cap=cap, collate=_sql.ID_ORDER))[0][0])
 
     def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
-        query, params = _sql.positions_query(tenant, type, prefix, user_id, collate=_sql.ID_ORDER)
+        query = _sql.positions_query(tenant, type, prefix, user_id, collate=_sql.ID_ORDER)
+        return [(r[0], r[1], r[2]) for r in self._read(*query)]
+
+    def _read(self, query: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of a shared statement (written with ``?``) and its parameters."""
         statement = _sql.pyformat(query)
-        return self._run(lambda conn: [(r[0], r[1], r[2]) for r in conn.execute(statement, params)])
+        return self._run(lambda c: c.execute(statement, params).fetchall())
 
     # -- snapshots ----------------------------------------------------------------
 
