@@ -147,3 +147,24 @@ def test_a_rewound_tasks_stream_says_so_and_starts_over_and_a_deleted_one_ends(s
         served.app.store.delete_task(served.app.tenant, served.waiting)
         assert _until(out, lambda k, d: k == "end")[-1] == ("end", {"task_id": served.waiting, "status": None})
         stop.set()
+
+
+def test_the_task_list_is_read_once_per_change_for_every_client_of_a_tenant(served: Served) -> None:
+    listings = served.asgi.state.listings
+    feed = served.asgi.state.feed
+    with LiveServer(served.asgi) as live:
+        clients = [_start(f"{live.base}/v1/events", served.key) for _ in range(5)]
+        theirs, stop_theirs = _start(f"{live.base}/v1/events", served.other_key)
+        reads, bumps = listings.reads["default"], feed.count
+        task = served.app.start("trip", city="Oslo").task_id  # another writer: the worker's side
+        for out, _ in clients:  # every client is told, from a read it shares
+            got = _until(out, lambda k, d: k == "task" and d["task_id"] == task)
+            assert got and got[-1][0] == "task", got
+        shared = listings.reads["default"] - reads
+        changes = feed.count - bumps
+        # One read per change the feed counted (and at most one recheck), not one per client:
+        # five clients reading for themselves make at least five for the one change.
+        assert 1 <= shared <= changes + 1 < 5, (shared, changes)
+        assert not any(d.get("task_id") == task for _, d in _events(theirs, time.monotonic() + 0.5) if d)
+        for _, stop in [*clients, (theirs, stop_theirs)]:
+            stop.set()

@@ -29,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from tether._validate import check_id
 from tether.errors import TetherError
 from tether.runtime.app import App
+from tether.serve._listing import Listings
 from tether.serve.api import ErrorBody, build_router
 from tether.serve.auth import LOOPBACK_HOSTS, AuthError, Principal, authenticate
 from tether.serve.feed import ChangeFeed
@@ -113,11 +114,12 @@ def create_app(
     api.state.store = store  # close it when done if create_app opened it from a URL
     api.state.keys = keys
     api.state.feed = feed
+    api.state.listings = listings = Listings(feed)  # the live task list's reads, shared by its clients
     api.state.no_auth = no_auth
     api.state.authenticate = principal
     _add_error_handlers(api)
     app_for = _apps_by_thread(store)
-    api.include_router(build_router(app_for, feed.bump, feed), responses=_DOCUMENTED)  # type: ignore[arg-type]
+    api.include_router(build_router(app_for, feed.bump, feed, listings), responses=_DOCUMENTED)  # type: ignore[arg-type]
     api.include_router(build_pages(app_for, principal, keys, no_auth=no_auth))
     return api
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
@@ -24,6 +25,7 @@ from tether.errors import TaskNotFoundError, TetherError
 from tether.machine import Status
 from tether.runtime.app import App
 from tether.serve._json import TERMINAL, entries_json, jsonable, state_json, summary_json, task_json
+from tether.serve._listing import Listings
 from tether.serve.auth import Principal
 from tether.store import TaskFilter, TaskRow
 from tether.timetravel import HistoryCursor, step_ref
@@ -103,9 +105,10 @@ AppFor = Callable[[Principal], App]
 """Gives the tenant's App to a request's principal (one App per thread and tenant)."""
 
 
-def build_router(app_for: AppFor, bump: Callable[[], None], feed: Any) -> APIRouter:
+def build_router(app_for: AppFor, bump: Callable[[], None], feed: Any, listings: Listings) -> APIRouter:
     """The ``/v1`` routes (the authenticator is ``app.state.authenticate``). ``app_for`` gives the
-    tenant's App, ``bump`` wakes live listeners after a write, ``feed`` is the :class:`ChangeFeed`."""
+    tenant's App, ``bump`` wakes live listeners after a write, ``feed`` is the :class:`ChangeFeed`,
+    ``listings`` the reads of the newest tasks its listeners share."""
     router = APIRouter(prefix="/v1")
     # In this order: the OpenAPI document lists the routes as they were added.
     _add_whoami(router)
@@ -115,7 +118,7 @@ def build_router(app_for: AppFor, bump: Callable[[], None], feed: Any) -> APIRou
     _add_steering(router, app_for, bump)
     _add_inputs(router, app_for, bump)
     _add_sessions_and_users(router, app_for)
-    _add_live(router, app_for, feed)
+    _add_live(router, app_for, feed, listings)
     return router
 
 
@@ -411,12 +414,13 @@ def _add_sessions_and_users(router: APIRouter, app_for: AppFor) -> None:
         return {"user_id": user_id, "version": doc.version, "document": jsonable(doc.get())}
 
 
-def _add_live(router: APIRouter, app_for: AppFor, feed: Any) -> None:
+def _add_live(router: APIRouter, app_for: AppFor, feed: Any, listings: Listings) -> None:
     @router.get("/events", tags=["live"], response_class=StreamingResponse)
     async def events(who: Who, request: Request) -> StreamingResponse:
         """Server-sent events: ``task`` (a task's summary when it changed) and ``input`` (a task began
         waiting for input), woken by the store's change notifications; a comment every 15 s."""
-        return StreamingResponse(_task_events(lambda: app_for(who), request, feed), media_type="text/event-stream")
+        stream = _task_events(lambda: app_for(who), who.tenant, request, feed, listings)
+        return StreamingResponse(stream, media_type="text/event-stream")
 
     @router.get("/tasks/{task_id}/events", tags=["live"], response_class=StreamingResponse)
     async def task_events(who: Who, task_id: TaskId, request: Request, after: Seq = 0) -> StreamingResponse:
@@ -445,19 +449,13 @@ def _row_and_history(get_app: Callable[[], App], cursor: HistoryCursor) -> tuple
     return row, ([] if row is None else entries_json(cursor.read(app)))
 
 
-def _summary(get_app: Callable[[], App], row: TaskRow) -> dict[str, Any]:
-    return summary_json(get_app(), row)
-
-
-def _listing(get_app: Callable[[], App]) -> dict[str, TaskRow]:
-    app = get_app()
-    rows = app.store.list_tasks(app.tenant, TaskFilter(), limit=500, offset=0)
-    return {r.task_id: r for r in rows}
-
-
-async def _task_events(get_app: Callable[[], App], request: Request, feed: Any) -> AsyncIterator[bytes]:
-    """``get_app`` is called in the thread that uses it: an App belongs to one thread."""
-    seen = {k: r.version for k, r in (await asyncio.to_thread(_listing, get_app)).items()}
+async def _task_events(
+    get_app: Callable[[], App], tenant: str, request: Request, feed: Any, listings: Listings
+) -> AsyncIterator[bytes]:
+    """``get_app`` is called in the thread that uses it: an App belongs to one thread. The newest
+    tasks are read once per change for every client of the tenant (see :class:`Listings`)."""
+    look = listings.look(tenant, get_app, count=feed.count, max_age=math.inf)
+    seen = {k: r.version for k, r in (await look.rows()).items()}
     yield b": connected\n\n"
     count = feed.count
     quiet = 0.0
@@ -467,14 +465,17 @@ async def _task_events(get_app: Callable[[], App], request: Request, feed: Any) 
             if quiet >= _KEEPALIVE:
                 quiet = 0.0
                 yield b": keep-alive\n\n"
+            # The safety net: a read of the last _RECHECK seconds, whoever made it.
+            look = listings.look(tenant, get_app, count=feed.count, max_age=_RECHECK)
         else:
             await asyncio.sleep(0.05)  # let a burst of commits land: one look for them all
-        count = feed.count
-        rows = await asyncio.to_thread(_listing, get_app)
+            look = listings.look(tenant, get_app, count=feed.count, max_age=math.inf)
+        count = look.count
+        rows = await look.rows()
         changed = [r for k, r in rows.items() if seen.get(k) != r.version]
         for row in changed:
             seen[row.task_id] = row.version
-            body = await asyncio.to_thread(_summary, get_app, row)
+            body = await look.summary(get_app, row)
             yield _sse("task", body)
             if body["status"] == Status.AWAITING_INPUT.value and body["waiting_for"]:
                 yield _sse("input", {"task_id": row.task_id, "key": body["waiting_for"], "prompt": body["prompt"]})
