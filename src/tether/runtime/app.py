@@ -487,7 +487,7 @@ class App(TimeTravel, Conversations):
         for row in self.log.list(
             status=status, type=type, user_id=user_id, session_id=session_id, limit=limit, offset=offset
         ):
-            held = row.held_by(now)
+            held = row.runner(now)
             if held is not None and owner_is_dead(held):
                 held += " (process gone: the next run takes it over)"
             try:

@@ -45,8 +45,7 @@ def _iso(epoch: float | None) -> str | None:
 
 def summary_json(app: App, row: TaskRow) -> dict[str, Any]:
     """One line of the task list: where the task stands, what it waits for, who holds it."""
-    # A finished task is held by nobody: its run is only giving its lease back (which wakes nobody).
-    held = row.held_by(time.time()) if row.status not in TERMINAL else None
+    held = row.runner(time.time())
     body: dict[str, Any] = {
         "task_id": row.task_id,
         "type": row.type,

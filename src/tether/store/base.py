@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from tether.errors import ConflictError, InvalidInputError, LeaseLostError, TaskNotFoundError, TetherError
+from tether.machine import TERMINAL
 
 __all__ = [
     "COMPLETES",
@@ -86,6 +87,9 @@ class TaskHead:
     """The output's JSON; ``None`` when it has none."""
 
 
+_FINISHED = frozenset(status.value for status in TERMINAL)  # as the index row stores them
+
+
 @dataclass(frozen=True, slots=True)
 class TaskRow:
     """The index entry of a task: what listing and claiming filter on, and where it stands.
@@ -122,9 +126,15 @@ class TaskRow:
     def held_by(self, now: float) -> str | None:
         """Who holds the task's lease at ``now``: its owner while the lease has not expired (a lease
         with an owner and no expiry is held, as every store's claim and lease take read it), else
-        ``None``."""
+        ``None``. (The lease's rule, as claims and lease takes apply it; readers show :meth:`runner`.)"""
         owner = self.lease_owner
         return owner if owner is not None and (self.lease_expires is None or self.lease_expires > now) else None
+
+    def runner(self, now: float) -> str | None:
+        """Who runs the task at ``now``, as listings show it (``tether tasks``, serve): the lease's
+        holder, except that a finished task is run by nobody. Its run is only giving the lease back
+        (or its process died before it could): nothing more runs in it, and no run takes it over."""
+        return None if self.status in _FINISHED else self.held_by(now)
 
 
 Position = tuple[str, float, int]
