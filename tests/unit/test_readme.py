@@ -37,8 +37,7 @@ def test_readme_retry_command_works_after_a_fix(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(README.parent / "src"), str(tmp_path)])
     failed = subprocess.run([sys.executable, "trip.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert failed.returncode != 0 and "TaskFailedError" in failed.stderr and "tether retry trip-42" in failed.stderr
-    fixed = example.replace("run = app.run(", "if __name__ == '__main__':\n    run = app.run(")
-    (tmp_path / "trip.py").write_text(fixed.replace("\nprint(run.result())", "\n    print(run.result())"))
+    (tmp_path / "trip.py").write_text(example)  # fixed: the README's file as printed (`--app` imports it)
     retried = subprocess.run(
         [*TETHER, "retry", "trip-42", "--app", "trip:app"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
