@@ -307,7 +307,7 @@ class HistoryCursor:
         """The seq of the last entry returned (or the ``after`` given, until one is)."""
         self.replaced = False
         """Whether the last read found the history replaced, and so started over."""
-        self._last: tuple[int, str, float] | None = None  # the last row read: its seq, type and time
+        self._last: tuple[int, str, float, str | bytes] | None = None  # the last row read: seq, type, time, JSON
         self._steps = Steps()
 
     def read(self, app: App) -> list[HistoryEntry]:
@@ -320,7 +320,8 @@ class HistoryCursor:
             rows = app.store.read_events(app.tenant, self.task_id)
         entries = history_of(rows, app.log.decode_all, lazy=app.log.reads_as_stored, steps=self._steps)
         if rows:
-            self._last = (rows[-1][0], rows[-1][1], rows[-1][3])
+            last = rows[-1]
+            self._last = (last[0], last[1], last[3], last[4])
         if entries and entries[0].seq <= self.after:
             entries = [entry for entry in entries if entry.seq > self.after]
         if entries:
@@ -334,7 +335,7 @@ class HistoryCursor:
             return app.store.read_events(app.tenant, self.task_id)
         seq = self._last[0]
         rows = app.store.read_events(app.tenant, self.task_id, after=seq - 1)
-        if not rows or (rows[0][0], rows[0][1], rows[0][3]) != self._last:
+        if not rows or (rows[0][0], rows[0][1], rows[0][3], rows[0][4]) != self._last:
             return None
         return rows[1:]
 

@@ -231,3 +231,20 @@ def test_a_cursor_starts_over_when_the_history_is_replaced(store_url: str) -> No
     version = app.log.create(type="chat", task_id="t").version
     app.log.append("t", [ObservationRecorded(key="other", value=i) for i in range(5)], version)
     assert cursor.read(app) == app.history("t") and cursor.replaced
+
+
+def test_a_cursor_tells_a_history_made_again_in_the_same_instant(store_url: str, monkeypatch: Any) -> None:
+    """Under a frozen clock (a test's), a task deleted and made again has rows at the same times:
+    the last row read is told from its namesake by what it says too, not by its seq, type and time."""
+    import time
+
+    monkeypatch.setattr(time, "time", lambda: 1_000_000.0)
+    app = tether.App(store_url)
+    version = app.log.create(type="chat", task_id="t").version
+    app.log.append("t", [ObservationRecorded(key="k", value=1)], version)
+    cursor = HistoryCursor("t")
+    assert len(cursor.read(app)) == 2
+    app.store.delete_task(app.tenant, "t")
+    version = app.log.create(type="chat", task_id="t", inputs={"q": "new"}).version
+    app.log.append("t", [ObservationRecorded(key="k", value=2)], version)
+    assert cursor.read(app) == app.history("t") and cursor.replaced

@@ -44,7 +44,7 @@ def test_a_read_that_began_before_the_change_is_not_taken_for_it() -> None:
 
 
 def test_clients_woken_together_share_one_read_and_a_recheck_reads_once_it_is_old() -> None:
-    app, feed, listings, get_app = _setup()
+    _app, _feed, listings, get_app = _setup()
 
     async def main() -> None:
         looks = [listings.look("default", get_app, count=0, max_age=math.inf) for _ in range(5)]
@@ -64,7 +64,7 @@ def test_clients_woken_together_share_one_read_and_a_recheck_reads_once_it_is_ol
 
 
 def test_a_summary_is_made_once_per_read() -> None:
-    app, feed, listings, get_app = _setup()
+    app, _feed, listings, get_app = _setup()
     app.start("job", task_id="t1")
 
     async def main() -> None:
@@ -78,7 +78,7 @@ def test_a_summary_is_made_once_per_read() -> None:
 
 
 def test_a_failed_read_fails_its_clients_and_the_next_look_reads_again() -> None:
-    app, feed, listings, get_app = _setup()
+    app, _feed, listings, _get_app = _setup()
     broken = True
 
     def flaky() -> tether.App:
@@ -101,7 +101,7 @@ def test_a_failed_read_fails_its_clients_and_the_next_look_reads_again() -> None
 
 
 def test_a_client_that_leaves_does_not_stop_the_read_for_the_others() -> None:
-    app, feed, listings, get_app = _setup()
+    app, _feed, listings, get_app = _setup()
     app.start("job", task_id="t1")
 
     async def main() -> None:

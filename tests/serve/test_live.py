@@ -145,8 +145,30 @@ def test_a_rewound_tasks_stream_says_so_and_starts_over_and_a_deleted_one_ends(s
         assert got[0] == ("replaced", {"task_id": served.waiting}), got
         assert [(d["seq"], d["type"]) for _, d in got[1:]] == [(e.seq, e.type) for e in new]
         served.app.store.delete_task(served.app.tenant, served.waiting)
-        assert _until(out, lambda k, d: k == "end")[-1] == ("end", {"task_id": served.waiting, "status": None})
+        # The end alone: not the last read's "replaced" said again (the page would reload, not end).
+        assert _until(out, lambda k, d: k == "end") == [("end", {"task_id": served.waiting, "status": None})]
         stop.set()
+
+
+def test_a_task_deleted_between_its_row_and_its_events_ends_the_stream(monkeypatch: Any) -> None:
+    import tether
+    from tether.serve.api import _row_and_history
+    from tether.timetravel import HistoryCursor
+
+    app = tether.App("memory://")
+    app.log.create(type="t", task_id="a")
+    cursor = HistoryCursor("a")
+    assert _row_and_history(lambda: app, cursor)[1:] == ([{**_first(app)}], False)
+    row = app.store.get_task(app.tenant, "a")
+    app.store.delete_task(app.tenant, "a")
+    monkeypatch.setattr(app.store, "get_task", lambda tenant, task_id: row)  # read just before the delete
+    assert _row_and_history(lambda: app, cursor) == (None, [], False)  # the stream ends; it does not fail
+
+
+def _first(app: Any) -> dict[str, Any]:
+    from tether.serve._json import entries_json
+
+    return entries_json(app.history("a"))[0]
 
 
 def test_the_task_list_is_read_once_per_change_for_every_client_of_a_tenant(served: Served) -> None:

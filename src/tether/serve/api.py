@@ -441,12 +441,21 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def _row_and_history(get_app: Callable[[], App], cursor: HistoryCursor) -> tuple[TaskRow | None, list[dict[str, Any]]]:
-    """The task's row, then the bodies of the history entries the cursor has not returned yet (made
-    here, off the event loop); none once the task is gone."""
+def _row_and_history(
+    get_app: Callable[[], App], cursor: HistoryCursor
+) -> tuple[TaskRow | None, list[dict[str, Any]], bool]:
+    """The task's row, the bodies of the history entries the cursor has not returned yet (made here,
+    off the event loop), and whether this read found the history replaced; ``(None, [], False)``
+    once the task is gone, also when it went between the two reads."""
     app = get_app()
     row = app.store.get_task(app.tenant, cursor.task_id)  # before the events: the end never overtakes them
-    return row, ([] if row is None else entries_json(cursor.read(app)))
+    if row is None:
+        return None, [], False
+    try:
+        bodies = entries_json(cursor.read(app))
+    except TaskNotFoundError:
+        return None, [], False
+    return row, bodies, cursor.replaced
 
 
 async def _task_events(
@@ -489,8 +498,8 @@ async def _history_events(
     quiet = 0.0
     cursor = HistoryCursor(task_id, after=after)  # each change reads the new events alone
     while not await request.is_disconnected():
-        row, bodies = await asyncio.to_thread(_row_and_history, get_app, cursor)
-        if cursor.replaced:  # rewound, or deleted and made again: its history starts over
+        row, bodies, replaced = await asyncio.to_thread(_row_and_history, get_app, cursor)
+        if replaced:  # rewound, or deleted and made again: its history starts over
             yield _sse("replaced", {"task_id": task_id})
         for body in bodies:
             yield _sse("history", body)
