@@ -218,6 +218,10 @@ def _summary(entry: HistoryEntry, row: EventRow) -> str:
 HistoryEntry.at = _Made("at", _at)  # type: ignore[assignment]
 HistoryEntry.event = _Made("event", _event)  # type: ignore[assignment]
 HistoryEntry.summary = _Made("summary", _summary)  # type: ignore[assignment]
+# Named, though instances keep their ``__dict__`` (the only slot there is): orjson serializes a
+# dataclass whose type names no ``__slots__`` from its instance ``__dict__``, which holds only the
+# fields read so far, and one that names them field by field, each read, so made (as eager ones are).
+HistoryEntry.__slots__ = ("__dict__",)  # type: ignore[misc]
 
 _STEP_MARKS = frozenset({"StepStarted", "StepCompleted", "StepFailed"})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import orjson
 import pytest
 
 import tether
@@ -58,6 +59,11 @@ def test_history_entries_are_whole_frozen_records(app: tether.App) -> None:
         assert {name: vars(entry)[name] for name in names} == vars(built)
         with pytest.raises(dataclasses.FrozenInstanceError):
             entry.summary = "changed"  # type: ignore[misc]
+    # Serialized by orjson (tether's JSON) as one built whole, though nothing of it was read before:
+    # field by field, not from what its __dict__ holds so far.
+    for entry, built in zip(app.history("t"), app.history("t"), strict=True):
+        eager = tether.HistoryEntry(**{name: getattr(built, name) for name in names})
+        assert orjson.dumps(entry, default=str) == orjson.dumps(eager, default=str)
     assert not hasattr(object.__new__(tether.HistoryEntry), "summary")  # an entry never made has none
     with pytest.raises(AttributeError, match="'HistoryEntry' object has no attribute 'sumary'"):
         _ = app.history("t")[0].sumary  # type: ignore[attr-defined]
