@@ -221,7 +221,7 @@ HistoryEntry.summary = _Made("summary", _summary)  # type: ignore[assignment]
 # Named, though instances keep their ``__dict__`` (the only slot there is): orjson serializes a
 # dataclass whose type names no ``__slots__`` from its instance ``__dict__``, which holds only the
 # fields read so far, and one that names them field by field, each read, so made (as eager ones are).
-HistoryEntry.__slots__ = ("__dict__",)  # type: ignore[misc]
+HistoryEntry.__slots__ = ("__dict__",)  # type: ignore[attr-defined]
 
 _STEP_MARKS = frozenset({"StepStarted", "StepCompleted", "StepFailed"})
 
