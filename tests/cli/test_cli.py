@@ -16,6 +16,13 @@ import pytest
 import tether
 
 TETHER = shutil.which("tether", path=os.path.dirname(sys.executable)) or "tether"
+SRC = Path(__file__).parents[2] / "src"
+
+
+def pythonpath(folder: Path) -> str:
+    """A child's PYTHONPATH: this checkout's tether first (not whichever the environment installed),
+    then ``folder`` with the test's agent."""
+    return os.pathsep.join([str(SRC), str(folder)])
 
 
 def run(*args: str, cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -172,7 +179,7 @@ def test_replay_resume_and_cancel_through_the_app(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        env={**os.environ, "PYTHONPATH": pythonpath(tmp_path)},
     )
     assert made.stdout.strip() == "awaiting_input", made.stderr
     replayed = json.loads(run("replay", "t1", "--app", "agent:app", "--json", cwd=tmp_path).stdout)

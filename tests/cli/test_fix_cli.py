@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-TETHER = shutil.which("tether", path=os.path.dirname(sys.executable)) or "tether"
+from tests.cli.test_cli import TETHER, pythonpath
 
 AGENT = """
 import tether
@@ -47,12 +46,12 @@ def write(folder: Path, *, broken: bool, change: str = "") -> None:
 
 
 def tether_cli(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TETHER_URL": "", "COLUMNS": "200", "PYTHONPATH": str(folder)}
+    env = {**os.environ, "TETHER_URL": "", "COLUMNS": "200", "PYTHONPATH": pythonpath(folder)}
     return subprocess.run([TETHER, *args], cwd=folder, capture_output=True, text=True, timeout=120, env=env)
 
 
 def python(folder: Path, code: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(folder)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(folder)}
     return subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, env=env)
 
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 import tether
-from tests.cli.test_cli import TETHER
+from tests.cli.test_cli import TETHER, pythonpath
 from tests.conftest import pg_url
 from tether.store.base import redact_url
 
@@ -45,7 +45,7 @@ def test_store_url_holds_no_password(secret_url: str) -> None:
 
 def test_worker_banner_and_errors_hold_no_password(secret_url: str, tmp_path: Path) -> None:
     (tmp_path / "secretapp.py").write_text(f"import tether\napp = tether.App({secret_url!r})\n")
-    env = {**os.environ, "TETHER_URL": "", "PYTHONPATH": str(tmp_path), "COLUMNS": "300"}
+    env = {**os.environ, "TETHER_URL": "", "PYTHONPATH": pythonpath(tmp_path), "COLUMNS": "300"}
     done = subprocess.run(
         [TETHER, "worker", "secretapp:app", "--idle-exit"],
         cwd=tmp_path,
