@@ -46,16 +46,19 @@ def _short(value: Any, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _handle_json(handle: tether.TaskHandle) -> dict[str, Any]:
+    return {
+        "task_id": handle.task_id,
+        "status": handle.status.value,
+        "output": handle.output,
+        "failure": orjson.loads(handle.failure.model_dump_json()) if handle.failure else None,
+    }
+
+
 def _handle(out: Console, handle: tether.TaskHandle, as_json: bool) -> None:
+    """Where a run left the task; exit status 1 when it failed or was cancelled."""
     if as_json:
-        _emit_json(
-            {
-                "task_id": handle.task_id,
-                "status": handle.status.value,
-                "output": handle.output,
-                "failure": orjson.loads(handle.failure.model_dump_json()) if handle.failure else None,
-            }
-        )
+        _emit_json(_handle_json(handle))
         return
     out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.position})")
     if handle.waiting is not None:

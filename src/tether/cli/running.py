@@ -22,7 +22,7 @@ from tether.cli._base import (
     json_option,
     main,
 )
-from tether.cli._render import _console, _handle, _status
+from tether.cli._render import _console, _emit_json, _handle, _handle_json, _status
 from tether.errors import TetherError
 
 
@@ -84,9 +84,25 @@ def send(task_id: str, key: str, value: str, db: str | None, as_json: bool, acto
 @actor_option
 @errors_as_messages
 def cancel(task_id: str, reason: str, app_spec: str, as_json: bool, actor: str | None) -> None:
-    """Cancel a task; its completed calls are compensated in reverse order."""
+    """Cancel a task; its completed calls are compensated in reverse order. Cancelling a cancelled
+    task changes nothing and says so (exit 0); a task that finished otherwise is refused (exit 1)."""
     app = _load_app(app_spec)
-    _handle(_console(), app.cancel(_tid(app, task_id), reason, actor=actor), as_json)
+    task_id = _tid(app, task_id)
+    already = app.log.get(task_id).status == tether.Status.CANCELLED.value
+    handle = app.cancel(task_id, reason, actor=actor)
+    if handle.status is not tether.Status.CANCELLED:  # it did not end cancelled: say how it ended
+        _handle(_console(), handle, as_json)
+        return
+    if as_json:
+        _emit_json({**_handle_json(handle), "already_cancelled": already})
+        return
+    state = handle.state
+    why = f": {escape(state.cancel_reason)}" if state.cancel_reason else ""
+    if already:
+        _console().print(f"{escape(task_id)} was already cancelled{why}; nothing changed")
+        return
+    undone = sum(1 for call in state.calls if call.kind == "compensation")
+    _console().print(f"cancelled {escape(task_id)}{why} ({undone} call{'s' if undone != 1 else ''} compensated)")
 
 
 @main.command()

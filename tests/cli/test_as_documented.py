@@ -1,0 +1,75 @@
+"""Verbs run as the docs write them, by a newcomer: ``cancel`` (docs/workers.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import TETHER, pythonpath
+
+AGENT = textwrap.dedent(
+    """
+    import tether
+
+    app = tether.App("sqlite:///tether.db")
+    undone = []
+
+    @app.tool(compensate=lambda hold: undone.append(hold))
+    def hold_seat(dest: str) -> str:
+        return "seat to " + dest
+
+    @app.task
+    def trip(ctx: tether.TaskContext, dest: str) -> str:
+        ctx.plan(["hold", "approve"])
+        with ctx.step("hold"):
+            seat = ctx.call(hold_seat, dest)
+        with ctx.step("approve"):
+            ok = ctx.wait_for_input("approve", prompt="Book " + seat + "?")
+        return ("booked " + seat + " ") * 20 if ok else "no"
+    """
+)
+
+
+def tether_cli(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The console script with stdout a pipe and no COLUMNS: as `tether … | cat` runs it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.update(TETHER_URL="", PYTHONPATH=pythonpath(folder))
+    return subprocess.run([TETHER, *args], cwd=folder, capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """``agent.py`` and ./tether.db with t1 and t2, each holding a seat and waiting for approval."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    code = "from agent import app, trip\nfor t in ('t1', 't2'):\n    app.run(trip, 'NYC', task_id=t)"
+    env = {**os.environ, "PYTHONPATH": pythonpath(tmp_path)}
+    made = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert made.returncode == 0, made.stderr
+    return tmp_path
+
+
+def test_cancel_says_it_cancelled_and_exits_zero(folder: Path) -> None:
+    done = tether_cli(folder, "cancel", "t2", "--app", "agent:app", "--reason", "changed mind", "--actor", "me")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "cancelled t2: changed mind (1 call compensated)" and done.stderr == ""
+    again = tether_cli(folder, "cancel", "t2", "--app", "agent:app", "--reason", "twice")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.strip() == "t2 was already cancelled: changed mind; nothing changed"
+    history = tether_cli(folder, "history", "t2", "--json").stdout
+    assert history.count("CancelRequested") == 1 and "twice" not in history  # the repeat wrote nothing
+
+
+def test_cancel_with_json_agrees(folder: Path) -> None:
+    first = tether_cli(folder, "cancel", "t1", "--app", "agent:app", "--json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads(first.stdout) == {
+        "task_id": "t1", "status": "cancelled", "output": None, "failure": None, "already_cancelled": False
+    }  # fmt: skip
+    again = tether_cli(folder, "cancel", "t1", "--app", "agent:app", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["already_cancelled"] is True
