@@ -1,4 +1,5 @@
-"""Verbs run as the docs write them, by a newcomer: ``cancel`` (docs/workers.md)."""
+"""Verbs run as the docs write them, by a newcomer: ``cancel`` (docs/workers.md), ``fork --inputs``
+(docs/timetravel.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import TETHER, pythonpath
+from tests.conftest import dump_database
 
 AGENT = textwrap.dedent(
     """
@@ -73,3 +75,30 @@ def test_cancel_with_json_agrees(folder: Path) -> None:
     }  # fmt: skip
     again = tether_cli(folder, "cancel", "t1", "--app", "agent:app", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["already_cancelled"] is True
+
+
+def test_fork_with_new_inputs_through_the_app(folder: Path) -> None:
+    forked = tether_cli(folder, "fork", "t1", "--at", "2", "--id", "t1-lon", "--inputs", '{"dest": "LON"}',
+                        "--app", "agent:app", "--json")  # fmt: skip
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    assert json.loads(forked.stdout) == {"task_id": "t1-lon", "parent": "t1", "at": 2, "status": "pending"}
+    assert json.loads(tether_cli(folder, "show", "t1-lon", "--json").stdout)["inputs"] == {"dest": "LON"}
+    resumed = tether_cli(folder, "resume", "t1-lon", "--app", "agent:app", "--json")
+    assert json.loads(resumed.stdout)["status"] == "awaiting_input", resumed.stdout + resumed.stderr
+    plain = tether_cli(folder, "fork", "t1", "--at", "2", "--id", "t1-b", "--app", "agent:app")
+    assert plain.returncode == 0 and "tether resume t1-b --app agent:app" in " ".join(plain.stdout.split())
+
+
+def test_fork_with_new_inputs_but_no_app_says_to_pass_it_and_writes_nothing(folder: Path) -> None:
+    url = f"sqlite:///{folder / 'tether.db'}"
+    before = dump_database(url)
+    for extra in ((), ("--json",)):
+        refused = tether_cli(folder, "fork", "t1", "--at", "2", "--inputs", '{"dest": "LON"}', *extra)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "pass --app MODULE:APP" in refused.stdout + refused.stderr
+        assert "is not a task of this app" not in refused.stdout + refused.stderr
+    both = tether_cli(folder, "fork", "t1", "--at", "2", "--app", "agent:app", "--db", "tether.db")
+    assert both.returncode == 2 and "not both" in both.stderr
+    other = tether_cli(folder, "fork", "t1", "--at", "2", "--app", "agent:app", "--tenant", "acme")
+    assert other.returncode == 2 and "is not the tenant of agent:app" in other.stderr
+    assert dump_database(url) == before

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 import orjson
@@ -103,24 +104,33 @@ def diff(task_id: str, a: str, b: str, other: str | None, db: str | None, as_jso
 @click.argument("task_id")
 @click.option("--at", "seq", type=int, required=True, help="the last event the fork shares")
 @click.option("--id", "new_id", default=None, help="the fork's task id (default: a new one)")
-@click.option("--inputs", default=None, help="new inputs for the fork, as a JSON object")
+@click.option("--inputs", default=None, help="new inputs for the fork, as a JSON object (needs --app)")
+@click.option(
+    "--app",
+    "app_spec",
+    default=None,
+    metavar="MODULE:APP",
+    help="where the task is registered (needed with --inputs); the fork is made in that app's store, not --db's",
+)
 @actor_option
 @db_option
 @json_option
 @errors_as_messages
 def fork(
-    task_id: str, seq: int, new_id: str | None, inputs: str | None, actor: str | None, db: str | None, as_json: bool
+    task_id: str,
+    seq: int,
+    new_id: str | None,
+    inputs: str | None,
+    app_spec: str | None,
+    actor: str | None,
+    db: str | None,
+    as_json: bool,
 ) -> None:
-    """A new task sharing TASK's history up to SEQ (by reference); resume it to run from there."""
-    parsed = None
-    if inputs is not None:
-        try:
-            parsed = orjson.loads(inputs)
-        except orjson.JSONDecodeError as exc:
-            raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from None
-        if not isinstance(parsed, dict):
-            raise click.BadParameter("must be a JSON object", param_hint="--inputs")
-    app = _open(db, write=True)
+    """A new task sharing TASK's history up to SEQ (by reference); resume it to run from there.
+
+    New --inputs need the task's registered code: give --app MODULE:APP with them."""
+    parsed = _fork_inputs(inputs)
+    app = _fork_app(app_spec, db, with_inputs=parsed is not None)
     task_id = _tid(app, task_id)
     handle = app.fork(task_id, at=seq, new_id=new_id, inputs=parsed, actor=actor)
     if as_json:
@@ -128,8 +138,40 @@ def fork(
         return
     _console().print(
         f"forked {task_id} at event {seq} → [bold]{handle.task_id}[/] ({handle.status.value}); "
-        f"run it with `tether resume {handle.task_id} --app MODULE:APP`"
+        f"run it with `tether resume {handle.task_id} --app {escape(app_spec or 'MODULE:APP')}`"
     )
+
+
+def _fork_app(app_spec: str | None, db: str | None, *, with_inputs: bool) -> tether.App:
+    """The app to fork in: ``--app``'s, which has the task's code (a fork with new inputs needs it
+    registered), in its own store and tenant; else the store ``--db`` names. ``--inputs`` without
+    ``--app`` is refused before anything is opened."""
+    if app_spec is None:
+        if with_inputs:
+            raise click.UsageError(
+                "a fork with new --inputs needs the task's code: pass --app MODULE:APP (where the task is registered)"
+            )
+        return _open(db, write=True)
+    if db is not None:
+        raise click.UsageError("--app forks in its app's own store: give --app or --db, not both")
+    app = _load_app(app_spec)
+    tenant = click.get_current_context().meta.get("tether.tenant")
+    if tenant is not None and tenant != app.tenant:
+        raise click.UsageError(f"--tenant {tenant!r} is not the tenant of {app_spec} ({app.tenant!r})")
+    return app
+
+
+def _fork_inputs(inputs: str | None) -> dict[str, Any] | None:
+    """``--inputs`` as the JSON object it must be (``None`` when not given)."""
+    if inputs is None:
+        return None
+    try:
+        parsed = orjson.loads(inputs)
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--inputs") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--inputs")
+    return parsed
 
 
 @main.command()
