@@ -1,10 +1,12 @@
 """Verbs run as the docs write them, by a newcomer: ``cancel`` (docs/workers.md), ``fork --inputs``
-(docs/timetravel.md)."""
+(docs/timetravel.md) and every verb's lines in a pipe ("the events as lines", "plain text in a pipe")."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -102,3 +104,37 @@ def test_fork_with_new_inputs_but_no_app_says_to_pass_it_and_writes_nothing(fold
     other = tether_cli(folder, "fork", "t1", "--at", "2", "--app", "agent:app", "--tenant", "acme")
     assert other.returncode == 2 and "is not the tenant of agent:app" in other.stderr
     assert dump_database(url) == before
+
+
+def test_in_a_pipe_a_line_is_never_wrapped(folder: Path) -> None:
+    tether_cli(folder, "send", "t1", "approve", "true")
+    tether_cli(folder, "resume", "t1", "--app", "agent:app")
+    long_output = ("booked seat to NYC " * 20).rstrip()
+    logs = tether_cli(folder, "logs", "t1").stdout.splitlines()
+    assert all(re.match(r"\d\d:\d\d:\d\d\.\d{3} #\d", line) for line in logs), logs  # each line an event
+    assert len(logs) == 15 and max(len(line) for line in logs) > 80  # beyond rich's 80 columns in a pipe
+    after = tether_cli(folder, "logs", "t1", "--after", "13").stdout.splitlines()
+    assert len(after) == 2 and re.search(r"#14 +output booked seat to NYC booked", after[0]), after
+    shown = tether_cli(folder, "show", "t1").stdout.splitlines()
+    assert any(line.startswith("output: ") and long_output[:90] in line for line in shown), shown
+    full = tether_cli(folder, "state", "t1", "--full").stdout
+    assert json.loads(full)["output"].rstrip() == long_output
+    sent = tether_cli(folder, "send", "t2", "approve", "false").stdout
+    assert len(sent.splitlines()) == 1 and sent.startswith("answered 'approve' for t2") and len(sent) > 80
+    listed = tether_cli(folder, "tasks").stdout.splitlines()
+    [row] = [line for line in listed if " t2 " in line]
+    assert "awaiting_input" in row and "step 2 of 2; 1 committed" in row  # the table's row stays one line
+
+
+def test_a_terminal_keeps_wrapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.cli._render import _console
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("COLUMNS", "40")
+    for is_terminal, stream in ((True, Terminal()), (False, io.StringIO())):
+        monkeypatch.setattr(sys, "stdout", stream)
+        _console().print("word " * 20)
+        assert (len(stream.getvalue().splitlines()) > 1) is is_terminal

@@ -16,8 +16,13 @@ import tether
 from tether.runtime.handles import failure_summary
 
 
-def _console() -> Console:
-    return Console(highlight=False)
+def _console(*, stderr: bool = False) -> Console:
+    """Rich's console for stdout (or stderr). In a terminal it wraps lines at the terminal's width;
+    anywhere else (a pipe, a file) a line is never wrapped or cut, as rich would at 80 columns:
+    one event, one line, for grep and the like. Tables still fit the console's width. Whether the
+    stream is a terminal, not rich's guess (which ``FORCE_COLOR`` sways), decides."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(highlight=False, stderr=stderr, soft_wrap=not stream.isatty())
 
 
 def _emit_json(value: Any) -> None:

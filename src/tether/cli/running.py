@@ -122,7 +122,7 @@ def worker(
     One line per task run on stderr: when it started and ended, the task, its type, the status it
     reached and how long the run took (--verbose: a line as each run starts too; --quiet: none)."""
     app = _load_app(app_spec)
-    err = Console(stderr=True, highlight=False)
+    err = _console(stderr=True)
     err.print(f"worker {app.worker_id} on {app.store.url} (concurrency {concurrency})")
     handler = _RunLines(app, err, verbose)
     worker_log = logging.getLogger("tether.worker")

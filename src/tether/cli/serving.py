@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 import tether
@@ -38,7 +37,7 @@ def serve(db: str | None, host: str, port: int, no_auth: bool, tenant: str) -> N
 
     url = _url(db)
     asgi = create_app(url, no_auth=no_auth, tenant=tenant)
-    err = Console(stderr=True, highlight=False)
+    err = _console(stderr=True)
     mode = f"without keys, as tenant {tenant!r}" if no_auth else "API keys required (`tether keys create`)"
     err.print(f"tether serve on http://{host}:{port}/ for {redact_url(url)}; {mode}")
     uvicorn.run(asgi, host=host, port=port, log_level="warning")
@@ -61,7 +60,7 @@ def keys_create(db: str | None, tenant: str, name: str) -> None:
     secret, key = KeyRing(tether.open_store(_url(db))).create(tenant=tenant, name=name)
     click.echo(secret)
     note = f"key {key.key_id} for tenant {tenant!r} ({name}); keep it: it is shown once"
-    Console(stderr=True, highlight=False).print(note)
+    _console(stderr=True).print(note)
 
 
 @keys.command("list")
