@@ -137,7 +137,7 @@ class Recorder:
         that cannot be replayed."""
         if self.cursor.done or self.undelivered or self.inflight:
             return
-        head = self.cursor.first_left()
+        head = self.cursor.first_left(code_only=True)
         if head is not None:
             raise NonDeterminismError(self.task_id, head.seq, describe(head.event), requested)
 
@@ -252,11 +252,12 @@ class Recorder:
     # ------------------------------------------------------------------ going live, stopping
     def going_live(self) -> None:
         """Called before an operation runs live: a cancelled task stops here, before doing anything,
-        and so does a replay (``app.replay``), which never runs or writes anything."""
-        if self.replay_only:
-            raise ReplayEnd(self.cursor.walked)
+        and so does a replay (``app.replay``), which never runs or writes anything — after the
+        cancel, so that a replay of a cancelled task goes on to its compensations, as the run did."""
         if self.cancel_reason is not None and not self._compensating:
             raise Cancelled(self.cancel_reason)
+        if self.replay_only:
+            raise ReplayEnd(self.cursor.walked)
 
     def suspend(self, status: str, wake_at: float | None, reason: str) -> Flow[None]:
         """Record that the task waits (``status``) and leave the run: no process needs to stay."""
@@ -276,9 +277,12 @@ class Recorder:
 
     def compensations_due(self) -> list[tuple[int, ToolSpec, Any]]:
         """The run is compensating from now on (a cancel no longer stops it): the compensations to run,
-        latest call first, without those a failure a retry answered has run already."""
+        latest call first, without those a failure a retry answered has run already. Those this
+        failure (or cancel) recorded before the run stopped are among them: they replay from their
+        records, as the rest of the run did."""
         self._compensating = True
-        done = {c.compensates for c in self.latest.calls if c.kind == "compensation" and c.status == "completed"}
+        self.cursor.compensating()
+        done = self.cursor.compensated_before()
         # In reverse order of the calls' ordinals (parallel calls finish in any order).
         due = sorted(self._compensations, key=lambda c: c[0], reverse=True)
         return [c for c in due if c[0] not in done]

@@ -17,6 +17,12 @@ asked for diverged from its history. Events the runtime wrote on its own
 (status changes, answers, cancellations) are never asked for; they only show in
 the state as the code passes them.
 
+The compensations a failure or a cancel ran are recorded after everything the code
+did, and are asked for only once the run compensates (:meth:`Replay.compensating`):
+until then the record ends, for the code, where it ended when the live run began to
+compensate — a cancelled task's code reaches its wait, sees it unanswered and stops
+for the cancel, as it did live.
+
 :class:`ReleaseGate` makes parallel branches replay in the order they ran: a
 branch that issues a call *after* another call finished gets its ordinal from
 the order of those finishes, so on replay the recorded results are handed back
@@ -122,13 +128,26 @@ class Replay:
         self._calls: dict[int, list[int]] = {}
         self._session: dict[int, int] = {}
         self.finish_order: list[int] = []  # call ordinals, in the order their outcome was recorded
+        # Compensations (not a retry's): their events are left out of ``left`` until the run compensates.
+        self._undoes: set[int] = set()
+        self._undo_left = 0
+        self._compensating = False
         # Retries (app.retry): the failures' own records are passed over; later calls take higher ordinals.
         self.retries: list[tuple[int, int]] = []
-        retired: set[int] = set()
+        self._retired: set[int] = set()
         for rec in history:
             if type(rec.event) is RetryRequested:
-                retired.update(rec.event.retired)
+                self._retired.update(rec.event.retired)
                 self.retries.append((rec.event.after_n, rec.event.shift))
+        self._index(history, self._retired)
+        self._linear = 1  # where the next in-order operation's record is looked for
+        self._view = apply(None, history[0])  # the state as of the point the code has reached:
+        self._view_at = 1  # ... history[:_view_at] folded into _view ...
+        self._view_to = 1  # ... of history[:_view_to], what the code has passed
+
+    def _index(self, history: list[Recorded], retired: set[int]) -> None:
+        """Count the operations the code is to ask for, and index calls and conversation operations."""
+        calls, undoes = self._calls, self._undoes
         for i in range(1, len(history)):
             event = history[i].event
             kind = type(event)
@@ -137,23 +156,47 @@ class Replay:
             if retired and history[i].seq in retired:
                 self._taken[i] = 1
                 continue
-            self.left += 1
             if kind in CALL_EVENTS:
                 n = event.n  # type: ignore[attr-defined]
-                self._calls.setdefault(n, []).append(i)
+                indices = calls.get(n)
+                if indices is None:
+                    indices = calls[n] = []
+                    # A call's first event (its intent, or a readonly call's completion) says its kind.
+                    if getattr(event, "kind", None) == "compensation":
+                        undoes.add(n)
+                indices.append(i)
                 if kind is CallCompleted or kind is CallFailed:
                     self.finish_order.append(n)
+                if undoes and n in undoes:
+                    self._undo_left += 1
+                    continue
             elif kind in SESSION_EVENTS:
                 self._session[event.s] = i  # type: ignore[attr-defined]
-        self._linear = 1  # where the next in-order operation's record is looked for
-        self._view = apply(None, history[0])  # the state as of the point the code has reached:
-        self._view_at = 1  # ... history[:_view_at] folded into _view ...
-        self._view_to = 1  # ... of history[:_view_to], what the code has passed
+            self.left += 1
 
     @property
     def done(self) -> bool:
         """Whether every recorded operation has been asked for (what follows runs live)."""
         return self.left == 0
+
+    def compensating(self) -> None:
+        """The run compensates from here: the recorded compensations are the work left to ask for."""
+        if not self._compensating:
+            self._compensating = True
+            self.left += self._undo_left
+            self._undo_left = 0
+
+    def compensated_before(self) -> set[int]:
+        """The calls a compensation of an earlier failure (one a retry answered) undid: not undone again."""
+        if not self._retired:
+            return set()
+        history, seqs = self.history, self._retired
+        retired = {r.event.n for r in history if r.seq in seqs and type(r.event) in CALL_EVENTS}  # type: ignore[attr-defined]
+        return {
+            c.compensates
+            for c in self.final.calls
+            if c.kind == "compensation" and c.status == "completed" and c.n in retired and c.compensates is not None
+        }
 
     @property
     def walked(self) -> int:
@@ -215,6 +258,10 @@ class Replay:
         indices = self._calls.get(n)
         if indices is None or self._taken[indices[0]]:
             return None
+        if not self._compensating and self._undoes and n in self._undoes:
+            # A compensation's record, asked for by the code before the run compensates: handed
+            # back untaken, for the caller's check to refuse (a compensation is not this call).
+            return self.final.call(n)
         for i in indices:
             self._take(i)
         # Nothing but the call's own events changes it: its record now is its record at the end.
@@ -240,11 +287,16 @@ class Replay:
         self._take(i)
         return self.history[i]
 
-    def first_left(self) -> Recorded | None:
-        """The earliest record nobody asked for."""
+    def first_left(self, *, code_only: bool = False) -> Recorded | None:
+        """The earliest record nobody asked for; ``code_only``: leaving out the compensations,
+        while the run has not begun to compensate."""
         history, taken = self.history, self._taken
+        undoes = self._undoes if code_only and not self._compensating else ()
         for i in range(1, len(history)):
-            if not taken[i] and type(history[i].event) not in PASSIVE:
+            event = history[i].event
+            if not taken[i] and type(event) not in PASSIVE:
+                if undoes and type(event) in CALL_EVENTS and event.n in undoes:  # type: ignore[attr-defined]
+                    continue
                 return history[i]
         return None
 

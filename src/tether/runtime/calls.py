@@ -105,6 +105,17 @@ def _completion(
     return CallCompleted(n, recorded, attempt, duration, key, spec.name, arguments, kind)
 
 
+def _undoes_unnamed(record: ToolCall, compensates: int | None) -> bool:
+    """A readonly compensation's record (it has no intent) does not name the call it undid."""
+    return compensates is not None and record.kind == "compensation" and record.compensates is None
+
+
+def _described(n: int, tool: str, excerpt: str, compensates: int | None) -> str:
+    """A call as a divergence names it: a compensation says which call it undoes."""
+    undoing = f" compensating call #{compensates}" if compensates is not None else ""
+    return f"call #{n} {tool}({excerpt}){undoing}"
+
+
 def _excerpt(arguments: Any, limit: int = 80) -> str:
     text = orjson.dumps(arguments, default=json_default).decode() if arguments is not None else ""
     text = text[1:-1] if text.startswith("{") else text
@@ -123,29 +134,35 @@ class Calls:
         self._recorder = recorder
         self._registry: Registry = recorder.app.registry
 
-    def issue(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Issued:
-        """Give a call its identity as the code issues it: the next ordinal, in program order."""
+    def issue(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], compensates: int | None = None
+    ) -> Issued:
+        """Give a call its identity as the code issues it: the next ordinal, in program order.
+        ``compensates``: the ordinal of the call a compensation undoes."""
         rec = self._recorder
         n, record = rec.issue_call("ctx.call()")
         spec = self._registry.tool(fn)
         arguments = spec.bind(args, kwargs)
         key = call_key(rec.task_id, n, spec.name, arguments)
         if record is not None:
-            self._check_same_call(n, record, spec, arguments)
+            self._check_same_call(n, record, spec, arguments, compensates)
             key = record.key  # retries keep the key the call was first given
         return _tuple_new(Issued, (n, spec, args, kwargs, arguments, key, record))
 
-    def _check_same_call(self, n: int, record: ToolCall, spec: ToolSpec, arguments: dict[str, Any]) -> None:
-        """A recorded result goes only to the same call: same position, same tool, same arguments."""
-        same = record.tool == spec.name
+    def _check_same_call(
+        self, n: int, record: ToolCall, spec: ToolSpec, arguments: dict[str, Any], compensates: int | None
+    ) -> None:
+        """A recorded result goes only to the same call: same position, same tool, same arguments,
+        and a compensation's only to the compensation of the same call."""
+        same = record.tool == spec.name and (record.compensates == compensates or _undoes_unnamed(record, compensates))
         if same and spec.replay_check == "args":
             same = record.key.rpartition(":")[2] == args_hash(arguments)
         if not same:
             raise NonDeterminismError(
                 self._recorder.task_id,
                 self._recorder.cursor.first_seq_of_call(n),
-                f"call #{n} {record.tool}({_excerpt(record.args)})",
-                f"call #{n} {spec.name}({_excerpt(as_json(arguments))})",
+                _described(n, record.tool, _excerpt(record.args), record.compensates),
+                _described(n, spec.name, _excerpt(as_json(arguments)), compensates),
             )
 
     def flow(
@@ -416,7 +433,7 @@ class Calls:
     def compensate(self) -> Flow[None]:
         """Undo completed calls in reverse order, each as its own recorded call."""
         for n, spec, result in self._recorder.compensations_due():
-            issued = self.issue(spec.fn, (result,), {})
+            issued = self.issue(spec.fn, (result,), {}, n)
             try:
                 yield from self.flow(issued, kind="compensation", compensates=n)
             except ToolError:

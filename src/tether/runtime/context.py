@@ -266,7 +266,7 @@ class _Context:
             # task waits for a good one.
             yield Commit(self._rec.writer, [InputRejected(key=key, reason=rejected)])
         if self._rec.answered():
-            head = self._rec.cursor.first_left()
+            head = self._rec.cursor.first_left(code_only=True)
             assert head is not None
             raise NonDeterminismError(self._rec.task_id, head.seq, describe(head.event), f"the answer to {key!r}")
         if timeout_at is not None and time.time() >= timeout_at:

@@ -39,6 +39,7 @@ from tether.machine import TERMINAL, Status
 from tether.model import TaskState
 from tether.runtime._flow import RUNNING_TASK, Commit, Flow, Invoke, Io, Outcome, drive, drive_async
 from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, upcast_data
+from tether.runtime._replay import describe
 from tether.runtime.calls import Calls
 from tether.runtime.context import AsyncTaskContext, TaskContext
 from tether.runtime.handles import TaskHandle
@@ -265,65 +266,124 @@ def failure_event(state: TaskState, error: BaseException) -> FailureRecorded:
 
 
 def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[ReplayReport]:
-    """Run the task's current code against its record, executing nothing and writing nothing."""
+    """Run the task's current code against its record, executing nothing and writing nothing: the
+    code, then the compensations a failure or a cancel ran after it, as the run went (see ``_end``)."""
     history = app.log.events(task_id, upto=upto)
     state = app.log.state_at(task_id, history[-1].seq)
     rec = Recorder(app, spec, state, history, None, replay_only=True)
-    ctx = (AsyncTaskContext if spec.is_async else TaskContext)(rec, Calls(rec))
+    calls = Calls(rec)
+    ctx = (AsyncTaskContext if spec.is_async else TaskContext)(rec, calls)
     recorded = len(history)
     running = RUNNING_TASK.set(task_id)
+    outcome: Outcome | None = None  # None: the code stopped for the cancel
     try:
-        outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
-    except ReplayEnd:
-        return ReplayReport(task_id, True, rec.cursor.walked, recorded, "reached the end of the record")
-    except (Suspend, Cancelled):
+        try:
+            outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+        except Cancelled:
+            pass
+        finally:
+            RUNNING_TASK.reset(running)
+        if outcome is not None and outcome.ok and not _cancelled(rec, outcome):
+            outcome = _as_recorded(outcome)
+        diverged = yield from _replay_compensations(rec, calls, state, outcome)
+    except (ReplayEnd, Suspend):
         return ReplayReport(task_id, True, rec.cursor.walked, recorded, "reached the end of the record")
     finally:
         rec.end()
-        RUNNING_TASK.reset(running)
-    assert outcome is not None
+    if diverged is not None:
+        return ReplayReport(task_id, False, rec.cursor.walked, recorded, str(diverged), diverged)
+    if outcome is None or _cancelled(rec, outcome):
+        return _cancelled_verdict(rec, recorded)
     return _verdict(rec, state, outcome, recorded)
+
+
+def _as_recorded(outcome: Outcome) -> Outcome:
+    """What the code returned, as ``_end`` records it: a value that cannot be stored fails the task."""
+    try:
+        as_json(outcome.value)
+    except InvalidInputError as exc:
+        return Outcome(False, exc, outcome.duration)
+    return outcome
+
+
+def _cancelled(rec: Recorder, outcome: Outcome) -> bool:
+    """Whether a run whose code ended with ``outcome`` ends cancelled (``_end``'s first way out)."""
+    return rec.cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE)
+
+
+def _replay_compensations(
+    rec: Recorder, calls: Calls, state: TaskState, outcome: Outcome | None
+) -> Flow[NonDeterminismError | None]:
+    """The compensations a live run runs where the code ended (cancelled, or failed), replayed from
+    their records; the divergence, if the code now compensates otherwise. A compensation past the end
+    of a record that goes on (a crash, ``upto``) stops the replay there, as any live work does."""
+    if outcome is not None and not _cancelled(rec, outcome):
+        if outcome.ok or isinstance(outcome.value, NOT_A_TASK_FAILURE):
+            return None  # completed, or the run itself stopped: nothing is compensated
+    try:
+        yield from calls.compensate()
+    except NonDeterminismError as error:
+        return error
+    except ReplayEnd:
+        if state.status not in TERMINAL:
+            return None
+        last = rec.cursor.history[-1].seq
+        return NonDeterminismError(
+            rec.task_id, last, f"the end of the task ({state.status.value})", "a compensation it did not run"
+        )
+    return None
+
+
+def _cancelled_verdict(rec: Recorder, recorded: int) -> ReplayReport:
+    """A replay that stopped for the task's cancel and replayed its compensations."""
+    walked = rec.cursor.walked
+    head = rec.cursor.first_left()
+    if head is not None:
+        error = NonDeterminismError(rec.task_id, head.seq, f"more work ({describe(head.event)})", "the task to end")
+        return ReplayReport(rec.task_id, False, walked, recorded, str(error), error)
+    stopped = "the code stops for the cancel and compensates, as recorded"
+    return ReplayReport(rec.task_id, True, walked, recorded, stopped)
 
 
 def _verdict(rec: Recorder, state: TaskState, outcome: Outcome, recorded: int) -> ReplayReport:
     """What a replay found, from how the code ended against the record: clean, or where they part."""
     task_id = rec.task_id
+    walked = rec.cursor.walked
     if isinstance(outcome.value, NonDeterminismError):
-        return ReplayReport(task_id, False, rec.cursor.walked, recorded, str(outcome.value), outcome.value)
+        return ReplayReport(task_id, False, walked, recorded, str(outcome.value), outcome.value)
+    if outcome.ok and state.failure is not None:
+        found = f"the code now returns; the record failed with {state.failure.exception_type}"
+        return ReplayReport(task_id, False, walked, recorded, found)
     head = rec.cursor.first_left()
     if head is not None:
         error = NonDeterminismError(
             task_id,
             head.seq,
-            f"more work ({head.event.event_type})",
+            f"more work ({describe(head.event)})",
             "the task to end" if outcome.ok else f"it to raise {outcome.value!r}",
         )
-        return ReplayReport(task_id, False, rec.cursor.walked, recorded, str(error), error)
+        return ReplayReport(task_id, False, walked, recorded, str(error), error)
     if outcome.ok:
         if state.status is Status.COMPLETED and state.output != as_json(outcome.value):
-            return ReplayReport(
-                task_id,
-                False,
-                rec.cursor.walked,
-                recorded,
-                f"the code now returns {outcome.value!r}; the record has {state.output!r}",
-            )
-        return ReplayReport(task_id, True, rec.cursor.walked, recorded, "the code returns")
-    error = outcome.value
+            found = f"the code now returns {outcome.value!r}; the record has {state.output!r}"
+            return ReplayReport(task_id, False, walked, recorded, found)
+        return ReplayReport(task_id, True, walked, recorded, "the code returns")
+    return _failure_verdict(rec, state, outcome.value, recorded)
+
+
+def _failure_verdict(rec: Recorder, state: TaskState, error: BaseException, recorded: int) -> ReplayReport:
+    """A replay whose code raised, every record walked: the failure the record has, or where it ends."""
+    task_id, walked = rec.task_id, rec.cursor.walked
     error_type = error.error_type if isinstance(error, ToolError) else type(error).__name__
-    walked = rec.cursor.walked
     if isinstance(error, NOT_A_TASK_FAILURE):  # the replay itself could not go on: never "clean"
         stopped = f"the replay stopped: {type(error).__name__}: {error}"
         return ReplayReport(task_id, False, walked, recorded, stopped)
+    if state.status is Status.COMPLETED:
+        return ReplayReport(task_id, False, walked, recorded, f"the code now raises {error_type}; the record completed")
     if state.failure is not None:
         if state.failure.exception_type != error_type:
-            return ReplayReport(
-                task_id,
-                False,
-                walked,
-                recorded,
-                f"the code now raises {error_type}; the record failed with {state.failure.exception_type}",
-            )
+            found = f"the code now raises {error_type}; the record failed with {state.failure.exception_type}"
+            return ReplayReport(task_id, False, walked, recorded, found)
         return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type}, as recorded")
     if rec.cursor.done:  # the record ends here: a live run would fail the task at this point
         return ReplayReport(task_id, True, walked, recorded, f"the code raises {error_type} where the record ends")

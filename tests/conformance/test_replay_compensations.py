@@ -1,0 +1,314 @@
+"""Replay and check walk the compensations a failed or cancelled task ran, as the run did: an
+unchanged task replays cleanly, and a change to what it compensates is a divergence naming it."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import tether
+from tests.conftest import dump_database
+from tether.cli import main
+
+
+@pytest.fixture
+def app(store_url: str) -> tether.App:
+    return tether.App(store_url)
+
+
+def booking(app: tether.App, *, undo: str = "release_seat", fixed: bool = False) -> tether.App:
+    """docs/upgrades.md's booking: a seat held with a compensation, then a charge that fails.
+    ``undo``: the compensation it registers ("release_seat", "cancel_seat", or "" for none);
+    ``fixed``: the code catches the charge's failure and returns."""
+    released: list[str] = []
+
+    @app.tool
+    def hold_seat(seat: str) -> str:
+        return f"held {seat}"
+
+    @app.tool
+    def release_seat(held: str) -> None:
+        released.append(held)
+
+    @app.tool
+    def cancel_seat(held: str) -> None:
+        released.append(held)
+
+    @app.tool(retry=tether.Retry(max_attempts=2, backoff=0))
+    def charge(amount: int) -> str:
+        raise ValueError("card declined")
+
+    undoes = {"release_seat": release_seat, "cancel_seat": cancel_seat, "": None}
+
+    @app.task(name="book")
+    def book(ctx: tether.TaskContext, seat: str) -> str:
+        held = ctx.call(hold_seat, seat, compensate=undoes[undo])
+        ctx.call(hold_seat, "bag")  # no compensation: nothing to undo for it
+        try:
+            return f"{held}, {ctx.call(charge, 420)}"
+        except tether.ToolError:
+            if fixed:
+                return "paid later"
+            raise
+
+    return app
+
+
+def trip(app: tether.App, *, undo: Callable[[str], Any] | None = None) -> tether.App:
+    """docs/workers.md's trip: two holds, each with its compensation, then a wait for approval."""
+    undone: list[str] = []
+
+    @app.tool(compensate=undo or (lambda hold: undone.append(hold)))
+    def hold_seat(flight: str) -> str:
+        return f"hold-{flight}"
+
+    @app.task(name="trip")
+    def trip_task(ctx: tether.TaskContext) -> str:
+        ctx.call(hold_seat, "BA117")
+        ctx.call(hold_seat, "BA118")
+        ctx.wait_for_input("approve")
+        return "done"
+
+    return app
+
+
+def test_replay_of_a_failed_task_that_compensated_is_clean(app: tether.App, store_url: str) -> None:
+    booking(app)
+    run = app.run("book", "12A", task_id="booking-1")
+    assert run.status is tether.Status.FAILED
+    compensations = [c for c in run.state.calls if c.kind == "compensation"]
+    assert [(c.tool, c.compensates) for c in compensations] == [("release_seat", 1)]
+    before = dump_database(store_url, app.store)
+    report = app.replay("booking-1")
+    assert report.clean, report
+    assert report.replayed == report.recorded and "raises ValueError, as recorded" in report.outcome
+    assert app.check(finished=5).clean
+    assert dump_database(store_url, app.store) == before  # the compensations were replayed, not run
+
+
+def test_replay_of_a_cancelled_task_that_compensated_is_clean(app: tether.App, store_url: str) -> None:
+    trip(app)
+    app.run("trip", task_id="trip-8")
+    run = app.cancel("trip-8", reason="the user changed their mind", actor="ada")
+    assert run.status is tether.Status.CANCELLED
+    # Undone in reverse order: the later hold first.
+    assert [c.compensates for c in run.state.calls if c.kind == "compensation"] == [2, 1]
+    before = dump_database(store_url, app.store)
+    report = app.replay("trip-8")
+    assert report.clean, report
+    assert report.replayed == report.recorded
+    assert app.check(finished=5).clean
+    assert dump_database(store_url, app.store) == before
+
+
+def test_replay_of_an_async_task_that_compensated_is_clean(app: tether.App) -> None:
+    undone: list[str] = []
+
+    @app.tool
+    async def hold(seat: str) -> str:
+        return f"held {seat}"
+
+    @app.tool
+    async def release(held: str) -> None:
+        undone.append(held)
+
+    @app.tool
+    async def charge(amount: int) -> str:
+        raise ValueError("card declined")
+
+    @app.task
+    async def book(ctx: tether.AsyncTaskContext) -> str:
+        first, second = await asyncio.gather(
+            ctx.call(hold, "1A", compensate=release), ctx.call(hold, "1B", compensate=release)
+        )
+        return f"{first} {second} {await ctx.call(charge, 1)}"
+
+    assert app.run(book, task_id="a").status is tether.Status.FAILED and sorted(undone) == ["held 1A", "held 1B"]
+    report = app.replay("a")
+    assert report.clean, report
+
+
+AGENT = """
+import tether
+
+app = tether.App({url!r})
+undone = []
+
+@app.tool
+def hold_seat(seat: str) -> str:
+    return "held " + seat
+
+@app.tool
+def release_seat(held: str) -> None:
+    undone.append(held)
+
+@app.tool(retry=tether.Retry(max_attempts=2, backoff=0))
+def charge(amount: int) -> str:
+    raise ValueError("card declined")
+
+@app.task
+def book(ctx, seat: str) -> str:
+    held = ctx.call(hold_seat, seat, compensate=release_seat)
+    return held + ", " + ctx.call(charge, 420)
+
+@app.task
+def trip(ctx) -> str:
+    ctx.call(hold_seat, "BA117", compensate=release_seat)
+    ctx.wait_for_input("approve")
+    return "done"
+"""
+
+
+@pytest.fixture
+def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``agent_comp.py`` in a folder on the path, its app over ./tether.db."""
+    monkeypatch.delenv("TETHER_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "agent_comp.py").write_text(AGENT.format(url=f"sqlite:///{tmp_path / 'tether.db'}"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import agent_comp  # type: ignore[import-not-found]
+
+    yield agent_comp
+    agent_comp.app.close()
+    sys.modules.pop("agent_comp", None)
+
+
+def test_tether_check_and_replay_report_compensated_tasks_clean(agent: Any) -> None:
+    agent.app.run(agent.book, "12A", task_id="booking-1")
+    agent.app.run(agent.trip, task_id="trip-8")
+    agent.app.cancel("trip-8", reason="not needed")
+    assert agent.undone == ["held 12A", "held BA117"]
+    runner = CliRunner()
+    checked = runner.invoke(main, ["check", "--app", "agent_comp:app", "--finished", "5"], catch_exceptions=False)
+    assert checked.exit_code == 0, checked.stdout
+    assert "2 task(s) checked: 2 replay cleanly, 0 diverge" in checked.stdout
+    for task_id in ("booking-1", "trip-8"):
+        replayed = runner.invoke(main, ["replay", task_id, "--app", "agent_comp:app"], catch_exceptions=False)
+        assert replayed.exit_code == 0 and "replays cleanly" in replayed.stdout, replayed.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "found"),
+    [
+        # The compensation tool renamed, or another undo registered for the same call.
+        ({"undo": "cancel_seat"}, ["call #4 release_seat", "call #4 cancel_seat", "compensating call #1"]),
+        # The undo taken away: the recorded compensation is work the code no longer asks for.
+        ({"undo": ""}, ["more work (call #4 release_seat)", "raise ToolError"]),
+        # The code no longer fails: it neither fails nor compensates.
+        ({"fixed": True}, ["the code now returns; the record failed with ValueError"]),
+    ],
+    ids=["other_undo", "undo_removed", "no_longer_fails"],
+)
+def test_a_changed_compensation_of_a_failed_task_diverges(
+    app: tether.App, change: dict[str, Any], found: list[str]
+) -> None:
+    booking(app)
+    app.run("book", "12A", task_id="booking-1")
+    deployed = booking(tether.App(app.store), **change)
+    report = deployed.replay("booking-1")
+    assert not report.clean, report
+    assert all(text in report.outcome for text in found), report.outcome
+    assert [r.task_id for r in deployed.check(finished=5).diverging] == ["booking-1"]
+
+
+def test_an_undo_the_failed_record_never_ran_diverges(app: tether.App) -> None:
+    booking(app, undo="")
+    app.run("book", "12A", task_id="booking-1")  # failed with no compensation
+    report = booking(tether.App(app.store)).replay("booking-1")
+    assert not report.clean
+    assert "the end of the task (failed)" in report.outcome and "a compensation it did not run" in report.outcome
+
+
+def test_a_changed_compensation_of_a_cancelled_task_diverges(app: tether.App) -> None:
+    trip(app)
+    app.run("trip", task_id="trip-8")
+    app.cancel("trip-8", reason="the user changed their mind")
+
+    def forget(hold: str) -> None:
+        pass
+
+    report = trip(tether.App(app.store), undo=forget).replay("trip-8")
+    assert not report.clean, report
+    assert "call #3 <lambda>" in report.outcome and "call #3 forget" in report.outcome, report.outcome
+
+
+class Stop(BaseException):
+    """Stands for a crash."""
+
+
+def test_a_run_stopped_between_two_compensations_finishes_them_from_its_record(app: tether.App) -> None:
+    """A run that stops while it compensates goes on from its record: the compensation that ran is
+    not run again (its record answers it), and the one cut short runs again under its own ordinal."""
+    undone: list[str] = []
+    crash = {"on": True}
+
+    @app.tool
+    def hold(seat: str) -> str:
+        return seat
+
+    @app.tool
+    def release(seat: str) -> None:
+        if seat == "1A" and crash["on"]:
+            raise Stop
+        undone.append(seat)
+
+    @app.task
+    def book(ctx: tether.TaskContext) -> str:
+        ctx.call(hold, "1A", compensate=release)
+        ctx.call(hold, "1B", compensate=release)
+        raise ValueError("no payment")
+
+    with pytest.raises(Stop):
+        app.run(book, task_id="b")
+    assert undone == ["1B"]
+    assert app.replay("b").clean  # the record ends inside the second compensation
+    crash["on"] = False
+    done = app.resume("b")
+    assert done.status is tether.Status.FAILED and undone == ["1B", "1A"]
+    compensations = [(c.n, c.compensates, c.status) for c in done.state.calls if c.kind == "compensation"]
+    assert compensations == [(3, 2, "completed"), (4, 1, "completed")]
+    assert app.replay("b").clean
+
+
+def test_a_returned_value_that_cannot_be_stored_replays_as_the_failure_it_was(app: tether.App) -> None:
+    """The run failed the task (and compensated) when the value could not be stored: so does the replay."""
+    undone: list[str] = []
+
+    @app.tool
+    def hold(seat: str) -> str:
+        return seat
+
+    @app.tool
+    def release(seat: str) -> None:
+        undone.append(seat)
+
+    @app.task
+    def book(ctx: tether.TaskContext) -> object:
+        ctx.call(hold, "1A", compensate=release)
+        return object()
+
+    run = app.run(book, task_id="b")
+    assert run.status is tether.Status.FAILED and undone == ["1A"]
+    report = app.replay("b")
+    assert report.clean and "NotSerializableError, as recorded" in report.outcome, report
+
+
+def test_code_that_now_fails_where_the_record_completed_diverges(app: tether.App) -> None:
+    broken = {"on": False}
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> str:
+        if broken["on"]:
+            raise ValueError("new bug")
+        return "done"
+
+    app.run(job, task_id="j")
+    broken["on"] = True
+    report = app.replay("j")
+    assert not report.clean and "the code now raises ValueError; the record completed" in report.outcome, report
