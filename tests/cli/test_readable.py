@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -161,7 +162,19 @@ def test_logs_follow_says_when_the_task_is_rewound_and_prints_the_new_history(fo
     run("worker", "agent:app", "--idle-exit", "--quiet", cwd=folder)  # to the wait again
     run("send", task, "approve", "true", cwd=folder)
     run("worker", "agent:app", "--idle-exit", "--quiet", cwd=folder)
-    out, err = follow.communicate(timeout=30)
+    # The rest through the same buffer as the first line: communicate() reads the pipe itself, and
+    # loses what readline() buffered past that line (the next event, when both came in one read).
+    watchdog = threading.Timer(60, follow.kill)
+    watchdog.start()
+    try:
+        out = follow.stdout.read()
+        err = follow.stderr.read() if follow.stderr else ""
+        follow.wait()
+    finally:
+        watchdog.cancel()
+        follow.stdout.close()
+        if follow.stderr:
+            follow.stderr.close()
     assert follow.returncode == 0, err
     lines = [json.loads(line) for line in (first + out).splitlines()]
     cut = lines.index({"replaced": True, "task_id": task})
