@@ -150,18 +150,21 @@ def _code(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
     yield from _begin(rec, spec, state)
     running = RUNNING_TASK.set(rec.task_id)
     try:
-        outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
-    except KeyboardInterrupt as stop:
-        raise RunInterrupted(rec.task_id, stop) from None
+        try:
+            outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+        except KeyboardInterrupt as stop:
+            raise RunInterrupted(rec.task_id, stop) from None
+        except Cancelled as cancel:
+            yield from end_cancelled(rec, calls, cancel.reason)
+            return
+        finally:
+            RUNNING_TASK.reset(running)
+        assert outcome is not None
+        yield from _end(rec, calls, outcome)
     except Suspend:
-        return  # waiting or sleeping: no process needs to stay
-    except Cancelled as cancel:
-        yield from end_cancelled(rec, calls, cancel.reason)
+        # Waiting or sleeping: no process needs to stay. A compensation's long retry backoff too: the
+        # task sleeps, and the run that wakes it replays to its end and goes on compensating.
         return
-    finally:
-        RUNNING_TASK.reset(running)
-    assert outcome is not None
-    yield from _end(rec, calls, outcome)
 
 
 def _begin(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
