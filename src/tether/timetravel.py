@@ -30,10 +30,12 @@ from tether.events import (
     Event,
     FailureRecorded,
     InputReceived,
+    InputRejected,
     InputRequested,
     InputTimedOut,
     ObservationRecorded,
     OutputSet,
+    PatchMarked,
     PhaseChanged,
     PlanSet,
     Recorded,
@@ -129,6 +131,8 @@ _SUMMARIES: dict[type[Event], Callable[[Any], str]] = {
     DataMigrated: lambda e: f"data migrated from version {e.from_version} to {e.to_version}",
     InputRequested: lambda e: f"waiting for {e.key!r}" + (f": {e.prompt}" if e.prompt else ""),
     InputReceived: lambda e: f"received {e.key!r} = {_short(e.value, 50)}{_by(e.actor)}",
+    InputRejected: lambda e: f"answer to {e.key!r} discarded: {e.reason}",
+    PatchMarked: lambda e: f"took the new path of patch {e.name!r}",
     InputTimedOut: lambda e: f"no answer for {e.key!r} in time",
     SleepScheduled: lambda e: f"sleep until {datetime.fromtimestamp(e.until).isoformat(timespec='seconds')}",
     CancelRequested: lambda e: f"cancellation requested{_by(e.actor)}: {e.reason}",
@@ -142,10 +146,11 @@ _SUMMARIES: dict[type[Event], Callable[[Any], str]] = {
 
 
 def _summary_of(cls: type[Event]) -> Callable[[Any], str]:
-    """The summary of ``cls``'s events: its own, a base class's (a subclass of an event reads as
-    it), or the type's name (an event type with no summary of its own, as ``PatchMarked``)."""
+    """The summary of ``cls``'s events: its own here, a base class's here (a subclass of an event
+    reads as it), or what the class says of its events (:meth:`Event.describe`: an integration's
+    event types, a session's, a user document's, yours; by default the type's name)."""
     found = next((_SUMMARIES[base] for base in cls.__mro__ if base in _SUMMARIES), None)
-    summary = found or (lambda e: e.event_type)
+    summary = found or cls.describe
     _SUMMARIES[cls] = summary
     return summary
 

@@ -34,11 +34,19 @@ _MISSING = object()
 class UserCreated(Event):
     user_id: str
 
+    def describe(self) -> str:
+        return f"user document of {self.user_id} created"
+
 
 @_event
 class UserChanged(Event):
     set: dict[str, Any]
     removed: list[str]
+
+    def describe(self) -> str:
+        parts = [f"set {', '.join(sorted(self.set))}"] if self.set else []
+        parts += [f"removed {', '.join(self.removed)}"] if self.removed else []
+        return "user document: " + ("; ".join(parts) or "no change")
 
 
 @dataclass(frozen=True)

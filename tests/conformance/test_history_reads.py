@@ -34,7 +34,8 @@ from tether.store import EventRow
 from tether.timetravel import HistoryCursor
 
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "history_summaries.json"
-"""What tether before the one-pass read (b60f4de) said of :func:`samples` in a history:
+"""What tether before the one-pass read (b60f4de) said of :func:`samples` in a history, with the
+lines since given to the event types that had none (their ``Event.describe``):
 ``[type, summary, step, boundary]`` per entry, the task's first event first."""
 
 

@@ -51,6 +51,9 @@ class SessionOpened(Event):
     session_id: str
     user_id: str | None = None
 
+    def describe(self) -> str:
+        return f"session {self.session_id} opened" + (f" for {self.user_id}" if self.user_id else "")
+
 
 @_event
 class MessageAdded(Event):
@@ -70,15 +73,27 @@ class MessageAdded(Event):
     original: dict[str, Any] | None = None
     origin: str | None = None
 
+    def describe(self) -> str:
+        if self.format is not None:
+            return f"{self.role} message added ({self.format})"
+        calls = f" calling {', '.join(_called(self.tool_calls))}" if self.tool_calls else ""
+        answers = f" answering {self.tool_call_id}" if self.tool_call_id else ""
+        text = f": {_clip(self.content)}" if self.content else ""
+        return f"{self.role} message added{calls}{answers}{text}"
+
 
 @_event
 class MessageRemoved(Event):
     seq: int
 
+    def describe(self) -> str:
+        return f"message #{self.seq} removed"
+
 
 @_event
 class MessagesCleared(Event):
-    pass
+    def describe(self) -> str:
+        return "every message cleared"
 
 
 @_event
@@ -87,6 +102,9 @@ class SummaryAdded(Event):
     covers_from: int
     covers_to: int
     origin: str | None = None
+
+    def describe(self) -> str:
+        return f"summary of messages #{self.covers_from}–#{self.covers_to} added: {_clip(self.text)}"
 
 
 @_event
@@ -98,10 +116,32 @@ class SummaryWithdrawn(Event):
 
     seq: int
 
+    def describe(self) -> str:
+        return f"summary #{self.seq} withdrawn: the messages it covered are back"
+
 
 @_event
 class SessionClosed(Event):
-    pass
+    def describe(self) -> str:
+        return "session closed"
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _called(tool_calls: list[dict[str, Any]]) -> list[str]:
+    """The names of the tools a message calls (OpenAI's shape, ``function.name``, or a bare ``name``)."""
+    names = []
+    for call in tool_calls:
+        if not isinstance(call, dict):
+            names.append("a tool")
+            continue
+        function = call.get("function")
+        name = function.get("name") if isinstance(function, dict) else call.get("name")
+        names.append(str(name) if name else "a tool")
+    return names
 
 
 # ----------------------------------------------------------------------------- records
@@ -309,8 +349,13 @@ def parts_of(message: Message) -> tuple[str, list[Part]]:
         return shape.source_role, shape.parts
     what = "a tether message's text"
     if message.role == "tool":
-        result = tool_result(message.tool_call_id or "", [text(message.content, what, plain=True)], plain=True,
-                             is_error=False, what="a tether tool message")
+        result = tool_result(
+            message.tool_call_id or "",
+            [text(message.content, what, plain=True)],
+            plain=True,
+            is_error=False,
+            what="a tether tool message",
+        )
         return "tool", [result]
     parts: list[Part] = []
     if message.content or not message.tool_calls:

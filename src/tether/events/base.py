@@ -33,6 +33,13 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
+    def describe(self) -> str:
+        """One line, for people, of what this event says: its summary in a history
+        (:func:`tether.timetravel.describe`). tether's task events have theirs in
+        :mod:`tether.timetravel`; an event type defined elsewhere (an integration's, yours) says
+        its own by overriding this. By default, its type's name."""
+        return self.event_type
+
 
 EVENT_TYPES: dict[str, type[Event]] = {}
 _E = TypeVar("_E", bound=Event)

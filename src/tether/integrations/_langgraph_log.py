@@ -98,6 +98,14 @@ class CheckpointSaved(Event):
     metadata: dict[str, Any]
     values: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
 
+    def describe(self) -> str:
+        step = self.metadata.get("step") if isinstance(self.metadata, dict) else None
+        source = self.metadata.get("source") if isinstance(self.metadata, dict) else None
+        where = f" in {self.ns}" if self.ns else ""
+        made = ", ".join(str(x) for x in (source and f"source {source}", step is not None and f"step {step}") if x)
+        changed = f"; changed {', '.join(sorted(self.values))}" if self.values else ""
+        return f"checkpoint {self.id}{where}" + (f" ({made})" if made else "") + changed
+
 
 @_event
 class WritesSaved(Event):
@@ -110,6 +118,10 @@ class WritesSaved(Event):
     task_path: str
     writes: list[list[Any]]
 
+    def describe(self) -> str:
+        channels = sorted({str(w[1]) for w in self.writes if isinstance(w, list) and len(w) > 1})
+        return f"writes of task {self.task_id} to {', '.join(channels) or 'nothing'} at checkpoint {self.checkpoint_id}"
+
 
 @_event
 class CheckpointsDeleted(Event):
@@ -117,6 +129,9 @@ class CheckpointsDeleted(Event):
 
     checkpoints: list[list[str]]
     reason: str
+
+    def describe(self) -> str:
+        return f"{len(self.checkpoints)} checkpoint(s) deleted ({self.reason})"
 
 
 @_event
@@ -126,6 +141,9 @@ class ThreadCompacted(Event):
 
     kept: list[list[str]]
     reason: str
+
+    def describe(self) -> str:
+        return f"history before this compacted ({self.reason}); {len(self.kept)} checkpoint(s) kept whole"
 
 
 # ----------------------------------------------------------------------------- encoding

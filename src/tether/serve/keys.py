@@ -44,6 +44,9 @@ _PREFIX = "tk"
 class KeysOpened(Event):
     """The key stream's first event."""
 
+    def describe(self) -> str:
+        return "API keys opened"
+
 
 @_event
 class KeyCreated(Event):
@@ -53,10 +56,16 @@ class KeyCreated(Event):
     sha256: str
     created_at: float
 
+    def describe(self) -> str:  # its hash is not shown: a line is for people, not for matching keys
+        return f"API key {self.key_id} created for tenant {self.tenant} ({self.name})"
+
 
 @_event
 class KeyRevoked(Event):
     key_id: str
+
+    def describe(self) -> str:
+        return f"API key {self.key_id} revoked"
 
 
 @dataclass(frozen=True)
