@@ -111,3 +111,33 @@ def test_a_cancelled_tasks_compensation_backs_off_durably_and_the_next_run_finis
     done = app.resume("t1")
     assert done.status is tether.Status.CANCELLED and tries["n"] == 2
     assert app.replay("t1").clean
+
+
+def test_a_task_whose_returned_value_cannot_be_stored_finishes_compensating_when_woken(store_url: str) -> None:
+    """Its failure is the value it returned: the run that wakes it replays that (the return, then the
+    compensation recorded) as the same failure, not as code that returns where more work is recorded."""
+    app = tether.App(store_url, inline_wait=0.05)
+    tries = {"n": 0}
+
+    @app.tool(name="release", retry=tether.Retry(max_attempts=3, backoff=0.3))
+    def release(hold: str) -> None:
+        tries["n"] += 1
+        if tries["n"] == 1:
+            raise RuntimeError("release API down")
+
+    @app.tool(name="hold", compensate=release)
+    def hold(x: int) -> str:
+        return f"hold {x}"
+
+    @app.task(name="odd")
+    def odd(ctx: tether.TaskContext) -> object:
+        ctx.call(hold, 1)
+        return object()  # cannot be stored: the task fails
+
+    first = app.run(odd, task_id="x")
+    assert first.status is tether.Status.SLEEPING and first.failure is not None
+    assert first.failure.exception_type == "NotSerializableError"
+    time.sleep(0.35)
+    done = app.resume("x")
+    assert done.status is tether.Status.FAILED and tries["n"] == 2
+    assert app.replay("x").clean

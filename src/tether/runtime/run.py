@@ -184,8 +184,11 @@ def _end(rec: Recorder, calls: Calls, outcome: Outcome) -> Flow[None]:
     lease, a non-determinism) is raised, recording nothing."""
     if rec.cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
         yield from end_cancelled(rec, calls, rec.cancel_reason)
-    elif outcome.ok:
-        head = rec.cursor.first_left()
+        return
+    if outcome.ok:  # a value that cannot be stored fails the task, before anything is compared
+        outcome = _as_recorded(outcome)  # (a run woken in its compensations replays that failure)
+    if outcome.ok:
+        head = rec.cursor.first_left(code_only=True)
         if head is not None:
             raise NonDeterminismError(
                 rec.task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
