@@ -312,3 +312,41 @@ def test_code_that_now_fails_where_the_record_completed_diverges(app: tether.App
     broken["on"] = True
     report = app.replay("j")
     assert not report.clean and "the code now raises ValueError; the record completed" in report.outcome, report
+
+
+def test_a_readonly_undo_that_ran_is_not_run_again_by_a_retry_that_fails_again(store_url: str) -> None:
+    """A compensation records its intent whatever its tool says (readonly included): the intent
+    names the call it undid, which the retry's run reads to leave that call undone once."""
+    app = tether.App(store_url)
+    undone: list[str] = []
+    charge_fails = [True]
+
+    @app.tool(readonly=True)
+    def undo(held: str) -> None:
+        undone.append(held)
+
+    @app.tool(compensate=undo)
+    def hold(x: str) -> str:
+        return "hold-" + x
+
+    @app.tool
+    def charge() -> None:
+        if charge_fails[0]:
+            raise ValueError("declined")
+
+    @app.tool
+    def ship() -> None:
+        raise RuntimeError("down")
+
+    @app.task(name="t")
+    def t(ctx: tether.TaskContext) -> None:
+        ctx.call(hold, "a")
+        ctx.call(charge)
+        ctx.call(ship)
+
+    assert app.run("t", task_id="x").status is tether.Status.FAILED and undone == ["hold-a"]
+    charge_fails[0] = False
+    again = app.retry("x")  # charge now goes through; ship fails: the task fails again
+    assert again.status is tether.Status.FAILED
+    assert undone == ["hold-a"]  # undone once, by the first failure's compensation
+    assert app.replay("x").clean

@@ -435,7 +435,9 @@ class Calls:
         for n, spec, result in self._recorder.compensations_due():
             issued = self.issue(spec.fn, (result,), {}, n)
             try:
-                yield from self.flow(issued, kind="compensation", compensates=n)
+                # Its intent always recorded, a readonly undo's too: the intent names the call it
+                # undoes, which a retry's run reads to leave it done (a completion alone does not).
+                yield from self.flow(issued, kind="compensation", compensates=n, readonly=False)
             except ToolError:
                 continue  # recorded; it must not hide the original failure
 
