@@ -105,6 +105,10 @@ class Recorder:
         # batch), and replayed calls issued whose recorded outcome the code has not received.
         self.inflight = 0
         self.undelivered = 0
+        self.branches = 0
+        """An async task's calls under way as coroutines (started, not ended): a failure's or a cancel's
+        compensations wait for them, so that a call that completes after the code has failed is
+        undone too (on the loop's one thread: no lock)."""
         self.writer = GroupCommit(self)
         self._version = state.version  # the latest version: appends go on from it
         self._fence = fence

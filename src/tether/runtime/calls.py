@@ -431,8 +431,13 @@ class Calls:
         return (yield from self.flow(issued, kind="fetch", readonly=True))
 
     def compensate(self) -> Flow[None]:
-        """Undo completed calls in reverse order, each as its own recorded call."""
-        for n, spec, result in self._recorder.compensations_due():
+        """Undo completed calls in reverse order, each as its own recorded call: once the calls still
+        under way have ended (an async task's branches that ``asyncio.gather`` left running when one
+        failed), so that one completing after the failure is undone too, live and on replay alike."""
+        rec = self._recorder
+        while rec.branches:
+            yield Wait(0.001)
+        for n, spec, result in rec.compensations_due():
             issued = self.issue(spec.fn, (result,), {}, n)
             try:
                 # Its intent always recorded, a readonly undo's too: the intent names the call it

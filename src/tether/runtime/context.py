@@ -421,8 +421,13 @@ class AsyncTaskContext(_Context):
         return self._run_call(self._calls.issue(fn, args, kwargs), compensate)
 
     async def _run_call(self, issued: Issued, compensate: Callable[..., Any] | None = None) -> Any:
-        await self._turn(issued)
-        return await drive_async(self._calls.flow(issued, compensate))
+        rec = self._rec
+        rec.branches += 1
+        try:
+            await self._turn(issued)
+            return await drive_async(self._calls.flow(issued, compensate))
+        finally:
+            rec.branches -= 1
 
     def _turn(self, issued: Issued) -> Awaitable[None]:
         """Let the other branches run before this call does, live and on replay alike.

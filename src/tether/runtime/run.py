@@ -184,10 +184,9 @@ def _end(rec: Recorder, calls: Calls, outcome: Outcome) -> Flow[None]:
     lease, a non-determinism) is raised, recording nothing."""
     if rec.cancel_reason is not None and not isinstance(outcome.value, NOT_A_TASK_FAILURE):
         yield from end_cancelled(rec, calls, rec.cancel_reason)
-        return
-    if outcome.ok:  # a value that cannot be stored fails the task, before anything is compared
-        outcome = _as_recorded(outcome)  # (a run woken in its compensations replays that failure)
-    if outcome.ok:
+    elif outcome.ok:
+        # Only the code's records count as work it left: a run woken in the compensations of a task
+        # whose returned value could not be stored meets them here, and fails that value again below.
         head = rec.cursor.first_left(code_only=True)
         if head is not None:
             raise NonDeterminismError(
