@@ -425,3 +425,49 @@ def test_a_call_that_completes_after_the_failure_is_undone_too(store_url: str, t
         [sys.executable, str(script), store_url, str(undone), "replay"], env=env, capture_output=True, text=True
     )
     assert "replays cleanly" in replayed.stdout, replayed.stdout + replayed.stderr
+
+
+def test_a_cancel_asked_for_while_a_failure_compensated_replays_as_the_failure(store_url: str) -> None:
+    """The run ended failed (the cancel came after its code had); replay follows the failure, so a
+    code that now returns, or raises something else, still diverges."""
+    import threading
+
+    app = tether.App(store_url)
+    mode = {"code": "as run"}
+
+    @app.tool
+    def undo(held: str) -> None:
+        if held == "hold-b" and mode["code"] == "as run":
+            asking = threading.Thread(target=lambda: app.request_cancel("x", reason="stop"))
+            asking.start()
+            asking.join()
+
+    @app.tool(compensate=undo)
+    def hold(x: str) -> str:
+        return "hold-" + x
+
+    @app.tool
+    def charge() -> None:
+        raise ValueError("declined")
+
+    @app.task(name="t")
+    def t(ctx: tether.TaskContext) -> str:
+        ctx.call(hold, "a")
+        ctx.call(hold, "b")
+        try:
+            ctx.call(charge)
+        except tether.ToolError:
+            if mode["code"] == "fixed":
+                return "paid later"
+            if mode["code"] == "other":
+                raise KeyError("other") from None
+            raise
+        return "paid"
+
+    ran = app.run("t", task_id="x")
+    assert ran.status is tether.Status.FAILED and app.log.load("x").cancel_reason == "stop"
+    assert app.replay("x").clean
+    mode["code"] = "fixed"
+    assert "the code now returns" in str(app.replay("x"))
+    mode["code"] = "other"
+    assert "now raises KeyError" in str(app.replay("x"))

@@ -276,6 +276,8 @@ def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[Rep
     history = app.log.events(task_id, upto=upto)
     state = app.log.state_at(task_id, history[-1].seq)
     rec = Recorder(app, spec, state, history, None, replay_only=True)
+    if state.status is Status.FAILED:  # a cancel asked for while the failure compensated came too
+        rec.cancel_reason = None  # late for the run, which ended failed: replayed as the failure it was
     calls = Calls(rec)
     ctx = (AsyncTaskContext if spec.is_async else TaskContext)(rec, calls)
     recorded = len(history)
