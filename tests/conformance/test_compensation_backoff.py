@@ -52,6 +52,25 @@ def _app(store_url: str, *, is_async: bool) -> tuple[tether.App, dict[str, Any]]
     return app, seen
 
 
+def _held_once(store_url: str) -> tuple[tether.App, Any, dict[str, int]]:
+    """An app whose ``hold`` is undone by ``release``, whose first attempt fails with a backoff
+    longer than ``inline_wait``; ``tries`` counts release's attempts."""
+    app = tether.App(store_url, inline_wait=0.05)
+    tries = {"n": 0}
+
+    @app.tool(name="release", retry=tether.Retry(max_attempts=3, backoff=0.3))
+    def release(hold: str) -> None:
+        tries["n"] += 1
+        if tries["n"] == 1:
+            raise RuntimeError("release API down")
+
+    @app.tool(name="hold", compensate=release)
+    def hold(x: int) -> str:
+        return f"hold {x}"
+
+    return app, hold, tries
+
+
 def _run(app: tether.App, is_async: bool, task_id: str) -> tether.TaskHandle:
     if is_async:
         return asyncio.run(app.run_async("book", task_id=task_id))
@@ -86,18 +105,7 @@ def test_a_failed_tasks_compensation_backs_off_durably_and_the_next_run_finishes
 
 
 def test_a_cancelled_tasks_compensation_backs_off_durably_and_the_next_run_finishes_it(store_url: str) -> None:
-    app = tether.App(store_url, inline_wait=0.05)
-    tries = {"n": 0}
-
-    @app.tool(name="release", retry=tether.Retry(max_attempts=3, backoff=0.3))
-    def release(hold: str) -> None:
-        tries["n"] += 1
-        if tries["n"] == 1:
-            raise RuntimeError("release API down")
-
-    @app.tool(name="hold", compensate=release)
-    def hold(x: int) -> str:
-        return f"hold {x}"
+    app, hold, tries = _held_once(store_url)
 
     @app.task(name="trip")
     def trip(ctx: tether.TaskContext) -> None:
@@ -116,18 +124,7 @@ def test_a_cancelled_tasks_compensation_backs_off_durably_and_the_next_run_finis
 def test_a_task_whose_returned_value_cannot_be_stored_finishes_compensating_when_woken(store_url: str) -> None:
     """Its failure is the value it returned: the run that wakes it replays that (the return, then the
     compensation recorded) as the same failure, not as code that returns where more work is recorded."""
-    app = tether.App(store_url, inline_wait=0.05)
-    tries = {"n": 0}
-
-    @app.tool(name="release", retry=tether.Retry(max_attempts=3, backoff=0.3))
-    def release(hold: str) -> None:
-        tries["n"] += 1
-        if tries["n"] == 1:
-            raise RuntimeError("release API down")
-
-    @app.tool(name="hold", compensate=release)
-    def hold(x: int) -> str:
-        return f"hold {x}"
+    app, hold, tries = _held_once(store_url)
 
     @app.task(name="odd")
     def odd(ctx: tether.TaskContext) -> object:
