@@ -220,3 +220,46 @@ def test_cached_reads_and_invalidation() -> None:
     assert len(reads) == 3
     with pytest.raises(tether.InvalidInputError):
         tether.cached(ttl=0)
+
+
+def test_pop_removes_the_newest_message_after_a_compaction_covered_them_all(app: tether.App) -> None:
+    """A summary covers messages; it never removes them: pop() takes the newest one still in the
+    session, covered or not (it took the system prompt, or nothing, once every message was covered)."""
+    session = app.session("trip", user_id="u1")
+    session.add("system", "You book trips.")
+    session.add("user", "Fly me to NYC.")
+    session.add("assistant", "Booked BA117.")
+    session.compact(keep_last=0)
+    assert [m.role for m in session.messages()] == ["system", "user", "assistant"]
+    assert session.pop().content == "Booked BA117."  # type: ignore[union-attr]
+    assert session.pop().content == "Fly me to NYC."  # type: ignore[union-attr]
+    assert [m.role for m in session.messages()] == ["system"]
+
+
+OPS = ["user", "user", "assistant", "system", "pop", "pop", "compact", "compact", "undo", "clear"]
+
+
+def test_pop_always_takes_the_last_of_messages_whatever_came_before(store_url: str) -> None:
+    """Two writers, adds, pops, compactions, their undos and clears in a random order (seeded): each
+    pop() removes what messages() lists last at that moment."""
+    import random
+
+    for seed in range(20):
+        rnd = random.Random(seed)
+        app = tether.App(store_url)
+        writers = [app.session(f"s{seed}"), app.session(f"s{seed}")]
+        for n in range(40):
+            session = rnd.choice(writers)
+            op = rnd.choice(OPS)
+            if op in ("user", "assistant", "system"):
+                session.add(op, f"{op} {n}")
+            elif op == "pop":
+                shown = session.messages()
+                popped = session.pop()
+                assert (popped.seq if popped else None) == (shown[-1].seq if shown else None), (seed, n)
+            elif op == "compact":
+                session.compact(keep_last=rnd.choice([0, 0, 1, 2]))
+            elif op == "undo":
+                session.undo_compaction()
+            else:
+                session.clear()

@@ -262,6 +262,11 @@ class Session:
         for _ in range(100):
             self._end.refresh()
             last = self._end.last()
+            if self._end.head.summary is not None and not self._end.tail:
+                # Every recent message is one a summary covers: the newest still in the session is
+                # among those (they stay, summaries never remove any), which the view does not hold.
+                shown = self.messages()
+                last = shown[-1] if shown else None
             if last is None:
                 return None
             try:
