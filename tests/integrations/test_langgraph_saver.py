@@ -80,6 +80,25 @@ def test_a_list_that_is_not_an_append_is_stored_whole(store_url: str) -> None:
     assert history == [["a, edited"], ["a, edited", "b"], ["a", "b"]]
 
 
+def test_items_equal_but_stored_otherwise_are_not_taken_for_the_start(store_url: str) -> None:
+    """``1 == 1.0 == True``: a list whose first items equal the stored ones but are another type is
+    not an append to them (its delta would bring the old items back); each value reads back as put."""
+    saver = TetherSaver(store_url)
+    one = put(saver, "t", None, [1, 0])
+    two = put(saver, "t", one, [1.0, 0.0, 2.5])
+    three = put(saver, "t", two, [True, False, 2.5, 3])
+    put(saver, "t", three, [True, False, 2.5, 3, 4])  # a true append still stores the delta alone
+    assert stored_kinds(saver, "t") == ["l", "l", "l", "a"]
+    fresh = TetherSaver(TaskLog(saver.log.store))
+    values = [t.checkpoint["channel_values"]["messages"] for t in fresh.list(None)]
+    assert [[type(v).__name__ for v in value] for value in values] == [
+        ["bool", "bool", "float", "int", "int"],
+        ["bool", "bool", "float", "int"],
+        ["float", "float", "float"],
+        ["int", "int"],
+    ]
+
+
 def test_values_returned_are_lists_of_their_own(store_url: str) -> None:
     saver = TetherSaver(store_url)
     put(saver, "t", None, [HumanMessage("a", id="1")])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import operator
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -255,6 +256,21 @@ class Write:
 _FLAT_CACHE = 16
 
 
+def _starts_with(serde: Serde, value: list[Any], start: list[Any]) -> bool:
+    """Whether ``value`` begins with ``start``'s items as they are stored: each the very object (what
+    LangGraph hands back: one identity test each, in C), or one the serializer stores as the same
+    bytes. ``==`` alone is not enough: it takes ``1`` for ``1.0`` and ``True``, and an appended delta
+    over such a start would bring the old items back in place of the new."""
+    n = len(start)
+    if len(value) < n:
+        return False
+    head = value[:n]
+    if all(map(operator.is_, head, start)):
+        return True
+    same = zip(head, start, strict=True)
+    return head == start and all(a is b or encode_item(serde, a) == encode_item(serde, b) for a, b in same)
+
+
 class ThreadView:
     """Everything of one thread, folded from its events: checkpoints by namespace, their writes,
     and where each channel value lives. Values are decoded lazily, each stored item once."""
@@ -409,7 +425,7 @@ class ThreadView:
         for blob, ref in candidates:
             if blob.is_list and len(value) >= blob.length:
                 start = self._list(serde, blob)
-                if value[: len(start)] == start and (best is None or len(value) - len(start) < len(best[0])):
+                if _starts_with(serde, value, start) and (best is None or len(value) - len(start) < len(best[0])):
                     best = (value[len(start) :], ref)
         if best is None:
             return ["l", [self.item(serde, item) for item in value]]
