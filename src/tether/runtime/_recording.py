@@ -31,6 +31,7 @@ from tether.events import (
     Recorded,
     StatusChanged,
 )
+from tether.machine import Status
 from tether.model import TaskState, ToolCall
 from tether.runtime._commits import Branch, deliver, write_branches
 from tether.runtime._flow import Commit, Flow, next_turn
@@ -105,6 +106,9 @@ class Recorder:
         # batch), and replayed calls issued whose recorded outcome the code has not received.
         self.inflight = 0
         self.undelivered = 0
+        self.taken = 0
+        """How many times a write met what another process appended (an answer, a cancel) and went
+        on after it: a wait written after one was decided before it (see :meth:`suspend`)."""
         self.branches = 0
         """An async task's calls under way as coroutines (started, not ended): a failure's or a cancel's
         compensations wait for them, so that a call that completes after the code has failed is
@@ -252,6 +256,7 @@ class Recorder:
         if not newer:
             raise ConflictError(self.task_id, expected=self._version, actual=None)
         self._version = newer[-1].seq
+        self.taken += 1
 
     # ------------------------------------------------------------------ going live, stopping
     def going_live(self) -> None:
@@ -264,10 +269,20 @@ class Recorder:
             raise ReplayEnd(self.cursor.walked)
 
     def suspend(self, status: str, wake_at: float | None, reason: str) -> Flow[None]:
-        """Record that the task waits (``status``) and leave the run: no process needs to stay."""
+        """Record that the task waits (``status``) and leave the run: no process needs to stay.
+
+        An answer or a cancel may land between the decision to wait and the write that records it:
+        the write meets it and goes on after it, and its wake-up (none, for a wait without a timeout)
+        would stand over the one the answer set, leaving the task waiting for what it has. Then the
+        task is running again at once, and this returns: the caller looks again (a cancel stops it
+        here)."""
         self.going_live()  # a cancelled task does not go back to waiting
+        taken = self.taken
         yield Commit(self.writer, [StatusChanged(status=status, wake_at=wake_at)])
-        raise Suspend(reason)
+        if self.taken == taken:
+            raise Suspend(reason)
+        yield Commit(self.writer, [StatusChanged(status=Status.RUNNING.value)])
+        self.going_live()
 
     def end(self) -> None:
         """The run stopped: a parallel branch still going records nothing more."""
@@ -407,7 +422,6 @@ def read_only(model: type[BaseModel]) -> type[BaseModel]:
     return type(model.__name__, (model,), namespace)
 
 
-
 def upcast_data(spec: TaskSpec, state: TaskState) -> dict[str, Any]:
     """The task's stored data, migrated to the model's current ``schema_version``."""
     data = dict(state.data)
@@ -436,4 +450,3 @@ def upcast_data(spec: TaskSpec, state: TaskState) -> dict[str, Any]:
         version += 1
     data["schema_version"] = current
     return data
-

@@ -44,6 +44,7 @@ from tether.runtime.specs import Registry, ToolSpec
 
 __all__ = ["CallInfo", "Calls", "Issued", "current_call"]
 
+
 class CallInfo(NamedTuple):
     """The call running right now, as the tool sees it through :func:`current_call`."""
 
@@ -120,7 +121,6 @@ def _excerpt(arguments: Any, limit: int = 80) -> str:
     text = orjson.dumps(arguments, default=json_default).decode() if arguments is not None else ""
     text = text[1:-1] if text.startswith("{") else text
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
 
 
 class Calls:
@@ -387,16 +387,19 @@ class Calls:
 
     def backoff(self, until: float) -> Flow[None]:
         """Wait until ``until``: here if it is short, else as a durable sleep that frees the worker."""
-        remaining = until - time.time()
-        if remaining <= 0:
-            return
         rec = self._recorder
-        rec.going_live()
-        # A long wait frees the worker (a durable sleep) — unless other calls of the task run
-        # beside this one: suspending would abandon them mid-flight, so it waits here.
-        if remaining > rec.app.inline_wait and rec.inflight <= 1:
-            yield from rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
-        yield Wait(remaining)
+        while True:  # once more when something landed as the sleep was being written
+            remaining = until - time.time()
+            if remaining <= 0:
+                return
+            rec.going_live()
+            # A long wait frees the worker (a durable sleep) — unless other calls of the task run
+            # beside this one: suspending would abandon them mid-flight, so it waits here.
+            if remaining > rec.app.inline_wait and rec.inflight <= 1:
+                yield from rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
+                continue
+            yield Wait(remaining)
+            return
 
     def fetch_flow(self, issued: Issued, ttl: float) -> Flow[Any]:
         """A recorded read of outside state: replay returns what was read; live, a read of the same
@@ -447,7 +450,6 @@ class Calls:
                 continue  # recorded; it must not hide the original failure
 
 
-
 def _check_ttl(ttl: float) -> None:
     if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not ttl >= 0:
         raise InvalidInputError(f"ttl must be a number of seconds >= 0, got {ttl!r}")
@@ -466,11 +468,8 @@ def _first_error(outcomes: list[tuple[bool, Any]]) -> BaseException | None:
     return (stops or errors)[0] if errors else None
 
 
-
 def _outcome_of(run: Callable[[], Any]) -> tuple[bool, Any]:
     try:
         return True, run()
     except BaseException as exc:  # collected: every call of the batch ends before one is raised
         return False, exc
-
-

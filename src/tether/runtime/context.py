@@ -251,29 +251,27 @@ class _Context:
         if self._rec.cursor.take_if(InputTimedOut, lambda e: e.key == key):
             raise InputTimeout(self._rec.task_id, key)
         self._rec.cursor.take_if(InputRejected, lambda e: e.key == key)
-        received = self._rec.latest.received
-        if key in received:
-            value = received[key]
-            rejected = None
-            if json_schema is not None and recorded is None:  # sent before it was asked for: check now
-                try:
-                    check_against_schema(self._rec.task_id, key, value, json_schema)
-                except InvalidInputError as exc:
-                    rejected = str(exc)
-            if rejected is None:
-                return model.model_validate(value) if model is not None else value
-            # A bad early answer does not fail the task: it is discarded, with the reason, and the
-            # task waits for a good one.
-            yield Commit(self._rec.writer, [InputRejected(key=key, reason=rejected)])
-        if self._rec.answered():
-            head = self._rec.cursor.first_left(code_only=True)
-            assert head is not None
-            raise NonDeterminismError(self._rec.task_id, head.seq, describe(head.event), f"the answer to {key!r}")
-        if timeout_at is not None and time.time() >= timeout_at:
-            self._rec.going_live()
-            yield Commit(self._rec.writer, [InputTimedOut(key=key)])
-            raise InputTimeout(self._rec.task_id, key)
-        yield from self._rec.suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
+        while True:  # once more when an answer landed as the wait was being written
+            received = self._rec.latest.received
+            if key in received:
+                # Checked here, whenever it was sent: one sent before it was asked for was not, and a
+                # run that recorded the question but died before recording the answer's rejection
+                # replays the question (sent after it, it passed the same check when it was sent).
+                rejected = _rejection(self._rec.task_id, key, received[key], json_schema)
+                if rejected is None:
+                    return model.model_validate(received[key]) if model is not None else received[key]
+                # A bad early answer does not fail the task: it is discarded, with the reason, and the
+                # task waits for a good one.
+                yield Commit(self._rec.writer, [InputRejected(key=key, reason=rejected)])
+            if self._rec.answered():
+                head = self._rec.cursor.first_left(code_only=True)
+                assert head is not None
+                raise NonDeterminismError(self._rec.task_id, head.seq, describe(head.event), f"the answer to {key!r}")
+            if timeout_at is not None and time.time() >= timeout_at:
+                self._rec.going_live()
+                yield Commit(self._rec.writer, [InputTimedOut(key=key)])
+                raise InputTimeout(self._rec.task_id, key)
+            yield from self._rec.suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
 
     def _sleep_flow(self, seconds: float) -> Flow[None]:
         recorded = self._rec.replayed(SleepScheduled, lambda e: True, f"sleep({seconds})")
@@ -286,6 +284,17 @@ class _Context:
             if self._rec.answered():
                 return  # the code went on after this sleep before: it is over
         yield from self._calls.backoff(until)
+
+
+def _rejection(task_id: str, key: str, value: Any, json_schema: dict[str, Any] | None) -> str | None:
+    """Why ``value`` does not answer the wait ``key`` (its schema refuses it), or ``None``."""
+    if json_schema is None:
+        return None
+    try:
+        check_against_schema(task_id, key, value, json_schema)
+    except InvalidInputError as exc:
+        return str(exc)
+    return None
 
 
 class TaskContext(_Context):
@@ -475,9 +484,7 @@ class AsyncTaskContext(_Context):
         """Like :meth:`TaskContext.sleep`."""
         await drive_async(self._sleep_flow(seconds))
 
-    def fetch(
-        self, fn: Callable[..., Any], *args: Any, ttl: float = 0, **kwargs: Any
-    ) -> Coroutine[Any, Any, Any]:
+    def fetch(self, fn: Callable[..., Any], *args: Any, ttl: float = 0, **kwargs: Any) -> Coroutine[Any, Any, Any]:
         """Like :meth:`TaskContext.fetch`; ``fn`` may be a coroutine function. Await the result."""
         _check_ttl(ttl)
         return self._run_fetch(self._calls.issue(fn, args, kwargs), ttl)
@@ -496,5 +503,3 @@ def _input_schema(schema: Any) -> tuple[dict[str, Any] | None, type[BaseModel] |
     if isinstance(schema, dict):
         return schema, None
     raise InvalidInputError(f"schema= takes a pydantic model class or a JSON schema dict, got {schema!r}")
-
-
