@@ -644,3 +644,27 @@ def test_items_survive_a_process_that_exits_right_after_add_items(tmp_path: Path
     _, err = child.communicate(timeout=120)
     assert child.returncode == 0, err.decode()
     assert asyncio.run(TetherSession("quick", tether.App(url)).get_items()) == items(5, "a:")
+
+
+def test_a_model_named_by_the_agent_is_resolved_by_the_runs_model_provider(store_url: str) -> None:
+    """As ``Runner.run`` does: ``run_config=RunConfig(model_provider=...)`` names ``model="house"``
+    (tether's run ignored it and asked OpenAI, which needs a key; found by a review)."""
+    from agents import RunConfig
+    from agents.models.interface import ModelProvider
+
+    class House(ModelProvider):
+        def get_model(self, model_name: str | None) -> Any:
+            return ScriptedModel([[assistant_message(f"answered by {model_name}")]])
+
+    agent = Agent(name="A", model="house")
+    plain = asyncio.run(Runner.run(agent, "hi", run_config=RunConfig(model_provider=House())))
+    app = tether.App(store_url)
+
+    @app.task
+    async def ask(ctx: tether.AsyncTaskContext) -> str:
+        result = await run(ctx, agent, "hi", run_config=RunConfig(model_provider=House()))
+        return str(result.final_output)
+
+    done = app.run(ask, task_id="p1")
+    assert done.status is tether.Status.COMPLETED, done.failure
+    assert done.output == plain.final_output == "answered by house"

@@ -454,9 +454,10 @@ async def run(
     no process waits, and the run continues when the answer arrives.
 
     ``runner_options`` go to ``Runner.run`` (``session=TetherSession.in_task(ctx)``, ``context=``,
-    ``max_turns=``...). A ``run_config.model`` is wrapped too.
+    ``max_turns=``...). A ``run_config.model`` is wrapped too; a ``run_config.model_provider``
+    names the agents' models given by name, as in ``Runner.run`` (``model_provider`` overrides it).
     """
-    durable = durable_agent(ctx, agent, model_provider=model_provider)
+    durable = durable_agent(ctx, agent, model_provider=_provider(model_provider, run_config))
     if run_config is not None:
         runner_options["run_config"] = _durable_config(ctx, run_config, model_provider, agent.name)
     result = await Runner.run(durable, input, **runner_options)
@@ -481,7 +482,7 @@ def run_streamed(
     approval interrupts the run as in the SDK: once its events are consumed, ``await approvals(ctx,
     result)`` waits for the answers (as tether inputs) and gives the state to stream on from.
     """
-    durable = durable_agent(ctx, agent, model_provider=model_provider)
+    durable = durable_agent(ctx, agent, model_provider=_provider(model_provider, run_config))
     if run_config is not None:
         runner_options["run_config"] = _durable_config(ctx, run_config, model_provider, agent.name)
     return Runner.run_streamed(durable, input, **runner_options)
@@ -503,6 +504,14 @@ async def approvals(ctx: AsyncTaskContext, result: RunResult | RunResultStreamin
         else:
             state.reject(item, rejection_message=message)
     return state
+
+
+def _provider(model_provider: ModelProvider | None, run_config: RunConfig | None) -> ModelProvider | None:
+    """What names the agents' models given by name: the one given, else the run's config's (the SDK's
+    default provider when neither says)."""
+    if model_provider is not None or run_config is None:
+        return model_provider
+    return run_config.model_provider
 
 
 def _durable_config(
