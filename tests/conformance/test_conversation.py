@@ -263,3 +263,20 @@ def test_pop_always_takes_the_last_of_messages_whatever_came_before(store_url: s
                 session.undo_compaction()
             else:
                 session.clear()
+
+
+def test_add_many_at_an_expected_version_is_refused_once_another_writer_appended(store_url: str) -> None:
+    from tests.conftest import dump_database
+    from tether.errors import ConflictError
+
+    app = tether.App(store_url)
+    mine, theirs = app.session("s1"), app.session("s1")
+    mine.add("user", "hello")
+    seen = mine.version
+    theirs.add("assistant", "hi")  # another writer, after mine looked
+    before = dump_database(store_url, app.store)
+    with pytest.raises(ConflictError):
+        mine.add_many([{"role": "user", "content": "as if nobody spoke"}], expected_version=seen)
+    assert dump_database(store_url, app.store) == before  # nothing written
+    mine.add_many([{"role": "user", "content": "after you"}], expected_version=mine.version)
+    assert [m.content for m in mine.messages()] == ["hello", "hi", "after you"]

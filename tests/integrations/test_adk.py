@@ -596,6 +596,46 @@ def test_memory_keyword_search(store_url: str) -> None:
     assert len(app.session("adk-memory:shop:ada").messages()) == 3  # each event remembered once
 
 
+def test_two_writers_adding_one_session_to_memory_remember_each_event_once(store_url: str) -> None:
+    """The second writer adds the session while the first is between reading what memory holds and
+    appending: the first's append is refused, it looks again and finds nothing new (both appended,
+    each event was remembered twice; found by a review racing two threads)."""
+    app = tether.App(store_url)
+    sessions = TetherSessionService(app)
+    other = TetherMemoryService(app if store_url == "memory://" else tether.App(store_url))
+
+    class Overtaken(TetherMemoryService):
+        raced = False
+
+        def _memory(self, app_name: str, user_id: str) -> Any:
+            memory = super()._memory(app_name, user_id)
+            messages = memory.messages
+
+            def looked() -> Any:
+                held = messages()
+                if not Overtaken.raced:  # once: the other writer adds everything right after this look
+                    Overtaken.raced = True
+                    racer = threading.Thread(target=lambda: asyncio.run(other.add_session_to_memory(shared)))
+                    racer.start()
+                    racer.join()
+                return held
+
+            memory.messages = looked
+            return memory
+
+    async def scenario() -> Any:
+        created = await sessions.create_session(app_name="shop", user_id="ada", session_id="m1")
+        for text in ("My seat is 2A.", "Noted: 2A.", "And a vegetarian meal."):
+            await sessions.append_event(created, say("user", text))
+        return created
+
+    shared = asyncio.run(scenario())
+    asyncio.run(Overtaken(app).add_session_to_memory(shared))
+    assert Overtaken.raced
+    stored = [m.content for m in app.session("adk-memory:shop:ada").messages()]
+    assert sorted(stored) == sorted(["My seat is 2A.", "Noted: 2A.", "And a vegetarian meal."]), stored
+
+
 # ----------------------------------------------------------------------------- real processes
 
 

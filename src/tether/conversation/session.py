@@ -218,11 +218,29 @@ class Session:
             return self._add([message], format, meta)[0]
         return self._add([{"role": message, "content": "" if content is None else content, **meta}], format, {})[0]
 
-    def add_many(self, messages: Sequence[dict[str, Any]], *, format: str | None = None) -> list[Message]:
-        """Append several messages atomically, in order (all or none), each in any accepted shape."""
-        return self._add(messages, format, {})
+    def add_many(
+        self, messages: Sequence[dict[str, Any]], *, format: str | None = None, expected_version: int | None = None
+    ) -> list[Message]:
+        """Append several messages atomically, in order (all or none), each in any accepted shape.
 
-    def _add(self, messages: Sequence[dict[str, Any]], format: str | None, meta: dict[str, Any]) -> list[Message]:
+        ``expected_version``: append only if the session is still at that :attr:`version`, else raise
+        :class:`~tether.errors.ConflictError` and append nothing (for a writer whose messages depend
+        on what the session held when it looked; without it, appends of two writers both land)."""
+        return self._add(messages, format, {}, expected_version)
+
+    @property
+    def version(self) -> int:
+        """The version of the session's record now (it moves with every write of any writer)."""
+        self._end.refresh()
+        return self._end.head.version
+
+    def _add(
+        self,
+        messages: Sequence[dict[str, Any]],
+        format: str | None,
+        meta: dict[str, Any],
+        expected_version: int | None = None,
+    ) -> list[Message]:
         if format is not None and format not in FORMATS:
             raise InvalidInputError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
         events = []
@@ -246,10 +264,14 @@ class Session:
             if end.head.closed:
                 raise InvalidInputError(f"session {self.id!r} is closed")
             version = end.head.version
+            if expected_version is not None and version != expected_version:
+                raise ConflictError(self.id, expected=expected_version, actual=version)
             now = time.time()  # the stored time, so the cached view's messages equal the stored ones
             try:
                 self._stream.append(events, version, at=now)
             except ConflictError:
+                if expected_version is not None:
+                    raise
                 continue
             added = end.fold([Recorded(version + i, now, e) for i, e in enumerate(events, 1)])
             end.maybe_snapshot()

@@ -13,6 +13,8 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
+from tether.errors import ConflictError
+
 if TYPE_CHECKING:
     from tether.runtime.app import App
 
@@ -59,29 +61,17 @@ class TetherMemoryService(BaseMemoryService):
 
     async def add_session_to_memory(self, session: AdkSession) -> None:
         memory = self._memory(session.app_name, session.user_id)
-        known = {m.meta.get("adk_memory", {}).get("event_id") for m in memory.messages()}
-        new = []
-        for event in session.events:
-            parts = event.content.parts or [] if event.content is not None else []
-            text = " ".join(p.text for p in parts if p.text and not p.thought)
-            if not text.strip() or event.id in known:
-                continue
-            assert event.content is not None
-            new.append(
-                {
-                    "role": "user" if event.author == "user" else "assistant",
-                    "content": text,
-                    "adk_memory": {
-                        "event_id": event.id,
-                        "session_id": session.id,
-                        "author": event.author,
-                        "timestamp": event.timestamp,
-                        "content": event.content.model_dump(mode="json", exclude_none=True),
-                    },
-                }
-            )
-        if new:
-            memory.add_many(new)
+        for _ in range(100):  # what it holds, then the new events, appended only if nobody appended meanwhile
+            version = memory.version  # read before what it holds: a later append makes the append refused
+            new = _unknown(session, {m.meta.get("adk_memory", {}).get("event_id") for m in memory.messages()})
+            if not new:
+                return
+            try:
+                memory.add_many(new, expected_version=version)
+            except ConflictError:
+                continue  # another writer added memories meanwhile (perhaps these): look again
+            return
+        raise ConflictError(memory.id, expected=memory.version, actual=None)
 
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
         wanted = _words(query)
@@ -104,3 +94,28 @@ class TetherMemoryService(BaseMemoryService):
                 for _, _, stored in scored[: self._limit]
             ]
         )
+
+
+def _unknown(session: AdkSession, known: set[Any]) -> list[dict[str, Any]]:
+    """The session's events with text that memory does not hold yet, as the messages that hold them."""
+    new = []
+    for event in session.events:
+        parts = event.content.parts or [] if event.content is not None else []
+        text = " ".join(p.text for p in parts if p.text and not p.thought)
+        if not text.strip() or event.id in known:
+            continue
+        assert event.content is not None
+        new.append(
+            {
+                "role": "user" if event.author == "user" else "assistant",
+                "content": text,
+                "adk_memory": {
+                    "event_id": event.id,
+                    "session_id": session.id,
+                    "author": event.author,
+                    "timestamp": event.timestamp,
+                    "content": event.content.model_dump(mode="json", exclude_none=True),
+                },
+            }
+        )
+    return new
