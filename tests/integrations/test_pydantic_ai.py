@@ -367,3 +367,67 @@ def test_sigkill_anywhere_in_a_streamed_run_then_resume(
         return [(p.get("part_kind"), p.get("content"), p.get("args")) for p in call.result["parts"]]
 
     sigkill_then_resume("_pydantic_ai_child.py", fork_servers, tmp_path, make_url, result_of, extra=("stream",))
+
+
+RETRIED = '''
+import os, sys
+from pathlib import Path
+import tether
+from pydantic_ai import Agent, RunContext, ModelRetry
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart, RetryPromptPart
+from pydantic_ai.models.function import FunctionModel
+from tether.integrations.pydantic_ai import run
+
+URL, WORK = sys.argv[1], Path(sys.argv[2])
+
+def model(messages, info):
+    parts = [p for m in messages for p in m.parts if isinstance(p, (ToolReturnPart, RetryPromptPart))]
+    if parts and isinstance(parts[-1], ToolReturnPart) and getattr(parts[-1], "outcome", "success") == "success":
+        return ModelResponse(parts=[TextPart(f"Done: {parts[-1].content}")])
+    return ModelResponse(parts=[ToolCallPart("t", {"x": 1}, tool_call_id=f"c{len(parts)}")])
+
+agent = Agent(FunctionModel(model), name="a", retries=3)
+
+@agent.tool
+def t(ctx: RunContext, x: int) -> str:
+    with open(WORK / "seen", "a") as seen:
+        seen.write(f"{ctx.retry}\\n")
+    if os.environ.get("CRASH") and len((WORK / "seen").read_text().split()) == 2:
+        os._exit(9)  # killed in the tool's second run, after its first asked for a retry
+    if ctx.retry < 1:
+        raise ModelRetry("try again")
+    return f"ok after {ctx.retry} retries"
+
+app = tether.App(URL)
+
+@app.task
+async def task(ctx: tether.AsyncTaskContext, q: str) -> str:
+    return str((await run(ctx, agent, q)).output)
+
+handle = app.run(task, "go", task_id="r1")
+print(handle.status.value, [c.tool for c in app.log.load("r1").calls])
+'''
+
+
+def test_a_retry_the_tool_asked_for_counts_after_a_resume_as_it_did_live(store_url: str, tmp_path: Path) -> None:
+    """Replayed, the tool's ModelRetry is raised as the tool raised it, so Pydantic AI counts it
+    against the tool's retries: the resumed run's tool sees ctx.retry=1, as an unbroken run's does,
+    and the model is not asked an extra turn (it saw 0, retried again; found by a review)."""
+    import os
+    import subprocess
+    import sys
+
+    if store_url == "memory://":
+        pytest.skip("the run is a process of its own: a memory store would not outlive it")
+    script = tmp_path / "retried.py"
+    script.write_text(RETRIED)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(tether.__file__).parents[1]), *sys.path])}
+    killed = subprocess.run(
+        [sys.executable, str(script), store_url, str(tmp_path)], env={**env, "CRASH": "1"}, capture_output=True
+    )
+    assert killed.returncode == 9, killed.stderr
+    resumed = subprocess.run([sys.executable, str(script), store_url, str(tmp_path)], env=env, capture_output=True)
+    assert resumed.returncode == 0, resumed.stderr
+    calls = "['pydantic_ai.model', 't', 'pydantic_ai.model', 't', 'pydantic_ai.model']"
+    assert resumed.stdout.decode().strip() == f"completed {calls}"
+    assert (tmp_path / "seen").read_text().split() == ["0", "1", "1"]  # the killed run's 1, then the resume's

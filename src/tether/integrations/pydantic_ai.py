@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import ToolRetryError
+    from pydantic_ai.exceptions import ModelRetry, ToolRetryError
     from pydantic_ai.messages import (
         ModelMessage,
         ModelMessagesTypeAdapter,
@@ -283,14 +283,25 @@ class TetherDurability(AbstractCapability[Any]):
         args: dict[str, Any],
         handler: Callable[[dict[str, Any]], Awaitable[Any]],
     ) -> Any:
-        token = _LIVE.set(lambda: handler(args))
+        ran: list[bool] = []
+
+        def live() -> Awaitable[Any]:
+            ran.append(True)
+            return handler(args)
+
+        token = _LIVE.set(live)
         try:
             result = await self.ctx.call(_tool_call(call.tool_name), args=args, call_id=call.tool_call_id)
         finally:
             _LIVE.reset(token)
         if isinstance(result, dict) and set(result) == {_RETRY}:
-            retried = ModelMessagesTypeAdapter.validate_python([result[_RETRY]])[0]
-            raise ToolRetryError(retried.parts[0])  # type: ignore[arg-type]
+            part = ModelMessagesTypeAdapter.validate_python([result[_RETRY]])[0].parts[0]
+            said = getattr(part, "content", None)  # the retry's prompt (its part's type varies by release)
+            if not ran and isinstance(said, str):
+                # Replayed: raised as the tool raised it, so that Pydantic AI counts it against the
+                # tool's retries as it did live (the handler that counted it has not run this time).
+                raise ModelRetry(said)
+            raise ToolRetryError(part)  # type: ignore[arg-type]  # a RetryPromptPart, as recorded
         return result
 
 
