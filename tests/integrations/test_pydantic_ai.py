@@ -11,12 +11,14 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
-from pydantic_ai import Agent, DeferredToolRequests, ModelRetry
+from pydantic_ai import Agent, DeferredToolRequests, ModelRetry, RunContext
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ToolFailed
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    RetryPromptPart,
     SystemPromptPart,
     TextPart,
     ToolCallPart,
@@ -431,3 +433,43 @@ def test_a_retry_the_tool_asked_for_counts_after_a_resume_as_it_did_live(store_u
     calls = "['pydantic_ai.model', 't', 'pydantic_ai.model', 't', 'pydantic_ai.model']"
     assert resumed.stdout.decode().strip() == f"completed {calls}"
     assert (tmp_path / "seen").read_text().split() == ["0", "1", "1"]  # the killed run's 1, then the resume's
+
+
+@pytest.mark.parametrize("kind", ["failed", "deferred", "approval"])
+def test_a_tool_that_steers_the_run_does_so_durably(store_url: str, kind: str) -> None:
+    """ToolFailed (the tool's answer to the model), CallDeferred and ApprovalRequired are Pydantic
+    AI's own signals: recorded as the tool's answer and raised again on replay, so the run ends as
+    plain Pydantic AI's does (the durable call failed, and the task with it; found by a review)."""
+    def model(messages: list[Any], info: AgentInfo) -> ModelResponse:
+        answered = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart | RetryPromptPart)]
+        if not answered:
+            return ModelResponse(parts=[ToolCallPart("t", {"x": 1}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart(f"saw: {answered[-1].content}")])
+
+    def make() -> Agent[None, Any]:
+        agent: Agent[None, Any] = Agent(FunctionModel(model), name="a", output_type=[str, DeferredToolRequests])
+
+        @agent.tool
+        def t(ctx: RunContext[None], x: int) -> str:
+            if kind == "failed":
+                raise ToolFailed("no such order")
+            if kind == "deferred":
+                raise CallDeferred({"queue": "ops"})
+            if not ctx.tool_call_approved:
+                raise ApprovalRequired({"why": "refund"})
+            return "ok"
+
+        return agent
+
+    plain = asyncio.run(make().run("go")).output
+    app = tether.App(store_url)
+    agent = make()
+
+    @app.task(name="steered")
+    async def steered(ctx: tether.AsyncTaskContext) -> str:
+        return repr((await agent.run("go", capabilities=[TetherDurability(ctx)])).output)
+
+    done = app.run(steered, task_id="s1")
+    assert done.status is tether.Status.COMPLETED, done.failure
+    assert done.output == repr(plain)
+    assert app.replay("s1").clean  # replayed, the recorded signal is raised again: the same output

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import ModelRetry, ToolRetryError
+    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailedError, ToolRetryError
     from pydantic_ai.messages import (
         ModelMessage,
         ModelMessagesTypeAdapter,
@@ -192,6 +192,9 @@ _LIVE: contextvars.ContextVar[Callable[[], Awaitable[Any]] | None] = contextvars
     "tether_pydantic_ai_live", default=None
 )
 _RETRY = "__tether_model_retry__"
+_FAILED = "__tether_tool_failed__"  # the tool said it failed (``ToolFailed``): its answer to the model
+_DEFERRED = "__tether_call_deferred__"  # the call is to be made outside the run (``CallDeferred``)
+_APPROVAL = "__tether_approval_required__"  # the call waits for a person's approval (``ApprovalRequired``)
 
 
 class _ModelRequest:
@@ -224,6 +227,13 @@ class _ToolCall:
         except ToolRetryError as exc:
             retried = ModelRequest(parts=[exc.tool_retry])
             return {_RETRY: ModelMessagesTypeAdapter.dump_python([retried], mode="json")[0]}
+        except ToolFailedError as exc:
+            failed = ModelRequest(parts=[exc.tool_failed])
+            return {_FAILED: ModelMessagesTypeAdapter.dump_python([failed], mode="json")[0]}
+        except CallDeferred as exc:
+            return {_DEFERRED: {"metadata": exc.metadata, "kind": exc.kind}}
+        except ApprovalRequired as exc:
+            return {_APPROVAL: {"metadata": exc.metadata}}
 
 
 _MODEL_REQUEST = _ModelRequest()
@@ -294,6 +304,8 @@ class TetherDurability(AbstractCapability[Any]):
             result = await self.ctx.call(_tool_call(call.tool_name), args=args, call_id=call.tool_call_id)
         finally:
             _LIVE.reset(token)
+        if isinstance(result, dict) and len(result) == 1:
+            _raise_recorded(result)
         if isinstance(result, dict) and set(result) == {_RETRY}:
             part = ModelMessagesTypeAdapter.validate_python([result[_RETRY]])[0].parts[0]
             said = getattr(part, "content", None)  # the retry's prompt (its part's type varies by release)
@@ -303,6 +315,19 @@ class TetherDurability(AbstractCapability[Any]):
                 raise ModelRetry(said)
             raise ToolRetryError(part)  # type: ignore[arg-type]  # a RetryPromptPart, as recorded
         return result
+
+
+def _raise_recorded(result: dict[str, Any]) -> None:
+    """Raise again what a tool raised to steer the run, as recorded: that it failed (its answer to
+    the model), or that its call is deferred or waits for approval (the run's output then says so)."""
+    if _FAILED in result:
+        part = ModelMessagesTypeAdapter.validate_python([result[_FAILED]])[0].parts[0]
+        raise ToolFailedError(part)  # type: ignore[arg-type]  # a ToolReturnPart, as recorded
+    if _DEFERRED in result:
+        deferred = result[_DEFERRED]
+        raise CallDeferred(deferred["metadata"], kind=deferred["kind"])
+    if _APPROVAL in result:
+        raise ApprovalRequired(result[_APPROVAL]["metadata"])
 
 
 async def run(
