@@ -280,3 +280,34 @@ def test_worker_runs_everything_and_exits_when_idle(app: tether.App) -> None:
     time.sleep(0.15)
     app.run_worker(concurrency=2, idle_exit=True, poll=0.02)
     assert [app.get(f"t{i}").output for i in range(6)] == [0, 10, 20, 30, 40, 50]
+
+
+class _Approval(BaseModel):
+    ok: bool
+
+
+def test_a_waiting_task_resumed_still_waits_for_its_question(app: tether.App) -> None:
+    """A run that resumes a waiting task (app.resume, app.run with its id, a worker, a fork made at
+    the wait) passes through running and waits again for the same question, replayed: what it waits
+    for stays known, so the answer is checked and listed (it became None: pending_inputs() left the
+    task out and send_input took a bad answer, or one for another key; found by a review)."""
+
+    @app.task
+    def book(ctx: tether.TaskContext, flight: str) -> str:
+        answer = ctx.wait_for_input("approve", prompt=f"Book {flight}?", schema=_Approval)
+        return f"booked {flight}" if answer.ok else "declined"
+
+    app.run(book, "BA117", task_id="p")
+    resumed = app.resume("p")
+    assert resumed.status is tether.Status.AWAITING_INPUT
+    assert resumed.waiting is not None and resumed.waiting.key == "approve"
+    assert [w.task_id for w in app.pending_inputs()] == ["p"]
+    with pytest.raises(tether.InvalidInputError, match="does not fit its schema"):
+        app.send_input("p", "approve", {"ok": "perhaps"})
+    with pytest.raises(tether.InvalidInputError, match="waits for input 'approve'"):
+        app.send_input("p", "another", 1)
+    fork = app.fork("p", at=app.state("p").version, new_id="q")
+    forked = app.resume(fork.task_id)
+    assert forked.waiting is not None and forked.waiting.key == "approve"
+    app.send_input("p", "approve", {"ok": True})
+    assert app.resume("p").output == "booked BA117"

@@ -141,7 +141,10 @@ def _status_changed(d: _Draft, ev: StatusChanged, at: datetime, epoch: float) ->
     check_status(d.values["status"], target)
     d.values["status"] = target
     d.values["wake_at"] = _ts(ev.wake_at) if ev.wake_at is not None else None
-    if target is not Status.AWAITING_INPUT:
+    if target is not Status.AWAITING_INPUT and target is not Status.RUNNING:
+        # A run that resumes a waiting task passes through running on its way back to the same
+        # question (replayed, not asked again): the question stays open until it is answered
+        # (InputReceived), times out (InputTimedOut) or the task stops waiting (another status).
         d.values["waiting"] = None
 
 
