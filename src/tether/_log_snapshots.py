@@ -112,7 +112,16 @@ class SnapshotKeeping:
         fulls: dict[str, tuple[int, Calls] | None] = {}  # each stream's newest full snapshot's calls, read once
 
         def parse(snap: SnapshotRow, owner: str) -> TaskState:
+            # Another stream's snapshot (a fork's parent's) is read by that stream's name when its calls
+            # are first asked for: pinned as it is now, since a rewind of it gives the name to another
+            # branch, whose snapshots hold none of this state's calls (then they are read from events).
+            pinned = None if owner == task_id else self.store.get_task(self.tenant, owner)
+
             def later() -> Calls | None:
+                if pinned is not None:
+                    now = self.store.get_task(self.tenant, owner)
+                    if now is None or now.created_at != pinned.created_at:
+                        return None
                 if owner not in fulls:
                     fulls[owner] = newest_calls(self.store, self.tenant, owner)
                 full = fulls[owner]

@@ -370,7 +370,8 @@ class TaskLog(SnapshotKeeping):
         )
         assert state is not None
         self.store.create_task(self.tenant, row, first)
-        self._memory.remember(new_id, Entry(state, 0, 0, len(first.data)))
+        # Not kept as the fork's state in memory: its calls are read through the parent's name, which
+        # a rewind of the parent gives to another branch; a load of the fork reads them through its own.
         return state
 
     def fork_stream(self, stream_id: str, at: int, *, new_id: str) -> str:

@@ -225,3 +225,57 @@ def test_replay_reports_divergence_without_running_or_writing(app: tether.App) -
     assert not report.clean and report.divergence is not None
     assert "call #1 search" in str(report) and "search_v2" in str(report)
     assert ran == ["search NYC", "book NYC-1"] and _rows(app, "t") == rows
+
+
+def test_a_fork_reads_and_resumes_after_its_parent_is_rewound(store_url: str) -> None:
+    """A fork never changes with its parent: rewinding the parent gives its name to another branch,
+    and the fork's calls, which it shares with the parent up to the fork point, are still read
+    through the fork (they were read through the parent's name: in the App that forked, reading
+    them raised 'rewound or deleted' and resuming failed the fork; found by a review)."""
+    from tether.events import fold
+
+    app = tether.App(store_url, snapshots=tether.SnapshotPolicy(every=8, size_ratio=0))
+    look = app.tool(name="look", readonly=True)(lambda i: {"i": i, "pad": "x" * 600})
+
+    @app.task
+    def job(ctx: tether.TaskContext, n: int) -> int:
+        total = sum(ctx.call(look, i)["i"] for i in range(n))
+        ctx.wait_for_input("go")
+        return total
+
+    app.run(job, 40, task_id="p")
+    app.fork("p", at=30, new_id="p-fork")  # calls 1..28, and pending
+    app.rewind("p", to=10)
+    assert len(app.state("p-fork").calls) == 28
+    assert app.resume("p-fork").status is tether.Status.AWAITING_INPUT  # its calls 29..40 run, then the wait
+    fresh = tether.App(app.store)
+    assert list(fresh.state("p-fork").calls) == list(fold(fresh.log.events("p-fork")).calls)
+    assert len(fresh.state("p-fork").calls) == 40
+
+
+def test_a_fork_loaded_before_its_parent_is_rewound_reads_its_own_calls(store_url: str) -> None:
+    """Loaded elsewhere with its calls not read yet, then the parent rewound and gone on: the fork's
+    calls are its own, not taken from the snapshots of the branch that now has the parent's name."""
+    from tether.events import CallCompleted, DecisionMade, fold
+
+    def looked(n: int, tag: str) -> CallCompleted:
+        result = {"n": n, "tag": tag, "pad": "x" * 600}
+        return CallCompleted(n=n, result=result, attempt=1, duration=0.01, key=f"{tag}{n}", tool="look", args={"n": n})
+
+    log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=8, size_ratio=0))
+    version, n = log.create(type="t", task_id="p").version, 0
+    while version < 41:
+        if version + 1 == 19:
+            version = log.append("p", [DecisionMade(name="d", choice=1, rationale="r")], version)
+        else:
+            n += 1
+            version = log.append("p", [looked(n, "a")], version)
+    log.fork("p", 30, new_id="p-f")
+    elsewhere = tether.TaskLog(log.store).load("p-f")  # another reader; its calls not read yet
+    log.rewind("p", 10, archive_id="p~1")
+    current = log.load("p")
+    version, n = current.version, len(current.calls)
+    for _ in range(50):
+        n += 1
+        version = log.append("p", [looked(n, "b")], version)
+    assert list(elsewhere.calls) == list(fold(log.events("p-f")).calls)
