@@ -279,3 +279,86 @@ def test_a_fork_loaded_before_its_parent_is_rewound_reads_its_own_calls(store_ur
         n += 1
         version = log.append("p", [looked(n, "b")], version)
     assert list(elsewhere.calls) == list(fold(log.events("p-f")).calls)
+
+
+def _waits_then_sends(app: tether.App, sent: list[str]) -> Any:
+    send = app.tool(name="send")(lambda x: sent.append(x) or x)
+
+    @app.task(name="waits")
+    def waits(ctx: tether.TaskContext) -> str:
+        ctx.call(send, "first")
+        try:
+            ctx.wait_for_input("go", timeout=0.3)
+        except tether.InputTimeout:
+            ctx.call(send, "after the wait")
+        return "done"
+
+    return waits
+
+
+def test_the_branch_a_rewind_sets_aside_is_never_run_again(store_url: str) -> None:
+    """Set aside, a waiting (or sleeping, or pending) branch stayed claimable: a worker took it when
+    its wait timed out and its code made its calls a second time, beside its successor's (found in
+    this session). It is cancelled now, unless it had finished, and listed by no wait."""
+    import time
+
+    sent: list[str] = []
+    app = tether.App(store_url, inline_wait=0)
+    waits = _waits_then_sends(app, sent)
+    app.run(waits, task_id="p")
+    app.rewind("p", to=app.state("p").version)  # back to the wait itself
+    set_aside = app.state("p~1")
+    assert set_aside.status is tether.Status.CANCELLED and set_aside.superseded_by == "p"
+    assert set_aside.waiting is None and [w.task_id for w in app.pending_inputs()] == []
+    row = app.store.get_task(app.tenant, "p~1")
+    assert row is not None and row.status == "cancelled" and row.wake_at is None
+    time.sleep(0.4)
+    app.run_worker(concurrency=1, idle_exit=True, poll=0.05)
+    assert sent == ["first", "after the wait"]  # once: the successor's, never the set-aside branch's
+    assert app.get("p").status is tether.Status.COMPLETED
+    done = app.run(waits, task_id="q")
+    assert done.status is tether.Status.AWAITING_INPUT
+    app.send_input("q", "go", True)
+    app.resume("q")
+    app.rewind("q", to=2)  # a finished branch set aside keeps its status
+    assert app.get("q~1").status is tether.Status.COMPLETED
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+def test_a_database_whose_set_aside_branches_are_claimable_migrates(store_url: str) -> None:
+    """A branch set aside before they were made inert (its row waiting, due): opening the database
+    makes it inert, and leaves a task that really waits as it is."""
+    app = tether.App(store_url, inline_wait=0)
+    waits = _waits_then_sends(app, [])
+    app.run(waits, task_id="p")
+    app.run(waits, task_id="other")
+    app.rewind("p", to=app.state("p").version)
+    app.close()
+    old = "UPDATE tasks SET status = 'awaiting_input', wake_at = 1.0 WHERE task_id = 'p~1'"
+    if store_url.startswith("sqlite:///"):
+        import sqlite3
+
+        from tether.store._sqlite_schema import SCHEMA_VERSION
+
+        conn = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+        conn.execute(old)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+        conn.commit()
+        conn.close()
+    else:
+        import psycopg
+        from psycopg import sql
+
+        from tether.store._postgres_schema import SCHEMA_VERSION
+
+        base, _, query = store_url.partition("?")
+        schema = dict(part.split("=") for part in query.split("&"))["schema"]
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            conn.execute(old)
+            conn.execute("UPDATE tether_meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION - 1),))
+    reopened = tether.App(store_url)
+    row = reopened.store.get_task(reopened.tenant, "p~1")
+    assert row is not None and row.status == "cancelled" and row.wake_at is None
+    waiting = reopened.store.get_task(reopened.tenant, "other")
+    assert waiting is not None and waiting.status == "awaiting_input"

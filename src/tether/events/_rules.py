@@ -43,7 +43,7 @@ from tether.events.task import (
     TaskCreated,
     TaskForked,
 )
-from tether.machine import Phases, Status, check_status
+from tether.machine import TERMINAL, Phases, Status, check_status
 from tether.model import (
     Attempt,
     Decision,
@@ -133,6 +133,12 @@ def _task_forked(d: _Draft, ev: TaskForked, at: datetime, epoch: float) -> None:
 def _task_archived(d: _Draft, ev: TaskArchived, at: datetime, epoch: float) -> None:
     d.values["task_id"] = ev.task_id
     d.values["superseded_by"] = ev.successor
+    if d.values["status"] not in TERMINAL:
+        # Set aside: its successor goes on in its place, and nothing runs it again (a worker took a
+        # waiting or sleeping one when due, and its code made its calls a second time).
+        d.values["status"] = Status.CANCELLED
+        d.values["wake_at"] = None
+        d.values["waiting"] = None
 
 
 @_rule(StatusChanged)

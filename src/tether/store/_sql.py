@@ -16,8 +16,10 @@ from tether.errors import SchemaVersionError
 from tether.store.base import EventRow, TaskFilter, TaskRow
 
 __all__ = [
+    "ARCHIVED_INERT",
     "CLAIMABLE",
     "DUE",
+    "FINISHED",
     "HEAD_EVERY",
     "ID_ORDER",
     "LISTED",
@@ -106,6 +108,17 @@ def claim_statement(*, lock: str = "") -> str:
     return _CLAIM.format(lock=f"\n    {lock}" if lock else "")
 
 
+FINISHED = "'completed', 'failed', 'cancelled'"
+"""The statuses a task ends in, as SQL (``machine.TERMINAL``'s values)."""
+
+ARCHIVED_INERT = (
+    "UPDATE tasks SET wake_at = NULL, lease_owner = NULL, lease_expires = NULL, status = 'cancelled' "
+    f"WHERE status NOT IN ({FINISHED}) AND id IN (SELECT task FROM events WHERE type = 'TaskArchived')"
+)
+"""The migration that makes the branches rewinds set aside before they were made inert (see
+``Statements.rename_task``) inert too: a worker took a waiting or sleeping one when due."""
+
+
 @dataclass(frozen=True, slots=True)
 class Statements:
     """The statements both backends run, as written for SQLite (``?``); :meth:`in_pyformat` gives
@@ -117,7 +130,12 @@ class Statements:
     task_taken: str = "SELECT 1 FROM tasks WHERE tenant = ? AND task_id = ?"
     parent_of: str = "SELECT parent, parent_seq FROM tasks WHERE id = ?"
     child_of: str = "SELECT 1 FROM tasks WHERE parent = ?"
-    rename_task: str = "UPDATE tasks SET task_id = ? WHERE id = ?"
+    # A rewind's set-aside branch: renamed, and inert (as its TaskArchived folds it): cancelled unless it
+    # had finished, no wake-up, no lease; no worker takes it again.
+    rename_task: str = (
+        "UPDATE tasks SET task_id = ?, wake_at = NULL, lease_owner = NULL, lease_expires = NULL, "
+        f"status = CASE WHEN status IN ({FINISHED}) THEN status ELSE 'cancelled' END WHERE id = ?"
+    )
     insert_task: str = (
         "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
         "parent, parent_seq, wake_at, version, updated_at, calls_done, summary, output, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 from tether.errors import ConfigurationError, SchemaVersionError
-from tether.store._sql import SCALE_INDEXES, newer_schema
+from tether.store._sql import ARCHIVED_INERT, SCALE_INDEXES, newer_schema
 from tether.store._sqlite_files import rollback
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
@@ -104,6 +104,8 @@ MIGRATIONS: list[str] = [
     # task's forks, a listing of one type only that type (issue 17: cost that does not grow with the
     # tasks waiting on people, asleep or of other kinds).
     SCALE_INDEXES,
+    # 5: the branches rewinds set aside are inert: no worker takes one again.
+    ARCHIVED_INERT + ";",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

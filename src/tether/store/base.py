@@ -24,6 +24,7 @@ from tether.machine import TERMINAL
 
 __all__ = [
     "COMPLETES",
+    "FINISHED",
     "ChangeSignal",
     "EventRow",
     "IndexUpdate",
@@ -87,7 +88,8 @@ class TaskHead:
     """The output's JSON; ``None`` when it has none."""
 
 
-_FINISHED = frozenset(status.value for status in TERMINAL)  # as the index row stores them
+FINISHED = frozenset(status.value for status in TERMINAL)
+"""The statuses a task ends in, as its index row stores them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +136,7 @@ class TaskRow:
         """Who runs the task at ``now``, as listings show it (``tether tasks``, serve): the lease's
         holder, except that a finished task is run by nobody. Its run is only giving the lease back
         (or its process died before it could): nothing more runs in it, and no run takes it over."""
-        return None if self.status in _FINISHED else self.held_by(now)
+        return None if self.status in FINISHED else self.held_by(now)
 
 
 Position = tuple[str, float, int]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from tether.errors import ConflictError, LeaseLostError, TaskNotFoundError
 from tether.store.base import (
     COMPLETES,
+    FINISHED,
     ChangeSignal,
     EventRow,
     IndexUpdate,
@@ -161,7 +162,10 @@ class MemoryStore:
             if (tenant, archive_id) in self._tasks:
                 raise ConflictError(archive_id, expected=0, actual=None)
             del self._tasks[(tenant, task_id)]
-            stream.row = _moved(replace(stream.row, task_id=archive_id), [archived], None)
+            set_aside = replace(stream.row, task_id=archive_id, wake_at=None, lease_owner=None, lease_expires=None)
+            if set_aside.status not in FINISHED:  # inert, as the store's rename_task makes it
+                set_aside = replace(set_aside, status="cancelled")
+            stream.row = _moved(set_aside, [archived], None)
             stream.events.append(archived)
             self._tasks[(tenant, archive_id)] = stream
             # Children keep pointing at the branch, wherever it now lives.
