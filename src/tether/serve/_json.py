@@ -19,8 +19,6 @@ from tether.timetravel import HistoryEntry
 
 __all__ = ["entries_json", "jsonable", "state_json", "summary_json"]
 
-TERMINAL = {Status.COMPLETED.value, Status.FAILED.value, Status.CANCELLED.value}
-
 
 def _default(value: Any) -> Any:
     if isinstance(value, BaseModel):

@@ -24,10 +24,11 @@ from tether.conversation.session import stream_id as session_stream
 from tether.errors import TaskNotFoundError, TetherError
 from tether.machine import Status
 from tether.runtime.app import App
-from tether.serve._json import TERMINAL, entries_json, jsonable, state_json, summary_json, task_json
+from tether.serve._json import entries_json, jsonable, state_json, summary_json, task_json
 from tether.serve._listing import Listings
 from tether.serve.auth import Principal
 from tether.store import TaskFilter, TaskRow
+from tether.store.base import FINISHED
 from tether.timetravel import HistoryCursor, step_ref
 
 __all__ = ["ErrorBody", "NotRunnableError", "build_router"]
@@ -290,7 +291,7 @@ def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) 
         row = _row_of(app, task_id)
         state = app.state(task_id)
         now = time.time()
-        if state.status.value in TERMINAL:
+        if state.status.value in FINISHED:
             hint = "; retry it instead (POST …/retry)" if state.status is Status.FAILED else ""
             raise NotRunnableError(f"task {task_id!r} is {state.status.value}; there is nothing to resume{hint}")
         if state.status is Status.AWAITING_INPUT and (row.wake_at is None or row.wake_at > now):
@@ -503,7 +504,7 @@ async def _history_events(
             yield _sse("replaced", {"task_id": task_id})
         for body in bodies:
             yield _sse("history", body)
-        if row is None or row.status in TERMINAL:
+        if row is None or row.status in FINISHED:
             yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
             return
         if not await feed.wait(count, _RECHECK):

@@ -13,13 +13,13 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tether.errors import SchemaVersionError
-from tether.store.base import EventRow, TaskFilter, TaskRow
+from tether.store.base import FINISHED, EventRow, TaskFilter, TaskRow
 
 __all__ = [
     "ARCHIVED_INERT",
     "CLAIMABLE",
     "DUE",
-    "FINISHED",
+    "FINISHED_SQL",
     "HEAD_EVERY",
     "ID_ORDER",
     "LISTED",
@@ -108,12 +108,12 @@ def claim_statement(*, lock: str = "") -> str:
     return _CLAIM.format(lock=f"\n    {lock}" if lock else "")
 
 
-FINISHED = "'completed', 'failed', 'cancelled'"
-"""The statuses a task ends in, as SQL (``machine.TERMINAL``'s values)."""
+FINISHED_SQL = ", ".join(f"'{status}'" for status in sorted(FINISHED))
+"""The statuses a task ends in (``store.base.FINISHED``), as an SQL list."""
 
 ARCHIVED_INERT = (
     "UPDATE tasks SET wake_at = NULL, lease_owner = NULL, lease_expires = NULL, status = 'cancelled' "
-    f"WHERE status NOT IN ({FINISHED}) AND id IN (SELECT task FROM events WHERE type = 'TaskArchived')"
+    f"WHERE status NOT IN ({FINISHED_SQL}) AND id IN (SELECT task FROM events WHERE type = 'TaskArchived')"
 )
 """The migration that makes the branches rewinds set aside before they were made inert (see
 ``Statements.rename_task``) inert too: a worker took a waiting or sleeping one when due."""
@@ -134,7 +134,7 @@ class Statements:
     # had finished, no wake-up, no lease; no worker takes it again.
     rename_task: str = (
         "UPDATE tasks SET task_id = ?, wake_at = NULL, lease_owner = NULL, lease_expires = NULL, "
-        f"status = CASE WHEN status IN ({FINISHED}) THEN status ELSE 'cancelled' END WHERE id = ?"
+        f"status = CASE WHEN status IN ({FINISHED_SQL}) THEN status ELSE 'cancelled' END WHERE id = ?"
     )
     insert_task: str = (
         "INSERT INTO tasks (tenant, task_id, type, status, user_id, session_id, created_at, "
