@@ -305,21 +305,22 @@ class TetherDurability(AbstractCapability[Any]):
         finally:
             _LIVE.reset(token)
         if isinstance(result, dict) and len(result) == 1:
-            _raise_recorded(result)
-        if isinstance(result, dict) and set(result) == {_RETRY}:
-            part = ModelMessagesTypeAdapter.validate_python([result[_RETRY]])[0].parts[0]
-            said = getattr(part, "content", None)  # the retry's prompt (its part's type varies by release)
-            if not ran and isinstance(said, str):
-                # Replayed: raised as the tool raised it, so that Pydantic AI counts it against the
-                # tool's retries as it did live (the handler that counted it has not run this time).
-                raise ModelRetry(said)
-            raise ToolRetryError(part)  # type: ignore[arg-type]  # a RetryPromptPart, as recorded
+            _raise_recorded(result, replayed=not ran)
         return result
 
 
-def _raise_recorded(result: dict[str, Any]) -> None:
-    """Raise again what a tool raised to steer the run, as recorded: that it failed (its answer to
-    the model), or that its call is deferred or waits for approval (the run's output then says so)."""
+def _raise_recorded(result: dict[str, Any], *, replayed: bool) -> None:
+    """Raise again what a tool raised to steer the run, as recorded: a retry it asked for, that it
+    failed (either its answer to the model), or that its call is deferred or waits for approval (the
+    run's output then says so). Nothing, for a result that is none of these."""
+    if _RETRY in result:
+        part = ModelMessagesTypeAdapter.validate_python([result[_RETRY]])[0].parts[0]
+        said = getattr(part, "content", None)  # the retry's prompt (its part's type varies by release)
+        if replayed and isinstance(said, str):
+            # Raised as the tool raised it, so that Pydantic AI counts it against the tool's retries
+            # as it did live (the handler that counted it has not run this time).
+            raise ModelRetry(said)
+        raise ToolRetryError(part)  # type: ignore[arg-type]  # a RetryPromptPart, as recorded
     if _FAILED in result:
         part = ModelMessagesTypeAdapter.validate_python([result[_FAILED]])[0].parts[0]
         raise ToolFailedError(part)  # type: ignore[arg-type]  # a ToolReturnPart, as recorded
