@@ -42,7 +42,9 @@ class Entry:
         "snap_head",
         "snap_seq",
         "snap_size",
+        "taken",
         "version",
+        "weighed",
     )
 
     def __init__(self, state: TaskState, snap_seq: int, snap_size: int, bytes_since: int) -> None:
@@ -69,6 +71,12 @@ class Entry:
         self.snap_head: str | None = None
         """The head of the last snapshot (``head_of``), when this log wrote it: what it is cut down to
         once a later one holds its calls."""
+        self.taken = snap_size
+        """Bytes of the snapshot it was loaded from and of the events it took before its last snapshot
+        (``bytes_since`` counts those after; moved here when a snapshot is written, not counted
+        twice on every append): see :meth:`weight`."""
+        self.weighed = 0
+        """Of its weight, what the memory has counted so far."""
 
     def took(self, rows: Sequence[EventRow]) -> None:
         """Count events written or read (another writer's) towards the next snapshot: their bytes,
@@ -87,6 +95,12 @@ class Entry:
         if opening:
             self.opened().update(opening)
         self.took((row,))
+
+    def weight(self) -> int:
+        """About what it holds in memory, in bytes of stored JSON: its snapshot's and every event's it
+        took (a call's record keeps its result; a state loaded from a snapshot reads its calls
+        when asked). Counted against the log's memory's budget (see :class:`Memory`)."""
+        return self.taken + self.bytes_since
 
     def opened(self) -> Opened:
         """The ordinals of the calls opened, the pending events' too (what an append is checked
@@ -148,16 +162,22 @@ class Opened:
 
 
 class Memory:
-    """The log's entries by task id, least recently used dropped first beyond ``size``.
+    """The log's entries by task id, least recently used dropped first beyond ``size`` entries or
+    beyond ``budget`` bytes (each entry's :meth:`~Entry.weight`, counted when it is remembered and again each
+    time it is touched: a writer touches its task when its run stops, a reader when it loads it).
+    An entry dropped is only a cache gone: the next read loads the task from its store.
 
     One App is shared by threads (ctx.map, a worker's concurrency, a server's requests): what
     the log remembers of a task is read and changed under that task's lock (striped, so
     unrelated tasks rarely wait on each other), the LRU's order under its own.
     """
 
-    def __init__(self, size: int, heads_every: int = 0) -> None:
+    def __init__(self, size: int, heads_every: int = 0, budget: int = 32 * 1024 * 1024) -> None:
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._size = size
+        self._budget = budget
+        self._total = 0
+        """The bytes counted of the entries remembered (the sum of their ``weighed``)."""
         self.heads_every = heads_every
         """Each remembered entry keeps a head of its state every this many events at least (0: none)."""
         self._stripes = [threading.RLock() for _ in range(_STRIPES)]
@@ -169,19 +189,42 @@ class Memory:
     def remember(self, task_id: str, entry: Entry) -> None:
         entry.heads_every = self.heads_every
         with self._order:
+            old = self._entries.pop(task_id, None)
+            if old is not None:
+                self._total -= old.weighed
             self._entries[task_id] = entry
-            self._entries.move_to_end(task_id)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+            entry.weighed = 0
+            self._weigh(entry)
 
     def touch(self, task_id: str) -> None:
+        """Make the task's entry the most recently used, and count what it took since last counted."""
         with self._order:
-            if task_id in self._entries:
+            entry = self._entries.get(task_id)
+            if entry is not None:
                 self._entries.move_to_end(task_id)
+                self._weigh(entry)
+
+    def _weigh(self, entry: Entry) -> None:
+        """Count ``entry``'s bytes again (it is the most recently used), then drop the least recently
+        used entries while there are too many or they hold too much: never the last one left."""
+        weight = entry.weight()
+        self._total += weight - entry.weighed
+        entry.weighed = weight
+        entries = self._entries
+        while len(entries) > 1 and (len(entries) > self._size or self._total > self._budget):
+            self._total -= entries.popitem(last=False)[1].weighed
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """How many entries are remembered and the bytes counted of them."""
+        with self._order:
+            return len(self._entries), self._total
 
     def lock(self, task_id: str) -> threading.RLock:
         return self._stripes[hash(task_id) % _STRIPES]
 
     def forget(self, task_id: str) -> None:
         with self._order:
-            self._entries.pop(task_id, None)
+            entry = self._entries.pop(task_id, None)
+            if entry is not None:
+                self._total -= entry.weighed

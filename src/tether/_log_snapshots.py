@@ -80,6 +80,7 @@ class SnapshotKeeping:
             self.store.put_snapshot(self.tenant, task_id, snapshot_row(seq, STATE_SCHEMA_VERSION, head))
         entry.snap_seq = entry.version
         entry.snap_head = head_of(data, state.calls)
+        entry.taken += entry.bytes_since  # still held: the state keeps what those events said
         entry.bytes_since = entry.kept_since = 0
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:

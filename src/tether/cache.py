@@ -6,12 +6,15 @@ Inside a task, use ``ctx.fetch(fn, *args, ttl=...)`` instead: it records what it
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from tether._keys import canonical_json
+from tether._validate import check_int
 from tether.errors import InvalidInputError
 
 __all__ = ["cached"]
@@ -21,12 +24,14 @@ R = TypeVar("R")
 
 
 class Cached(Generic[P, R]):
-    """A read function with a TTL cache keyed by its arguments."""
+    """A read function with a TTL cache keyed by its arguments, of at most ``maxsize`` values: the
+    oldest read first out, as soon as it is stale or there are too many."""
 
-    def __init__(self, fn: Callable[P, R], ttl: float) -> None:
+    def __init__(self, fn: Callable[P, R], ttl: float, maxsize: int = 1024) -> None:
         self.fn = fn
         self.ttl = ttl
-        self._values: dict[bytes, tuple[float, R]] = {}
+        self.maxsize = maxsize
+        self._values: OrderedDict[bytes, tuple[float, R]] = OrderedDict()  # oldest read first
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
@@ -45,7 +50,14 @@ class Cached(Generic[P, R]):
             return hit[1]
         value = self.fn(*args, **kwargs)
         with self._lock:
-            self._values[key] = (now, value)
+            values = self._values
+            values[key] = (now, value)
+            values.move_to_end(key)
+            while values:  # the oldest read first: stale, or one too many
+                read_at = next(iter(values.values()))[0]
+                if len(values) <= self.maxsize and now - read_at < self.ttl:
+                    break
+                values.popitem(last=False)
         return value
 
     def invalidate(self, *args: Any, **kwargs: Any) -> None:
@@ -58,8 +70,9 @@ class Cached(Generic[P, R]):
             self._values.clear()
 
 
-def cached(*, ttl: float) -> Callable[[Callable[P, R]], Cached[P, R]]:
-    """Cache a read function's results for ``ttl`` seconds, per arguments.
+def cached(*, ttl: float, maxsize: int = 1024) -> Callable[[Callable[P, R]], Cached[P, R]]:
+    """Cache a read function's results for ``ttl`` seconds, per arguments, keeping at most
+    ``maxsize`` of them (the oldest read goes first; a stale one goes when the next is read).
 
     Example:
         >>> import tether
@@ -73,10 +86,11 @@ def cached(*, ttl: float) -> Callable[[Callable[P, R]], Cached[P, R]]:
         >>> price.invalidate("BA117"); price("BA117"), len(reads)
         (420, 2)
     """
-    if ttl <= 0:
-        raise InvalidInputError(f"ttl must be positive, got {ttl}")
+    if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not math.isfinite(ttl) or ttl <= 0:
+        raise InvalidInputError(f"ttl must be a finite number of seconds above 0, got {ttl!r}")
+    check_int(maxsize, "maxsize", low=1)
 
     def decorate(fn: Callable[P, R]) -> Cached[P, R]:
-        return Cached(fn, ttl)
+        return Cached(fn, ttl, maxsize)
 
     return decorate

@@ -92,6 +92,10 @@ class TaskLog(SnapshotKeeping):
         snapshots: the :class:`SnapshotPolicy`.
         upcasters: migrations for older event shapes.
         max_event_bytes: an event larger than this (encoded) is refused.
+        cache_size, cache_bytes: what the log remembers of the tasks it touched (their folded
+            states, so that the next append or read needs no query) is at most this many tasks and
+            about this many bytes of their stored events; the least recently used are dropped
+            first, and read again from the store when next needed.
 
     Example:
         >>> import tether
@@ -112,14 +116,17 @@ class TaskLog(SnapshotKeeping):
         upcasters: Upcasters | None = None,
         max_event_bytes: int = 16 * 1024 * 1024,
         cache_size: int = 4096,
+        cache_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         check_id(tenant, "tenant", error=ConfigurationError)
+        check_int(cache_size, "cache_size", low=1, error=ConfigurationError)
+        check_int(cache_bytes, "cache_bytes", low=0, error=ConfigurationError)
         self.store: Store = store if store is not None and not isinstance(store, str) else open_store(store)
         self.tenant = tenant
         self.snapshots = snapshots or SnapshotPolicy()
         self.upcasters = upcasters or DEFAULT_UPCASTERS
         self.max_event_bytes = max_event_bytes
-        self._memory = Memory(cache_size, self.snapshots.every)
+        self._memory = Memory(cache_size, self.snapshots.every, cache_bytes)
 
     # ----------------------------------------------------------------- encoding
     def encode(self, event: Event) -> str:
@@ -326,10 +333,13 @@ class TaskLog(SnapshotKeeping):
 
     @_per_task
     def snapshot_if_due(self, task_id: str) -> None:
-        """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``)."""
+        """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``):
+        a writer calls it when it stops, and what the log remembers of the task is counted again
+        against its budget (``cache_bytes``), now that the writer has let it go."""
         entry = self._memory.get(task_id)
         if entry is not None:
             self._maybe_snapshot(task_id, entry)
+            self._memory.touch(task_id)
 
     def fork(
         self,

@@ -79,6 +79,10 @@ class App(TimeTravel, Conversations):
         max_value_bytes: the largest encoded event (a tool result, an input) accepted.
         inline_wait: sleeps and retry backoffs up to this many seconds wait in the running
             process; longer ones suspend the task (``sleeping``) and free the worker.
+        cache_bytes: about how many bytes of tasks' events the app keeps folded in memory, the
+            tasks it ran or read most recently first (a task it runs is read from its store again
+            only when it was dropped). Memory stays bounded however many tasks a worker or a
+            server goes through.
 
     Example:
         >>> import tether
@@ -105,6 +109,7 @@ class App(TimeTravel, Conversations):
         lease_ttl: float = 30.0,
         max_value_bytes: int = 16 * 1024 * 1024,
         inline_wait: float = 1.0,
+        cache_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         if url is not None and not isinstance(url, str | Store):
             raise ConfigurationError(f"url must be a store URL or a SQLite path, got {type(url).__name__} {url!r}")
@@ -112,7 +117,13 @@ class App(TimeTravel, Conversations):
         check_positive(lease_ttl, "lease_ttl")
         check_positive(inline_wait, "inline_wait", zero=True)
         check_int(max_value_bytes, "max_value_bytes", low=1, error=ConfigurationError)
-        self.log = TaskLog(url or DEFAULT_URL, tenant=tenant, snapshots=snapshots, max_event_bytes=max_value_bytes)
+        self.log = TaskLog(
+            url or DEFAULT_URL,
+            tenant=tenant,
+            snapshots=snapshots,
+            max_event_bytes=max_value_bytes,
+            cache_bytes=cache_bytes,
+        )
         self.store = self.log.store
         self.commits = CommitThread(self.log)
         """Writes async tasks' records off their event loops (see ``runtime/_commits.py``)."""

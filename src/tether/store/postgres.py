@@ -246,7 +246,8 @@ class PostgresStore:
             row = self._run(lambda c: c.execute(SQL.task_id, key).fetchone())
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
-            found = self._ids[key] = int(row[0])
+            found = int(row[0])
+            _sql.keep_id(self._ids, key, found)
         return found
 
     def _version_of(self, conn: psycopg.Connection[Any], internal: int) -> int:
@@ -268,7 +269,7 @@ class PostgresStore:
             assert found is not None
             return int(found[0])
 
-        self._ids[(tenant, row.task_id)] = self._run(create)
+        _sql.keep_id(self._ids, (tenant, row.task_id), self._run(create))
 
     def append(
         self,
@@ -430,8 +431,8 @@ class PostgresStore:
                 "INSERT INTO events (task, seq, type, schema, at, data) VALUES (%s, %s, %s, %s, %s, %s::jsonb)",
                 (new[0], forked.seq, forked.type, forked.schema, forked.at, to_jsonb(forked.data)),
             )
-        self._ids[(tenant, archive_id)] = internal
-        self._ids[(tenant, task_id)] = int(new[0])
+        _sql.keep_id(self._ids, (tenant, archive_id), internal)
+        _sql.keep_id(self._ids, (tenant, task_id), int(new[0]))
 
     def read_events(self, tenant: str, task_id: str, *, after: int = 0, upto: int | None = None) -> list[EventRow]:
         rows = self._run(lambda conn: own.read_stream(conn, tenant, task_id, after, upto))

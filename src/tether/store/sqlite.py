@@ -207,7 +207,8 @@ class SQLiteStore:
             row = self._conn.execute(own.SQL.task_id, key).fetchone()
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
-            found = self._ids[key] = row[0]
+            found = row[0]
+            _sql.keep_id(self._ids, key, found, self._known, self._tokens)
         return found
 
     def _version_of(self, internal: int) -> int:
@@ -229,7 +230,7 @@ class SQLiteStore:
             conn.execute(
                 own.INSERT_NEXT, (internal, first.seq, first.type, first.schema, first.at, text(first.data), None)
             )
-            self._ids[(tenant, row.task_id)] = internal
+            _sql.keep_id(self._ids, (tenant, row.task_id), internal, self._known, self._tokens)
 
     def append(
         self,
@@ -427,8 +428,8 @@ class SQLiteStore:
             conn.execute(
                 own.INSERT_NEXT, (new, forked.seq, forked.type, forked.schema, forked.at, text(forked.data), None)
             )
-        self._ids[(tenant, archive_id)] = internal
-        self._ids[(tenant, task_id)] = new  # type: ignore[assignment]
+        _sql.keep_id(self._ids, (tenant, archive_id), internal, self._known, self._tokens)
+        _sql.keep_id(self._ids, (tenant, task_id), new, self._known, self._tokens)  # type: ignore[arg-type]
 
     def _drop_history(self, task_id: str, internal: int) -> int:
         """Inside a write: delete a stream's events and snapshots (refused while forks read them);
