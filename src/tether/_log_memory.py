@@ -164,20 +164,23 @@ class Opened:
 class Memory:
     """The log's entries by task id, least recently used dropped first beyond ``size`` entries or
     beyond ``budget`` bytes (each entry's :meth:`~Entry.weight`, counted when it is remembered and again each
-    time it is touched: a writer touches its task when its run stops, a reader when it loads it).
-    An entry dropped is only a cache gone: the next read loads the task from its store.
+    time it is touched: a writer touches its task when its run stops, a reader when it loads it),
+    but never one of a task that a run in this process holds. An entry dropped is only a cache
+    gone: the next read loads the task from its store.
 
     One App is shared by threads (ctx.map, a worker's concurrency, a server's requests): what
     the log remembers of a task is read and changed under that task's lock (striped, so
     unrelated tasks rarely wait on each other), the LRU's order under its own.
     """
 
-    def __init__(self, size: int, heads_every: int = 0, budget: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, size: int, heads_every: int = 0, budget: int = 16 * 1024 * 1024) -> None:
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._size = size
         self._budget = budget
         self._total = 0
         """The bytes counted of the entries remembered (the sum of their ``weighed``)."""
+        self._held: dict[str, int] = {}
+        """The tasks runs in this process hold (see :meth:`hold`), with how many runs."""
         self.heads_every = heads_every
         """Each remembered entry keeps a head of its state every this many events at least (0: none)."""
         self._stripes = [threading.RLock() for _ in range(_STRIPES)]
@@ -205,14 +208,38 @@ class Memory:
                 self._weigh(entry)
 
     def _weigh(self, entry: Entry) -> None:
-        """Count ``entry``'s bytes again (it is the most recently used), then drop the least recently
-        used entries while there are too many or they hold too much: never the last one left."""
+        """Count ``entry``'s bytes again (it was just used), then drop the least recently used entries
+        while there are too many or they hold too much: never ``entry``, nor a task a run holds."""
         weight = entry.weight()
         self._total += weight - entry.weighed
         entry.weighed = weight
         entries = self._entries
-        while len(entries) > 1 and (len(entries) > self._size or self._total > self._budget):
-            self._total -= entries.popitem(last=False)[1].weighed
+        over, excess = len(entries) - self._size, self._total - self._budget
+        if over <= 0 and excess <= 0:
+            return
+        going = []
+        for task_id, other in entries.items():  # the least recently used first
+            if over <= 0 and excess <= 0:
+                break
+            if other is not entry and task_id not in self._held:
+                going.append(task_id)
+                over, excess = over - 1, excess - other.weighed
+        for task_id in going:
+            self._total -= entries.pop(task_id).weighed
+
+    def hold(self, task_id: str) -> None:
+        """A run in this process writes the task: its entry is not dropped until :meth:`let_go` (the
+        run keeps its state anyway; dropped, its next append would read the task again)."""
+        with self._order:
+            self._held[task_id] = self._held.get(task_id, 0) + 1
+
+    def let_go(self, task_id: str) -> None:
+        """The run that held the task stopped: its entry counts again, as the most recently used."""
+        with self._order:
+            left = self._held.pop(task_id, 0) - 1
+            if left > 0:
+                self._held[task_id] = left
+            self.touch(task_id)
 
     @property
     def held(self) -> tuple[int, int]:

@@ -116,7 +116,7 @@ class TaskLog(SnapshotKeeping):
         upcasters: Upcasters | None = None,
         max_event_bytes: int = 16 * 1024 * 1024,
         cache_size: int = 4096,
-        cache_bytes: int = 32 * 1024 * 1024,
+        cache_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         check_id(tenant, "tenant", error=ConfigurationError)
         check_int(cache_size, "cache_size", low=1, error=ConfigurationError)
@@ -333,13 +333,23 @@ class TaskLog(SnapshotKeeping):
 
     @_per_task
     def snapshot_if_due(self, task_id: str) -> None:
-        """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``):
-        a writer calls it when it stops, and what the log remembers of the task is counted again
-        against its budget (``cache_bytes``), now that the writer has let it go."""
+        """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``)."""
         entry = self._memory.get(task_id)
         if entry is not None:
             self._maybe_snapshot(task_id, entry)
-            self._memory.touch(task_id)
+
+    def hold(self, task_id: str) -> None:
+        """A writer in this process starts on the task (a run, holding its lease): what the log
+        remembers of it stays remembered, whatever the budget (``cache_bytes``), until :meth:`release`."""
+        self._memory.hold(task_id)
+
+    def release(self, task_id: str) -> None:
+        """The writer :meth:`hold` announced stopped: a snapshot if the policy asks for one, and what
+        the log remembers of the task counts against the budget again."""
+        try:
+            self.snapshot_if_due(task_id)
+        finally:
+            self._memory.let_go(task_id)
 
     def fork(
         self,

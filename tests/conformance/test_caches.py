@@ -157,3 +157,40 @@ def test_a_store_keeps_a_bounded_number_of_task_ids(store_url: str, monkeypatch:
     with pytest.raises(tether.ConflictError):  # a stale version is still refused, cache or none
         app.log.append("t0", [tether.events.ObservationRecorded(key="k", value=2)], state.version)
     app.close()
+
+
+def test_a_task_a_run_holds_stays_remembered_while_others_come_and_go(store_url: str) -> None:
+    """Runs of other tasks fill the memory past its budget while a task runs: the running one is
+    not dropped (its run keeps its state anyway), so none of its appends reads it again; once its
+    run stops it is counted as any other."""
+    app = tether.App(store_url, cache_bytes=0)
+    reads: list[str] = []
+    read_events = app.store.read_events
+
+    def counted(tenant: str, task_id: str, **kwargs: object) -> object:
+        reads.append(task_id)
+        return read_events(tenant, task_id, **kwargs)  # type: ignore[arg-type]
+
+    @app.tool(name="noop")
+    def noop() -> int:
+        return 1
+
+    @app.task(name="small")
+    def small(ctx: tether.TaskContext) -> int:
+        return ctx.call(noop)
+
+    @app.tool(name="others")
+    def others(n: int) -> int:
+        return sum(app.run(small, task_id=f"small-{n}-{i}").output for i in range(3))
+
+    @app.task(name="long")
+    def long(ctx: tether.TaskContext) -> int:
+        return sum(ctx.call(others, n) for n in range(3))
+
+    app.store.read_events = counted  # type: ignore[method-assign]
+    assert app.run(long, task_id="long").output == 9
+    assert "long" not in reads  # created, run and ended from memory: never read back
+    assert app.log._memory.get("long") is not None  # the last to stop: the one remembered
+    app.run(small, task_id="after")
+    assert app.log._memory.get("long") is None  # let go: dropped as any other
+    app.close()

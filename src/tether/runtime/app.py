@@ -109,7 +109,7 @@ class App(TimeTravel, Conversations):
         lease_ttl: float = 30.0,
         max_value_bytes: int = 16 * 1024 * 1024,
         inline_wait: float = 1.0,
-        cache_bytes: int = 32 * 1024 * 1024,
+        cache_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         if url is not None and not isinstance(url, str | Store):
             raise ConfigurationError(f"url must be a store URL or a SQLite path, got {type(url).__name__} {url!r}")

@@ -127,6 +127,7 @@ def _open(
     else:
         first, state = task()
         if first is not None:
+            app.log.hold(state.task_id)
             return state.task_id, 1, [first], state
         task_id = state.task_id
     if token is None:
@@ -134,6 +135,7 @@ def _open(
         if state.status in TERMINAL:
             return TaskHandle.of(state)
         token = acquire(app.store, app.tenant, task_id, app.worker_id, app.lease_ttl, force=force)
+    app.log.hold(task_id)
     try:
         history, state = _record_of(app, task_id)
     except BaseException:
@@ -211,10 +213,10 @@ def _record_of(app: App, task_id: str) -> tuple[list[Recorded], TaskState]:
 
 def _let_go(app: App, task_id: str, token: int, rec: Recorder | None) -> TaskState | None:
     """The end of a run: the state it ends in (``rec``'s latest; read here, off an async task's
-    loop, whose thread must never wait on the log's locks), a snapshot if one is due, and the lease
-    released."""
+    loop, whose thread must never wait on the log's locks), a snapshot if one is due, the log's hold
+    on the task's memory and the lease released."""
     try:
-        app.log.snapshot_if_due(task_id)
+        app.log.release(task_id)
         app.store.release_lease(app.tenant, task_id, token)
     except TetherError:
         pass  # the lease runs out by itself; the snapshot is only a cache
