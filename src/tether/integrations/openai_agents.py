@@ -79,6 +79,11 @@ from tether.integrations._openai_session import TetherSession
 __all__ = ["DurableModel", "TetherSession", "approval_key", "approvals", "durable_agent", "run", "run_streamed"]
 
 _RESPONSE = TypeAdapter(ModelResponse)
+# How a response is recorded: only the fields the model set, under the names the API uses, so the
+# response read back sets the same fields. The SDK sends a turn's items back to the model with the
+# fields they set (``model_dump(exclude_unset=True)``): a record of every field would add the ones
+# the model left out (``'caller': None``...) to every later turn's input.
+_AS_SENT: dict[str, Any] = {"mode": "json", "exclude_unset": True, "by_alias": True}
 
 
 # ----------------------------------------------------------------------------- durable runs
@@ -103,7 +108,7 @@ class _ModelCall:
         send = _PENDING_REQUEST.get()
         assert send is not None, "the model call runs inside DurableModel.get_response"
         response: ModelResponse = await send()
-        return _RESPONSE.dump_python(response, mode="json")  # type: ignore[no-any-return]
+        return _RESPONSE.dump_python(response, **_AS_SENT)  # type: ignore[no-any-return]
 
 
 _MODEL_CALL = _ModelCall()
@@ -292,9 +297,9 @@ async def _relay(
             items.append(event.item)
     if final is None:
         raise ModelBehaviorError("the model's stream ended without a response.completed event")
-    dumped: dict[str, Any] = final.model_dump(mode="json")
+    dumped: dict[str, Any] = final.model_dump(**_AS_SENT)
     if not dumped.get("output"):  # some backends only send the items as they finish
-        dumped["output"] = [item.model_dump(mode="json") for item in items]
+        dumped["output"] = [item.model_dump(**_AS_SENT) for item in items]
     return dumped
 
 
