@@ -1,5 +1,6 @@
-"""A durable run is, to the model, the plain SDK's run, live and replayed: the model is sent the
-same items.
+"""A durable run is, to the model and to the code, the plain SDK's run, live and replayed: the
+model is sent the same items; what a tool returned reaches the model as the same text and the
+run's items carry the same output.
 
 Each test runs the agent with plain ``Runner.run`` first, for reference; then as a tether task
 whose run stops at the model turn after the tool (the model is down), in one app; then it resumes
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -18,12 +21,43 @@ import pytest
 pytest.importorskip("agents")
 
 from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents.items import ToolCallOutputItem
+from agents.result import RunResult
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from pydantic import BaseModel
 
 import tether
 from tether.integrations.openai_agents import run, run_streamed
 
 set_tracing_disabled(True)
+
+
+class Parcel(BaseModel):
+    id: str
+    status: str
+
+
+@dataclasses.dataclass
+class Stop:
+    city: str
+    at: datetime.datetime
+
+
+class Opaque:
+    """A value with no JSON form: the SDK sends the model its ``str()``."""
+
+    def __str__(self) -> str:
+        return "parcel A-1, somewhere"
+
+
+OUTPUTS: dict[str, Callable[[], Any]] = {
+    "pydantic": lambda: Parcel(id="A-1", status="lost"),
+    "datetime": lambda: datetime.datetime(2024, 5, 1, 12, 30),
+    "date": lambda: datetime.date(2024, 5, 1),
+    "tuple": lambda: ("A-1", 3),
+    "dataclass": lambda: Stop("Leipzig", datetime.datetime(2024, 5, 1, 9, 0)),
+    "opaque": Opaque,
+}
 
 
 class Turns:
@@ -44,6 +78,11 @@ class Turns:
         if self.down:
             raise ConnectionError("the model is down")
         return [assistant_message("Done.")]
+
+
+def _outputs(result: RunResult) -> list[tuple[Any, Any]]:
+    """The run's tool output items: the raw item the model is sent, and the output the code reads."""
+    return [(item.raw_item, item.output) for item in result.new_items if isinstance(item, ToolCallOutputItem)]
 
 
 def _stop_then_resume(
@@ -102,3 +141,38 @@ def test_the_model_is_sent_the_items_a_plain_run_sends(durable_url: str, streame
     assert live.inputs == plain.inputs
     assert resumed.inputs == plain.inputs[1:]
     assert ran == ["lookup"]
+
+
+@pytest.mark.parametrize("kind", sorted(OUTPUTS))
+def test_a_tool_output_reaches_the_model_as_plain_runs_send_it(durable_url: str, kind: str) -> None:
+    """A pydantic model, a datetime, a date, a tuple, a dataclass, a value with no JSON form: the
+    model gets the text plain ``Runner.run`` sends it (``str()`` of the value, not of its JSON
+    form), live and resumed, and the resumed run's items carry the output a plain run's do; the
+    tool runs once. Before, tether handed the SDK the value's JSON form (a dict, an ISO string, a
+    list), so the model read ``{'id': 'A-1', ...}`` where a plain run sends ``id='A-1' ...``; and a
+    value with no JSON form failed the call."""
+    ran: list[str] = []
+
+    def make_agent(turns: Turns) -> Agent[Any]:
+        @function_tool
+        def lookup() -> Any:
+            """Look the parcel up."""
+            ran.append(kind)
+            return OUTPUTS[kind]()
+
+        return Agent(name="Tracker", model=turns.model(), tools=[lookup])
+
+    plain = Turns()
+    plain_result = asyncio.run(Runner.run(make_agent(plain), "Where is A-1?"))
+    ran.clear()
+    live, resumed, results = _stop_then_resume(durable_url, make_agent)
+    assert live.inputs == plain.inputs  # the live run sends the model what a plain run sends
+    assert resumed.inputs == plain.inputs[1:]  # the first turn from the record, the next one live
+    assert ran == [kind]  # the tool ran once, in the live run
+    ((raw, output),) = _outputs(results[-1])
+    ((plain_raw, plain_output),) = _outputs(plain_result)
+    assert raw == plain_raw
+    if kind == "opaque":
+        assert output == str(plain_output)  # no JSON form: the run's item holds the text the model got
+    else:
+        assert type(output) is type(plain_output) and output == plain_output
