@@ -1,10 +1,10 @@
 """A durable run is, to the model and to the code, the plain SDK's run, live and replayed: the
 model is sent the same items; what a tool returned reaches the model as the same text and the
-run's items carry the same output.
+run's items carry the same output; what a tool raised reaches the code as the same exception.
 
 Each test runs the agent with plain ``Runner.run`` first, for reference; then as a tether task
 whose run stops at the model turn after the tool (the model is down), in one app; then it resumes
-the task from the same database in a fresh app, where what was recorded comes from the record.
+the task from the same database in a fresh app, where the tool's outcome comes from the record.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("agents")
 
 from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents.exceptions import ModelBehaviorError
 from agents.items import ToolCallOutputItem
 from agents.result import RunResult
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -48,6 +49,10 @@ class Opaque:
 
     def __str__(self) -> str:
         return "parcel A-1, somewhere"
+
+
+class ParcelLostError(LookupError):
+    """Raised by a tool; at module level, so a replay can name it again."""
 
 
 OUTPUTS: dict[str, Callable[[], Any]] = {
@@ -176,3 +181,83 @@ def test_a_tool_output_reaches_the_model_as_plain_runs_send_it(durable_url: str,
         assert output == str(plain_output)  # no JSON form: the run's item holds the text the model got
     else:
         assert type(output) is type(plain_output) and output == plain_output
+
+
+def test_a_tool_failure_the_sdk_answers_replays_as_it_was_answered(durable_url: str) -> None:
+    """A tool with an output schema (``output_type=``) raises and the SDK's default failure
+    function answers the model: the model gets the same answer live and resumed, and the tool runs
+    once. Before, the resumed run handed the SDK the recorded answer as if the tool had returned it:
+    the SDK held it to the output schema and the run failed with 'Function tool output does not
+    match its declared output schema'."""
+    ran: list[str] = []
+
+    def make_agent(turns: Turns) -> Agent[Any]:
+        @function_tool(output_type=Parcel)
+        def lookup() -> Parcel:
+            """Look the parcel up."""
+            ran.append("lookup")
+            raise ParcelLostError("A-1 is lost")
+
+        return Agent(name="Tracker", model=turns.model(), tools=[lookup])
+
+    plain = Turns()
+    asyncio.run(Runner.run(make_agent(plain), "Where is A-1?"))
+    ran.clear()
+    live, resumed, _ = _stop_then_resume(durable_url, make_agent)
+    assert live.inputs == plain.inputs
+    assert resumed.inputs == plain.inputs[1:]
+    assert ran == ["lookup"]
+
+
+def _described(error: BaseException) -> tuple[str, str, str, str]:
+    cause = error.__cause__
+    return type(error).__name__, str(error), type(cause).__name__, str(cause)
+
+
+@pytest.mark.parametrize("raised", [ParcelLostError, ModelBehaviorError])
+def test_a_tool_error_reaches_the_code_as_plain_runs_raise_it(durable_url: str, raised: type[Exception]) -> None:
+    """A tool without a failure function (``failure_error_function=None``) raises: the run raises
+    what plain ``Runner.run`` raises (the SDK's ``UserError`` from the tool's own exception, or the
+    tool's ``AgentsException`` itself), live and when the task resumes and the failed call is
+    replayed from its record; the tool runs once. Before, tether put its ``ToolError`` between
+    them: the run raised ``UserError('Error running tool lookup: lookup failed after 1 attempt:
+    ...')`` from a ``ToolError``, and a ``ModelBehaviorError`` came out as a ``UserError``."""
+    ran: list[str] = []
+
+    def make_agent() -> Agent[Any]:
+        @function_tool(failure_error_function=None)
+        def lookup() -> str:
+            """Look the parcel up."""
+            ran.append("lookup")
+            raise raised("no parcel A-1")
+
+        return Agent(name="Tracker", model=Turns().model(), tools=[lookup])
+
+    with pytest.raises(Exception) as plain:
+        asyncio.run(Runner.run(make_agent(), "Where is A-1?"))
+    expected = _described(plain.value)
+    ran.clear()
+    seen: list[tuple[str, str, str, str]] = []
+
+    def app_with() -> tether.App:
+        app = tether.App(durable_url)
+        agent = make_agent()
+
+        @app.task(name="track")
+        async def track(ctx: tether.AsyncTaskContext) -> str:
+            try:
+                await run(ctx, agent, "Where is A-1?")
+            except Exception as exc:
+                seen.append(_described(exc))
+            await ctx.wait_for_input("next")  # suspends: the resumed task replays the run
+            return "handled"
+
+        return app
+
+    assert app_with().run("track", task_id="t1").status is tether.Status.AWAITING_INPUT
+    assert seen == [expected]
+    fresh = app_with()
+    fresh.send_input("t1", "next", True)
+    assert fresh.resume("t1").output == "handled"
+    assert seen == [expected, expected]  # replayed from the record, raised as it was raised live
+    assert ran == ["lookup"]

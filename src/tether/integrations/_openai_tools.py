@@ -1,21 +1,28 @@
 """Function tools as recorded calls of a task (see :mod:`tether.integrations.openai_agents`).
 
-What a replayed tool returned reaches the SDK as the live run's did, and the live run's as a plain
+A replayed tool's outcome reaches the SDK as the live run's did, and the live run's as a plain
 ``Runner.run``'s does: the model is sent the same ``function_call_output``, and the code (the run's
-items, hooks, ``final_output``) reads the same value.
+items, hooks, ``final_output``) reads the same outcome.
 
-The SDK makes the model's input of a tool's value itself: ``str()`` of most values, a JSON dump
-for a tool with an output schema or a call from a hosted program, input parts for
-``ToolOutputText``/``Image``/``FileContent``. The record keeps the value so that the SDK, given it
-back, makes the same input: as its JSON form when that is the value (a string, a number, a dict of
-them...); else as its JSON form and its class, read back by a pydantic ``TypeAdapter`` (a pydantic
-model, a dataclass, a datetime, a tuple...), with the text the model was sent; else as that text
-alone. Live and replayed, the SDK gets the value as the record gives it back.
+- **What a tool returns.** The SDK makes the model's input of a tool's value itself: ``str()`` of
+  most values, a JSON dump for a tool with an output schema or a call from a hosted program, input
+  parts for ``ToolOutputText``/``Image``/``FileContent``. The record keeps the value so that the SDK,
+  given it back, makes the same input: as its JSON form when that is the value (a string, a number,
+  a dict of them...); else as its JSON form and its class, read back by a pydantic ``TypeAdapter``
+  (a pydantic model, a dataclass, a datetime, a tuple...), with the text the model was sent; else
+  as that text alone. Live and replayed, the SDK gets the value as the record gives it back.
+- **What a tool raises.** The exception reaches the SDK itself, not tether's ``ToolError`` around
+  it, so a run raises what a plain run raises. Replayed, it is made again from the record: its
+  class (named by the recorded traceback, in a module this process has imported) and its message;
+  ``ToolError`` when it cannot be. An error the SDK's default failure function answered is the
+  tool's answer (a string, recorded); replayed, the SDK is told again that it answered it, as it
+  checks before holding the answer to the tool's output schema.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -31,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from pydantic import TypeAdapter
 
 from tether._keys import as_json
-from tether.errors import InvalidInputError
+from tether.errors import InvalidInputError, ToolError
 
 if TYPE_CHECKING:
     from agents.tool_context import ToolContext
@@ -41,7 +48,8 @@ if TYPE_CHECKING:
 __all__ = ["call_tool"]
 
 _OUTCOME = "__tether_tool_output__"  # the key of a record that is not the tool's value as it is
-# The SDK's own, read by name: it has no public accessor (openai-agents 0.24).
+# The SDK's own marks, read by name: neither has a public accessor (openai-agents 0.24).
+_SDK_ANSWERED = "_function_tool_default_failure_handled"  # set on the ToolContext by the default failure function
 _OUTPUT_ADAPTER = "_output_type_adapter"  # a FunctionTool's output_type, validated and dumped by the SDK
 _UNKNOWN = object()  # the SDK makes no model input of a value (it will raise when it tries)
 _JSON_TYPES = (str, int, float, bool, type(None), dict, list)
@@ -82,13 +90,21 @@ def _tool_call(tool: FunctionTool) -> _ToolCall:
 
 async def call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: ToolContext[Any], arguments: str) -> Any:
     """Run ``tool`` as a recorded call of the task (its record, once it has one): what the SDK gets
-    of its value, live and replayed alike."""
+    of its value, live and replayed alike; what it raised, raised again."""
     token = _INVOCATION.set((tool, tool_context))
     try:
         recorded = await ctx.call(_tool_call(tool), arguments=arguments, call_id=tool_context.tool_call_id)
+    except ToolError as error:
+        raised = _raised_by_tool(error)
+        if raised is None:
+            raise
+    else:
+        return _output_of(recorded, tool, tool_context)
     finally:
         _INVOCATION.reset(token)
-    return _output_of(recorded, tool, tool_context)
+    # Outside the handler, so the exception keeps the context it was raised in (tether's ToolError,
+    # which wraps it, is not made its context: the chain a plain run shows).
+    raise raised
 
 
 # ----------------------------------------------------------------------------- what a tool returns
@@ -97,6 +113,8 @@ async def call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: Too
 def _record_of(tool: FunctionTool, tool_context: ToolContext[Any], value: Any) -> Any:
     """What the record keeps of ``value``, which the tool returned: the first form, closest to the
     value first, that the SDK turns into the model input ``value`` makes."""
+    if getattr(tool_context, _SDK_ANSWERED, False):
+        return {_OUTCOME: {"value": value, "sdk_answered": True}}
     sent = _model_input(tool, tool_context, value)
     if sent is _UNKNOWN:
         return value  # the SDK will refuse the value itself, live
@@ -154,6 +172,8 @@ def _output_of(recorded: Any, tool: FunctionTool, tool_context: ToolContext[Any]
     outcome = recorded.get(_OUTCOME) if isinstance(recorded, dict) and len(recorded) == 1 else None
     if not isinstance(outcome, dict):
         return recorded
+    if outcome.get("sdk_answered"):
+        setattr(tool_context, _SDK_ANSWERED, True)  # as the default failure function left it, live
     if "type" in outcome:
         back = _read_back(outcome["type"], outcome["value"])
         if back is not _UNKNOWN and (
@@ -203,6 +223,53 @@ def _adapter(cls: type) -> TypeAdapter[Any]:
     if adapter is None:
         adapter = _ADAPTERS[cls] = TypeAdapter(cls)
     return adapter
+
+
+# ----------------------------------------------------------------------------- what a tool raises
+
+
+def _raised_by_tool(error: ToolError) -> BaseException | None:
+    """The exception the tool raised: itself, live (tether raised its ToolError from it); made
+    again from the record, replayed; ``None`` when it cannot be made again."""
+    if error.__cause__ is not None:
+        return error.__cause__
+    cls = _exception_class(error.traceback or "", error.error_type, error.error_message)
+    if cls is None:
+        return None
+    makers: tuple[Callable[[str], Exception], ...] = (cls, functools.partial(_without_init, cls))
+    for make in makers:
+        try:
+            again = make(error.error_message)
+            if type(again) is cls and str(again) == error.error_message:
+                return again
+        except Exception:  # a constructor that wants other arguments, a __str__ that wants attributes
+            continue
+    return None
+
+
+def _without_init(cls: type[Exception], message: str) -> Exception:
+    made = cls.__new__(cls)
+    made.args = (message,)
+    return made
+
+
+def _exception_class(traceback: str, error_type: str, message: str) -> type[Exception] | None:
+    """The class a recorded traceback names in its last line (``module.Qualified.Name: message``;
+    no module for builtins and ``__main__``), if this process has imported its module."""
+    ending = f": {message}\n" if message else "\n"
+    if not traceback.endswith(ending):
+        return None  # notes after the message, or no traceback recorded
+    name = traceback[: -len(ending)].rpartition("\n")[2]
+    if name != error_type and not name.endswith(f".{error_type}"):
+        return None
+    parts = name.split(".")
+    places = [("builtins", name), ("__main__", name)] if len(parts) == 1 else []
+    places += [(".".join(parts[:i]), ".".join(parts[i:])) for i in range(len(parts) - 1, 0, -1)]
+    for module, qualname in places:
+        found = _find(module, qualname)
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+    return None
 
 
 # ----------------------------------------------------------------------------- classes by name
