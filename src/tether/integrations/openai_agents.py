@@ -75,10 +75,16 @@ if TYPE_CHECKING:
     from tether.runtime.context import AsyncTaskContext
 
 from tether.integrations._openai_session import TetherSession
+from tether.integrations._openai_tools import call_tool
 
 __all__ = ["DurableModel", "TetherSession", "approval_key", "approvals", "durable_agent", "run", "run_streamed"]
 
 _RESPONSE = TypeAdapter(ModelResponse)
+# How a response is recorded: only the fields the model set, under the names the API uses, so the
+# response read back sets the same fields. The SDK sends a turn's items back to the model with the
+# fields they set (``model_dump(exclude_unset=True)``): a record of every field would add the ones
+# the model left out (``'caller': None``...) to every later turn's input.
+_AS_SENT: dict[str, Any] = {"mode": "json", "exclude_unset": True, "by_alias": True}
 
 
 # ----------------------------------------------------------------------------- durable runs
@@ -86,9 +92,6 @@ _RESPONSE = TypeAdapter(ModelResponse)
 
 _PENDING_REQUEST: contextvars.ContextVar[Callable[[], Any] | None] = contextvars.ContextVar(
     "tether_agents_model_request", default=None
-)
-_TOOL_CONTEXT: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.ContextVar(
-    "tether_agents_tool_context", default=None
 )
 
 
@@ -103,7 +106,7 @@ class _ModelCall:
         send = _PENDING_REQUEST.get()
         assert send is not None, "the model call runs inside DurableModel.get_response"
         response: ModelResponse = await send()
-        return _RESPONSE.dump_python(response, mode="json")  # type: ignore[no-any-return]
+        return _RESPONSE.dump_python(response, **_AS_SENT)  # type: ignore[no-any-return]
 
 
 _MODEL_CALL = _ModelCall()
@@ -292,9 +295,9 @@ async def _relay(
             items.append(event.item)
     if final is None:
         raise ModelBehaviorError("the model's stream ended without a response.completed event")
-    dumped: dict[str, Any] = final.model_dump(mode="json")
+    dumped: dict[str, Any] = final.model_dump(**_AS_SENT)
     if not dumped.get("output"):  # some backends only send the items as they finish
-        dumped["output"] = [item.model_dump(mode="json") for item in items]
+        dumped["output"] = [item.model_dump(**_AS_SENT) for item in items]
     return dumped
 
 
@@ -313,32 +316,6 @@ async def _next_event(
     return events.get_nowait()
 
 
-class _ToolCall:
-    """The recorded call that runs one function tool: its arguments (the model's JSON) and the
-    model's call id are recorded; the SDK's tool context travels beside the call."""
-
-    def __init__(self, tool: FunctionTool) -> None:
-        self.__name__ = tool.name
-        self._invoke = tool.on_invoke_tool
-
-    async def __call__(self, arguments: str, call_id: str) -> Any:
-        tool_context = _TOOL_CONTEXT.get()
-        assert tool_context is not None, "a durable tool runs inside its SDK invocation"
-        return await self._invoke(tool_context, arguments)
-
-
-_TOOL_CALLS: dict[int, tuple[Callable[..., Any], _ToolCall]] = {}
-
-
-def _tool_call(tool: FunctionTool) -> _ToolCall:
-    """One recorded callable per tool function (tether keeps one spec per callable)."""
-    key = id(tool.on_invoke_tool)
-    known = _TOOL_CALLS.get(key)
-    if known is None or known[0] is not tool.on_invoke_tool or known[1].__name__ != tool.name:
-        known = _TOOL_CALLS[key] = (tool.on_invoke_tool, _ToolCall(tool))
-    return known[1]
-
-
 # The on_invoke_tool functions of tools made durable here: such a tool (of an agent made durable
 # again, by run() of a durable agent or a handoff to one) is a recorded call already.
 _RECORDING: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
@@ -355,14 +332,9 @@ def _durable_tool(ctx: AsyncTaskContext, tool: Tool) -> Tool:
         # the task's recorded calls, in order. Recording the whole run as one call too would nest
         # calls inside a call, which a replay (answering the outer one from its record) cannot follow.
         return tool
-    recorded = _tool_call(tool)
 
     async def on_invoke_tool(tool_context: ToolContext[Any], arguments: str) -> Any:
-        token = _TOOL_CONTEXT.set(tool_context)
-        try:
-            return await ctx.call(recorded, arguments=arguments, call_id=tool_context.tool_call_id)
-        finally:
-            _TOOL_CONTEXT.reset(token)
+        return await call_tool(ctx, tool, tool_context, arguments)
 
     _RECORDING.add(on_invoke_tool)
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)

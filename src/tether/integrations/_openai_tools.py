@@ -1,0 +1,292 @@
+"""Function tools as recorded calls of a task (see :mod:`tether.integrations.openai_agents`).
+
+A replayed tool's outcome reaches the SDK as the live run's did, and the live run's as a plain
+``Runner.run``'s does: the model is sent the same ``function_call_output``, and the code (the run's
+items, hooks, ``final_output``) reads the same outcome.
+
+- **What a tool returns.** The SDK makes the model's input of a tool's value itself: ``str()`` of
+  most values, a JSON dump for a tool with an output schema or a call from a hosted program, input
+  parts for ``ToolOutputText``/``Image``/``FileContent``. The record keeps the value so that the SDK,
+  given it back, makes the same input: as its JSON form when that is the value (a string, a number,
+  a dict of them...); else as its JSON form and its class, read back by a pydantic ``TypeAdapter``
+  (a pydantic model, a dataclass, a datetime, a tuple...), with the text the model was sent; else
+  as that text alone. Live and replayed, the SDK gets the value as the record gives it back.
+- **What a tool raises.** The exception reaches the SDK itself, not tether's ``ToolError`` around
+  it, so a run raises what a plain run raises. Replayed, it is made again from the record: its
+  class (named by the recorded traceback, in a module this process has imported) and its message;
+  ``ToolError`` when it cannot be. An error the SDK's default failure function answered is the
+  tool's answer (a string, recorded); replayed, the SDK is told again that it answered it, as it
+  checks before holding the answer to the tool's output schema.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+try:
+    from agents import FunctionTool
+    from agents.items import ItemHelpers
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "tether.integrations.openai_agents needs the OpenAI Agents SDK: pip install 'tether[openai-agents]'"
+    ) from exc
+
+from pydantic import TypeAdapter
+
+from tether._keys import as_json
+from tether.errors import InvalidInputError, ToolError
+
+if TYPE_CHECKING:
+    from agents.tool_context import ToolContext
+
+    from tether.runtime.context import AsyncTaskContext
+
+__all__ = ["call_tool"]
+
+_OUTCOME = "__tether_tool_output__"  # the key of a record that is not the tool's value as it is
+# The SDK's own marks, read by name: neither has a public accessor (openai-agents 0.24).
+_SDK_ANSWERED = "_function_tool_default_failure_handled"  # set on the ToolContext by the default failure function
+_OUTPUT_ADAPTER = "_output_type_adapter"  # a FunctionTool's output_type, validated and dumped by the SDK
+_UNKNOWN = object()  # the SDK makes no model input of a value (it will raise when it tries)
+_JSON_TYPES = (str, int, float, bool, type(None), dict, list)
+
+_INVOCATION: contextvars.ContextVar[tuple[FunctionTool, ToolContext[Any]] | None] = contextvars.ContextVar(
+    "tether_agents_tool_invocation", default=None
+)
+
+
+class _ToolCall:
+    """The recorded call that runs one function tool: its arguments (the model's JSON) and the
+    model's call id are recorded; the tool and the SDK's tool context travel beside the call. Its
+    result is the record of what the tool returned (see :func:`_record_of`)."""
+
+    def __init__(self, tool: FunctionTool) -> None:
+        self.__name__ = tool.name
+        self._invoke = tool.on_invoke_tool
+
+    async def __call__(self, arguments: str, call_id: str) -> Any:
+        invocation = _INVOCATION.get()
+        assert invocation is not None, "a durable tool runs inside its SDK invocation"
+        tool, tool_context = invocation
+        value = await self._invoke(tool_context, arguments)
+        return _record_of(tool, tool_context, value)
+
+
+_TOOL_CALLS: dict[int, tuple[Callable[..., Any], _ToolCall]] = {}
+
+
+def _tool_call(tool: FunctionTool) -> _ToolCall:
+    """One recorded callable per tool function (tether keeps one spec per callable)."""
+    key = id(tool.on_invoke_tool)
+    known = _TOOL_CALLS.get(key)
+    if known is None or known[0] is not tool.on_invoke_tool or known[1].__name__ != tool.name:
+        known = _TOOL_CALLS[key] = (tool.on_invoke_tool, _ToolCall(tool))
+    return known[1]
+
+
+async def call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: ToolContext[Any], arguments: str) -> Any:
+    """Run ``tool`` as a recorded call of the task (its record, once it has one): what the SDK gets
+    of its value, live and replayed alike; what it raised, raised again."""
+    token = _INVOCATION.set((tool, tool_context))
+    try:
+        recorded = await ctx.call(_tool_call(tool), arguments=arguments, call_id=tool_context.tool_call_id)
+    except ToolError as error:
+        raised = _raised_by_tool(error)
+        if raised is None:
+            raise
+    else:
+        return _output_of(recorded, tool, tool_context)
+    finally:
+        _INVOCATION.reset(token)
+    # Outside the handler, so the exception keeps the context it was raised in (tether's ToolError,
+    # which wraps it, is not made its context: the chain a plain run shows).
+    raise raised
+
+
+# ----------------------------------------------------------------------------- what a tool returns
+
+
+def _record_of(tool: FunctionTool, tool_context: ToolContext[Any], value: Any) -> Any:
+    """What the record keeps of ``value``, which the tool returned: the first form, closest to the
+    value first, that the SDK turns into the model input ``value`` makes."""
+    if getattr(tool_context, _SDK_ANSWERED, False):
+        return {_OUTCOME: {"value": value, "sdk_answered": True}}
+    sent = _model_input(tool, tool_context, value)
+    if sent is _UNKNOWN:
+        return value  # the SDK will refuse the value itself, live
+    for record, same_type in _candidates(value, sent):
+        back = _output_of(record, tool, tool_context)
+        if (not same_type or type(back) is type(value)) and _model_input(tool, tool_context, back) == sent:
+            return record
+    return value
+
+
+def _candidates(value: Any, sent: Any) -> Iterator[tuple[Any, bool]]:
+    """Records of ``value`` to try, each with whether it must read back as the value's own type."""
+    plain = _plain(value)
+    if plain is not _UNKNOWN:
+        yield plain, True
+    typed = _typed(value, sent)
+    if typed is not None:
+        yield typed, True
+    if plain is not _UNKNOWN:
+        yield plain, False  # the model is sent the same, the code reads the JSON form
+    if isinstance(sent, str):
+        yield {_OUTCOME: {"text": sent}}, False
+
+
+def _plain(value: Any) -> Any:
+    """``value``'s JSON form as a record, or ``_UNKNOWN`` when it has none tether can store."""
+    try:
+        plain = as_json(value)
+    except InvalidInputError:
+        return _UNKNOWN
+    if isinstance(plain, dict) and _OUTCOME in plain:  # a value that looks like a record of ours
+        return {_OUTCOME: {"value": plain}}
+    return plain
+
+
+def _typed(value: Any, sent: Any) -> dict[str, Any] | None:
+    """``value``'s JSON form with the class that reads it back, and the text the model was sent
+    (the answer, replayed, if the class is gone or reads it back differently)."""
+    cls = type(value)
+    name = _class_name(cls)
+    if name is None or cls in _JSON_TYPES:
+        return None
+    try:
+        dumped = as_json(_adapter(cls).dump_python(value, mode="json", by_alias=True))
+    except Exception:  # no schema for the class, or a dump tether cannot store
+        return None
+    outcome: dict[str, Any] = {"value": dumped, "type": name}
+    if isinstance(sent, str):
+        outcome["text"] = sent
+    return {_OUTCOME: outcome}
+
+
+def _output_of(recorded: Any, tool: FunctionTool, tool_context: ToolContext[Any]) -> Any:
+    """What the SDK gets of a record: the value it keeps (as recorded before these records, too)."""
+    outcome = recorded.get(_OUTCOME) if isinstance(recorded, dict) and len(recorded) == 1 else None
+    if not isinstance(outcome, dict):
+        return recorded
+    if outcome.get("sdk_answered"):
+        setattr(tool_context, _SDK_ANSWERED, True)  # as the default failure function left it, live
+    if "type" in outcome:
+        back = _read_back(outcome["type"], outcome["value"])
+        if back is not _UNKNOWN and (
+            "text" not in outcome or _model_input(tool, tool_context, back) == outcome["text"]
+        ):
+            return back
+    if "text" in outcome:
+        return outcome["text"]
+    return outcome["value"]
+
+
+def _read_back(name: str, value: Any) -> Any:
+    """``value`` read back by the class ``name`` names; ``_UNKNOWN`` if it is gone or refuses it."""
+    cls = _find(*name.split(":", 1))
+    if not isinstance(cls, type):
+        return _UNKNOWN
+    try:
+        return _adapter(cls).validate_python(value)
+    except Exception:  # the class changed since the value was recorded
+        return _UNKNOWN
+
+
+def _model_input(tool: FunctionTool, tool_context: ToolContext[Any], value: Any) -> Any:
+    """The ``output`` of the ``function_call_output`` item the SDK sends the model when ``tool``
+    returns ``value`` (made as the SDK makes it after a tool ran); ``_UNKNOWN`` if it makes none."""
+    call = tool_context.tool_call
+    if call is None:
+        return _UNKNOWN
+    try:
+        item = ItemHelpers.tool_call_output_item(
+            call,
+            value,
+            output_json_schema=tool.output_json_schema,
+            output_type_adapter=getattr(tool, _OUTPUT_ADAPTER, None),
+        )
+    except Exception:
+        return _UNKNOWN
+    return item["output"]
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    """The ``TypeAdapter`` of a class, made once (building one is far dearer than using it)."""
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
+
+
+# ----------------------------------------------------------------------------- what a tool raises
+
+
+def _raised_by_tool(error: ToolError) -> BaseException | None:
+    """The exception the tool raised: itself, live (tether raised its ToolError from it); made
+    again from the record, replayed; ``None`` when it cannot be made again."""
+    if error.__cause__ is not None:
+        return error.__cause__
+    cls = _exception_class(error.traceback or "", error.error_type, error.error_message)
+    if cls is None:
+        return None
+    makers: tuple[Callable[[str], Exception], ...] = (cls, functools.partial(_without_init, cls))
+    for make in makers:
+        try:
+            again = make(error.error_message)
+            if type(again) is cls and str(again) == error.error_message:
+                return again
+        except Exception:  # a constructor that wants other arguments, a __str__ that wants attributes
+            continue
+    return None
+
+
+def _without_init(cls: type[Exception], message: str) -> Exception:
+    made = cls.__new__(cls)
+    made.args = (message,)
+    return made
+
+
+def _exception_class(traceback: str, error_type: str, message: str) -> type[Exception] | None:
+    """The class a recorded traceback names in its last line (``module.Qualified.Name: message``;
+    no module for builtins and ``__main__``), if this process has imported its module."""
+    ending = f": {message}\n" if message else "\n"
+    if not traceback.endswith(ending):
+        return None  # notes after the message, or no traceback recorded
+    name = traceback[: -len(ending)].rpartition("\n")[2]
+    if name != error_type and not name.endswith(f".{error_type}"):
+        return None
+    parts = name.split(".")
+    places = [("builtins", name), ("__main__", name)] if len(parts) == 1 else []
+    places += [(".".join(parts[:i]), ".".join(parts[i:])) for i in range(len(parts) - 1, 0, -1)]
+    for module, qualname in places:
+        found = _find(module, qualname)
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+    return None
+
+
+# ----------------------------------------------------------------------------- classes by name
+
+
+def _class_name(cls: type) -> str | None:
+    """``module:qualname`` of a class that can be found again by it, else ``None``."""
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    return name if _find(cls.__module__, cls.__qualname__) is cls else None
+
+
+def _find(module: str, qualname: str) -> Any:
+    """What ``qualname`` names in ``module``, if this process has imported it (nothing is imported
+    because a record names it)."""
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        if found is None or part == "<locals>":
+            return None
+        found = getattr(found, part, None)
+    return found
