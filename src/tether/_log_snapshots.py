@@ -83,6 +83,26 @@ class SnapshotKeeping:
         entry.taken += entry.bytes_since  # still held: the state keeps what those events said
         entry.bytes_since = entry.kept_since = 0
 
+    def snapshot_if_due(self, task_id: str) -> None:
+        """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``)."""
+        with self._memory.lock(task_id):
+            entry = self._memory.get(task_id)
+            if entry is not None:
+                self._maybe_snapshot(task_id, entry)
+
+    def hold(self, task_id: str) -> None:
+        """A writer in this process starts on the task (a run, holding its lease): what the log
+        remembers of it stays remembered, whatever the budget (``cache_bytes``), until :meth:`release`."""
+        self._memory.hold(task_id)
+
+    def release(self, task_id: str) -> None:
+        """The writer :meth:`hold` announced stopped: a snapshot if the policy asks for one, and what
+        the log remembers of the task counts against the budget again."""
+        try:
+            self.snapshot_if_due(task_id)
+        finally:
+            self._memory.let_go(task_id)
+
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
         """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""
         self._put_snapshot(task_id, state.version, state_data(state))

@@ -331,26 +331,6 @@ class TaskLog(SnapshotKeeping):
             self._maybe_snapshot(task_id, entry)
         return seq
 
-    @_per_task
-    def snapshot_if_due(self, task_id: str) -> None:
-        """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``)."""
-        entry = self._memory.get(task_id)
-        if entry is not None:
-            self._maybe_snapshot(task_id, entry)
-
-    def hold(self, task_id: str) -> None:
-        """A writer in this process starts on the task (a run, holding its lease): what the log
-        remembers of it stays remembered, whatever the budget (``cache_bytes``), until :meth:`release`."""
-        self._memory.hold(task_id)
-
-    def release(self, task_id: str) -> None:
-        """The writer :meth:`hold` announced stopped: a snapshot if the policy asks for one, and what
-        the log remembers of the task counts against the budget again."""
-        try:
-            self.snapshot_if_due(task_id)
-        finally:
-            self._memory.let_go(task_id)
-
     def fork(
         self,
         task_id: str,

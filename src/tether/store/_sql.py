@@ -335,15 +335,16 @@ IDS_KEPT = 1 << 16
 """How many task ids a SQL store keeps the row id of (its cache of ``(tenant, task_id) → id``)."""
 
 
-def keep_id(ids: dict[tuple[str, str], int], key: tuple[str, str], internal: int, *also: dict[int, int]) -> None:
-    """Cache ``key``'s row id in ``ids``. Past :data:`IDS_KEPT` ids, all are dropped first, and what
-    ``also`` knows of their streams: a cache read again when next needed, so that a process that goes
-    through millions of tasks keeps nothing of each for good."""
+def keep_id(ids: dict[tuple[str, str], int], key: tuple[str, str], internal: int, *also: dict[int, int]) -> int:
+    """Cache ``key``'s row id in ``ids`` (and return it). Past :data:`IDS_KEPT` ids, all are dropped
+    first, and what ``also`` knows of their streams: a cache read again when next needed, so that a
+    process that goes through millions of tasks keeps nothing of each for good."""
     if len(ids) >= IDS_KEPT:
         ids.clear()
         for known in also:
             known.clear()
     ids[key] = internal
+    return internal
 
 
 def pyformat(statement: str) -> str:

@@ -246,8 +246,7 @@ class PostgresStore:
             row = self._run(lambda c: c.execute(SQL.task_id, key).fetchone())
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
-            found = int(row[0])
-            _sql.keep_id(self._ids, key, found)
+            found = _sql.keep_id(self._ids, key, int(row[0]))
         return found
 
     def _version_of(self, conn: psycopg.Connection[Any], internal: int) -> int:

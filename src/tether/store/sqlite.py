@@ -207,8 +207,7 @@ class SQLiteStore:
             row = self._conn.execute(own.SQL.task_id, key).fetchone()
             if row is None:
                 raise TaskNotFoundError(task_id, tenant=tenant)
-            found = row[0]
-            _sql.keep_id(self._ids, key, found, self._known, self._tokens)
+            found = _sql.keep_id(self._ids, key, row[0], self._known, self._tokens)
         return found
 
     def _version_of(self, internal: int) -> int:
