@@ -86,6 +86,7 @@ VERDICTS: dict[str, Callable[[Report], bool | None]] = {
     "serve.py": lambda r: r["errors"] == 0 and r["sse_task_events_min"] > 0,
     "langgraph_saver.py": _langgraph,
     "adk.py": lambda r: r["list_all_vs_adk_sqlite"] <= 1.5 and r["get_recent_growth"] <= 2.0,
+    "memory.py": lambda r: r["growth"] <= 1.2,
 }
 
 

@@ -1,0 +1,116 @@
+"""Memory benchmark: what a process keeps of the tasks it went through (a worker, a server).
+
+Run: ``python bench/memory.py`` (100, 1,000 and 3,000 tasks; ``--quick``: 50, 200 and 500).
+Prints a table, then one line of JSON.
+
+One App on a SQLite file runs task after task, each 100 side-effecting calls returning ~500 bytes
+(an agent's run of a few dozen turns). After each number of tasks it counts what the process holds,
+after a full garbage collection: the interpreter's allocated memory blocks
+(``sys.getallocatedblocks``: every object and buffer alive) and the resident set size. Two apps,
+each in a process of its own: the default (``cache_bytes``, 16 MiB of stored events) and one whose
+memory is bounded by the count of tasks alone (4,096: tether before the byte budget), beside the
+floor, the same process right after its App was made and its first task run.
+
+Target: the blocks alive after the most tasks are at most 1.2x those after the middle number
+(flat: a process keeps nothing for each task it went through, beyond its budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import subprocess
+import sys
+import tempfile
+
+import orjson
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from _common import MESSAGE
+
+import tether
+
+CALLS = 100
+TARGET = 1.2
+UNBOUNDED = 1 << 62  # bytes: the count of tasks (4,096) alone bounds the memory
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _held() -> tuple[int, float]:
+    gc.collect()
+    return sys.getallocatedblocks(), _rss_mb()
+
+
+def child(cache_bytes: int, sizes: list[int]) -> None:
+    """Run the tasks in this process; print one line of JSON: blocks and RSS at the floor and each size."""
+    app = tether.App(f"sqlite:///{tempfile.mkdtemp(prefix='tether-bench-')}/memory.db", cache_bytes=cache_bytes)
+
+    @app.tool(name="send")
+    def send(i: int) -> str:
+        return MESSAGE
+
+    @app.task(name="calls")
+    def calls(ctx: tether.TaskContext, n: int) -> int:
+        for i in range(n):
+            ctx.call(send, i)
+        return n
+
+    app.run(calls, CALLS, task_id="first")
+    out = {"floor": _held()}
+    done = 0
+    for size in sizes:
+        for i in range(done, size):
+            app.run(calls, CALLS, task_id=f"t{i:07d}")
+        done = size
+        out[str(size)] = _held()
+    app.close()
+    print(orjson.dumps(out).decode())
+
+
+def measure(cache_bytes: int, sizes: list[int]) -> dict[str, tuple[int, float]]:
+    args = [sys.executable, __file__, "--child", str(cache_bytes), *map(str, sizes)]
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    return orjson.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(int(sys.argv[2]), [int(s) for s in sys.argv[3:]])
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sizes = [50, 200, 500] if args.quick else [100, 1_000, 3_000]
+    rows = {"default": measure(16 * 1024 * 1024, sizes), "count_only": measure(UNBOUNDED, sizes)}
+    print(f"{'app':<12} {'tasks':>7} {'blocks alive':>13} {'vs floor':>9} {'RSS MB':>8}")
+    for name, row in rows.items():
+        floor = row["floor"][0]
+        for size in ["floor", *map(str, sizes)]:
+            blocks, rss = row[size]
+            print(f"{name:<12} {size:>7} {blocks:>13,} {blocks / floor:>8.2f}x {rss:>8.1f}")
+    growth = {name: row[str(sizes[-1])][0] / row[str(sizes[1])][0] for name, row in rows.items()}
+    print(
+        f"blocks after {sizes[-1]:,} tasks / after {sizes[1]:,}: default {growth['default']:.2f} "
+        f"(target <= {TARGET}), bounded by the count of tasks alone {growth['count_only']:.2f}"
+    )
+    report = {
+        "tasks": sizes,
+        "calls_per_task": CALLS,
+        "default": rows["default"],
+        "count_only": rows["count_only"],
+        "growth": growth["default"],
+        "count_only_growth": growth["count_only"],
+        "target": TARGET,
+        "pass": growth["default"] <= TARGET,
+    }
+    print(orjson.dumps(report).decode())
+
+
+if __name__ == "__main__":
+    main()
