@@ -272,7 +272,15 @@ class TetherDurability(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         handler: Callable[[ModelRequestContext], Awaitable[ModelResponse]],
     ) -> ModelResponse:
-        token = _LIVE.set(lambda: handler(request_context))
+        async def live() -> ModelResponse:
+            response = await handler(request_context)
+            # Pydantic AI stamps the response with the id of the model that served it once this hook
+            # returns, from the attempt the handler made; a replay makes none, so the record keeps it.
+            if response.model_id is None:
+                response.model_id = request_context.model_id or request_context.model.model_id
+            return response
+
+        token = _LIVE.set(live)
         try:
             agent = getattr(ctx, "agent", None)
             recorded = await self.ctx.call(
