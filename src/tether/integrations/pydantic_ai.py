@@ -55,6 +55,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from tether.conversation import EstimateCounter, Message, Session, Summarizer, Summary
 from tether.errors import InvalidInputError
+from tether.integrations._pydantic_ai_calls import recorded_return, returned
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AbstractAgent
@@ -213,8 +214,9 @@ class _ModelRequest:
 
 class _ToolCall:
     """The recorded call that runs one tool, named after it: its validated arguments and the model's
-    call id. A retry the tool asks for (``ModelRetry``) is its answer to the model, recorded as a
-    result: the retried part, replayed as the same ``ToolRetryError``."""
+    call id; its result, what the tool returned (as :func:`recorded_return` keeps it). A retry the
+    tool asks for (``ModelRetry``) is its answer to the model, recorded as a result: the retried
+    part, replayed as the same ``ToolRetryError``."""
 
     def __init__(self, name: str) -> None:
         self.__name__ = name
@@ -223,7 +225,7 @@ class _ToolCall:
         live = _LIVE.get()
         assert live is not None, "the tool runs inside TetherDurability.wrap_tool_execute"
         try:
-            return await live()
+            value = await live()
         except ToolRetryError as exc:
             retried = ModelRequest(parts=[exc.tool_retry])
             return {_RETRY: ModelMessagesTypeAdapter.dump_python([retried], mode="json")[0]}
@@ -234,6 +236,7 @@ class _ToolCall:
             return {_DEFERRED: {"metadata": exc.metadata, "kind": exc.kind}}
         except ApprovalRequired as exc:
             return {_APPROVAL: {"metadata": exc.metadata}}
+        return recorded_return(value, tool_name=self.__name__, call_id=call_id)
 
 
 _MODEL_REQUEST = _ModelRequest()
@@ -257,6 +260,10 @@ class TetherDurability(AbstractCapability[Any]):
     request the model answered returns its recorded response, every tool that finished its recorded
     result; a tool that was running when the process died runs again under the same key
     (``tether.current_call().key``).
+
+    A tool's result is recorded as Pydantic AI keeps it in a message history, and given back from
+    there live and replayed alike, so the model is sent the same parts either way (a ``ToolReturn``
+    stays one, files stay files; a value of a class of your own comes back as its JSON form).
     """
 
     ctx: AsyncTaskContext
@@ -314,7 +321,7 @@ class TetherDurability(AbstractCapability[Any]):
             _LIVE.reset(token)
         if isinstance(result, dict) and len(result) == 1:
             _raise_recorded(result, replayed=not ran)
-        return result
+        return returned(result)
 
 
 def _raise_recorded(result: dict[str, Any], *, replayed: bool) -> None:

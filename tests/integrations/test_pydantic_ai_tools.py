@@ -1,0 +1,161 @@
+"""The Pydantic AI adapter's tool calls: what a tool returns reaches the model (and the code around
+the run) the same live, replayed after a crash, and as in a plain Pydantic AI run."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    BinaryContent,
+    ImageUrl,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturn,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+import tether
+from tether.integrations.pydantic_ai import TetherDurability
+
+LABEL = b"\x89PNG\r\n\x1a\n\x00\xff"  # not UTF-8: bytes JSON cannot hold as they are
+
+
+@dataclass
+class Parcel:
+    id: str
+    due: datetime
+
+
+WHEN = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
+RETURNS: dict[str, Callable[[], Any]] = {
+    "tool_return": lambda: ToolReturn(
+        return_value={"status": "lost"},
+        content=["The label:", BinaryContent(LABEL, media_type="image/png")],
+        metadata={"scanned": WHEN},
+    ),
+    "binary": lambda: BinaryContent(LABEL, media_type="image/png"),
+    "files_in_a_list": lambda: [
+        "the label",
+        ImageUrl("https://example.com/label.png"),
+        BinaryContent(LABEL, media_type="image/png"),
+    ],
+    "dataclass": lambda: Parcel("p1", WHEN),
+    "datetime": lambda: WHEN,
+    "bytes": lambda: LABEL,
+    "marker_lookalike": lambda: {"__tether_model_retry__": "a user's own key"},
+}
+
+
+def seen_by_model(messages: list[ModelMessage]) -> list[Any]:
+    """The messages as Pydantic AI dumps them, without what differs from run to run by nature
+    (timestamps, run ids)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("timestamp", "run_id", "conversation_id")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(ModelMessagesTypeAdapter.dump_python(messages, mode="json"))  # type: ignore[no-any-return]
+
+
+def model_view(messages: list[ModelMessage]) -> list[Any]:
+    """What a provider is sent of each request part: a tool return's text and files, a prompt's content."""
+    out: list[Any] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart):
+                out.append(("tool", part.model_response_str(), [f.identifier for f in part.files], part.outcome))
+            elif isinstance(part, UserPromptPart):
+                content = [part.content] if isinstance(part.content, str) else part.content
+                out.append(("user", [c if isinstance(c, str) else c.identifier for c in content]))
+    return out
+
+
+class Script:
+    """A FunctionModel script: asks for tool ``t``, then answers; keeps what each request carried,
+    and fails its second request while ``down`` (a provider outage: the task fails there, its tool
+    call already recorded, and is retried)."""
+
+    def __init__(self, *calls: dict[str, Any]) -> None:
+        self.calls = calls or ({"x": 1},)
+        self.seen: list[list[Any]] = []
+        self.views: list[list[Any]] = []
+        self.down = False
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.seen.append(seen_by_model(messages))
+        self.views.append(model_view(messages))
+        turn = sum(isinstance(m, ModelRequest) for m in messages) - 1
+        if turn < len(self.calls):
+            return ModelResponse(parts=[ToolCallPart("t", self.calls[turn], tool_call_id=f"c{turn}")])
+        if self.down:
+            raise ConnectionError("the provider is down")
+        return ModelResponse(parts=[TextPart("Noted.")])
+
+
+def durable_task(app: tether.App, agent: Agent[None, str], name: str) -> Any:
+    @app.task(name=name)
+    async def task(ctx: tether.AsyncTaskContext) -> str:
+        return (await agent.run("Where is my parcel?", capabilities=[TetherDurability(ctx)])).output
+
+    return task
+
+
+def reopened(app: tether.App, url: str) -> tether.App:
+    """Another App on the same database (a new process would open it so), or the same memory store."""
+    return app if url == "memory://" else tether.App(url)
+
+
+@pytest.mark.parametrize("kind", list(RETURNS))
+def test_a_replayed_tool_return_reaches_the_model_as_the_live_one_did(store_url: str, kind: str) -> None:
+    """A tool returns a value JSON cannot hold as it is (a ``ToolReturn`` with content for the model,
+    ``BinaryContent``, a dataclass, bytes...): the durable run gives the model what a plain run does
+    (the same text and files), and a retried run, whose tool call comes from the record, gives the
+    model the same messages again, part for part, without running the tool again."""
+    ran: list[int] = []
+
+    def make(script: Script) -> Agent[None, str]:
+        agent = Agent(FunctionModel(script), name="tracker")
+
+        @agent.tool_plain
+        def t(x: int) -> Any:
+            ran.append(x)
+            return RETURNS[kind]()
+
+        return agent
+
+    plain = Script()
+    asyncio.run(make(plain).run("Where is my parcel?"))
+    script = Script()
+    script.down = True
+    app = tether.App(store_url)
+    first = app.run(durable_task(app, make(script), "track"), task_id="p1")
+    assert first.status is tether.Status.FAILED and "provider is down" in str(first.failure)
+    assert script.views[1] == plain.views[1]  # the model is sent what a plain run sends it
+    ran.clear()
+    script.down = False
+    again = reopened(app, store_url)
+    if again is not app:
+        durable_task(again, make(script), "track")
+    assert again.retry("p1").output == "Noted."
+    assert ran == []  # the tool's result came from the record
+    assert [s[-1] for s in script.seen[1:]] == [script.seen[1][-1]] * 2  # the tool's answer, equal
+    assert script.seen[2] == script.seen[1]
+    assert again.replay("p1").clean
