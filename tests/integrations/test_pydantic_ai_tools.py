@@ -1,5 +1,5 @@
-"""The Pydantic AI adapter's tool calls: what a tool returns reaches the model (and the code around
-the run) the same live, replayed after a crash, and as in a plain Pydantic AI run."""
+"""The Pydantic AI adapter's tool calls: what a tool returns or raises reaches the model (and the
+code around the run) the same live, replayed after a crash, and as in a plain Pydantic AI run."""
 
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ LABEL = b"\x89PNG\r\n\x1a\n\x00\xff"  # not UTF-8: bytes JSON cannot hold as the
 class Parcel:
     id: str
     due: datetime
+
+
+class ParcelLostError(Exception):
+    """A tool's own exception, which the code around the run catches."""
 
 
 WHEN = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
@@ -159,3 +163,82 @@ def test_a_replayed_tool_return_reaches_the_model_as_the_live_one_did(store_url:
     assert [s[-1] for s in script.seen[1:]] == [script.seen[1][-1]] * 2  # the tool's answer, equal
     assert script.seen[2] == script.seen[1]
     assert again.replay("p1").clean
+
+
+def test_a_tools_exception_is_raised_as_itself_live_and_as_its_type_on_replay(store_url: str) -> None:
+    """A tool raises its own exception: the code around the run catches it by its type, live as in a
+    plain run (tether's ToolError went there instead), and again when the run is replayed after the
+    task waited: the recorded failure is raised as a ``tether.ToolError`` that is also a
+    ``ParcelLostError``, with the same message."""
+    ran: list[int] = []
+    caught: list[BaseException] = []
+    script = Script()
+    agent = Agent(FunctionModel(script), name="tracker")
+
+    @agent.tool_plain
+    def t(x: int) -> str:
+        ran.append(x)
+        raise ParcelLostError("no scan since Tuesday")
+
+    with pytest.raises(ParcelLostError):
+        asyncio.run(agent.run("Where is my parcel?"))
+    ran.clear()
+
+    def define(app: tether.App) -> Any:
+        @app.task(name="lost")
+        async def lost(ctx: tether.AsyncTaskContext) -> str:
+            try:
+                return (await agent.run("Where is my parcel?", capabilities=[TetherDurability(ctx)])).output
+            except ParcelLostError as exc:
+                caught.append(exc)
+                answer = await ctx.wait_for_input("next", prompt=f"{type(exc).__name__}: {exc}")
+                return f"{exc} / {answer}"
+
+        return lost
+
+    app = tether.App(store_url)
+    first = app.run(define(app), task_id="l1")
+    assert first.status is tether.Status.AWAITING_INPUT, first.failure
+    assert type(caught[0]) is ParcelLostError and ran == [1]  # live: the tool's own exception object
+    again = reopened(app, store_url)
+    if again is not app:
+        define(again)
+    again.send_input("l1", "next", "refund")
+    assert again.resume("l1").output == "no scan since Tuesday / refund"
+    assert ran == [1]  # replayed, not run again
+    replayed = caught[1]
+    assert isinstance(replayed, ParcelLostError) and isinstance(replayed, tether.ToolError)
+    assert type(replayed).__name__ == "ParcelLostError" and str(replayed) == "no scan since Tuesday"
+    assert replayed.error_type == "ParcelLostError" and replayed.error_message == "no scan since Tuesday"
+    assert again.replay("l1").clean
+
+
+def test_an_uncaught_tool_exception_fails_the_task_as_itself(store_url: str) -> None:
+    """Uncaught, the tool's exception leaves the run and fails the task as it is (the code saw a
+    ToolError), its type and message in the failure record; the failed task replays clean, the
+    replay raising the recorded failure under the same type name; a retry runs the tool again."""
+    app = tether.App(store_url)
+    agent = Agent(FunctionModel(Script()), name="tracker")
+    left: list[BaseException] = []
+    ran: list[int] = []
+
+    @agent.tool_plain
+    def t(x: int) -> str:
+        ran.append(x)
+        raise ParcelLostError("no scan since Tuesday")
+
+    @app.task(name="lost")
+    async def lost(ctx: tether.AsyncTaskContext) -> str:
+        try:
+            return (await agent.run("Where is my parcel?", capabilities=[TetherDurability(ctx)])).output
+        except BaseException as exc:
+            left.append(exc)
+            raise
+
+    failed = app.run(lost, task_id="u1")
+    assert failed.status is tether.Status.FAILED and failed.failure is not None
+    assert type(left[0]) is ParcelLostError
+    assert (failed.failure.exception_type, failed.failure.message) == ("ParcelLostError", "no scan since Tuesday")
+    assert app.replay("u1").clean
+    assert isinstance(left[1], ParcelLostError) and str(left[1]) == "no scan since Tuesday"
+    assert app.retry("u1").status is tether.Status.FAILED and ran == [1, 1]  # a retry runs a failed call again

@@ -54,8 +54,8 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.integrations.pydantic_ai needs Pydantic AI: pip install 'tether[pydantic-ai]'") from exc
 
 from tether.conversation import EstimateCounter, Message, Session, Summarizer, Summary
-from tether.errors import InvalidInputError
-from tether.integrations._pydantic_ai_calls import recorded_return, returned
+from tether.errors import InvalidInputError, ToolError
+from tether.integrations._pydantic_ai_calls import recorded_return, replayed_failure, returned
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AbstractAgent
@@ -263,7 +263,9 @@ class TetherDurability(AbstractCapability[Any]):
 
     A tool's result is recorded as Pydantic AI keeps it in a message history, and given back from
     there live and replayed alike, so the model is sent the same parts either way (a ``ToolReturn``
-    stays one, files stay files; a value of a class of your own comes back as its JSON form).
+    stays one, files stay files; a value of a class of your own comes back as its JSON form). An
+    exception a tool raises leaves the run as itself, as in a plain run; replayed from the record,
+    it is a ``tether.ToolError`` that is also of the exception's class, with its message.
     """
 
     ctx: AsyncTaskContext
@@ -315,13 +317,27 @@ class TetherDurability(AbstractCapability[Any]):
             return handler(args)
 
         token = _LIVE.set(live)
+        failure: BaseException | None = None
         try:
             result = await self.ctx.call(_tool_call(call.tool_name), args=args, call_id=call.tool_call_id)
+        except ToolError as error:
+            failure = _raised(error, replayed=not ran)
         finally:
             _LIVE.reset(token)
+        if failure is not None:
+            raise failure  # here, not in the handler: the tool's exception keeps the context it had
         if isinstance(result, dict) and len(result) == 1:
             _raise_recorded(result, replayed=not ran)
         return returned(result)
+
+
+def _raised(error: ToolError, *, replayed: bool) -> BaseException:
+    """What the run raises for a tool call that failed: live, what the tool raised (a plain run
+    raises it, and code catches it by its type); replayed, the recorded failure as
+    :func:`replayed_failure` makes it (a ``ToolError`` that is also of the tool's exception class)."""
+    if not replayed and error.__cause__ is not None:
+        return error.__cause__
+    return replayed_failure(error)
 
 
 def _raise_recorded(result: dict[str, Any], *, replayed: bool) -> None:
