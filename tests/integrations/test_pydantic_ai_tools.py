@@ -13,7 +13,10 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
-from pydantic_ai import Agent
+from pydantic import BaseModel
+from pydantic_ai import Agent, ModelRetry, RunContext, SkipToolExecution
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import (
     BinaryContent,
     ImageUrl,
@@ -28,6 +31,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import ToolDefinition
 
 import tether
 from tether.integrations.pydantic_ai import TetherDurability
@@ -242,3 +246,138 @@ def test_an_uncaught_tool_exception_fails_the_task_as_itself(store_url: str) -> 
     assert app.replay("u1").clean
     assert isinstance(left[1], ParcelLostError) and str(left[1]) == "no scan since Tuesday"
     assert app.retry("u1").status is tether.Status.FAILED and ran == [1, 1]  # a retry runs a failed call again
+
+
+class OrderIn(BaseModel):
+    id: str
+
+
+def test_a_validation_error_the_tool_raises_is_a_retry_for_the_model_live_and_replayed(store_url: str) -> None:
+    """Pydantic AI answers a ``ValidationError`` from a tool with a retry prompt (the errors, for the
+    model to fix its call); the durable run did not (the call failed, and the task with it). Now the
+    same live, and the same replayed (the errors are the call's recorded answer)."""
+    ran: list[int] = []
+
+    def make(script: Script) -> Agent[None, str]:
+        agent = Agent(FunctionModel(script), name="tracker")
+
+        @agent.tool_plain
+        def t(x: int) -> str:
+            ran.append(x)
+            return OrderIn.model_validate({"id": x}).id if x == 1 else "found"
+
+        return agent
+
+    plain = Script({"x": 1}, {"x": 2})
+    asyncio.run(make(plain).run("Where is my parcel?"))
+    assert plain.views[1][-1][3] == "retried"
+    script = Script({"x": 1}, {"x": 2})
+    script.down = True
+    app = tether.App(store_url)
+    first = app.run(durable_task(app, make(script), "track"), task_id="v1")
+    assert first.status is tether.Status.FAILED and "provider is down" in str(first.failure), first.failure
+    assert script.views[:3] == plain.views[:3]
+    ran.clear()
+    script.down = False
+    again = reopened(app, store_url)
+    if again is not app:
+        durable_task(again, make(script), "track")
+    assert again.retry("v1").output == "Noted."
+    assert ran == []
+    assert len(script.seen) == 4 and script.seen[3] == script.seen[2]
+    assert again.replay("v1").clean
+
+
+class Cached(AbstractCapability[Any]):
+    """Answers tool ``t`` from a cache (``SkipToolExecution``), inside the durable call."""
+
+    async def before_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        raise SkipToolExecution(BinaryContent(LABEL, media_type="image/png"))
+
+
+def test_a_tool_skipped_by_a_capability_answers_with_the_skips_result(store_url: str) -> None:
+    """A capability's ``before_tool_execute`` skips the tool with a result (``SkipToolExecution``):
+    the result is the call's answer, live and replayed (the durable call failed instead)."""
+    ran: list[int] = []
+
+    def make(script: Script) -> Agent[None, str]:
+        agent = Agent(FunctionModel(script), name="tracker", capabilities=[Cached()])
+
+        @agent.tool_plain
+        def t(x: int) -> str:
+            ran.append(x)
+            return "from the tool"
+
+        return agent
+
+    plain = Script()
+    asyncio.run(make(plain).run("Where is my parcel?"))
+    script = Script()
+    script.down = True
+    app = tether.App(store_url)
+    first = app.run(durable_task(app, make(script), "track"), task_id="k1")
+    assert first.status is tether.Status.FAILED and "provider is down" in str(first.failure), first.failure
+    assert script.views[1] == plain.views[1]
+    script.down = False
+    again = reopened(app, store_url)
+    if again is not app:
+        durable_task(again, make(script), "track")
+    assert again.retry("k1").output == "Noted."
+    assert ran == [] and script.seen[2] == script.seen[1]
+    assert again.replay("k1").clean
+
+
+class Checked(AbstractCapability[Any]):
+    """Checks tool ``t``'s result after it ran: a vague one is sent back (``ModelRetry``) or failed
+    (``ToolFailed``), raised by the hook, inside the durable call."""
+
+    def __init__(self, signal: type[Exception]) -> None:
+        self.signal = signal
+
+    async def after_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any], result: Any
+    ) -> Any:
+        if result == "somewhere":
+            raise self.signal("be specific")
+        return result
+
+
+@pytest.mark.parametrize("signal", [ModelRetry, ToolFailed])
+def test_a_retry_or_failure_a_hook_raises_steers_the_run_live_and_replayed(
+    store_url: str, signal: type[Exception]
+) -> None:
+    """A capability's hook around the tool raises ``ModelRetry`` (or ``ToolFailed``): Pydantic AI
+    answers the call with a retry prompt (or a failed result), outside the durable call. The durable
+    call recorded it as the tool failing, and the task failed; now it is the call's answer, raised
+    again from the record live and replayed."""
+    ran: list[int] = []
+
+    def make(script: Script) -> Agent[None, str]:
+        agent = Agent(FunctionModel(script), name="tracker", capabilities=[Checked(signal)])
+
+        @agent.tool_plain
+        def t(x: int) -> str:
+            ran.append(x)
+            return "somewhere" if x == 1 else "Leeds"
+
+        return agent
+
+    plain = Script({"x": 1}, {"x": 2})
+    asyncio.run(make(plain).run("Where is my parcel?"))
+    assert plain.views[1][-1][3] == ("retried" if signal is ModelRetry else "failed")
+    script = Script({"x": 1}, {"x": 2})
+    script.down = True
+    app = tether.App(store_url)
+    first = app.run(durable_task(app, make(script), "track"), task_id="h1")
+    assert first.status is tether.Status.FAILED and "provider is down" in str(first.failure), first.failure
+    assert script.views[:3] == plain.views[:3]
+    ran.clear()
+    script.down = False
+    again = reopened(app, store_url)
+    if again is not app:
+        durable_task(again, make(script), "track")
+    assert again.retry("h1").output == "Noted."
+    assert ran == [] and len(script.seen) == 4 and script.seen[3] == script.seen[2]
+    assert again.replay("h1").clean

@@ -9,11 +9,14 @@ else as its JSON form. The model is sent the same either way (Pydantic AI render
 JSON form alike, so that a stored history reads as the live one did); what the code sees of a
 user's own class is its JSON form. A value JSON holds exactly is recorded, and returned, as it is.
 
-Anything a tool raises (other than Pydantic AI's own signals, the call's answers) fails its call,
-and tether records the failure (type name, message, traceback): live, the run then raises what the
-tool raised, as a plain run does; replayed, the record is raised as a :class:`~tether.errors.ToolError`
-that is also an instance of that exception's class, when the class can be found again
-(:func:`replayed_failure`).
+What a tool (or a hook around it) raises to steer the run — a retry it asks for, a
+``ValidationError``, that it failed, a deferral, an approval to wait for, a skip — is Pydantic AI's
+own signal, not a failure: it is the call's recorded answer, raised again from the record live and
+replayed alike (:func:`recorded_signal`, :func:`raise_recorded`), as Pydantic AI's own durable
+engines carry them as data. Anything else a tool raises fails its call, and tether records the
+failure (type name, message, traceback): live, the run then raises what the tool raised, as a plain
+run does; replayed, the record is raised as a :class:`~tether.errors.ToolError` that is also an
+instance of that exception's class, when the class can be found again (:func:`replayed_failure`).
 """
 
 from __future__ import annotations
@@ -21,15 +24,43 @@ from __future__ import annotations
 import math
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ToolReturn, ToolReturnPart, UserPromptPart
+from pydantic import ValidationError
+from pydantic_ai import SkipToolExecution
+from pydantic_ai.exceptions import (
+    ApprovalRequired,
+    CallDeferred,
+    ModelRetry,
+    ToolFailed,
+    ToolFailedError,
+    ToolRetryError,
+)
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelRequestPart,
+    ToolReturn,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_core import PydanticCustomError, to_jsonable_python
 
 from tether.errors import ToolError
 
-__all__ = ["recorded_return", "replayed_failure", "returned"]
+__all__ = ["raise_recorded", "recorded_return", "recorded_signal", "replayed_failure", "returned"]
 
 _RETURNED = "__tether_tool_return__"  # a value JSON does not hold as it is, as Pydantic AI keeps it
+_RETRY = "__tether_model_retry__"  # the tool asked for a retry (``ModelRetry``): the retried part
+_FAILED = "__tether_tool_failed__"  # the tool said it failed (``ToolFailed``): its answer to the model
+_HOOK_RETRY = "__tether_hook_retry__"  # a hook around the tool raised ``ModelRetry``: its message
+_HOOK_FAILED = "__tether_hook_failed__"  # a hook around the tool raised ``ToolFailed``: its message
+_DEFERRED = "__tether_call_deferred__"  # the call is to be made outside the run (``CallDeferred``)
+_APPROVAL = "__tether_approval_required__"  # the call waits for a person's approval (``ApprovalRequired``)
+_INVALID = "__tether_validation_error__"  # the tool raised a ``ValidationError``: a retry, with its errors
+_SKIPPED = "__tether_tool_skipped__"  # a hook skipped the tool with a result (``SkipToolExecution``)
 _SCALARS = (str, int, bool, type(None))
 
 
@@ -81,6 +112,95 @@ def returned(recorded: Any) -> Any:
     prompt = request.parts[1] if len(request.parts) > 1 else None
     content = prompt.content if isinstance(prompt, UserPromptPart) else None
     return ToolReturn(return_value=part.content, content=content, metadata=part.metadata, tools=payload["tools"])
+
+
+def recorded_signal(error: Exception, *, tool_name: str, call_id: str) -> dict[str, Any] | None:
+    """The record of what a tool, or a hook around it, raised to steer the run; ``None`` for an
+    exception that is no such signal (it fails the call)."""
+    if isinstance(error, ToolRetryError):  # the tool's ModelRetry, made a retried part by Pydantic AI
+        return {_RETRY: _message_json(error.tool_retry)}
+    if isinstance(error, ToolFailedError):  # the tool's ToolFailed, made its failed answer
+        return {_FAILED: _message_json(error.tool_failed)}
+    if isinstance(error, ModelRetry):  # raised by a hook: Pydantic AI makes it a retry outside
+        return {_HOOK_RETRY: error.message}
+    if isinstance(error, ToolFailed):
+        return {_HOOK_FAILED: error.message}
+    if isinstance(error, CallDeferred):
+        return {_DEFERRED: {"metadata": error.metadata, "kind": error.kind}}
+    if isinstance(error, ApprovalRequired):
+        return {_APPROVAL: {"metadata": error.metadata}}
+    if isinstance(error, ValidationError):
+        return {_INVALID: _recorded_invalid(error)}
+    if isinstance(error, SkipToolExecution):  # its result is the tool's
+        return {_SKIPPED: recorded_return(error.result, tool_name=tool_name, call_id=call_id)}
+    return None
+
+
+def raise_recorded(recorded: dict[str, Any], *, replayed: bool) -> None:
+    """Raise again the signal :func:`recorded_signal` recorded, as the run raised it live (nothing,
+    for a record that is none). A retry the tool asked for, replayed, is raised as the tool raised
+    it, so that Pydantic AI counts it against the tool's retries as it did live (the handler that
+    counted it has not run this time)."""
+    (kind, payload), *_ = recorded.items()
+    if kind == _RETRY:
+        part = _message_part(payload)
+        said = getattr(part, "content", None)  # the retry's prompt (its part's type varies by release)
+        if replayed and isinstance(said, str):
+            raise ModelRetry(said)
+        raise ToolRetryError(part)  # a retried ToolReturnPart, as recorded
+    rebuild = _SIGNALS.get(kind)
+    if rebuild is not None:
+        raise rebuild(payload)
+
+
+_SIGNALS: dict[str, Callable[[Any], Exception]] = {
+    _FAILED: lambda payload: ToolFailedError(_message_part(payload)),
+    _HOOK_RETRY: ModelRetry,
+    _HOOK_FAILED: ToolFailed,
+    _DEFERRED: lambda payload: CallDeferred(payload["metadata"], kind=payload["kind"]),
+    _APPROVAL: lambda payload: ApprovalRequired(payload["metadata"]),
+    _INVALID: lambda payload: _revalidated(payload),  # Pydantic AI makes it a retry, with these errors
+    _SKIPPED: lambda payload: SkipToolExecution(returned(payload)),
+}
+
+
+def _message_json(part: ModelRequestPart) -> Any:
+    return ModelMessagesTypeAdapter.dump_python([ModelRequest(parts=[part])], mode="json")[0]
+
+
+def _message_part(recorded: Any) -> Any:
+    message: ModelMessage = ModelMessagesTypeAdapter.validate_python([recorded])[0]
+    return message.parts[0]
+
+
+def _recorded_invalid(error: ValidationError) -> dict[str, Any]:
+    """A ``ValidationError`` the tool raised, which Pydantic AI answers with a retry prompt listing
+    its errors: each error's type, place, message and input (what that prompt shows), as JSON."""
+    errors = [
+        {
+            "type": e["type"],
+            "loc": list(e["loc"]),
+            "msg": e["msg"],
+            "input": to_jsonable_python(e["input"], fallback=repr),
+        }
+        for e in error.errors(include_url=False, include_context=False)
+    ]
+    return {"title": error.title, "errors": errors}
+
+
+def _revalidated(recorded: dict[str, Any]) -> ValidationError:
+    """The ``ValidationError`` :func:`_recorded_invalid` recorded, with the same errors."""
+    return ValidationError.from_exception_data(
+        recorded["title"],
+        [
+            {
+                "type": PydanticCustomError(e["type"], "{message}", {"message": e["msg"]}),
+                "loc": tuple(e["loc"]),
+                "input": e["input"],
+            }
+            for e in recorded["errors"]
+        ],
+    )
 
 
 def replayed_failure(error: ToolError) -> ToolError:

@@ -37,11 +37,9 @@ from typing import TYPE_CHECKING, Any
 try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailedError, ToolRetryError
     from pydantic_ai.messages import (
         ModelMessage,
         ModelMessagesTypeAdapter,
-        ModelRequest,
         ModelResponse,
         RetryPromptPart,
         SystemPromptPart,
@@ -55,7 +53,13 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from tether.conversation import EstimateCounter, Message, Session, Summarizer, Summary
 from tether.errors import InvalidInputError, ToolError
-from tether.integrations._pydantic_ai_calls import recorded_return, replayed_failure, returned
+from tether.integrations._pydantic_ai_calls import (
+    raise_recorded,
+    recorded_return,
+    recorded_signal,
+    replayed_failure,
+    returned,
+)
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AbstractAgent
@@ -192,10 +196,6 @@ class TetherHistory:
 _LIVE: contextvars.ContextVar[Callable[[], Awaitable[Any]] | None] = contextvars.ContextVar(
     "tether_pydantic_ai_live", default=None
 )
-_RETRY = "__tether_model_retry__"
-_FAILED = "__tether_tool_failed__"  # the tool said it failed (``ToolFailed``): its answer to the model
-_DEFERRED = "__tether_call_deferred__"  # the call is to be made outside the run (``CallDeferred``)
-_APPROVAL = "__tether_approval_required__"  # the call waits for a person's approval (``ApprovalRequired``)
 
 
 class _ModelRequest:
@@ -214,9 +214,9 @@ class _ModelRequest:
 
 class _ToolCall:
     """The recorded call that runs one tool, named after it: its validated arguments and the model's
-    call id; its result, what the tool returned (as :func:`recorded_return` keeps it). A retry the
-    tool asks for (``ModelRetry``) is its answer to the model, recorded as a result: the retried
-    part, replayed as the same ``ToolRetryError``."""
+    call id; its result, what the tool returned (as :func:`recorded_return` keeps it). What the tool,
+    or a hook around it, raises to steer the run (a retry, a ``ValidationError``, that it failed, a
+    deferral, a skip) is its answer too (:func:`recorded_signal`); anything else fails the call."""
 
     def __init__(self, name: str) -> None:
         self.__name__ = name
@@ -226,16 +226,11 @@ class _ToolCall:
         assert live is not None, "the tool runs inside TetherDurability.wrap_tool_execute"
         try:
             value = await live()
-        except ToolRetryError as exc:
-            retried = ModelRequest(parts=[exc.tool_retry])
-            return {_RETRY: ModelMessagesTypeAdapter.dump_python([retried], mode="json")[0]}
-        except ToolFailedError as exc:
-            failed = ModelRequest(parts=[exc.tool_failed])
-            return {_FAILED: ModelMessagesTypeAdapter.dump_python([failed], mode="json")[0]}
-        except CallDeferred as exc:
-            return {_DEFERRED: {"metadata": exc.metadata, "kind": exc.kind}}
-        except ApprovalRequired as exc:
-            return {_APPROVAL: {"metadata": exc.metadata}}
+        except Exception as exc:
+            signal = recorded_signal(exc, tool_name=self.__name__, call_id=call_id)
+            if signal is None:
+                raise
+            return signal
         return recorded_return(value, tool_name=self.__name__, call_id=call_id)
 
 
@@ -327,7 +322,7 @@ class TetherDurability(AbstractCapability[Any]):
         if failure is not None:
             raise failure  # here, not in the handler: the tool's exception keeps the context it had
         if isinstance(result, dict) and len(result) == 1:
-            _raise_recorded(result, replayed=not ran)
+            raise_recorded(result, replayed=not ran)
         return returned(result)
 
 
@@ -338,28 +333,6 @@ def _raised(error: ToolError, *, replayed: bool) -> BaseException:
     if not replayed and error.__cause__ is not None:
         return error.__cause__
     return replayed_failure(error)
-
-
-def _raise_recorded(result: dict[str, Any], *, replayed: bool) -> None:
-    """Raise again what a tool raised to steer the run, as recorded: a retry it asked for, that it
-    failed (either its answer to the model), or that its call is deferred or waits for approval (the
-    run's output then says so). Nothing, for a result that is none of these."""
-    if _RETRY in result:
-        part = ModelMessagesTypeAdapter.validate_python([result[_RETRY]])[0].parts[0]
-        said = getattr(part, "content", None)  # the retry's prompt (its part's type varies by release)
-        if replayed and isinstance(said, str):
-            # Raised as the tool raised it, so that Pydantic AI counts it against the tool's retries
-            # as it did live (the handler that counted it has not run this time).
-            raise ModelRetry(said)
-        raise ToolRetryError(part)  # type: ignore[arg-type]  # a RetryPromptPart, as recorded
-    if _FAILED in result:
-        part = ModelMessagesTypeAdapter.validate_python([result[_FAILED]])[0].parts[0]
-        raise ToolFailedError(part)  # type: ignore[arg-type]  # a ToolReturnPart, as recorded
-    if _DEFERRED in result:
-        deferred = result[_DEFERRED]
-        raise CallDeferred(deferred["metadata"], kind=deferred["kind"])
-    if _APPROVAL in result:
-        raise ApprovalRequired(result[_APPROVAL]["metadata"])
 
 
 async def run(
