@@ -381,3 +381,34 @@ def test_a_retry_or_failure_a_hook_raises_steers_the_run_live_and_replayed(
     assert again.retry("h1").output == "Noted."
     assert ran == [] and len(script.seen) == 4 and script.seen[3] == script.seen[2]
     assert again.replay("h1").clean
+
+
+def test_a_replayed_run_counts_the_tool_calls_the_live_one_did(store_url: str) -> None:
+    """Pydantic AI counts a tool call (``usage.tool_calls``, which ``UsageLimits(tool_calls_limit=)``
+    checks) when the tool returns; a replayed tool returns from the record without running, and the
+    resumed run counted none of them."""
+    ran: list[int] = []
+    agent = Agent(FunctionModel(Script({"x": 1}, {"x": 2})), name="tracker")
+
+    @agent.tool_plain
+    def t(x: int) -> str:
+        ran.append(x)
+        return "Leeds"
+
+    def define(app: tether.App) -> Any:
+        @app.task(name="counted")
+        async def counted(ctx: tether.AsyncTaskContext) -> str:
+            result = await agent.run("Where is my parcel?", capabilities=[TetherDurability(ctx)])
+            await ctx.wait_for_input("go on")
+            return f"{result.usage.requests} requests, {result.usage.tool_calls} tool calls"
+
+        return counted
+
+    app = tether.App(store_url)
+    assert app.run(define(app), task_id="n1").status is tether.Status.AWAITING_INPUT
+    again = reopened(app, store_url)
+    if again is not app:
+        define(again)
+    again.send_input("n1", "go on", True)
+    assert again.resume("n1").output == "3 requests, 2 tool calls"  # as a plain run counts them
+    assert ran == [1, 2]

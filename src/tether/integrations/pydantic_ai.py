@@ -323,6 +323,8 @@ class TetherDurability(AbstractCapability[Any]):
             raise failure  # here, not in the handler: the tool's exception keeps the context it had
         if isinstance(result, dict) and len(result) == 1:
             raise_recorded(result, replayed=not ran)
+        if not ran:  # Pydantic AI counts a call the tool answered in the handler, which a replay skips
+            ctx.usage.tool_calls += 1
         return returned(result)
 
 
