@@ -473,3 +473,30 @@ def test_a_tool_that_steers_the_run_does_so_durably(store_url: str, kind: str) -
     assert done.status is tether.Status.COMPLETED, done.failure
     assert done.output == repr(plain)
     assert app.replay("s1").clean  # replayed, the recorded signal is raised again: the same output
+
+
+def test_a_replayed_response_keeps_the_model_id_the_live_one_had(store_url: str) -> None:
+    """Pydantic AI stamps each response with the id of the model that served it (``model_id``, by
+    which it routes later requests) once the request hook returns, from the attempt the model made;
+    a replayed response, made without one, had none (found comparing a resumed run's messages)."""
+    agent = Agent(TestModel(custom_output_text="Paris."), name="geo")
+    ids: list[list[str | None]] = []
+
+    def define(app: tether.App) -> Any:
+        @app.task(name="ask")
+        async def ask(ctx: tether.AsyncTaskContext) -> str:
+            result = await agent.run("Capital of France?", capabilities=[TetherDurability(ctx)])
+            ids.append([m.model_id for m in result.all_messages() if isinstance(m, ModelResponse)])
+            await ctx.wait_for_input("go on")
+            return str(result.output)
+
+        return ask
+
+    app = tether.App(store_url)
+    assert app.run(define(app), task_id="m1").status is tether.Status.AWAITING_INPUT
+    again = app if store_url == "memory://" else tether.App(store_url)
+    if again is not app:
+        define(again)
+    again.send_input("m1", "go on", True)
+    assert again.resume("m1").output == "Paris."
+    assert ids == [["test:test"], ["test:test"]]

@@ -37,11 +37,9 @@ from typing import TYPE_CHECKING, Any
 try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailedError, ToolRetryError
     from pydantic_ai.messages import (
         ModelMessage,
         ModelMessagesTypeAdapter,
-        ModelRequest,
         ModelResponse,
         RetryPromptPart,
         SystemPromptPart,
@@ -54,7 +52,14 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.integrations.pydantic_ai needs Pydantic AI: pip install 'tether[pydantic-ai]'") from exc
 
 from tether.conversation import EstimateCounter, Message, Session, Summarizer, Summary
-from tether.errors import InvalidInputError
+from tether.errors import InvalidInputError, ToolError
+from tether.integrations._pydantic_ai_calls import (
+    raise_recorded,
+    recorded_return,
+    recorded_signal,
+    replayed_failure,
+    returned,
+)
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AbstractAgent
@@ -191,10 +196,6 @@ class TetherHistory:
 _LIVE: contextvars.ContextVar[Callable[[], Awaitable[Any]] | None] = contextvars.ContextVar(
     "tether_pydantic_ai_live", default=None
 )
-_RETRY = "__tether_model_retry__"
-_FAILED = "__tether_tool_failed__"  # the tool said it failed (``ToolFailed``): its answer to the model
-_DEFERRED = "__tether_call_deferred__"  # the call is to be made outside the run (``CallDeferred``)
-_APPROVAL = "__tether_approval_required__"  # the call waits for a person's approval (``ApprovalRequired``)
 
 
 class _ModelRequest:
@@ -213,8 +214,9 @@ class _ModelRequest:
 
 class _ToolCall:
     """The recorded call that runs one tool, named after it: its validated arguments and the model's
-    call id. A retry the tool asks for (``ModelRetry``) is its answer to the model, recorded as a
-    result: the retried part, replayed as the same ``ToolRetryError``."""
+    call id; its result, what the tool returned (as :func:`recorded_return` keeps it). What the tool,
+    or a hook around it, raises to steer the run (a retry, a ``ValidationError``, that it failed, a
+    deferral, a skip) is its answer too (:func:`recorded_signal`); anything else fails the call."""
 
     def __init__(self, name: str) -> None:
         self.__name__ = name
@@ -223,17 +225,13 @@ class _ToolCall:
         live = _LIVE.get()
         assert live is not None, "the tool runs inside TetherDurability.wrap_tool_execute"
         try:
-            return await live()
-        except ToolRetryError as exc:
-            retried = ModelRequest(parts=[exc.tool_retry])
-            return {_RETRY: ModelMessagesTypeAdapter.dump_python([retried], mode="json")[0]}
-        except ToolFailedError as exc:
-            failed = ModelRequest(parts=[exc.tool_failed])
-            return {_FAILED: ModelMessagesTypeAdapter.dump_python([failed], mode="json")[0]}
-        except CallDeferred as exc:
-            return {_DEFERRED: {"metadata": exc.metadata, "kind": exc.kind}}
-        except ApprovalRequired as exc:
-            return {_APPROVAL: {"metadata": exc.metadata}}
+            value = await live()
+        except Exception as exc:
+            signal = recorded_signal(exc, tool_name=self.__name__, call_id=call_id)
+            if signal is None:
+                raise
+            return signal
+        return recorded_return(value, tool_name=self.__name__, call_id=call_id)
 
 
 _MODEL_REQUEST = _ModelRequest()
@@ -257,6 +255,12 @@ class TetherDurability(AbstractCapability[Any]):
     request the model answered returns its recorded response, every tool that finished its recorded
     result; a tool that was running when the process died runs again under the same key
     (``tether.current_call().key``).
+
+    A tool's result is recorded as Pydantic AI keeps it in a message history, and given back from
+    there live and replayed alike, so the model is sent the same parts either way (a ``ToolReturn``
+    stays one, files stay files; a value of a class of your own comes back as its JSON form). An
+    exception a tool raises leaves the run as itself, as in a plain run; replayed from the record,
+    it is a ``tether.ToolError`` that is also of the exception's class, with its message.
     """
 
     ctx: AsyncTaskContext
@@ -272,7 +276,15 @@ class TetherDurability(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         handler: Callable[[ModelRequestContext], Awaitable[ModelResponse]],
     ) -> ModelResponse:
-        token = _LIVE.set(lambda: handler(request_context))
+        async def live() -> ModelResponse:
+            response = await handler(request_context)
+            # Pydantic AI stamps the response with the id of the model that served it once this hook
+            # returns, from the attempt the handler made; a replay makes none, so the record keeps it.
+            if response.model_id is None:
+                response.model_id = request_context.model_id or request_context.model.model_id
+            return response
+
+        token = _LIVE.set(live)
         try:
             agent = getattr(ctx, "agent", None)
             recorded = await self.ctx.call(
@@ -300,35 +312,29 @@ class TetherDurability(AbstractCapability[Any]):
             return handler(args)
 
         token = _LIVE.set(live)
+        failure: BaseException | None = None
         try:
             result = await self.ctx.call(_tool_call(call.tool_name), args=args, call_id=call.tool_call_id)
+        except ToolError as error:
+            failure = _raised(error, replayed=not ran)
         finally:
             _LIVE.reset(token)
+        if failure is not None:
+            raise failure  # here, not in the handler: the tool's exception keeps the context it had
         if isinstance(result, dict) and len(result) == 1:
-            _raise_recorded(result, replayed=not ran)
-        return result
+            raise_recorded(result, replayed=not ran)
+        if not ran:  # Pydantic AI counts a call the tool answered in the handler, which a replay skips
+            ctx.usage.tool_calls += 1
+        return returned(result)
 
 
-def _raise_recorded(result: dict[str, Any], *, replayed: bool) -> None:
-    """Raise again what a tool raised to steer the run, as recorded: a retry it asked for, that it
-    failed (either its answer to the model), or that its call is deferred or waits for approval (the
-    run's output then says so). Nothing, for a result that is none of these."""
-    if _RETRY in result:
-        part = ModelMessagesTypeAdapter.validate_python([result[_RETRY]])[0].parts[0]
-        said = getattr(part, "content", None)  # the retry's prompt (its part's type varies by release)
-        if replayed and isinstance(said, str):
-            # Raised as the tool raised it, so that Pydantic AI counts it against the tool's retries
-            # as it did live (the handler that counted it has not run this time).
-            raise ModelRetry(said)
-        raise ToolRetryError(part)  # type: ignore[arg-type]  # a RetryPromptPart, as recorded
-    if _FAILED in result:
-        part = ModelMessagesTypeAdapter.validate_python([result[_FAILED]])[0].parts[0]
-        raise ToolFailedError(part)  # type: ignore[arg-type]  # a ToolReturnPart, as recorded
-    if _DEFERRED in result:
-        deferred = result[_DEFERRED]
-        raise CallDeferred(deferred["metadata"], kind=deferred["kind"])
-    if _APPROVAL in result:
-        raise ApprovalRequired(result[_APPROVAL]["metadata"])
+def _raised(error: ToolError, *, replayed: bool) -> BaseException:
+    """What the run raises for a tool call that failed: live, what the tool raised (a plain run
+    raises it, and code catches it by its type); replayed, the recorded failure as
+    :func:`replayed_failure` makes it (a ``ToolError`` that is also of the tool's exception class)."""
+    if not replayed and error.__cause__ is not None:
+        return error.__cause__
+    return replayed_failure(error)
 
 
 async def run(
