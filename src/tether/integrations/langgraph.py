@@ -232,13 +232,17 @@ class TetherSaver(BaseCheckpointSaver[int]):
     # ------------------------------------------------------------------ the saver contract
     @serialized
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The checkpoint ``config`` names (its ``checkpoint_id``), or the thread's newest in its namespace."""
+        """The checkpoint ``config`` names (its ``checkpoint_id``; the tuple's config is then ``config``
+        itself, as LangGraph's savers answer), or the thread's newest in its namespace."""
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
         view = self._thread(thread_id).view
         saved = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
-        return self._tuple(thread_id, view, saved) if saved is not None else None
+        if saved is None:
+            return None
+        found = self._tuple(thread_id, view, saved)
+        return found._replace(config=config) if checkpoint_id else found
 
     def list(
         self,
