@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("langgraph")
 pytest.importorskip("langgraph.checkpoint.sqlite")
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
@@ -120,3 +120,26 @@ def test_a_checkpoint_named_by_id_comes_back_under_the_callers_config(
 
     seen = same_everywhere(savers, scenario)
     assert "'user': 'u-1'" in seen
+
+
+def test_copying_a_pruned_thread_keeps_the_targets_own_checkpoints(store_url: str) -> None:
+    """A pruned thread's history starts with a ``ThreadCompacted`` event; copied as it was into a thread
+    with checkpoints of its own, it made every reader drop those."""
+    saver = TetherSaver(store_url)
+    parents: dict[str, str | None] = {"source": None, "target": None}
+    for k in range(3):
+        for thread in parents:
+            cp = empty_checkpoint()
+            cp["channel_values"] = {"n": f"{thread} {k}"}
+            cp["channel_versions"] = {"n": k + 1}
+            conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+            if parents[thread]:
+                conf["checkpoint_id"] = parents[thread]
+            stored = saver.put({"configurable": conf}, cp, {"step": k}, {"n": k + 1})
+            parents[thread] = stored["configurable"]["checkpoint_id"]
+    saver.prune(["source"])
+    saver.copy_thread("source", "target")
+    target = {"configurable": {"thread_id": "target"}}
+    for reader in (saver, TetherSaver(TaskLog(saver.log.store))):
+        values = [t.checkpoint["channel_values"]["n"] for t in reader.list(target)]
+        assert values == ["target 2", "source 2", "target 1", "target 0"]

@@ -64,6 +64,7 @@ from tether.integrations._langgraph_log import (
     CheckpointSaved,
     CheckpointsDeleted,
     Saved,
+    ThreadCompacted,
     ThreadView,
     WritesSaved,
     decode_json,
@@ -404,6 +405,11 @@ class TetherSaver(BaseCheckpointSaver[int]):
         source = self._thread(str(source_thread_id))
         records = source.stream.read() if source.view.version else []
         events = [r.event for r in records]
+        # A pruned source starts over at its ThreadCompacted: copy what follows (it stands alone), not
+        # the marker, which would make the target's readers drop the target's own checkpoints too.
+        compacted = [i for i, event in enumerate(events) if isinstance(event, ThreadCompacted)]
+        if compacted:
+            events = events[compacted[-1] + 1 :]
         if not events:
             return
         # Two writes when the target is new: a create with the first event, then the rest at once.
