@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("langgraph")
 pytest.importorskip("langgraph.checkpoint.sqlite")
 
+from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -143,3 +144,45 @@ def test_copying_a_pruned_thread_keeps_the_targets_own_checkpoints(store_url: st
     for reader in (saver, TetherSaver(TaskLog(saver.log.store))):
         values = [t.checkpoint["channel_values"]["n"] for t in reader.list(target)]
         assert values == ["target 2", "source 2", "target 1", "target 0"]
+
+
+def another(saver: Saver) -> Saver:
+    """The same database as another process sees it: a TetherSaver of its own (nothing cached), or
+    LangGraph's saver itself (it caches nothing)."""
+    return TetherSaver(TaskLog(saver.log.store)) if isinstance(saver, TetherSaver) else saver
+
+
+def put_messages(saver: Saver, thread: str, parent: str | None, contents: list[str]) -> str:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": [HumanMessage(c, id=c) for c in contents]}
+    cp["channel_versions"] = {"messages": len(contents)}
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if parent:
+        conf["checkpoint_id"] = parent
+    stored = saver.put({"configurable": conf}, cp, {"step": len(contents)}, {"messages": len(contents)})
+    return str(stored["configurable"]["checkpoint_id"])
+
+
+def test_a_write_after_the_thread_was_deleted_and_started_again_elsewhere(
+    savers: dict[str, Callable[[], Saver]],
+) -> None:
+    """A run that loaded a thread puts its next checkpoint after another process deleted the thread
+    and started it again: the checkpoint is stored whole, as LangGraph's savers store it. TetherSaver
+    appended it as a delta against the thread it had cached (the new thread had reached the same
+    version), and every read of the thread then raised."""
+
+    def scenario(saver: Saver) -> Any:
+        elsewhere = another(saver)
+        one = put_messages(saver, "t", None, ["hi"])
+        two = put_messages(saver, "t", one, ["hi", "there"])
+        assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+        elsewhere.delete_thread("t")  # another process starts the conversation over
+        put_messages(elsewhere, "t", put_messages(elsewhere, "t", None, ["new"]), ["new", "start"])
+        put_messages(saver, "t", two, ["hi", "there", "late"])  # the first run's next step lands
+        return [
+            ([m.content for m in t.checkpoint["channel_values"]["messages"]], t.metadata["step"])
+            for t in another(saver).list({"configurable": {"thread_id": "t"}})
+        ]
+
+    seen = same_everywhere(savers, scenario)
+    assert "'late'" in seen

@@ -180,8 +180,13 @@ class TetherSaver(BaseCheckpointSaver[int]):
 
     def _append(self, thread_id: str, make: Callable[[ThreadView], Event | None]) -> None:
         """Append the event ``make`` builds from the thread's view; when another writer got there first
-        (the append wrote nothing), read what it wrote and build the event again from that."""
-        thread = self._thread(thread_id, refresh=False)
+        (the append wrote nothing), read what it wrote and build the event again from that.
+
+        The view is brought up to date first (one indexed read): a thread deleted and started again
+        elsewhere may have reached the version this process knows, and an event built against the
+        old thread (an append to its lists, a reference to its items) would be taken there and make
+        the new one unreadable."""
+        thread = self._thread(thread_id)
         for _ in range(_RETRIES):
             event = make(thread.view)
             if event is None:
@@ -315,9 +320,6 @@ class TetherSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         parent_id: str | None = conf.get("checkpoint_id")
-        thread = self._thread(thread_id, refresh=False)
-        if parent_id is not None and thread.view.find(ns, parent_id) is None:
-            thread = self._thread(thread_id)  # the parent was written elsewhere: read it first
         self._append(
             thread_id,
             lambda view: self._checkpoint_event(view, ns, parent_id, checkpoint, config, metadata, new_versions),
