@@ -445,6 +445,10 @@ class ThreadView:
         key = (ns, checkpoint_id)
         return self.checkpoints.get(key) or self.gone.get(key)
 
+    def newest(self) -> str | None:
+        """The largest checkpoint id the thread holds, of any namespace."""
+        return max(self._newest.values(), default=None)
+
     def latest(self, ns: str) -> Saved | None:
         newest = self._newest.get(ns)
         return self.checkpoints[(ns, newest)] if newest is not None else None

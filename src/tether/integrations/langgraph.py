@@ -52,11 +52,19 @@ from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError
 from tether.events import Event, Recorded
 from tether.integrations._gc import no_cycle_collection
 from tether.integrations._langgraph_compact import restated
+from tether.integrations._langgraph_index import (
+    Listing,
+    append_with_head,
+    create_with_head,
+    newest_after,
+    newest_in,
+)
 from tether.integrations._langgraph_log import (
     THREAD_TYPE,
     CheckpointSaved,
     CheckpointsDeleted,
     Saved,
+    ThreadCompacted,
     ThreadView,
     WritesSaved,
     decode_json,
@@ -67,7 +75,7 @@ from tether.integrations._langgraph_log import (
 )
 from tether.integrations._langgraph_worker import Worker, raw, serialized
 from tether.log import TaskLog
-from tether.store import TaskFilter
+from tether.store import TaskFilter, TaskRow
 
 __all__ = ["THREAD_TYPE", "TetherSaver"]
 
@@ -172,21 +180,27 @@ class TetherSaver(BaseCheckpointSaver[int]):
 
     def _append(self, thread_id: str, make: Callable[[ThreadView], Event | None]) -> None:
         """Append the event ``make`` builds from the thread's view; when another writer got there first
-        (the append wrote nothing), read what it wrote and build the event again from that."""
-        thread = self._thread(thread_id, refresh=False)
+        (the append wrote nothing), read what it wrote and build the event again from that.
+
+        The view is brought up to date first (one indexed read): a thread deleted and started again
+        elsewhere may have reached the version this process knows, and an event built against the
+        old thread (an append to its lists, a reference to its items) would be taken there and make
+        the new one unreadable."""
+        thread = self._thread(thread_id)
         for _ in range(_RETRIES):
             event = make(thread.view)
             if event is None:
                 return
             expected = thread.view.version
+            newest = newest_after(thread.view, [event])
             try:
                 if expected == 0:
-                    if not thread.stream.create(event):
+                    if not create_with_head(thread.stream, event, newest):
                         thread = self._thread(thread_id)
                         continue
                     version = 1
                 else:
-                    version = thread.stream.append([event], expected)
+                    version = append_with_head(thread.stream, [event], expected, newest)
             except (ConflictError, TaskNotFoundError):  # another writer appended, or deleted the thread
                 thread = self._thread(thread_id)
                 continue
@@ -197,9 +211,11 @@ class TetherSaver(BaseCheckpointSaver[int]):
             return
         raise ConflictError(thread.stream.id, expected=thread.view.version, actual=None)
 
-    def _thread_ids(self) -> list[str]:
-        rows = self.log.store.list_tasks(self.log.tenant, TaskFilter(type=THREAD_TYPE), limit=_ALL)
-        return [thread_of(r.task_id) for r in rows]
+    def _thread_rows(self) -> builtins.list[TaskRow]:
+        return self.log.store.list_tasks(self.log.tenant, TaskFilter(type=THREAD_TYPE), limit=_ALL)
+
+    def _thread_ids(self) -> builtins.list[str]:
+        return [thread_of(r.task_id) for r in self._thread_rows()]
 
     def _tuple(self, thread_id: str, view: ThreadView, saved: Saved) -> CheckpointTuple:
         serde = self.serde
@@ -222,13 +238,17 @@ class TetherSaver(BaseCheckpointSaver[int]):
     # ------------------------------------------------------------------ the saver contract
     @serialized
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The checkpoint ``config`` names (its ``checkpoint_id``), or the thread's newest in its namespace."""
+        """The checkpoint ``config`` names (its ``checkpoint_id``; the tuple's config is then ``config``
+        itself, as LangGraph's savers answer), or the thread's newest in its namespace."""
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
         view = self._thread(thread_id).view
         saved = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
-        return self._tuple(thread_id, view, saved) if saved is not None else None
+        if saved is None:
+            return None
+        found = self._tuple(thread_id, view, saved)
+        return found._replace(config=config) if checkpoint_id else found
 
     def list(
         self,
@@ -242,56 +262,51 @@ class TetherSaver(BaseCheckpointSaver[int]):
 
         ``config`` may narrow to a namespace (``checkpoint_ns``) or one checkpoint (``checkpoint_id``);
         ``filter`` keeps those whose metadata has every given key with the given value; ``before``
-        keeps those older than its checkpoint; ``limit`` stops after that many.
+        keeps those older than its checkpoint; ``limit`` stops after that many. Across threads, a
+        thread is read only when the next checkpoint could be one of its (see ``_langgraph_index``).
         """
-        found = self._matching(config, before)
+        listing = self._listing(config, before)
         left = limit
         # Built on the worker a batch at a time (one hand-over per batch), yielded one at a time.
-        batch = min(_BATCH, limit) if limit else _BATCH
-        for start in range(0, len(found), batch):
-            for tup in self._listed(found[start : start + batch], filter):
-                if left is not None and left <= 0:
-                    return
-                if left is not None:
-                    left -= 1
-                yield tup
+        while left is None or left > 0:
+            want = min(_BATCH, left) if left is not None else _BATCH
+            batch = self._listed(listing, want, filter)
+            yield from batch
+            if len(batch) < want:
+                return
+            if left is not None:
+                left -= len(batch)
 
     @serialized
-    def _matching(
-        self, config: RunnableConfig | None, before: RunnableConfig | None
-    ) -> builtins.list[tuple[str, str, ThreadView, Saved]]:
-        """The checkpoints ``config`` and ``before`` select, newest first, each with its thread's view."""
+    def _listing(self, config: RunnableConfig | None, before: RunnableConfig | None) -> Listing:
+        """The checkpoints ``config`` and ``before`` select, to be taken newest first; across threads,
+        the threads ordered by what their index rows say (one read of the rows, no events)."""
         conf = config["configurable"] if config else {}
-        ns = conf.get("checkpoint_ns")
-        only = get_checkpoint_id(config) if config else None
-        before_id = get_checkpoint_id(before) if before else None
-        threads = [str(conf["thread_id"])] if config else self._thread_ids()
-        found: builtins.list[tuple[str, str, ThreadView, Saved]] = []
-        for thread_id in threads:
-            view = self._thread(thread_id).view
-            for saved in view.checkpoints.values():
-                if (ns is not None and saved.ns != ns) or (only and saved.id != only):
-                    continue
-                if before_id is not None and saved.id >= before_id:
-                    continue
-                found.append((saved.id, thread_id, view, saved))
-        found.sort(key=lambda item: item[0], reverse=True)
-        return found
+        threads: builtins.list[tuple[str, bool, str | None]]
+        if config:
+            threads = [(str(conf["thread_id"]), False, None)]
+        else:
+            threads = [(thread_of(row.task_id), *newest_in(row)) for row in self._thread_rows()]
+        return Listing(
+            threads,
+            ns=conf.get("checkpoint_ns"),
+            only=get_checkpoint_id(config) if config else None,
+            before=get_checkpoint_id(before) if before else None,
+        )
 
     @serialized
-    def _listed(
-        self, found: Sequence[tuple[str, str, ThreadView, Saved]], filter: dict[str, Any] | None
-    ) -> builtins.list[CheckpointTuple]:
-        """The tuples of ``found`` whose metadata matches ``filter``."""
-        out = []
+    def _listed(self, listing: Listing, n: int, filter: dict[str, Any] | None) -> builtins.list[CheckpointTuple]:
+        """The next ``n`` tuples of ``listing`` whose metadata matches ``filter``."""
+
+        def keep(saved: Saved) -> bool:
+            if not filter:
+                return True
+            metadata = decode_json(self.serde, saved.metadata)
+            return all(metadata.get(k) == v for k, v in filter.items())
+
         with no_cycle_collection():
-            for _, thread_id, view, saved in found:
-                if filter:
-                    metadata = decode_json(self.serde, saved.metadata)
-                    if not all(metadata.get(k) == v for k, v in filter.items()):
-                        continue
-                out.append(self._tuple(thread_id, view, saved))
-        return out
+            found = listing.take(n, lambda thread_id: self._thread(thread_id).view, keep)
+            return [self._tuple(thread_id, view, saved) for thread_id, view, saved in found]
 
     @serialized
     def put(
@@ -305,9 +320,6 @@ class TetherSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         parent_id: str | None = conf.get("checkpoint_id")
-        thread = self._thread(thread_id, refresh=False)
-        if parent_id is not None and thread.view.find(ns, parent_id) is None:
-            thread = self._thread(thread_id)  # the parent was written elsewhere: read it first
         self._append(
             thread_id,
             lambda view: self._checkpoint_event(view, ns, parent_id, checkpoint, config, metadata, new_versions),
@@ -395,11 +407,17 @@ class TetherSaver(BaseCheckpointSaver[int]):
         source = self._thread(str(source_thread_id))
         records = source.stream.read() if source.view.version else []
         events = [r.event for r in records]
+        # A pruned source starts over at its ThreadCompacted: copy what follows (it stands alone), not
+        # the marker, which would make the target's readers drop the target's own checkpoints too.
+        compacted = [i for i, event in enumerate(events) if isinstance(event, ThreadCompacted)]
+        if compacted:
+            events = events[compacted[-1] + 1 :]
         if not events:
             return
         # Two writes when the target is new: a create with the first event, then the rest at once.
         target = self._thread(str(target_thread_id))
-        if target.view.version == 0 and target.stream.create(events[0]):
+        first = events[0]
+        if target.view.version == 0 and create_with_head(target.stream, first, newest_after(target.view, [first])):
             target = self._thread(str(target_thread_id))
             events = events[1:]
         if events:
@@ -409,7 +427,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         for _ in range(_RETRIES):
             thread = self._thread(thread_id)
             try:
-                thread.stream.append(events, thread.view.version)
+                append_with_head(thread.stream, events, thread.view.version, newest_after(thread.view, events))
             except (ConflictError, TaskNotFoundError):
                 continue
             self._thread(thread_id)
@@ -512,17 +530,17 @@ class TetherSaver(BaseCheckpointSaver[int]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.wrap_future(self._worker.submit(raw(TetherSaver._matching), config, before))
+        listing = await asyncio.wrap_future(self._worker.submit(raw(TetherSaver._listing), config, before))
         left = limit
-        batch = min(_BATCH, limit) if limit else _BATCH
-        for start in range(0, len(found), batch):
-            chunk = found[start : start + batch]
-            for tup in await asyncio.wrap_future(self._worker.submit(raw(TetherSaver._listed), chunk, filter)):
-                if left is not None and left <= 0:
-                    return
-                if left is not None:
-                    left -= 1
+        while left is None or left > 0:
+            want = min(_BATCH, left) if left is not None else _BATCH
+            batch = await asyncio.wrap_future(self._worker.submit(raw(TetherSaver._listed), listing, want, filter))
+            for tup in batch:
                 yield tup
+            if len(batch) < want:
+                return
+            if left is not None:
+                left -= len(batch)
 
     async def aput(
         self,
