@@ -1,4 +1,4 @@
-"""TetherSessionService against what ADK's own services do.
+"""TetherSessionService and TetherMemoryService against what ADK's own services do.
 
 Each test runs one scenario on ADK's service (``InMemorySessionService``; ``SqliteSessionService``
 where ADK's persistent services differ from the in-memory one) and on tether's, and compares what a
@@ -21,14 +21,17 @@ pytest.importorskip("google.adk")
 
 from google.adk.errors import StaleSessionError
 from google.adk.events import Event, EventActions
+from google.adk.memory import InMemoryMemoryService
+from google.adk.memory.base_memory_service import BaseMemoryService
 from google.adk.sessions import InMemorySessionService
 from google.adk.sessions.base_session_service import BaseSessionService
 from google.adk.sessions.session import Session as AdkSession
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
+from google.genai import types
 
 import tether
 from tests.integrations.test_adk import say, texts
-from tether.integrations.adk import TetherSessionService
+from tether.integrations.adk import TetherMemoryService, TetherSessionService
 from tether.log import checksum
 from tether.store import SnapshotRow
 
@@ -234,6 +237,57 @@ def test_get_user_state_returns_a_copy(store_url: str) -> None:
     changing a nested value changed every later read of the user's state in that process."""
     theirs, ours = both(user_state_changed_by_its_reader, InMemorySessionService(), store_url)  # type: ignore[no-untyped-call]
     assert ours == theirs == ({"p": {"n": 1}}, {"user:p": {"n": 1}, "app:c": {"m": 1}})
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def remembered(author: str, text: str, at: float, *, thought: str | None = None) -> Event:
+    parts = [types.Part(text=text)] + ([types.Part(text=thought, thought=True)] if thought else [])
+    event = Event(author=author, invocation_id="inv", content=types.Content(role="user", parts=parts))
+    event.timestamp = at
+    return event
+
+
+async def memories(memory: BaseMemoryService, sessions: BaseSessionService) -> dict[str, list[str]]:
+    """What searches find after a session, some events and a deletion are remembered."""
+    session = await sessions.create_session(app_name="shop", user_id="ada", session_id="m1")
+    for event in [
+        remembered("user", "私はPythonを使う", 1000.0),
+        remembered("bot", "Un café au lait, s'il vous plaît", 1001.0),
+        remembered("user", "Python is great", 1002.0),
+    ]:
+        await sessions.append_event(session, event)
+    await memory.add_session_to_memory(session)
+    extra = [remembered("user", "Another python fact", 1003.0)]
+    await memory.add_events_to_memory(app_name="shop", user_id="ada", events=extra, session_id="m2")
+    found: dict[str, list[str]] = {}
+
+    async def search(name: str, query: str) -> None:
+        result = await memory.search_memory(app_name="shop", user_id="ada", query=query)
+        found[name] = sorted(m.content.parts[0].text or "" for m in result.memories if m.content.parts)
+
+    for query in ("python", "使う", "CAFÉ", "cafe\u0301"):  # the last in Unicode's decomposed form
+        await search(query, query)
+    great = (await memory.search_memory(app_name="shop", user_id="ada", query="great")).memories[0]
+    await memory.delete_memory(app_name="shop", user_id="ada", memory_id=great.id)
+    await memory.add_session_to_memory(session)  # a deleted memory is not remembered again
+    await search("after the delete", "python")
+    return found
+
+
+def test_memory_finds_what_adks_in_memory_service_finds(store_url: str) -> None:
+    """ADK's in-memory memory service matches a word inside a run of another script (Python in
+    私はPythonを使う), a non-ASCII query word inside an event's text (使う), words in either Unicode
+    normal form; it implements add_events_to_memory (which ADK's context.add_events_to_memory
+    calls) and delete_memory (a deleted memory is not remembered again). tether's matched none of
+    these and raised NotImplementedError for both methods."""
+    app = tether.App(store_url)
+    theirs = asyncio.run(memories(InMemoryMemoryService(), InMemorySessionService()))  # type: ignore[no-untyped-call]
+    ours = asyncio.run(memories(TetherMemoryService(app), TetherSessionService(app)))
+    assert ours == theirs
+    assert theirs["python"] == ["Another python fact", "Python is great", "私はPythonを使う"]
+    assert theirs["after the delete"] == ["Another python fact", "私はPythonを使う"]
 
 
 # ----------------------------------------------------------------------------- state outside events
