@@ -547,12 +547,13 @@ class TetherSessionService(BaseSessionService):
         return row.version if stored == mine else row.version - 1
 
     def _stored_since(self, stream: Stream, seen: int, version: int, event: AdkEvent) -> bool:
-        """Whether ``event`` is among the events stored after version ``seen`` (up to ``version``)."""
+        """Whether ``event`` is among the events stored after version ``seen`` (up to ``version``);
+        only those with its id are decoded."""
         records = stream.read(after=seen, upto=version)
         stored = [
             AdkEvent.model_validate(rec.event.meta["adk"])
             for rec in records
-            if isinstance(rec.event, MessageAdded) and rec.event.meta and "adk" in rec.event.meta
+            if isinstance(rec.event, MessageAdded) and (rec.event.meta or {}).get("adk", {}).get("id") == event.id
         ]
         return delivered(stored, event)
 
