@@ -3,11 +3,15 @@ over the events of the sessions added to it, kept in tether sessions."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from google.adk.events.event import Event as AdkEvent
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions.session import Session as AdkSession
@@ -16,13 +20,31 @@ from google.genai import types
 from tether.errors import ConflictError
 
 if TYPE_CHECKING:
+    from tether.conversation import Message
     from tether.runtime.app import App
 
 __all__ = ["TetherMemoryService"]
 
 
+def _is_latin(c: str) -> bool:
+    return (c.isalnum() or c == "_") if c.isascii() else unicodedata.name(c, "").startswith("LATIN")
+
+
 def _words(text: str) -> set[str]:
-    return {w.lower() for w in re.findall(r"\w+", text)}
+    """The words a text is matched on, lowercase, as ADK's in-memory memory service takes them: its
+    ``\\w+`` runs in Unicode's composed form, and each run of one script inside a word that mixes
+    Latin with another (Japanese and Chinese have no spaces: 私はPythonを使う holds the word Python)."""
+    words = {w.lower() for w in re.findall(r"\w+", unicodedata.normalize("NFC", text))}
+    for word in [w for w in words if not w.isascii()]:
+        words.update("".join(run) for _, run in itertools.groupby(word, _is_latin))
+    return words
+
+
+def _shared(query: set[str], text: str) -> int:
+    """How many query words a text holds: as a word, or (a non-ASCII query word, which may be a part
+    of an unspaced sentence) anywhere in it."""
+    words, lowered = _words(text), unicodedata.normalize("NFC", text).lower()
+    return sum(1 for q in query if q in words or (not q.isascii() and q in lowered))
 
 
 class TetherMemoryService(BaseMemoryService):
@@ -30,9 +52,11 @@ class TetherMemoryService(BaseMemoryService):
 
     A user's memory (per app) is one tether session, ``adk-memory:{app}:{user}``: each remembered
     event is a message holding its text and the ADK content verbatim. ``add_session_to_memory``
-    adds the events not remembered yet (a session may be added again as it grows), atomically;
-    ``search_memory`` returns up to ``limit`` memories sharing the most words with the query.
-    Keyword matching, not semantic search: it reads the user's whole memory at each search.
+    and ``add_events_to_memory`` add the events not remembered yet (a session may be added again as
+    it grows), atomically; ``delete_memory`` forgets one (and it is not remembered again);
+    ``search_memory`` returns up to ``limit`` memories sharing the most words with the query, words
+    matched as ADK's in-memory memory service matches them. Keyword matching, not semantic search:
+    it reads the user's whole memory at each search.
 
     Example:
         >>> import asyncio, tether
@@ -60,10 +84,28 @@ class TetherMemoryService(BaseMemoryService):
         return self._app.session(f"adk-memory:{quote(app_name, safe='')}:{quote(user_id, safe='')}", user_id=user_id)
 
     async def add_session_to_memory(self, session: AdkSession) -> None:
-        memory = self._memory(session.app_name, session.user_id)
+        self._add(session.app_name, session.user_id, session.events, session.id)
+
+    async def add_events_to_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        events: Sequence[AdkEvent],
+        session_id: str | None = None,
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        """Remember these events (those with text, not remembered yet), as of ``session_id`` if given.
+        ``custom_metadata`` is not used (ADK's in-memory service does not use it either)."""
+        self._add(app_name, user_id, events, session_id)
+
+    def _add(self, app_name: str, user_id: str, events: Iterable[AdkEvent], session_id: str | None) -> None:
+        memory = self._memory(app_name, user_id)
         for _ in range(100):  # what it holds, then the new events, appended only if nobody appended meanwhile
             version = memory.version  # read before what it holds: a later append makes the append refused
-            new = _unknown(session, {m.meta.get("adk_memory", {}).get("event_id") for m in memory.messages()})
+            held = memory.messages()
+            known = {m.meta.get("adk_memory", {}).get("event_id") for m in held} | _deleted(held)
+            new = _unknown(events, session_id, known)
             if not new:
                 return
             try:
@@ -73,13 +115,39 @@ class TetherMemoryService(BaseMemoryService):
             return
         raise ConflictError(memory.id, expected=memory.version, actual=None)
 
+    async def delete_memory(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
+        """Forget the memory ``memory_id`` (a ``MemoryEntry.id``, the event's id): searches no longer
+        find it, and adding its session again does not remember it again. Nothing if it is not held."""
+        if not memory_id:
+            return
+        memory = self._memory(app_name, user_id)
+        for _ in range(100):
+            version = memory.version
+            held = memory.messages()
+            if memory_id in _deleted(held) or all(
+                m.meta.get("adk_memory", {}).get("event_id") != memory_id for m in held
+            ):
+                return
+            try:
+                memory.add_many(
+                    [{"role": "system", "content": "", "adk_memory_deleted": memory_id}], expected_version=version
+                )
+            except ConflictError:
+                continue
+            return
+        raise ConflictError(memory.id, expected=memory.version, actual=None)
+
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
         wanted = _words(query)
+        held = self._memory(app_name, user_id).messages()
+        deleted = _deleted(held)
         scored = []
-        for m in self._memory(app_name, user_id).messages():
+        for m in held:
             stored = m.meta.get("adk_memory")
-            shared = len(wanted & _words(m.content))
-            if stored is not None and shared:
+            if stored is None or stored["event_id"] in deleted:
+                continue
+            shared = _shared(wanted, m.content)
+            if shared:
                 scored.append((shared, stored["timestamp"], stored))
         scored.sort(key=lambda s: (-s[0], -s[1]))
         return SearchMemoryResponse(
@@ -89,21 +157,27 @@ class TetherMemoryService(BaseMemoryService):
                     content=types.Content.model_validate(stored["content"]),
                     author=stored["author"],
                     timestamp=datetime.fromtimestamp(stored["timestamp"], tz=UTC).isoformat(),
-                    custom_metadata={"session_id": stored["session_id"]},
+                    custom_metadata={"session_id": stored["session_id"]} if stored["session_id"] else {},
                 )
                 for _, _, stored in scored[: self._limit]
             ]
         )
 
 
-def _unknown(session: AdkSession, known: set[Any]) -> list[dict[str, Any]]:
-    """The session's events with text that memory does not hold yet, as the messages that hold them."""
+def _deleted(held: Iterable[Message]) -> set[str]:
+    """The ids of the memories ``delete_memory`` forgot."""
+    return {m.meta["adk_memory_deleted"] for m in held if "adk_memory_deleted" in m.meta}
+
+
+def _unknown(events: Iterable[AdkEvent], session_id: str | None, known: set[Any]) -> list[dict[str, Any]]:
+    """The events with text that memory does not hold yet, as the messages that hold them."""
     new = []
-    for event in session.events:
+    for event in events:
         parts = event.content.parts or [] if event.content is not None else []
         text = " ".join(p.text for p in parts if p.text and not p.thought)
         if not text.strip() or event.id in known:
             continue
+        known.add(event.id)
         assert event.content is not None
         new.append(
             {
@@ -111,7 +185,7 @@ def _unknown(session: AdkSession, known: set[Any]) -> list[dict[str, Any]]:
                 "content": text,
                 "adk_memory": {
                     "event_id": event.id,
-                    "session_id": session.id,
+                    "session_id": session_id,
                     "author": event.author,
                     "timestamp": event.timestamp,
                     "content": event.content.model_dump(mode="json", exclude_none=True),

@@ -20,6 +20,7 @@ from google.adk.events.event import Event as AdkEvent
 from google.adk.sessions.session import Session as AdkSession
 from google.adk.sessions.state import State
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from tether.conversation import MessageAdded, SessionOpened, stream_id
 
@@ -30,10 +31,14 @@ __all__ = [
     "Seen",
     "app_document",
     "app_prefix",
+    "delivered",
     "encoded_shared",
     "fold_state",
+    "json_state",
     "listed_sessions",
+    "marker",
     "message_of",
+    "read_marker",
     "scoped",
     "session_key",
     "unfinished",
@@ -95,6 +100,36 @@ def message_of(event: AdkEvent) -> dict[str, Any]:
             for i, c in enumerate(calls)
         ]
     return message
+
+
+def json_state(state: dict[str, Any]) -> dict[str, Any]:
+    """State as ADK's database services store it, and as an event's ``state_delta`` is stored: each
+    value made JSON by pydantic (a datetime as its ISO text, a set as a list, a model as its fields),
+    one it cannot (a function) as its repr, instead of refusing the whole state."""
+    made: dict[str, Any] = to_jsonable_python(state, serialize_unknown=True)
+    return made
+
+
+def marker(version: int, created_at: float) -> str:
+    """A session object's revision marker (``Session._storage_update_marker``): the version it was
+    read or written at, and its stream's creation time, which tells a session deleted and made
+    again under the same id from the one it was read from."""
+    return f"{version}@{created_at!r}"
+
+
+def read_marker(text: str) -> tuple[int, float] | None:
+    """The version and creation time a marker holds; ``None`` for one this service did not make."""
+    version, _, created_at = text.partition("@")
+    try:
+        return int(version), float(created_at)
+    except ValueError:
+        return None
+
+
+def delivered(events: Iterable[AdkEvent], event: AdkEvent) -> bool:
+    """Whether ``event`` is among ``events``, as ADK's in-memory service tells an event delivered
+    again: an equal event with the same id (another event that reuses an id is a new one)."""
+    return any(e.id == event.id and e == event for e in events)
 
 
 def scoped(delta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -12,8 +12,11 @@ keys in one per (app, user), ``temp:`` keys are never stored, and the rest belon
   that dies leaves nothing a reader sees, and the same create again finishes it.
 - ``append_event`` is one optimistic append at the version the session object was read at, in one
   transaction with the changes its ``app:``/``user:`` delta makes to the shared documents (all or
-  nothing): an append from a session object another writer has since moved past raises ADK's
-  ``StaleSessionError`` and writes nothing.
+  nothing): an append from a session object another writer has since moved past (or whose session
+  was deleted and made again) raises ADK's ``StaleSessionError`` and writes nothing. A session
+  object without this service's marker is judged as ADK's ``DatabaseSessionService`` judges it; an
+  event delivered again is stored once, as ADK's ``InMemorySessionService`` does. State values
+  JSON cannot hold are stored as ADK's database services store them.
 - ``get_session`` reads the recent events it returns (``GetSessionConfig(num_recent_events,
   after_timestamp)``) with ranged reads, and the session's state from a snapshot plus the events
   after it: its cost does not grow with the session's history.
@@ -48,7 +51,7 @@ from urllib.parse import quote, unquote
 import orjson
 
 try:
-    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors import StaleSessionError
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event as AdkEvent
@@ -71,10 +74,14 @@ from tether.integrations._adk_records import (
     Seen,
     app_document,
     app_prefix,
+    delivered,
     encoded_shared,
     fold_state,
+    json_state,
     listed_sessions,
+    marker,
     message_of,
+    read_marker,
     scoped,
     session_key,
     unfinished,
@@ -83,7 +90,7 @@ from tether.integrations._adk_records import (
 )
 from tether.integrations._gc import no_cycle_collection
 from tether.log import checksum
-from tether.store import Position, SnapshotRow, StreamAppend
+from tether.store import Position, SnapshotRow, StreamAppend, TaskRow
 from tether.userstate import USER_TYPE
 
 if TYPE_CHECKING:
@@ -92,7 +99,10 @@ if TYPE_CHECKING:
 
 __all__ = ["TetherMemoryService", "TetherSessionService"]
 
-_SNAPSHOT_SCHEMA = 1001  # the session-state snapshots' schema (tether's own session views use others)
+# The session-state snapshots' schema (tether's own session views use others). 1002: made from the
+# stored events alone; 1001's were made from the session object, which could hold keys set outside
+# any event, so they are not read (a read folds the events instead, and writes a 1002 snapshot).
+_SNAPSHOT_SCHEMA = 1002
 _SNAPSHOT_EVERY = 64  # events folded on a read before it caches the state again
 _SHARED_TRIES = 20  # an append whose app:/user: document another writer keeps changing: tries before giving up
 _STATES_CACHED = 200_000  # sessions whose own state a service keeps, encoded, for list_sessions
@@ -156,7 +166,10 @@ class TetherSessionService(BaseSessionService):
         return [c for c in changes if c is not None]
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        return self._shared(user_document(app_name, user_id))
+        """The user's ``user:`` keys (without the prefix), the caller's to change: a copy that shares
+        no value with the service's cached document."""
+        keys: dict[str, Any] = orjson.loads(orjson.dumps(self._shared(user_document(app_name, user_id))))
+        return keys
 
     # ------------------------------------------------------------------ sessions
     async def create_session(
@@ -171,11 +184,12 @@ class TetherSessionService(BaseSessionService):
         ``state``, its stream is opened first, unfinished (no reader sees it), then the message that
         makes it a session is written in one transaction with the keys. A create that dies between
         the two leaves it unfinished; creating it again with the same id finishes it (with the state
-        the new call gives), so a failed create can be retried. ``AlreadyExistsError`` if it exists."""
+        the new call gives), so a failed create can be retried. ``AlreadyExistsError`` if it exists.
+        A value JSON cannot hold is stored as ADK's database services store it (:func:`json_state`)."""
         session_id = (session_id or "").strip() or uuid.uuid4().hex
         key = session_key(app_name, user_id, session_id)
         stream = Stream(self._log, stream_id(key), SESSION_TYPE)
-        app_delta, user_delta, session_state = scoped(state or {})
+        app_delta, user_delta, session_state = scoped(json_state(state or {}))
         now = time.time()
         made = to_event(
             {
@@ -196,14 +210,18 @@ class TetherSessionService(BaseSessionService):
             version = self._finish(stream, made, now, app_name, user_id, app_delta, user_delta)
         else:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+        # The stream's first record is stamped with its creation time; a session made in one write
+        # was last updated then, and get_session returns that time: the session returned here equals it.
+        (opened,) = stream.read(after=0, upto=1)
+        self._remember(stream.id, opened.at, version, opened.at if version == 1 else now, session_state)
         session = AdkSession(
             id=session_id,
             app_name=app_name,
             user_id=user_id,
             state=self._merge(app_name, user_id, session_state),
-            last_update_time=now,
+            last_update_time=opened.at if version == 1 else now,
         )
-        session._storage_update_marker = str(version)
+        session._storage_update_marker = marker(version, opened.at)
         return session
 
     def _finish(
@@ -241,7 +259,9 @@ class TetherSessionService(BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> AdkSession | None:
-        key = session_key(app_name, user_id, session_id)
+        """The session with its state and the events ``config`` asks for; ``None`` if there is none.
+        A padded id reads the session of the id stripped, as create_session stores it."""
+        key = session_key(app_name, user_id, session_id.strip())
         stream = Stream(self._log, stream_id(key), SESSION_TYPE)
         row = self._log.store.get_task(self._log.tenant, stream.id)
         if row is None:
@@ -252,14 +272,14 @@ class TetherSessionService(BaseSessionService):
             return None  # its creation has not finished
         events = self._recent_events(stream, version, config or GetSessionConfig())
         session = AdkSession(
-            id=session_id,
+            id=session_id.strip(),
             app_name=app_name,
             user_id=user_id,
             state=self._merge(app_name, user_id, state),
             events=events,
             last_update_time=row.updated_at,
         )
-        session._storage_update_marker = str(version)
+        session._storage_update_marker = marker(version, row.created_at)
         return session
 
     def _recent_events(self, stream: Stream, version: int, config: GetSessionConfig) -> list[AdkEvent]:
@@ -456,7 +476,8 @@ class TetherSessionService(BaseSessionService):
         return seen
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        key = session_key(app_name, user_id, session_id)
+        """Delete the session (nothing if there is none); a padded id deletes that of the id stripped."""
+        key = session_key(app_name, user_id, session_id.strip())
         self._states.pop(stream_id(key), None)
         try:
             self._app.delete_session(key)
@@ -464,50 +485,98 @@ class TetherSessionService(BaseSessionService):
             return
 
     async def append_event(self, session: AdkSession, event: AdkEvent) -> AdkEvent:
-        """Store ``event`` (unless partial) and apply it to ``session``. ``StaleSessionError`` when the
-        stored session has moved past the version ``session`` was read at; nothing is written then."""
+        """Store ``event`` (unless partial) and apply it to ``session``, in one optimistic write at
+        the version ``session`` was read at. ``StaleSessionError`` when the stored session has moved
+        on since (:meth:`_version_seen`); nothing is written then. An event delivered again (an
+        equal event with its id, in ``session`` or stored since ``session`` was read) is returned
+        and not stored twice, as ADK's in-memory service does."""
         if event.partial:
             return event
+        stream = Stream(self._log, stream_id(session_key(session.app_name, session.user_id, session.id)), SESSION_TYPE)
+        row = self._log.store.get_task(self._log.tenant, stream.id)
+        if row is None:
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        if delivered(reversed(session.events), event):
+            return event
+        expected = self._version_seen(session, stream, row)
+        if expected != row.version:
+            if 0 <= expected and self._stored_since(stream, expected, row.version, event):
+                return event
+            raise _stale(session, expected)  # before anything is written
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        key = session_key(session.app_name, session.user_id, session.id)
-        stream = Stream(self._log, stream_id(key), SESSION_TYPE)
-        marker = session._storage_update_marker
-        stale = StaleSessionError(
-            f"session {session.id!r} was read at version {marker} and has been appended to since; "
-            "get it again (get_session) and retry"
-        )
-        try:
-            current = stream.version()
-        except TaskNotFoundError:
-            raise SessionNotFoundError(f"Session {session.id} not found.") from None
-        expected = int(marker) if marker is not None else current
-        if expected != current:
-            raise stale  # before anything is written
-        delta = event.actions.state_delta if event.actions else {}
-        app_delta, user_delta, session_delta = scoped(delta or {})
-        message = stream.part([to_event(message_of(event))], expected, at=event.timestamp)
+        message = message_of(event)
+        # The deltas as the event stores them (JSON, as ADK stores them): the shared documents and the
+        # cached state get what a read of the stored events gives.
+        app_delta, user_delta, session_delta = scoped((message["adk"].get("actions") or {}).get("state_delta") or {})
+        part = stream.part([to_event(message)], expected, at=event.timestamp)
 
         def write() -> int:
             """The event and the app:/user: documents' changes in one transaction: all or nothing. A
             document another writer changed first is read again and the delta applied again."""
-            parts = [*self._shared_changes(session.app_name, session.user_id, app_delta, user_delta), message]
+            parts = [*self._shared_changes(session.app_name, session.user_id, app_delta, user_delta), part]
             try:
                 return append_together(self._log, parts)[-1]
             except ConflictError as conflict:
-                if conflict.task_id == stream.id:
-                    raise stale from None  # another writer got in between the check and the append
+                if conflict.task_id == stream.id:  # another writer got in between the check and the append
+                    raise _stale(session, expected) from None
                 raise
 
         version = retry_on_conflict(write, stream=stream.id, tries=_SHARED_TRIES)
-        session._storage_update_marker = str(version)
+        session._storage_update_marker = marker(version, row.created_at)
         session.last_update_time = event.timestamp
         committed = self._commit_event_to_session(session, event)
-        cached = self._states.get(stream.id)
-        if cached is not None and cached[1] == expected and cached[3] is not None:
-            own = {**orjson.loads(cached[3]), **session_delta}
-            self._remember(stream.id, cached[0], version, event.timestamp, own)
-        if version % _SNAPSHOT_EVERY == 0:
-            state = {k: v for k, v in session.state.items() if not k.startswith(("app:", "user:", "temp:"))}
-            self._snapshot(stream.id, version, state)
+        self._appended(stream.id, row, version, event.timestamp, session_delta)
         return committed
+
+    def _version_seen(self, session: AdkSession, stream: Stream, row: TaskRow) -> int:
+        """The version of the stored session (``row``) that ``session`` holds: its marker's (-1 if
+        the session was deleted and made again since). A session without a marker of this service's
+        (built by hand, listed, or sent through JSON) is judged as ADK's database services judge it:
+        current unless the stored session was updated after its ``last_update_time`` and its last
+        event is not the stored last event — then it holds the version before the stored one."""
+        mark = session._storage_update_marker
+        seen = read_marker(mark) if mark is not None else None
+        if seen is not None:
+            return seen[0] if seen[1] == row.created_at else -1
+        if row.updated_at <= session.last_update_time:
+            return row.version
+        (last,) = stream.read(after=row.version - 1, upto=row.version)
+        stored = (last.event.meta or {}).get("adk", {}).get("id") if isinstance(last.event, MessageAdded) else None
+        mine = session.events[-1].id if session.events else None
+        return row.version if stored == mine else row.version - 1
+
+    def _stored_since(self, stream: Stream, seen: int, version: int, event: AdkEvent) -> bool:
+        """Whether ``event`` is among the events stored after version ``seen`` (up to ``version``);
+        only those with its id are decoded."""
+        records = stream.read(after=seen, upto=version)
+        stored = [
+            AdkEvent.model_validate(rec.event.meta["adk"])
+            for rec in records
+            if isinstance(rec.event, MessageAdded) and (rec.event.meta or {}).get("adk", {}).get("id") == event.id
+        ]
+        return delivered(stored, event)
+
+    def _appended(self, stream: str, row: TaskRow, version: int, at: float, delta: dict[str, Any]) -> None:
+        """After an append at ``row``'s version: the cached state of the session brought up to date if
+        it was cached at that version, and its snapshot written every ``_SNAPSHOT_EVERY`` versions —
+        of the state the stored events make, never of the session object's (a caller may change it
+        outside any event, and such a change is not stored)."""
+        cached = self._states.get(stream)
+        if cached is None or cached[0] != row.created_at or cached[1] != row.version or cached[3] is None:
+            return
+        own = {**orjson.loads(cached[3]), **delta}
+        self._remember(stream, row.created_at, version, at, own)
+        if version % _SNAPSHOT_EVERY == 0:
+            self._snapshot(stream, version, own)
+
+
+def _stale(session: AdkSession, seen: int) -> StaleSessionError:
+    if seen < 0:
+        return StaleSessionError(
+            f"session {session.id!r} was deleted and made again since it was read; get it again (get_session)"
+        )
+    return StaleSessionError(
+        f"session {session.id!r} was read at version {seen} and has been appended to since; "
+        "get it again (get_session) and retry"
+    )
