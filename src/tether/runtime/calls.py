@@ -252,7 +252,7 @@ class Calls:
                 return self._kept(n, spec, undo, found)
         elif last.backoff:
             # Stopped (or suspended) during the backoff: wait only what is left of it.
-            yield from self.backoff(last.finished_at.timestamp() + last.backoff)
+            yield from self.backoff(last.finished_at.timestamp() + last.backoff, own=1)
         # Attempts that ended in an error count against the policy; one cut short by a crash
         # does not (it is run again: at-least-once), though it keeps its number in the record;
         # nor do the attempts before a retry of the task (a retry is a fresh round).
@@ -347,7 +347,7 @@ class Calls:
             backoff = spec.retry.delay(attempt) if retry else None
             yield from self._record_error(issued, attempt, errors, failure, outcome.duration, backoff, started)
             assert backoff is not None
-            yield from self.backoff(time.time() + backoff)
+            yield from self.backoff(time.time() + backoff, own=1)
             attempt += 1
 
     def _record_error(
@@ -385,8 +385,10 @@ class Calls:
                 spec.name, key=key, error_type=error_type, message=str(failure), attempts=errors, traceback=tb
             ) from failure
 
-    def backoff(self, until: float) -> Flow[None]:
-        """Wait until ``until``: here if it is short, else as a durable sleep that frees the worker."""
+    def backoff(self, until: float, *, own: int) -> Flow[None]:
+        """Wait until ``until``: here if it is short, else as a durable sleep that frees the worker.
+        ``own``: the calls in flight that are the waiter's own (1 for a call's retry backoff, 0 for
+        ``ctx.sleep``)."""
         rec = self._recorder
         while True:  # once more when something landed as the sleep was being written
             remaining = until - time.time()
@@ -395,8 +397,8 @@ class Calls:
             rec.going_live()
             # A long wait frees the worker (a durable sleep) — unless other calls of the task run
             # beside this one: suspending would abandon them mid-flight, so it waits here.
-            if remaining > rec.app.inline_wait and rec.inflight <= 1:
-                yield from rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
+            if remaining > rec.app.inline_wait and rec.inflight <= own:
+                yield from rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}", beside=own)
                 continue
             yield Wait(remaining)
             return
