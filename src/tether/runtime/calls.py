@@ -26,7 +26,7 @@ from tether.events import (
     Event,
 )
 from tether.machine import Status
-from tether.model import Attempt, ToolCall
+from tether.model import Attempt, TaskState, ToolCall
 from tether.runtime._flow import (
     CURRENT_CALL,
     Commit,
@@ -42,7 +42,7 @@ from tether.runtime._flow import (
 from tether.runtime._recording import Recorder
 from tether.runtime.specs import Registry, ToolSpec
 
-__all__ = ["CallInfo", "Calls", "Issued", "current_call"]
+__all__ = ["UNSET", "CallInfo", "Calls", "Issued", "current_call", "settled_call"]
 
 
 class CallInfo(NamedTuple):
@@ -269,7 +269,7 @@ class Calls:
         n, spec, _, _, _, key, _ = issued
         writer = self._recorder.writer
         if spec.on_unknown == "raise":
-            raise OutcomeUnknownError(key)
+            raise OutcomeUnknownError(key, task_id=self._recorder.task_id, n=n, tool=spec.name)
         if callable(spec.on_unknown):
             found = yield Invoke(spec.on_unknown, (key,))
             assert found is not None
@@ -450,6 +450,43 @@ class Calls:
                 yield from self.flow(issued, kind="compensation", compensates=n, readonly=False)
             except ToolError:
                 continue  # recorded; it must not hide the original failure
+
+
+UNSET: Any = object()
+"""``app.resolve_call``'s result when none is given."""
+
+
+def settled_call(state: TaskState, n: int, result: Any, happened: bool) -> list[Event]:
+    """What settles call ``n`` of ``state``, whose outcome is unknown: its ``result``; or, when it did
+    not happen, its last attempt as cut short (it runs again under its key, and does not count
+    against the tool's retries)."""
+    call = state.call(n)
+    if call is None or call.status != "intended":
+        status = "missing" if call is None else call.status
+        raise InvalidInputError(
+            f"call #{n} of task {state.task_id!r} is {status}; only an unfinished call can be resolved"
+        )
+    if happened == (result is UNSET):
+        raise InvalidInputError(
+            f"resolve call #{n} of task {state.task_id!r} with its result if it happened, or with "
+            "happened=False (and no result) if it did not"
+        )
+    last = call.attempts[-1] if call.attempts else None
+    attempt = last.number if last is not None else 1
+    if happened:
+        return [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)]
+    started = last.started_at.timestamp() if last is not None and last.started_at is not None else time.time()
+    return [
+        CallAttemptFailed(
+            n=n,
+            attempt=attempt,
+            error_type="Interrupted",
+            message="settled by hand: the effect did not happen; it runs again under its key",
+            traceback=None,
+            duration=max(0.0, time.time() - started),
+            backoff=0.0,
+        )
+    ]
 
 
 def _check_ttl(ttl: float) -> None:
