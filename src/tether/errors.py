@@ -254,8 +254,7 @@ class TaskBusyError(TetherError):
 
     def __init__(self, task_id: str, *, owner: str | None, expires: float | None) -> None:
         super().__init__(
-            f"task {task_id!r} is being run by {owner}{_lease_until(expires)}; "
-            "it resumes by itself if that worker dies"
+            f"task {task_id!r} is being run by {owner}{_lease_until(expires)}; it resumes by itself if that worker dies"
         )
         self.task_id = task_id
         self.owner = owner
@@ -292,17 +291,32 @@ class ToolError(TetherError):
 
 
 class OutcomeUnknownError(TetherError):
-    """A side effect started but never recorded its result: it may or may not have happened."""
+    """A side effect started but never recorded its result: it may or may not have happened.
+
+    Raised for a ledger key (``app.ledger.once``), or for a task's call (``task_id``, ``n``,
+    ``tool`` set), each naming how a person settles it.
+    """
 
     code = "outcome_unknown"
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, *, task_id: str | None = None, n: int | None = None, tool: str | None = None) -> None:
+        if task_id is None or n is None:
+            settle = "record the result with ledger.resolve(key, result) or discard it with ledger.forget(key)"
+            what = f"the effect for key {key!r}"
+        else:
+            settle = (
+                f"if it happened, record its result with app.resolve_call({task_id!r}, {n}, result); if it did "
+                f"not, app.resolve_call({task_id!r}, {n}, happened=False) runs it again under its key"
+            )
+            what = f"call #{n} {tool}() of task {task_id!r} (key {key!r})"
         super().__init__(
-            f"the effect for key {key!r} started but its result was never recorded; "
-            "it may or may not have happened. Check the external system, then record the "
-            "result with ledger.resolve(key, result) or discard it with ledger.forget(key)"
+            f"{what} started but its result was never recorded; it may or may not have happened. "
+            f"Check the external system, then {settle}"
         )
         self.key = key
+        self.task_id = task_id
+        self.n = n
+        self.tool = tool
 
 
 class InputTimeout(TetherError):  # noqa: N818 - the name the API promises

@@ -226,6 +226,45 @@ def test_patched_code_replays_old_tasks_on_the_old_path_and_runs_new_ones_on_the
     assert deployed.check(finished=10).clean
 
 
+@pytest.mark.parametrize("stopped", ["waiting", "sleeping"])
+def test_changed_code_refused_on_resume_writes_nothing_to_a_waiting_or_sleeping_task(
+    app: tether.App, stopped: str
+) -> None:
+    """A task waiting for an answer (answered) or sleeping, resumed by code that no longer replays its
+    history: the divergence is raised and nothing is written. The run wrote that the task was running
+    before its code ran, so the task was left running, with no holder, and no longer said it waited."""
+    app.inline_wait = 0.0
+
+    @app.tool
+    def draft(topic: str) -> str:
+        return f"about {topic}"
+
+    topic = {"now": "tether"}
+
+    @app.task(name="mail")
+    def mail(ctx: tether.TaskContext) -> str:
+        text = ctx.call(draft, topic["now"])
+        if stopped == "waiting":
+            ctx.wait_for_input("approve")
+        else:
+            ctx.sleep(3600)
+        return text
+
+    first = app.run(mail, task_id="m")
+    assert first.status is (tether.Status.AWAITING_INPUT if stopped == "waiting" else tether.Status.SLEEPING)
+    if stopped == "waiting":
+        app.send_input("m", "approve", True)
+    before, status = _events(app, "m"), app.state("m").status
+    topic["now"] = "something else"  # the next deploy asks for the first call with other arguments
+    with pytest.raises(tether.NonDeterminismError, match="something else"):
+        app.resume("m")
+    assert _events(app, "m") == before
+    assert app.state("m").status is status
+    topic["now"] = "tether"  # the code fixed: the task goes on from where it was
+    if stopped == "waiting":
+        assert app.resume("m").output == "about tether"
+
+
 def test_check_skips_tasks_of_other_apps_and_says_so(app: tether.App) -> None:
     other = tether.App(app.store)
 

@@ -148,6 +148,49 @@ def test_tool_in_doubt_raise_then_resolve(app: tether.App) -> None:
         app.resolve_call("co", 1, {})
 
 
+def test_tool_in_doubt_raise_names_the_call_and_how_to_settle_it(app: tether.App) -> None:
+    """The error a person meets names the task's call and the two ways on: it happened (record its
+    result), or it did not (run it again under its key). ``ledger.resolve``/``forget``, which it
+    used to name, settle a ledger key, and left the task's call in doubt for good."""
+    effects: list[str] = []
+    _task_with_interrupted_charge(app, "raise", effects)
+    with pytest.raises(tether.OutcomeUnknownError) as info:
+        app.resume("co")
+    error = info.value
+    assert (error.key, error.task_id, error.n, error.tool) == (effects[0], "co", 1, "charge")
+    assert "app.resolve_call('co', 1, result)" in str(error)
+    assert "app.resolve_call('co', 1, happened=False)" in str(error)
+    assert "ledger" not in str(error)
+    assert error.to_dict()["code"] == "outcome_unknown" and error.to_dict()["n"] == 1
+
+
+def test_tool_in_doubt_raise_then_settled_as_not_happened_runs_again_under_its_key(app: tether.App) -> None:
+    effects: list[str] = []
+    _task_with_interrupted_charge(app, "raise", effects)
+    with pytest.raises(tether.OutcomeUnknownError):
+        app.resume("co")
+    settled = app.resolve_call("co", 1, happened=False)  # the person found no charge
+    assert settled.call(1) is not None and settled.call(1).status == "intended"
+    run = app.resume("co")
+    assert run.output == {"charge": "ch_live", "amount": 42}
+    assert len(effects) == 2 and effects[0] == effects[1]  # run again, under the same key
+    assert [a.error_type for a in run.state.calls[0].attempts] == ["Interrupted", None]
+    assert "did not happen" in (run.state.calls[0].attempts[0].message or "")
+    assert app.replay("co").clean
+    with pytest.raises(tether.InvalidInputError, match="completed"):
+        app.resolve_call("co", 1, happened=False)
+
+
+def test_resolve_call_takes_a_result_or_happened_false(app: tether.App) -> None:
+    effects: list[str] = []
+    _task_with_interrupted_charge(app, "raise", effects)
+    with pytest.raises(tether.InvalidInputError, match="result"):
+        app.resolve_call("co", 1)
+    with pytest.raises(tether.InvalidInputError, match="happened=False"):
+        app.resolve_call("co", 1, {"charge": "x"}, happened=False)
+    assert app.state("co").call(1).status == "intended"  # type: ignore[union-attr]
+
+
 def test_tool_in_doubt_reconcile(app: tether.App) -> None:
     effects: list[str] = []
     _task_with_interrupted_charge(app, lambda key: {"charge": "ch_reconciled", "key": key}, effects)

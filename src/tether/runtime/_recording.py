@@ -34,7 +34,7 @@ from tether.events import (
 from tether.machine import Status
 from tether.model import TaskState, ToolCall
 from tether.runtime._commits import Branch, deliver, write_branches
-from tether.runtime._flow import Commit, Flow, next_turn
+from tether.runtime._flow import Commit, Flow, Wait, next_turn
 from tether.runtime._replay import Replay, describe
 from tether.runtime.specs import TaskSpec, ToolSpec
 
@@ -121,6 +121,10 @@ class Recorder:
         self._compensations: list[tuple[int, ToolSpec, Any]] = []
         self._compensating = False
         self._ended = False
+        self._leaving = False  # the run decided to wait or sleep: no call starts any more
+        self._until_live = False  # events deferred until the code goes live (see defer_until_live)
+        self.asking: str | None = None
+        """The key of the question this run has open (``ctx.wait_for_input``): one at a time."""
         self._owner = threading.get_ident()  # the thread the task's code runs in
         self._deferred: list[Event] = []  # recorded reads, written with the next append
 
@@ -239,6 +243,7 @@ class Recorder:
         self._version = version
         if self._deferred:
             self._deferred.clear()
+            self._until_live = False
 
     def defer(self, event: Event) -> None:
         """Record ``event`` with the next append: a read that nothing depends on until something is written."""
@@ -267,20 +272,49 @@ class Recorder:
             raise Cancelled(self.cancel_reason)
         if self.replay_only:
             raise ReplayEnd(self.cursor.walked)
+        if self._leaving:
+            raise Suspend("the task waits: what it has not started yet starts when it runs again")
+        if self._until_live and not (self.spec.is_async and self.app.commits.offloading):
+            self._until_live = False
+            self.append([])  # what the run began with; a loop shared with other runs writes it with the next
 
-    def suspend(self, status: str, wake_at: float | None, reason: str) -> Flow[None]:
+    def defer_until_live(self, events: list[Event]) -> None:
+        """Write ``events`` when the code goes live (past its record), or with its first write."""
+        with self.lock:
+            self._deferred[:0] = events
+            self._until_live = True
+
+    def suspend(self, status: str, wake_at: float | None, reason: str, *, beside: int = 0) -> Flow[None]:
         """Record that the task waits (``status``) and leave the run: no process needs to stay.
+
+        The calls of an async task's other branches under way (``branches``, less the ``beside`` that
+        are the caller's own) end first, and are recorded: cut off when the run lets go, a call's
+        effect could be done with no result recorded, and the next run would do it again under its
+        key though no process stopped. Once the wait is decided nothing else starts (see
+        :meth:`going_live`): the next run starts it.
 
         An answer or a cancel may land between the decision to wait and the write that records it:
         the write meets it and goes on after it, and its wake-up (none, for a wait without a timeout)
         would stand over the one the answer set, leaving the task waiting for what it has. Then the
         task is running again at once, and this returns: the caller looks again (a cancel stops it
-        here)."""
+        here). So it does when one landed while the calls beside ended."""
         self.going_live()  # a cancelled task does not go back to waiting
         taken = self.taken
-        yield Commit(self.writer, [StatusChanged(status=status, wake_at=wake_at)])
+        while self.branches > beside:
+            yield Wait(0.001)
+        if self.taken != taken:
+            return
+        self._leaving = True
+        self.branches += 1  # the run lets go once this is written (run._code waits for branches)
+        try:
+            yield Commit(self.writer, [StatusChanged(status=status, wake_at=wake_at)])
+        finally:
+            self.branches -= 1
         if self.taken == taken:
             raise Suspend(reason)
+        # A branch that went live meanwhile stopped, and may stop the code: the task is left running,
+        # its lease let go, for the next run (a worker) to take up.
+        self._leaving = False
         yield Commit(self.writer, [StatusChanged(status=Status.RUNNING.value)])
         self.going_live()
 

@@ -30,7 +30,6 @@ from tether.errors import (
     TetherError,
 )
 from tether.events import (
-    CallCompleted,
     CancelRequested,
     Event,
     InputReceived,
@@ -43,6 +42,7 @@ from tether.runtime._commits import CommitThread
 from tether.runtime._conversations import Conversations
 from tether.runtime._flow import drive_async
 from tether.runtime._time_travel import TimeTravel
+from tether.runtime.calls import UNSET, settled_call
 from tether.runtime.handles import (
     CheckReport,
     PendingInput,
@@ -412,17 +412,12 @@ class App(TimeTravel, Conversations):
             return self.state_after(task_id, after_step)
         return self.log.load(task_id)
 
-    def resolve_call(self, task_id: str, n: int, result: Any) -> TaskState:
-        """Settle a call whose outcome is unknown (started, never recorded) with what really happened."""
+    def resolve_call(self, task_id: str, n: int, result: Any = UNSET, *, happened: bool = True) -> TaskState:
+        """Settle a call whose outcome is unknown (started, never recorded) with what really happened:
+        its ``result``, which the task gets as the call's; or ``happened=False``, and the next run runs
+        it again under its key."""
         state = self.log.load(task_id)
-        call = state.call(n)
-        if call is None or call.status != "intended":
-            status = "missing" if call is None else call.status
-            raise InvalidInputError(
-                f"call #{n} of task {task_id!r} is {status}; only an unfinished call can be resolved"
-            )
-        attempt = call.attempts[-1].number if call.attempts else 1
-        self.log.append(task_id, [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)], state.version)
+        self.log.append(task_id, settled_call(state, n, result, happened), state.version)
         return self.log.load(task_id)
 
     # ------------------------------------------------------------------ people and control
@@ -437,6 +432,7 @@ class App(TimeTravel, Conversations):
         check_id(key, "key")
         check_optional_id(actor, "actor")
         value = as_json(value)
+
         def answer() -> TaskHandle:  # a running task appends too: decided again on a conflict
             state = self.log.load(task_id)
             if state.status in TERMINAL:

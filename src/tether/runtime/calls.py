@@ -26,7 +26,7 @@ from tether.events import (
     Event,
 )
 from tether.machine import Status
-from tether.model import Attempt, ToolCall
+from tether.model import Attempt, TaskState, ToolCall
 from tether.runtime._flow import (
     CURRENT_CALL,
     Commit,
@@ -42,7 +42,7 @@ from tether.runtime._flow import (
 from tether.runtime._recording import Recorder
 from tether.runtime.specs import Registry, ToolSpec
 
-__all__ = ["CallInfo", "Calls", "Issued", "current_call"]
+__all__ = ["UNSET", "CallInfo", "Calls", "Issued", "current_call", "settled_call"]
 
 
 class CallInfo(NamedTuple):
@@ -252,7 +252,7 @@ class Calls:
                 return self._kept(n, spec, undo, found)
         elif last.backoff:
             # Stopped (or suspended) during the backoff: wait only what is left of it.
-            yield from self.backoff(last.finished_at.timestamp() + last.backoff)
+            yield from self.backoff(last.finished_at.timestamp() + last.backoff, own=1)
         # Attempts that ended in an error count against the policy; one cut short by a crash
         # does not (it is run again: at-least-once), though it keeps its number in the record;
         # nor do the attempts before a retry of the task (a retry is a fresh round).
@@ -269,7 +269,7 @@ class Calls:
         n, spec, _, _, _, key, _ = issued
         writer = self._recorder.writer
         if spec.on_unknown == "raise":
-            raise OutcomeUnknownError(key)
+            raise OutcomeUnknownError(key, task_id=self._recorder.task_id, n=n, tool=spec.name)
         if callable(spec.on_unknown):
             found = yield Invoke(spec.on_unknown, (key,))
             assert found is not None
@@ -347,7 +347,7 @@ class Calls:
             backoff = spec.retry.delay(attempt) if retry else None
             yield from self._record_error(issued, attempt, errors, failure, outcome.duration, backoff, started)
             assert backoff is not None
-            yield from self.backoff(time.time() + backoff)
+            yield from self.backoff(time.time() + backoff, own=1)
             attempt += 1
 
     def _record_error(
@@ -385,8 +385,10 @@ class Calls:
                 spec.name, key=key, error_type=error_type, message=str(failure), attempts=errors, traceback=tb
             ) from failure
 
-    def backoff(self, until: float) -> Flow[None]:
-        """Wait until ``until``: here if it is short, else as a durable sleep that frees the worker."""
+    def backoff(self, until: float, *, own: int) -> Flow[None]:
+        """Wait until ``until``: here if it is short, else as a durable sleep that frees the worker.
+        ``own``: the calls in flight that are the waiter's own (1 for a call's retry backoff, 0 for
+        ``ctx.sleep``)."""
         rec = self._recorder
         while True:  # once more when something landed as the sleep was being written
             remaining = until - time.time()
@@ -395,8 +397,8 @@ class Calls:
             rec.going_live()
             # A long wait frees the worker (a durable sleep) — unless other calls of the task run
             # beside this one: suspending would abandon them mid-flight, so it waits here.
-            if remaining > rec.app.inline_wait and rec.inflight <= 1:
-                yield from rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}")
+            if remaining > rec.app.inline_wait and rec.inflight <= own:
+                yield from rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}", beside=own)
                 continue
             yield Wait(remaining)
             return
@@ -448,6 +450,43 @@ class Calls:
                 yield from self.flow(issued, kind="compensation", compensates=n, readonly=False)
             except ToolError:
                 continue  # recorded; it must not hide the original failure
+
+
+UNSET: Any = object()
+"""``app.resolve_call``'s result when none is given."""
+
+
+def settled_call(state: TaskState, n: int, result: Any, happened: bool) -> list[Event]:
+    """What settles call ``n`` of ``state``, whose outcome is unknown: its ``result``; or, when it did
+    not happen, its last attempt as cut short (it runs again under its key, and does not count
+    against the tool's retries)."""
+    call = state.call(n)
+    if call is None or call.status != "intended":
+        status = "missing" if call is None else call.status
+        raise InvalidInputError(
+            f"call #{n} of task {state.task_id!r} is {status}; only an unfinished call can be resolved"
+        )
+    if happened == (result is UNSET):
+        raise InvalidInputError(
+            f"resolve call #{n} of task {state.task_id!r} with its result if it happened, or with "
+            "happened=False (and no result) if it did not"
+        )
+    last = call.attempts[-1] if call.attempts else None
+    attempt = last.number if last is not None else 1
+    if happened:
+        return [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)]
+    started = last.started_at.timestamp() if last is not None and last.started_at is not None else time.time()
+    return [
+        CallAttemptFailed(
+            n=n,
+            attempt=attempt,
+            error_type="Interrupted",
+            message="settled by hand: the effect did not happen; it runs again under its key",
+            traceback=None,
+            duration=max(0.0, time.time() - started),
+            backoff=0.0,
+        )
+    ]
 
 
 def _check_ttl(ttl: float) -> None:

@@ -38,6 +38,7 @@ from tether.events import (
     PatchMarked,
     PhaseChanged,
     PlanSet,
+    Recorded,
     SleepScheduled,
     StepCompleted,
     StepFailed,
@@ -45,7 +46,7 @@ from tether.events import (
 )
 from tether.machine import Status
 from tether.model import TaskState
-from tether.runtime._flow import Commit, Flow, drive, drive_async, next_turn
+from tether.runtime._flow import Commit, Flow, Wait, drive, drive_async, next_turn
 from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, RunEnded, read_only, upcast_data
 from tether.runtime._replay import ReleaseGate, describe
 from tether.runtime.calls import (
@@ -239,8 +240,24 @@ class _Context:
             self._rec.append([PhaseChanged(phase=phase)])
 
     def _wait_flow(self, key: str, prompt: str | None, timeout: float | None, schema: Any) -> Flow[Any]:
+        rec = self._rec
+        recorded = rec.replayed(InputRequested, lambda e: e.key == key, f"wait_for_input({key!r})")
+        while recorded is None and rec.asking is not None:
+            # Another branch's question is open (an async task's parallel waits): a task waits for one
+            # answer at a time, so this one is asked once that one is answered — in this run, or in
+            # the run its answer wakes (the task suspends meanwhile, and this run stops here).
+            rec.going_live()
+            yield Wait(0.001)
+        rec.asking = key
+        try:
+            return (yield from self._asked(key, prompt, timeout, schema, recorded))
+        finally:
+            rec.asking = None
+
+    def _asked(
+        self, key: str, prompt: str | None, timeout: float | None, schema: Any, recorded: Recorded | None
+    ) -> Flow[Any]:
         json_schema, model = _input_schema(schema)
-        recorded = self._rec.replayed(InputRequested, lambda e: e.key == key, f"wait_for_input({key!r})")
         if recorded is None:
             self._rec.going_live()
             timeout_at = time.time() + timeout if timeout is not None else None
@@ -283,7 +300,7 @@ class _Context:
             until = recorded.event.until  # type: ignore[attr-defined]
             if self._rec.answered():
                 return  # the code went on after this sleep before: it is over
-        yield from self._calls.backoff(until)
+        yield from self._calls.backoff(until, own=0)
 
 
 def _rejection(task_id: str, key: str, value: Any, json_schema: dict[str, Any] | None) -> str | None:

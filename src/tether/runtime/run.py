@@ -28,6 +28,7 @@ from tether.events import (
     CallFailed,
     CallStarted,
     DataMigrated,
+    Event,
     FailureRecorded,
     OutputSet,
     Recorded,
@@ -37,7 +38,7 @@ from tether.events import (
 )
 from tether.machine import TERMINAL, Status
 from tether.model import TaskState
-from tether.runtime._flow import RUNNING_TASK, Commit, Flow, Invoke, Io, Outcome, drive, drive_async
+from tether.runtime._flow import RUNNING_TASK, Commit, Flow, Invoke, Io, Outcome, Wait, drive, drive_async
 from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, upcast_data
 from tether.runtime._replay import describe
 from tether.runtime.calls import Calls
@@ -80,9 +81,7 @@ def execute(
         app.commits.run_ended()
 
 
-def _held(
-    app: App, spec: TaskSpec, task: str | Opener, token: int | None, force: bool
-) -> Flow[TaskHandle]:
+def _held(app: App, spec: TaskSpec, task: str | Opener, token: int | None, force: bool) -> Flow[TaskHandle]:
     """``execute``'s run: opened, its code run under the lease's heartbeat, then let go."""
     closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
     rec: Recorder | None = None
@@ -153,7 +152,7 @@ def _code(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
     running = RUNNING_TASK.set(rec.task_id)
     try:
         try:
-            outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+            outcome = yield from _task_code(spec, ctx, state)
         except KeyboardInterrupt as stop:
             raise RunInterrupted(rec.task_id, stop) from None
         except Cancelled as cancel:
@@ -165,19 +164,56 @@ def _code(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
         yield from _end(rec, calls, outcome)
     except Suspend:
         # Waiting or sleeping: no process needs to stay. A compensation's long retry backoff too: the
-        # task sleeps, and the run that wakes it replays to its end and goes on compensating.
+        # task sleeps, and the run that wakes it replays to its end and goes on compensating. What an
+        # async task's other branches still write (a wait's own record, when a branch that went live
+        # after the wait was decided stopped the code first) is written before the run lets go.
+        while rec.branches:
+            yield Wait(0.001)
         return
+
+
+def _task_code(spec: TaskSpec, ctx: TaskContext | AsyncTaskContext, state: TaskState) -> Flow[Outcome]:
+    """The task's code, run. What stops a branch of an ``asyncio.TaskGroup`` without failing the task
+    (a wait, a durable sleep, a cancel, a replay reaching the end of the record) reaches the run
+    wrapped in a group: it is raised as the branch raised it, as ``asyncio.gather`` would."""
+    try:
+        outcome: Outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+    except BaseExceptionGroup as group:
+        signals, rest = group.split(_SIGNALS)
+        if signals is None or rest is not None:
+            raise
+        leaves = list(_leaves(signals))
+        raise next((e for e in leaves if isinstance(e, Cancelled)), leaves[0]) from None
+    return outcome
+
+
+_SIGNALS = (Suspend, Cancelled, ReplayEnd)
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            yield from _leaves(error)
+        else:
+            yield error
 
 
 def _begin(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
     """What a run records before the task's code runs: the task running again, and its data
-    migrated to the version the code declares."""
+    migrated to the version the code declares. With a record to replay, they are written when the
+    code goes live, or with its first write (:meth:`Recorder.defer_until_live`): code that no longer
+    replays the history (a divergence, raised) leaves the task as it was — waiting, sleeping."""
+    begun: list[Event] = []
     if state.status is not Status.RUNNING:
-        yield Commit(rec.writer, [StatusChanged(status=Status.RUNNING.value)])
+        begun.append(StatusChanged(status=Status.RUNNING.value))
     if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
         migrated = spec.state.model_validate(upcast_data(spec, state)).model_dump(mode="json")
         to = spec.data_version
-        yield Commit(rec.writer, [DataMigrated(data=migrated, from_version=state.data_version, to_version=to)])
+        begun.append(DataMigrated(data=migrated, from_version=state.data_version, to_version=to))
+    if begun and rec.cursor.done:
+        yield Commit(rec.writer, begun)
+    elif begun:
+        rec.defer_until_live(begun)
 
 
 def _end(rec: Recorder, calls: Calls, outcome: Outcome) -> Flow[None]:
@@ -230,9 +266,7 @@ def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
     except TetherError:
         app.store.release_lease(app.tenant, task_id, token)
         raise
-    return drive_task(
-        spec, lambda: execute(app, spec, task_id, token=token), "run", "run_async", interruptible=False
-    )
+    return drive_task(spec, lambda: execute(app, spec, task_id, token=token), "run", "run_async", interruptible=False)
 
 
 def end_cancelled(rec: Recorder, calls: Calls, reason: str) -> Flow[None]:
@@ -271,7 +305,6 @@ def failure_event(state: TaskState, error: BaseException) -> FailureRecorded:
     )
 
 
-
 def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[ReplayReport]:
     """Run the task's current code against its record, executing nothing and writing nothing: the
     code, then the compensations a failure or a cancel ran after it, as the run went (see ``_end``)."""
@@ -287,7 +320,7 @@ def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[Rep
     outcome: Outcome | None = None  # None: the code stopped for the cancel
     try:
         try:
-            outcome = yield Invoke(spec.fn, (ctx,), spec.inputs_for_call(state.inputs))
+            outcome = yield from _task_code(spec, ctx, state)
         except Cancelled:
             pass
         finally:
@@ -449,7 +482,6 @@ def retry_event(history: list[Recorded], state: TaskState, actor: str | None) ->
     )
 
 
-
 def drive_task(
     spec: TaskSpec, make_flow: Callable[[], Flow[T]], name: str, twin: str, *, interruptible: bool = True
 ) -> T:
@@ -500,7 +532,6 @@ def sigterm_as_interrupt(active: bool) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
 
 
 def no_running_loop(name: str, twin: str) -> None:
