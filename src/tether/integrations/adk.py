@@ -550,8 +550,8 @@ class TetherSessionService(BaseSessionService):
         """Whether ``event`` is among the events stored after version ``seen`` (up to ``version``);
         only those with its id are decoded."""
         records = stream.read(after=seen, upto=version)
-        metas = [rec.event.meta or {} for rec in records if isinstance(rec.event, MessageAdded)]
-        stored = [AdkEvent.model_validate(meta["adk"]) for meta in metas if meta.get("adk", {}).get("id") == event.id]
+        held = [rec.event.meta or {} for rec in records if isinstance(rec.event, MessageAdded)]
+        stored = [AdkEvent.model_validate(meta["adk"]) for meta in held if meta.get("adk", {}).get("id") == event.id]
         return delivered(stored, event)
 
     def _appended(self, stream: str, row: TaskRow, version: int, at: float, delta: dict[str, Any]) -> None:
