@@ -183,23 +183,26 @@ def test_any_interleaving_of_appends_and_snapshots_loads_as_the_full_fold(
     store_url: str, ops: list[tuple[str, Any]]
 ) -> None:
     log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=3, size_ratio=0))
-    state = log.create(type="t", task_id=f"h{next(_counter)}")
-    version = state.version
-    for op, arg in ops:
-        if op == "append":
-            version = log.append(state.task_id, arg, version)
-        elif op == "snapshot":
-            log.write_snapshot(state.task_id, log.load(state.task_id))
-        else:
-            events = log.events(state.task_id)
-            fresh = tether.TaskLog(log.store)
-            assert fresh.load(state.task_id) == fold(events)
-            seq = 1 + arg % len(events)
-            at = fresh.state_at(state.task_id, seq)
-            assert list(at.calls) == list(fold(events[:seq]).calls) and at == fold(events[:seq])
-            log = tether.TaskLog(log.store, snapshots=log.snapshots)  # appends go on from a loaded state
-            log.load(state.task_id)
-    assert tether.TaskLog(log.store).load(state.task_id) == fold(log.events(state.task_id))
+    try:  # one store (and its connections) per example, closed with it: 40 of them at once were too many
+        state = log.create(type="t", task_id=f"h{next(_counter)}")
+        version = state.version
+        for op, arg in ops:
+            if op == "append":
+                version = log.append(state.task_id, arg, version)
+            elif op == "snapshot":
+                log.write_snapshot(state.task_id, log.load(state.task_id))
+            else:
+                events = log.events(state.task_id)
+                fresh = tether.TaskLog(log.store)
+                assert fresh.load(state.task_id) == fold(events)
+                seq = 1 + arg % len(events)
+                at = fresh.state_at(state.task_id, seq)
+                assert list(at.calls) == list(fold(events[:seq]).calls) and at == fold(events[:seq])
+                log = tether.TaskLog(log.store, snapshots=log.snapshots)  # appends go on from a loaded state
+                log.load(state.task_id)
+        assert tether.TaskLog(log.store).load(state.task_id) == fold(log.events(state.task_id))
+    finally:
+        log.store.close()
 
 
 def test_the_calls_of_a_retried_task_read_back_as_the_fold_made_them(store_url: str) -> None:
