@@ -159,3 +159,20 @@ def test_the_head_follows_deletions_copies_and_prunes(store_url: str) -> None:
     newest = put(saver, "t3", None, 5)
     saver.prune(["t3"])
     assert keys(TetherSaver(TaskLog(log.store)).list(None, limit=1)) == [("t3", "", newest)]
+
+
+def test_a_listing_is_of_the_moment_it_began(store_url: str) -> None:
+    """A checkpoint written while a listing across threads is read (between two of its batches) is not
+    handed out: it could come from a thread not read yet, and be newer than those already handed out."""
+    saver = TetherSaver(store_url)
+    older = put(saver, "older", None, 0)
+    parent = None
+    for k in range(70):  # the newest 70: more than one batch
+        parent = put(saver, "newer", parent, k)
+    listing = saver.list(None)
+    first = [next(listing) for _ in range(64)]
+    late = put(saver, "older", older, 1)  # the newest of all, in the thread the listing has not read
+    ids = [t.checkpoint["id"] for t in [*first, *listing]]
+    assert ids == sorted(ids, reverse=True) and len(ids) == 71
+    assert late not in ids
+    assert keys(saver.list(None, limit=1)) == [("older", "", late)]  # the next listing has it

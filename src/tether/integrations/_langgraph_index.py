@@ -114,7 +114,8 @@ class _Found:
 
 
 class Listing:
-    """Checkpoints of some threads, newest first (by checkpoint id), folded thread by thread as needed.
+    """Checkpoints of some threads, newest first (by checkpoint id), folded thread by thread as needed,
+    as they were when the rows were read (a thread whose row said nothing: when it is folded, first).
 
     Args:
         threads: ``(thread_id, known, newest)`` each (see :func:`newest_in`); a thread whose
@@ -148,7 +149,7 @@ class Listing:
         out: list[tuple[str, ThreadView, Saved]] = []
         while len(out) < n:
             while self._pending and (not self._heap or self._must_fold(self._heap[0].saved.id)):
-                self._fold(self._pending.pop()[0], view_of)
+                self._fold(*self._pending.pop(), view_of)
             if not self._heap:
                 break
             found = heapq.heappop(self._heap)
@@ -161,13 +162,15 @@ class Listing:
         bound = self._pending[-1][1]
         return bound is None or bound > candidate
 
-    def _fold(self, thread_id: str, view_of: Callable[[str], ThreadView]) -> None:
+    def _fold(self, thread_id: str, bound: str | None, view_of: Callable[[str], ThreadView]) -> None:
+        """Fold the thread and take in its checkpoints; none above ``bound``, its newest when the
+        listing began: one written since (between two batches) could be newer than some handed out."""
         view = view_of(thread_id)
         ns, only, before = self._ns, self._only, self._before
         for saved in view.checkpoints.values():
             if (ns is not None and saved.ns != ns) or (only and saved.id != only):
                 continue
-            if before is not None and saved.id >= before:
+            if (before is not None and saved.id >= before) or (bound is not None and saved.id > bound):
                 continue
             self._count += 1
             heapq.heappush(self._heap, _Found(self._count, thread_id, view, saved))
