@@ -166,10 +166,12 @@ class RowHead(NamedTuple):
 
 def read_head(row: TaskRow) -> RowHead | None:
     """Where the task of ``row`` stands, from the row alone; ``None`` for a row written before
-    tether kept heads (until the task's next append)."""
+    tether kept heads (until the task's next append), or for a stream that is not a task."""
     if row.summary is None:
         return None
     summary = orjson.loads(row.summary)
+    if not isinstance(summary, dict) or "plan" not in summary:
+        return None  # another stream's head (a LangGraph thread keeps its newest checkpoint's id)
     steps, committed = summary["plan"] or (0, 0)
     waiting, failure, wake_at = summary["waiting"], summary["failure"], summary["wake_at"]
     return RowHead(

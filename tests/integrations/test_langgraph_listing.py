@@ -176,3 +176,15 @@ def test_a_listing_is_of_the_moment_it_began(store_url: str) -> None:
     assert ids == sorted(ids, reverse=True) and len(ids) == 71
     assert late not in ids
     assert keys(saver.list(None, limit=1)) == [("older", "", late)]  # the next listing has it
+
+
+def test_an_app_asked_for_a_thread_as_a_task_says_it_is_not_one(store_url: str) -> None:
+    """A thread's index row keeps its newest checkpoint's id where a task's keeps its head: an App
+    that reads it as a task (``app.get``) says the stream is no task, never a KeyError."""
+    import tether
+
+    saver = TetherSaver(store_url)
+    populate(saver, rounds=1)
+    app = tether.App(saver.log.store)
+    with pytest.raises(tether.TetherError, match="TaskCreated"):
+        app.get(stream_id("t0"))
