@@ -13,10 +13,10 @@ What a tool (or a hook around it) raises to steer the run — a retry it asks fo
 ``ValidationError``, that it failed, a deferral, an approval to wait for, a skip — is Pydantic AI's
 own signal, not a failure: it is the call's recorded answer, raised again from the record live and
 replayed alike (:func:`recorded_signal`, :func:`raise_recorded`), as Pydantic AI's own durable
-engines carry them as data. Anything else a tool raises fails its call, and tether records the
-failure (type name, message, traceback): live, the run then raises what the tool raised, as a plain
-run does; replayed, the record is raised as a :class:`~tether.errors.ToolError` that is also an
-instance of that exception's class, when the class can be found again (:func:`replayed_failure`).
+engines carry them as data. Anything else a tool (or the model) raises fails its call, and tether
+records the failure (type name, message, traceback): live, the run then raises what was raised, as
+a plain run does; replayed, the record is raised as a :class:`~tether.errors.ToolError` that is also
+an instance of that exception's class, when the class can be found again (:func:`replayed_failure`).
 """
 
 from __future__ import annotations
