@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
-from pydantic_ai import Agent, DeferredToolRequests, ModelRetry, RunContext
+from pydantic_ai import Agent, DeferredToolRequests, ModelRetry, RunContext, SkipModelRequest
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ToolFailed
 from pydantic_ai.messages import (
     ModelMessage,
@@ -500,3 +502,75 @@ def test_a_replayed_response_keeps_the_model_id_the_live_one_had(store_url: str)
     again.send_input("m1", "go on", True)
     assert again.resume("m1").output == "Paris."
     assert ids == [["test:test"], ["test:test"]]
+
+
+class ProviderDownError(Exception):
+    """A model's own exception, which the code around the run catches."""
+
+
+def test_a_model_requests_exception_is_raised_as_itself_live_and_as_its_type_on_replay(store_url: str) -> None:
+    """The model raises (a provider error, after its own retries): the code around the run catches
+    it by its type, live as in a plain run (tether's ToolError went there instead), and again when
+    the run is replayed after the task waited: a ``tether.ToolError`` that is a ``ProviderDownError``."""
+    requests: list[int] = []
+    caught: list[BaseException] = []
+
+    def down(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        requests.append(1)
+        raise ProviderDownError("503 from the provider")
+
+    agent = Agent(FunctionModel(down), name="geo")
+
+    def define(app: tether.App) -> Any:
+        @app.task(name="ask")
+        async def ask(ctx: tether.AsyncTaskContext) -> str:
+            try:
+                return str((await agent.run("Capital?", capabilities=[TetherDurability(ctx)])).output)
+            except ProviderDownError as exc:
+                caught.append(exc)
+                return str(await ctx.wait_for_input("answer", prompt=str(exc)))
+
+        return ask
+
+    app = tether.App(store_url)
+    assert app.run(define(app), task_id="d1").status is tether.Status.AWAITING_INPUT
+    assert type(caught[0]) is ProviderDownError
+    again = app if store_url == "memory://" else tether.App(store_url)
+    if again is not app:
+        define(again)
+    again.send_input("d1", "answer", "Paris, from a person")
+    assert again.resume("d1").output == "Paris, from a person"
+    assert requests == [1]  # replayed: the model was not asked again
+    assert isinstance(caught[1], ProviderDownError) and isinstance(caught[1], tether.ToolError)
+    assert str(caught[1]) == "503 from the provider" and caught[1].error_type == "ProviderDownError"
+    assert again.replay("d1").clean
+
+
+@dataclass
+class Cache(AbstractCapability[Any]):
+    """Answers every model request from a cache (``SkipModelRequest``, raised inside the durable call)."""
+
+    async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
+        raise SkipModelRequest(ModelResponse(parts=[TextPart("Paris, from the cache.")]))
+
+
+def test_a_model_request_a_hook_skips_answers_with_the_hooks_response(store_url: str) -> None:
+    """A capability's ``before_model_request`` answers in the model's place (``SkipModelRequest``),
+    as a plain run takes it; the durable request recorded that as the model failing, and the task
+    failed. Now the hook's response is the request's record."""
+
+    def never(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise AssertionError("the cache answers every request")
+
+    agent = Agent(FunctionModel(never), name="geo", capabilities=[Cache()])
+    assert sync(agent, "Capital?").output == "Paris, from the cache."
+    app = tether.App(store_url)
+
+    @app.task(name="ask")
+    async def ask(ctx: tether.AsyncTaskContext) -> str:
+        return str((await agent.run("Capital?", capabilities=[TetherDurability(ctx)])).output)
+
+    done = app.run(ask, task_id="c1")
+    assert done.status is tether.Status.COMPLETED, done.failure
+    assert done.output == "Paris, from the cache."
+    assert app.replay("c1").clean

@@ -412,3 +412,19 @@ def test_a_replayed_run_counts_the_tool_calls_the_live_one_did(store_url: str) -
     again.send_input("n1", "go on", True)
     assert again.resume("n1").output == "3 requests, 2 tool calls"  # as a plain run counts them
     assert ran == [1, 2]
+
+
+def test_a_nan_a_tool_returns_is_refused_by_name(store_url: str) -> None:
+    """tether stores no NaN (JSON has none): a tool that returns one fails its call, saying so, as
+    before results were kept as Pydantic AI keeps them (whose JSON would make it a silent null, and
+    the replayed tool would answer the model something else than the live one did)."""
+    app = tether.App(store_url)
+    agent = Agent(FunctionModel(Script()), name="tracker")
+
+    @agent.tool_plain
+    def t(x: int) -> list[float]:
+        return [1.5, float("nan")]
+
+    failed = app.run(durable_task(app, agent, "nan"), task_id="f1")
+    assert failed.status is tether.Status.FAILED and failed.failure is not None
+    assert failed.failure.exception_type == "NotSerializableError" and "NaN" in failed.failure.message

@@ -13,15 +13,14 @@ What a tool (or a hook around it) raises to steer the run — a retry it asks fo
 ``ValidationError``, that it failed, a deferral, an approval to wait for, a skip — is Pydantic AI's
 own signal, not a failure: it is the call's recorded answer, raised again from the record live and
 replayed alike (:func:`recorded_signal`, :func:`raise_recorded`), as Pydantic AI's own durable
-engines carry them as data. Anything else a tool raises fails its call, and tether records the
-failure (type name, message, traceback): live, the run then raises what the tool raised, as a plain
-run does; replayed, the record is raised as a :class:`~tether.errors.ToolError` that is also an
-instance of that exception's class, when the class can be found again (:func:`replayed_failure`).
+engines carry them as data. Anything else a tool (or the model) raises fails its call, and tether
+records the failure (type name, message, traceback): live, the run then raises what was raised, as
+a plain run does; replayed, the record is raised as a :class:`~tether.errors.ToolError` that is also
+an instance of that exception's class, when the class can be found again (:func:`replayed_failure`).
 """
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from collections.abc import Callable
@@ -61,17 +60,19 @@ _DEFERRED = "__tether_call_deferred__"  # the call is to be made outside the run
 _APPROVAL = "__tether_approval_required__"  # the call waits for a person's approval (``ApprovalRequired``)
 _INVALID = "__tether_validation_error__"  # the tool raised a ``ValidationError``: a retry, with its errors
 _SKIPPED = "__tether_tool_skipped__"  # a hook skipped the tool with a result (``SkipToolExecution``)
-_SCALARS = (str, int, bool, type(None))
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def _exact_json(value: Any) -> bool:
     """Whether JSON holds ``value`` exactly (it reads back equal, and of the same types), and it
-    cannot be taken for one of the adapter's records (a dict of one ``__tether_…`` key)."""
+    cannot be taken for one of the adapter's records (a dict of one ``__tether_…`` key). A float is
+    JSON's whatever its value: a NaN or an infinity goes to tether, which refuses it by name, where
+    Pydantic AI's JSON would have made it a silent ``null``."""
     pending, containers = [value], set()
     while pending:
         item = pending.pop()
         kind = type(item)
-        if kind in _SCALARS or (kind is float and math.isfinite(item)):
+        if kind in _SCALARS:
             continue
         if id(item) in containers:  # shared, or a cycle: not what JSON reads back
             return False

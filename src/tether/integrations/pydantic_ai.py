@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 try:
-    from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults, SkipModelRequest, ToolApproved, ToolDenied
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import (
         ModelMessage,
@@ -259,8 +259,8 @@ class TetherDurability(AbstractCapability[Any]):
     A tool's result is recorded as Pydantic AI keeps it in a message history, and given back from
     there live and replayed alike, so the model is sent the same parts either way (a ``ToolReturn``
     stays one, files stay files; a value of a class of your own comes back as its JSON form). An
-    exception a tool raises leaves the run as itself, as in a plain run; replayed from the record,
-    it is a ``tether.ToolError`` that is also of the exception's class, with its message.
+    exception a tool or the model raises leaves the run as itself, as in a plain run; replayed from
+    the record, it is a ``tether.ToolError`` that is also of the exception's class, with its message.
     """
 
     ctx: AsyncTaskContext
@@ -276,8 +276,14 @@ class TetherDurability(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         handler: Callable[[ModelRequestContext], Awaitable[ModelResponse]],
     ) -> ModelResponse:
+        ran: list[bool] = []
+
         async def live() -> ModelResponse:
-            response = await handler(request_context)
+            ran.append(True)
+            try:
+                response = await handler(request_context)
+            except SkipModelRequest as exc:
+                return exc.response  # a hook answered in the model's place: its answer is the request's
             # Pydantic AI stamps the response with the id of the model that served it once this hook
             # returns, from the attempt the handler made; a replay makes none, so the record keeps it.
             if response.model_id is None:
@@ -285,13 +291,18 @@ class TetherDurability(AbstractCapability[Any]):
             return response
 
         token = _LIVE.set(live)
+        failure: BaseException | None = None
         try:
             agent = getattr(ctx, "agent", None)
             recorded = await self.ctx.call(
                 _MODEL_REQUEST, agent=getattr(agent, "name", None), messages=len(request_context.messages)
             )
+        except ToolError as error:
+            failure = _raised(error, replayed=not ran)
         finally:
             _LIVE.reset(token)
+        if failure is not None:
+            raise failure  # here, not in the handler: the exception keeps the context it had
         response = ModelMessagesTypeAdapter.validate_python([recorded])[0]
         assert isinstance(response, ModelResponse)
         return response
@@ -329,9 +340,9 @@ class TetherDurability(AbstractCapability[Any]):
 
 
 def _raised(error: ToolError, *, replayed: bool) -> BaseException:
-    """What the run raises for a tool call that failed: live, what the tool raised (a plain run
-    raises it, and code catches it by its type); replayed, the recorded failure as
-    :func:`replayed_failure` makes it (a ``ToolError`` that is also of the tool's exception class)."""
+    """What the run raises for a model request or tool call that failed: live, what the model or
+    tool raised (a plain run raises it, and code catches it by its type); replayed, the recorded
+    failure as :func:`replayed_failure` makes it (a ``ToolError`` that is also of that class)."""
     if not replayed and error.__cause__ is not None:
         return error.__cause__
     return replayed_failure(error)
