@@ -17,6 +17,10 @@ items, hooks, ``final_output``) reads the same outcome.
   ``ToolError`` when it cannot be. An error the SDK's default failure function answered is the
   tool's answer (a string, recorded); replayed, the SDK is told again that it answered it, as it
   checks before holding the answer to the tool's output schema.
+- **How a tool is invoked.** Inside the recorded call, by the SDK's own invocation, as a plain run
+  invokes it: the context its invoker declares (a ``RunContextWrapper`` or the ``ToolContext``),
+  and its timeout, so a timeout is an outcome the call records (the SDK's answer to the model, or
+  its ``ToolTimeoutError``) and a replay gives it back instead of running the tool again.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 try:
     from agents import FunctionTool
     from agents.items import ItemHelpers
+    from agents.tool import _invoke_function_tool_with_metadata  # the SDK's invocation, as its runner makes it
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
         "tether.integrations.openai_agents needs the OpenAI Agents SDK: pip install 'tether[openai-agents]'"
@@ -66,14 +71,17 @@ class _ToolCall:
 
     def __init__(self, tool: FunctionTool) -> None:
         self.__name__ = tool.name
-        self._invoke = tool.on_invoke_tool
 
     async def __call__(self, arguments: str, call_id: str) -> Any:
         invocation = _INVOCATION.get()
         assert invocation is not None, "a durable tool runs inside its SDK invocation"
         tool, tool_context = invocation
-        value = await self._invoke(tool_context, arguments)
-        return _record_of(tool, tool_context, value)
+        # The SDK's invocation, as a plain run's: the context the invoker declares, the tool's
+        # timeout (its answer is this call's outcome), and whether the answer is the SDK's own.
+        invoked = await _invoke_function_tool_with_metadata(
+            function_tool=tool, context=tool_context, arguments=arguments
+        )
+        return _record_of(tool, tool_context, invoked.output, sdk_answered=invoked.is_sdk_generated_error)
 
 
 _TOOL_CALLS: dict[int, tuple[Callable[..., Any], _ToolCall]] = {}
@@ -110,10 +118,11 @@ async def call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: Too
 # ----------------------------------------------------------------------------- what a tool returns
 
 
-def _record_of(tool: FunctionTool, tool_context: ToolContext[Any], value: Any) -> Any:
-    """What the record keeps of ``value``, which the tool returned: the first form, closest to the
-    value first, that the SDK turns into the model input ``value`` makes."""
-    if getattr(tool_context, _SDK_ANSWERED, False):
+def _record_of(tool: FunctionTool, tool_context: ToolContext[Any], value: Any, *, sdk_answered: bool) -> Any:
+    """What the record keeps of ``value``, which the tool returned (or the SDK answered for it: its
+    default failure function, its timeout message): the first form, closest to the value first,
+    that the SDK turns into the model input ``value`` makes."""
+    if sdk_answered:
         return {_OUTCOME: {"value": value, "sdk_answered": True}}
     sent = _model_input(tool, tool_context, value)
     if sent is _UNKNOWN:

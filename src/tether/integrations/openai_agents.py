@@ -337,7 +337,9 @@ def _durable_tool(ctx: AsyncTaskContext, tool: Tool) -> Tool:
         return await call_tool(ctx, tool, tool_context, arguments)
 
     _RECORDING.add(on_invoke_tool)
-    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+    # No timeout of its own: the SDK would cancel the recorded call, leaving it with no outcome. The
+    # tool's timeout runs inside the call (see _openai_tools), whose outcome it is.
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool, timeout_seconds=None)
 
 
 def durable_agent(
@@ -346,6 +348,9 @@ def durable_agent(
     """A copy of ``agent`` (and of the agents it hands off to) whose model answers and function tools
     are recorded calls of the task. A model given by name is looked up through ``model_provider``
     (the SDK's default provider when ``None``) at its first live request.
+
+    Its function tools are run by the SDK inside their recorded calls, each with its timeout (so a
+    timeout is the call's recorded outcome: the copy's ``timeout_seconds`` is ``None``).
 
     Handoffs, to an ``Agent`` or through ``handoff(agent, ...)``, lead to durable copies too (a
     ``Handoff``'s ``on_invoke_handoff`` runs as it is, and the agent it returns is wrapped). Hosted
