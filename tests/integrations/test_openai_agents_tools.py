@@ -1,5 +1,7 @@
 """A durable run's function tools are, to the SDK and to the code, the tools a plain run has: a
-tool's timeout is an outcome the record keeps, and a tool's invoker gets the context it declares.
+tool's timeout is an outcome the record keeps; the copies ``durable_agent`` makes answer what the
+SDK's ``FunctionTool`` answers (``__wrapped__``, the arguments an approval policy sees); and a
+tool's invoker gets the context it declares.
 
 As in ``test_openai_agents_replay``, a test runs the agent with plain ``Runner.run`` first, for
 reference, then as a tether task, resumed from the same database in a fresh app.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,11 +20,12 @@ pytest.importorskip("agents")
 
 from agents import Agent, FunctionTool, RunContextWrapper, Runner, function_tool, set_tracing_disabled
 from agents.exceptions import ToolTimeoutError
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
 import tether
 from tests.integrations.test_openai_agents_replay import Turns, _described, _stop_then_resume
-from tether.integrations.openai_agents import run
+from tether.integrations.openai_agents import durable_agent, run
 
 set_tracing_disabled(True)
 
@@ -107,7 +111,88 @@ def test_a_tool_timeout_that_raises_replays_as_raised(durable_url: str) -> None:
     assert ran == ["lookup"]
 
 
-# ----------------------------------------------------------------------------- the context
+# ----------------------------------------------------------------------------- the copies
+
+
+def _inside_a_task(check: Callable[[tether.AsyncTaskContext], Any]) -> Any:
+    app = tether.App("memory://")
+
+    @app.task(name="check")
+    async def task(ctx: tether.AsyncTaskContext) -> Any:
+        return check(ctx)
+
+    return app.run("check").output
+
+
+def test_a_durable_tool_unwraps_to_the_function_it_was_made_from() -> None:
+    """``durable_agent(ctx, agent).tools[i].__wrapped__`` is the function the tool was made from, as
+    it is on the SDK's own tool; a tool made from no function has none, as on the SDK's. Before,
+    the durable copy raised AttributeError for both."""
+
+    def lookup(order_id: str) -> str:
+        """Look an order up."""
+        return order_id
+
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+        return arguments
+
+    made = function_tool(lookup)
+    bare = FunctionTool(name="bare", description="", params_json_schema={"type": "object"}, on_invoke_tool=invoke)
+    agent = Agent(name="Clerk", tools=[made, bare])
+
+    def check(ctx: tether.AsyncTaskContext) -> list[bool]:
+        durable_made, durable_bare = durable_agent(ctx, agent).tools
+        assert durable_made is not made
+        assert isinstance(durable_made, FunctionTool) and isinstance(durable_bare, FunctionTool)
+        with pytest.raises(AttributeError):
+            durable_bare.__wrapped__  # noqa: B018 - as on the SDK's tool
+        return [durable_made.__wrapped__ is lookup, made.__wrapped__ is lookup]
+
+    assert _inside_a_task(check) == [True, True]
+
+
+async def _approve_nothing(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+    ASKED.append(params)
+    return False
+
+
+ASKED: list[dict[str, Any]] = []
+
+
+def test_an_approval_policy_is_asked_as_a_plain_run_asks_it() -> None:
+    """A tool whose arguments validation changes (a default the model left out) is held for a
+    person's approval by a plain run without asking its ``needs_approval`` policy (the policy would
+    judge arguments the tool does not get). A durable run holds it too. Before, the durable copy's
+    invoker was not the SDK's, so the SDK asked the policy, which let the refund through unapproved."""
+    ran: list[str] = []
+
+    @function_tool(needs_approval=_approve_nothing, strict_mode=False)
+    def refund(order_id: str, amount: int = 100) -> str:
+        """Refund an order."""
+        ran.append(order_id)
+        return f"refunded {amount}"
+
+    def turn(call: Any) -> Any:
+        if not any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in call.input):
+            return [function_call("refund", {"order_id": "A-1"}, call_id="c1")]
+        return [assistant_message("Done.")]
+
+    def make_agent() -> Agent[Any]:
+        return Agent(name="Refunds", model=ScriptedModel([ModelStep.respond(turn) for _ in range(2)]), tools=[refund])
+
+    ASKED.clear()
+    plain = asyncio.run(Runner.run(make_agent(), "Refund A-1"))
+    assert len(plain.interruptions) == 1 and ASKED == [] and ran == []
+    app = tether.App("memory://")
+    agent = make_agent()
+
+    @app.task(name="refunds")
+    async def refunds(ctx: tether.AsyncTaskContext) -> str:
+        return str((await run(ctx, agent, "Refund A-1")).final_output)
+
+    assert app.run("refunds", task_id="t1").status is tether.Status.AWAITING_INPUT
+    assert app.state("t1").waiting.key == "approve:c1"
+    assert ASKED == [] and ran == []
 
 
 class Kind:
