@@ -17,19 +17,29 @@ items, hooks, ``final_output``) reads the same outcome.
   ``ToolError`` when it cannot be. An error the SDK's default failure function answered is the
   tool's answer (a string, recorded); replayed, the SDK is told again that it answered it, as it
   checks before holding the answer to the tool's output schema.
+- **How a tool is invoked.** Inside the recorded call, by the SDK's own invocation, as a plain run
+  invokes it: the context its invoker declares (a ``RunContextWrapper`` or the ``ToolContext``),
+  and its timeout, so a timeout is an outcome the call records (the SDK's answer to the model, or
+  its ``ToolTimeoutError``) and a replay gives it back instead of running the tool again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import dataclasses
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 try:
     from agents import FunctionTool
     from agents.items import ItemHelpers
+    from agents.tool import (  # the SDK's own invocation of a tool, as its runner makes it
+        _FailureHandlingFunctionToolInvoker,
+        _invoke_function_tool_with_metadata,
+    )
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
         "tether.integrations.openai_agents needs the OpenAI Agents SDK: pip install 'tether[openai-agents]'"
@@ -45,18 +55,72 @@ if TYPE_CHECKING:
 
     from tether.runtime.context import AsyncTaskContext
 
-__all__ = ["call_tool"]
+__all__ = ["is_durable_copy", "recorded_tool"]
 
 _OUTCOME = "__tether_tool_output__"  # the key of a record that is not the tool's value as it is
-# The SDK's own marks, read by name: neither has a public accessor (openai-agents 0.24).
+# The SDK's own marks, read by name: none has a public accessor (openai-agents 0.24).
 _SDK_ANSWERED = "_function_tool_default_failure_handled"  # set on the ToolContext by the default failure function
 _OUTPUT_ADAPTER = "_output_type_adapter"  # a FunctionTool's output_type, validated and dumped by the SDK
+_WRAPPED = "__agents_function_tool_wrapped_callable__"  # what FunctionTool.__wrapped__ reads on the invoker
+_PREPARE = "__agents_prepare_arguments__"  # how the invoker validates arguments for an approval policy
 _UNKNOWN = object()  # the SDK makes no model input of a value (it will raise when it tries)
 _JSON_TYPES = (str, int, float, bool, type(None), dict, list)
 
 _INVOCATION: contextvars.ContextVar[tuple[FunctionTool, ToolContext[Any]] | None] = contextvars.ContextVar(
     "tether_agents_tool_invocation", default=None
 )
+
+
+# ----------------------------------------------------------------------------- durable copies
+
+
+def recorded_tool(ctx: AsyncTaskContext, tool: FunctionTool) -> FunctionTool:
+    """A copy of ``tool`` whose invocation is a recorded call of the task."""
+
+    async def invoke(tool_context: ToolContext[Any], arguments: str) -> Any:
+        return await _call_tool(ctx, tool, tool_context, arguments)
+
+    return _copy_invoking(tool, invoke)
+
+
+def is_durable_copy(tool: FunctionTool) -> bool:
+    """Whether ``tool`` is a copy :func:`recorded_tool` made."""
+    return isinstance(tool.on_invoke_tool, _DurableInvoker)
+
+
+def _copy_invoking(tool: FunctionTool, invoke: Callable[[ToolContext[Any], str], Awaitable[Any]]) -> FunctionTool:
+    """A copy of ``tool`` that runs ``invoke``, which invokes ``tool`` itself, as the SDK does
+    (timeout included: the copy has none of its own, so the SDK does not cancel ``invoke``)."""
+    with contextlib.suppress(AttributeError):  # a tool made from no function has none
+        setattr(invoke, _WRAPPED, tool.__wrapped__)
+    if isinstance(tool.on_invoke_tool, _FailureHandlingFunctionToolInvoker):
+        setattr(invoke, _PREPARE, tool.on_invoke_tool.prepare_arguments)
+    return dataclasses.replace(tool, on_invoke_tool=_DurableInvoker(invoke), timeout_seconds=None)
+
+
+class _DurableInvoker(_FailureHandlingFunctionToolInvoker):
+    """A durable copy's invoker: of the class the SDK checks for (a private one, openai-agents 0.24:
+    its ``FunctionTool.__wrapped__`` reads the function the tool was made from through it, and its
+    approvals the arguments validation gives a ``needs_approval`` policy, and only through it), so
+    the copy answers as the tool does; without a failure
+    function of its own: the tool's own answered what the tool raised, inside the call, and what
+    the SDK raises around the tool (its ``ToolTimeoutError``) reaches the run as it does the tool's."""
+
+    def __init__(self, invoke: Callable[[ToolContext[Any], str], Awaitable[Any]]) -> None:
+        super().__init__(invoke, _never_answered)
+
+    def __agents_bind_function_tool__(self, function_tool: FunctionTool) -> _DurableInvoker:
+        return self  # no failure function to find on the tool
+
+    async def __call__(self, ctx: ToolContext[Any], input: str) -> Any:
+        return await self._invoke_tool_impl(ctx, input)
+
+
+def _never_answered(tool: FunctionTool, error: Exception, arguments: str, context: ToolContext[Any]) -> None:
+    """(A durable invoker answers no error: see :class:`_DurableInvoker`.)"""
+
+
+# ----------------------------------------------------------------------------- the recorded call
 
 
 class _ToolCall:
@@ -66,14 +130,17 @@ class _ToolCall:
 
     def __init__(self, tool: FunctionTool) -> None:
         self.__name__ = tool.name
-        self._invoke = tool.on_invoke_tool
 
     async def __call__(self, arguments: str, call_id: str) -> Any:
         invocation = _INVOCATION.get()
         assert invocation is not None, "a durable tool runs inside its SDK invocation"
         tool, tool_context = invocation
-        value = await self._invoke(tool_context, arguments)
-        return _record_of(tool, tool_context, value)
+        # The SDK's invocation, as a plain run's: the context the invoker declares, the tool's
+        # timeout (its answer is this call's outcome), and whether the answer is the SDK's own.
+        invoked = await _invoke_function_tool_with_metadata(
+            function_tool=tool, context=tool_context, arguments=arguments
+        )
+        return _record_of(tool, tool_context, invoked.output, sdk_answered=invoked.is_sdk_generated_error)
 
 
 _TOOL_CALLS: dict[int, tuple[Callable[..., Any], _ToolCall]] = {}
@@ -88,7 +155,7 @@ def _tool_call(tool: FunctionTool) -> _ToolCall:
     return known[1]
 
 
-async def call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: ToolContext[Any], arguments: str) -> Any:
+async def _call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: ToolContext[Any], arguments: str) -> Any:
     """Run ``tool`` as a recorded call of the task (its record, once it has one): what the SDK gets
     of its value, live and replayed alike; what it raised, raised again."""
     token = _INVOCATION.set((tool, tool_context))
@@ -110,10 +177,11 @@ async def call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: Too
 # ----------------------------------------------------------------------------- what a tool returns
 
 
-def _record_of(tool: FunctionTool, tool_context: ToolContext[Any], value: Any) -> Any:
-    """What the record keeps of ``value``, which the tool returned: the first form, closest to the
-    value first, that the SDK turns into the model input ``value`` makes."""
-    if getattr(tool_context, _SDK_ANSWERED, False):
+def _record_of(tool: FunctionTool, tool_context: ToolContext[Any], value: Any, *, sdk_answered: bool) -> Any:
+    """What the record keeps of ``value``, which the tool returned (or the SDK answered for it: its
+    default failure function, its timeout message): the first form, closest to the value first,
+    that the SDK turns into the model input ``value`` makes."""
+    if sdk_answered:
         return {_OUTCOME: {"value": value, "sdk_answered": True}}
     sent = _model_input(tool, tool_context, value)
     if sent is _UNKNOWN:

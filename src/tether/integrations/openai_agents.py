@@ -35,7 +35,6 @@ import asyncio
 import contextvars
 import dataclasses
 import hashlib
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -69,13 +68,12 @@ if TYPE_CHECKING:
     from agents.result import RunResult, RunResultStreaming
     from agents.run_state import RunState
     from agents.tool import Tool
-    from agents.tool_context import ToolContext
     from openai.types.responses.response_prompt_param import ResponsePromptParam
 
     from tether.runtime.context import AsyncTaskContext
 
 from tether.integrations._openai_session import TetherSession
-from tether.integrations._openai_tools import call_tool
+from tether.integrations._openai_tools import is_durable_copy, recorded_tool
 
 __all__ = ["DurableModel", "TetherSession", "approval_key", "approvals", "durable_agent", "run", "run_streamed"]
 
@@ -316,28 +314,18 @@ async def _next_event(
     return events.get_nowait()
 
 
-# The on_invoke_tool functions of tools made durable here: such a tool (of an agent made durable
-# again, by run() of a durable agent or a handoff to one) is a recorded call already.
-_RECORDING: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
-
-
 def _durable_tool(ctx: AsyncTaskContext, tool: Tool) -> Tool:
     if not isinstance(tool, FunctionTool):
         return tool  # hosted tools run at the provider: their results come back in the recorded response
-    if tool.on_invoke_tool in _RECORDING:
-        return tool  # recording it again would make a call inside a call, which a replay cannot follow
+    if is_durable_copy(tool):
+        return tool  # (of an agent made durable again, by run() of a durable agent or a handoff to one)
     inner = getattr(tool, "_agent_instance", None) if getattr(tool, "_is_agent_tool", False) else None
     if isinstance(inner, Agent) and isinstance(inner.model, DurableModel):
         # An agent made durable, used as a tool: it runs live, and its own model turns and tools are
         # the task's recorded calls, in order. Recording the whole run as one call too would nest
         # calls inside a call, which a replay (answering the outer one from its record) cannot follow.
         return tool
-
-    async def on_invoke_tool(tool_context: ToolContext[Any], arguments: str) -> Any:
-        return await call_tool(ctx, tool, tool_context, arguments)
-
-    _RECORDING.add(on_invoke_tool)
-    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+    return recorded_tool(ctx, tool)
 
 
 def durable_agent(
@@ -346,6 +334,11 @@ def durable_agent(
     """A copy of ``agent`` (and of the agents it hands off to) whose model answers and function tools
     are recorded calls of the task. A model given by name is looked up through ``model_provider``
     (the SDK's default provider when ``None``) at its first live request.
+
+    Its function tools are copies of the agent's, ``FunctionTool`` still (``__wrapped__`` is the
+    function a tool was made from; a ``needs_approval`` policy is asked as in a plain run), each run
+    by the SDK inside its recorded call, its timeout included (so a timeout is the call's recorded
+    outcome: the copy's ``timeout_seconds`` is ``None``).
 
     Handoffs, to an ``Agent`` or through ``handoff(agent, ...)``, lead to durable copies too (a
     ``Handoff``'s ``on_invoke_handoff`` runs as it is, and the agent it returns is wrapped). Hosted

@@ -1,0 +1,232 @@
+"""A durable run's function tools are, to the SDK and to the code, the tools a plain run has: a
+tool's timeout is an outcome the record keeps; the copies ``durable_agent`` makes answer what the
+SDK's ``FunctionTool`` answers (``__wrapped__``, the arguments an approval policy sees); and a
+tool's invoker gets the context it declares.
+
+As in ``test_openai_agents_replay``, a test runs the agent with plain ``Runner.run`` first, for
+reference, then as a tether task, resumed from the same database in a fresh app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, FunctionTool, RunContextWrapper, Runner, function_tool, set_tracing_disabled
+from agents.exceptions import ToolTimeoutError
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.tool_context import ToolContext
+
+import tether
+from tests.integrations.test_openai_agents_replay import Turns, _described, _stop_then_resume
+from tether.integrations.openai_agents import durable_agent, run
+
+set_tracing_disabled(True)
+
+# ----------------------------------------------------------------------------- timeouts
+
+TIMEOUTS: dict[str, dict[str, Any]] = {
+    "default message": {},
+    "timeout_error_function": {"timeout_error_function": lambda ctx, error: f"gave up after {error.timeout_seconds}s"},
+}
+
+
+def _slow_the_first_time(ran: list[str], **options: Any) -> FunctionTool:
+    """A tool with a 0.2 s timeout that takes 30 s the first time it runs and answers at once after."""
+
+    @function_tool(timeout=0.2, **options)
+    async def lookup() -> str:
+        """Look the parcel up."""
+        ran.append("lookup")
+        if len(ran) == 1:
+            await asyncio.sleep(30)
+        return "found"
+
+    return lookup
+
+
+@pytest.mark.parametrize("options", sorted(TIMEOUTS))
+def test_a_tool_timeout_is_recorded_and_replayed_as_it_happened(durable_url: str, options: str) -> None:
+    """A tool times out (the SDK answers the model, by default or through ``timeout_error_function``):
+    the model gets the answer plain ``Runner.run`` sends, live and after a resume in a fresh app, and
+    the resumed run does not run the tool again. Before, the SDK's timeout cancelled tether's call of
+    the tool and left it with no outcome, so the resumed run ran the tool again; it finished, and the
+    next model turn no longer matched the record: the resume raised NonDeterminismError."""
+    ran: list[str] = []
+
+    def make_agent(turns: Turns) -> Agent[Any]:
+        return Agent(name="Tracker", model=turns.model(), tools=[_slow_the_first_time(ran, **TIMEOUTS[options])])
+
+    plain = Turns()
+    asyncio.run(Runner.run(make_agent(plain), "Where is A-1?"))
+    assert "timed out" in json.dumps(plain.inputs[-1]) or "gave up" in json.dumps(plain.inputs[-1])
+    ran.clear()
+    live, resumed, _ = _stop_then_resume(durable_url, make_agent)
+    assert live.inputs == plain.inputs
+    assert resumed.inputs == plain.inputs[1:]
+    assert ran == ["lookup"]  # timed out once, live; its outcome came from the record after
+
+
+def test_a_tool_timeout_that_raises_replays_as_raised(durable_url: str) -> None:
+    """With ``timeout_behavior="raise_exception"`` the run raises the SDK's ``ToolTimeoutError``, as a
+    plain run does; the task catches it, waits, and is resumed in a fresh app: the replayed call
+    raises it again and the tool is not run again."""
+    ran: list[str] = []
+
+    def make_agent() -> Agent[Any]:
+        tool = _slow_the_first_time(ran, timeout_behavior="raise_exception")
+        return Agent(name="Tracker", model=Turns().model(), tools=[tool])
+
+    with pytest.raises(ToolTimeoutError) as plain:
+        asyncio.run(Runner.run(make_agent(), "Where is A-1?"))
+    ran.clear()
+    seen: list[tuple[str, str]] = []
+
+    def app_with() -> tether.App:
+        app = tether.App(durable_url)
+        agent = make_agent()
+
+        @app.task(name="track")
+        async def track(ctx: tether.AsyncTaskContext) -> str:
+            try:
+                await run(ctx, agent, "Where is A-1?")
+            except Exception as exc:
+                seen.append(_described(exc)[:2])
+            await ctx.wait_for_input("next")  # suspends: the resumed task replays the run
+            return "handled"
+
+        return app
+
+    assert app_with().run("track", task_id="t1").status is tether.Status.AWAITING_INPUT
+    fresh = app_with()
+    fresh.send_input("t1", "next", True)
+    assert fresh.resume("t1").output == "handled"
+    assert seen == [_described(plain.value)[:2]] * 2
+    assert ran == ["lookup"]
+
+
+# ----------------------------------------------------------------------------- the copies
+
+
+def _inside_a_task(check: Callable[[tether.AsyncTaskContext], Any]) -> Any:
+    app = tether.App("memory://")
+
+    @app.task(name="check")
+    async def task(ctx: tether.AsyncTaskContext) -> Any:
+        return check(ctx)
+
+    return app.run("check").output
+
+
+def test_a_durable_tool_unwraps_to_the_function_it_was_made_from() -> None:
+    """``durable_agent(ctx, agent).tools[i].__wrapped__`` is the function the tool was made from, as
+    it is on the SDK's own tool; a tool made from no function has none, as on the SDK's. Before,
+    the durable copy raised AttributeError for both."""
+
+    def lookup(order_id: str) -> str:
+        """Look an order up."""
+        return order_id
+
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+        return arguments
+
+    made = function_tool(lookup)
+    bare = FunctionTool(name="bare", description="", params_json_schema={"type": "object"}, on_invoke_tool=invoke)
+    agent = Agent(name="Clerk", tools=[made, bare])
+
+    def check(ctx: tether.AsyncTaskContext) -> list[bool]:
+        durable_made, durable_bare = durable_agent(ctx, agent).tools
+        assert durable_made is not made
+        assert isinstance(durable_made, FunctionTool) and isinstance(durable_bare, FunctionTool)
+        with pytest.raises(AttributeError):
+            durable_bare.__wrapped__  # noqa: B018 - as on the SDK's tool
+        return [durable_made.__wrapped__ is lookup, made.__wrapped__ is lookup]
+
+    assert _inside_a_task(check) == [True, True]
+
+
+async def _approve_nothing(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+    ASKED.append(params)
+    return False
+
+
+ASKED: list[dict[str, Any]] = []
+
+
+def test_an_approval_policy_is_asked_as_a_plain_run_asks_it() -> None:
+    """A tool whose arguments validation changes (a default the model left out) is held for a
+    person's approval by a plain run without asking its ``needs_approval`` policy (the policy would
+    judge arguments the tool does not get). A durable run holds it too. Before, the durable copy's
+    invoker was not the SDK's, so the SDK asked the policy, which let the refund through unapproved."""
+    ran: list[str] = []
+
+    @function_tool(needs_approval=_approve_nothing, strict_mode=False)
+    def refund(order_id: str, amount: int = 100) -> str:
+        """Refund an order."""
+        ran.append(order_id)
+        return f"refunded {amount}"
+
+    def turn(call: Any) -> Any:
+        if not any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in call.input):
+            return [function_call("refund", {"order_id": "A-1"}, call_id="c1")]
+        return [assistant_message("Done.")]
+
+    def make_agent() -> Agent[Any]:
+        return Agent(name="Refunds", model=ScriptedModel([ModelStep.respond(turn) for _ in range(2)]), tools=[refund])
+
+    ASKED.clear()
+    plain = asyncio.run(Runner.run(make_agent(), "Refund A-1"))
+    assert len(plain.interruptions) == 1 and ASKED == [] and ran == []
+    app = tether.App("memory://")
+    agent = make_agent()
+
+    @app.task(name="refunds")
+    async def refunds(ctx: tether.AsyncTaskContext) -> str:
+        return str((await run(ctx, agent, "Refund A-1")).final_output)
+
+    assert app.run("refunds", task_id="t1").status is tether.Status.AWAITING_INPUT
+    assert app.state("t1").waiting.key == "approve:c1"
+    assert ASKED == [] and ran == []
+
+
+class Kind:
+    """A third-party tool whose invoker names the context it takes (the SDK hands a narrower
+    ``RunContextWrapper`` to an invoker that declares one, so it never serializes tool metadata)."""
+
+    @staticmethod
+    async def wrapper(context: RunContextWrapper[Any], arguments: str) -> str:
+        return type(context).__name__
+
+    @staticmethod
+    async def tool_context(context: ToolContext[Any], arguments: str) -> str:
+        return type(context).__name__
+
+
+@pytest.mark.parametrize("invoker", ["wrapper", "tool_context"])
+def test_a_tool_invoker_gets_the_context_it_declares(durable_url: str, invoker: str) -> None:
+    """An invoker declaring ``RunContextWrapper`` gets one (a ``ToolContext`` one gets a ToolContext),
+    as in a plain run: the model is sent the same output, live and resumed. Before, every invoker
+    got the ``ToolContext`` tether's wrapper received."""
+
+    def make_agent(turns: Turns) -> Agent[Any]:
+        tool = FunctionTool(
+            name="lookup",
+            description="Look the parcel up.",
+            params_json_schema={"type": "object", "properties": {}, "required": [], "additionalProperties": False},
+            on_invoke_tool=getattr(Kind, invoker),
+        )
+        return Agent(name="Tracker", model=turns.model(), tools=[tool])
+
+    plain = Turns()
+    asyncio.run(Runner.run(make_agent(plain), "Where is A-1?"))
+    expected = "RunContextWrapper" if invoker == "wrapper" else "ToolContext"
+    assert expected in json.dumps(plain.inputs[-1])
+    live, resumed, _ = _stop_then_resume(durable_url, make_agent)
+    assert live.inputs == plain.inputs
+    assert resumed.inputs == plain.inputs[1:]
