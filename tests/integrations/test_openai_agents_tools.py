@@ -1,7 +1,8 @@
 """A durable run's function tools are, to the SDK and to the code, the tools a plain run has: a
 tool's timeout is an outcome the record keeps; the copies ``durable_agent`` makes answer what the
-SDK's ``FunctionTool`` answers (``__wrapped__``, the arguments an approval policy sees); and a
-tool's invoker gets the context it declares.
+SDK's ``FunctionTool`` answers (``__wrapped__``, the arguments an approval policy sees); a tool's
+invoker gets the context it declares; and tether's own errors in a tool's call stop the run as
+they stop any task, never answered to the model as a tool's failure.
 
 As in ``test_openai_agents_replay``, a test runs the agent with plain ``Runner.run`` first, for
 reference, then as a tether task, resumed from the same database in a fresh app.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,13 +21,14 @@ import pytest
 pytest.importorskip("agents")
 
 from agents import Agent, FunctionTool, RunContextWrapper, Runner, function_tool, set_tracing_disabled
-from agents.exceptions import ToolTimeoutError
+from agents.exceptions import ToolTimeoutError, UserError
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
 import tether
 from tests.integrations.test_openai_agents_replay import Turns, _described, _stop_then_resume
-from tether.integrations.openai_agents import durable_agent, run
+from tether.integrations.openai_agents import durable_agent, run, run_streamed
+from tether.runtime.leases import acquire
 
 set_tracing_disabled(True)
 
@@ -230,3 +233,206 @@ def test_a_tool_invoker_gets_the_context_it_declares(durable_url: str, invoker: 
     live, resumed, _ = _stop_then_resume(durable_url, make_agent)
     assert live.inputs == plain.inputs
     assert resumed.inputs == plain.inputs[1:]
+
+
+# ----------------------------------------------------------------------------- tether's errors
+
+
+def _answering(inputs: list[Any], tool: str, call_input: dict[str, Any]) -> ScriptedModel:
+    """A model that calls ``tool`` first, then repeats the tool's output."""
+
+    def turn(call: Any) -> Any:
+        inputs.append(call.input)
+        outputs = [i["output"] for i in call.input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not outputs:
+            return [function_call(tool, call_input, call_id="c1")]
+        return [assistant_message(f"Done: {outputs[0]}")]
+
+    return ScriptedModel([ModelStep.respond(turn) for _ in range(4)])
+
+
+def _refuse_next_write(app: tether.App) -> None:
+    """The store refuses the app's next append (the write of what is under way), as if it were down."""
+    original = app.store.append
+
+    def append(*args: Any, **kwargs: Any) -> Any:
+        app.store.append = original  # type: ignore[method-assign]
+        raise tether.StoreUnavailableError("the database went away")
+
+    app.store.append = append  # type: ignore[method-assign]
+
+
+def _tracking_app(
+    url: str, inputs: list[Any], fault: Callable[[tether.App], None], *, streamed: bool = False
+) -> tuple[tether.App, list[str], list[str]]:
+    """An app whose task runs an agent with a ``lookup`` tool that calls ``fault(app)`` the first
+    time it runs; the tool's runs, and what ``run`` raised in the task."""
+    app = tether.App(url)
+    ran: list[str] = []
+    raised: list[str] = []
+
+    @function_tool
+    def lookup() -> str:
+        """Look the parcel up."""
+        ran.append("lookup")
+        if len(ran) == 1:
+            fault(app)
+        return "lost"
+
+    agent = Agent(name="Tracker", model=_answering(inputs, "lookup", {}), tools=[lookup])
+
+    @app.task(name="track")
+    async def track(ctx: tether.AsyncTaskContext) -> str:
+        try:
+            if streamed:
+                result = run_streamed(ctx, agent, "Where is A-1?")
+                async for _ in result.stream_events():
+                    pass
+            else:
+                result = await run(ctx, agent, "Where is A-1?")
+        except Exception as exc:
+            raised.append(type(exc).__name__)
+            raise
+        return str(result.final_output)
+
+    return app, ran, raised
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_a_store_outage_in_a_tools_call_stops_the_run(durable_url: str, streamed: bool) -> None:
+    """The store refuses the write of a tool's result: ``run`` raises tether's StoreUnavailableError,
+    the task is left running as any task's run leaves it (no failure recorded), and a resume in a
+    fresh app finishes it (the tool runs again under its key: its result was never recorded).
+    Before, the SDK wrapped the error in a UserError ('Error running tool lookup: ...') and the
+    task was failed with it."""
+    inputs: list[Any] = []
+    app, ran, raised = _tracking_app(durable_url, inputs, _refuse_next_write, streamed=streamed)
+    with pytest.raises(tether.StoreUnavailableError):
+        app.run("track", task_id="t1")
+    assert raised == ["StoreUnavailableError"]
+    state = app.state("t1")
+    assert state.status is tether.Status.RUNNING and state.failure is None
+    assert [(c.tool, c.status) for c in state.calls][1:] == [("lookup", "intended")]
+    fresh, ran_again, _ = _tracking_app(durable_url, inputs, lambda app: None, streamed=streamed)
+    assert fresh.resume("t1").output == "Done: lost"
+    assert ran == ["lookup"] and ran_again == ["lookup"]
+
+
+def test_a_lease_taken_during_a_tools_call_stops_the_run(durable_url: str) -> None:
+    """Another worker takes the task's lease while a tool runs: the write of the tool's result is
+    refused and ``run`` raises tether's LeaseLostError, with nothing written and the model not
+    asked again. Before, ``run`` raised the SDK's UserError wrapping it, which the task's code
+    could catch as a tool's failure."""
+    inputs: list[Any] = []
+
+    def steal(app: tether.App) -> None:
+        thief = tether.App(durable_url)
+        acquire(thief.store, thief.tenant, "t1", "another-worker", 60, force=True)
+
+    app, _, raised = _tracking_app(durable_url, inputs, steal)
+    with pytest.raises(tether.LeaseLostError):
+        app.run("track", task_id="t1")
+    assert raised == ["LeaseLostError"]
+    assert len(inputs) == 1
+    assert [c.status for c in app.state("t1").calls] == ["completed", "intended"]
+
+
+@pytest.mark.parametrize("how", ["cancel", "request_cancel"])
+def test_a_cancel_during_a_tools_call_stops_the_run(durable_url: str, how: str) -> None:
+    """``app.cancel`` in another process while a tool runs takes the task's lease and cancels it: the
+    run whose tool was running stops with tether's LeaseLostError (the write of the tool's result is
+    refused), the model is not asked again, and the task is cancelled. Before, ``run`` raised the
+    SDK's UserError wrapping it, for the task's code to catch as a tool's failure. (A cancel asked
+    for with ``request_cancel`` lets the tool finish and stops the run at its next step, before and
+    after: tether's Cancelled is no ``Exception`` for the SDK to answer.)"""
+    inputs: list[Any] = []
+
+    def cancel(app: tether.App) -> None:
+        other, _, _ = _tracking_app(durable_url, [], lambda app: None)
+        done = threading.Thread(target=getattr(other, how), args=("t1",))
+        done.start()
+        done.join()
+
+    app, _, raised = _tracking_app(durable_url, inputs, cancel)
+    if how == "cancel":
+        with pytest.raises(tether.LeaseLostError):
+            app.run("track", task_id="t1")
+        assert raised == ["LeaseLostError"]
+    else:
+        assert app.run("track", task_id="t1").status is tether.Status.CANCELLED
+        assert raised == []
+    assert len(inputs) == 1
+    assert app.state("t1").status is tether.Status.CANCELLED
+
+
+def _team_app(
+    url: str, outer: list[Any], *, instructions: str, fault: Callable[[tether.App], None], down: bool = False
+) -> tether.App:
+    """A task whose agent asks a durable Shipping agent used as a tool; ``fault(app)`` runs as
+    Shipping's model answers; ``down``: the Triage turn after the tool fails."""
+    app = tether.App(url)
+
+    def triage_turn(call: Any) -> Any:
+        outer.append(call.input)
+        outputs = [i["output"] for i in call.input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        if not outputs:
+            return [function_call("shipping", {"input": "where is A-1?"}, call_id="c1")]
+        if down:
+            raise ConnectionError("the model is down")
+        return [assistant_message(f"Done: {outputs[0]}")]
+
+    def shipping_turn(call: Any) -> Any:
+        fault(app)
+        return [assistant_message("A-1 is in Leipzig")]
+
+    triage = Agent(name="Triage", model=ScriptedModel([ModelStep.respond(triage_turn) for _ in range(2)]))
+    shipping = Agent(
+        name="Shipping", instructions=instructions, model=ScriptedModel([ModelStep.respond(shipping_turn)])
+    )
+
+    @app.task(name="team")
+    async def team(ctx: tether.AsyncTaskContext) -> str:
+        asked = durable_agent(ctx, shipping).as_tool("shipping", "Where a parcel is.")
+        return str((await run(ctx, triage.clone(tools=[asked]), "Where is A-1?")).final_output)
+
+    return app
+
+
+def test_a_store_outage_inside_an_agent_used_as_a_tool_stops_the_run(durable_url: str) -> None:
+    """The store refuses the record of a durable agent's turn while it works as another agent's tool:
+    the run stops with StoreUnavailableError and the task is left running; a resume finishes it with
+    that agent's answer. Before, the SDK's failure function answered the tool with 'An error occurred
+    while running the tool' and the run went on to complete the task with it."""
+    outer: list[Any] = []
+    refused: list[bool] = []
+
+    def refuse_once(app: tether.App) -> None:
+        if not refused:
+            refused.append(True)
+            _refuse_next_write(app)
+
+    with pytest.raises(tether.StoreUnavailableError):
+        _team_app(durable_url, outer, instructions="v1", fault=refuse_once).run("team", task_id="t1")
+    assert len(outer) == 1  # the model was not told of an error
+    assert tether.App(durable_url).state("t1").status is tether.Status.RUNNING
+    done = _team_app(durable_url, outer, instructions="v1", fault=lambda app: None).resume("t1")
+    assert done.output == "Done: A-1 is in Leipzig"
+
+
+def test_a_divergence_inside_an_agent_used_as_a_tool_is_reported_where_it_is(durable_url: str) -> None:
+    """The code of a durable agent used as a tool changed (its instructions) since its turn was
+    recorded: the resumed run raises NonDeterminismError naming that agent's turn, and writes
+    nothing. Before, the SDK answered the tool with 'An error occurred' and the run went on, to
+    diverge at the next turn of the agent that called it (or, past the record, to run on live)."""
+    outer: list[Any] = []
+    stopped = _team_app(durable_url, outer, instructions="v1", fault=lambda app: None, down=True).run(
+        "team", task_id="t1"
+    )
+    assert stopped.status is tether.Status.FAILED
+    version = tether.App(durable_url).state("t1").version
+    changed = _team_app(durable_url, outer, instructions="v2", fault=lambda app: None)
+    with pytest.raises(tether.NonDeterminismError) as diverged:
+        changed.retry("t1")
+    assert "call #2 openai_agents.model" in str(diverged.value) and "Shipping" in str(diverged.value)
+    assert tether.App(durable_url).state("t1").version == version + 2  # the retry's request and status only
+    assert UserError.__name__ not in str(diverged.value)

@@ -21,6 +21,11 @@ items, hooks, ``final_output``) reads the same outcome.
   invokes it: the context its invoker declares (a ``RunContextWrapper`` or the ``ToolContext``),
   and its timeout, so a timeout is an outcome the call records (the SDK's answer to the model, or
   its ``ToolTimeoutError``) and a replay gives it back instead of running the tool again.
+- **What stops the run.** tether's own errors in a tool's call (its record refused: a lost lease,
+  the store down, a cancel that took the task; a divergence from the record) are not the tool's
+  outcome: they reach the code that started the run (:func:`through`) past the SDK's failure
+  function and its ``UserError``, carried by :class:`RunStopped`, and the run stops as any task's
+  run stops on them.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ import contextvars
 import dataclasses
 import functools
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 try:
     from agents import FunctionTool
@@ -48,14 +53,18 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from pydantic import TypeAdapter
 
 from tether._keys import as_json
-from tether.errors import InvalidInputError, ToolError
+from tether.errors import InvalidInputError, TetherError, ToolError
 
 if TYPE_CHECKING:
+    from agents.result import RunResultStreaming
+    from agents.stream_events import StreamEvent
     from agents.tool_context import ToolContext
 
     from tether.runtime.context import AsyncTaskContext
 
-__all__ = ["is_durable_copy", "recorded_tool"]
+__all__ = ["RunStopped", "carrying", "is_durable_copy", "live_tool", "recorded_tool", "through", "through_stream"]
+
+T = TypeVar("T")
 
 _OUTCOME = "__tether_tool_output__"  # the key of a record that is not the tool's value as it is
 # The SDK's own marks, read by name: none has a public accessor (openai-agents 0.24).
@@ -69,6 +78,8 @@ _JSON_TYPES = (str, int, float, bool, type(None), dict, list)
 _INVOCATION: contextvars.ContextVar[tuple[FunctionTool, ToolContext[Any]] | None] = contextvars.ContextVar(
     "tether_agents_tool_invocation", default=None
 )
+_IN_TOOL: contextvars.ContextVar[bool] = contextvars.ContextVar("tether_agents_in_live_tool", default=False)
+"""Whether the code runs inside a tool that runs live (an agent made durable, used as a tool)."""
 
 
 # ----------------------------------------------------------------------------- durable copies
@@ -83,8 +94,28 @@ def recorded_tool(ctx: AsyncTaskContext, tool: FunctionTool) -> FunctionTool:
     return _copy_invoking(tool, invoke)
 
 
+def live_tool(tool: FunctionTool) -> FunctionTool:
+    """A copy of ``tool`` (an agent made durable, used as a tool: its own turns and tools are the
+    task's recorded calls) that runs live, with tether's errors in its calls carried past the SDK's
+    failure function (see :func:`carrying`)."""
+
+    async def invoke(tool_context: ToolContext[Any], arguments: str) -> Any:
+        token = _IN_TOOL.set(True)
+        try:
+            invoked = await _invoke_function_tool_with_metadata(
+                function_tool=tool, context=tool_context, arguments=arguments
+            )
+        finally:
+            _IN_TOOL.reset(token)
+        if invoked.is_sdk_generated_error:
+            setattr(tool_context, _SDK_ANSWERED, True)  # for the SDK's invocation of the copy to read
+        return invoked.output
+
+    return _copy_invoking(tool, invoke)
+
+
 def is_durable_copy(tool: FunctionTool) -> bool:
-    """Whether ``tool`` is a copy :func:`recorded_tool` made."""
+    """Whether ``tool`` is a copy :func:`recorded_tool` or :func:`live_tool` made."""
     return isinstance(tool.on_invoke_tool, _DurableInvoker)
 
 
@@ -157,14 +188,17 @@ def _tool_call(tool: FunctionTool) -> _ToolCall:
 
 async def _call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: ToolContext[Any], arguments: str) -> Any:
     """Run ``tool`` as a recorded call of the task (its record, once it has one): what the SDK gets
-    of its value, live and replayed alike; what it raised, raised again."""
+    of its value, live and replayed alike; what it raised, raised again; tether's errors, carried."""
     token = _INVOCATION.set((tool, tool_context))
+    raised: BaseException | None
     try:
         recorded = await ctx.call(_tool_call(tool), arguments=arguments, call_id=tool_context.tool_call_id)
     except ToolError as error:
         raised = _raised_by_tool(error)
         if raised is None:
             raise
+    except TetherError as error:
+        raised = RunStopped(error)  # not the tool's outcome: the run's record was refused or diverged
     else:
         return _output_of(recorded, tool, tool_context)
     finally:
@@ -172,6 +206,62 @@ async def _call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: To
     # Outside the handler, so the exception keeps the context it was raised in (tether's ToolError,
     # which wraps it, is not made its context: the chain a plain run shows).
     raise raised
+
+
+# ----------------------------------------------------------------------------- what stops the run
+
+
+class RunStopped(BaseException):
+    """Carries tether's ``error`` from a tool's call out of the SDK's run, to :func:`through`.
+
+    A ``BaseException``: the SDK's failure function (and its ``UserError``, around what a tool
+    raises) only takes an ``Exception``, so the error is never answered to the model as the tool's
+    failure, and reaches the code as itself."""
+
+    def __init__(self, error: TetherError) -> None:
+        super().__init__(f"tether stopped the run: {type(error).__name__}: {error}")
+        self.error = error
+
+
+@contextlib.contextmanager
+def carrying() -> Iterator[None]:
+    """Around a durable model's call: tether's error in it, inside a tool that runs live, is raised
+    as :class:`RunStopped` (the tool's failure function would answer the error itself); elsewhere,
+    as it is. A ``ToolError`` (the model's own failure, recorded) is the model's outcome, as it is."""
+    try:
+        yield
+    except TetherError as error:
+        if _IN_TOOL.get() and not isinstance(error, ToolError):
+            raise RunStopped(error) from None
+        raise
+
+
+async def through(run: Awaitable[T]) -> T:
+    """Await ``run`` (a run of the SDK); tether's error where one of its tools' calls stopped it."""
+    try:
+        return await run
+    except RunStopped as stop:
+        error = stop.error
+    raise error  # outside the handler: the error's own context, not the carrier
+
+
+def through_stream(result: RunResultStreaming) -> RunResultStreaming:
+    """``result``, whose ``stream_events()`` raises tether's error where one of its tools' calls
+    stopped the run (see :func:`through`)."""
+    stream = result.stream_events
+
+    async def stream_events() -> AsyncIterator[StreamEvent]:
+        try:
+            async with contextlib.aclosing(cast("AsyncGenerator[StreamEvent, None]", stream())) as events:
+                async for event in events:
+                    yield event
+            return
+        except RunStopped as stop:
+            error = stop.error
+        raise error
+
+    result.stream_events = stream_events  # type: ignore[method-assign]
+    return result
 
 
 # ----------------------------------------------------------------------------- what a tool returns

@@ -73,7 +73,14 @@ if TYPE_CHECKING:
     from tether.runtime.context import AsyncTaskContext
 
 from tether.integrations._openai_session import TetherSession
-from tether.integrations._openai_tools import is_durable_copy, recorded_tool
+from tether.integrations._openai_tools import (
+    carrying,
+    is_durable_copy,
+    live_tool,
+    recorded_tool,
+    through,
+    through_stream,
+)
 
 __all__ = ["DurableModel", "TetherSession", "approval_key", "approvals", "durable_agent", "run", "run_streamed"]
 
@@ -208,9 +215,10 @@ class DurableModel(Model):
 
         token = _PENDING_REQUEST.set(send)
         try:
-            recorded = await self._ctx.call(
-                _MODEL_CALL, agent=self._agent_name, request=_digest(request), items=_count(input)
-            )
+            with carrying():  # inside an agent used as a tool, past the tool's failure function
+                recorded = await self._ctx.call(
+                    _MODEL_CALL, agent=self._agent_name, request=_digest(request), items=_count(input)
+                )
         finally:
             _PENDING_REQUEST.reset(token)
         return _RESPONSE.validate_python(recorded)
@@ -255,16 +263,18 @@ class DurableModel(Model):
 
         token = _PENDING_REQUEST.set(send)
         try:  # issued here, so the call keeps its place in the task's order
-            call = asyncio.ensure_future(
-                self._ctx.call(_MODEL_STREAM, agent=self._agent_name, request=_digest(request), items=_count(input))
-            )
+            with carrying():
+                call = asyncio.ensure_future(
+                    self._ctx.call(_MODEL_STREAM, agent=self._agent_name, request=_digest(request), items=_count(input))
+                )
         finally:
             _PENDING_REQUEST.reset(token)
         try:
-            while (event := await _next_event(events, call)) is not None:
-                if not isinstance(event, ResponseCompletedEvent):
-                    yield event
-            recorded = call.result()
+            with carrying():
+                while (event := await _next_event(events, call)) is not None:
+                    if not isinstance(event, ResponseCompletedEvent):
+                        yield event
+                recorded = call.result()
         finally:
             if not call.done():
                 call.cancel()
@@ -324,7 +334,7 @@ def _durable_tool(ctx: AsyncTaskContext, tool: Tool) -> Tool:
         # An agent made durable, used as a tool: it runs live, and its own model turns and tools are
         # the task's recorded calls, in order. Recording the whole run as one call too would nest
         # calls inside a call, which a replay (answering the outer one from its record) cannot follow.
-        return tool
+        return live_tool(tool)
     return recorded_tool(ctx, tool)
 
 
@@ -418,6 +428,10 @@ async def run(
     "approve:{call_id}", True)``, or ``{"approved": False, "message": "..."}``): the task suspends,
     no process waits, and the run continues when the answer arrives.
 
+    tether's own errors in a tool's call (a lost lease, the store down, a divergence from the record)
+    are raised as they are, never answered to the model by the tool's failure function: the run
+    stops as any task's run stops on them.
+
     ``runner_options`` go to ``Runner.run`` (``session=TetherSession.in_task(ctx)``, ``context=``,
     ``max_turns=``...). A ``run_config.model`` is wrapped too; a ``run_config.model_provider``
     names the agents' models given by name, as in ``Runner.run`` (``model_provider`` overrides it).
@@ -425,9 +439,9 @@ async def run(
     durable = durable_agent(ctx, agent, model_provider=_provider(model_provider, run_config))
     if run_config is not None:
         runner_options["run_config"] = _durable_config(ctx, run_config, model_provider, agent.name)
-    result = await Runner.run(durable, input, **runner_options)
+    result = await through(Runner.run(durable, input, **runner_options))
     while (state := await approvals(ctx, result)) is not None:
-        result = await Runner.run(durable, state, **runner_options)
+        result = await through(Runner.run(durable, state, **runner_options))
     return result
 
 
@@ -450,7 +464,7 @@ def run_streamed(
     durable = durable_agent(ctx, agent, model_provider=_provider(model_provider, run_config))
     if run_config is not None:
         runner_options["run_config"] = _durable_config(ctx, run_config, model_provider, agent.name)
-    return Runner.run_streamed(durable, input, **runner_options)
+    return through_stream(Runner.run_streamed(durable, input, **runner_options))
 
 
 async def approvals(ctx: AsyncTaskContext, result: RunResult | RunResultStreaming) -> RunState[Any] | None:
