@@ -288,3 +288,34 @@ def test_the_task_conversation_kept_past_its_run_says_where_to_read_it(store_url
     with pytest.raises(tether.TetherError, match=r"used after its run ended.*app.session\('k'\)"):
         kept[0].messages()
     assert [m.content for m in app.session("k").messages()] == ["hi"]
+
+
+def test_changed_code_keeps_the_conversation_a_task_in_flight_wrote(app: tether.App) -> None:
+    """docs/agent-loop.md: an append replays by position and number of messages. A reworded prompt
+    leaves a task in flight with the prompt it started with (the model, shown the recorded window,
+    is not asked again); an append of another number of messages is a divergence."""
+    prompt = {"text": "You are a travel agent.", "extra": False}
+    asked: list[list[str]] = []
+
+    @app.tool(readonly=True)
+    def model(messages: list[dict[str, Any]]) -> str:
+        asked.append([m["content"] for m in messages])
+        return "Where to?"
+
+    @app.task
+    def chat(ctx: tether.TaskContext) -> str:
+        first = [{"role": "system", "content": prompt["text"]}, {"role": "user", "content": "Hi"}]
+        ctx.session.add_many(first + ([{"role": "user", "content": "Hurry"}] if prompt["extra"] else []))
+        reply = ctx.call(model, ctx.session.window(max_tokens=1_000).to_openai())
+        ctx.session.add("assistant", reply)
+        return str(ctx.wait_for_input("next"))
+
+    assert app.run(chat, task_id="p").status is tether.Status.AWAITING_INPUT
+    app.send_input("p", "next", "done")
+    prompt["text"] = "You are a careful travel agent."  # the next deploy rewords the prompt
+    assert app.resume("p").output == "done"
+    assert contents(app, "p")[0] == ("system", "You are a travel agent.") and len(asked) == 1
+    prompt["extra"] = True  # and appends one message more where the task appended two
+    report = app.replay("p")
+    assert not report.clean and report.divergence is not None
+    assert "append to the conversation (#1: system, user, user)" in str(report.divergence)

@@ -9,6 +9,7 @@ had not started start when the task runs again.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -149,3 +150,42 @@ def test_two_questions_in_one_batch_are_asked_one_after_the_other(app: tether.Ap
     assert app.resume("two").output == ["sent a", True, False, "sent b"]
     assert sorted(effects) == ["a", "b"] and _interrupted(app, "two") == []
     assert app.replay("two").clean
+
+
+@pytest.mark.parametrize("first", ["wait", "backoff"])
+def test_a_wait_beside_a_call_that_backs_off_for_long(app: tether.App, first: str) -> None:
+    """A question and a call whose retry backs off longer than inline_wait, in one batch: whichever
+    stops the task first (the wait, or the backoff's durable sleep), the other writes no second status
+    over it and waits for nothing forever, and each attempt runs once (the call's first attempt, under
+    way when the question was asked, was cut off and run again)."""
+    attempts: list[int] = []
+
+    @app.tool(retry=tether.Retry(max_attempts=2, backoff=0.3, jitter=0))
+    async def flaky(q: str) -> str:
+        if first == "wait":
+            await asyncio.sleep(0.05)  # fails once the question is asked
+        attempts.append(tether.current_call().attempt)
+        if tether.current_call().attempt == 1:
+            raise TimeoutError("rate limited")
+        return f"found {q}"
+
+    async def approval(ctx: tether.AsyncTaskContext) -> Any:
+        if first == "backoff":
+            await asyncio.sleep(0.05)  # asks once the call is backing off
+        return await ctx.wait_for_input("approve")
+
+    @app.task
+    async def both(ctx: tether.AsyncTaskContext) -> list[Any]:
+        return list(await asyncio.gather(ctx.call(flaky, "x"), approval(ctx)))
+
+    first_run = app.run(both, task_id="b")
+    assert first_run.status in (tether.Status.AWAITING_INPUT, tether.Status.SLEEPING), first_run.state.failure
+    app.send_input("b", "approve", True)
+    for _ in range(200):
+        state = app.resume("b").state
+        if state.status in (tether.Status.COMPLETED, tether.Status.FAILED):
+            break
+        time.sleep(0.01)
+    assert state.status is tether.Status.COMPLETED, state.failure
+    assert state.output == ["found x", True] and attempts == [1, 2]
+    assert app.replay("b").clean
