@@ -30,8 +30,11 @@ class Stream:
     def exists(self) -> bool:
         return self.log.store.get_task(self.log.tenant, self.id) is not None
 
-    def create(self, first: Event, *, user_id: str | None = None, session_id: str | None = None) -> bool:
-        """Create the stream with its first event; ``False`` if it already existed."""
+    def create(
+        self, first: Event, *, user_id: str | None = None, session_id: str | None = None, summary: str | None = None
+    ) -> bool:
+        """Create the stream with its first event (and ``summary``, its index row's head, if it keeps
+        one); ``False`` if it already existed."""
         now = time.time()
         row = TaskRow(
             task_id=self.id,
@@ -43,6 +46,7 @@ class Stream:
             created_at=now,
             updated_at=now,
             version=1,
+            summary=summary,
         )
         try:
             self.log.store.create_task(

@@ -248,6 +248,31 @@ def test_an_uncaught_tool_exception_fails_the_task_as_itself(store_url: str) -> 
     assert app.retry("u1").status is tether.Status.FAILED and ran == [1, 1]  # a retry runs a failed call again
 
 
+def steered_then_resumed(
+    make: Callable[[Script], Agent[None, str]], ran: list[int], store_url: str, task_id: str, *, answered: str
+) -> None:
+    """The agent ``make`` builds, run plain: its first call ``answered`` (a retry prompt, a failed
+    result); then durably, the provider down at the turn after it (the task fails there), and retried
+    in a fresh App: the model is sent what a plain run sends it, and the tool does not run again."""
+    plain = Script({"x": 1}, {"x": 2})
+    asyncio.run(make(plain).run("Where is my parcel?"))
+    assert plain.views[1][-1][3] == answered
+    script = Script({"x": 1}, {"x": 2})
+    script.down = True
+    app = tether.App(store_url)
+    first = app.run(durable_task(app, make(script), "track"), task_id=task_id)
+    assert first.status is tether.Status.FAILED and "provider is down" in str(first.failure), first.failure
+    assert script.views[:3] == plain.views[:3]
+    ran.clear()
+    script.down = False
+    again = reopened(app, store_url)
+    if again is not app:
+        durable_task(again, make(script), "track")
+    assert again.retry(task_id).output == "Noted."
+    assert ran == [] and len(script.seen) == 4 and script.seen[3] == script.seen[2]
+    assert again.replay(task_id).clean
+
+
 class OrderIn(BaseModel):
     id: str
 
@@ -268,24 +293,7 @@ def test_a_validation_error_the_tool_raises_is_a_retry_for_the_model_live_and_re
 
         return agent
 
-    plain = Script({"x": 1}, {"x": 2})
-    asyncio.run(make(plain).run("Where is my parcel?"))
-    assert plain.views[1][-1][3] == "retried"
-    script = Script({"x": 1}, {"x": 2})
-    script.down = True
-    app = tether.App(store_url)
-    first = app.run(durable_task(app, make(script), "track"), task_id="v1")
-    assert first.status is tether.Status.FAILED and "provider is down" in str(first.failure), first.failure
-    assert script.views[:3] == plain.views[:3]
-    ran.clear()
-    script.down = False
-    again = reopened(app, store_url)
-    if again is not app:
-        durable_task(again, make(script), "track")
-    assert again.retry("v1").output == "Noted."
-    assert ran == []
-    assert len(script.seen) == 4 and script.seen[3] == script.seen[2]
-    assert again.replay("v1").clean
+    steered_then_resumed(make, ran, store_url, "v1", answered="retried")
 
 
 class Cached(AbstractCapability[Any]):
@@ -364,23 +372,7 @@ def test_a_retry_or_failure_a_hook_raises_steers_the_run_live_and_replayed(
 
         return agent
 
-    plain = Script({"x": 1}, {"x": 2})
-    asyncio.run(make(plain).run("Where is my parcel?"))
-    assert plain.views[1][-1][3] == ("retried" if signal is ModelRetry else "failed")
-    script = Script({"x": 1}, {"x": 2})
-    script.down = True
-    app = tether.App(store_url)
-    first = app.run(durable_task(app, make(script), "track"), task_id="h1")
-    assert first.status is tether.Status.FAILED and "provider is down" in str(first.failure), first.failure
-    assert script.views[:3] == plain.views[:3]
-    ran.clear()
-    script.down = False
-    again = reopened(app, store_url)
-    if again is not app:
-        durable_task(again, make(script), "track")
-    assert again.retry("h1").output == "Noted."
-    assert ran == [] and len(script.seen) == 4 and script.seen[3] == script.seen[2]
-    assert again.replay("h1").clean
+    steered_then_resumed(make, ran, store_url, "h1", answered="retried" if signal is ModelRetry else "failed")
 
 
 def test_a_replayed_run_counts_the_tool_calls_the_live_one_did(store_url: str) -> None:

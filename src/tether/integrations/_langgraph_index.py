@@ -14,16 +14,14 @@ kept heads, by an older tether, or restated by ``prune``): such a thread is fold
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Callable, Sequence
 
 import orjson
 
 from tether._streams import Stream
-from tether.errors import ConflictError
 from tether.events import Event
 from tether.integrations._langgraph_log import CheckpointSaved, CheckpointsDeleted, Saved, ThreadView
-from tether.store import EventRow, IndexUpdate, TaskHead, TaskRow
+from tether.store import IndexUpdate, TaskHead, TaskRow
 
 __all__ = ["Listing", "append_with_head", "create_with_head", "newest_after", "newest_in"]
 
@@ -66,26 +64,7 @@ def newest_in(row: TaskRow) -> tuple[bool, str | None]:
 
 def create_with_head(stream: Stream, first: Event, newest: str | None) -> bool:
     """Create the thread's stream with its first event and its head; ``False`` if it already existed."""
-    log = stream.log
-    now = time.time()
-    head = _head(newest, 1)
-    row = TaskRow(
-        task_id=stream.id,
-        tenant=log.tenant,
-        type=stream.type,
-        status="open",
-        user_id=None,
-        session_id=None,
-        created_at=now,
-        updated_at=now,
-        version=1,
-        summary=head.summary,
-    )
-    try:
-        log.store.create_task(log.tenant, row, EventRow(1, first.event_type, first.version, now, log.encode(first)))
-    except ConflictError:
-        return False
-    return True
+    return stream.create(first, summary=_head(newest, 1).summary)
 
 
 def append_with_head(stream: Stream, events: Sequence[Event], expected: int, newest: str | None) -> int:
