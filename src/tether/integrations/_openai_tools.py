@@ -34,7 +34,6 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -54,6 +53,7 @@ from pydantic import TypeAdapter
 
 from tether._keys import as_json
 from tether.errors import InvalidInputError, TetherError, ToolError
+from tether.integrations._recorded_errors import find, raised_class
 
 if TYPE_CHECKING:
     from agents.result import RunResultStreaming
@@ -345,7 +345,7 @@ def _output_of(recorded: Any, tool: FunctionTool, tool_context: ToolContext[Any]
 
 def _read_back(name: str, value: Any) -> Any:
     """``value`` read back by the class ``name`` names; ``_UNKNOWN`` if it is gone or refuses it."""
-    cls = _find(*name.split(":", 1))
+    cls = find(*name.split(":", 1))
     if not isinstance(cls, type):
         return _UNKNOWN
     try:
@@ -391,8 +391,8 @@ def _raised_by_tool(error: ToolError) -> BaseException | None:
     again from the record, replayed; ``None`` when it cannot be made again."""
     if error.__cause__ is not None:
         return error.__cause__
-    cls = _exception_class(error.traceback or "", error.error_type, error.error_message)
-    if cls is None:
+    cls = raised_class(error.error_type, error.error_message, error.traceback)
+    if cls is None or not issubclass(cls, Exception):
         return None
     makers: tuple[Callable[[str], Exception], ...] = (cls, functools.partial(_without_init, cls))
     for make in makers:
@@ -411,40 +411,10 @@ def _without_init(cls: type[Exception], message: str) -> Exception:
     return made
 
 
-def _exception_class(traceback: str, error_type: str, message: str) -> type[Exception] | None:
-    """The class a recorded traceback names in its last line (``module.Qualified.Name: message``;
-    no module for builtins and ``__main__``), if this process has imported its module."""
-    ending = f": {message}\n" if message else "\n"
-    if not traceback.endswith(ending):
-        return None  # notes after the message, or no traceback recorded
-    name = traceback[: -len(ending)].rpartition("\n")[2]
-    if name != error_type and not name.endswith(f".{error_type}"):
-        return None
-    parts = name.split(".")
-    places = [("builtins", name), ("__main__", name)] if len(parts) == 1 else []
-    places += [(".".join(parts[:i]), ".".join(parts[i:])) for i in range(len(parts) - 1, 0, -1)]
-    for module, qualname in places:
-        found = _find(module, qualname)
-        if isinstance(found, type) and issubclass(found, Exception):
-            return found
-    return None
-
-
 # ----------------------------------------------------------------------------- classes by name
 
 
 def _class_name(cls: type) -> str | None:
     """``module:qualname`` of a class that can be found again by it, else ``None``."""
     name = f"{cls.__module__}:{cls.__qualname__}"
-    return name if _find(cls.__module__, cls.__qualname__) is cls else None
-
-
-def _find(module: str, qualname: str) -> Any:
-    """What ``qualname`` names in ``module``, if this process has imported it (nothing is imported
-    because a record names it)."""
-    found: Any = sys.modules.get(module)
-    for part in qualname.split("."):
-        if found is None or part == "<locals>":
-            return None
-        found = getattr(found, part, None)
-    return found
+    return name if find(cls.__module__, cls.__qualname__) is cls else None

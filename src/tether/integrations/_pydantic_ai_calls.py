@@ -21,8 +21,6 @@ an instance of that exception's class, when the class can be found again (:func:
 
 from __future__ import annotations
 
-import re
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +46,7 @@ from pydantic_ai.messages import (
 from pydantic_core import PydanticCustomError, to_jsonable_python
 
 from tether.errors import ToolError
+from tether.integrations._recorded_errors import raised_class
 
 __all__ = ["raise_recorded", "recorded_return", "recorded_signal", "replayed_failure", "returned"]
 
@@ -211,7 +210,7 @@ def replayed_failure(error: ToolError) -> ToolError:
     module already imported), and whose ``str()`` and ``args`` are its message. So the code around
     the run catches it as it caught the live exception; attributes of the tool's own exception are
     not restored (the record has its type, message and traceback only)."""
-    raised = _raised_class(error.error_type, error.error_message, error.traceback)
+    raised = raised_class(error.error_type, error.error_message, error.traceback)
     if raised is not None:
         try:
             return _replayed(_replay_class(raised), error)
@@ -281,28 +280,3 @@ def _named_tool_error(name: str) -> type[ToolError]:
         namespace = {"__doc__": f"A recorded {name}, raised again by tether's replay.", "__str__": _recorded_message}
         known = _NAMED[name] = type(name, (ToolError,), namespace)
     return known
-
-
-def _raised_class(error_type: str, message: str, traceback: str | None) -> type[BaseException] | None:
-    """The exception class a recorded traceback ends with, if it is still importable as named
-    there (``package.module.Class: message``; builtins and ``__main__`` name the class alone)."""
-    if not traceback:
-        return None
-    tail = f": {message}" if message else ""
-    names = re.findall(rf"^((?:[\w<>]+\.)*{re.escape(error_type)}){re.escape(tail)}$", traceback, re.MULTILINE)
-    if not names:
-        return None
-    parts = names[-1].split(".")
-    for split in range(len(parts) - 1, -1, -1):
-        modules = [".".join(parts[:split])] if split else ["builtins", "__main__"]
-        for module in modules:
-            found = _attribute_path(sys.modules.get(module), parts[split:])
-            if isinstance(found, type) and issubclass(found, BaseException) and found.__name__ == error_type:
-                return found
-    return None
-
-
-def _attribute_path(owner: Any, names: list[str]) -> Any:
-    for name in names:
-        owner = getattr(owner, name, None)
-    return owner
