@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import tether
@@ -69,3 +71,23 @@ def test_a_lease_on_a_task_that_is_not_there_is_refused_by_name(store_url: str) 
     token = store.acquire_lease(log.tenant, other, "w1", 10.0, 100.0)
     assert token is not None and store.acquire_lease(log.tenant, other, "w2", 10.0, 100.0) is None
     assert log.get(other).lease_owner == "w1"
+
+
+def test_a_lease_let_go_between_the_refusal_and_the_read_is_taken() -> None:
+    """A worker lets its lease go just after ``acquire`` was refused: the row then names no holder,
+    and the lease is taken, not refused as held "by None" (seen once when a cancel met a worker)."""
+    from tether.runtime.leases import acquire
+    from tether.store.memory import MemoryStore
+
+    class LetGo(MemoryStore):
+        refused = 0
+
+        def acquire_lease(self, *args: Any, **kwargs: Any) -> int | None:
+            if self.refused == 0:
+                self.refused = 1
+                return None  # held at that moment; let go before the row is read
+            return super().acquire_lease(*args, **kwargs)
+
+    app = tether.App(LetGo())
+    app.log.create(type="t", task_id="j")
+    assert acquire(app.store, app.tenant, "j", "me", 30.0, force=True) >= 1

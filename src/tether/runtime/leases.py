@@ -21,10 +21,13 @@ def acquire(store: Store, tenant: str, task_id: str, owner: str, ttl: float, *, 
     """Take the task's lease for ``owner``: a free one, an expired one, or one whose holder is a dead
     process on this machine (or any, with ``force``); else :class:`TaskBusyError` naming the holder."""
     now = time.time()
-    token = store.acquire_lease(tenant, task_id, owner, ttl, now)
-    if token is not None:
-        return token
-    row = store.get_task(tenant, task_id)
+    for _ in range(3):  # a lease let go between the refusal and the read of its row is free: take it
+        token = store.acquire_lease(tenant, task_id, owner, ttl, now)
+        if token is not None:
+            return token
+        row = store.get_task(tenant, task_id)
+        if row is None or row.lease_owner is not None:
+            break
     if row is not None and row.lease_owner is not None and (force or owner_is_dead(row.lease_owner)):
         token = store.acquire_lease(tenant, task_id, owner, ttl, now, steal_from=row.lease_owner)
         if token is not None:
