@@ -26,6 +26,7 @@ __all__ = [
     "MAX_OFFSET",
     "RESERVED_PREFIXES",
     "check_id",
+    "check_input_key",
     "check_int",
     "check_optional_id",
     "check_positive",
@@ -70,6 +71,20 @@ def check_id(value: Any, name: str, *, error: type[Exception] = InvalidInputErro
 def check_optional_id(value: Any, name: str) -> str | None:
     """``None``, or an id (see :func:`check_id`)."""
     return None if value is None else check_id(value, name)
+
+
+def check_input_key(value: Any) -> str:
+    """A key a task waits for input on: an id (see :func:`check_id`) that is not one of tether's own
+    (``tether.``: a task whose call is in doubt waits on ``tether.call-N``, settled by
+    ``app.resolve_call``, not by an answer)."""
+    key = check_id(value, "key")
+    if key.startswith("tether."):
+        raise InvalidInputError(
+            f"input key {value!r} is one of tether's own (they start with 'tether.'): a task waiting on "
+            "'tether.call-N' has call #N in doubt; settle it with app.resolve_call or `tether resolve`, "
+            "and name your own waits otherwise"
+        )
+    return key
 
 
 def check_task_id(value: Any, name: str = "task_id") -> str:

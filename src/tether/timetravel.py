@@ -22,6 +22,7 @@ from tether.events import (
     CallAttemptFailed,
     CallCompleted,
     CallFailed,
+    CallInDoubt,
     CallStarted,
     CancelRequested,
     DataMigrated,
@@ -122,6 +123,7 @@ _SUMMARIES: dict[type[Event], Callable[[Any], str]] = {
     CallStarted: _call_started,
     CallCompleted: _call_completed,
     CallAttemptFailed: _attempt_failed,
+    CallInDoubt: lambda e: f"call #{e.n} {e.tool}(): its outcome is unknown; waiting for a person to settle it",
     CallFailed: lambda e: f"call #{e.n} gave up ({e.reason})",
     DecisionMade: lambda e: f"decided {e.name}: {_short(e.choice, 40)} — {e.rationale}",
     ObservationRecorded: lambda e: (

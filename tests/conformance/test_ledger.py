@@ -140,7 +140,9 @@ def test_tool_in_doubt_raise_then_resolve(app: tether.App) -> None:
     _task_with_interrupted_charge(app, "raise", effects)
     with pytest.raises(tether.OutcomeUnknownError):
         app.resume("co")
-    assert app.state("co").status is tether.Status.RUNNING and len(effects) == 1
+    parked = app.state("co")  # waits for a person: no worker takes it up meanwhile
+    assert parked.status is tether.Status.AWAITING_INPUT and len(effects) == 1
+    assert parked.waiting is not None and parked.waiting.key == "tether.call-1"
     app.resolve_call("co", 1, {"charge": "ch_by_hand", "amount": 42})
     run = app.resume("co")
     assert run.output == {"charge": "ch_by_hand", "amount": 42} and len(effects) == 1

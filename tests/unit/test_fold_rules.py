@@ -12,6 +12,7 @@ from tether.events import (
     CallAttemptFailed,
     CallCompleted,
     CallFailed,
+    CallInDoubt,
     CallStarted,
     CancelRequested,
     DataMigrated,
@@ -85,6 +86,14 @@ EXAMPLES: dict[type[Event], tuple[list[Event], Callable[[TaskState], bool]]] = {
     DataUpdated: ([DataUpdated(fields={"n": 2})], lambda s: s.data == {"n": 2}),
     DataMigrated: ([DataMigrated(data={"n": 3}, from_version=1, to_version=2)], lambda s: s.data_version == 2),
     InputRequested: ([InputRequested(key="ok", prompt="sure?")], lambda s: s.waiting is not None),
+    # A call in doubt leaves the task waiting on the call's own key, with what to do in the prompt.
+    CallInDoubt: (
+        [RUNNING, *FAILED_CALL[:1], CallInDoubt(n=1, key="t1:1:pay:x", tool="pay")],
+        lambda s: s.waiting is not None
+        and s.waiting.key == "tether.call-1"
+        and "t1:1:pay:x" in (s.waiting.prompt or "")
+        and "--not-happened" in (s.waiting.prompt or ""),
+    ),
     # An answer clears the matching wait (and only that one).
     InputReceived: (
         [InputRequested(key="ok"), InputReceived(key="ok", value=True)],

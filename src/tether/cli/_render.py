@@ -3,6 +3,7 @@ scripts."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any
 
@@ -105,6 +106,23 @@ def _print_waiting(out: Console, waiting: tether.Waiting) -> None:
     if waiting.input_schema:
         out.print(f"  schema: {escape(orjson.dumps(waiting.input_schema).decode())}")
     out.print(f"  answer: tether send TASK {escape(waiting.key)} VALUE")
+
+
+def _print_in_doubt(out: Console, state: tether.TaskState, n: int, db: str | None) -> None:
+    """What a person must do for a task waiting on its call ``n``, in doubt: the commands, as they run."""
+    call = state.call(n)
+    assert state.waiting is not None and call is not None
+    since = state.waiting.requested_at.isoformat(" ", "seconds")
+    out.print(
+        f"[yellow]call #{n} {escape(call.tool)}() is in doubt[/] (since {since}): it started, and its result "
+        "was never recorded; its effect may or may not have happened. No worker runs the task until it is settled."
+    )
+    where = f" --db {shlex.quote(db)}" if db else ""
+    task = shlex.quote(state.task_id)
+    out.print(f"  check the other system for key {escape(call.key)}, then settle it:")
+    settle = f"  tether resolve {escape(task)} {n}"
+    out.print(f"{settle} --result JSON{escape(where)}   if it happened: JSON is its result")
+    out.print(f"{settle} --not-happened{escape(where)}  if it did not: it runs again, under the same key")
 
 
 def _print_history(out: Console, entries: list[tether.HistoryEntry]) -> None:

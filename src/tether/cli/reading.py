@@ -21,12 +21,14 @@ from tether.cli._render import (
     _entry_text,
     _print_failure,
     _print_history,
+    _print_in_doubt,
     _print_waiting,
     _short,
     _shown_id,
     _state_json,
     _status,
 )
+from tether.events import in_doubt_call
 from tether.runtime.handles import failure_summary
 from tether.store import TaskFilter
 from tether.timetravel import HistoryCursor
@@ -133,6 +135,7 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
             out.print(
                 f"  {marks[step.status]} {i}. {step.name}{added}" + (f"  [red]{step.error}[/]" if step.error else "")
             )
+    doubt = in_doubt_call(state.waiting.key) if state.waiting is not None else None
     if state.calls:
         width = 10_000 if full else 40
         table = Table(title="calls", title_justify="left")
@@ -142,7 +145,7 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
             table.add_row(
                 str(call.n),
                 call.tool + (" (undo)" if call.kind == "compensation" else ""),
-                call.status,
+                "[yellow]in doubt[/]" if call.n == doubt else call.status,
                 str(len(call.attempts)),
                 _duration(call),
                 escape(_short(call.args, width)),
@@ -156,7 +159,9 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
         out.print(f"[red]{escape(failure_summary(state))}[/]")
     if state.failure is not None:
         _print_failure(out, state.failure, full)
-    if state.waiting is not None:
+    if doubt is not None:
+        _print_in_doubt(out, state, doubt, db)
+    elif state.waiting is not None:
         _print_waiting(out, state.waiting)
     if state.output is not None:
         out.print(f"output: {escape(_short(state.output, 10_000 if full else 100))}")

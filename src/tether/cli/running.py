@@ -1,4 +1,5 @@
-"""Running tasks: ``resume``, ``retry``, ``send`` an answer, ``cancel``, and ``worker``."""
+"""Running tasks: ``resume``, ``retry``, ``send`` an answer, ``resolve`` a call in doubt, ``cancel``, and
+``worker``."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from tether.cli._base import (
 )
 from tether.cli._render import _console, _emit_json, _handle, _handle_json, _status
 from tether.errors import TetherError
+from tether.runtime.calls import UNSET
+from tether.runtime.handles import TaskHandle
 
 
 @main.command()
@@ -74,6 +77,46 @@ def send(task_id: str, key: str, value: str, db: str | None, as_json: bool, acto
     runnable = handle.waiting is None and row.wake_at is not None
     after = "runnable: a `tether worker` continues it" if runnable else "it will read the answer when it asks"
     out.print(f"answered {key!r} for {task_id}: now {_status(handle.status.value)} ({handle.position}); {after}")
+
+
+@main.command()
+@click.argument("task_id")
+@click.argument("n", type=click.IntRange(1))
+@click.option("--result", metavar="JSON", help="the call's result, as JSON, when its effect happened")
+@click.option("--not-happened", is_flag=True, help="its effect did not happen: the call runs again under its key")
+@db_option
+@json_option
+@actor_option
+@errors_as_messages
+def resolve(
+    task_id: str, n: int, result: str | None, not_happened: bool, db: str | None, as_json: bool, actor: str | None
+) -> None:
+    """Settle call N of a task, whose outcome is unknown (its process stopped inside it).
+
+    --result JSON if its effect happened (the task gets it as the call's result), --not-happened if
+    it did not (the next run runs it again under the same key). A task waiting on the call is then
+    runnable: a `tether worker` continues it."""
+    if (result is None) == (not not_happened):
+        raise click.UsageError("give one of --result JSON (its effect happened) and --not-happened")
+    value: Any = UNSET
+    if result is not None:
+        try:
+            value = orjson.loads(result)
+        except orjson.JSONDecodeError as exc:
+            hint = """a string is quoted: --result '"ch_123"'"""
+            raise click.BadParameter(f"{result!r} is not JSON ({exc}); {hint}", param_hint="--result") from None
+    app = _open(db, write=True)
+    task_id = _tid(app, task_id)
+    handle = TaskHandle.of(app.resolve_call(task_id, n, value, happened=not not_happened, actor=actor))
+    if as_json:
+        _handle(_console(), handle, as_json)
+        return
+    done = "it runs again under its key" if not_happened else "its result is recorded"
+    out = _console()
+    out.print(
+        f"call #{n} of {task_id} settled: {done}; now {_status(handle.status.value)}, runnable: "
+        f"a `tether worker` continues it (or `tether resume {task_id} --app MODULE:APP`)"
+    )
 
 
 @main.command()

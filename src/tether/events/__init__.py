@@ -31,7 +31,16 @@ from tether.events.base import EVENT_TYPES, Event, Recorded, Upcasters
 from tether.events.base import Upcaster as Upcaster
 from tether.events.base import _event as _event  # other rooms define events of their own with it
 from tether.events.base import _ts as _ts
-from tether.events.calls import CALL_EVENTS, CallAttemptFailed, CallCompleted, CallFailed, CallStarted
+from tether.events.calls import (
+    CALL_EVENTS,
+    CallAttemptFailed,
+    CallCompleted,
+    CallFailed,
+    CallInDoubt,
+    CallStarted,
+    in_doubt_call,
+    in_doubt_key,
+)
 from tether.events.knowledge import (
     DataMigrated,
     DataUpdated,
@@ -67,6 +76,7 @@ __all__ = [
     "CallAttemptFailed",
     "CallCompleted",
     "CallFailed",
+    "CallInDoubt",
     "CallStarted",
     "CancelRequested",
     "DataMigrated",
@@ -99,4 +109,6 @@ __all__ = [
     "apply",
     "fold",
     "fold_calls",
+    "in_doubt_call",
+    "in_doubt_key",
 ]

@@ -14,7 +14,7 @@ from tether._call_list import call_index
 from tether.errors import InvalidTransition
 from tether.events._draft import _Draft, _evolve, _make
 from tether.events.base import Event, Recorded, _ts
-from tether.events.calls import CallAttemptFailed, CallCompleted, CallFailed, CallStarted
+from tether.events.calls import CallAttemptFailed, CallCompleted, CallFailed, CallInDoubt, CallStarted, in_doubt_key
 from tether.events.knowledge import (
     DataMigrated,
     DataUpdated,
@@ -317,6 +317,24 @@ def _input_requested(d: _Draft, ev: InputRequested, at: datetime, epoch: float) 
         prompt=ev.prompt,
         input_schema=ev.schema,
         timeout_at=_ts(ev.timeout_at) if ev.timeout_at is not None else None,
+        requested_at=at,
+    )
+
+
+@_rule(CallInDoubt)
+def _call_in_doubt(d: _Draft, ev: CallInDoubt, at: datetime, epoch: float) -> None:
+    # A wait like any other (listed, shown, never claimed until settled), on a key of tether's own:
+    # the settlement (``app.resolve_call``) answers it.
+    d.values["waiting"] = _make(
+        Waiting,
+        key=in_doubt_key(ev.n),
+        prompt=(
+            f"call #{ev.n} {ev.tool}() (key {ev.key!r}) started but its result was never recorded: it may or "
+            "may not have happened. Check the other system, then settle it: tether resolve TASK "
+            f"{ev.n} --result JSON if it happened, --not-happened to run it again under its key"
+        ),
+        input_schema=None,
+        timeout_at=None,
         requested_at=at,
     )
 

@@ -6,7 +6,15 @@ from typing import Any
 
 from tether.events.base import Event, _event
 
-__all__ = ["CALL_EVENTS", "CallAttemptFailed", "CallCompleted", "CallFailed", "CallStarted"]
+__all__ = [
+    "CALL_EVENTS",
+    "CallAttemptFailed",
+    "CallCompleted",
+    "CallFailed",
+    "CallInDoubt",
+    "CallStarted",
+    "in_doubt_key",
+]
 
 
 @_event
@@ -53,6 +61,29 @@ class CallFailed(Event):
 
     n: int
     reason: str
+
+
+@_event
+class CallInDoubt(Event):
+    """A run met a call that started and never recorded its result (its process stopped inside it),
+    and the tool says a person decides (``on_unknown="raise"``): the task waits for that person
+    (``awaiting_input``, for the key :func:`in_doubt_key` gives), and no worker takes it up until
+    the call is settled (``app.resolve_call``, ``tether resolve``)."""
+
+    n: int
+    key: str
+    tool: str
+
+
+def in_doubt_key(n: int) -> str:
+    """The key a task waits on while its call ``n`` is in doubt (``tether.`` keys are tether's own)."""
+    return f"tether.call-{n}"
+
+
+def in_doubt_call(key: str) -> int | None:
+    """The call a task waiting on ``key`` has in doubt, or ``None`` for a wait of the task's own."""
+    prefix, _, n = key.partition("tether.call-")
+    return int(n) if not prefix and n.isdigit() else None
 
 
 CALL_EVENTS: frozenset[type[Event]] = frozenset({CallStarted, CallCompleted, CallAttemptFailed, CallFailed})

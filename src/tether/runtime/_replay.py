@@ -41,6 +41,7 @@ from tether.events import (
     CallAttemptFailed,
     CallCompleted,
     CallFailed,
+    CallInDoubt,
     CallStarted,
     CancelRequested,
     DataMigrated,
@@ -82,6 +83,7 @@ PASSIVE = frozenset(
         TaskForked,
         TaskArchived,
         RetryRequested,
+        CallInDoubt,
     }
 )
 SESSION_EVENTS = frozenset({SessionRead, SessionWritten})

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from tether._conflicts import retry_on_conflict
 from tether._heads import read_head, row_head_of
 from tether._keys import as_json
-from tether._validate import check_id, check_int, check_optional_id, check_positive, check_task_id
+from tether._validate import check_id, check_input_key, check_int, check_optional_id, check_positive, check_task_id
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -412,12 +412,18 @@ class App(TimeTravel, Conversations):
             return self.state_after(task_id, after_step)
         return self.log.load(task_id)
 
-    def resolve_call(self, task_id: str, n: int, result: Any = UNSET, *, happened: bool = True) -> TaskState:
+    def resolve_call(
+        self, task_id: str, n: int, result: Any = UNSET, *, happened: bool = True, actor: str | None = None
+    ) -> TaskState:
         """Settle a call whose outcome is unknown (started, never recorded) with what really happened:
         its ``result``, which the task gets as the call's; or ``happened=False``, and the next run runs
-        it again under its key."""
+        it again under its key. A task waiting on the call (``on_unknown="raise"``) is runnable again
+        at once; ``actor`` (who settled it) is recorded. Refused while a process holds the task."""
+        check_optional_id(actor, "actor")
         state = self.log.load(task_id)
-        self.log.append(task_id, settled_call(state, n, result, happened), state.version)
+        row = self.store.get_task(self.tenant, task_id)
+        held = row.held_by(time.time()) if row is not None else None
+        self.log.append(task_id, settled_call(state, n, result, happened, held_by=held, actor=actor), state.version)
         return self.log.load(task_id)
 
     # ------------------------------------------------------------------ people and control
@@ -429,7 +435,7 @@ class App(TimeTravel, Conversations):
         becomes runnable: a worker (or ``app.resume``) continues it. ``actor`` (who answered:
         a user, an API key's name) is recorded with the answer and shown in the history.
         """
-        check_id(key, "key")
+        check_input_key(key)
         check_optional_id(actor, "actor")
         value = as_json(value)
 

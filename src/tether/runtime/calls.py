@@ -24,6 +24,8 @@ from tether.events import (
     CallFailed,
     CallStarted,
     Event,
+    InputReceived,
+    in_doubt_key,
 )
 from tether.machine import Status
 from tether.model import Attempt, TaskState, ToolCall
@@ -245,6 +247,10 @@ class Calls:
         assert record is not None
         rec = self._recorder
         last = record.attempts[-1]
+        doubt = last.finished_at is None and spec.on_unknown == "raise"
+        if doubt and rec.cancel_reason is None and not rec.replay_only:
+            # For a person to settle: nothing goes live (the run leaves the task waiting on them, once).
+            raise OutcomeUnknownError(issued[5], task_id=rec.task_id, n=n, tool=spec.name)
         rec.going_live()  # the record ends inside this call: what follows is live
         if last.finished_at is None:
             found = yield from self._in_doubt(issued, last)
@@ -456,10 +462,15 @@ UNSET: Any = object()
 """``app.resolve_call``'s result when none is given."""
 
 
-def settled_call(state: TaskState, n: int, result: Any, happened: bool) -> list[Event]:
+def settled_call(
+    state: TaskState, n: int, result: Any, happened: bool, *, held_by: str | None = None, actor: str | None = None
+) -> list[Event]:
     """What settles call ``n`` of ``state``, whose outcome is unknown: its ``result``; or, when it did
     not happen, its last attempt as cut short (it runs again under its key, and does not count
-    against the tool's retries)."""
+    against the tool's retries). A task left waiting on the call (``on_unknown="raise"``) gets the
+    settlement as the answer to its wait, with ``actor``: runnable again at once.
+
+    Refused while a process holds the task (``held_by``): its call is under way, not in doubt."""
     call = state.call(n)
     if call is None or call.status != "intended":
         status = "missing" if call is None else call.status
@@ -471,22 +482,33 @@ def settled_call(state: TaskState, n: int, result: Any, happened: bool) -> list[
             f"resolve call #{n} of task {state.task_id!r} with its result if it happened, or with "
             "happened=False (and no result) if it did not"
         )
+    if held_by is not None:
+        raise InvalidInputError(
+            f"task {state.task_id!r} is being run by {held_by}: call #{n} is under way, not in doubt; "
+            "resolve a call once no process holds its task (a dead worker's lease lapses by itself)"
+        )
     last = call.attempts[-1] if call.attempts else None
     attempt = last.number if last is not None else 1
+    settled: list[Event]
     if happened:
-        return [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)]
-    started = last.started_at.timestamp() if last is not None and last.started_at is not None else time.time()
-    return [
-        CallAttemptFailed(
-            n=n,
-            attempt=attempt,
-            error_type="Interrupted",
-            message="settled by hand: the effect did not happen; it runs again under its key",
-            traceback=None,
-            duration=max(0.0, time.time() - started),
-            backoff=0.0,
-        )
-    ]
+        settled = [CallCompleted(n=n, result=result, attempt=attempt, duration=0.0)]
+    else:
+        started = last.started_at.timestamp() if last is not None and last.started_at is not None else time.time()
+        settled = [
+            CallAttemptFailed(
+                n=n,
+                attempt=attempt,
+                error_type="Interrupted",
+                message="settled by hand: the effect did not happen; it runs again under its key",
+                traceback=None,
+                duration=max(0.0, time.time() - started),
+                backoff=0.0,
+            )
+        ]
+    key = in_doubt_key(n)
+    if state.waiting is not None and state.waiting.key == key:
+        settled.append(InputReceived(key=key, value={"happened": happened}, actor=actor))
+    return settled
 
 
 def _check_ttl(ttl: float) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from tether._validate import check_input_key
 from tether.errors import (
     InputTimeout,
     InvalidInputError,
@@ -240,6 +241,7 @@ class _Context:
             self._rec.append([PhaseChanged(phase=phase)])
 
     def _wait_flow(self, key: str, prompt: str | None, timeout: float | None, schema: Any) -> Flow[Any]:
+        check_input_key(key)
         rec = self._rec
         recorded = rec.replayed(InputRequested, lambda e: e.key == key, f"wait_for_input({key!r})")
         while recorded is None and rec.asking is not None:

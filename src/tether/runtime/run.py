@@ -17,6 +17,7 @@ from tether.errors import (
     Cancelled,
     InvalidInputError,
     NonDeterminismError,
+    OutcomeUnknownError,
     RunInterrupted,
     Suspend,
     TetherError,
@@ -26,6 +27,7 @@ from tether.events import (
     CallAttemptFailed,
     CallCompleted,
     CallFailed,
+    CallInDoubt,
     CallStarted,
     DataMigrated,
     Event,
@@ -35,6 +37,8 @@ from tether.events import (
     RetryRequested,
     StatusChanged,
     StepFailed,
+    in_doubt_call,
+    in_doubt_key,
 )
 from tether.machine import TERMINAL, Status
 from tether.model import TaskState
@@ -133,6 +137,7 @@ def _open(
         state = state or app.log.load(task_id)
         if state.status in TERMINAL:
             return TaskHandle.of(state)
+        _check_settled(state)
         token = acquire(app.store, app.tenant, task_id, app.worker_id, app.lease_ttl, force=force)
     app.log.hold(task_id)
     try:
@@ -141,6 +146,16 @@ def _open(
         _let_go(app, task_id, token, None)
         raise
     return task_id, token, history, state
+
+
+def _check_settled(state: TaskState) -> None:
+    """Raise the :class:`OutcomeUnknownError` a task waiting on its call in doubt stops at, before the
+    run takes its lease: until a person settles the call, a run of it writes nothing at all (unless
+    a cancel came, which the run carries out)."""
+    n = in_doubt_call(state.waiting.key) if state.waiting is not None else None
+    call = state.call(n) if n is not None else None
+    if call is not None and call.status == "intended" and state.cancel_reason is None:
+        raise OutcomeUnknownError(call.key, task_id=state.task_id, n=call.n, tool=call.tool)
 
 
 def _code(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
@@ -237,8 +252,30 @@ def _end(rec: Recorder, calls: Calls, outcome: Outcome) -> Flow[None]:
             yield from fail(rec, calls, exc)
     else:
         if isinstance(outcome.value, NOT_A_TASK_FAILURE):
+            if isinstance(outcome.value, OutcomeUnknownError):
+                yield from _park(rec, outcome.value)
             raise outcome.value
         yield from fail(rec, calls, outcome.value)
+
+
+def _park(rec: Recorder, error: OutcomeUnknownError) -> Flow[None]:
+    """Leave a task whose call is in doubt waiting for a person (``on_unknown="raise"``), so that no
+    worker takes it up again and again, each run meeting the same doubt: it waits on the call's key
+    (:func:`in_doubt_key`) until ``app.resolve_call`` settles the call. A task already waiting on it
+    (a run resumed before the call was settled) is left as it is: nothing is written. Nor is anything
+    by a replay, which writes nothing; nor for a ledger key, which is not this task's call."""
+    n = error.n
+    if error.task_id != rec.task_id or n is None or rec.replay_only:
+        return
+    waiting = rec.latest.waiting
+    if waiting is not None and waiting.key == in_doubt_key(n):
+        return
+    rec.going_live()
+    parked = [
+        CallInDoubt(n=n, key=error.key, tool=error.tool or "?"),
+        StatusChanged(status=Status.AWAITING_INPUT.value, reason=f"call #{n} is in doubt"),
+    ]
+    yield Commit(rec.writer, parked)
 
 
 def _record_of(app: App, task_id: str) -> tuple[list[Recorded], TaskState]:
