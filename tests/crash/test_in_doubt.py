@@ -71,6 +71,8 @@ def test_a_payment_killed_inside_its_tool_waits_for_a_person(tmp_path: Path, mak
     assert parked.status is tether.Status.AWAITING_INPUT and parked.waiting is not None
     assert parked.waiting.key == "tether.call-1" and len(_charges(tmp_path)) == 1
 
+    listed = _run(tmp_path, url, "tasks", "--db", url)
+    assert "call #1 in doubt" in listed.stdout, listed.stdout + listed.stderr
     shown = _run(tmp_path, url, "show", "pay-1", "--db", url)
     assert shown.returncode == 0 and "in doubt" in shown.stdout, shown.stdout + shown.stderr
     printed = [

@@ -179,11 +179,13 @@ def test_a_retried_run_answers_recorded_requests_and_tools_from_the_record(store
 
     failed = app.run(ask, task_id="t2")
     assert failed.status is tether.Status.FAILED
-    assert script.requests == 1 and sorted(ran) == ["order", "parcel"]
+    # The two lookups run concurrently: under load, the failure may stop the run before "order" starts.
+    assert script.requests == 1 and "parcel" in ran and set(ran) <= {"order", "parcel"}
     broken.clear()
     assert app.retry("t2").output == "order: ok / parcel: ok"
     assert script.requests == 2  # the first request came from the record
-    assert sorted(ran) == ["order", "parcel", "parcel"]  # the lookup that finished did not run again
+    # "order" ran once in all: a lookup that finished in the first run did not run again.
+    assert (ran.count("order"), ran.count("parcel")) == (1, 2)
     assert len(app.session("t2").messages()) == 4  # the run's messages were added once
 
 

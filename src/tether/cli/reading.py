@@ -86,7 +86,10 @@ def tasks(
     for column in ("task", "type", "status", "position", "waiting / wakes", "held by"):
         table.add_column(column, no_wrap=column == "task")
     for r in rows:
+        doubt = in_doubt_call(r.waiting_for) if r.waiting_for else None
         waits = f"input {r.waiting_for!r}" if r.waiting_for else ""
+        if doubt is not None:
+            waits = f"call #{doubt} in doubt: see tether show"
         if r.wakes_at is not None:
             waits += (" until " if waits else "wakes ") + r.wakes_at.strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(_shown_id(r.task_id, wide), r.type, _status(r.status.value), r.position, waits, r.held_by or "")
