@@ -31,6 +31,7 @@ def endpoints(s: Served) -> list[tuple[str, str, Any]]:
         ("POST", f"/v1/tasks/{w}/cancel", {"reason": "x"}),
         ("GET", "/v1/inputs", None),
         ("POST", f"/v1/tasks/{w}/inputs/approve", {"value": {"yes": True}}),
+        ("POST", f"/v1/tasks/{w}/calls/1/resolve", {"happened": False}),
         ("GET", "/v1/sessions", None),
         ("GET", "/v1/sessions/s1/messages", None),
         ("GET", "/v1/sessions/s1/window", None),

@@ -145,3 +145,31 @@ def test_the_conversation_reads_as_a_chat(page: Any, served: Served) -> None:
         expect(page.locator("#conversation .msg")).to_have_count(2)
         expect(page.locator("#conversation .msg.user")).to_contain_text("hello")
         expect(page.locator("#conversation .msg.assistant")).to_contain_text("you said hello")
+
+
+@pytest.mark.timeout(120)
+def test_a_call_in_doubt_is_settled_from_the_inbox(page: Any, served: Served) -> None:
+    from playwright.sync_api import expect
+
+    from tests.serve.test_in_doubt import _parked
+
+    effects = _parked(served.app)
+    with LiveServer(served.asgi) as live:
+        page.goto(f"{live.base}/login")
+        page.fill("input[name=key]", served.key)
+        page.click("form.login button")
+        page.goto(f"{live.base}/inbox")
+        card = page.locator('section.doubt[data-task="co"]')
+        expect(card).to_contain_text("call #1 charge() is in doubt")
+        expect(card.locator("form.answer")).to_have_count(0)
+        card.locator("textarea[name=result]").fill("ch_by_hand")  # not JSON: said, nothing sent
+        card.locator("form.happened button").click()
+        expect(card.locator(".result")).to_contain_text("must be JSON")
+        card.locator("textarea[name=result]").fill('{"charge": "ch_by_hand"}')
+        card.locator("form.happened button").click()
+        expect(card.locator(".result")).to_contain_text("settled")
+    state = served.app.state("co")
+    assert state.received["tether.call-1"] == {"happened": True} and state.call(1).result == {"charge": "ch_by_hand"}  # type: ignore[union-attr]
+    assert served.app.history("co")[-1].summary.endswith(" by alice")
+    work(served.app)
+    assert served.app.state("co").output == {"charge": "ch_by_hand"} and len(effects) == 1

@@ -17,13 +17,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from tether._validate import check_id
 from tether.conversation.session import stream_id as session_stream
-from tether.errors import TaskNotFoundError, TetherError
+from tether.errors import InvalidInputError, TaskNotFoundError, TetherError
+from tether.events import in_doubt_call
 from tether.machine import Status
 from tether.runtime.app import App
+from tether.runtime.calls import UNSET
 from tether.serve._json import entries_json, jsonable, state_json, summary_json, task_json
 from tether.serve._listing import Listings
 from tether.serve.auth import Principal
@@ -91,6 +93,25 @@ class CancelBody(BaseModel):
 
 class AnswerBody(BaseModel):
     value: Any = Field(description="the answer, checked against the wait's JSON schema")
+
+
+class ResolveBody(BaseModel):
+    """What really happened to a call in doubt: ``{"happened": true, "result": …}`` or ``{"happened": false}``."""
+
+    model_config = {"extra": "forbid"}
+    happened: bool = Field(strict=True, description="whether the call's effect happened")
+    result: Any = Field(
+        default=None, description="the call's result (any JSON, null included): required when it happened, else absent"
+    )
+
+    @model_validator(mode="after")
+    def _result_iff_happened(self) -> ResolveBody:
+        given = "result" in self.model_fields_set
+        if self.happened and not given:
+            raise ValueError("happened is true: give the call's result as 'result' (any JSON; null is a result)")
+        if not self.happened and given:
+            raise ValueError("happened is false: the effect did not happen, so there is no result; leave out 'result'")
+        return self
 
 
 class Queued(BaseModel):
@@ -296,9 +317,7 @@ def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) 
             raise NotRunnableError(f"task {task_id!r} is {state.status.value}; there is nothing to resume{hint}")
         if state.status is Status.AWAITING_INPUT and (row.wake_at is None or row.wake_at > now):
             key = state.waiting.key if state.waiting else "?"
-            raise NotRunnableError(
-                f"task {task_id!r} waits for input {key!r}: answer it (POST …/inputs/{key}) and a worker continues"
-            )
+            raise NotRunnableError(f"task {task_id!r} waits for {_how_to_answer(key)} and a worker continues")
         if state.status is Status.SLEEPING and row.wake_at is not None and row.wake_at > now:
             note = f"sleeping; a worker continues it when it wakes, in {row.wake_at - now:.0f}s"
             return Queued(task_id=task_id, status=state.status.value, runnable=False, note=note)
@@ -351,9 +370,39 @@ def _add_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) ->
         fit). The task becomes runnable and a worker continues it. Recorded with the key's name as actor."""
         app = app_for(who)
         _row_of(app, task_id)
+        n = in_doubt_call(key)
+        if n is not None:  # send_input refuses it too, pointing to the CLI: here, the route
+            raise InvalidInputError(
+                f"{key!r} is tether's own key for a call in doubt, not one to answer: settle call #{n} with "
+                f"POST /v1/tasks/{{task_id}}/calls/{n}/resolve and what happened"
+            )
         handle = app.send_input(task_id, key, body.value, actor=who.name)
         bump()
         return {"task_id": task_id, "status": handle.status.value, "position": handle.position}
+
+    @router.post("/tasks/{task_id}/calls/{n}/resolve", tags=["inputs"])
+    def resolve_call(
+        who: Who, task_id: TaskId, n: Annotated[int, Path(ge=1, le=2**31)], body: ResolveBody
+    ) -> dict[str, Any]:
+        """Settle call ``n``, whose outcome is unknown (its process stopped inside it): ``{"happened":
+        true, "result": …}`` records its result, ``{"happened": false}`` has it run again under its
+        key. A task waiting on the call becomes runnable and a worker continues it. Recorded with the
+        key's name as actor; refused (400) while a process holds the task, or for a call not in doubt."""
+        app = app_for(who)
+        _row_of(app, task_id)
+        result = body.result if body.happened else UNSET
+        state = app.resolve_call(task_id, n, result, happened=body.happened, actor=who.name)
+        _audit.info("%s/%s settled call #%d of %s: happened=%s", who.tenant, who.name, n, task_id, body.happened)
+        bump()
+        return {"task_id": task_id, "status": state.status.value, "position": state.position}
+
+
+def _how_to_answer(key: str) -> str:
+    """What a task waiting on ``key`` needs, and the route that gives it."""
+    n = in_doubt_call(key)
+    if n is None:
+        return f"input {key!r}: answer it (POST …/inputs/{key})"
+    return f"a person to settle call #{n}, in doubt: POST …/calls/{n}/resolve with what happened"
 
 
 def _open_session(app: App, session_id: str) -> Any:

@@ -2,7 +2,8 @@
 
 Pages: the task list (live over SSE, with search and filters), a task (timeline, calls, state at
 any point and the diff from the point before, the fork tree, the conversation), the inbox of
-pending inputs (forms made from their JSON schemas) and the failed tasks (with a retry button).
+pending inputs (forms made from their JSON schemas; for a call in doubt, the two ways to settle
+it) and the failed tasks (with a retry button).
 The JavaScript calls the same ``/v1`` API as any client, authenticated by the login cookie and
 the CSRF header (see :mod:`tether.serve.auth`).
 """
@@ -21,6 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from tether.errors import TaskNotFoundError, TetherError
+from tether.events import in_doubt_call
 from tether.machine import Status
 from tether.runtime.app import App, failure_summary
 from tether.serve._json import jsonable, summary_json
@@ -208,12 +210,16 @@ def _task_page(app: App, request: Request) -> str:
 def _inbox(app: App, request: Request) -> str:
     items = app.pending_inputs(limit=200)
     cards = "".join(
-        f'<section class="input" data-task="{e(p.task_id)}" data-key="{e(p.key)}">'
-        f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} '
-        f"waits for <code>{e(p.key)}</code></h2>"
-        f'<p class="prompt">{e(p.prompt or "")}</p>'
-        f'<script type="application/json" class="schema">{_data(p.schema)}</script>'
-        '<form class="answer"></form><p class="result"></p></section>'
+        _inbox_doubt(app, p)
+        if in_doubt_call(p.key) is not None
+        else (
+            f'<section class="input" data-task="{e(p.task_id)}" data-key="{e(p.key)}">'
+            f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} '
+            f"waits for <code>{e(p.key)}</code></h2>"
+            f'<p class="prompt">{e(p.prompt or "")}</p>'
+            f'<script type="application/json" class="schema">{_data(p.schema)}</script>'
+            '<form class="answer"></form><p class="result"></p></section>'
+        )
         for p in items
     )
     return f'<h1>Inbox</h1><p class="count">{len(items):,} waiting</p>{cards or "<p>Nothing waits for an answer.</p>"}'
@@ -291,11 +297,56 @@ def _failure_section(state: Any) -> str:
     return failure + "</div>"
 
 
+def _inbox_doubt(app: App, p: Any) -> str:
+    """An inbox card for a task waiting on a call in doubt: the call, and the two ways to settle it."""
+    n = in_doubt_call(p.key)
+    assert n is not None
+    try:
+        call = app.state(p.task_id).call(n)
+    except TetherError:  # one unreadable stream must not hide the others: the card says less
+        call = None
+    title = (
+        f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} '
+        f"waits for a person: {_call_named(n, call)} is in doubt</h2>"
+    )
+    return _doubt_section(p.task_id, n, call, title)
+
+
+def _call_named(n: int, call: Any) -> str:
+    return f"call #{n} <code>{e(call.tool)}()</code>" if call is not None else f"call #{n}"
+
+
+def _doubt_section(task_id: str, n: int, call: Any, title: str) -> str:
+    """A call in doubt (started, its result never recorded), for a person to settle instead of an
+    answer: what it was, and the two actions the script posts to ``…/calls/N/resolve``."""
+    key = f" under key <code>{e(call.key)}</code>" if call is not None else ""
+    args = f'<p class="args">args: <code>{e(_short(call.args, 2000))}</code></p>' if call is not None else ""
+    return (
+        f'<section class="doubt" data-task="{e(task_id)}" data-n="{n}">{title}'
+        f'<p class="prompt">It started{key}, and its result was never recorded (its process '
+        "stopped inside it): its effect may or may not have happened. Check the other system, then say what "
+        f"happened. No worker runs the task until then.</p>{args}"
+        '<form class="happened"><label>its result, as JSON '
+        '<textarea name="result" rows="3" required placeholder="{&quot;id&quot;: &quot;ch_123&quot;}"></textarea>'
+        '</label><button type="submit">It happened</button></form>'
+        '<form class="not-happened"><button type="submit">It did not happen</button> '
+        '<span class="hint">the call runs again, under the same key</span></form>'
+        '<p class="result"></p></section>'
+    )
+
+
 def _waiting_section(state: Any) -> str:
-    """The question a task waits on, with the form the script fills from its JSON schema."""
+    """The question a task waits on, with the form the script fills from its JSON schema; for a
+    call in doubt, the call and the two ways to settle it instead."""
     if state.waiting is None:
         return ""
     w = state.waiting
+    n = in_doubt_call(w.key)
+    if n is not None:
+        call = state.call(n)
+        return _doubt_section(
+            state.task_id, n, call, f"<h2>Waiting for a person: {_call_named(n, call)} is in doubt</h2>"
+        )
     return (
         f'<section class="input" data-task="{e(state.task_id)}" data-key="{e(w.key)}"><h2>Waiting for '
         f'<code>{e(w.key)}</code></h2><p class="prompt">{e(w.prompt or "")}</p>'

@@ -126,6 +126,33 @@ function initInput(section) {
   });
 }
 
+// ---------------------------------------------------------------- a call in doubt, settled by a person
+function initDoubt(section) {
+  const path = `/v1/tasks/${encodeURIComponent(section.dataset.task)}/calls/${section.dataset.n}/resolve`;
+  const result = section.querySelector(".result");
+  const settle = async (body) => {
+    try {
+      const out = await api("POST", path, body);
+      show(result, `settled; the task is ${out.status}: a worker continues it`);
+      for (const button of section.querySelectorAll("button")) button.disabled = true;
+    } catch (err) { show(result, err.message, true); }
+  };
+  const happened = section.querySelector("form.happened");
+  happened.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    let value;
+    try { value = JSON.parse(happened.elements.result.value); } catch (err) {
+      show(result, `the result must be JSON (a string is quoted: "ch_123"): ${err.message}`, true);
+      return;
+    }
+    settle({ happened: true, result: value });
+  });
+  section.querySelector("form.not-happened").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    settle({ happened: false });
+  });
+}
+
 // ---------------------------------------------------------------- a task
 function initTask(root) {
   const id = root.dataset.task;
@@ -209,5 +236,6 @@ document.addEventListener("DOMContentLoaded", () => {
   const task = document.getElementById("task");
   if (task) initTask(task);
   for (const section of document.querySelectorAll("section.input")) initInput(section);
+  for (const section of document.querySelectorAll("section.doubt")) initDoubt(section);
   for (const section of document.querySelectorAll("section.failed")) initFailed(section);
 });
