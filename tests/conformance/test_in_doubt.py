@@ -22,10 +22,12 @@ def app(store_url: str) -> tether.App:
 
 
 def _parked(app: tether.App) -> list[str]:
+    """Task ``co``, waiting on ``tether.call-1``: its charge() started and its process died inside it."""
     effects: list[str] = []
     _task_with_interrupted_charge(app, "raise", effects)
     with pytest.raises(tether.OutcomeUnknownError):
         app.resume("co")
+    assert app.state("co").waiting.key == "tether.call-1"  # type: ignore[union-attr]
     return effects
 
 

@@ -10,31 +10,13 @@ from typing import Any
 import pytest
 
 import tether
-from tests.conformance.test_ledger import _task_with_interrupted_charge
+from tests.conformance.test_in_doubt import _claim, _parked
 from tests.conftest import dump_database
 from tests.serve._agents import work
 from tests.serve.conftest import Served
 from tether.serve.keys import KeyRing
 
 RESOLVE = "/v1/tasks/co/calls/1/resolve"
-
-
-def _parked(app: tether.App) -> list[str]:
-    """Task ``co``, waiting on ``tether.call-1``: its charge() started and its process died inside it."""
-    effects: list[str] = []
-    _task_with_interrupted_charge(app, "raise", effects)
-    with pytest.raises(tether.OutcomeUnknownError):
-        app.resume("co")
-    assert app.state("co").waiting.key == "tether.call-1"  # type: ignore[union-attr]
-    return effects
-
-
-def _claim(app: tether.App) -> str | None:
-    claimed = app.store.claim(app.tenant, "another-worker", 30.0, time.time())
-    if claimed is None:
-        return None
-    app.store.release_lease(app.tenant, claimed[0], claimed[1])
-    return claimed[0]
 
 
 @pytest.mark.parametrize("happened", [True, False])
