@@ -10,6 +10,13 @@ and nothing else. It begins where a fresh ``python child.py`` is once those impo
 server opens no database, starts no thread (checked before every fork), and runs nothing of the
 script's. Its exit status comes back as ``subprocess.run`` gives it (``-9`` for SIGKILL).
 
+Before each fork the server moves everything it holds into the collector's permanent generation
+(``gc.freeze()``, as CPython's documentation advises before a fork without exec): the child's
+collections, and the one the interpreter makes at exit, then leave those objects alone. Without it, a
+child's exit walked the server's whole heap, every object a page it had to copy, and took 0.5-0.7 s
+of a run that otherwise takes 0.1-0.3 s. The child's own objects are collected as usual; the
+server's are import-time objects only (it opens nothing and runs nothing of a script's).
+
 What forked runs share is the server's hash seed, which fresh interpreters would each draw anew. A
 test that kills a child and resumes it elsewhere uses two servers, so the resuming process hashes
 strings differently from the killed one, as a fresh process would.
@@ -74,6 +81,7 @@ class ForkServer:
 
 def _serve(preload: Sequence[str]) -> tuple[list[str], float, IO[bytes], IO[bytes]]:
     """The server's loop; returns only in a forked child, with what the child is to run."""
+    import gc
     import importlib
     import signal
     import threading
@@ -94,6 +102,7 @@ def _serve(preload: Sequence[str]) -> tuple[list[str], float, IO[bytes], IO[byte
         out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         sys.stdout.flush()
         sys.stderr.flush()
+        gc.freeze()  # what the server holds stays out of the child's collections (see the module docstring)
         pid = os.fork()
         if pid == 0:
             requests.close()

@@ -24,9 +24,23 @@ from tests.integrations.conftest import CHILD_ENV, HERE
 
 TASK_ID = "support-1"
 MODEL_TURNS = ["turn 0", "turn 2", "turn 3"]
-# What each child script imports, done once in its fork servers instead of in every child.
+# What each child script imports, done once in its fork servers instead of in every child: its own
+# imports, then what the SDK and tether import lazily during a run (the stores; the Agents SDK's HTTP
+# client for its tracing, Pydantic AI's price table and anyio's asyncio backend).
+STORES = ("tether.store.postgres", "tether.store.sqlite")
 CHILD_IMPORTS = {
-    "_agents_child.py": ("agents", "agents.testing", "tether", "tether.log", "tether.integrations.openai_agents"),
+    "_agents_child.py": (
+        "agents",
+        "agents.testing",
+        "tether",
+        "tether.log",
+        "tether.integrations.openai_agents",
+        *STORES,
+        "anyio.streams.tls",
+        "h11",
+        "httpcore2",
+        "truststore",
+    ),
     "_pydantic_ai_child.py": (
         "pydantic_ai",
         "pydantic_ai.messages",
@@ -34,6 +48,9 @@ CHILD_IMPORTS = {
         "tether",
         "tether.log",
         "tether.integrations.pydantic_ai",
+        *STORES,
+        "anyio._backends._asyncio",
+        "genai_prices.data",
     ),
 }
 

@@ -8,8 +8,6 @@ import json
 import operator
 import re
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,11 +28,11 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, RetryPolicy, Send, interrupt
 
-from tests.integrations.conftest import CHILD_ENV
+from tests._forkserver import ForkServers
+from tests.integrations.conftest import CHILD_ENV, HERE
 from tether import TaskLog
 from tether.integrations.langgraph import TetherSaver
 
-ROOT = Path(__file__).resolve().parents[2]
 _ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}")
 
 Saver = BaseCheckpointSaver[Any]
@@ -388,25 +386,40 @@ def test_a_graph_sees_the_same_on_every_saver(
     same_everywhere(savers, scenario)
 
 
+# What _lg_resume_child.py imports (LangGraph, its SqliteSaver, TetherSaver and the stores, and the
+# tracers LangChain imports lazily at a graph's first run), done once in its fork servers instead of
+# in each of its ten lives (2-4 s each on two busy cores).
+LG_CHILD_IMPORTS = (
+    "langgraph.checkpoint.base",
+    "langgraph.checkpoint.sqlite",
+    "langgraph.graph",
+    "langgraph.types",
+    "langchain_core.tracers.context",
+    "langchain_core.tracers.run_collector",
+    "langchain_core.tracers.stdout",
+    "tether.integrations.langgraph",
+    "tether.store.postgres",
+    "tether.store.sqlite",
+)
+
+
 @pytest.mark.crash
-def test_sigkill_at_each_step_then_resume_as_langgraphs_own_saver_does(durable_url: str, tmp_path: Path) -> None:
+def test_sigkill_at_each_step_then_resume_as_langgraphs_own_saver_does(
+    durable_url: str, tmp_path: Path, fork_servers: ForkServers
+) -> None:
     """A graph killed (SIGKILL) beside a finished parallel node, after an interrupt was answered and
     in a ``Send`` task whose siblings finished, each time resumed by a fresh process on the same
-    database: the same states, and the same nodes run again, on TetherSaver as on SqliteSaver."""
+    database: the same states, and the same nodes run again, on TetherSaver as on SqliteSaver. Each
+    life is a process forked from a server with the imports done (tests/_forkserver.py), from each
+    of two servers in turn, so a life never hashes with the seed of the one before it."""
     lives = ["start", "continue", "resume:yes", "resume:yes", "continue"]
+    servers = fork_servers(LG_CHILD_IMPORTS, CHILD_ENV)
 
     def run(kind: str, db: str, work: Path) -> tuple[list[Any], Counter[str]]:
         work.mkdir()
         ends = []
-        for action in lives:
-            child = subprocess.run(
-                [sys.executable, "-m", "tests.integrations._lg_resume_child", kind, db, str(work), action],
-                cwd=ROOT,
-                env=CHILD_ENV,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+        for life, action in enumerate(lives):
+            child = servers[life % 2].run(HERE / "_lg_resume_child.py", kind, db, str(work), action, timeout=120)
             assert child.returncode in (0, -9), child.stderr
             ends.append(json.loads(child.stdout) if child.returncode == 0 else "killed")
         return ends, Counter((work / "runs.log").read_text().splitlines())
