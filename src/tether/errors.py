@@ -35,6 +35,7 @@ part of this tree: it derives from ``BaseException`` so that an
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 __all__ = [
@@ -306,7 +307,8 @@ class OutcomeUnknownError(TetherError):
         else:
             settle = (
                 f"if it happened, record its result with app.resolve_call({task_id!r}, {n}, result); if it did "
-                f"not, app.resolve_call({task_id!r}, {n}, happened=False) runs it again under its key"
+                f"not, app.resolve_call({task_id!r}, {n}, happened=False) runs it again under its key (from a "
+                f"shell: tether resolve {shlex.quote(task_id)} {n} --result JSON, or --not-happened)"
             )
             what = f"call #{n} {tool}() of task {task_id!r} (key {key!r})"
         super().__init__(
