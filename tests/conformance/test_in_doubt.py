@@ -4,6 +4,7 @@ behind it starved); a run of it before then writes nothing; settling it wakes it
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -104,3 +105,39 @@ def test_a_task_in_doubt_can_still_be_cancelled(app: tether.App) -> None:
     app.cancel("co", reason="the customer gave up")
     handle = app.resume("co")  # a cancel a person asked for is carried out, call in doubt or not
     assert handle.status is tether.Status.CANCELLED
+
+
+def test_calls_under_way_beside_the_call_in_doubt_end_recorded_before_the_task_waits(app: tether.App) -> None:
+    """An async task's email, run again (on_unknown="retry") beside a charge in doubt, ends and is
+    recorded before the task waits: cut off, it was sent a third time by the run after the settling."""
+    crash = {"on": True}
+    effects: list[str] = []
+
+    @app.tool(on_unknown="raise")
+    async def charge(amount: int) -> str:
+        effects.append("charge")
+        if crash["on"]:
+            crash["on"] = False
+            await asyncio.sleep(0.01)
+            raise KeyboardInterrupt  # stands for the process dying inside both calls
+        return "charged"
+
+    @app.tool
+    async def email(to: str) -> str:
+        effects.append("email")  # sent, then a slow answer
+        await asyncio.sleep(0.05)
+        return "sent"
+
+    @app.task
+    async def checkout(ctx: tether.AsyncTaskContext) -> list[str]:
+        return list(await asyncio.gather(ctx.call(charge, 1), ctx.call(email, "a@example.com")))
+
+    with pytest.raises(tether.RunInterrupted):
+        app.run(checkout, task_id="co")
+    with pytest.raises(tether.OutcomeUnknownError):
+        app.resume("co")
+    state = app.state("co")
+    assert state.waiting is not None and state.call(2).status == "completed"  # type: ignore[union-attr]
+    app.resolve_call("co", 1, "charged")
+    assert app.resume("co").output == ["charged", "sent"]
+    assert effects == ["charge", "email", "email"]  # the email cut off by the crash, then once more

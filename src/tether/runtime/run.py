@@ -271,6 +271,8 @@ def _park(rec: Recorder, error: OutcomeUnknownError) -> Flow[None]:
     if waiting is not None and waiting.key == in_doubt_key(n):
         return
     rec.going_live()
+    while rec.branches:  # an async task's calls under way beside it end first, recorded (as for a wait)
+        yield Wait(0.001)
     parked = [
         CallInDoubt(n=n, key=error.key, tool=error.tool or "?"),
         StatusChanged(status=Status.AWAITING_INPUT.value, reason=f"call #{n} is in doubt"),
