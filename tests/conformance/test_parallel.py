@@ -33,11 +33,18 @@ def dump(app: tether.App, url: str) -> object:
 
 
 def test_gather_orders_calls_by_issue_and_records_finishes(app: tether.App) -> None:
-    delays = {"a": 0.06, "b": 0.0, "c": 0.03}
+    # They finish b, c, a: each waits for the one before it to finish (not for a time, which a loaded
+    # machine could stretch past the others'), then a few turns of the loop for its record.
+    done = {q: asyncio.Event() for q in "abc"}
+    after = {"a": "c", "c": "b"}
 
     @app.tool(readonly=True)
     async def lookup(q: str) -> str:
-        await asyncio.sleep(delays[q])
+        if q in after:
+            await done[after[q]].wait()
+            for _ in range(20):
+                await asyncio.sleep(0)
+        done[q].set()
         return q.upper()
 
     @app.task
