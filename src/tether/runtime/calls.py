@@ -247,18 +247,15 @@ class Calls:
         assert record is not None
         rec = self._recorder
         last = record.attempts[-1]
-        doubt = last.finished_at is None and spec.on_unknown == "raise"
-        if doubt and rec.cancel_reason is None and not rec.replay_only:
-            # For a person to settle: nothing goes live (the run leaves the task waiting on them, once).
-            raise OutcomeUnknownError(issued[5], task_id=rec.task_id, n=n, tool=spec.name)
-        rec.going_live()  # the record ends inside this call: what follows is live
         if last.finished_at is None:
-            found = yield from self._in_doubt(issued, last)
+            found = yield from self._in_doubt(issued, last)  # goes live
             if found is not None:
                 return self._kept(n, spec, undo, found)
-        elif last.backoff:
-            # Stopped (or suspended) during the backoff: wait only what is left of it.
-            yield from self.backoff(last.finished_at.timestamp() + last.backoff, own=1)
+        else:
+            rec.going_live()  # the record ends inside this call: what follows is live
+            if last.backoff:
+                # Stopped (or suspended) during the backoff: wait only what is left of it.
+                yield from self.backoff(last.finished_at.timestamp() + last.backoff, own=1)
         # Attempts that ended in an error count against the policy; one cut short by a crash
         # does not (it is run again: at-least-once), though it keeps its number in the record;
         # nor do the attempts before a retry of the task (a retry is a fresh round).
@@ -271,11 +268,19 @@ class Calls:
         """The attempt the process stopped inside: its effect may or may not have happened. The tool's
         ``on_unknown`` decides: ``"raise"`` (:class:`~tether.errors.OutcomeUnknownError`), or a function
         of the key whose answer, unless ``None``, is recorded as the call's result and returned;
-        otherwise the attempt is recorded as interrupted and ``None`` returned (it runs again)."""
+        otherwise the attempt is recorded as interrupted and ``None`` returned (it runs again).
+
+        What follows goes live — except for ``"raise"``, which leaves the call for a person with
+        nothing live (the run then leaves the task waiting on them) unless a cancel stops the run here,
+        or its compensations go on past it, or a replay ends here."""
         n, spec, _, _, _, key, _ = issued
-        writer = self._recorder.writer
-        if spec.on_unknown == "raise":
-            raise OutcomeUnknownError(key, task_id=self._recorder.task_id, n=n, tool=spec.name)
+        rec = self._recorder
+        writer = rec.writer
+        raising = spec.on_unknown == "raise"
+        if not raising or rec.cancel_reason is not None or rec.replay_only:
+            rec.going_live()
+        if raising:
+            raise OutcomeUnknownError(key, task_id=rec.task_id, n=n, tool=spec.name)
         if callable(spec.on_unknown):
             found = yield Invoke(spec.on_unknown, (key,))
             assert found is not None

@@ -38,7 +38,6 @@ from tether.events import (
     StatusChanged,
     StepFailed,
     in_doubt_call,
-    in_doubt_key,
 )
 from tether.machine import TERMINAL, Status
 from tether.model import TaskState
@@ -261,14 +260,11 @@ def _end(rec: Recorder, calls: Calls, outcome: Outcome) -> Flow[None]:
 def _park(rec: Recorder, error: OutcomeUnknownError) -> Flow[None]:
     """Leave a task whose call is in doubt waiting for a person (``on_unknown="raise"``), so that no
     worker takes it up again and again, each run meeting the same doubt: it waits on the call's key
-    (:func:`in_doubt_key`) until ``app.resolve_call`` settles the call. A task already waiting on it
-    (a run resumed before the call was settled) is left as it is: nothing is written. Nor is anything
-    by a replay, which writes nothing; nor for a ledger key, which is not this task's call."""
+    (:func:`in_doubt_key`) until ``app.resolve_call`` settles the call (a run of a task already
+    waiting on it stops before it takes the lease: :func:`_check_settled`). Nothing is written by a
+    replay, which writes nothing, nor for a ledger key, which is not this task's call."""
     n = error.n
     if error.task_id != rec.task_id or n is None or rec.replay_only:
-        return
-    waiting = rec.latest.waiting
-    if waiting is not None and waiting.key == in_doubt_key(n):
         return
     rec.going_live()
     while rec.branches:  # an async task's calls under way beside it end first, recorded (as for a wait)
