@@ -17,8 +17,6 @@ WORKDIR/appends.log. A process that finds the session's last invocation unfinish
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import sys
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -36,18 +34,12 @@ from google.adk.tools import ToolContext
 from google.genai import types
 
 import tether
+from tests.integrations._kill_points import KillPoints
 from tether.integrations.adk import TetherSessionService
 
 URL, WORK = sys.argv[1], Path(sys.argv[2])
-KILL_KIND, _, KILL_AT = sys.argv[3].partition(":")
-_hits: dict[str, int] = {}
 
-
-def checkpoint(where: str) -> None:
-    _hits[where] = _hits.get(where, 0) + 1
-    if where == KILL_KIND and _hits[where] == int(KILL_AT):
-        (WORK / "killed").write_text(where)
-        os.kill(os.getpid(), signal.SIGKILL)
+checkpoint = KillPoints(WORK, sys.argv[3])
 
 
 def log(name: str, line: str) -> None:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,23 +27,17 @@ from agents import Agent, function_tool, handoff, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import tether
+from tests.integrations._kill_points import KillPoints
 from tether.integrations.openai_agents import TetherSession, approvals, durable_agent, run, run_streamed
 from tether.log import TaskLog
 
 URL, WORK, TASK_ID = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-KILL_KIND, _, KILL_AT = sys.argv[4].partition(":")
 STREAMED = sys.argv[5:] == ["streamed"]
 TEAM = sys.argv[5:] == ["team"]
 TEAM_TURNS = ["turn 0", "shipping", "turn 2", "refunds 0", "refunds 1"]
-_hits: dict[str, int] = {}
 set_tracing_disabled(True)
 
-
-def checkpoint(where: str) -> None:
-    _hits[where] = _hits.get(where, 0) + 1
-    if where == KILL_KIND and _hits[where] == int(KILL_AT):
-        (WORK / "killed").write_text(where)
-        os.kill(os.getpid(), signal.SIGKILL)
+checkpoint = KillPoints(WORK, sys.argv[4])
 
 
 _append = TaskLog.append
@@ -180,8 +172,8 @@ async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
 
 if __name__ == "__main__":
     handle = app.run(support, "Where is order A-1?", task_id=TASK_ID)
-    if KILL_KIND == "none":
-        (WORK / "tally.json").write_text(json.dumps(_hits))
+    if checkpoint.kind == "none":
+        (WORK / "tally.json").write_text(json.dumps(checkpoint.hits))
     report = app.replay(TASK_ID) if handle.status is tether.Status.COMPLETED else None
     clean = report.clean if report is not None else None
     if report is not None and not clean:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,20 +21,14 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 import tether
+from tests.integrations._kill_points import KillPoints
 from tether.integrations.pydantic_ai import TetherDurability, TetherHistory, run
 from tether.log import TaskLog
 
 URL, WORK, TASK_ID = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-KILL_KIND, _, KILL_AT = sys.argv[4].partition(":")
 STREAM = sys.argv[5:] == ["stream"]
-_hits: dict[str, int] = {}
 
-
-def checkpoint(where: str) -> None:
-    _hits[where] = _hits.get(where, 0) + 1
-    if where == KILL_KIND and _hits[where] == int(KILL_AT):
-        (WORK / "killed").write_text(where)
-        os.kill(os.getpid(), signal.SIGKILL)
+checkpoint = KillPoints(WORK, sys.argv[4])
 
 
 _append = TaskLog.append
@@ -62,10 +54,12 @@ def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
     log("model.log", f"turn {len(returns)}")
     if not returns:
-        return ModelResponse(parts=[
-            ToolCallPart("lookup_order", {"order_id": "A-1"}, tool_call_id="call_lookup"),
-            ToolCallPart("shipping_status", {"order_id": "A-1"}, tool_call_id="call_ship"),
-        ])
+        return ModelResponse(
+            parts=[
+                ToolCallPart("lookup_order", {"order_id": "A-1"}, tool_call_id="call_lookup"),
+                ToolCallPart("shipping_status", {"order_id": "A-1"}, tool_call_id="call_ship"),
+            ]
+        )
     if len(returns) == 2:
         return ModelResponse(parts=[ToolCallPart("refund", {"order_id": "A-1", "cents": 4999}, tool_call_id="call_r")])
     return ModelResponse(parts=[TextPart(f"Done: {returns[-1].content}")])
@@ -135,7 +129,7 @@ async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
 
 if __name__ == "__main__":
     handle = app.run(support, "Where is order A-1?", task_id=TASK_ID)
-    if KILL_KIND == "none":
-        (WORK / "tally.json").write_text(json.dumps(_hits))
+    if checkpoint.kind == "none":
+        (WORK / "tally.json").write_text(json.dumps(checkpoint.hits))
     clean = app.replay(TASK_ID).clean if handle.status is tether.Status.COMPLETED else None
     print(handle.status.value, f"replay-clean={clean}")
