@@ -141,3 +141,10 @@ def test_calls_under_way_beside_the_call_in_doubt_end_recorded_before_the_task_w
     app.resolve_call("co", 1, "charged")
     assert app.resume("co").output == ["charged", "sent"]
     assert effects == ["charge", "email", "email"]  # the email cut off by the crash, then once more
+
+
+def test_a_replay_of_a_task_in_doubt_stops_at_the_call_and_writes_nothing(app: tether.App, store_url: str) -> None:
+    _parked(app)
+    before = dump_database(store_url, app.store)
+    report = app.replay("co")  # the record ends inside the call: the replay ends there, as for any task
+    assert report.clean and dump_database(store_url, app.store) == before
