@@ -172,6 +172,15 @@ class CallList(Sequence["ToolCall"]):
         stored = (self._ns[:count], self._status[:count], self._seqs[:count], self._reader, self._items[:count])
         return CallList(stored=stored, ordered=self._ordered)
 
+    def unread(self, reader: CallReader) -> CallList | None:
+        """The same calls with no record read: each is read by ``reader`` when first asked for, as a
+        list loaded from a snapshot reads its calls (a prefix is kept as it is). ``None`` when some
+        call's events are not known (a list made from records), or none of its records is held."""
+        if "" in self._seqs or all(item is None for item in self._items):
+            return None
+        stored = (self._ns, self._status, self._seqs, reader, None)
+        return CallList(stored=stored, ordered=self._ordered, prefix=self._prefix)
+
     def in_order(self) -> bool:
         """Whether every call's events come after all of the calls before it, as when a task makes
         one call at a time (not parallel calls, not a call retried after others): then the calls as

@@ -11,7 +11,9 @@ from tether.events import Recorded, fold_calls
 from tether.model import TaskState, ToolCall
 from tether.store import EventRow, Store
 
-__all__ = ["call_reader"]
+__all__ = ["EventCalls", "call_reader"]
+
+_NO_CALLS = CallList()  # read-only: one for every template
 
 _GAP = 64
 """Seqs this close are read in one range (the events between come along and are dropped)."""
@@ -19,41 +21,64 @@ _GAP = 64
 
 def call_reader(
     store: Store, tenant: str, stream_id: str, decode: Callable[[EventRow], Recorded]
-) -> Callable[[TaskState], CallReader]:
-    """For a state of stream ``stream_id`` parsed from a snapshot: the reader of its calls.
+) -> Callable[..., CallReader]:
+    """For a state of stream ``stream_id`` parsed from a snapshot (or put away by the log once its run
+    stopped, see :meth:`~tether._log_memory.Entry.put_away`): the reader of its calls.
 
-    The stream is pinned as it is when the state is loaded (its index row's ``created_at``): after
-    a rewind or a delete puts another stream under the same id, reading a call of the old state
-    raises instead of folding another branch's events into it.
+    The stream is pinned as it is when the state is loaded (its index row's ``created_at``; or the
+    ``created`` given, when the caller knows it): after a rewind or a delete puts another stream under
+    the same id, reading a call of the old state raises instead of folding another branch's events
+    into it.
     """
 
-    def for_state(state: TaskState) -> CallReader:
-        row = store.get_task(tenant, stream_id)
-        created = None if row is None else row.created_at
-        template = state.model_copy(update={"calls": CallList()})
-
-        def read(wanted: Sequence[tuple[int, Sequence[int]]]) -> list[ToolCall]:
-            now = store.get_task(tenant, stream_id)
-            if now is None or now.created_at != created:
-                raise TetherError(
-                    f"task {stream_id!r} was rewound or deleted since this state was loaded: its calls "
-                    "are read from the task's events when first asked for, and those are not this "
-                    "state's any more; load the task again"
-                )
-            seqs = {seq for _, made in wanted for seq in made}
-            found: dict[int, Recorded] = {}
-            for low, high in spans(sorted(seqs)):
-                for event in store.read_events(tenant, stream_id, after=low - 1, upto=high):
-                    if event.seq in seqs:
-                        found[event.seq] = decode(event)
-            missing = seqs - found.keys()
-            if missing:
-                raise TetherError(f"task {stream_id!r} has no event {min(missing)}, which made one of its calls")
-            return fold_calls(template, [(n, [found[seq] for seq in made]) for n, made in wanted])
-
-        return read
+    def for_state(state: TaskState, created: float | None = None) -> CallReader:
+        if created is None:
+            row = store.get_task(tenant, stream_id)
+            created = None if row is None else row.created_at
+        return EventCalls(store, tenant, stream_id, decode, state.model_copy(update={"calls": _NO_CALLS}), created)
 
     return for_state
+
+
+class EventCalls:
+    """A :data:`~tether._call_list.CallReader`: calls' records folded from their events, read from the
+    store. An object of a few slots, not a closure: a log may keep thousands of states that read
+    their calls so, and the cycle collector walks every cell of every closure it keeps."""
+
+    __slots__ = ("_created", "_decode", "_store", "_stream", "_template", "_tenant")
+
+    def __init__(
+        self,
+        store: Store,
+        tenant: str,
+        stream_id: str,
+        decode: Callable[[EventRow], Recorded],
+        template: TaskState,
+        created: float | None,
+    ) -> None:
+        self._store, self._tenant, self._stream, self._decode = store, tenant, stream_id, decode
+        self._template = template  # the state with no calls, which each call is folded onto
+        self._created = created
+
+    def __call__(self, wanted: Sequence[tuple[int, Sequence[int]]]) -> list[ToolCall]:
+        store, tenant, stream_id = self._store, self._tenant, self._stream
+        now = store.get_task(tenant, stream_id)
+        if now is None or now.created_at != self._created:
+            raise TetherError(
+                f"task {stream_id!r} was rewound or deleted since this state was loaded: its calls "
+                "are read from the task's events when first asked for, and those are not this "
+                "state's any more; load the task again"
+            )
+        seqs = {seq for _, made in wanted for seq in made}
+        found: dict[int, Recorded] = {}
+        for low, high in spans(sorted(seqs)):
+            for event in store.read_events(tenant, stream_id, after=low - 1, upto=high):
+                if event.seq in seqs:
+                    found[event.seq] = self._decode(event)
+        missing = seqs - found.keys()
+        if missing:
+            raise TetherError(f"task {stream_id!r} has no event {min(missing)}, which made one of its calls")
+        return fold_calls(self._template, [(n, [found[seq] for seq in made]) for n, made in wanted])
 
 
 def spans(seqs: Sequence[int], gap: int = _GAP) -> list[tuple[int, int]]:

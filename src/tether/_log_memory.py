@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from tether._call_list import CallList
+from tether._call_list import CallList, CallReader
 from tether._heads import Head
 from tether._snapshots import HEAD_SHARE, head_data
 from tether.events import CALL_EVENTS, Recorded, fold
@@ -101,6 +101,20 @@ class Entry:
         took (a call's record keeps its result; a state loaded from a snapshot reads its calls
         when asked). Counted against the log's memory's budget (see :class:`Memory`)."""
         return self.taken + self.bytes_since
+
+    def put_away(self, reader: Callable[[TaskState, float | None], CallReader]) -> None:
+        """Its run stopped: keep its state with the calls' records left to be read from their events
+        when asked for (``reader(state, created)`` reads them), as a state loaded from a snapshot keeps
+        them. The records are most of what a folded state holds, and all of it is objects that every
+        full collection of the cycle collector walks: an app that has run thousands of tasks would
+        otherwise keep them all (as many as its budget admits) and walk them, its event loop
+        stalled meanwhile. A state with events still to fold keeps them (the fold reads its calls)."""
+        base = self.base
+        if self.pending or not base.calls:
+            return
+        calls = base.calls.unread(reader(base, self.created))
+        if calls is not None:
+            self.base = base.model_copy(update={"calls": calls})
 
     def opened(self) -> Opened:
         """The ordinals of the calls opened, the pending events' too (what an append is checked
@@ -233,13 +247,15 @@ class Memory:
         with self._order:
             self._held[task_id] = self._held.get(task_id, 0) + 1
 
-    def let_go(self, task_id: str) -> None:
-        """The run that held the task stopped: its entry counts again, as the most recently used."""
+    def let_go(self, task_id: str) -> bool:
+        """The run that held the task stopped: its entry counts again, as the most recently used.
+        Whether no other run holds it."""
         with self._order:
             left = self._held.pop(task_id, 0) - 1
             if left > 0:
                 self._held[task_id] = left
             self.touch(task_id)
+            return left <= 0
 
     @property
     def held(self) -> tuple[int, int]:

@@ -97,11 +97,17 @@ class SnapshotKeeping:
 
     def release(self, task_id: str) -> None:
         """The writer :meth:`hold` announced stopped: a snapshot if the policy asks for one, and what
-        the log remembers of the task counts against the budget again."""
+        the log remembers of the task counts against the budget again, its calls' records put away
+        once no run holds it (:meth:`~tether._log_memory.Entry.put_away`): read from their events
+        when asked for, as after a load."""
         try:
             self.snapshot_if_due(task_id)
         finally:
-            self._memory.let_go(task_id)
+            if self._memory.let_go(task_id):
+                with self._memory.lock(task_id):
+                    entry = self._memory.get(task_id)
+                    if entry is not None:
+                        entry.put_away(call_reader(self.store, self.tenant, task_id, self.decode))
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
         """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""

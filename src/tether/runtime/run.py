@@ -283,15 +283,21 @@ def _record_of(app: App, task_id: str) -> tuple[list[Recorded], TaskState]:
 
 
 def _let_go(app: App, task_id: str, token: int, rec: Recorder | None) -> TaskState | None:
-    """The end of a run: the state it ends in (``rec``'s latest; read here, off an async task's
-    loop, whose thread must never wait on the log's locks), a snapshot if one is due, the log's hold
-    on the task's memory and the lease released."""
+    """The end of a run: the state it ends in (``rec``'s latest, with every call's record, which its
+    handle gives; read here, off an async task's loop, whose thread must never wait on the log's
+    locks), a snapshot if one is due, the log's hold on the task's memory and the lease released
+    (also when the read fails). Read first: the log then puts the records it keeps away."""
+    latest = None
     try:
-        app.log.release(task_id)
-        app.store.release_lease(app.tenant, task_id, token)
-    except TetherError:
-        pass  # the lease runs out by itself; the snapshot is only a cache
-    return rec.latest if rec is not None else None  # after the release: a failed read leaves no lease held
+        if rec is not None:
+            latest = rec.latest
+    finally:
+        try:
+            app.log.release(task_id)
+            app.store.release_lease(app.tenant, task_id, token)
+        except TetherError:
+            pass  # the lease runs out by itself; the snapshot is only a cache
+    return latest
 
 
 def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
