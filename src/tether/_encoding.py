@@ -29,6 +29,7 @@ from tether.events import (
     Recorded,
     SessionRead,
     SessionWritten,
+    StatusChanged,
     StepCompleted,
     StepFailed,
     StepStarted,
@@ -98,8 +99,9 @@ def encode_event(event: Event, max_bytes: int) -> str:
     return data.decode()
 
 
-# Events whose fold cannot fail once these cheap checks pass: appends of them are folded
-# lazily. Every other event (status and phase moves, plans) is folded before it is written.
+# Events whose fold cannot fail once these cheap checks pass, or (a status move) once the head's
+# light state has taken it (``_heads.LIGHT``): appends of them are folded lazily. Every other event
+# (phase moves, plans, a cancel, a retry) is folded before it is written.
 DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     CallStarted: lambda e: isinstance(e.key, str) and isinstance(e.tool, str) and isinstance(e.args, dict),
     CallCompleted: lambda e: e.key is None or (isinstance(e.key, str) and isinstance(e.args, dict)),
@@ -113,6 +115,7 @@ DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     StepFailed: lambda e: isinstance(e.name, str),
     InputReceived: lambda e: isinstance(e.key, str),
     OutputSet: lambda e: True,
+    StatusChanged: lambda e: isinstance(e.status, str),
     PatchMarked: lambda e: isinstance(e.name, str),
     SessionRead: lambda e: isinstance(e.session_id, str) and type(e.upto) is int and type(e.s) is int,
     SessionWritten: lambda e: isinstance(e.session_id, str) and type(e.first) is int and type(e.last) is int,

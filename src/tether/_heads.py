@@ -49,8 +49,10 @@ __all__ = ["INDEXED", "LIGHT", "Head", "RowHead", "index_update", "new_row", "re
 _WAKES = frozenset({InputReceived, CancelRequested})
 # Events that move the index row's status or wake-up time.
 INDEXED = frozenset({StatusChanged, RetryRequested, *_WAKES})
-# Events folded later by the log that change a head: folded now onto the light state.
-LIGHT = frozenset({StepStarted, StepCompleted, StepFailed, OutputSet, InputReceived})
+# Events folded later by the log that change a head: folded now onto the light state. A status
+# move among them is checked there, by the fold's own rule (the light state's status is the state's:
+# no event folded later moves it otherwise), before anything is written.
+LIGHT = frozenset({StepStarted, StepCompleted, StepFailed, OutputSet, InputReceived, StatusChanged})
 _new_head = object.__new__  # a working copy is made per append: without __init__'s arguments
 # What the light state leaves out: nothing a head shows depends on them.
 _HEAVY: dict[str, Any] = {"calls": CallList(), "decisions": (), "observations": {}, "data": {}, "received": {}}
