@@ -102,19 +102,20 @@ class Entry:
         when asked). Counted against the log's memory's budget (see :class:`Memory`)."""
         return self.taken + self.bytes_since
 
-    def put_away(self, reader: Callable[[TaskState, float | None], CallReader]) -> None:
+    def put_away(self, reader: Callable[[TaskState, float], CallReader], created: float) -> None:
         """Its run stopped: keep its state with the calls' records left to be read from their events
-        when asked for (``reader(state, created)`` reads them), as a state loaded from a snapshot keeps
-        them. The records are most of what a folded state holds, and all of it is objects that every
-        full collection of the cycle collector walks: an app that has run thousands of tasks would
-        otherwise keep them all (as many as its budget admits) and walk them, its event loop
-        stalled meanwhile. A state with events still to fold keeps them (the fold reads its calls)."""
+        (of the stream made at ``created``) when asked for, by ``reader(state, created)``, as a state
+        loaded from a snapshot keeps them. The records are most of what a folded state holds, and
+        all of it is objects that every full collection of the cycle collector walks: an app that
+        has run thousands of tasks would otherwise keep them all (as many as its budget admits) and
+        walk them, its event loop stalled meanwhile. A state with events still to fold keeps them."""
         base = self.base
         if self.pending or not base.calls:
             return
-        calls = base.calls.unread(reader(base, self.created))
+        calls = base.calls.unread(reader(base, created))
         if calls is not None:
             self.base = base.model_copy(update={"calls": calls})
+            self.drop_opened()  # made from the records' list: made again from this one when asked
 
     def opened(self) -> Opened:
         """The ordinals of the calls opened, the pending events' too (what an append is checked

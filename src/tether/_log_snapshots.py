@@ -104,10 +104,21 @@ class SnapshotKeeping:
             self.snapshot_if_due(task_id)
         finally:
             if self._memory.let_go(task_id):
-                with self._memory.lock(task_id):
-                    entry = self._memory.get(task_id)
-                    if entry is not None:
-                        entry.put_away(call_reader(self.store, self.tenant, task_id, self.decode))
+                self._put_away(task_id)
+
+    def _put_away(self, task_id: str) -> None:
+        entry = self._memory.get(task_id)
+        if entry is None or entry.pending or not entry.base.calls:
+            return
+        created = entry.created  # the stream its calls are read from; asked for outside the task's lock
+        if created is None:
+            row = self.store.get_task(self.tenant, task_id)
+            if row is None:
+                return
+            created = row.created_at
+        with self._memory.lock(task_id):
+            if self._memory.get(task_id) is entry:
+                entry.put_away(call_reader(self.store, self.tenant, task_id, self.decode), created)
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
         """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""

@@ -20,7 +20,7 @@ def _live(cls: type) -> int:
     return sum(type(o) is cls for o in gc.get_objects())
 
 
-def _app(url: str) -> tuple[tether.App, Any, Any]:
+def _app(url: Any) -> tuple[tether.App, Any, Any]:
     app = tether.App(url)
 
     @app.tool(name="fetch", readonly=True)
@@ -114,3 +114,20 @@ def test_a_kept_state_read_after_its_task_was_replaced_elsewhere_says_so(store_u
     assert len(app.state("t").calls) == 1  # loaded again: the new one
     app.close()
     other.close()
+
+
+def test_a_task_another_app_made_is_put_away_when_a_run_here_stops(store_url: str) -> None:
+    """A worker runs tasks made elsewhere: what its log loaded, it has never checked against the
+    task's row, and pins the calls it puts away to the stream as it stands."""
+    where: Any = tether.open_store(store_url) if store_url.startswith("memory") else store_url
+    (first, made_there, _), (app, _, _) = _app(where), _app(where)
+    first.run(made_there, 2, ask=True, task_id="w")  # waits, made by the other app
+    first.send_input("w", "more", 5)
+    before = _live(ToolCall)
+    done = app.resume("w")
+    assert done.output == 0 + 1 + 5 + 10
+    del done
+    assert _live(ToolCall) - before <= 0  # the run here kept none of its 3 records
+    assert [c.result["i"] for c in app.state("w").calls] == [0, 1, 10]
+    first.close()
+    app.close()
