@@ -147,12 +147,13 @@ def test_a_call_of_a_rewound_task_is_refused_not_read_from_the_new_branch(store_
 
 @st.composite
 def interleavings(draw: st.DrawFn) -> list[tuple[str, Any]]:
-    """Appends of call events (parallel calls finishing in any order), snapshots and loads, in any order."""
+    """Appends of call events (parallel calls finishing in any order), snapshots, loads and runs
+    stopping (the log puts the calls' records away), in any order."""
     ops: list[tuple[str, Any]] = []
     open_: list[int] = []
     n = 0
     for _ in range(draw(st.integers(1, 30))):
-        kind = draw(st.integers(0, 5))
+        kind = draw(st.integers(0, 6))
         if kind == 0:
             n += 1
             ops.append(("append", [_readonly(n, draw(st.integers(-(2**53), 2**53)))]))
@@ -169,6 +170,8 @@ def interleavings(draw: st.DrawFn) -> list[tuple[str, Any]]:
             ops.append(("append", [_failed_attempt(i, 1), _started(i, 2)]))
         elif kind == 4:
             ops.append(("snapshot", None))
+        elif kind == 5:
+            ops.append(("stop", None))
         else:
             ops.append(("load", draw(st.integers(0, 10**6))))
     return ops
@@ -191,6 +194,11 @@ def test_any_interleaving_of_appends_and_snapshots_loads_as_the_full_fold(
                 version = log.append(state.task_id, arg, version)
             elif op == "snapshot":
                 log.write_snapshot(state.task_id, log.load(state.task_id))
+            elif op == "stop":  # a run of the task stops: what the log keeps reads its calls back
+                log.hold(state.task_id)
+                log.load(state.task_id)  # folded by the run, its records read
+                log.release(state.task_id)
+                assert log.load(state.task_id) == fold(log.events(state.task_id))
             else:
                 events = log.events(state.task_id)
                 fresh = tether.TaskLog(log.store)
