@@ -27,6 +27,7 @@ from tether._snapshots import (
     snapshot_row,
     state_data,
 )
+from tether.errors import TetherError
 from tether.events import fold
 from tether.model import STATE_SCHEMA_VERSION, TaskState
 
@@ -107,17 +108,24 @@ class SnapshotKeeping:
                 self._put_away(task_id)
 
     def _put_away(self, task_id: str) -> None:
+        """:meth:`~tether._log_memory.Entry.put_away` of the task's entry: only a cache's shape, so a
+        store that fails to say which stream it is leaves the records where they are, and says
+        nothing (the run's end goes on: its lease is released)."""
         entry = self._memory.get(task_id)
         if entry is None or entry.pending or not entry.base.calls:
             return
         created = entry.created  # the stream its calls are read from; asked for outside the task's lock
         if created is None:
-            row = self.store.get_task(self.tenant, task_id)
+            try:
+                row = self.store.get_task(self.tenant, task_id)
+            except TetherError:
+                return
             if row is None:
                 return
             created = row.created_at
         with self._memory.lock(task_id):
             if self._memory.get(task_id) is entry:
+                entry.created = created  # checked by the next load: a stream rewound elsewhere is read again
                 entry.put_away(call_reader(self.store, self.tenant, task_id, self.decode), created)
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,11 +21,17 @@ def _live(cls: type) -> int:
     return sum(type(o) is cls for o in gc.get_objects())
 
 
+_AFTER_FETCH: list[Callable[[int], None]] = []  # what a test runs inside each fetch (its last call's, say)
+_TOOLS: dict[int, Any] = {}  # each app's async fetch, by the app's id
+
+
 def _app(url: Any) -> tuple[tether.App, Any, Any]:
     app = tether.App(url)
 
     @app.tool(name="fetch", readonly=True)
     def fetch(i: int) -> dict[str, Any]:
+        for hook in _AFTER_FETCH:
+            hook(i)
         return {"i": i, "text": "r" * 500}
 
     @app.task(name="gather")
@@ -42,6 +49,8 @@ def _app(url: Any) -> tuple[tether.App, Any, Any]:
     @app.task(name="agather")
     async def agather(ctx: tether.AsyncTaskContext, n: int) -> int:
         return sum([(await ctx.call(afetch, i))["i"] for i in range(n)])
+
+    _TOOLS[id(app)] = afetch
 
     return app, gather, agather
 
@@ -131,3 +140,91 @@ def test_a_task_another_app_made_is_put_away_when_a_run_here_stops(store_url: st
     assert [c.result["i"] for c in app.state("w").calls] == [0, 1, 10]
     first.close()
     app.close()
+
+
+def test_an_async_run_reads_no_store_on_its_loop_replaying_what_was_kept(store_url: str) -> None:
+    """A resumed async task replays its calls: their records, put away when its first run stopped
+    (or never read since a load from a snapshot), are read before its code runs, off its loop."""
+    app, _, _ = _app(store_url)
+    afetch = _TOOLS[id(app)]
+
+    @app.task(name="await_more")
+    async def await_more(ctx: tether.AsyncTaskContext, n: int) -> int:
+        total = sum([(await ctx.call(afetch, i))["i"] for i in range(n)])
+        return total + await ctx.wait_for_input("more")
+
+    on_loop: list[str] = []
+    read_events = app.store.read_events
+
+    def counted(tenant: str, task_id: str, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(task_id)
+        except RuntimeError:
+            pass  # off any loop: a thread of its own
+        return read_events(tenant, task_id, **kwargs)
+
+    app.store.read_events = counted  # type: ignore[method-assign]
+    waiting = asyncio.run(app.run_async(await_more, 40, task_id="w"))
+    assert waiting.status is tether.Status.AWAITING_INPUT
+    app.send_input("w", "more", 1000)
+    done = asyncio.run(app.resume_async("w"))
+    assert done.output == sum(range(40)) + 1000
+    assert on_loop == []
+    assert [c.result["i"] for c in done.state.calls] == list(range(40))
+    app.close()
+
+
+def test_a_store_that_fails_at_the_end_of_a_run_leaves_the_records_and_lets_the_task_go(store_url: str) -> None:
+    """Putting a worker's records away reads the task's row once: a store that fails then leaves
+    them where they are, and the run's end goes on (its lease released, nothing raised)."""
+    if store_url.startswith("memory"):
+        pytest.skip("a memory store does not fail")
+    made = _app(store_url)
+    made[0].run(made[1], 2, ask=True, task_id="w")
+    made[0].send_input("w", "more", 5)
+    app, gather, _ = _app(store_url)  # a worker: it reads the task first when it claims it
+    failing = {"on": False}
+    get_task = app.store.get_task
+
+    def flaky(tenant: str, task_id: str) -> Any:
+        if failing["on"]:
+            raise tether.StoreUnavailableError("the connection was reset")
+        return get_task(tenant, task_id)
+
+    app.store.get_task = flaky  # type: ignore[method-assign]
+
+    def last_call(i: int) -> None:
+        failing["on"] = i == 10  # from the run's last call on, until its end: the store fails
+
+    _AFTER_FETCH.append(last_call)
+    try:
+        assert app.run_worker(idle_exit=True, poll=0.05) == 1
+    finally:
+        _AFTER_FETCH.clear()
+        failing["on"] = False
+    row = app.store.get_task(app.tenant, "w")
+    assert row is not None and row.lease_owner is None  # let go: another worker may run it
+    assert row.status == "completed"
+    assert [c.result["i"] for c in app.state("w").calls] == [0, 1, 10]
+    made[0].close()
+    app.close()
+
+
+def test_a_worker_reads_a_task_rewound_elsewhere_after_its_run_as_it_now_stands(store_url: str) -> None:
+    """What a worker's log put away is pinned to the stream it ran; the next load sees that another
+    process rewound the task since, and reads it again, even at the same version."""
+    if store_url.startswith("memory"):
+        pytest.skip("a memory store is one process's: nothing else rewinds its tasks")
+    maker, gather, _ = _app(store_url)
+    maker.run(gather, 2, ask=True, task_id="w")
+    maker.send_input("w", "more", 5)
+    worker = _app(store_url)[0]
+    assert worker.run_worker(idle_exit=True, poll=0.05) == 1  # it reads the task first when it claims it
+    version = maker.state("w").version
+    maker.rewind("w", to=version - 1)  # another stream under the id, at the same version
+    again = worker.state("w")
+    assert again.version == version and again == maker.state("w")
+    assert [c.result["i"] for c in again.calls] == [c.result["i"] for c in maker.state("w").calls]
+    maker.close()
+    worker.close()

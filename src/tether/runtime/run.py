@@ -8,6 +8,7 @@ import asyncio
 import signal
 import threading
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
@@ -89,7 +90,7 @@ def _held(app: App, spec: TaskSpec, task: str | Opener, token: int | None, force
     closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
     rec: Recorder | None = None
     stopped = False  # the run ended the way it returns (not raised): its handle is the latest state
-    opened = yield Io(_open, (app, task, token, force))
+    opened = yield Io(_open, (app, task, token, force, spec.is_async))
     if isinstance(opened, TaskHandle):
         return opened  # finished already: nothing to hold
     task_id, token, history, state = opened
@@ -115,7 +116,7 @@ def _held(app: App, spec: TaskSpec, task: str | Opener, token: int | None, force
 
 
 def _open(
-    app: App, task: str | Opener, token: int | None, force: bool
+    app: App, task: str | Opener, token: int | None, force: bool, read_calls: bool = False
 ) -> TaskHandle | tuple[str, int, list[Recorded], TaskState]:
     """What a run needs before its code runs: the task (created by ``task`` when it is not an id),
     the lease (``token``, or taken here) and the task's record; or the task's handle when it has
@@ -123,7 +124,9 @@ def _open(
 
     A task ``task`` creates is created held by this run (lease token 1), and its record is the one
     event it was created with: no lease to take and nothing to read back. Whatever another process
-    appends meanwhile (a cancel) is met by the run's first write, as at any other point."""
+    appends meanwhile (a cancel) is met by the run's first write, as at any other point.
+    ``read_calls``: read every call's record now (an async run's, whose replay would read those
+    not in memory on its event loop: put away when a run stopped, or not read since a load)."""
     if isinstance(task, str):
         task_id, state = task, None
     else:
@@ -141,6 +144,8 @@ def _open(
     app.log.hold(task_id)
     try:
         history, state = _record_of(app, task_id)
+        if read_calls:  # an async run's replay reads its calls on its loop: every record read here, off it
+            deque(state.calls, maxlen=0)
     except BaseException:
         _let_go(app, task_id, token, None)
         raise
