@@ -183,7 +183,7 @@ def test_a_store_that_fails_at_the_end_of_a_run_leaves_the_records_and_lets_the_
     made = _app(store_url)
     made[0].run(made[1], 2, ask=True, task_id="w")
     made[0].send_input("w", "more", 5)
-    app, gather, _ = _app(store_url)  # a worker: it reads the task first when it claims it
+    app = _app(store_url)[0]  # a worker: it reads the task first when it claims it
     failing = {"on": False}
     get_task = app.store.get_task
 
