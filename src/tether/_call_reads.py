@@ -31,11 +31,15 @@ def call_reader(
     into it.
     """
 
-    def for_state(state: TaskState, created: float | None = None) -> CallReader:
+    def for_state(state: TaskState, created: float | None = None, template: TaskState | None = None) -> CallReader:
+        """``template``: a state of the task with no calls, to fold each call onto (made from
+        ``state`` when not given; a log that keeps thousands of states shares one it has)."""
         if created is None:
             row = store.get_task(tenant, stream_id)
             created = None if row is None else row.created_at
-        return EventCalls(store, tenant, stream_id, decode, state.model_copy(update={"calls": _NO_CALLS}), created)
+        if template is None:
+            template = state.model_copy(update={"calls": _NO_CALLS})
+        return EventCalls(store, tenant, stream_id, decode, template, created)
 
     return for_state
 

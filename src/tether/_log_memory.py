@@ -102,9 +102,10 @@ class Entry:
         when asked). Counted against the log's memory's budget (see :class:`Memory`)."""
         return self.taken + self.bytes_since
 
-    def put_away(self, reader: Callable[[TaskState, float], CallReader], created: float) -> None:
+    def put_away(self, reader: Callable[[TaskState, float, TaskState], CallReader], created: float) -> None:
         """Its run stopped: keep its state with the calls' records left to be read from their events
-        (of the stream made at ``created``) when asked for, by ``reader(state, created)``, as a state
+        (of the stream made at ``created``) when asked for, by ``reader(state, created, template)``
+        (the template its head's light state, which has no calls: no state more to keep), as a state
         loaded from a snapshot keeps them. The records are most of what a folded state holds, and
         all of it is objects that every full collection of the cycle collector walks: an app that
         has run thousands of tasks would otherwise keep them all (as many as its budget admits) and
@@ -112,7 +113,7 @@ class Entry:
         base = self.base
         if self.pending or not base.calls:
             return
-        calls = base.calls.unread(reader(base, created))
+        calls = base.calls.unread(reader(base, created, self.head.light))
         if calls is not None:
             self.base = base.model_copy(update={"calls": calls})
             self.drop_opened()  # made from the records' list: made again from this one when asked
