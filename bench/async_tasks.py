@@ -1,7 +1,9 @@
 """Async concurrency benchmark: many async tasks in one process, one event loop (issue 17, target 6).
 
 Run: ``python bench/async_tasks.py`` (``--quick``: 50 tasks; ``--tasks N``; ``--gc-freeze``: call
-``gc.freeze()`` after the warm-up, as an application may once it has started; ``TETHER_BENCH_PG_URL``
+``gc.freeze()`` after the warm-up, as an application may once it has started; ``--after N``: run
+N tasks (``--tasks`` at a time) before measuring, as a process that has served for a while, whose
+app keeps the tasks it ran within its budget and whose collections walk what it keeps; ``TETHER_BENCH_PG_URL``
 picks the PostgreSQL server, default ``postgresql://postgres@127.0.0.1:5432/test``; without a
 server the PostgreSQL rows are skipped with a message). Prints a table, then one line of JSON.
 
@@ -137,7 +139,7 @@ async def _alone(app: tether.App, task: Any, prefix: str) -> tuple[float, float]
     return statistics.median(rates), statistics.median(cpus)
 
 
-def measure(url: str, tasks: int, *, freeze: bool = False) -> dict[str, float]:
+def measure(url: str, tasks: int, *, freeze: bool = False, after: int = 0) -> dict[str, float]:
     app, task = make_app(url)
 
     async def main() -> dict[str, float]:
@@ -145,6 +147,9 @@ def measure(url: str, tasks: int, *, freeze: bool = False) -> dict[str, float]:
         if freeze:
             gc.collect()
             gc.freeze()
+        for first in range(0, after, tasks):  # a process that has served a while
+            count = min(tasks, after - first)
+            await asyncio.gather(*(app.run_async(task, CALLS, task_id=f"before-{first + i}") for i in range(count)))
         alone, alone_cpu = await _alone(app, task, "a")
         together, stall, pause, clear, cpu, full = await _together(app, task, tasks, "t")
         return {
@@ -192,17 +197,27 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--tasks", type=int, default=None)
     parser.add_argument("--gc-freeze", action="store_true")
+    parser.add_argument("--after", type=int, default=0, help="tasks to run before measuring")
     args = parser.parse_args()
     tasks = args.tasks or (50 if args.quick else 200)
     folder = tempfile.mkdtemp(prefix="tether-bench-")
-    result: dict[str, Any] = {"tasks": tasks, "calls_per_task": CALLS, "targets": TARGETS, "gc_freeze": args.gc_freeze}
-    result["sqlite"] = measure(f"sqlite:///{os.path.join(folder, 'async.db')}", tasks, freeze=args.gc_freeze)
+    result: dict[str, Any] = {
+        "tasks": tasks,
+        "calls_per_task": CALLS,
+        "targets": TARGETS,
+        "gc_freeze": args.gc_freeze,
+        "after": args.after,
+    }
+    sqlite = f"sqlite:///{os.path.join(folder, 'async.db')}"
+    result["sqlite"] = measure(sqlite, tasks, freeze=args.gc_freeze, after=args.after)
     pg = postgres_url()
     if pg is not None:
         try:
-            result["postgres"] = measure(pg, tasks, freeze=args.gc_freeze)
+            result["postgres"] = measure(pg, tasks, freeze=args.gc_freeze, after=args.after)
         finally:
             drop_schema(pg)
+    if args.after:
+        print(f"measured after {args.after:,} tasks had run ({tasks} at a time)")
     print(
         f"{'backend':10} {'one task calls/s':>17} {f'{tasks} tasks calls/s':>18} {'ratio':>7} {'target':>7} "
         f"{'longest stall ms':>17} {'gc pause ms':>12} {'stall w/o gc ms':>16} {'full gcs':>9} "
