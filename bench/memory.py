@@ -65,7 +65,7 @@ def child(cache_bytes: int, sizes: list[int], keep_records: bool = False) -> Non
     if keep_records:
         from tether._log_memory import Entry
 
-        Entry.put_away = lambda self, reader, created: None  # type: ignore[method-assign]
+        Entry.put_away = lambda self, reader: None  # type: ignore[method-assign]
     app = tether.App(f"sqlite:///{tempfile.mkdtemp(prefix='tether-bench-')}/memory.db", cache_bytes=cache_bytes)
 
     @app.tool(name="send")

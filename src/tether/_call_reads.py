@@ -21,33 +21,28 @@ _GAP = 64
 
 def call_reader(
     store: Store, tenant: str, stream_id: str, decode: Callable[[EventRow], Recorded]
-) -> Callable[..., CallReader]:
-    """For a state of stream ``stream_id`` parsed from a snapshot (or put away by the log once its run
-    stopped, see :meth:`~tether._log_memory.Entry.put_away`): the reader of its calls.
+) -> Callable[[TaskState], CallReader]:
+    """For a state of stream ``stream_id`` parsed from a snapshot: the reader of its calls.
 
-    The stream is pinned as it is when the state is loaded (its index row's ``created_at``; or the
-    ``created`` given, when the caller knows it): after a rewind or a delete puts another stream under
-    the same id, reading a call of the old state raises instead of folding another branch's events
-    into it.
+    The stream is pinned as it is when the state is loaded (its index row's ``created_at``): after
+    a rewind or a delete puts another stream under the same id, reading a call of the old state
+    raises instead of folding another branch's events into it.
     """
 
-    def for_state(state: TaskState, created: float | None = None, template: TaskState | None = None) -> CallReader:
-        """``template``: a state of the task with no calls, to fold each call onto (made from
-        ``state`` when not given; a log that keeps thousands of states shares one it has)."""
-        if created is None:
-            row = store.get_task(tenant, stream_id)
-            created = None if row is None else row.created_at
-        if template is None:
-            template = state.model_copy(update={"calls": _NO_CALLS})
-        return EventCalls(store, tenant, stream_id, decode, template, created)
+    def for_state(state: TaskState) -> CallReader:
+        row = store.get_task(tenant, stream_id)
+        created = None if row is None else row.created_at
+        return EventCalls(store, tenant, stream_id, decode, state.model_copy(update={"calls": _NO_CALLS}), created)
 
     return for_state
 
 
 class EventCalls:
     """A :data:`~tether._call_list.CallReader`: calls' records folded from their events, read from the
-    store. An object of a few slots, not a closure: a log may keep thousands of states that read
-    their calls so, and the cycle collector walks every cell of every closure it keeps."""
+    store, of the stream made at ``created``, onto ``template`` (a state of the task with no calls).
+    An object of a few slots, not a closure: a log may keep thousands of states that read their
+    calls so (:meth:`~tether._log_memory.Entry.put_away`), and the cycle collector walks every cell
+    of every closure it keeps."""
 
     __slots__ = ("_created", "_decode", "_store", "_stream", "_template", "_tenant")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from tether._call_list import CallList, CallReader
 from tether._heads import Head
@@ -102,20 +102,18 @@ class Entry:
         when asked). Counted against the log's memory's budget (see :class:`Memory`)."""
         return self.taken + self.bytes_since
 
-    def put_away(self, reader: Callable[[TaskState, float, TaskState], CallReader], created: float) -> None:
-        """Its run stopped: keep its state with the calls' records left to be read from their events
-        (of the stream made at ``created``) when asked for, by ``reader(state, created, template)``
-        (the template its head's light state, which has no calls: no state more to keep), as a state
-        loaded from a snapshot keeps them. The records are most of what a folded state holds, and
-        all of it is objects that every full collection of the cycle collector walks: an app that
-        has run thousands of tasks would otherwise keep them all (as many as its budget admits) and
-        walk them, its event loop stalled meanwhile. A state with events still to fold keeps them."""
-        base = self.base
-        if self.pending or not base.calls:
+    def put_away(self, reader: CallReader) -> None:
+        """Its run stopped: keep its state with the calls' records left to be read by ``reader`` when
+        asked for, as a state loaded from a snapshot keeps them. The records are most of what a
+        folded state holds, and all of it is objects that every full collection of the cycle
+        collector walks: an app that has run thousands of tasks would otherwise keep them all (as
+        many as its budget admits) and walk them, its event loop stalled meanwhile. A state with
+        events still to fold keeps them."""
+        if self.pending:
             return
-        calls = base.calls.unread(reader(base, created, self.head.light))
+        calls = self.base.calls.unread(reader)
         if calls is not None:
-            self.base = base.model_copy(update={"calls": calls})
+            self.base = self.base.model_copy(update={"calls": calls})
             self.drop_opened()  # made from the records' list: made again from this one when asked
 
     def opened(self) -> Opened:

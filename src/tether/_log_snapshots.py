@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from tether._call_list import CallList
-from tether._call_reads import call_reader
+from tether._call_reads import EventCalls, call_reader
 from tether._snapshots import (
     HEAD_SHARE,
     Calls,
@@ -126,7 +126,8 @@ class SnapshotKeeping:
         with self._memory.lock(task_id):
             if self._memory.get(task_id) is entry:
                 entry.created = created  # checked by the next load: a stream rewound elsewhere is read again
-                entry.put_away(call_reader(self.store, self.tenant, task_id, self.decode), created)
+                # Its calls folded onto the head's light state: a state of the task with no calls, kept anyway.
+                entry.put_away(EventCalls(self.store, self.tenant, task_id, self.decode, entry.head.light, created))
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
         """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""

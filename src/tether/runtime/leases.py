@@ -140,5 +140,3 @@ def is_zombie(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
         return False
-
-
