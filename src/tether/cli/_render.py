@@ -81,10 +81,8 @@ def _duration(call: tether.ToolCall) -> str:
 
 def _print_failure(out: Console, failure: tether.Failure, full: bool) -> None:
     width = 10_000 if full else 100
-    out.print(
-        f"failure at {failure.at.isoformat(' ', 'seconds')}: {escape(failure.exception_type)}: "
-        f"{escape(failure.message)}"
-    )
+    out.print(f"failure at {failure.at.isoformat(' ', 'seconds')}: {escape(failure.exception_type)}: "
+              f"{escape(failure.message)}")
     for label, value in (("step", failure.step), ("tool", failure.tool), ("call", failure.call_key)):
         if value is not None:
             out.print(f"  {label}: {escape(value)}")
@@ -101,10 +99,8 @@ def _print_failure(out: Console, failure: tether.Failure, full: bool) -> None:
 
 
 def _print_waiting(out: Console, waiting: tether.Waiting) -> None:
-    out.print(
-        f"waiting for input [bold]{escape(waiting.key)}[/] since {waiting.requested_at.isoformat(' ', 'seconds')}"
-        + (f", until {waiting.timeout_at.isoformat(' ', 'seconds')}" if waiting.timeout_at else "")
-    )
+    out.print(f"waiting for input [bold]{escape(waiting.key)}[/] since {waiting.requested_at.isoformat(' ', 'seconds')}"
+              + (f", until {waiting.timeout_at.isoformat(' ', 'seconds')}" if waiting.timeout_at else ""))
     if waiting.prompt:
         out.print(f"  prompt: {escape(waiting.prompt)}")
     if waiting.input_schema:
@@ -157,10 +153,8 @@ def _print_state_summary(out: Console, value: tether.TaskState) -> None:
     out.print(f"[bold]{value.task_id}[/] at event {value.version}: {_status(value.status.value)}, {value.position}")
     out.print(f"inputs: {escape(_short(value.inputs))}")
     done = [c for c in value.calls if c.status == "completed"]
-    out.print(
-        f"calls: {len(value.calls)} ({len(done)} completed)"
-        + (f"; last: {escape(value.calls[-1].tool)} → {escape(_short(value.calls[-1].result, 60))}" if done else "")
-    )
+    out.print(f"calls: {len(value.calls)} ({len(done)} completed)" + (
+        f"; last: {escape(value.calls[-1].tool)} → {escape(_short(value.calls[-1].result, 60))}" if done else ""))
     for decision in value.decisions:
         out.print(f"decided {escape(decision.name)}: {escape(_short(decision.choice, 60))}")
     for key, observation in value.observations.items():

@@ -314,15 +314,8 @@ class IncrementalView:
         self._token_costs(counter)
         while True:
             window = window_over(
-                self.head.system,
-                self.head.summary,
-                self.tail,
-                complete=self.complete,
-                total=self.head.count,
-                max_tokens=max_tokens,
-                keep_last=keep_last,
-                counter=counter,
-                costs=self._costs,
+                self.head.system, self.head.summary, self.tail, complete=self.complete, total=self.head.count,
+                max_tokens=max_tokens, keep_last=keep_last, counter=counter, costs=self._costs,
             )
             if window is not None:
                 return window

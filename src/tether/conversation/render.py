@@ -71,8 +71,8 @@ def _merge_assistant(into: dict[str, Any], item: dict[str, Any]) -> None:
         return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
 
     if item.get("content") is not None:
-        into["content"] = (
-            item["content"] if into.get("content") is None else as_parts(into["content"]) + as_parts(item["content"])
+        into["content"] = item["content"] if into.get("content") is None else as_parts(into["content"]) + as_parts(
+            item["content"]
         )
     into["tool_calls"] = [*into["tool_calls"], *item.get("tool_calls", [])]
 
@@ -250,9 +250,8 @@ def _responses_items(m: Message) -> list[dict[str, Any]]:
         if p["kind"] == "text":
             items.append({"role": "assistant", "content": p["text"]})
         elif p["kind"] == "tool_call":
-            items.append(
-                {"type": "function_call", "call_id": p["id"], "name": p["name"], "arguments": _arguments_json(p)}
-            )
+            items.append({"type": "function_call", "call_id": p["id"], "name": p["name"],
+                          "arguments": _arguments_json(p)})
         else:
             raise _refuse(m, p, "openai_responses")
     return items

@@ -46,16 +46,8 @@ PROVIDER = {"openai": "OpenAI Chat", "openai_responses": "OpenAI Responses", "an
 _CHAT_ONLY = {"image_url", "input_audio", "file", "refusal"}
 _RESPONSES_PARTS = {"input_text", "output_text", "input_image", "input_file"}
 _ANTHROPIC_ONLY = {
-    "image",
-    "document",
-    "tool_use",
-    "tool_result",
-    "thinking",
-    "redacted_thinking",
-    "search_result",
-    "server_tool_use",
-    "web_search_tool_result",
-    "container_upload",
+    "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking", "search_result",
+    "server_tool_use", "web_search_tool_result", "container_upload",
 }
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.S)
 
@@ -186,11 +178,7 @@ def tool_result(call_id: str, parts: list[Part], *, plain: bool, is_error: bool,
 # ----------------------------------------------------------------------------- OpenAI Chat Completions
 
 _CHAT_ROLES: dict[str, Role] = {
-    "system": "system",
-    "developer": "system",
-    "user": "user",
-    "assistant": "assistant",
-    "tool": "tool",
+    "system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool",
 }
 _CHAT_KEYS = {
     "system": {"role", "content", "name"},
@@ -212,10 +200,8 @@ _CHAT_CALL = "{'id': str, 'type': 'function', 'function': {'name': str, 'argumen
 def _chat_part(part: Any, role: str, where: str) -> Part:
     kind = _typed(part, where)
     if kind not in _CHAT_PARTS[role]:
-        raise _bad(
-            f"{where} has type {kind!r}, which an OpenAI Chat {role} message cannot hold",
-            f"one of {sorted(_CHAT_PARTS[role])}",
-        )
+        raise _bad(f"{where} has type {kind!r}, which an OpenAI Chat {role} message cannot hold",
+                   f"one of {sorted(_CHAT_PARTS[role])}")
     what = f"an OpenAI Chat {kind!r} part"
     if kind == "text":
         return text(_str(part.get("text"), f"{where}.text"), what)
@@ -256,10 +242,8 @@ def _chat_call(call: Any, where: str) -> Part:
 def _read_openai(message: dict[str, Any]) -> Shape:
     role = message.get("role")
     if role == "function" or "function_call" in message:
-        raise _bad(
-            "the deprecated OpenAI 'function' role and 'function_call' are not accepted",
-            "tool_calls on the assistant message and role 'tool' messages with tool_call_id",
-        )
+        raise _bad("the deprecated OpenAI 'function' role and 'function_call' are not accepted",
+                   "tool_calls on the assistant message and role 'tool' messages with tool_call_id")
     if not isinstance(role, str) or role not in _CHAT_ROLES:
         raise _bad(f"role {role!r} is not an OpenAI Chat role", "one of system, developer, user, assistant, tool")
     _only(message, _CHAT_KEYS[role], f"an OpenAI Chat {role} message")
@@ -276,9 +260,8 @@ def _read_openai(message: dict[str, Any]) -> Shape:
         _str(name, "name")
     if role == "tool":
         call_id = _str(message.get("tool_call_id"), "tool_call_id (the id of the call this answers)")
-        result = tool_result(
-            call_id, parts, plain=isinstance(content, str), is_error=False, what="an OpenAI Chat tool message"
-        )
+        result = tool_result(call_id, parts, plain=isinstance(content, str), is_error=False,
+                             what="an OpenAI Chat tool message")
         return Shape("tool", [result], role)
     if role == "assistant":
         refusal = message.get("refusal")
@@ -304,14 +287,9 @@ def _anthropic_source(block: dict[str, Any], where: str, what: str) -> Part:
     if not isinstance(source, dict):
         raise _bad(f"{where} has no 'source'", "{'type': 'base64', 'media_type': ..., 'data': ...} or {'type': 'url'}")
     if source.get("type") == "base64":
-        return {
-            "kind": "image",
-            "url": None,
-            "detail": None,
-            "what": what,
-            "media_type": _str(source.get("media_type"), f"{where}.source.media_type"),
-            "data": _str(source.get("data"), f"{where}.source.data"),
-        }
+        return {"kind": "image", "url": None, "detail": None, "what": what,
+                "media_type": _str(source.get("media_type"), f"{where}.source.media_type"),
+                "data": _str(source.get("data"), f"{where}.source.data")}
     if source.get("type") == "url":
         url = _str(source.get("url"), f"{where}.source.url")
         return {"kind": "image", "url": url, "media_type": None, "data": None, "detail": None, "what": what}
@@ -334,13 +312,8 @@ def _anthropic_block(block: Any, role: str, where: str) -> Part:
         arguments = block.get("input")
         if not isinstance(arguments, dict):
             raise _bad(f"{where}.input is {type(arguments).__name__}", "a dict of the tool's arguments")
-        return tool_call(
-            _str(block.get("id"), f"{where}.id"),
-            _str(block.get("name"), f"{where}.name"),
-            arguments,
-            None,
-            "an Anthropic 'tool_use' block",
-        )
+        return tool_call(_str(block.get("id"), f"{where}.id"), _str(block.get("name"), f"{where}.name"),
+                         arguments, None, "an Anthropic 'tool_use' block")
     if kind == "tool_result":
         call_id = _str(block.get("tool_use_id"), f"{where}.tool_use_id")
         content = block.get("content", "")
@@ -350,9 +323,8 @@ def _anthropic_block(block: Any, role: str, where: str) -> Part:
             inner = [_anthropic_block(b, "user", f"{where}.content[{i}]") for i, b in enumerate(content)]
         else:
             raise _bad(f"{where}.content is {type(content).__name__}", "a string or a list of text/image blocks")
-        return tool_result(
-            call_id, inner, plain=isinstance(content, str), is_error=bool(block.get("is_error")), what=what
-        )
+        return tool_result(call_id, inner, plain=isinstance(content, str), is_error=bool(block.get("is_error")),
+                           what=what)
     if kind == "thinking":
         _str(block.get("thinking"), f"{where}.thinking")
     return _other(block, what)
@@ -380,10 +352,7 @@ def _read_anthropic(message: dict[str, Any]) -> Shape:
 # ----------------------------------------------------------------------------- OpenAI Responses
 
 _RESPONSES_ROLES: dict[str, Role] = {
-    "system": "system",
-    "developer": "system",
-    "user": "user",
-    "assistant": "assistant",
+    "system": "system", "developer": "system", "user": "user", "assistant": "assistant",
 }
 
 
@@ -433,9 +402,8 @@ def _read_responses(item: dict[str, Any]) -> Shape:
             inner = [_responses_part(p, f"output[{i}]") for i, p in enumerate(output)]
         else:
             raise _bad(f"function_call_output.output is {type(output).__name__}", "a string or a list of input parts")
-        return Shape(
-            "tool", [tool_result(call_id, inner, plain=isinstance(output, str), is_error=False, what=what)], "tool"
-        )
+        return Shape("tool", [tool_result(call_id, inner, plain=isinstance(output, str), is_error=False, what=what)],
+                     "tool")
     # Any other item (reasoning, built-in tool calls, references): kept verbatim. Items with a
     # call_id still pair: "*_output" answers the call of the same id.
     if item.get("call_id") is not None:

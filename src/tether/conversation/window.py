@@ -184,14 +184,8 @@ def build_window(view: SessionView, max_tokens: int, keep_last: int, counter: To
     backwards, only as far as the budget (and ``keep_last``) reaches.
     """
     window = window_over(
-        view.system,
-        view.summary,
-        view.recent,
-        complete=True,
-        total=len(view.recent),
-        max_tokens=max_tokens,
-        keep_last=keep_last,
-        counter=counter,
+        view.system, view.summary, view.recent, complete=True, total=len(view.recent),
+        max_tokens=max_tokens, keep_last=keep_last, counter=counter,
     )
     assert window is not None  # a complete list of messages always answers
     return window
@@ -221,13 +215,8 @@ def window_over(
     if summary is not None:
         content = f"Summary of the earlier conversation:\n{summary.text}"
         fixed.append(
-            Message(
-                seq=summary.seq,
-                role="system",
-                at=summary.at,
-                content=content,
-                original={"role": "system", "content": content},
-            )
+            Message(seq=summary.seq, role="system", at=summary.at, content=content,
+                    original={"role": "system", "content": content})
         )
     budget = max_tokens - sum(message_tokens(m, counter) for m in fixed)
     want = max(keep_last, 1)

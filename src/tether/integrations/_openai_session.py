@@ -27,6 +27,7 @@ _EVERYTHING = 2**62  # a window with room for every message: the session's items
 _COUNTER = EstimateCounter()  # the session only needs the items, not an exact token count
 
 
+
 class TetherSession:
     """The Agents SDK's ``Session`` on a tether session: ``Runner.run(agent, input, session=...)``.
 

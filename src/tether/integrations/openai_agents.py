@@ -196,17 +196,8 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
-        request = _request(
-            system_instructions,
-            input,
-            model_settings,
-            tools,
-            output_schema,
-            handoffs,
-            previous_response_id,
-            conversation_id,
-            prompt,
-        )
+        request = _request(system_instructions, input, model_settings, tools, output_schema, handoffs,
+                           previous_response_id, conversation_id, prompt)
 
         async def send() -> ModelResponse:
             return await self._model().get_response(
@@ -251,17 +242,8 @@ class DurableModel(Model):
         Live, the model's events pass through as they come and the call records the final response;
         the ``response.completed`` event is made from that record, live and on replay alike. A turn
         with a record is answered by that one event (its deltas are not streamed again)."""
-        request = _request(
-            system_instructions,
-            input,
-            model_settings,
-            tools,
-            output_schema,
-            handoffs,
-            previous_response_id,
-            conversation_id,
-            prompt,
-        )
+        request = _request(system_instructions, input, model_settings, tools, output_schema, handoffs,
+                           previous_response_id, conversation_id, prompt)
         events: asyncio.Queue[TResponseStreamEvent] = asyncio.Queue()
 
         async def send() -> dict[str, Any]:

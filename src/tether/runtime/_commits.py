@@ -79,9 +79,8 @@ class CommitThread:
                 raise RuntimeError("the app is closed")
             if self._pid != os.getpid():  # the first submission in this process
                 self._queue = queue.SimpleQueue()
-                self._thread = threading.Thread(
-                    target=self._run, args=(self._queue,), name="tether-commits", daemon=True
-                )
+                self._thread = threading.Thread(target=self._run, args=(self._queue,), name="tether-commits",
+                                                daemon=True)
                 self._thread.start()
                 self._pid = os.getpid()
 
