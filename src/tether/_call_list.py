@@ -346,12 +346,22 @@ class CallList(Sequence["ToolCall"]):
             assert item is not None
         return item
 
-    def _load(self, low: int, high: int) -> None:
-        """Read the records of calls ``low..high-1`` that are not read yet, in one read."""
+    def read_all(self, reader: CallReader | None = None) -> None:
+        """Read every record not read yet, by ``reader`` (the list's own if ``None``: one that has the
+        events at hand spares the store a read), the prefix's and a whole list made of it too."""
+        if self._prefix is not None:
+            self._prefix.calls().read_all(reader)
+            if self._merged is not None:
+                self._merged.read_all(reader)
+        self._load(0, len(self._ns), reader)
+
+    def _load(self, low: int, high: int, reader: CallReader | None = None) -> None:
+        """Read the records of calls ``low..high-1`` that are not read yet, in one read (by ``reader``,
+        else the list's own)."""
         want = [j for j in range(low, high) if self._items[j] is None]
         if not want:
             return
-        reader = self._reader
+        reader = reader or self._reader
         assert reader is not None, "a CallList without a reader holds every record"
         wanted = [(self._ns[j], [int(seq) for seq in self._seqs[j].split(",")]) for j in want]
         for j, record in zip(want, reader(wanted), strict=True):

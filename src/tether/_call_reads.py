@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from tether._call_list import CallList, CallReader
 from tether.errors import TetherError
@@ -11,7 +11,7 @@ from tether.events import Recorded, fold_calls
 from tether.model import TaskState, ToolCall
 from tether.store import EventRow, Store
 
-__all__ = ["EventCalls", "call_reader"]
+__all__ = ["EventCalls", "call_reader", "calls_from"]
 
 _NO_CALLS = CallList()  # read-only: one for every template
 
@@ -74,10 +74,26 @@ class EventCalls:
             for event in store.read_events(tenant, stream_id, after=low - 1, upto=high):
                 if event.seq in seqs:
                     found[event.seq] = self._decode(event)
-        missing = seqs - found.keys()
-        if missing:
-            raise TetherError(f"task {stream_id!r} has no event {min(missing)}, which made one of its calls")
-        return fold_calls(self._template, [(n, [found[seq] for seq in made]) for n, made in wanted])
+        return _fold_found(self._template, wanted, found)
+
+
+def calls_from(history: Sequence[Recorded], state: TaskState) -> CallReader:
+    """The reader of ``state``'s calls from ``history``, the task's events read already (a run's
+    record): no store read. For :meth:`~tether._call_list.CallList.read_all`."""
+    found = {rec.seq: rec for rec in history}
+    template = state.model_copy(update={"calls": _NO_CALLS})
+    return lambda wanted: _fold_found(template, wanted, found)
+
+
+def _fold_found(
+    template: TaskState, wanted: Sequence[tuple[int, Sequence[int]]], found: Mapping[int, Recorded]
+) -> list[ToolCall]:
+    """The calls ``wanted`` (ordinal, the seqs of the events that made it), folded onto ``template``
+    from the events ``found`` by seq."""
+    missing = {seq for _, made in wanted for seq in made} - found.keys()
+    if missing:
+        raise TetherError(f"task {template.task_id!r} has no event {min(missing)}, which made one of its calls")
+    return fold_calls(template, [(n, [found[seq] for seq in made]) for n, made in wanted])
 
 
 def spans(seqs: Sequence[int], gap: int = _GAP) -> list[tuple[int, int]]:

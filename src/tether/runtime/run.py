@@ -8,11 +8,11 @@ import asyncio
 import signal
 import threading
 import traceback
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+from tether._call_reads import calls_from
 from tether._keys import as_json
 from tether.errors import (
     Cancelled,
@@ -144,8 +144,8 @@ def _open(
     app.log.hold(task_id)
     try:
         history, state = _record_of(app, task_id)
-        if read_calls:  # an async run's replay reads its calls on its loop: every record read here, off it
-            deque(state.calls, maxlen=0)
+        if read_calls:  # an async run's replay reads its calls on its loop: every record read here, off it,
+            state.calls.read_all(calls_from(history, state))  # from the events just read, not the store again
     except BaseException:
         _let_go(app, task_id, token, None)
         raise
