@@ -162,6 +162,26 @@ def test_sqlites_own_checkpoint_is_the_net_when_no_checkpointer_is_poked(
     store.close()
 
 
+def test_at_full_durability_sqlite_checkpoints_inline_and_the_wal_stays_small(tmp_path: Path) -> None:
+    # At "full" every commit fsyncs the WAL, and an fsync that also grows the file costs more:
+    # no thread that lets the WAL grow while it catches up, SQLite's own checkpoint at its default.
+    path = tmp_path / "t.db"
+    log = tether.TaskLog(f"sqlite:///{path}?durability=full")
+    store = log.store
+    assert isinstance(store, SQLiteStore)
+    assert store._checkpointer is None
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+    state = log.create(type="chat")
+    version = state.version
+    commits = 2500  # well past 1,000 frames: without a checkpoint the WAL would hold them all
+    for i in range(commits):
+        version = log.append(state.task_id, [ObservationRecorded(key="turn", value=i)], version, snapshot=False)
+    wal_frames = (path.with_name(path.name + "-wal").stat().st_size - 32) // WAL_FRAME
+    assert wal_frames < 1100, wal_frames  # restarted at SQLite's threshold, never grown past it
+    store.close()
+    assert tether.TaskLog(f"sqlite:///{path}").load(state.task_id).observations["turn"].value == commits - 1
+
+
 def _rows(first: int, count: int) -> list[tether.store.EventRow]:
     return [
         tether.store.EventRow(seq, "ObservationRecorded", 1, 0.0, f'{{"n": {seq}}}', None)

@@ -118,7 +118,8 @@ class SQLiteStore:
             # without a system call (a store is always used under the file's flock).
             self._mapped = mmap.mmap(self._gate, _LOCK_SIZE)
             self._generations = memoryview(self._mapped).cast("Q")
-            self._checkpointer = Checkpointer(path, durability, busy_timeout)
+            if durability == "normal":  # at "full", SQLite's inline checkpoint (see Checkpointer)
+                self._checkpointer = Checkpointer(path, durability, busy_timeout)
         self._append_cursor = self._conn.cursor()  # reused: one fewer allocation per append
         # What this connection knows for sure while it is the only writer (see _gate_in and append).
         self._generation = -1
@@ -193,10 +194,12 @@ class SQLiteStore:
                 self._renamed, self._mapping = False, self._mapping_now() + 1
                 self._generations[1] = self._mapping  # type: ignore[index]
             _flock(self._gate, _LOCK_UN)
-            self._commits += 1
-            if self._commits >= Checkpointer.EVERY:
-                self._commits = 0
-                self._checkpointer.poke()  # type: ignore[union-attr]
+            checkpointer = self._checkpointer
+            if checkpointer is not None:
+                self._commits += 1
+                if self._commits >= Checkpointer.EVERY:
+                    self._commits = 0
+                    checkpointer.poke()
 
     def _id(self, tenant: str, task_id: str) -> int:
         key = (tenant, task_id)
