@@ -91,8 +91,16 @@ class Checkpointer:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._commits = 0  # since the last poke
         self.passes = 0  # checkpoints run, for tests and curious users
         self.gated = 0
+
+    def committed(self) -> None:
+        """A writer's connection committed: every :attr:`EVERY` commits, :meth:`poke`."""
+        self._commits += 1
+        if self._commits >= self.EVERY:
+            self._commits = 0
+            self.poke()
 
     def poke(self) -> None:
         thread = self._thread

@@ -107,8 +107,7 @@ class SQLiteStore:
         self._renamed = False
         self._mapped: mmap.mmap | None = None
         self._generations: memoryview | None = None  # the counters of ``_mapped``
-        self._checkpointer: Checkpointer | None = None
-        self._commits = 0
+        self._checkpointer: Checkpointer | None = None  # none at "full": SQLite's own, inline (see Checkpointer)
         # One lock file per database, beside it: every tether writer queues on it (see _gate_in).
         if path != ":memory:" and not readonly:
             self._gate = create_private(path + "-lock", self.mode, keep=True)
@@ -118,8 +117,7 @@ class SQLiteStore:
             # without a system call (a store is always used under the file's flock).
             self._mapped = mmap.mmap(self._gate, _LOCK_SIZE)
             self._generations = memoryview(self._mapped).cast("Q")
-            if durability == "normal":  # at "full", SQLite's inline checkpoint (see Checkpointer)
-                self._checkpointer = Checkpointer(path, durability, busy_timeout)
+            self._checkpointer = Checkpointer(path, durability, busy_timeout) if durability == "normal" else None
         self._append_cursor = self._conn.cursor()  # reused: one fewer allocation per append
         # What this connection knows for sure while it is the only writer (see _gate_in and append).
         self._generation = -1
@@ -194,12 +192,8 @@ class SQLiteStore:
                 self._renamed, self._mapping = False, self._mapping_now() + 1
                 self._generations[1] = self._mapping  # type: ignore[index]
             _flock(self._gate, _LOCK_UN)
-            checkpointer = self._checkpointer
-            if checkpointer is not None:
-                self._commits += 1
-                if self._commits >= Checkpointer.EVERY:
-                    self._commits = 0
-                    checkpointer.poke()
+            if self._checkpointer is not None:
+                self._checkpointer.committed()
 
     def _id(self, tenant: str, task_id: str) -> int:
         key = (tenant, task_id)
