@@ -31,6 +31,7 @@ __all__ = [
     "invoke",
     "next_turn",
     "run_tool",
+    "run_tool_async",
 ]
 
 T = TypeVar("T")
@@ -167,7 +168,7 @@ async def drive_async(flow: Flow[T]) -> T:
         pending = None
         try:
             if type(op) is Invoke:
-                reply = await _async_invoke(op)
+                reply = await run_tool_async(*op)
             elif type(op) is Commit:
                 waiter = op.writer.commit_soon(op.events)
                 if waiter is not None:
@@ -182,8 +183,11 @@ async def drive_async(flow: Flow[T]) -> T:
             pending, reply = exc, None
 
 
-async def _async_invoke(op: Invoke) -> Outcome:
-    fn, args, kwargs, current = op
+async def run_tool_async(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None, current: Any
+) -> Outcome:
+    """What the async driver does for an :class:`Invoke`: :func:`run_tool`, awaiting what ``fn``
+    returns when it is awaitable (a coroutine function's call), on the running loop."""
     token = CURRENT_CALL.set(current) if current is not None else None
     start = time.perf_counter()
     try:

@@ -38,8 +38,10 @@ from tether.runtime._flow import (
     Wait,
     _tuple_new,
     drive,
+    drive_async,
     invoke,
     run_tool,
+    run_tool_async,
 )
 from tether.runtime._recording import Recorder
 from tether.runtime.specs import Registry, ToolSpec
@@ -228,6 +230,42 @@ class Calls:
                 else:
                     return self._kept(n, spec, compensate or spec.compensate, recorded)
             return drive(self._attempts(issued, compensate or spec.compensate, "call", None, readonly, 1, 0, outcome))
+        finally:
+            rec.settled()
+
+    async def call_async(self, issued: Issued, compensate: Callable[..., Any] | None) -> Any:
+        """:meth:`call_sync` for an async task: a live call's first attempt run here, its records
+        handed to the writer as the flow's driver hands a :class:`~tether.runtime._flow.Commit`
+        (group commit: awaited when queued), without a flow and its driver in between. Anything
+        else is the flow's to handle, as there."""
+        n, spec, args, kwargs, _, key, record = issued
+        if record is not None:
+            return await drive_async(self.flow(issued, compensate))
+        rec = self._recorder
+        readonly = spec.readonly
+        writer = rec.writer
+        try:  # counted in ``inflight`` from its issue until it ends, as in :meth:`flow`
+            rec.going_live()
+            if not readonly:
+                waiter = writer.commit_soon([_intent(issued, 1, "call", None)])
+                if waiter is not None:
+                    await waiter
+            outcome = await run_tool_async(
+                spec.fn, args, kwargs, _tuple_new(CallInfo, (rec.task_id, n, spec.name, key, 1))
+            )
+            ok, value, duration = outcome
+            if ok:
+                try:
+                    recorded = as_json(value)
+                    waiter = writer.commit_soon([_completion(issued, 1, recorded, duration, "call", not readonly)])
+                    if waiter is not None:
+                        await waiter
+                except InvalidInputError:
+                    pass  # the flow records why the value cannot be stored
+                else:
+                    return self._kept(n, spec, compensate or spec.compensate, recorded)
+            undo = compensate or spec.compensate
+            return await drive_async(self._attempts(issued, undo, "call", None, readonly, 1, 0, outcome))
         finally:
             rec.settled()
 

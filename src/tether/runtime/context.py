@@ -453,7 +453,7 @@ class AsyncTaskContext(_Context):
         rec.branches += 1
         try:
             await self._turn(issued)
-            return await drive_async(self._calls.flow(issued, compensate))
+            return await self._calls.call_async(issued, compensate)
         finally:
             rec.branches -= 1
 
