@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -110,3 +111,45 @@ def test_a_nan_beside_none_fields_and_null_text_is_still_refused(store_url: str,
         with pytest.raises(tether.NotSerializableError, match="NaN or infinity"):
             log.append(state.task_id, [tether.events.DataUpdated(fields={"v": value})], state.version)
     assert log.append(state.task_id, [tether.events.DataUpdated(fields={"v": "null", "w": None})], 1) == 2
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_result_too_large_to_store_is_offered_once_and_fails_the_call(store_url: str, kind: str) -> None:
+    # The value is JSON (so the call's own check passes), but its event is over the log's limit: the
+    # log refuses it before anything is written, and the call records its failure at once. Offering
+    # it again would write nothing more, but within an asyncio.gather it moved the failure's records
+    # after its siblings' (the refused write waited for another group commit).
+    app = tether.App(store_url, max_value_bytes=4_000)
+    offered: list[int] = []
+    append = app.log.append
+
+    def counting(task_id: str, events: list[tether.events.Event], *args: object, **kwargs: object) -> int:
+        offered.extend(e.n for e in events if isinstance(e, tether.events.CallCompleted))  # type: ignore[attr-defined]
+        return append(task_id, events, *args, **kwargs)  # type: ignore[arg-type]
+
+    app.log.append = counting  # type: ignore[method-assign]
+
+    @app.tool
+    def big() -> str:
+        return "x" * 5_000
+
+    @app.task(name="sync_task")
+    def sync_task(ctx: tether.TaskContext) -> str:
+        try:
+            return str(ctx.call(big))
+        except tether.ToolError as exc:
+            return exc.error_type
+
+    @app.task(name="async_task")
+    async def async_task(ctx: tether.AsyncTaskContext) -> str:
+        try:
+            return str(await ctx.call(big))
+        except tether.ToolError as exc:
+            return exc.error_type
+
+    run = app.run(sync_task) if kind == "sync" else asyncio.run(app.run_async(async_task))
+    assert run.status is tether.Status.COMPLETED and run.output == "ValueTooLargeError"
+    assert offered == [1]  # once
+    events = [r.event.event_type for r in app.log.events(run.task_id)]
+    assert events[2:5] == ["CallStarted", "CallAttemptFailed", "CallFailed"], events
+    app.close()

@@ -110,6 +110,11 @@ def _completion(
     return CallCompleted(n, recorded, attempt, duration, key, spec.name, arguments, kind)
 
 
+def _cannot_store(tool: str, value: Any, exc: InvalidInputError) -> InvalidInputError:
+    """The failure a call records when its tool's result cannot be stored (by tether or the store)."""
+    return type(exc)(f"tool {tool!r} returned a {type(value).__name__} that cannot be stored: {exc}")
+
+
 def _undoes_unnamed(record: ToolCall, compensates: int | None) -> bool:
     """A readonly compensation's record (it has no intent) does not name the call it undid."""
     return compensates is not None and record.kind == "compensation" and record.compensates is None
@@ -224,10 +229,13 @@ class Calls:
             if ok:
                 try:
                     recorded = as_json(value)
-                    rec.append([_completion(issued, 1, recorded, duration, "call", not readonly)])
                 except InvalidInputError:
                     pass  # the flow records why the value cannot be stored
                 else:
+                    try:
+                        rec.append([_completion(issued, 1, recorded, duration, "call", not readonly)])
+                    except InvalidInputError as exc:  # refused by the store: written once, as by the flow
+                        drive(self._unstorable(issued, value, exc, duration, not readonly))  # raises
                     return self._kept(n, spec, compensate or spec.compensate, recorded)
             return drive(self._attempts(issued, compensate or spec.compensate, "call", None, readonly, 1, 0, outcome))
         finally:
@@ -257,17 +265,31 @@ class Calls:
             if ok:
                 try:
                     recorded = as_json(value)
-                    waiter = writer.commit_soon([_completion(issued, 1, recorded, duration, "call", not readonly)])
-                    if waiter is not None:
-                        await waiter
                 except InvalidInputError:
                     pass  # the flow records why the value cannot be stored
                 else:
+                    try:
+                        waiter = writer.commit_soon([_completion(issued, 1, recorded, duration, "call", not readonly)])
+                        if waiter is not None:
+                            await waiter
+                    except InvalidInputError as exc:  # refused by the store: written once, as by the flow
+                        await drive_async(self._unstorable(issued, value, exc, duration, not readonly))  # raises
                     return self._kept(n, spec, compensate or spec.compensate, recorded)
             undo = compensate or spec.compensate
             return await drive_async(self._attempts(issued, undo, "call", None, readonly, 1, 0, outcome))
         finally:
             rec.settled()
+
+    def _unstorable(
+        self, issued: Issued, value: Any, exc: InvalidInputError, duration: float, intended: bool
+    ) -> Flow[None]:
+        """A first attempt whose result the store refused (``exc``), recorded as :meth:`_attempts`
+        records it when its completion's commit is refused: the call's failure, not retried, raised to
+        the code as a :class:`ToolError`. ``intended``: the attempt's intent is written already."""
+        started: list[Event] = [] if intended else [_intent(issued, 1, "call", None)]
+        yield from self._record_error(
+            issued, 1, 1, _cannot_store(issued.spec.name, value, exc), duration, None, started
+        )
 
     def _kept(self, n: int, spec: ToolSpec, undo: Callable[..., Any] | None, recorded: Any) -> Any:
         """A call's result once it is recorded: its undo registered, if it has one, and the value as
@@ -379,9 +401,7 @@ class Calls:
                     yield _tuple_new(Commit, (writer, [done]))
                 except InvalidInputError as exc:
                     # The value cannot be stored: fail the call, never half-write it.
-                    failure: BaseException = type(exc)(
-                        f"tool {spec.name!r} returned a {type(value).__name__} that cannot be stored: {exc}"
-                    )
+                    failure: BaseException = _cannot_store(spec.name, value, exc)
                     retry = False
                     errors += 1
                 else:
