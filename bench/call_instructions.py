@@ -5,13 +5,15 @@ on shared cores move with the neighbours' load; an instruction count does not. E
 (readonly, side-effecting; a ~500-byte result) runs as a task of 300 and of 900 calls with the
 store's SQLite INSERT replaced by a statement that does nothing; the difference of the two
 counts over 600 calls is what one call costs besides the INSERT: the flow, the event's encoding,
-the log's checks, the store's lock file. ``--src`` counts another checkout's ``src`` (to compare
-before and after in one run). Prints one line of JSON.
+the log's checks, the store's lock file. The same for an async task's calls (a lone run: its
+records written on its loop), whose tool is a coroutine function. ``--src`` counts another
+checkout's ``src`` (to compare before and after in one run). Prints one line of JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -38,7 +40,13 @@ def child(src: str, kind: str, calls: int) -> None:
 
     app = tether.App(f"sqlite:///{tempfile.mkdtemp()}/c.db")
     store = app.log.store
-    tool = app.tool(name="noop", readonly=kind == "readonly")(lambda: MESSAGE)
+    readonly = kind.startswith("readonly")
+    tool = app.tool(name="noop", readonly=readonly)(lambda: MESSAGE)
+
+    async def answer() -> str:
+        return MESSAGE
+
+    coroutine_tool = app.tool(name="anoop", readonly=readonly)(answer)
 
     @app.task
     def many(ctx: tether.TaskContext, count: int) -> None:
@@ -47,6 +55,15 @@ def child(src: str, kind: str, calls: int) -> None:
             ctx.call(tool)
         os._exit(0)
 
+    @app.task
+    async def many_async(ctx: tether.AsyncTaskContext, count: int) -> None:
+        store._append_cursor = NoInsert()  # type: ignore[attr-defined]
+        for _ in range(count):
+            await ctx.call(coroutine_tool)
+        os._exit(0)
+
+    if kind.endswith("_async"):
+        asyncio.run(app.run_async(many_async, calls))
     app.run(many, calls)
 
 
@@ -65,7 +82,7 @@ def main() -> None:
         child(args.src, args.child[0], int(args.child[1]))
         return
     result: dict[str, object] = {"src": args.src}
-    for kind in ("readonly", "side_effecting"):
+    for kind in ("readonly", "side_effecting", "readonly_async", "side_effecting_async"):
         few, many = (count(args.src, kind, n) for n in SIZES)
         result[f"{kind}_instructions_per_call"] = (many - few) // (SIZES[1] - SIZES[0])
     print(json.dumps(result))
