@@ -111,7 +111,7 @@ def _completion(
 
 
 def _cannot_store(tool: str, value: Any, exc: InvalidInputError) -> InvalidInputError:
-    """The failure a call records when its tool's result cannot be stored (by tether or the store)."""
+    """The failure a call records when its tool's result cannot be stored (by tether or by the store)."""
     return type(exc)(f"tool {tool!r} returned a {type(value).__name__} that cannot be stored: {exc}")
 
 
@@ -234,8 +234,9 @@ class Calls:
                 else:
                     try:
                         rec.append([_completion(issued, 1, recorded, duration, "call", not readonly)])
-                    except InvalidInputError as exc:  # refused by the store: written once, as by the flow
-                        drive(self._unstorable(issued, value, exc, duration, not readonly))  # raises
+                    except InvalidInputError as exc:  # refused by the store: the flow records it, not offered again
+                        undo = compensate or spec.compensate
+                        return drive(self._attempts(issued, undo, "call", None, readonly, 1, 0, outcome, exc))
                     return self._kept(n, spec, compensate or spec.compensate, recorded)
             return drive(self._attempts(issued, compensate or spec.compensate, "call", None, readonly, 1, 0, outcome))
         finally:
@@ -272,24 +273,16 @@ class Calls:
                         waiter = writer.commit_soon([_completion(issued, 1, recorded, duration, "call", not readonly)])
                         if waiter is not None:
                             await waiter
-                    except InvalidInputError as exc:  # refused by the store: written once, as by the flow
-                        await drive_async(self._unstorable(issued, value, exc, duration, not readonly))  # raises
+                    except InvalidInputError as exc:  # refused by the store: the flow records it, not offered again
+                        undo = compensate or spec.compensate
+                        return await drive_async(
+                            self._attempts(issued, undo, "call", None, readonly, 1, 0, outcome, exc)
+                        )
                     return self._kept(n, spec, compensate or spec.compensate, recorded)
             undo = compensate or spec.compensate
             return await drive_async(self._attempts(issued, undo, "call", None, readonly, 1, 0, outcome))
         finally:
             rec.settled()
-
-    def _unstorable(
-        self, issued: Issued, value: Any, exc: InvalidInputError, duration: float, intended: bool
-    ) -> Flow[None]:
-        """A first attempt whose result the store refused (``exc``), recorded as :meth:`_attempts`
-        records it when its completion's commit is refused: the call's failure, not retried, raised to
-        the code as a :class:`ToolError`. ``intended``: the attempt's intent is written already."""
-        started: list[Event] = [] if intended else [_intent(issued, 1, "call", None)]
-        yield from self._record_error(
-            issued, 1, 1, _cannot_store(issued.spec.name, value, exc), duration, None, started
-        )
 
     def _kept(self, n: int, spec: ToolSpec, undo: Callable[..., Any] | None, recorded: Any) -> Any:
         """A call's result once it is recorded: its undo registered, if it has one, and the value as
@@ -372,10 +365,12 @@ class Calls:
         attempt: int,
         errors: int,
         first: Outcome | None = None,
+        refused: InvalidInputError | None = None,
     ) -> Flow[Any]:
         """Run the call live from attempt ``attempt`` (``errors`` of them count against its retry policy):
         the intent recorded before each attempt, unless it is readonly, and the result after it; an error
-        retried or recorded as the call's failure. ``first``: the attempt :meth:`call_sync` ran, if any."""
+        retried or recorded as the call's failure. ``first``: the attempt a shortcut (:meth:`call_sync`,
+        :meth:`call_async`) ran; ``refused``: why the store refused the completion it offered."""
         n, spec, args, kwargs, _, key, record = issued
         rec = self._recorder
         exists = record is not None or (first is not None and not readonly)
@@ -398,6 +393,8 @@ class Calls:
                     # return annotation promises, for a model), never the object it happened to be.
                     recorded = as_json(value)
                     done = _completion(issued, attempt, recorded, outcome.duration, kind, exists)
+                    if refused is not None:  # offered by the shortcut already: not offered again
+                        raise refused
                     yield _tuple_new(Commit, (writer, [done]))
                 except InvalidInputError as exc:
                     # The value cannot be stored: fail the call, never half-write it.

@@ -193,8 +193,11 @@ class TaskSpec:
     upcast: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
     phases: Phases | None = None
     _adapters: dict[str, TypeAdapter[Any]] = field(default_factory=dict, repr=False)
-    _signature: inspect.Signature | None = field(default=None, repr=False)
+    _signature: inspect.Signature = field(init=False, repr=False)
     """``fn``'s, worked out once: :meth:`bind` runs at every start of a run."""
+
+    def __post_init__(self) -> None:
+        self._signature = inspect.signature(self.fn)
 
     @classmethod
     def of(
@@ -209,8 +212,7 @@ class TaskSpec:
         label = str(name or getattr(fn, "__name__", repr(fn)))
         if not callable(fn):
             raise TaskDefinitionError(f"a task must be a function, got {type(fn).__name__}")
-        signature = inspect.signature(fn)
-        parameters = list(signature.parameters.values())
+        parameters = list(inspect.signature(fn).parameters.values())
         if not parameters:
             raise TaskDefinitionError(f"task {label!r} must take the context as its first parameter (ctx)")
         own = parameters[1:]
@@ -241,7 +243,6 @@ class TaskSpec:
             upcast=dict(upcast or {}),
             phases=phases,
             _adapters=adapters,
-            _signature=signature,
         )
 
     @property
@@ -255,7 +256,7 @@ class TaskSpec:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The task's inputs by name (without the context)."""
-        signature = self._signature or inspect.signature(self.fn)
+        signature = self._signature
         try:
             ba = signature.bind(None, *args, **kwargs)
         except TypeError as exc:
