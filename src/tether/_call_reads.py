@@ -80,9 +80,15 @@ class EventCalls:
 def calls_from(history: Sequence[Recorded], state: TaskState) -> CallReader:
     """The reader of ``state``'s calls from ``history``, the task's events read already (a run's
     record): no store read. For :meth:`~tether._call_list.CallList.read_all`."""
-    found = {rec.seq: rec for rec in history}
-    template = state.model_copy(update={"calls": _NO_CALLS})
-    return lambda wanted: _fold_found(template, wanted, found)
+    made: list[tuple[TaskState, dict[int, Recorded]]] = []  # made at the first read: most opens read none
+
+    def read(wanted: Sequence[tuple[int, Sequence[int]]]) -> list[ToolCall]:
+        if not made:
+            made.append((state.model_copy(update={"calls": _NO_CALLS}), {rec.seq: rec for rec in history}))
+        template, found = made[0]
+        return _fold_found(template, wanted, found)
+
+    return read
 
 
 def _fold_found(
