@@ -381,7 +381,9 @@ class TaskLog(SnapshotKeeping):
         if not 1 <= at <= parent.version:
             raise SequenceError(stream_id, at, parent.version)
         row, first, _ = self._fork_records(new_id, stream_id, at, parent.type, parent.user_id, parent.session_id)
-        self.store.create_task(self.tenant, row, first)
+        # The branch is the stream's kind of row (a session is open or closed), never a task's: no worker
+        # claims it, and a listing of sessions reads it as its parent reads.
+        self.store.create_task(self.tenant, replace(row, status=parent.status), first)
         return new_id
 
     def task_row(self, task_id: str, verb: str) -> TaskRow:

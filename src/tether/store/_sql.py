@@ -62,13 +62,20 @@ TASK_COLUMNS = """
 """
 _FROM_TASKS = "FROM tasks t LEFT JOIN tasks p ON p.id = t.parent"
 
+LISTED = "type NOT LIKE 'tether.%'"
+"""The tasks a listing shows when no type is asked for (tether's own streams left out): the term the
+listing says and the listed tasks' index is made for, word for word (SQLite reads a partial index
+only for a query that says what the index says)."""
+
 # When an unfinished task is due: a pending or running one at its wake-up time if it has one (an
 # answer, a cancel), else at its creation; a sleeping or waiting one at its wake-up time, never
 # without one (a wait with no timeout is woken by its answer). The claim reads the index of this
 # (``tasks_due``) in order from the oldest and stops at the first task it may take: tasks not due yet
 # and waits without a timeout are never read (reading every unfinished task of the tenant, as
 # before, cost a claim 46-77 ms beside 100,000 tasks each waiting and asleep), and a task another
-# claimer is taking is skipped for the next, so two claimers never wait on each other.
+# claimer is taking is skipped for the next, so two claimers never wait on each other. A claim takes
+# tasks only (LISTED): tether's own streams are never run, whatever their row says (a conversation's
+# branch made by a fork read "pending" before a branch kept its stream's status).
 CLAIMABLE = "status IN ('pending', 'running', 'sleeping', 'awaiting_input')"
 DUE = "(CASE WHEN status IN ('pending', 'running') THEN COALESCE(wake_at, created_at) ELSE wake_at END)"
 _CLAIM = f"""
@@ -76,7 +83,7 @@ UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token +
 WHERE id = (
     SELECT id FROM tasks
     WHERE tenant = ? AND {CLAIMABLE} AND {DUE} <= ?
-      AND (lease_owner IS NULL OR lease_expires <= ?)
+      AND (lease_owner IS NULL OR lease_expires <= ?) AND {LISTED}
     ORDER BY {DUE}
     LIMIT 1{{lock}}
 )
@@ -88,10 +95,6 @@ RETURNING task_id, lease_token
 # listing of one type (LangGraph's threads, ADK's sessions) and a listing of tasks (tether's own
 # streams left out, as list_tasks_query says it) from reading every task; both backends'
 # migrations create them as written.
-LISTED = "type NOT LIKE 'tether.%'"
-"""The tasks a listing shows when no type is asked for (tether's own streams left out): the term the
-listing says and the listed tasks' index is made for, word for word (SQLite reads a partial index
-only for a query that says what the index says)."""
 SCALE_INDEXES = f"""
 CREATE INDEX tasks_due ON tasks (tenant, {DUE}) WHERE {CLAIMABLE};
 CREATE INDEX tasks_by_parent ON tasks (parent) WHERE parent IS NOT NULL;

@@ -295,8 +295,8 @@ class MemoryStore:
             due = []
             for (t, task_id), stream in self._tasks.items():
                 row = stream.row
-                if t != tenant or row.held_by(now) is not None:
-                    continue
+                if t != tenant or row.held_by(now) is not None or row.type.startswith("tether."):
+                    continue  # tasks only: tether's own streams are never run (as _sql.LISTED says it)
                 if row.status in ("pending", "running"):
                     at: float | None = row.wake_at if row.wake_at is not None else row.created_at
                 else:
