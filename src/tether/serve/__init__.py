@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -29,11 +28,13 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from tether._validate import check_id
 from tether.errors import TetherError
 from tether.runtime.app import App
+from tether.serve._ids import SegmentedPaths
 from tether.serve._listing import Listings
-from tether.serve.api import ErrorBody, build_router
+from tether.serve._tenants import TenantApps
+from tether.serve.api import ErrorBody, Serving, build_router
 from tether.serve.auth import LOOPBACK_HOSTS, AuthError, Principal, authenticate
 from tether.serve.feed import ChangeFeed
-from tether.serve.keys import SYSTEM_TENANT, KeyRing
+from tether.serve.keys import KeyRing
 from tether.serve.ui import build_pages
 from tether.store import Store, open_store
 
@@ -74,33 +75,51 @@ def status_of(error: TetherError) -> int:
     return _STATUS.get(error.code, 500)
 
 
+KEY_CHECK_AGE = 1.0
+"""Seconds the server trusts its last read of the API keys when an open stream checks its key."""
+
+
 def create_app(
     app_or_url: App | Store | str,
     *,
     no_auth: bool = False,
     tenant: str = "default",
     allowed_hosts: frozenset[str] | set[str] | None = None,
+    cache_bytes: int = 64 * 1024 * 1024,
+    cache_tenants: int = 8,
 ) -> FastAPI:
     """The ASGI app: the ``/v1`` API, its OpenAPI document, and the web inspector.
 
     Args:
-        app_or_url: an :class:`~tether.App`, a store, or a store URL. Only the store is used:
-            tasks run in workers, never here.
+        app_or_url: an :class:`~tether.App`, a store, or a store URL. Tasks run in workers, never
+            here; of an App, the server uses its store and its registered tasks (to fork a task
+            with new inputs, checked against its signature).
         no_auth: answer without keys, as ``tenant``, to loopback ``Host`` names only (a local
             inspector). ``tether serve`` refuses it on a non-loopback bind.
         tenant: the tenant of ``no_auth`` mode; with keys, each key names its own.
         allowed_hosts: ``Host`` names accepted under ``no_auth`` (default: loopback names).
+        cache_bytes: the most the server keeps of the tasks it read, folded, in bytes of their
+            stored events, for all its threads and tenants together (see ``docs/serve.md``).
+        cache_tenants: how many tenants' folded tasks it keeps at once, each in an equal share
+            of ``cache_bytes`` (the least recently served tenant's dropped first).
     """
     store = app_or_url.store if isinstance(app_or_url, App) else app_or_url
     if isinstance(store, str):
         store = open_store(store)
     check_id(tenant, "tenant")
+    code = app_or_url.registry if isinstance(app_or_url, App) else None
+    apps = TenantApps(store, cache_bytes=cache_bytes, tenants=cache_tenants, registry=code)
     keys = KeyRing(store)
     feed = ChangeFeed(store)
     hosts = frozenset(allowed_hosts) if allowed_hosts is not None else LOOPBACK_HOSTS
 
     def principal(request: Request) -> Principal:
-        return authenticate(request, keys, no_auth_tenant=tenant if no_auth else None, allowed_hosts=hosts)
+        who = authenticate(request, keys, no_auth_tenant=tenant if no_auth else None, allowed_hosts=hosts)
+        request.state.principal = who  # authenticated: its errors may say more (see _add_error_handlers)
+        return who
+
+    def live(who: Principal) -> bool:
+        return who.key_id is None or keys.live(who.key_id, max_age=KEY_CHECK_AGE)
 
     api = FastAPI(
         title="tether",
@@ -117,31 +136,13 @@ def create_app(
     api.state.listings = listings = Listings(feed)  # the live task list's reads, shared by its clients
     api.state.no_auth = no_auth
     api.state.authenticate = principal
+    api.state.apps = apps  # one App per tenant, shared by the request threads
     _add_error_handlers(api)
-    app_for = _apps_by_thread(store)
-    api.include_router(build_router(app_for, feed.bump, feed, listings), responses=_DOCUMENTED)  # type: ignore[arg-type]
-    api.include_router(build_pages(app_for, principal, keys, no_auth=no_auth))
+    api.add_middleware(SegmentedPaths)  # an id's %2F stays in its path segment
+    serving = Serving(apps, feed.bump, feed, listings, live, has_code=code is not None)
+    api.include_router(build_router(serving), responses=_DOCUMENTED)  # type: ignore[arg-type]
+    api.include_router(build_pages(apps, principal, keys, no_auth=no_auth))
     return api
-
-
-def _apps_by_thread(store: Store) -> Callable[[Principal], App]:
-    """The tenant's App for a principal, one per thread and tenant: an App's TaskLog caches folded
-    states and is not safe to load from two threads at once (a fold can take an event twice),
-    while the store itself is."""
-    local = threading.local()
-
-    def app_for(who: Principal) -> App:
-        if who.tenant == SYSTEM_TENANT:  # never reachable with a key; refused all the same
-            raise AuthError("no such tenant", status=403)
-        apps: dict[str, App] | None = getattr(local, "apps", None)
-        if apps is None:
-            apps = local.apps = {}
-        found = apps.get(who.tenant)
-        if found is None:
-            found = apps[who.tenant] = App(store, tenant=who.tenant)
-        return found
-
-    return app_for
 
 
 def _feed_running(feed: ChangeFeed) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -166,13 +167,25 @@ def _add_error_handlers(api: FastAPI) -> None:
         status = status_of(exc)
         if status >= 500:
             _log.error("%s %s failed: %s", request.method, request.url.path, exc)
-        return JSONResponse(_body(exc), status_code=status)
+        authenticated = getattr(request.state, "principal", None) is not None
+        return JSONResponse(_body(exc) if authenticated else _anonymous_body(exc, status), status_code=status)
 
     @api.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
         body = {"code": "invalid_request", "message": "the request does not fit the API", "errors": errors}
         return JSONResponse(body, status_code=422)
+
+
+def _anonymous_body(exc: TetherError, status: int) -> dict[str, Any]:
+    """What a client that has not authenticated learns of an error: why it was refused (an
+    :class:`AuthError` says only what the request lacked), or that the server cannot answer now;
+    nothing of the store (its URL, even redacted, names its host, port, user, database, schema)."""
+    if isinstance(exc, AuthError):
+        return {"code": exc.code, "message": str(exc)}
+    if status == 503:
+        return {"code": exc.code, "message": "the server cannot answer now; try again shortly"}
+    return {"code": exc.code, "message": "the request could not be answered"}
 
 
 def _body(exc: TetherError) -> dict[str, Any]:

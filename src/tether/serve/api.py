@@ -1,8 +1,12 @@
 """The versioned JSON API, ``/v1/…``: tasks, time travel, control, inputs, sessions, users, live events.
 
-The server does not have the tasks' code, so it never runs a task: control verbs record their
-request and leave the task runnable for ``tether worker`` processes (cancel, retry, answers), or
-say why it is not (resume).
+The server never runs a task: control verbs record their request and leave the task runnable for
+``tether worker`` processes (cancel, retry, answers), or say why it is not (resume). A server
+given the tasks' code (``create_app(app)``) also forks a task with new inputs, checked against
+its task's signature; one given only a store does not offer ``inputs``.
+
+Ids in paths are one segment each, percent-encoded (see :mod:`tether.serve._ids`): the routes
+name them ``{…:tether_id}``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
@@ -21,11 +26,12 @@ from pydantic import BaseModel, Field, model_validator
 
 from tether._validate import check_id
 from tether.conversation.session import stream_id as session_stream
-from tether.errors import InvalidInputError, TaskNotFoundError, TetherError
+from tether.errors import InvalidInputError, TaskDefinitionError, TaskNotFoundError, TetherError
 from tether.events import in_doubt_call
 from tether.machine import Status
 from tether.runtime.app import App
 from tether.runtime.calls import UNSET
+from tether.serve import _ids
 from tether.serve._json import entries_json, jsonable, state_json, summary_json, task_json
 from tether.serve._listing import Listings
 from tether.serve.auth import Principal
@@ -77,9 +83,34 @@ class TaskPage(BaseModel):
     truncated: bool = Field(description=f"the total stopped counting at {_SCAN:,}")
 
 
+NO_CODE = (
+    "this server was given no task code (`tether serve --db URL`), so it cannot check new inputs "
+    "against the task's signature: fork without 'inputs' (a worker reruns the task with its own), or "
+    "serve `tether.serve.create_app(app)` with the App that registers the task"
+)
+
+
 class ForkBody(BaseModel):
+    """A fork on a server without the tasks' code: the task's own inputs."""
+
     at: int = Field(ge=1, le=2**31, description="the last event the fork shares")
-    inputs: dict[str, Any] | None = None
+    new_id: str | None = Field(default=None, min_length=1, max_length=512, pattern=ID_PATTERN)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inputs(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "inputs" in data:
+            raise ValueError(NO_CODE)
+        return data
+
+
+class ForkWithInputsBody(BaseModel):
+    """A fork on a server given the tasks' code: new inputs, checked against the task's signature."""
+
+    at: int = Field(ge=1, le=2**31, description="the last event the fork shares")
+    inputs: dict[str, Any] | None = Field(
+        default=None, description="the fork's inputs, all of them, by parameter name (default: the task's own)"
+    )
     new_id: str | None = Field(default=None, min_length=1, max_length=512, pattern=ID_PATTERN)
 
 
@@ -124,23 +155,44 @@ class Queued(BaseModel):
 
 
 AppFor = Callable[[Principal], App]
-"""Gives the tenant's App to a request's principal (one App per thread and tenant)."""
+"""Gives the tenant's App to a request's principal (one App per tenant, shared by threads)."""
+Live = Callable[[Principal], bool]
+"""Whether a principal may still be answered: its key is not revoked (checked again by a stream)."""
 
 
-def build_router(app_for: AppFor, bump: Callable[[], None], feed: Any, listings: Listings) -> APIRouter:
-    """The ``/v1`` routes (the authenticator is ``app.state.authenticate``). ``app_for`` gives the
-    tenant's App, ``bump`` wakes live listeners after a write, ``feed`` is the :class:`ChangeFeed`,
-    ``listings`` the reads of the newest tasks its listeners share."""
+@dataclass(frozen=True)
+class Serving:
+    """What the routes use besides the request: the tenant's App for a principal, the wake-up of
+    live listeners after a write, the :class:`ChangeFeed`, the reads of the newest tasks its
+    listeners share, whether a principal's key is still live, and whether the server has the
+    tasks' code (it forks with new inputs then)."""
+
+    app_for: AppFor
+    bump: Callable[[], None]
+    feed: Any
+    listings: Listings
+    live: Live
+    has_code: bool
+
+
+def build_router(serving: Serving) -> APIRouter:
+    """The ``/v1`` routes (the authenticator is ``app.state.authenticate``)."""
+    assert _ids.ID == "tether_id"  # the convertor the routes name, registered by importing _ids
+    app_for, bump = serving.app_for, serving.bump
     router = APIRouter(prefix="/v1")
     # In this order: the OpenAPI document lists the routes as they were added.
     _add_whoami(router)
     _add_task_reads(router, app_for)
     _add_time_travel(router, app_for)
-    _add_branching(router, app_for, bump)
+    if serving.has_code:
+        _add_fork_with_inputs(router, app_for, bump)
+    else:
+        _add_fork(router, app_for, bump)
+    _add_rewind(router, app_for, bump)
     _add_steering(router, app_for, bump)
     _add_inputs(router, app_for, bump)
     _add_sessions_and_users(router, app_for)
-    _add_live(router, app_for, feed, listings)
+    _add_live(router, serving)
     return router
 
 
@@ -197,7 +249,7 @@ def _add_task_reads(router: APIRouter, app_for: AppFor) -> None:
         items = [summary_json(app, row) for row in page]
         return {"items": items, "total": total, "limit": limit, "offset": offset, "truncated": truncated}
 
-    @router.get("/tasks/{task_id}", tags=["tasks"])
+    @router.get("/tasks/{task_id:tether_id}", tags=["tasks"])
     def get_task(who: Who, task_id: TaskId) -> dict[str, Any]:
         """A task: its summary line, its state (plan, steps, calls with args, results, attempts and
         durations, decisions, observations, failure, output) and its failure in words."""
@@ -207,7 +259,7 @@ def _add_task_reads(router: APIRouter, app_for: AppFor) -> None:
 
 
 def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
-    @router.get("/tasks/{task_id}/history", tags=["time travel"])
+    @router.get("/tasks/{task_id:tether_id}/history", tags=["time travel"])
     def history(who: Who, task_id: TaskId, after: Seq = 0) -> dict[str, Any]:
         """Every event in order, in words, with the step it fell in (events after ``after``)."""
         app = app_for(who)
@@ -215,7 +267,7 @@ def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
         entries = entries_json(HistoryCursor(task_id, after=after).read(app))
         return {"task_id": task_id, "entries": entries}
 
-    @router.get("/tasks/{task_id}/state", tags=["time travel"])
+    @router.get("/tasks/{task_id:tether_id}/state", tags=["time travel"])
     def state_at(
         who: Who,
         task_id: TaskId,
@@ -229,7 +281,7 @@ def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
         state = app.state(task_id, at=at, before_step=step_ref(before_step), after_step=step_ref(after_step))
         return state_json(state)
 
-    @router.get("/tasks/{task_id}/diff", tags=["time travel"])
+    @router.get("/tasks/{task_id:tether_id}/diff", tags=["time travel"])
     def diff(
         who: Who,
         task_id: TaskId,
@@ -247,7 +299,7 @@ def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
         result = app.diff(task_id, a, b, other=other)
         return {"a": result.a, "b": result.b, "patch": jsonable(result.patch), "text": result.render()}
 
-    @router.get("/tasks/{task_id}/tree", tags=["time travel"])
+    @router.get("/tasks/{task_id:tether_id}/tree", tags=["time travel"])
     def fork_tree(who: Who, task_id: TaskId) -> dict[str, Any]:
         """The fork tree ``task_id`` is in: from its root, each task with the forks made of it."""
         app = app_for(who)
@@ -280,18 +332,50 @@ def _fork_tree(app: App, row: TaskRow) -> dict[str, Any]:
     return node(row, 0)
 
 
-def _add_branching(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
-    @router.post("/tasks/{task_id}/fork", status_code=201, tags=["control"])
-    def fork(who: Who, task_id: TaskId, body: ForkBody, request: Request) -> dict[str, Any]:
-        """A new pending task sharing this task's history up to ``at``; a worker runs it from there."""
-        app = app_for(who)
-        _row_of(app, task_id)
-        handle = app.fork(task_id, at=body.at, inputs=body.inputs, new_id=body.new_id, actor=who.name)
-        _audit.info("%s/%s forked %s at %d as %s", who.tenant, who.name, task_id, body.at, handle.task_id)
-        bump()
-        return task_json(app, _row_of(app, handle.task_id), handle.state)
+def _add_fork(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
+    @router.post("/tasks/{task_id:tether_id}/fork", status_code=201, tags=["control"])
+    def fork(who: Who, task_id: TaskId, body: ForkBody) -> dict[str, Any]:
+        """A new pending task sharing this task's history up to ``at``; a worker runs it from there
+        with the task's own inputs (this server has no task code to check new ones against)."""
+        return _forked(app_for(who), who, task_id, body.at, None, body.new_id, bump)
 
-    @router.post("/tasks/{task_id}/rewind", tags=["control"])
+
+def _add_fork_with_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
+    @router.post("/tasks/{task_id:tether_id}/fork", status_code=201, tags=["control"])
+    def fork(who: Who, task_id: TaskId, body: ForkWithInputsBody) -> dict[str, Any]:
+        """A new pending task sharing this task's history up to ``at``; a worker runs it from there,
+        with ``inputs`` when given (all of them, checked against the task's signature: 400 if they
+        do not fit, 409 if the server's app does not register the task's type)."""
+        app = app_for(who)
+        inputs = None if body.inputs is None else _checked_inputs(app, _row_of(app, task_id), body.inputs)
+        return _forked(app, who, task_id, body.at, inputs, body.new_id, bump)
+
+
+def _checked_inputs(app: App, row: TaskRow, inputs: dict[str, Any]) -> dict[str, Any]:
+    """``inputs`` bound to the task's signature (defaults filled in), as a run records them."""
+    try:
+        spec = app.registry.task(row.type)
+    except TaskDefinitionError:
+        raise TaskDefinitionError(
+            f"this server's app does not register task type {row.type!r}, so it cannot check new inputs "
+            "for it: fork without 'inputs', or serve the App that registers it"
+        ) from None
+    return spec.bind((), inputs)
+
+
+def _forked(
+    app: App, who: Principal, task_id: str, at: int, inputs: dict[str, Any] | None, new_id: str | None,
+    bump: Callable[[], None],
+) -> dict[str, Any]:  # fmt: skip
+    _row_of(app, task_id)
+    handle = app.fork(task_id, at=at, inputs=inputs, new_id=new_id, actor=who.name)
+    _audit.info("%s/%s forked %s at %d as %s", who.tenant, who.name, task_id, at, handle.task_id)
+    bump()
+    return task_json(app, _row_of(app, handle.task_id), handle.state)
+
+
+def _add_rewind(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
+    @router.post("/tasks/{task_id:tether_id}/rewind", tags=["control"])
     def rewind(who: Who, task_id: TaskId, body: RewindBody) -> dict[str, Any]:
         """Go back to event ``to``: the task becomes a fork of itself there; the old branch stays as ``TASK~N``."""
         app = app_for(who)
@@ -303,7 +387,7 @@ def _add_branching(router: APIRouter, app_for: AppFor, bump: Callable[[], None])
 
 
 def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
-    @router.post("/tasks/{task_id}/resume", status_code=202, response_model=Queued, tags=["control"])
+    @router.post("/tasks/{task_id:tether_id}/resume", status_code=202, response_model=Queued, tags=["control"])
     def resume(who: Who, task_id: TaskId) -> Queued:
         """Make sure a worker will continue the task. The server has no task code, so it runs
         nothing: a task that is runnable is left to the workers; one that waits for an answer
@@ -325,7 +409,7 @@ def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) 
         note = f"running in {held}" if held else "runnable: the next free worker continues it"
         return Queued(task_id=task_id, status=state.status.value, runnable=True, note=note)
 
-    @router.post("/tasks/{task_id}/retry", status_code=202, response_model=Queued, tags=["control"])
+    @router.post("/tasks/{task_id:tether_id}/retry", status_code=202, response_model=Queued, tags=["control"])
     def retry(who: Who, task_id: TaskId) -> Queued:
         """Send a failed task to run again with the workers' code; recorded with the key's name as actor."""
         app = app_for(who)
@@ -335,7 +419,7 @@ def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) 
         status = app.state(task_id).status.value
         return Queued(task_id=task_id, status=status, runnable=True, note=f"retry requested by {who.name}")
 
-    @router.post("/tasks/{task_id}/cancel", status_code=202, response_model=Queued, tags=["control"])
+    @router.post("/tasks/{task_id:tether_id}/cancel", status_code=202, response_model=Queued, tags=["control"])
     def cancel(who: Who, task_id: TaskId, body: Annotated[CancelBody | None, Body()] = None) -> Queued:
         """Ask the task to stop; the next worker run compensates its completed calls and ends it
         cancelled (a running worker stops at its next step). Recorded with the key's name as actor."""
@@ -364,7 +448,7 @@ def _add_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) ->
             check_id(user_id, "user_id")
         return {"items": jsonable(app.pending_inputs(user_id, limit=limit))}
 
-    @router.post("/tasks/{task_id}/inputs/{key}", tags=["inputs"])
+    @router.post("/tasks/{task_id:tether_id}/inputs/{key:tether_id}", tags=["inputs"])
     def answer(who: Who, task_id: TaskId, key: IdPath, body: AnswerBody) -> dict[str, Any]:
         """Answer the task's wait ``key`` (checked against its schema; 400 with the reason if it does not
         fit). The task becomes runnable and a worker continues it. Recorded with the key's name as actor."""
@@ -380,7 +464,7 @@ def _add_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) ->
         bump()
         return {"task_id": task_id, "status": handle.status.value, "position": handle.position}
 
-    @router.post("/tasks/{task_id}/calls/{n}/resolve", tags=["inputs"])
+    @router.post("/tasks/{task_id:tether_id}/calls/{n}/resolve", tags=["inputs"])
     def resolve_call(
         who: Who, task_id: TaskId, n: Annotated[int, Path(ge=1, le=2**31)], body: ResolveBody
     ) -> dict[str, Any]:
@@ -426,7 +510,7 @@ def _add_sessions_and_users(router: APIRouter, app_for: AppFor) -> None:
             check_id(user_id, "user_id")
         return {"items": jsonable(app.sessions(user_id=user_id, limit=limit, offset=offset))}
 
-    @router.get("/sessions/{session_id}/messages", tags=["sessions"])
+    @router.get("/sessions/{session_id:tether_id}/messages", tags=["sessions"])
     def messages(
         who: Who,
         session_id: IdPath,
@@ -441,7 +525,7 @@ def _add_sessions_and_users(router: APIRouter, app_for: AppFor) -> None:
             "summaries": jsonable(session.summaries()),
         }
 
-    @router.get("/sessions/{session_id}/window", tags=["sessions"])
+    @router.get("/sessions/{session_id:tether_id}/window", tags=["sessions"])
     def window(
         who: Who,
         session_id: IdPath,
@@ -453,7 +537,7 @@ def _add_sessions_and_users(router: APIRouter, app_for: AppFor) -> None:
         result: dict[str, Any] = jsonable(session.window(max_tokens, keep_last=keep_last))
         return result
 
-    @router.get("/users/{user_id}", tags=["users"])
+    @router.get("/users/{user_id:tether_id}", tags=["users"])
     def user(who: Who, user_id: IdPath) -> dict[str, Any]:
         """A user's document (preferences, facts) and its version."""
         app = app_for(who)
@@ -464,27 +548,44 @@ def _add_sessions_and_users(router: APIRouter, app_for: AppFor) -> None:
         return {"user_id": user_id, "version": doc.version, "document": jsonable(doc.get())}
 
 
-def _add_live(router: APIRouter, app_for: AppFor, feed: Any, listings: Listings) -> None:
+def _add_live(router: APIRouter, serving: Serving) -> None:
+    app_for, feed = serving.app_for, serving.feed
+
     @router.get("/events", tags=["live"], response_class=StreamingResponse)
     async def events(who: Who, request: Request) -> StreamingResponse:
         """Server-sent events: ``task`` (a task's summary when it changed) and ``input`` (a task began
-        waiting for input), woken by the store's change notifications; a comment every 15 s."""
-        stream = _task_events(lambda: app_for(who), who.tenant, request, feed, listings)
+        waiting for input), woken by the store's change notifications; a comment every 15 s;
+        ``closed`` (``{code, message}``) before the server ends the stream: its key was revoked."""
+        stream = _task_events(lambda: app_for(who), who, request, serving)
         return StreamingResponse(stream, media_type="text/event-stream")
 
-    @router.get("/tasks/{task_id}/events", tags=["live"], response_class=StreamingResponse)
+    @router.get("/tasks/{task_id:tether_id}/events", tags=["live"], response_class=StreamingResponse)
     async def task_events(who: Who, task_id: TaskId, request: Request, after: Seq = 0) -> StreamingResponse:
-        """Server-sent events: each new ``history`` entry of one task as it lands; ``end`` once it finished."""
+        """Server-sent events: each new ``history`` entry of one task as it lands; ``end`` once it
+        finished; ``closed`` (``{code, message}``) before the server ends the stream: its key was revoked."""
         await asyncio.to_thread(lambda: _row_of(app_for(who), task_id))
-        stream = _history_events(lambda: app_for(who), task_id, after, request, feed)
+        stream = _history_events(lambda: app_for(who), task_id, after, request, feed, lambda: serving.live(who))
         return StreamingResponse(stream, media_type="text/event-stream")
 
 
 _RECHECK = 3.0
 """Seconds a listener waits for a wake-up before it looks anyway: a safety net, since a store's
 change signal can fall between two waits (a notification that lands while the feed thread is
-handing out the previous one), not the way changes are found."""
+handing out the previous one), not the way changes are found. A stream checks its key as often."""
 _KEEPALIVE = 15.0
+
+
+async def _closed(live: Callable[[], bool]) -> bytes | None:
+    """The ``closed`` event that ends a stream whose key was revoked, or whose key cannot be checked
+    (the store is away: the client reconnects, and is asked for its key again); ``None`` while the
+    stream may go on."""
+    try:
+        if await asyncio.to_thread(live):
+            return None
+        body = {"code": "unauthorized", "message": "this API key was revoked"}
+    except TetherError as exc:
+        body = {"code": exc.code, "message": "the API key cannot be checked now; reconnect to go on"}
+    return _sse("closed", body)
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -509,26 +610,32 @@ def _row_and_history(
 
 
 async def _task_events(
-    get_app: Callable[[], App], tenant: str, request: Request, feed: Any, listings: Listings
+    get_app: Callable[[], App], who: Principal, request: Request, serving: Serving
 ) -> AsyncIterator[bytes]:
-    """``get_app`` is called in the thread that uses it: an App belongs to one thread. The newest
-    tasks are read once per change for every client of the tenant (see :class:`Listings`)."""
+    """The newest tasks are read once per change for every client of the tenant (see
+    :class:`Listings`); the key is checked after every wait, at least every ``_RECHECK`` seconds."""
+    feed, listings, tenant = serving.feed, serving.listings, who.tenant
     look = listings.look(tenant, get_app, count=feed.count, max_age=math.inf)
     seen = {k: r.version for k, r in (await look.rows()).items()}
     yield b": connected\n\n"
     count = feed.count
     quiet = 0.0
     while not await request.is_disconnected():
-        if not await feed.wait(count, _RECHECK):
+        woken = await feed.wait(count, _RECHECK)
+        if not woken:
             quiet += _RECHECK
             if quiet >= _KEEPALIVE:
                 quiet = 0.0
                 yield b": keep-alive\n\n"
-            # The safety net: a read of the last _RECHECK seconds, whoever made it.
-            look = listings.look(tenant, get_app, count=feed.count, max_age=_RECHECK)
-        else:
+        closed = await _closed(lambda: serving.live(who))
+        if closed is not None:
+            yield closed
+            return
+        if woken:
             await asyncio.sleep(0.05)  # let a burst of commits land: one look for them all
             look = listings.look(tenant, get_app, count=feed.count, max_age=math.inf)
+        else:  # the safety net: a read of the last _RECHECK seconds, whoever made it
+            look = listings.look(tenant, get_app, count=feed.count, max_age=_RECHECK)
         count = look.count
         rows = await look.rows()
         changed = [r for k, r in rows.items() if seen.get(k) != r.version]
@@ -541,8 +648,10 @@ async def _task_events(
 
 
 async def _history_events(
-    get_app: Callable[[], App], task_id: str, after: int, request: Request, feed: Any
+    get_app: Callable[[], App], task_id: str, after: int, request: Request, feed: Any, live: Callable[[], bool]
 ) -> AsyncIterator[bytes]:
+    """The task's new history entries after each change; its key is checked after every wait, at
+    least every ``_RECHECK`` seconds."""
     yield b": connected\n\n"
     count = feed.count
     quiet = 0.0
@@ -561,4 +670,8 @@ async def _history_events(
             if quiet >= _KEEPALIVE:
                 quiet = 0.0
                 yield b": keep-alive\n\n"
+        closed = await _closed(live)
+        if closed is not None:
+            yield closed
+            return
         count = feed.count

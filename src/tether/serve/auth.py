@@ -28,6 +28,7 @@ __all__ = [
     "AuthError",
     "Principal",
     "authenticate",
+    "csrf_matches",
     "new_csrf_token",
 ]
 
@@ -63,10 +64,19 @@ class Principal:
     name: str
     via: str
     """``header``, ``cookie`` or ``none`` (``--no-auth``)."""
+    key_id: str | None = None
+    """The API key's id (``None`` under ``--no-auth``): a long answer checks it is still live."""
 
 
 def new_csrf_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+def csrf_matches(token: str, sent: str) -> bool:
+    """Whether ``sent`` is the CSRF ``token`` (compared in constant time). Both come from the
+    request, which may send any byte: they are compared as UTF-8 bytes, since
+    ``hmac.compare_digest`` refuses text that is not ASCII (a header of another alphabet answered 500)."""
+    return bool(token) and hmac.compare_digest(token.encode("utf-8", "replace"), sent.encode("utf-8", "replace"))
 
 
 def _host_name(request: Request) -> str:
@@ -89,9 +99,7 @@ def authenticate(
     else:
         principal = _from_key(request, keys)
     if request.method not in _SAFE and principal.via != "header":
-        token = request.cookies.get(CSRF_COOKIE, "")
-        sent = request.headers.get(CSRF_HEADER, "")
-        if not token or not hmac.compare_digest(token, sent):
+        if not csrf_matches(request.cookies.get(CSRF_COOKIE, ""), request.headers.get(CSRF_HEADER, "")):
             raise AuthError(
                 f"a change made by a browser needs the {CSRF_HEADER} header equal to the {CSRF_COOKIE} cookie",
                 status=403,
@@ -115,4 +123,4 @@ def _from_key(request: Request, keys: KeyRing) -> Principal:
     key = keys.verify(secret)
     if key is None:
         raise AuthError("this API key is not valid (unknown or revoked)")
-    return Principal(key.tenant, key.name, via)
+    return Principal(key.tenant, key.name, via, key.key_id)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import threading
 import time
@@ -91,21 +92,40 @@ class KeyRing:
         self._lock = threading.Lock()
         self._keys: dict[str, tuple[ApiKey, str]] = {}  # key_id -> (key, sha256)
         self._version = 0
+        self._read_at = -math.inf
+        """When the last read of the key stream began (``time.monotonic``)."""
 
     def _refresh(self) -> int:
         with self._lock:
-            if not self._stream.exists():
-                return 0
-            for rec in self._stream.read(after=self._version):
-                event = rec.event
-                if isinstance(event, KeyCreated):
-                    key = ApiKey(event.key_id, event.tenant, event.name, event.created_at)
-                    self._keys[event.key_id] = (key, event.sha256)
-                elif isinstance(event, KeyRevoked) and event.key_id in self._keys:
-                    old, digest = self._keys[event.key_id]
-                    self._keys[event.key_id] = (ApiKey(old.key_id, old.tenant, old.name, old.created_at, True), digest)
-                self._version = rec.seq
-            return self._version
+            return self._read()
+
+    def _read(self) -> int:
+        """Read the key events since the last read (under ``_lock``)."""
+        started = time.monotonic()
+        if not self._stream.exists():
+            self._read_at = started
+            return 0
+        for rec in self._stream.read(after=self._version):
+            event = rec.event
+            if isinstance(event, KeyCreated):
+                key = ApiKey(event.key_id, event.tenant, event.name, event.created_at)
+                self._keys[event.key_id] = (key, event.sha256)
+            elif isinstance(event, KeyRevoked) and event.key_id in self._keys:
+                old, digest = self._keys[event.key_id]
+                self._keys[event.key_id] = (ApiKey(old.key_id, old.tenant, old.name, old.created_at, True), digest)
+            self._version = rec.seq
+        self._read_at = started
+        return self._version
+
+    def live(self, key_id: str, *, max_age: float) -> bool:
+        """Whether ``key_id`` is a key not revoked, as the store said at most ``max_age`` seconds ago:
+        the key stream is read again only when the last read is older, so the open streams of a
+        server, which each ask every few seconds, read it once for them all."""
+        with self._lock:
+            if time.monotonic() - self._read_at > max_age:
+                self._read()
+            found = self._keys.get(key_id)
+        return found is not None and not found[0].revoked
 
     def create(self, *, tenant: str, name: str) -> tuple[str, ApiKey]:
         """Make a key for ``tenant`` named ``name``; returns ``(secret, key)``. The secret is not kept."""

@@ -5,7 +5,9 @@ any point and the diff from the point before, the fork tree, the conversation), 
 pending inputs (forms made from their JSON schemas; for a call in doubt, the two ways to settle
 it) and the failed tasks (with a retry button).
 The JavaScript calls the same ``/v1`` API as any client, authenticated by the login cookie and
-the CSRF header (see :mod:`tether.serve.auth`).
+the CSRF header (see :mod:`tether.serve.auth`); the one plain form, log out, carries the CSRF
+token as a field. Ids are linked percent-encoded and shown with their invisible characters
+visible (see :mod:`tether.serve._ids`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from tether.errors import TaskNotFoundError, TetherError
 from tether.events import in_doubt_call
 from tether.machine import Status
 from tether.runtime.app import App, failure_summary
+from tether.serve._ids import segment, shown, visible
 from tether.serve._json import jsonable, summary_json
-from tether.serve.auth import CSRF_COOKIE, KEY_COOKIE, AuthError, Principal, new_csrf_token
+from tether.serve.auth import CSRF_COOKIE, CSRF_HEADER, KEY_COOKIE, AuthError, Principal, csrf_matches, new_csrf_token
 from tether.serve.keys import KeyRing
 from tether.store import TaskFilter
 
@@ -45,6 +48,11 @@ _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 def e(value: Any) -> str:
     """Escaped for HTML text and attribute values."""
     return html.escape("" if value is None else str(value), quote=True)
+
+
+def link(task_id: str) -> str:
+    """A link to a task's page: its id percent-encoded in the URL, shown safely in the text."""
+    return f'<a href="/tasks/{e(segment(task_id))}">{shown(task_id)}</a>'
 
 
 def _data(value: Any) -> str:
@@ -82,22 +90,28 @@ class _Frame:
     no_auth: bool
 
     def page(self, request: Request, title: str, body: str, who: Principal | None) -> HTMLResponse:
+        token = request.cookies.get(CSRF_COOKIE) or new_csrf_token()
         nav = ""
         if who is not None:
-            out = "" if self.no_auth else '<form method="post" action="/logout"><button>Log out</button></form>'
+            out = (
+                ""
+                if self.no_auth
+                else f'<form method="post" action="/logout"><input type="hidden" name="csrf" value="{e(token)}">'
+                "<button>Log out</button></form>"
+            )
             nav = (
                 '<nav><a href="/">Tasks</a><a href="/inbox">Inbox</a><a href="/failed">Failed</a>'
-                f'<span class="who">{e(who.tenant)} · {e(who.name)}</span>{out}</nav>'
+                f'<span class="who">{shown(who.tenant)} · {shown(who.name)}</span>{out}</nav>'
             )
         doc = (
             '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width"><title>{e(title)} · tether</title>'
+            f'<meta name="viewport" content="width=device-width"><title>{e(visible(title))} · tether</title>'
             '<link rel="stylesheet" href="/static/style.css"><script src="/static/app.js" defer></script>'
             f"</head><body>{nav}<main>{body}</main></body></html>"
         )
         response = HTMLResponse(doc, headers=_HEADERS)
-        if not request.cookies.get(CSRF_COOKIE):
-            response.set_cookie(CSRF_COOKIE, new_csrf_token(), httponly=False, samesite="strict", path="/")
+        if token != request.cookies.get(CSRF_COOKIE):
+            response.set_cookie(CSRF_COOKIE, token, httponly=False, samesite="strict", path="/")
         return response
 
     def guarded(self, render: Render, title: str | Callable[[Request], str]) -> Callable[..., Any]:
@@ -113,9 +127,9 @@ class _Frame:
             try:
                 out = render(self.app_for(who), request)
             except TaskNotFoundError as exc:
-                return self.page(request, "not found", f'<p class="error">{e(exc)}</p>', who)
+                return self.page(request, "not found", f'<p class="error">{e(visible(str(exc)))}</p>', who)
             except TetherError as exc:
-                return self.page(request, "error", f'<p class="error">{e(exc)}</p>', who)
+                return self.page(request, "error", f'<p class="error">{e(visible(str(exc)))}</p>', who)
             named = title(request) if callable(title) else title
             return out if isinstance(out, Response) else self.page(request, named, out, who)
 
@@ -149,7 +163,18 @@ def _add_login(router: APIRouter, keys: KeyRing, frame: _Frame) -> None:
         return response
 
     @router.post("/logout")
-    def logout() -> Response:
+    async def logout(request: Request) -> Response:
+        """Log out: refused (403) without the CSRF token, as a form field or the header, so no other
+        site can post the form and end the session."""
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        sent = (form.get("csrf") or [""])[0] or request.headers.get(CSRF_HEADER, "")
+        if not csrf_matches(request.cookies.get(CSRF_COOKIE, ""), sent):
+            return HTMLResponse(
+                f"log out needs the CSRF token (the {CSRF_COOKIE} cookie) as the form's csrf field or the "
+                f"{CSRF_HEADER} header",
+                status_code=403,
+                headers=_HEADERS,
+            )
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(KEY_COOKIE, path="/")
         return response
@@ -167,7 +192,7 @@ def _add_static(router: APIRouter) -> None:
 def _add_pages(router: APIRouter, frame: _Frame) -> None:
     router.add_api_route("/", frame.guarded(_task_list, "tasks"), methods=["GET"])
     router.add_api_route(
-        "/tasks/{task_id}",
+        "/tasks/{task_id:tether_id}",  # the convertor of ids (see tether.serve._ids)
         frame.guarded(_task_page, lambda request: str(request.path_params["task_id"])),
         methods=["GET"],
     )
@@ -214,8 +239,8 @@ def _inbox(app: App, request: Request) -> str:
         if in_doubt_call(p.key) is not None
         else (
             f'<section class="input" data-task="{e(p.task_id)}" data-key="{e(p.key)}">'
-            f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} '
-            f"waits for <code>{e(p.key)}</code></h2>"
+            f"<h2>{link(p.task_id)} · {shown(p.type)} "
+            f"waits for <code>{shown(p.key)}</code></h2>"
             f'<p class="prompt">{e(p.prompt or "")}</p>'
             f'<script type="application/json" class="schema">{_data(p.schema)}</script>'
             '<form class="answer"></form><p class="result"></p></section>'
@@ -234,8 +259,8 @@ def _failed(app: App, request: Request) -> str:
         except TetherError as exc:
             text = str(exc)
         cards.append(
-            f'<section class="failed" data-task="{e(r.task_id)}"><h2><a href="/tasks/{e(r.task_id)}">'
-            f'{e(r.task_id)}</a> · {e(r.type)}</h2><p class="failure">{e(text)}</p>'
+            f'<section class="failed" data-task="{e(r.task_id)}"><h2>{link(r.task_id)}'
+            f' · {shown(r.type)}</h2><p class="failure">{e(text)}</p>'
             '<button class="retry">Retry</button><p class="result"></p></section>'
         )
     return f"<h1>Failed tasks</h1>{''.join(cards) or '<p>No failed tasks.</p>'}"
@@ -243,9 +268,9 @@ def _failed(app: App, request: Request) -> str:
 
 def _task_row(s: dict[str, Any]) -> str:
     return (
-        f'<tr data-task="{e(s["task_id"])}"><td><a href="/tasks/{e(s["task_id"])}">{e(s["task_id"])}</a></td>'
-        f'<td>{e(s["type"])}</td><td class="status {e(s["status"])}">{e(s["status"])}</td>'
-        f"<td>{e(s['position'])}</td><td>{e(s['waiting_for'] or '')}</td><td>{e(s['held_by'] or '')}</td>"
+        f'<tr data-task="{e(s["task_id"])}"><td>{link(s["task_id"])}</td>'
+        f'<td>{shown(s["type"])}</td><td class="status {e(s["status"])}">{e(s["status"])}</td>'
+        f"<td>{e(s['position'])}</td><td>{shown(s['waiting_for'] or '')}</td><td>{shown(s['held_by'] or '')}</td>"
         f"<td>{e((s['updated_at'] or '')[:19])}</td></tr>"
     )
 
@@ -260,7 +285,7 @@ def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) 
     decisions = "".join(
         f"<li><b>{e(d.name)}</b>: {e(_short(d.choice))} — {e(d.rationale or '')}</li>" for d in state.decisions
     )
-    parent = f' · fork of <a href="/tasks/{e(parent_id)}">{e(parent_id)}</a>' if parent_id else ""
+    parent = f" · fork of {link(parent_id)}" if parent_id else ""
     session = (
         f'<section id="conversation" data-session="{e(state.session_id)}">'
         '<h2>Conversation</h2><div class="chat"></div></section>'
@@ -268,8 +293,9 @@ def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) 
         else ""
     )
     return (
-        f'<div id="task" data-task="{e(tid)}" data-version="{state.version}"><h1>{e(tid)}</h1>'
-        f'<p class="meta">{e(state.type)} · <span class="status {e(state.status.value)}">{e(state.status.value)}</span>'
+        f'<div id="task" data-task="{e(tid)}" data-version="{state.version}"><h1>{shown(tid)}</h1>'
+        f'<p class="meta">{shown(state.type)} · '
+        f'<span class="status {e(state.status.value)}">{e(state.status.value)}</span>'
         f" · {e(state.position)}{parent}</p>"
         f'<div class="actions">{"".join(actions)}<form class="fork"><label>Fork at event '
         f'<input type="number" name="at" min="1" max="{state.version}" value="{state.version}"></label>'
@@ -305,21 +331,18 @@ def _inbox_doubt(app: App, p: Any) -> str:
         call = app.state(p.task_id).call(n)
     except TetherError:  # one unreadable stream must not hide the others: the card says less
         call = None
-    title = (
-        f'<h2><a href="/tasks/{e(p.task_id)}">{e(p.task_id)}</a> · {e(p.type)} '
-        f"waits for a person: {_call_named(n, call)} is in doubt</h2>"
-    )
+    title = f"<h2>{link(p.task_id)} · {shown(p.type)} waits for a person: {_call_named(n, call)} is in doubt</h2>"
     return _doubt_section(p.task_id, n, call, title)
 
 
 def _call_named(n: int, call: Any) -> str:
-    return f"call #{n} <code>{e(call.tool)}()</code>" if call is not None else f"call #{n}"
+    return f"call #{n} <code>{shown(call.tool)}()</code>" if call is not None else f"call #{n}"
 
 
 def _doubt_section(task_id: str, n: int, call: Any, title: str) -> str:
     """A call in doubt (started, its result never recorded), for a person to settle instead of an
     answer: what it was, and the two actions the script posts to ``…/calls/N/resolve``."""
-    key = f" under key <code>{e(call.key)}</code>" if call is not None else ""
+    key = f" under key <code>{shown(call.key)}</code>" if call is not None else ""
     args = f'<p class="args">args: <code>{e(_short(call.args, 2000))}</code></p>' if call is not None else ""
     return (
         f'<section class="doubt" data-task="{e(task_id)}" data-n="{n}">{title}'
@@ -349,7 +372,7 @@ def _waiting_section(state: Any) -> str:
         )
     return (
         f'<section class="input" data-task="{e(state.task_id)}" data-key="{e(w.key)}"><h2>Waiting for '
-        f'<code>{e(w.key)}</code></h2><p class="prompt">{e(w.prompt or "")}</p>'
+        f'<code>{shown(w.key)}</code></h2><p class="prompt">{e(w.prompt or "")}</p>'
         f'<script type="application/json" class="schema">{_data(w.input_schema)}</script>'
         '<form class="answer"></form><p class="result"></p></section>'
     )
@@ -359,7 +382,7 @@ def _timeline(history: list[Any]) -> str:
     return "".join(
         f'<li class="point {e(h.type)}" data-seq="{h.seq}" tabindex="0">'
         f"{f'<span class=boundary>{e(h.boundary)}</span>' if h.boundary else ''}"
-        f'<span class="seq">#{h.seq}</span> <span class="type">{e(h.type)}</span> {e(h.summary)}</li>'
+        f'<span class="seq">#{h.seq}</span> <span class="type">{e(h.type)}</span> {e(visible(h.summary))}</li>'
         for h in history
     )
 

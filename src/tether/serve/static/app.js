@@ -27,6 +27,40 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// An id as one URL path segment: percent-encoded; "." and ".." (which a browser removes from a
+// path, "%2E" spelled too) behind "%00", which the server drops. See tether/serve/_ids.py.
+function seg(id) {
+  const s = encodeURIComponent(id);
+  return s === "." || s === ".." ? "%00" + s : s;
+}
+
+// Characters that do not print as themselves (controls, bidi marks and overrides, zero-width and
+// format characters, spaces other than a plain space): shown as \uXXXX, as the server shows them.
+const HIDDEN = /(?! )[\p{C}\p{Z}]/gu;
+
+function escaped(ch) {
+  const code = ch.codePointAt(0);
+  return code <= 0xffff ? "\\u" + code.toString(16).padStart(4, "0") : "\\U" + code.toString(16).padStart(8, "0");
+}
+
+// An id (or a short name) for the page: isolated in <bdi>, its invisible characters made visible.
+function idNode(id) {
+  const text = String(id ?? "");
+  const node = el("bdi", {});
+  let last = 0;
+  for (const m of text.matchAll(HIDDEN)) {
+    node.append(text.slice(last, m.index), el("span", { class: "ctl" }, escaped(m[0])));
+    last = m.index + m[0].length;
+  }
+  node.append(text.slice(last));
+  return node;
+}
+
+// Plain text (a history line) with its invisible characters made visible.
+function visible(text) {
+  return String(text ?? "").replace(HIDDEN, escaped);
+}
+
 function show(target, text, isError) {
   if (!target) return;
   target.textContent = text;
@@ -35,10 +69,10 @@ function show(target, text, isError) {
 
 // ---------------------------------------------------------------- the task list, live
 function taskRow(s) {
-  const link = el("a", { href: "/tasks/" + encodeURIComponent(s.task_id) }, s.task_id);
+  const link = el("a", { href: "/tasks/" + seg(s.task_id) }, idNode(s.task_id));
   return el("tr", { "data-task": s.task_id, class: "flash" },
-    el("td", {}, link), el("td", {}, s.type), el("td", { class: "status " + s.status }, s.status),
-    el("td", {}, s.position || ""), el("td", {}, s.waiting_for || ""), el("td", {}, s.held_by || ""),
+    el("td", {}, link), el("td", {}, idNode(s.type)), el("td", { class: "status " + s.status }, s.status),
+    el("td", {}, s.position || ""), el("td", {}, idNode(s.waiting_for || "")), el("td", {}, idNode(s.held_by || "")),
     el("td", {}, (s.updated_at || "").slice(0, 19)));
 }
 
@@ -57,6 +91,7 @@ function initTaskList(table) {
     for (const row of body.rows) row.hidden = q && !row.textContent.toLowerCase().includes(q);
   });
   const events = new EventSource("/v1/events");
+  events.addEventListener("closed", () => events.close());  // the key was revoked: no reconnecting
   events.addEventListener("task", (msg) => {
     const s = JSON.parse(msg.data);
     const old = body.querySelector(`tr[data-task="${CSS.escape(s.task_id)}"]`);
@@ -118,7 +153,7 @@ function initInput(section) {
     const { task, key } = section.dataset;
     const result = section.querySelector(".result");
     try {
-      const out = await api("POST", `/v1/tasks/${encodeURIComponent(task)}/inputs/${encodeURIComponent(key)}`,
+      const out = await api("POST", `/v1/tasks/${seg(task)}/inputs/${seg(key)}`,
         { value: field.read() });
       show(result, `answered; the task is ${out.status}`);
       form.querySelector("button").disabled = true;
@@ -128,7 +163,7 @@ function initInput(section) {
 
 // ---------------------------------------------------------------- a call in doubt, settled by a person
 function initDoubt(section) {
-  const path = `/v1/tasks/${encodeURIComponent(section.dataset.task)}/calls/${section.dataset.n}/resolve`;
+  const path = `/v1/tasks/${seg(section.dataset.task)}/calls/${section.dataset.n}/resolve`;
   const result = section.querySelector(".result");
   const settle = async (body) => {
     try {
@@ -156,7 +191,7 @@ function initDoubt(section) {
 // ---------------------------------------------------------------- a task
 function initTask(root) {
   const id = root.dataset.task;
-  const base = "/v1/tasks/" + encodeURIComponent(id);
+  const base = "/v1/tasks/" + seg(id);
   const result = document.getElementById("action-result");
   const timeline = document.getElementById("timeline");
   const select = async (li) => {
@@ -182,7 +217,7 @@ function initTask(root) {
     ev.preventDefault();
     try {
       const out = await api("POST", `${base}/fork`, { at: Number(fork.elements.at.value) });
-      location.href = "/tasks/" + encodeURIComponent(out.summary.task_id);
+      location.href = "/tasks/" + seg(out.summary.task_id);
     } catch (err) { show(result, err.message, true); }
   });
   for (const [cls, verb] of [["retry", "retry"], ["cancel", "cancel"]]) {
@@ -194,15 +229,15 @@ function initTask(root) {
   }
   api("GET", `${base}/tree`).then((tree) => {
     const render = (node) => el("li", {},
-      node.task_id === id ? el("b", {}, node.task_id)
-        : el("a", { href: "/tasks/" + encodeURIComponent(node.task_id) }, node.task_id),
+      node.task_id === id ? el("b", {}, idNode(node.task_id))
+        : el("a", { href: "/tasks/" + seg(node.task_id) }, idNode(node.task_id)),
       ` ${node.status}${node.fork_at ? " (at #" + node.fork_at + ")" : ""}`,
       node.forks.length ? el("ul", {}, ...node.forks.map(render)) : "");
     document.getElementById("tree").append(el("ul", { class: "tree" }, render(tree)));
   }).catch(() => {});
   const conversation = document.getElementById("conversation");
   if (conversation) {
-    api("GET", `/v1/sessions/${encodeURIComponent(conversation.dataset.session)}/messages`).then((data) => {
+    api("GET", `/v1/sessions/${seg(conversation.dataset.session)}/messages`).then((data) => {
       const chat = conversation.querySelector(".chat");
       for (const m of data.messages) chat.append(el("div", { class: "msg " + m.role }, el("span", { class: "role" }, m.role), m.content));
     }).catch((err) => show(conversation.querySelector(".chat"), err.message, true));
@@ -213,18 +248,19 @@ function initTask(root) {
     const h = JSON.parse(msg.data);
     live = true;
     const li = el("li", { class: "point " + h.type, "data-seq": String(h.seq), tabindex: "0" },
-      el("span", { class: "seq" }, "#" + h.seq), " ", el("span", { class: "type" }, h.type), " " + h.summary);
+      el("span", { class: "seq" }, "#" + h.seq), " ", el("span", { class: "type" }, h.type), " " + visible(h.summary));
     timeline.append(li);
   });
   events.addEventListener("replaced", () => { events.close(); location.reload(); });  // rewound: a new history
   events.addEventListener("end", () => { events.close(); if (live) location.reload(); });
+  events.addEventListener("closed", () => events.close());  // the key was revoked: no reconnecting
 }
 
 // ---------------------------------------------------------------- failed tasks
 function initFailed(section) {
   section.querySelector("button.retry").addEventListener("click", async () => {
     try {
-      const out = await api("POST", `/v1/tasks/${encodeURIComponent(section.dataset.task)}/retry`);
+      const out = await api("POST", `/v1/tasks/${seg(section.dataset.task)}/retry`);
       show(section.querySelector(".result"), `${out.note}; status ${out.status}`);
     } catch (err) { show(section.querySelector(".result"), err.message, true); }
   });
