@@ -25,6 +25,7 @@ __all__ = [
     "Invoke",
     "Io",
     "Outcome",
+    "Turn",
     "Wait",
     "drive",
     "drive_async",
@@ -68,6 +69,13 @@ class Commit(NamedTuple):
     events: list[Any]
 
 
+class Turn(NamedTuple):
+    """Wait until ``ready`` (an awaitable) is done: a replayed outcome waiting for its turn among an
+    async task's parallel branches. Only the async driver is handed one (a sync task has no branches)."""
+
+    ready: Any
+
+
 class Io(NamedTuple):
     """Store I/O, ``fn(*args)``; the driver sends back its result (or throws its error).
 
@@ -90,7 +98,7 @@ RUNNING_TASK: ContextVar[Any] = ContextVar("tether_running_task", default=None)
 """The task whose code runs in this context (its id): a registered tool called directly is refused."""
 
 
-Flow = Generator["Invoke | Wait | Commit | Io", Any, T]
+Flow = Generator["Invoke | Wait | Commit | Io | Turn", Any, T]
 
 
 _PLAIN = frozenset({type(None), str, int, float, bool, dict, list, tuple})
@@ -176,6 +184,9 @@ async def drive_async(flow: Flow[T]) -> T:
                 reply = None
             elif type(op) is Io:
                 reply = await asyncio.get_running_loop().run_in_executor(None, op.fn, *op.args)
+            elif type(op) is Turn:
+                await op.ready
+                reply = None
             else:
                 await asyncio.sleep(op.seconds)  # type: ignore[union-attr]
                 reply = None

@@ -127,6 +127,7 @@ class Recorder:
         """The key of the question this run has open (``ctx.wait_for_input``): one at a time."""
         self._owner = threading.get_ident()  # the thread the task's code runs in
         self._deferred: list[Event] = []  # recorded reads, written with the next append
+        self._divergence: NonDeterminismError | None = None  # see :meth:`diverged`
 
     # ------------------------------------------------------------------ reading
     @property
@@ -137,10 +138,22 @@ class Recorder:
     # ------------------------------------------------------------------ replay
     def replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
         """The recorded event this operation corresponds to, or ``None`` when it runs live."""
-        recorded = self.cursor.take(expected, matches, requested)
+        try:
+            recorded = self.cursor.take(expected, matches, requested)
+        except NonDeterminismError as error:
+            raise self.diverged(error) from None
         if recorded is None:
             self.check_nothing_left(requested)
         return recorded
+
+    def diverged(self, error: NonDeterminismError) -> NonDeterminismError:
+        """The code no longer does what its record says: from here the run runs and writes nothing, in
+        any branch (a sibling's call past the record would do its effect under a key the record never
+        gave it). Returns ``error``, for the caller to raise; every later operation raises it too."""
+        with self.lock:
+            if self._divergence is None:
+                self._divergence = error
+        return error
 
     def check_nothing_left(self, requested: str) -> None:
         """An operation with no record runs live — unless records the code has not asked for remain
@@ -151,7 +164,7 @@ class Recorder:
             return
         head = self.cursor.first_left(code_only=True)
         if head is not None:
-            raise NonDeterminismError(self.task_id, head.seq, describe(head.event), requested)
+            raise self.diverged(NonDeterminismError(self.task_id, head.seq, describe(head.event), requested))
 
     def answered(self) -> bool:
         """Whether the recorded history goes on past this point (so a wait or sleep here ended)."""
@@ -234,6 +247,8 @@ class Recorder:
         until it reports the write with :meth:`appended`."""
         if self.replay_only:
             raise ReplayEnd(self.cursor.walked)  # a replay never writes, whatever asks it to
+        if self._divergence is not None:
+            raise self._divergence
         if self._ended:
             raise RunEnded(f"task {self.task_id!r}: this run has stopped; a later run takes the work up")
         return self.task_id, [*self._deferred, *events] if self._deferred else events, self._version, self._fence
@@ -268,6 +283,8 @@ class Recorder:
         """Called before an operation runs live: a cancelled task stops here, before doing anything,
         and so does a replay (``app.replay``), which never runs or writes anything — after the
         cancel, so that a replay of a cancelled task goes on to its compensations, as the run did."""
+        if self._divergence is not None:
+            raise self._divergence
         if self.cancel_reason is not None and not self._compensating:
             raise Cancelled(self.cancel_reason)
         if self.replay_only:

@@ -32,6 +32,7 @@ in the order they were recorded.
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,7 @@ from tether.events import (
     Event,
     FailureRecorded,
     InputReceived,
+    InputRequested,
     ObservationRecorded,
     OutputSet,
     PhaseChanged,
@@ -69,7 +71,7 @@ from tether.events import (
 )
 from tether.model import TaskState, ToolCall
 
-__all__ = ["PASSIVE", "ReleaseGate", "Replay", "describe"]
+__all__ = ["PASSIVE", "ReleaseGate", "Replay", "answer_turn", "describe"]
 
 # Events the runtime writes on its own, not in answer to an operation of the task's code.
 PASSIVE = frozenset(
@@ -88,6 +90,12 @@ PASSIVE = frozenset(
 )
 SESSION_EVENTS = frozenset({SessionRead, SessionWritten})
 _NOT_IN_ORDER = PASSIVE | CALL_EVENTS | SESSION_EVENTS
+
+
+def answer_turn(asked_at: int) -> int:
+    """The place in :attr:`Replay.finish_order` of the answer to the question asked at event ``asked_at``:
+    a negative number, never a call's ordinal."""
+    return -asked_at
 
 
 def describe(event: Event) -> str:
@@ -129,7 +137,9 @@ class Replay:
         self.left = 0  # recorded operations nobody has asked for yet
         self._calls: dict[int, list[int]] = {}
         self._session: dict[int, int] = {}
-        self.finish_order: list[int] = []  # call ordinals, in the order their outcome was recorded
+        # Call ordinals (and answered questions, as :func:`answer_turn` numbers them), in the order their
+        # outcome was recorded.
+        self.finish_order: list[int] = []
         # Compensations (not a retry's): their events are left out of ``left`` until the run compensates.
         self._undoes: set[int] = set()
         self._undo_left = 0
@@ -150,10 +160,15 @@ class Replay:
     def _index(self, history: list[Recorded], retired: set[int]) -> None:
         """Count the operations the code is to ask for, and index calls and conversation operations."""
         calls, undoes = self._calls, self._undoes
+        finished_at: list[int] = []  # the history index of each outcome in ``finish_order``
+        asked: list[int] = []  # the history indices of the questions asked (InputRequested)
+        answered: dict[str, list[int]] = {}  # the history indices of the answers, by key
         for i in range(1, len(history)):
             event = history[i].event
             kind = type(event)
             if kind in PASSIVE:
+                if kind is InputReceived:
+                    answered.setdefault(event.key, []).append(i)  # type: ignore[attr-defined]
                 continue
             if retired and history[i].seq in retired:
                 self._taken[i] = 1
@@ -169,12 +184,35 @@ class Replay:
                 indices.append(i)
                 if kind is CallCompleted or kind is CallFailed:
                     self.finish_order.append(n)
+                    finished_at.append(i)
                 if undoes and n in undoes:
                     self._undo_left += 1
                     continue
             elif kind in SESSION_EVENTS:
                 self._session[event.s] = i  # type: ignore[attr-defined]
+            elif kind is InputRequested:
+                asked.append(i)
             self.left += 1
+        if asked and answered:
+            self._order_answers(history, asked, answered, finished_at)
+
+    def _order_answers(
+        self, history: list[Recorded], asked: list[int], answered: dict[str, list[int]], finished_at: list[int]
+    ) -> None:
+        """Put each answered question among the calls' outcomes, where the code first could receive its
+        answer: when it was asked, or when the answer came, whichever was later. A wait in one parallel
+        branch then hands its answer back after the outcomes its siblings had before it, as it did live
+        (its answer is known at once on replay, and the branch would otherwise run ahead of them)."""
+        for i in asked:
+            key = history[i].event.key  # type: ignore[attr-defined]
+            answers = answered.get(key)
+            if not answers:
+                continue
+            later = [a for a in answers if a > i]
+            at = later[0] if later else i  # an answer sent before the question is received when asked
+            place = bisect.bisect_left(finished_at, at)
+            finished_at.insert(place, at)
+            self.finish_order.insert(place, answer_turn(history[i].seq))
 
     @property
     def done(self) -> bool:
@@ -333,6 +371,10 @@ class ReleaseGate:
     def _skip_given(self) -> None:
         while self._next < len(self._order) and self._order[self._next] in self._given:
             self._next += 1
+
+    def knows(self, n: int) -> bool:
+        """Whether ``n`` (a call's ordinal, or an :func:`answer_turn`) has a turn in the recorded order."""
+        return n in self._rank
 
     def wait(self, n: int) -> asyncio.Future[None]:
         """A future that is done when call ``n``'s turn comes (never before the loop turns once)."""

@@ -167,11 +167,13 @@ class Calls:
         if same and spec.replay_check == "args":
             same = record.key.rpartition(":")[2] == args_hash(arguments)
         if not same:
-            raise NonDeterminismError(
-                self._recorder.task_id,
-                self._recorder.cursor.first_seq_of_call(n),
-                _described(n, record.tool, _excerpt(record.args), record.compensates),
-                _described(n, spec.name, _excerpt(as_json(arguments)), compensates),
+            raise self._recorder.diverged(
+                NonDeterminismError(
+                    self._recorder.task_id,
+                    self._recorder.cursor.first_seq_of_call(n),
+                    _described(n, record.tool, _excerpt(record.args), record.compensates),
+                    _described(n, spec.name, _excerpt(as_json(arguments)), compensates),
+                )
             )
 
     def flow(

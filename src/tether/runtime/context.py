@@ -47,9 +47,9 @@ from tether.events import (
 )
 from tether.machine import Status
 from tether.model import TaskState
-from tether.runtime._flow import Commit, Flow, Wait, drive, drive_async, next_turn
+from tether.runtime._flow import Commit, Flow, Turn, Wait, drive, drive_async, next_turn
 from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, RunEnded, read_only, upcast_data
-from tether.runtime._replay import ReleaseGate, describe
+from tether.runtime._replay import ReleaseGate, answer_turn, describe
 from tether.runtime.calls import (
     CallInfo,
     Calls,
@@ -278,6 +278,8 @@ class _Context:
                 # replays the question (sent after it, it passed the same check when it was sent).
                 rejected = _rejection(self._rec.task_id, key, received[key], json_schema)
                 if rejected is None:
+                    if recorded is not None:
+                        yield from self._answer_turn(recorded)
                     return model.model_validate(received[key]) if model is not None else received[key]
                 # A bad early answer does not fail the task: it is discarded, with the reason, and the
                 # task waits for a good one.
@@ -285,12 +287,19 @@ class _Context:
             if self._rec.answered():
                 head = self._rec.cursor.first_left(code_only=True)
                 assert head is not None
-                raise NonDeterminismError(self._rec.task_id, head.seq, describe(head.event), f"the answer to {key!r}")
+                error = NonDeterminismError(self._rec.task_id, head.seq, describe(head.event), f"the answer to {key!r}")
+                raise self._rec.diverged(error)
             if timeout_at is not None and time.time() >= timeout_at:
                 self._rec.going_live()
                 yield Commit(self._rec.writer, [InputTimedOut(key=key)])
                 raise InputTimeout(self._rec.task_id, key)
             yield from self._rec.suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
+
+    def _answer_turn(self, asked: Recorded) -> Flow[None]:
+        """Hand a replayed question's recorded answer to the code when its turn comes (an async task's
+        branches: :class:`~tether.runtime._replay.ReleaseGate`); a sync task receives it at once."""
+        return
+        yield
 
     def _sleep_flow(self, seconds: float) -> Flow[None]:
         recorded = self._rec.replayed(SleepScheduled, lambda e: True, f"sleep({seconds})")
@@ -492,6 +501,22 @@ class AsyncTaskContext(_Context):
         if error is not None:
             raise error
         return [value for _, value in outcomes]
+
+    def _answer_turn(self, asked: Recorded) -> Flow[None]:
+        # Live, a branch waiting for an answer lets its siblings run on until the task suspends; the next
+        # run knows the answer at once. Handed back in the order it was received among the siblings'
+        # outcomes, the branch goes on after them, as it did, and every call keeps its ordinal.
+        turn = answer_turn(asked.seq)
+        if not self._gate.knows(turn):
+            return  # answered during this run, live
+        rec = self._rec
+        with rec.lock:
+            rec.undelivered += 1  # a recorded outcome not yet handed back: a sibling going live is no divergence
+        try:
+            yield Turn(self._gate.wait(turn))
+        finally:
+            with rec.lock:
+                rec.undelivered -= 1
 
     async def wait_for_input(
         self, key: str, prompt: str | None = None, timeout: float | None = None, schema: Any = None
