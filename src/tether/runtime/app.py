@@ -52,7 +52,7 @@ from tether.runtime.handles import (
     failure_summary,
     unreadable_summary,
 )
-from tether.runtime.leases import owner_is_dead
+from tether.runtime.leases import describe_holder
 from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.run import drive_task, execute, retry_event
@@ -500,9 +500,7 @@ class App(TimeTravel, Conversations):
         for row in self.log.list(
             status=status, type=type, user_id=user_id, session_id=session_id, limit=limit, offset=offset
         ):
-            held = row.runner(now)
-            if held is not None and owner_is_dead(held):
-                held += " (process gone: the next run takes it over)"
+            held = describe_holder(row, now)
             try:
                 head = read_head(row) or row_head_of(self.log.load(row.task_id))  # the row, or (an old one) the fold
             except TetherError as exc:  # one unreadable stream must not hide the others

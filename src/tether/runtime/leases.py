@@ -1,5 +1,5 @@
 """Leases as a run holds them: taking one (from a holder that is dead on this machine, at once),
-and the heartbeat that renews it while the run goes on."""
+the heartbeat that renews it while the run goes on, and what a listing says of its holder."""
 
 from __future__ import annotations
 
@@ -8,18 +8,20 @@ import os
 import socket
 import threading
 import time
+from datetime import datetime
 
 from tether.errors import TaskBusyError, TetherError
-from tether.store import Store
+from tether.store import Store, TaskRow
 
-__all__ = ["Heartbeat", "acquire", "owner_is_dead"]
+__all__ = ["Heartbeat", "acquire", "backoff_owner", "describe_holder", "is_backoff", "owner_is_dead"]
 
 _log = logging.getLogger("tether")
 
 
 def acquire(store: Store, tenant: str, task_id: str, owner: str, ttl: float, *, force: bool = False) -> int:
-    """Take the task's lease for ``owner``: a free one, an expired one, or one whose holder is a dead
-    process on this machine (or any, with ``force``); else :class:`TaskBusyError` naming the holder."""
+    """Take the task's lease for ``owner``: a free one, an expired one, one whose holder is a dead
+    process on this machine, or one a worker holds the task aside by while it backs off (no run holds
+    it); any, with ``force``. Else :class:`TaskBusyError` naming the holder."""
     now = time.time()
     for _ in range(3):  # a lease let go between the refusal and the read of its row is free: take it
         token = store.acquire_lease(tenant, task_id, owner, ttl, now)
@@ -28,11 +30,11 @@ def acquire(store: Store, tenant: str, task_id: str, owner: str, ttl: float, *, 
         row = store.get_task(tenant, task_id)
         if row is None or row.lease_owner is not None:
             break
-    if row is not None and row.lease_owner is not None and (force or owner_is_dead(row.lease_owner)):
-        token = store.acquire_lease(tenant, task_id, owner, ttl, now, steal_from=row.lease_owner)
+    holder = row.lease_owner if row is not None else None
+    if holder is not None and (force or is_backoff(holder) or owner_is_dead(holder)):
+        token = store.acquire_lease(tenant, task_id, owner, ttl, now, steal_from=holder)
         if token is not None:
             return token
-    holder = row.lease_owner if row is not None else None
     raise TaskBusyError(task_id, owner=holder, expires=row.lease_expires if row is not None else None)
 
 
@@ -142,3 +144,46 @@ def is_zombie(pid: int) -> bool:
         return False
 
 
+_BACKOFF = ":backoff"
+
+
+def backoff_owner(worker: str) -> str:
+    """The owner a worker holds a task aside by while it backs off (a run of it stopped with an
+    error): its own name, marked, so that a listing says so and a person's resume takes it."""
+    return worker + _BACKOFF
+
+
+def is_backoff(owner: str) -> bool:
+    """True when ``owner`` is a worker's backoff (:func:`backoff_owner`): no run holds the task."""
+    return owner.endswith(_BACKOFF)
+
+
+def describe_holder(row: TaskRow, now: float) -> str | None:
+    """Who runs the task, as a listing shows it (``tether tasks``): the lease's holder, and what
+    becomes of the task if that holder is gone. ``None`` when nobody holds it (see ``TaskRow.runner``).
+
+    Only a process on this machine can be seen to be gone: its task is taken over at once by a
+    worker running here. Of any other holder the listing says when its lease ends, which is when
+    another worker takes the task over if the holder has stopped renewing it.
+    """
+    owner = row.runner(now)
+    if owner is None:
+        return None
+    if owner_is_dead(owner):
+        return f"{owner} (process gone: a worker running on this host takes it over at once)"
+    expires = row.lease_expires
+    if expires is None:
+        return owner
+    until = _clock(expires, now)
+    if is_backoff(owner):
+        return f"{owner.removesuffix(_BACKOFF)}: a run stopped with an error; claimed again from {until}"
+    if owner.partition(":")[0] == socket.gethostname():
+        return f"{owner} until {until}, renewed while it runs"
+    return f"{owner} until {until}; if that process has stopped, another worker takes it over then"
+
+
+def _clock(at: float, now: float) -> str:
+    """A time a lease ends, for a person: the local time (with its date when not today) and how far off."""
+    when, today = datetime.fromtimestamp(at), datetime.fromtimestamp(now)
+    shown = when.strftime("%H:%M:%S" if when.date() == today.date() else "%Y-%m-%d %H:%M:%S")
+    return f"{shown} (in {max(0, round(at - now))} s)"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 import time
+from collections import OrderedDict
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from tether.errors import TetherError
+from tether.errors import LeaseLostError, TaskNotFoundError, TetherError
+from tether.runtime.leases import backoff_owner, owner_is_dead
 from tether.runtime.run import run_claimed
 
 if TYPE_CHECKING:
@@ -29,7 +32,20 @@ class Worker:
     SIGINT the worker stops claiming and lets running tasks finish for up to
     ``grace`` seconds; a task still running then is left to its lease, which
     another worker takes over when it expires.
+
+    A task whose lease a process on this host holds that no longer exists (killed, crashed) is
+    taken over at once, not when its lease expires: the worker looks for such leases at most
+    every ``poll`` seconds. A task whose run stops with an error (not the task's own failure,
+    which is recorded in it) is not claimed again at once: the worker holds it aside, by a lease
+    that runs out when its backoff does (``backoff`` seconds, doubled for each such run in a
+    row, at most ``max_backoff``), and claims other tasks meanwhile.
     """
+
+    backoff = 1.0
+    """Seconds a task whose run stopped with an error waits before a worker claims it again."""
+    max_backoff = 60.0
+    """The longest such wait, however many runs in a row stopped."""
+    _remembered = 4096  # tasks whose runs in a row stopped: the oldest forgotten past this many
 
     def __init__(
         self, app: App, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
@@ -45,6 +61,9 @@ class Worker:
         self.runs = 0
         self._busy = 0
         self._lock = threading.Lock()
+        self._stopped: OrderedDict[str, int] = OrderedDict()  # task → its runs in a row that stopped
+        self._next_look = 0.0  # when to look for leases of dead processes again (time.monotonic)
+        self._host = f"{socket.gethostname()}:"
 
     def stop(self, *_: object) -> None:
         self.stopping.set()
@@ -78,7 +97,7 @@ class Worker:
         app = self.app
         while not self.stopping.is_set():
             try:
-                claimed = app.store.claim(app.tenant, app.worker_id, app.lease_ttl, time.time())
+                claimed = self._take_over() or app.store.claim(app.tenant, app.worker_id, app.lease_ttl, time.time())
             except TetherError:
                 log.exception("worker %s: claim failed", app.worker_id)
                 claimed = None
@@ -91,25 +110,89 @@ class Worker:
                 # and at least every ``poll`` seconds for sleeps and timeouts that fall due.
                 app.store.wait_for_change(self.poll, interrupt=self.stopping)
                 continue
-            task_id, token = claimed
-            with self._lock:
-                self._busy += 1
-            started = time.monotonic()
-            log.debug("worker %s: task %s started", app.worker_id, task_id, extra={"tether_run": (task_id, None, 0.0)})
-            try:
-                handle = run_claimed(app, task_id, token)
-                elapsed = time.monotonic() - started
-                # One record per run, with what a person watching the worker wants on one line.
-                run = (task_id, handle.status.value, elapsed)
-                log.info(
-                    "worker %s: task %s %s in %.3fs", app.worker_id, task_id, run[1], elapsed, extra={"tether_run": run}
-                )
-            except TetherError as exc:
-                # Not the task's failure (that is recorded in it): the run could not go on here.
-                log.warning("worker %s: task %s stopped: %s", app.worker_id, task_id, exc)
-            except Exception:
-                log.exception("worker %s: task %s crashed the run", app.worker_id, task_id)
-            finally:
+            self._run(*claimed)
+
+    def _take_over(self) -> tuple[str, int] | None:
+        """The lease of a due task whose holder is a process on this host that no longer exists,
+        taken (fenced: the dead holder's writes are refused); ``None`` when there is none.
+
+        One read of the leases held on this host's due tasks, at most every ``poll`` seconds
+        among this worker's threads (at once again after a take: the dead may have held more)."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next_look:
+                return None
+            self._next_look = now + self.poll
+        app = self.app
+        at = time.time()
+        for owner, task_id in app.store.lease_holders(app.tenant, self._host, at):
+            if not owner_is_dead(owner):
+                continue
+            token = app.store.acquire_lease(app.tenant, task_id, app.worker_id, app.lease_ttl, at, steal_from=owner)
+            if token is not None:
                 with self._lock:
-                    self._busy -= 1
-                    self.runs += 1
+                    self._next_look = 0.0
+                log.warning("worker %s: task %s taken over from %s (process gone)", app.worker_id, task_id, owner)
+                return task_id, token
+        return None
+
+    def _run(self, task_id: str, token: int) -> None:
+        app = self.app
+        with self._lock:
+            self._busy += 1
+        started = time.monotonic()
+        log.debug("worker %s: task %s started", app.worker_id, task_id, extra={"tether_run": (task_id, None, 0.0)})
+        try:
+            handle = run_claimed(app, task_id, token)
+            elapsed = time.monotonic() - started
+            # One record per run, with what a person watching the worker wants on one line.
+            run = (task_id, handle.status.value, elapsed)
+            log.info(
+                "worker %s: task %s %s in %.3fs", app.worker_id, task_id, run[1], elapsed, extra={"tether_run": run}
+            )
+            with self._lock:
+                self._stopped.pop(task_id, None)
+        except (LeaseLostError, TaskNotFoundError) as exc:
+            # Another holds the task now (a takeover, a cancel), or it is gone: nothing to hold aside.
+            log.warning("worker %s: task %s stopped: %s", app.worker_id, task_id, exc)
+        except TetherError as exc:
+            # Not the task's failure (that is recorded in it): the run could not go on here.
+            aside = self._hold_aside(task_id, token)
+            log.warning("worker %s: task %s stopped: %s%s", app.worker_id, task_id, exc, aside)
+        except Exception:
+            aside = self._hold_aside(task_id, token)
+            log.exception("worker %s: task %s crashed the run%s", app.worker_id, task_id, aside)
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self.runs += 1
+
+    def _hold_aside(self, task_id: str, token: int) -> str:
+        """Keep a task whose run stopped with an error from being claimed again (by any worker) until
+        its backoff ends, by a lease that expires then: a claim passes over it and takes the tasks
+        due after it meanwhile, where a lease let go would leave it the first due again. Returns
+        what the log line says of it."""
+        with self._lock:
+            stops = self._stopped.pop(task_id, 0) + 1
+            self._stopped[task_id] = stops
+            if len(self._stopped) > self._remembered:
+                self._stopped.popitem(last=False)
+        delay = min(self.max_backoff, self.backoff * 2 ** min(stops - 1, 32))
+        app = self.app
+        now = time.time()
+        try:
+            row = app.store.get_task(app.tenant, task_id)
+            due = row.due_at if row is not None else None
+            if due is None or due > now + delay:
+                return ""  # finished, parked for a person, or not due before the backoff ends anyway
+            # The run let its lease go: take it for the backoff. (Never from another holder: even
+            # one of this worker's own threads may have claimed the task since.) A run that could not
+            # let go still holds it under its token: that lease is renewed for the backoff instead.
+            owner = backoff_owner(app.worker_id)
+            held = app.store.acquire_lease(app.tenant, task_id, owner, delay, now) is not None
+            held = held or app.store.renew_lease(app.tenant, task_id, token, delay, now)
+        except TetherError as exc:
+            return f" (not held aside: {exc})"
+        if not held:
+            return ""  # another worker runs it now
+        return f"; not claimed again for {delay:g}s (its run {stops} in a row to stop)"

@@ -30,6 +30,7 @@ __all__ = [
     "claim_values",
     "count_tasks_query",
     "id_range",
+    "lease_holders_query",
     "list_tasks_query",
     "newer_schema",
     "positions_query",
@@ -187,6 +188,23 @@ class Statements:
 def claim_values(tenant: str, owner: str, ttl: float, now: float) -> tuple[Any, ...]:
     """The claim's parameters, in its placeholders' order."""
     return (owner, now + ttl, tenant, now, now)
+
+
+# The owners of the live leases on due tasks whose names start with a prefix (a host's: ``host:``),
+# each with one task it holds. It reads the claim's index (``tasks_due``) as far as a claim that finds
+# nothing reads it: the due tasks, every one of them held then; never a task not due or finished.
+_LEASE_HOLDERS = f"""
+SELECT lease_owner, min(task_id) FROM tasks
+WHERE tenant = ? AND {CLAIMABLE} AND {DUE} <= ?
+  AND lease_owner IS NOT NULL AND (lease_expires IS NULL OR lease_expires > ?)
+  AND substr(lease_owner, 1, length(CAST(? AS TEXT))) = ? AND {LISTED}
+GROUP BY lease_owner
+"""
+
+
+def lease_holders_query(tenant: str, prefix: str, now: float) -> tuple[str, list[Any]]:
+    """The statement and parameters of ``Store.lease_holders``."""
+    return _LEASE_HOLDERS, [tenant, now, now, prefix, prefix]
 
 
 def settle_values(internal: int, last: EventRow) -> tuple[Any, ...]:

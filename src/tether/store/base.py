@@ -125,6 +125,16 @@ class TaskRow:
         """The row's :class:`TaskHead`, or ``None`` when it holds none yet."""
         return None if self.summary is None else TaskHead(self.calls_done, self.summary, self.output)
 
+    @property
+    def due_at(self) -> float | None:
+        """When a claim may take the task, its lease aside (every store's claim says it so: the SQL
+        stores' ``_sql.DUE``): a pending or running one at its wake-up time if it has one (an answer,
+        a cancel), else at its creation; a sleeping or waiting one at its wake-up time. ``None``:
+        never by itself (a wait with no timeout, which its answer wakes; a finished task)."""
+        if self.status in ("pending", "running"):
+            return self.wake_at if self.wake_at is not None else self.created_at
+        return self.wake_at if self.status in ("sleeping", "awaiting_input") else None
+
     def held_by(self, now: float) -> str | None:
         """Who holds the task's lease at ``now``: its owner while the lease has not expired (a lease
         with an owner and no expiry is held, as every store's claim and lease take read it), else
@@ -388,6 +398,16 @@ class Store(Protocol):
         Runnable: ``pending``, or ``running`` with no live lease (its worker died or let go), once
         due (at ``wake_at`` if set, else at ``created_at``); ``sleeping`` or ``awaiting_input``
         with ``wake_at <= now``. A lease with an owner and no expiry is live. Oldest due first.
+        """
+        ...
+
+    def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
+        """Who holds the live leases of due tasks at ``now``: ``(owner, task_id)`` for each owner whose
+        name starts with ``prefix``, with one task it holds; in no particular order.
+
+        What a claim would take but for those leases (the tasks it passes over): a worker reads it
+        with its host's prefix to take over at once what a dead process on its host held. It reads
+        no task that is not due, or finished.
         """
         ...
 

@@ -297,11 +297,8 @@ class MemoryStore:
                 row = stream.row
                 if t != tenant or row.held_by(now) is not None or row.type.startswith("tether."):
                     continue  # tasks only: tether's own streams are never run (as _sql.LISTED says it)
-                if row.status in ("pending", "running"):
-                    at: float | None = row.wake_at if row.wake_at is not None else row.created_at
-                else:
-                    at = row.wake_at if row.status in ("sleeping", "awaiting_input") else None
-                if at is not None and at <= now:  # as the SQL stores' claim says it (_sql.DUE)
+                at = row.due_at
+                if at is not None and at <= now:
                     due.append((at, task_id))
             if not due:
                 return None
@@ -310,6 +307,19 @@ class MemoryStore:
             token = stream.row.lease_token + 1
             stream.row = replace(stream.row, lease_owner=owner, lease_expires=now + ttl, lease_token=token)
             return task_id, token
+
+    def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
+        holders: dict[str, str] = {}
+        with self._lock:
+            for (t, task_id), stream in self._tasks.items():
+                row = stream.row
+                owner = row.held_by(now)
+                if t != tenant or owner is None or not owner.startswith(prefix) or row.type.startswith("tether."):
+                    continue
+                at = row.due_at
+                if at is not None and at <= now and task_id < holders.get(owner, "\U0010ffff"):
+                    holders[owner] = task_id
+        return list(holders.items())
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         with self._lock:

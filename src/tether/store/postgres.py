@@ -555,6 +555,9 @@ class PostgresStore:
         row = self._run(lambda c: c.execute(SQL.claim, values).fetchone())
         return None if row is None else (row[0], int(row[1]))
 
+    def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._read(*_sql.lease_holders_query(tenant, prefix, now))]
+
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         cur = self._run(lambda c: c.execute(SQL.renew_lease, (now + ttl, tenant, task_id, token)))
         if cur.rowcount != 1:

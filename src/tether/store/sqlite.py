@@ -570,6 +570,9 @@ class SQLiteStore:
             self._tokens.clear()  # a lease moved: the next fenced append checks its token
             return None if row is None else (row[0], int(row[1]))
 
+    def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._read(*_sql.lease_holders_query(tenant, prefix, now))]
+
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         with self._write() as conn:
             cur = conn.execute(own.SQL.renew_lease, (now + ttl, self._id(tenant, task_id), token))
