@@ -179,6 +179,66 @@ def test_compaction_keeps_originals(store_url: str) -> None:
     assert len(app.session("long").messages()) == 18  # the originals stay stored
 
 
+# What the SDK's Session contract promises: the items as added, in order, verbatim — a developer
+# message added after a user message stays after it, a tool output whose call is elsewhere stays.
+AS_ADDED: list[dict[str, Any]] = [
+    {"role": "user", "content": "Where is order A-1?"},
+    {"role": "developer", "content": "Answer in one sentence."},
+    {"type": "function_call_output", "call_id": "call_from_an_earlier_run", "output": "lost"},
+    {"type": "function_call", "call_id": "call_9", "name": "lookup", "arguments": "{}", "status": "completed"},
+    {"role": "system", "content": "Orders ship from Leeds.", "source": "ops"},
+    {"role": "assistant", "content": "It is lost."},
+]
+
+
+def test_get_items_are_the_items_as_added(store_url: str) -> None:
+    app = tether.App(store_url)
+    session = TetherSession("as-added", app)
+
+    async def scenario() -> None:
+        await session.add_items(AS_ADDED[:3])
+        await session.add_items(AS_ADDED[3:])
+        assert await session.get_items() == AS_ADDED
+        assert await session.get_items(limit=4) == AS_ADDED[-4:]
+        assert await session.pop_item() == AS_ADDED[-1]
+        assert await session.pop_item() == AS_ADDED[-2]
+        assert await session.get_items() == AS_ADDED[:-2]
+
+    asyncio.run(scenario())
+    reader = app if store_url == "memory://" else tether.App(store_url)
+    assert asyncio.run(TetherSession("as-added", reader).get_items()) == AS_ADDED[:-2]
+
+    @app.task
+    async def in_task(ctx: tether.AsyncTaskContext) -> list[Any]:
+        session = TetherSession.in_task(ctx)
+        await session.add_items(AS_ADDED)
+        return await session.get_items()
+
+    assert app.run(in_task, task_id="in-task").output == AS_ADDED  # the task's conversation too
+    assert asyncio.run(TetherSession("in-task", reader).get_items()) == AS_ADDED
+
+
+def test_compaction_puts_the_summary_in_the_place_of_what_it_folded(store_url: str) -> None:
+    """After ``run_compaction``, ``get_items`` is the compacted history (the SDK's contract): the summary
+    where the folded items were, system and developer items kept in their places, the rest as added."""
+    app = tether.App(store_url)
+    session = TetherSession("folded", app, keep_last=1)
+    first = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Question 1."}]
+    later = [_answer("Answer 1."), {"role": "system", "content": "Tools are slow today."},
+             {"role": "user", "content": "Question 2."}]
+
+    async def scenario() -> list[Any]:
+        await session.add_items(first + later)
+        await session.run_compaction({"response_id": "r1", "force": True})
+        return await session.get_items()
+
+    items = asyncio.run(scenario())
+    assert items[0] == first[0]
+    assert items[1]["role"] == "system" and "Question 1" in items[1]["content"]
+    assert items[2:] == later[1:]  # the newest turn and the system item, as added
+    assert [m.original for m in app.session("folded").messages()] == first + later  # originals stay
+
+
 def _answer(text: str) -> dict[str, Any]:
     return {
         "type": "message",

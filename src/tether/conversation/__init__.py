@@ -32,6 +32,7 @@ from tether.conversation.messages import (
     list_messages,
     message_from_event,
     parts_of,
+    standing_summary,
     to_event,
     withdraws,
 )
@@ -56,9 +57,11 @@ from tether.conversation.window import (
     TiktokenCounter,
     TokenCounter,
     Window,
+    as_compacted,
     build_window,
     default_counter,
     message_tokens,
+    summary_message,
     turns,
 )
 
@@ -88,6 +91,7 @@ __all__ = [
     "TokenCounter",
     "ToolCallRequest",
     "Window",
+    "as_compacted",
     "build_window",
     "default_counter",
     "delete_session",
@@ -101,7 +105,9 @@ __all__ = [
     "message_tokens",
     "open_session",
     "parts_of",
+    "standing_summary",
     "stream_id",
+    "summary_message",
     "summary_of",
     "to_event",
     "turns",

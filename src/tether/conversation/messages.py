@@ -36,6 +36,7 @@ __all__ = [
     "fold_view",
     "message_from_event",
     "parts_of",
+    "standing_summary",
     "to_event",
 ]
 
@@ -64,7 +65,8 @@ class MessageAdded(Event):
     """
 
     role: str
-    content: str
+    content: str | None
+    """The text; ``None`` only in an assistant message that calls tools and says nothing."""
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     name: str | None = None
@@ -235,13 +237,20 @@ def _tether_event(message: dict[str, Any]) -> MessageAdded:
     role = fields.pop("role", None)
     if role not in ROLES:
         raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    content = fields.pop("content", "")
-    if not isinstance(content, str):
+    content = fields.pop("content", None)
+    tool_calls = fields.pop("tool_calls", None)
+    if content is None and not (role == "assistant" and tool_calls):
+        # Only a message that calls tools may say nothing (and says None: not an empty text).
+        raise InvalidInputError(
+            f"content of {'an' if role == 'assistant' else 'a'} {role} message is "
+            f"{'missing' if 'content' not in message else 'None'}; expected "
+            "a string (content may be None only in an assistant message with tool_calls)"
+        )
+    if content is not None and not isinstance(content, str):
         raise InvalidInputError(
             f"content must be a string in tether's form, got {type(content).__name__}; for content parts "
             "pass a provider's shape (format='openai', 'openai_responses' or 'anthropic')"
         )
-    tool_calls = fields.pop("tool_calls", None)
     tool_call_id = fields.pop("tool_call_id", None)
     name = fields.pop("name", None)
     if tool_calls is not None:
@@ -294,7 +303,7 @@ def message_from_event(rec: Recorded, ev: MessageAdded) -> Message:
             original["name"] = ev.name
         return Message(
             role=ev.role,
-            content=ev.content,
+            content=ev.content or "",
             tool_calls=calls,
             tool_call_id=ev.tool_call_id,
             answers=(ev.tool_call_id,) if ev.role == "tool" and ev.tool_call_id else (),
@@ -411,6 +420,19 @@ def fold_history(events: Sequence[Recorded]) -> SessionView:
     if not withdrawn:
         return fold_view(events)
     return fold_view(r for r in events if not (isinstance(r.event, SummaryAdded) and r.seq in withdrawn))
+
+
+def standing_summary(events: Iterable[Recorded]) -> Summary | None:
+    """The newest summary that stands after a session's whole stream (pure): not withdrawn, not cleared."""
+    events = list(events)
+    withdrawn = {r.event.seq for r in events if isinstance(r.event, SummaryWithdrawn)}
+    standing: Summary | None = None
+    for rec in events:
+        if isinstance(rec.event, SummaryAdded) and rec.seq not in withdrawn:
+            standing = summary_from_event(rec, rec.event)
+        elif isinstance(rec.event, MessagesCleared):
+            standing = None
+    return standing
 
 
 def withdraws(events: Iterable[Recorded]) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from tether._streams import Stream
 from tether.conversation._incremental import VIEW_SCHEMA, Head, IncrementalView
 from tether.conversation.messages import (
     Message,
+    MessageAdded,
     MessageRemoved,
     MessagesCleared,
     SessionClosed,
@@ -34,11 +36,12 @@ from tether.conversation.messages import (
     SummaryAdded,
     SummaryWithdrawn,
     list_messages,
+    standing_summary,
     summary_from_event,
     to_event,
 )
 from tether.conversation.shapes import FORMATS
-from tether.conversation.window import TokenCounter, Window, default_counter, turns
+from tether.conversation.window import TokenCounter, Window, as_compacted, default_counter, turns
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, _ts
 from tether.log import TaskLog
@@ -147,6 +150,11 @@ class Session:
         if compact_when_tokens_over is not None and summarizer is None:
             raise InvalidInputError("compact_when_tokens_over= needs a summarizer= to compact with")
         self._end = IncrementalView(self._stream, log.snapshots.every)
+        # One Session object may serve several threads at once (each with an event loop of its own,
+        # as the Agents SDK's Runner.run_sync makes): the view is read and folded under this lock,
+        # so each event is folded once, in order. Another writer's events (another object, another
+        # process) are found by the next refresh and fold the same way.
+        self._lock = threading.RLock()
         # An existing session opens with two reads (its head snapshot, the events after it); a
         # new one is created first (and if another process creates it at the same moment, fine).
         if not self._end.load():
@@ -162,13 +170,15 @@ class Session:
 
         Its cost grows with the messages after the summary; ``window()`` and ``add()`` do not need it.
         """
-        self._end.refresh()
-        return self._end.view()
+        with self._lock:
+            self._end.refresh()
+            return self._end.view()
 
     @property
     def closed(self) -> bool:
-        self._end.refresh()
-        return self._end.head.closed
+        with self._lock:
+            self._end.refresh()
+            return self._end.head.closed
 
     def messages(self, since: int | None = None, limit: int | None = None) -> list[Message]:
         """Every message still in the session (summaries never remove any), oldest first, each with
@@ -179,6 +189,16 @@ class Session:
         shown = list_messages(self._stream.read(after=0))
         result = [m for seq, m in sorted(shown.items()) if since is None or seq > since]
         return result[:limit] if limit is not None else result
+
+    def compacted(self) -> list[Message]:
+        """Every message still in the session as compaction leaves it, oldest first: the messages the
+        newest summary folded are replaced by that summary (one system message, in the place of the
+        first of them); every other message is as it was added, in its place. Without a summary, the
+        same as :meth:`messages`. Reads the session's whole stream, once.
+        """
+        records = self._stream.read(after=0)
+        shown = list_messages(records)
+        return as_compacted([shown[seq] for seq in sorted(shown)], standing_summary(records))
 
     def summaries(self) -> list[Summary]:
         """Every summary that stands (not withdrawn by :meth:`undo_compaction`), oldest first."""
@@ -196,8 +216,9 @@ class Session:
         without the assistant message that called it."""
         if max_tokens < 1 or keep_last < 0:
             raise InvalidInputError(f"max_tokens must be >= 1 and keep_last >= 0, got {max_tokens}, {keep_last}")
-        self._end.refresh()
-        return self._end.window(max_tokens, keep_last, counter or self._counter or default_counter())
+        with self._lock:
+            self._end.refresh()
+            return self._end.window(max_tokens, keep_last, counter or self._counter or default_counter())
 
     # -- writing ----------------------------------------------------------------------
     def add(
@@ -210,13 +231,14 @@ class Session:
         ``"openai_responses"``, ``"anthropic"``, ``"tether"``); keywords are metadata.
         ``add(role, content, **fields)`` is the short form: ``tool_calls=[{"id", "name", "arguments"}]``
         on an assistant message, ``tool_call_id=`` on a tool result, ``name=``; any other keyword is
-        JSON metadata.
+        JSON metadata. ``content`` is required: only an assistant message with ``tool_calls`` may
+        have ``None`` (it is stored as ``None``); any other message without content is refused.
         """
         if isinstance(message, dict):
             if content is not None:
                 raise InvalidInputError("add(message_dict) takes no content argument: the dict is the message")
             return self._add([message], format, meta)[0]
-        return self._add([{"role": message, "content": "" if content is None else content, **meta}], format, {})[0]
+        return self._add([{"role": message, "content": content, **meta}], format, {})[0]
 
     def add_many(
         self, messages: Sequence[dict[str, Any]], *, format: str | None = None, expected_version: int | None = None
@@ -231,8 +253,9 @@ class Session:
     @property
     def version(self) -> int:
         """The version of the session's record now (it moves with every write of any writer)."""
-        self._end.refresh()
-        return self._end.head.version
+        with self._lock:
+            self._end.refresh()
+            return self._end.head.version
 
     def _add(
         self,
@@ -258,45 +281,51 @@ class Session:
                 raise InvalidInputError(f"message metadata must be JSON: {exc}") from None
         if not events:
             return []
+        added = self._append_messages(events, expected_version)
+        self._maybe_compact()
+        return added
+
+    def _append_messages(self, events: list[MessageAdded], expected_version: int | None) -> list[Message]:
         end = self._end
-        for _ in range(100):  # another process may append at the same moment: both land, in some order
-            end.refresh()
-            if end.head.closed:
-                raise InvalidInputError(f"session {self.id!r} is closed")
-            version = end.head.version
-            if expected_version is not None and version != expected_version:
-                raise ConflictError(self.id, expected=expected_version, actual=version)
-            now = time.time()  # the stored time, so the cached view's messages equal the stored ones
-            try:
-                self._stream.append(events, version, at=now)
-            except ConflictError:
-                if expected_version is not None:
-                    raise
-                continue
-            added = end.fold([Recorded(version + i, now, e) for i, e in enumerate(events, 1)])
-            end.maybe_snapshot()
-            self._maybe_compact()
-            return added
-        raise ConflictError(self.id, expected=end.head.version, actual=None)
+        with self._lock:  # this object's threads append one at a time: none folds another's append
+            for _ in range(100):  # another writer may append at the same moment: both land, in some order
+                end.refresh()
+                if end.head.closed:
+                    raise InvalidInputError(f"session {self.id!r} is closed")
+                version = end.head.version
+                if expected_version is not None and version != expected_version:
+                    raise ConflictError(self.id, expected=expected_version, actual=version)
+                now = time.time()  # the stored time, so the cached view's messages equal the stored ones
+                try:
+                    self._stream.append(events, version, at=now)
+                except ConflictError:
+                    if expected_version is not None:
+                        raise
+                    continue
+                added = end.fold([Recorded(version + i, now, e) for i, e in enumerate(events, 1)])
+                end.maybe_snapshot()
+                return added
+            raise ConflictError(self.id, expected=end.head.version, actual=None)
 
     def pop(self) -> Message | None:
         """Remove the last message (undo); it no longer shows in ``messages()`` or windows."""
-        for _ in range(100):
-            self._end.refresh()
-            last = self._end.last()
-            if self._end.head.summary is not None and not self._end.tail:
-                # Every recent message is one a summary covers: the newest still in the session is
-                # among those (they stay, summaries never remove any), which the view does not hold.
-                shown = self.messages()
-                last = shown[-1] if shown else None
-            if last is None:
-                return None
-            try:
-                self._stream.append([MessageRemoved(seq=last.seq)], self._end.head.version)
-            except ConflictError:
-                continue
-            return last
-        raise ConflictError(self.id, expected=self._end.head.version, actual=None)
+        with self._lock:
+            for _ in range(100):
+                self._end.refresh()
+                last = self._end.last()
+                if self._end.head.summary is not None and not self._end.tail:
+                    # Every recent message is one a summary covers: the newest still in the session is
+                    # among those (they stay, summaries never remove any), which the view does not hold.
+                    shown = self.messages()
+                    last = shown[-1] if shown else None
+                if last is None:
+                    return None
+                try:
+                    self._stream.append([MessageRemoved(seq=last.seq)], self._end.head.version)
+                except ConflictError:
+                    continue
+                return last
+            raise ConflictError(self.id, expected=self._end.head.version, actual=None)
 
     def clear(self) -> None:
         """Hide every message (and summary) so far; the session goes on, empty."""
@@ -313,49 +342,56 @@ class Session:
         summarize = summarizer or self._summarizer or extractive_summarizer
         for _ in range(100):
             view = self.view()
+            # Summarized outside the lock (an LLM may take seconds): the append below lands only at
+            # the version summarized, so a write that came in between makes it summarize again.
             summary = summary_of(view, summarize, keep_last)
             if summary is None:
                 return None
-            try:
-                self._stream.append([summary], view.version)
-            except ConflictError:
-                continue
-            self._end.refresh()
-            self._end.snapshot()
-            return self._end.head.summary
-        raise ConflictError(self.id, expected=self._end.head.version, actual=None)
+            with self._lock:
+                try:
+                    self._stream.append([summary], view.version)
+                except ConflictError:
+                    continue
+                self._end.refresh()
+                self._end.snapshot()
+                return self._end.head.summary
+        raise ConflictError(self.id, expected=self.version, actual=None)
 
     def undo_compaction(self) -> Summary | None:
         """Withdraw the newest summary: the messages it covered (never deleted) are in the window
         again, and the summary before it, if any, stands again. Returns the withdrawn summary, or
         ``None`` when there is none. The summary itself stays in the stream, marked withdrawn."""
-        for _ in range(100):
-            view = self.view()
-            if view.summary is None:
-                return None
-            try:
-                self._stream.append([SummaryWithdrawn(seq=view.summary.seq)], view.version)
-            except ConflictError:
-                continue
-            write_view_snapshot(self._log, self._stream.id, self.view())  # later loads start from here
-            return view.summary
-        raise ConflictError(self.id, expected=self.view().version, actual=None)
+        with self._lock:
+            for _ in range(100):
+                view = self.view()
+                if view.summary is None:
+                    return None
+                try:
+                    self._stream.append([SummaryWithdrawn(seq=view.summary.seq)], view.version)
+                except ConflictError:
+                    continue
+                write_view_snapshot(self._log, self._stream.id, self.view())  # later loads start from here
+                return view.summary
+            raise ConflictError(self.id, expected=self.view().version, actual=None)
 
     def _maybe_compact(self) -> None:
         if self._compact_over is None:
             return
-        if self._end.recent_tokens(self._counter or default_counter()) > self._compact_over:
+        with self._lock:
+            heavy = self._end.recent_tokens(self._counter or default_counter()) > self._compact_over
+        if heavy:
             self.compact()
 
     def _retry(self, make: Callable[[], list[Event]], status: str | None = None) -> None:
-        for _ in range(100):
-            self._end.refresh()
-            try:
-                self._stream.append(make(), self._end.head.version, status=status)
-                return
-            except ConflictError:
-                continue
-        raise ConflictError(self.id, expected=self._end.head.version, actual=None)
+        with self._lock:
+            for _ in range(100):
+                self._end.refresh()
+                try:
+                    self._stream.append(make(), self._end.head.version, status=status)
+                    return
+                except ConflictError:
+                    continue
+            raise ConflictError(self.id, expected=self._end.head.version, actual=None)
 
 
 def open_session(

@@ -99,9 +99,10 @@ def detect(message: dict[str, Any]) -> Format:
     openai_calls = isinstance(calls, list) and any(
         isinstance(c, dict) and {"function", "type"} & c.keys() for c in calls
     )
+    tether_calls = isinstance(calls, list) and bool(calls) and not openai_calls  # {"id", "name", "arguments"}
     if (
         openai_calls
-        or (content is None and message.get("role") == "assistant")
+        or (content is None and message.get("role") == "assistant" and calls is not None and not tether_calls)
         or message.get("role") in ("developer", "function")
         or {"refusal", "audio", "function_call"} & message.keys()
     ):
@@ -253,8 +254,16 @@ def _read_openai(message: dict[str, Any]) -> Shape:
         parts.append(text(content, "OpenAI Chat text", plain=True))
     elif isinstance(content, list):
         parts += [_chat_part(p, role, f"content[{i}]") for i, p in enumerate(content)]
-    elif content is not None or role != "assistant":
+    elif content is not None:
         raise _bad(f"content is {type(content).__name__}", "a string or a list of content parts")
+    elif role != "assistant" or not ({"tool_calls", "refusal", "audio"} & {k for k, v in message.items() if v}):
+        # The API's rule: only an assistant message that calls tools (or refuses, or answers with
+        # audio) may have no content.
+        raise _bad(
+            f"content of an OpenAI Chat {role} message is {'missing' if 'content' not in message else 'None'}",
+            "a string or a list of content parts (content may be None only in an assistant message with "
+            "tool_calls, a refusal or audio)",
+        )
     name = message.get("name")
     if name is not None:
         _str(name, "name")

@@ -27,9 +27,11 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "Window",
+    "as_compacted",
     "build_window",
     "default_counter",
     "message_tokens",
+    "summary_message",
     "turns",
     "window_over",
 ]
@@ -177,6 +179,35 @@ class Window:
         return render.to_anthropic(self.messages)
 
 
+def summary_message(summary: Summary) -> Message:
+    """The system message a summary goes to a model as (in windows, and in ``Session.compacted()``)."""
+    content = f"Summary of the earlier conversation:\n{summary.text}"
+    return Message(
+        seq=summary.seq, role="system", at=summary.at, content=content, original={"role": "system", "content": content}
+    )
+
+
+def as_compacted(shown: Sequence[Message], summary: Summary | None) -> list[Message]:
+    """The conversation as compaction leaves it (pure): ``shown`` (every message still in the session,
+    oldest first) with the messages ``summary`` folded replaced by it, in the place of the first of
+    them. System messages are never folded and keep their places; messages after the summary's
+    range are as they were added."""
+    if summary is None:
+        return list(shown)
+    out: list[Message] = []
+    placed = False
+    for m in shown:
+        folded = m.role != "system" and m.seq <= summary.covers_to
+        if not placed and (folded or m.seq > summary.covers_to):
+            out.append(summary_message(summary))
+            placed = True
+        if not folded:
+            out.append(m)
+    if not placed:
+        out.append(summary_message(summary))
+    return out
+
+
 def build_window(view: SessionView, max_tokens: int, keep_last: int, counter: TokenCounter) -> Window:
     """The window over ``view`` (pure): system messages, the summary, then the newest turns that fit.
 
@@ -213,11 +244,7 @@ def window_over(
     costs = {} if costs is None else costs
     fixed = list(system)
     if summary is not None:
-        content = f"Summary of the earlier conversation:\n{summary.text}"
-        fixed.append(
-            Message(seq=summary.seq, role="system", at=summary.at, content=content,
-                    original={"role": "system", "content": content})
-        )
+        fixed.append(summary_message(summary))
     budget = max_tokens - sum(message_tokens(m, counter) for m in fixed)
     want = max(keep_last, 1)
     span = _FIRST_SPAN

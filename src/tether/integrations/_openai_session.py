@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 try:
-    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
         "tether.integrations.openai_agents needs the OpenAI Agents SDK: pip install 'tether[openai-agents]'"
     ) from exc
 
 from tether.conversation import EstimateCounter, Message, Session, Summarizer, Summary
+from tether.conversation.render import to_openai_responses
 from tether.errors import InvalidInputError, TetherError
 
 if TYPE_CHECKING:
@@ -23,20 +24,27 @@ if TYPE_CHECKING:
 
 __all__ = ["TetherSession"]
 
-_EVERYTHING = 2**62  # a window with room for every message: the session's items since its newest summary
-_COUNTER = EstimateCounter()  # the session only needs the items, not an exact token count
-
+_EVERYTHING = 2**62  # a window with room for every message: the weight of the items since the newest summary
+_COUNTER = EstimateCounter()  # the threshold of automatic compaction needs a weight, not an exact count
 
 
 class TetherSession:
     """The Agents SDK's ``Session`` on a tether session: ``Runner.run(agent, input, session=...)``.
 
-    Items are stored verbatim (OpenAI Responses items) and come back identical. ``add_items`` is
-    atomic (a batch stays contiguous whatever else is appended at the same time); ``pop_item``
-    removes one item once (two concurrent pops never return the same item); everything is
-    committed before the call returns. ``run_compaction`` folds older turns into a tether summary:
-    ``get_items`` then returns the summary and the items after it; the originals stay stored and
-    listable (``app.session(id).messages()``), and ``undo_compaction`` brings them back.
+    ``get_items`` returns the items as they were added, in order, verbatim (OpenAI Responses
+    items); ``get_items(limit=n)`` the newest ``n`` of them, oldest first. ``add_items`` is atomic
+    (a batch stays contiguous whatever else is appended at the same time); ``pop_item`` removes
+    the newest item and returns it, once (two concurrent pops never return the same item);
+    ``clear_session`` empties the session. Everything is committed before the call returns. One
+    object may be used by several threads, each with an event loop of its own (as
+    ``Runner.run_sync`` runs), and by several processes on one database at once.
+
+    ``run_compaction`` is the SDK's compaction hook (``OpenAIResponsesCompactionAwareSession``):
+    it compacts the stored history in place, and ``get_items`` then returns the compacted history
+    (a tether summary in the place of the items it folded, then the items after them as they were
+    added). The summary is made by ``summarizer`` (an LLM of yours, or tether's extractive one),
+    not by OpenAI's ``responses.compact``. The originals stay stored and listable
+    (``app.session(id).messages()``), and ``undo_compaction`` brings them back.
 
     Outside a task, open it on an app: ``TetherSession("support-42", app)``. Inside a task, use
     ``TetherSession.in_task(ctx)``: the task's own conversation (``ctx.session``), whose reads and
@@ -63,13 +71,13 @@ class TetherSession:
         app: App,
         *,
         user_id: str | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         summarizer: Summarizer | None = None,
         keep_last: int = 6,
         compact_when_tokens_over: int | None = None,
     ) -> None:
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings = _settings(session_settings)
         self._conversation: Session | TaskSession = app.session(session_id, user_id=user_id)
         self._summarizer = summarizer
         self._keep_last = keep_last
@@ -80,7 +88,7 @@ class TetherSession:
         cls,
         ctx: AsyncTaskContext,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         summarizer: Summarizer | None = None,
         keep_last: int = 6,
         compact_when_tokens_over: int | None = None,
@@ -91,7 +99,7 @@ class TetherSession:
         self = cls.__new__(cls)
         self._conversation = ctx.session
         self.session_id = ctx.session.id
-        self.session_settings = session_settings
+        self.session_settings = _settings(session_settings)
         self._summarizer = summarizer
         self._keep_last = keep_last
         self._compact_over = compact_when_tokens_over
@@ -103,42 +111,47 @@ class TetherSession:
         return self._conversation
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The conversation (the newest summary, then the items after it), oldest first; with
-        ``limit`` (or ``session_settings.limit``), the newest ``limit`` of them."""
+        """The items as they were added (as the newest compaction left them), oldest first, verbatim;
+        with ``limit`` (or ``session_settings.limit``), the newest ``limit`` of them, oldest first."""
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None and (type(limit) is not int or limit < 0):
             raise InvalidInputError(f"limit must be None or an int >= 0, got {limit!r}")
-        window = self._conversation.window(_EVERYTHING, keep_last=0, counter=_COUNTER)
-        items: list[Any] = window.to_openai_responses()
-        if limit is not None:
-            items = items[len(items) - limit :] if limit else []
-        return items
+        if limit == 0:
+            return []
+        items: list[Any] = to_openai_responses(self._conversation.compacted())
+        return items[-limit:] if limit is not None else items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append ``items`` atomically, in order, verbatim."""
         batch = [dict(item) for item in items]
         if not batch:
             return
-        if isinstance(self._conversation, Session):
-            self._conversation.add_many(batch, format="openai_responses")
-        else:
-            self._conversation.add_many(batch)  # a task's appends: recorded, exactly once
+        # Inside a task (ctx.session), the append is recorded: exactly once however often it resumes.
+        self._conversation.add_many(batch, format="openai_responses")
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item; ``None`` when the session is empty."""
+        """Remove the newest item and return it; ``None`` when the session is empty."""
         removed: Message | None = self._outside_task("pop_item").pop()
-        return removed.original if removed is not None else None  # type: ignore[return-value]
+        if removed is None:
+            return None
+        # An item added through the SDK comes back verbatim; a message added through another API
+        # as its Responses form (its last item, when it makes several: they are removed together).
+        item: Any = to_openai_responses([removed])[-1]
+        return item  # type: ignore[no-any-return]
 
     async def clear_session(self) -> None:
         """Hide every item so far (they stay stored, as tether never deletes a message)."""
         self._outside_task("clear_session").clear()
 
     async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
-        """Fold the turns before the last ``keep_last`` into a tether summary.
+        """The SDK's compaction hook: compact the stored history in place (see the class docstring).
 
-        The SDK calls this after each turn; tether compacts when ``args["force"]`` is set or the
+        The SDK calls it after each turn. tether compacts when ``args["force"]`` is set, or when the
         items since the newest summary weigh more than ``compact_when_tokens_over`` tokens (never,
-        when that is ``None``). The originals stay stored: :meth:`undo_compaction` undoes it.
+        when that is ``None``): the turns before the last ``keep_last`` are folded into one summary,
+        which ``get_items`` returns in their place. ``response_id``, ``compaction_mode`` and
+        ``store`` are about OpenAI's server-side compaction, which this does not use, and are ignored.
+        The originals stay stored: :meth:`undo_compaction` undoes it.
         """
         force = bool((args or {}).get("force"))
         if not force:
@@ -154,9 +167,9 @@ class TetherSession:
         return self._conversation.compact(self._summarizer, keep_last=self._keep_last)
 
     def undo_compaction(self) -> Summary | None:
-        """Undo the newest compaction: ``get_items`` returns the items it covered again (they were
-        never deleted), after the summary before it if there was one. The withdrawn summary, or
-        ``None`` when the session has none."""
+        """Undo the newest compaction: ``get_items`` returns the items it folded again, in their
+        places (they were never deleted), with the summary before it if there was one. The withdrawn
+        summary, or ``None`` when the session has none."""
         return self._outside_task("undo_compaction").undo_compaction()
 
     def _outside_task(self, operation: str) -> Session:
@@ -166,3 +179,8 @@ class TetherSession:
                 "could not undo it once. Open TetherSession(session_id, app) outside the task to do it"
             )
         return self._conversation
+
+
+def _settings(settings: SessionSettings | dict[str, Any] | None) -> SessionSettings:
+    """The session's settings, as the SDK's own sessions take them (a ``SessionSettings`` or its dict)."""
+    return coerce_session_settings(settings) if settings is not None else SessionSettings()

@@ -40,6 +40,7 @@ from tether.conversation import (
     Summary,
     TokenCounter,
     Window,
+    as_compacted,
     build_window,
     default_counter,
     extractive_summarizer,
@@ -113,6 +114,11 @@ class TaskSession:
         self._read()
         return [self._shown[seq] for seq in sorted(self._shown)]
 
+    def compacted(self) -> list[Message]:
+        """The conversation as compaction leaves it (see :meth:`tether.Session.compacted`), as a recorded read."""
+        self._read()
+        return as_compacted([self._shown[seq] for seq in sorted(self._shown)], self._view.summary)
+
     def window(self, max_tokens: int, keep_last: int = 6, counter: TokenCounter | None = None) -> Window:
         """What goes into the next model call (see :meth:`tether.Session.window`), as a recorded read."""
         if type(max_tokens) is not int or max_tokens < 1 or type(keep_last) is not int or keep_last < 0:
@@ -134,13 +140,22 @@ class TaskSession:
             if content is not None or meta:
                 raise InvalidInputError("add(message_dict) takes no content or keywords; put them in the dict")
             return self.add_many([message])[0]
-        return self.add_many([{"role": message, "content": "" if content is None else content, **meta}])[0]
+        return self.add_many([{"role": message, "content": content, **meta}])[0]
 
-    def add_many(self, messages: Sequence[dict[str, Any]]) -> list[Message]:
-        """Append several messages at once, in order, exactly once however often the task is resumed."""
+    def add_many(self, messages: Sequence[dict[str, Any]], *, format: str | None = None) -> list[Message]:
+        """Append several messages at once, in order, exactly once however often the task is resumed.
+
+        ``format`` names the messages' shape, as in :meth:`tether.Session.add_many` (detected when ``None``).
+        """
         if isinstance(messages, dict | str) or not isinstance(messages, Sequence):
             raise InvalidInputError(f"add_many() takes a list of messages, got {type(messages).__name__}")
-        events = [to_event(m) for m in messages]  # checked before anything is written
+        events = []  # every message checked before anything is written
+        for i, message in enumerate(messages):
+            try:
+                events.append(to_event(message, format))
+            except InvalidInputError as exc:
+                where = f"messages[{i}]: " if len(messages) > 1 else ""
+                raise InvalidInputError(f"{where}{exc}") from None
         if not events:
             return []
         first, last = self._write(events, [e.role for e in events])
