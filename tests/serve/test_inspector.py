@@ -173,3 +173,57 @@ def test_a_call_in_doubt_is_settled_from_the_inbox(page: Any, served: Served) ->
     assert served.app.history("co")[-1].summary.endswith(" by alice")
     work(served.app)
     assert served.app.state("co").output == {"charge": "ch_by_hand"} and len(effects) == 1
+
+
+@pytest.mark.timeout(180)
+def test_odd_ids_are_linked_encoded_and_shown_visibly_by_the_script(page: Any, served: Served) -> None:
+    """The live list's rows, the fork tree and the timeline are made by the script: its links and API
+    calls carry an id as one encoded segment, and its text shows invisible characters."""
+    from playwright.sync_api import expect
+
+    odd = "X?y/z#1"
+    spoof = "pay\u202eevil.exe"
+    for task_id in (odd, spoof, ".."):
+        served.app.start("trip", city="Porto", task_id=task_id)
+    with LiveServer(served.asgi) as live:
+        page.goto(f"{live.base}/login")
+        page.fill("input[name=key]", served.key)
+        page.click("form.login button")
+        expect(page.locator("#tasks tbody tr")).to_have_count(6)
+        _until_the_list_is_live(page, served)
+        work(served.app)  # the three change: the script replaces their rows
+        for task_id, href in (
+            (odd, "/tasks/X%3Fy%2Fz%231"),
+            (spoof, "/tasks/pay%E2%80%AEevil.exe"),
+            ("..", "/tasks/%00.."),
+        ):
+            row = page.locator(f'tr.flash[data-task="{task_id}"]')  # made by the script
+            expect(row.locator("td.status")).to_have_text("awaiting_input", timeout=20_000)
+            assert row.locator("a").get_attribute("href") == href
+        expect(page.locator(f'tr[data-task="{spoof}"] a')).to_have_text("pay\\u202eevil.exe")
+
+        for task_id in (odd, ".."):
+            page.click(f'tr[data-task="{task_id}"] a')
+            expect(page.locator("#task h1")).to_have_text(task_id)
+            expect(page.locator("#tree b")).to_have_text(task_id)  # the script's API call found the task
+            page.click('#timeline li[data-seq="2"]')
+            expect(page.locator("#state")).to_contain_text('"version": 2')
+            page.go_back()
+        page.goto(f"{live.base}/tasks/pay%E2%80%AEevil.exe")
+        expect(page.locator("#task h1")).to_have_text("pay\\u202eevil.exe")
+        expect(page.locator("#tree b")).to_have_text("pay\\u202eevil.exe")
+
+
+def _until_the_list_is_live(page: Any, served: Served) -> None:
+    """Start tasks until one appears in the list without a reload: its stream is connected (a change
+    made before it connected is in the page already, or in its first look, and never announced)."""
+    from playwright.sync_api import Error
+
+    for attempt in range(20):
+        task_id = served.app.start("trip", city="Oslo", task_id=f"sentinel-{attempt}").task_id
+        try:
+            page.locator(f'tr.flash[data-task="{task_id}"]').wait_for(timeout=2_000)
+            return
+        except Error:
+            continue
+    raise AssertionError("the task list never went live")
