@@ -100,7 +100,7 @@ def _cost(url: str) -> int:
 def test_it_costs_the_same_beside_many_tasks_no_claim_takes(url: str) -> None:
     store = open_store(url)
     for i in range(5):
-        _task(store, f"held-{i}", f"here:{i}:w")
+        _task(store, f"held-{i}", f"here:{i}:w", expires=3600)  # alive however long the rows take to make
     _add(store, 0, 10)
     if not url.startswith("sqlite"):
         _analyze(url)
