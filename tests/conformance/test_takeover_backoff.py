@@ -80,12 +80,13 @@ def test_idle_exit_runs_the_others_and_leaves_a_task_it_cannot_run(store: Store,
     for n in range(3):
         maker.start("plain", n, task_id=f"plain-{n}")
     worker = Worker(app, idle_exit=True, poll=0.05)
+    worker.backoff = 30.0  # still held aside when the listing below reads it, however slow the machine
     took = _run(worker, 20)
     assert took < 15, f"the worker did not exit when only a task it cannot run was left ({took:.1f}s)"
     assert [app.get(f"plain-{n}").output for n in range(3)] == [0, 1, 2]
     attempts = stops.of("ghost")
-    assert 1 <= len(attempts) <= 3, f"{len(attempts)} attempts at a task no run can go on with"
-    assert "not claimed again for 1s" in attempts[0] and "'ghost' is not a task of this app" in attempts[0]
+    assert len(attempts) == 1, f"{len(attempts)} attempts at a task no run can go on with"
+    assert "not claimed again for 30s" in attempts[0] and "'ghost' is not a task of this app" in attempts[0]
     assert worker.runs == 3 + len(attempts)
     # Held aside, not lost: the listing says so, and its own code's app runs it at once (a person's
     # resume is not refused by a backoff, which holds no run).
