@@ -328,6 +328,8 @@ def test_the_branch_a_rewind_sets_aside_is_never_run_again(store_url: str) -> No
 def test_a_database_whose_set_aside_branches_are_claimable_migrates(store_url: str) -> None:
     """A branch set aside before they were made inert (its row waiting, due): opening the database
     makes it inert, and leaves a task that really waits as it is."""
+    from tether.store._sql import ARCHIVED_INERT
+
     app = tether.App(store_url, inline_wait=0)
     waits = _waits_then_sends(app, [])
     app.run(waits, task_id="p")
@@ -338,25 +340,28 @@ def test_a_database_whose_set_aside_branches_are_claimable_migrates(store_url: s
     if store_url.startswith("sqlite:///"):
         import sqlite3
 
-        from tether.store._sqlite_schema import SCHEMA_VERSION
+        from tether.store._sqlite_schema import MIGRATIONS
 
         conn = sqlite3.connect(store_url.removeprefix("sqlite:///"))
         conn.execute(old)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+        conn.execute("ALTER TABLE tasks DROP COLUMN parked")  # as a database of that version has it
+        conn.execute(f"PRAGMA user_version = {MIGRATIONS.index(ARCHIVED_INERT + ';')}")
         conn.commit()
         conn.close()
     else:
         import psycopg
         from psycopg import sql
 
-        from tether.store._postgres_schema import SCHEMA_VERSION
+        from tether.store._postgres_schema import MIGRATIONS
 
         base, _, query = store_url.partition("?")
         schema = dict(part.split("=") for part in query.split("&"))["schema"]
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
             conn.execute(old)
-            conn.execute("UPDATE tether_meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION - 1),))
+            conn.execute("ALTER TABLE tasks DROP COLUMN parked")
+            before = MIGRATIONS.index(ARCHIVED_INERT + ";")
+            conn.execute("UPDATE tether_meta SET value = %s WHERE key = 'schema_version'", (str(before),))
     reopened = tether.App(store_url)
     row = reopened.store.get_task(reopened.tenant, "p~1")
     assert row is not None and row.status == "cancelled" and row.wake_at is None

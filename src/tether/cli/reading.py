@@ -92,6 +92,8 @@ def tasks(
             waits = f"call #{doubt} in doubt: see tether show"
         if r.wakes_at is not None:
             waits += (" until " if waits else "wakes ") + r.wakes_at.strftime("%Y-%m-%d %H:%M:%S")
+        if r.parked is not None:
+            waits = f"[red]parked[/] (no worker runs it): {escape(_short(r.parked, 80))}; see tether show"
         table.add_row(_shown_id(r.task_id, wide), r.type, _status(r.status.value), r.position, waits, r.held_by or "")
     out = _console()
     if not sys.stdout.isatty():
@@ -127,6 +129,12 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
     out = _console()
     out.print(f"[bold]{state.task_id}[/]  {state.type}  {_status(state.status.value)}  v{state.version}")
     out.print(f"position: {state.position}")
+    parked = app.get(state.task_id).parked
+    if parked is not None:
+        out.print(
+            f"[red]parked[/]: no worker runs it until someone acts on it: {escape(parked)}\n"
+            f"  fix the code, then: tether resume {state.task_id} --app MODULE:APP (or retry, cancel, or answer it)"
+        )
     if state.session_id is not None:
         upto = f" (up to message {state.session_version})" if state.session_version else ""
         out.print(f"conversation: {state.session_id}{upto}")

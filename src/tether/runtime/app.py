@@ -11,6 +11,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
@@ -388,9 +389,11 @@ class App(TimeTravel, Conversations):
         row = self.log.get(task_id)
         head = read_head(row)
         if head is None:  # written before tether kept heads, and not appended to since
-            return TaskHandle.of(self.log.load(task_id))
+            return replace(TaskHandle.of(self.log.load(task_id)), parked=row.parked)
         load = functools.partial(self.log.load, task_id)
-        return TaskHandle(task_id, head.status, head.output, head.failure, head.position, head.waiting, _load=load)
+        return TaskHandle(
+            task_id, head.status, head.output, head.failure, head.position, head.waiting, _load=load, parked=row.parked
+        )
 
     def state(
         self,
@@ -519,6 +522,7 @@ class App(TimeTravel, Conversations):
                     user_id=row.user_id,
                     version=row.version,
                     updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
+                    parked=row.parked,
                 )
             )
         return summaries

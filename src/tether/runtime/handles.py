@@ -44,6 +44,9 @@ class TaskHandle:
     waiting: Waiting | None
     _state: TaskState | None = field(default=None, repr=False, compare=False)
     _load: Callable[[], TaskState] | None = field(default=None, repr=False, compare=False)
+    parked: str | None = None
+    """Why no worker runs the task until someone acts on it (a divergence, a record that cannot be
+    read), from :meth:`App.get`; ``None`` when nothing stops it."""
 
     @classmethod
     def of(cls, state: TaskState) -> TaskHandle:
@@ -169,6 +172,8 @@ class TaskSummary:
     user_id: str | None
     version: int
     updated_at: datetime
+    parked: str | None = None
+    """Why no worker runs it until someone acts on it (see :attr:`TaskHandle.parked`)."""
 
 
 def check_against_schema(task_id: str, key: str, value: Any, schema: dict[str, Any]) -> None:
@@ -203,6 +208,7 @@ def unreadable_summary(row: TaskRow, held: str | None, exc: TetherError) -> Task
         user_id=row.user_id,
         version=row.version,
         updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
+        parked=row.parked,
     )
 
 

@@ -55,7 +55,7 @@ from tether.timetravel import ReplayReport
 if TYPE_CHECKING:
     from tether.runtime.app import App
 
-__all__ = ["drive_task", "execute", "replay", "retry_event", "run_claimed"]
+__all__ = ["drive_task", "execute", "replay", "retry_event"]
 
 T = TypeVar("T")
 
@@ -303,16 +303,6 @@ def _let_go(app: App, task_id: str, token: int, rec: Recorder | None) -> TaskSta
         except TetherError:
             pass  # the lease runs out by itself; the snapshot is only a cache
     return latest
-
-
-def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
-    """Carry out one run of a task a worker claimed (it holds the lease ``token``)."""
-    try:
-        spec = app.registry.task(app.log.load(task_id).type)
-    except TetherError:
-        app.store.release_lease(app.tenant, task_id, token)
-        raise
-    return drive_task(spec, lambda: execute(app, spec, task_id, token=token), "run", "run_async", interruptible=False)
 
 
 def end_cancelled(rec: Recorder, calls: Calls, reason: str) -> Flow[None]:

@@ -12,8 +12,8 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from tether.errors import LeaseLostError, TaskNotFoundError, TetherError
+from tether.runtime.claimed import run_claimed
 from tether.runtime.leases import backoff_owner, owner_is_dead
-from tether.runtime.run import run_claimed
 
 if TYPE_CHECKING:
     from tether.runtime.app import App
@@ -182,6 +182,8 @@ class Worker:
         now = time.time()
         try:
             row = app.store.get_task(app.tenant, task_id)
+            if row is not None and row.parked is not None:
+                return "; parked: no worker runs it until someone acts on it"  # no lease needed to keep it aside
             due = row.due_at if row is not None else None
             if due is None or due > now + delay:
                 return ""  # finished, parked for a person, or not due before the backoff ends anyway

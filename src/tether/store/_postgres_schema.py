@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from tether.errors import ConfigurationError, SchemaVersionError
-from tether.store._sql import ARCHIVED_INERT, ID_ORDER, SCALE_INDEXES, newer_schema
+from tether.store._sql import ARCHIVED_INERT, ID_ORDER, PARKED_COLUMN, SCALE_INDEXES, newer_schema
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
 
@@ -122,6 +122,8 @@ MIGRATIONS: list[str] = [
     f"CREATE INDEX tasks_by_id ON tasks (tenant, task_id{ID_ORDER});",
     # 6: the branches rewinds set aside are inert: no worker takes one again.
     ARCHIVED_INERT + ";",
+    # 7: a task no run can go on with (a divergence, an unreadable record) is parked, not claimed again.
+    PARKED_COLUMN,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations

@@ -62,6 +62,7 @@ WITH guard AS (
             + (SELECT count(*) FROM ins WHERE type = 'CallCompleted')),
         status = CASE WHEN %(moves)s THEN COALESCE(%(status)s, status) ELSE status END,
         wake_at = CASE WHEN %(moves)s THEN %(wake)s ELSE wake_at END,
+        parked = CASE WHEN %(moves)s THEN NULL ELSE parked END,
         summary = CASE WHEN %(head)s THEN %(summary)s ELSE summary END,
         output = CASE WHEN %(head)s THEN %(output)s ELSE output END
     WHERE id = %(task)s AND EXISTS (SELECT 1 FROM ins)
@@ -142,6 +143,7 @@ WITH p AS (
         version = m.last, updated_at = m.at,
         status = CASE WHEN m.moves THEN COALESCE(m.status, tasks.status) ELSE tasks.status END,
         wake_at = CASE WHEN m.moves THEN m.wake ELSE tasks.wake_at END,
+        parked = CASE WHEN m.moves THEN NULL ELSE tasks.parked END,
         summary = CASE WHEN m.head THEN m.summary ELSE tasks.summary END,
         output = CASE WHEN m.head THEN m.output ELSE tasks.output END
     FROM locked JOIN m ON m.task = locked.id WHERE tasks.id = locked.id

@@ -23,6 +23,7 @@ __all__ = [
     "HEAD_EVERY",
     "ID_ORDER",
     "LISTED",
+    "PARKED_COLUMN",
     "SCALE_INDEXES",
     "TASK_COLUMNS",
     "Statements",
@@ -59,7 +60,7 @@ TASK_COLUMNS = """
     p.task_id, t.parent_seq, t.lease_owner, t.lease_expires, t.lease_token, t.wake_at,
     t.calls_done + (SELECT count(*) FROM events e WHERE e.task = t.id AND e.seq > t.version
                     AND e.type = 'CallCompleted'),
-    t.summary, t.output
+    t.summary, t.output, t.parked
 """
 _FROM_TASKS = "FROM tasks t LEFT JOIN tasks p ON p.id = t.parent"
 
@@ -84,7 +85,7 @@ UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token +
 WHERE id = (
     SELECT id FROM tasks
     WHERE tenant = ? AND {CLAIMABLE} AND {DUE} <= ?
-      AND (lease_owner IS NULL OR lease_expires <= ?) AND {LISTED}
+      AND (lease_owner IS NULL OR lease_expires <= ?) AND {LISTED} AND parked IS NULL
     ORDER BY {DUE}
     LIMIT 1{{lock}}
 )
@@ -114,6 +115,9 @@ def claim_statement(*, lock: str = "") -> str:
 
 FINISHED_SQL = ", ".join(f"'{status}'" for status in sorted(FINISHED))
 """The statuses a task ends in (``store.base.FINISHED``), as an SQL list."""
+
+PARKED_COLUMN = "ALTER TABLE tasks ADD COLUMN parked TEXT;"
+"""The migration that gives a task's row its mark of needing attention (``TaskRow.parked``)."""
 
 ARCHIVED_INERT = (
     "UPDATE tasks SET wake_at = NULL, lease_owner = NULL, lease_expires = NULL, status = 'cancelled' "
@@ -150,7 +154,12 @@ class Statements:
     version_of: str = (
         "SELECT COALESCE((SELECT max(seq) FROM events WHERE task = ?), (SELECT version FROM tasks WHERE id = ?))"
     )
-    move_task: str = "UPDATE tasks SET status = COALESCE(?, status), wake_at = ? WHERE id = ?"
+    move_task: str = "UPDATE tasks SET status = COALESCE(?, status), wake_at = ?, parked = NULL WHERE id = ?"
+    # Parked only at the version the run that could not go on saw: a task that moved on meanwhile is not.
+    park: str = (
+        "UPDATE tasks SET parked = ? WHERE tenant = ? AND task_id = ? "
+        "AND COALESCE((SELECT max(seq) FROM events e WHERE e.task = tasks.id), version) = ?"
+    )
     # The row brought up to the stream's event ``seq`` at ``at``, committed calls counted on from the
     # row's version (see HEAD_EVERY); parameters (seq, seq, at, id, seq).
     settle_row: str = (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 from tether.errors import ConfigurationError, SchemaVersionError
-from tether.store._sql import ARCHIVED_INERT, SCALE_INDEXES, newer_schema
+from tether.store._sql import ARCHIVED_INERT, PARKED_COLUMN, SCALE_INDEXES, newer_schema
 from tether.store._sqlite_files import rollback
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
@@ -106,6 +106,8 @@ MIGRATIONS: list[str] = [
     SCALE_INDEXES,
     # 5: the branches rewinds set aside are inert: no worker takes one again.
     ARCHIVED_INERT + ";",
+    # 6: a task no run can go on with (a divergence, an unreadable record) is parked, not claimed again.
+    PARKED_COLUMN,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

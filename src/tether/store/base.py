@@ -119,6 +119,9 @@ class TaskRow:
     calls_done: int = 0
     summary: str | None = None
     output: str | None = None
+    parked: str | None = None
+    """Why no worker runs the task until someone acts on it (``"NonDeterminismError: ..."``), or
+    ``None``: set by :meth:`Store.park`, cleared by the next append that moves its status or wake-up."""
 
     @property
     def head(self) -> TaskHead | None:
@@ -409,6 +412,13 @@ class Store(Protocol):
         with its host's prefix to take over at once what a dead process on its host held. It reads
         no task that is not due, or finished.
         """
+        ...
+
+    def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:
+        """Mark the task as needing attention, with ``reason``, if it is still at ``version``: no claim
+        takes it until an append moves its status or wake-up (an answer, a cancel, a retry, a run that
+        goes on), which clears the mark. Writes no event. ``False`` (nothing changed) if the task moved
+        on meanwhile or does not exist."""
         ...
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:

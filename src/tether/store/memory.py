@@ -46,6 +46,7 @@ def _moved(row: TaskRow, events: Sequence[EventRow], index: IndexUpdate | None) 
         if index.moves:
             changes["status"] = index.status if index.status is not None else row.status
             changes["wake_at"] = index.wake_at
+            changes["parked"] = None
         if index.head is not None:
             head = index.head
             changes.update(calls_done=head.calls_done, summary=head.summary, output=head.output)
@@ -295,8 +296,8 @@ class MemoryStore:
             due = []
             for (t, task_id), stream in self._tasks.items():
                 row = stream.row
-                if t != tenant or row.held_by(now) is not None or row.type.startswith("tether."):
-                    continue  # tasks only: tether's own streams are never run (as _sql.LISTED says it)
+                if t != tenant or row.held_by(now) is not None or row.type.startswith("tether.") or row.parked:
+                    continue  # tasks only, not parked: tether's own streams are never run (as _sql.LISTED says it)
                 at = row.due_at
                 if at is not None and at <= now:
                     due.append((at, task_id))
@@ -320,6 +321,14 @@ class MemoryStore:
                 if at is not None and at <= now and task_id < holders.get(owner, "\U0010ffff"):
                     holders[owner] = task_id
         return list(holders.items())
+
+    def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:
+        with self._lock:
+            stream = self._tasks.get((tenant, task_id))
+            if stream is None or stream.row.version != version:
+                return False
+            stream.row = replace(stream.row, parked=reason)
+            return True
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         with self._lock:

@@ -558,6 +558,10 @@ class PostgresStore:
     def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._read(*_sql.lease_holders_query(tenant, prefix, now))]
 
+    def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:
+        cur = self._run(lambda c: c.execute(SQL.park, (reason, tenant, task_id, version)))
+        return cur.rowcount == 1
+
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         cur = self._run(lambda c: c.execute(SQL.renew_lease, (now + ttl, tenant, task_id, token)))
         if cur.rowcount != 1:

@@ -40,10 +40,10 @@ from tether.store.base import (
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore"]
 
-# The lock file starts with two unsigned 8-byte counters in the machine's byte order, read and bumped
-# through a memoryview (a struct call costs five times as much): [0] the write generation; [1] the
-# mapping generation, bumped by every change of which row a task id names (a rewind renames a stream
-# and forks in its place; a delete frees the id): cached ids of an older one are dropped before use.
+# The lock file starts with two unsigned 8-byte counters in the machine's byte order, read and bumped through
+# a memoryview (a struct call costs five times as much): [0] the write generation; [1] the mapping generation,
+# bumped by every change of which row a task id names (a rewind renames a stream and forks in its place; a
+# delete frees the id): cached ids of an older one are dropped before use.
 _LOCK_SIZE = 16
 _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN  # bound once: every append gates twice
 
@@ -113,8 +113,8 @@ class SQLiteStore:
             self._gate = create_private(path + "-lock", self.mode, keep=True)
             if os.fstat(self._gate).st_size < _LOCK_SIZE:
                 os.ftruncate(self._gate, _LOCK_SIZE)  # idempotent: every opener sizes it alike
-            # Shared memory over the file's first bytes: the write generation is read and bumped
-            # without a system call (a store is always used under the file's flock).
+            # Shared memory over the file's first bytes: the write generation is read and bumped without a
+            # system call (a store is always used under the file's flock).
             self._mapped = mmap.mmap(self._gate, _LOCK_SIZE)
             self._generations = memoryview(self._mapped).cast("Q")
             self._checkpointer = Checkpointer(path, durability, busy_timeout) if durability == "normal" else None
@@ -211,7 +211,6 @@ class SQLiteStore:
         row = self._conn.execute(own.SQL.version_of, (internal, internal)).fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 
-    # -- streams ----------------------------------------------------------------
     def create_task(self, tenant: str, row: TaskRow, first: EventRow) -> None:
         with self._write() as conn:
             parent = self._id(tenant, row.parent_id) if row.parent_id is not None else None
@@ -272,9 +271,8 @@ class SQLiteStore:
                 and self._known.get(internal) == expected_version
                 and (fence is None or self._tokens.get(internal) == fence)
             ):
-                # No other writer since we wrote this stream at this version under this token: the
-                # guard's two reads would only confirm what we know. The primary key still refuses
-                # a duplicate.
+                # No other writer since we wrote this stream at this version under this token: the guard's
+                # two reads would only confirm what we know. The primary key still refuses a duplicate.
                 sql = own.INSERT_NEXT
             else:
                 sql = own.INSERT_FIRST if fence is None else own.INSERT_FIRST_FENCED
@@ -464,8 +462,8 @@ class SQLiteStore:
         row = tuple.__new__  # EventRow(*r), through its Python-level __new__, was a third of a long read
 
         def segment(task: int, low: int, last: int | None) -> list[EventRow]:
-            # Two statements, not "(? IS NULL OR seq <= ?)": that would keep SQLite from bounding the
-            # index range, and reading the start of a long stream would scan to its end.
+            # Two statements, not "(? IS NULL OR seq <= ?)": that would keep SQLite from bounding the index
+            # range, and reading the start of a long stream would scan to its end.
             if last is None:
                 cursor = conn.execute(own.READ_FROM, (task, low))
             else:
@@ -502,7 +500,6 @@ class SQLiteStore:
         with self._lock:
             return self._conn.execute(query, params).fetchall()
 
-    # -- snapshots --------------------------------------------------------------
     def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
         with self._write() as conn:
             internal = self._id(tenant, task_id)
@@ -523,7 +520,6 @@ class SQLiteStore:
             snap = self.get_snapshot(tenant, task_id, at_most=2**62)
             return snap, self.read_events(tenant, task_id, after=snap.seq if snap else 0)
 
-    # -- idempotency ledger -----------------------------------------------------
     def ledger_get(self, tenant: str, key: str) -> LedgerRow | None:
         with self._lock:
             row = self._conn.execute(own.SQL.ledger, (tenant, key)).fetchone()
@@ -554,7 +550,6 @@ class SQLiteStore:
         with self._write() as conn:
             conn.execute(own.SQL.forget_ledger, (tenant, key))
 
-    # -- leases -----------------------------------------------------------------
     def acquire_lease(
         self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
     ) -> int | None:
@@ -573,10 +568,13 @@ class SQLiteStore:
     def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._read(*_sql.lease_holders_query(tenant, prefix, now))]
 
+    def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:
+        with self._write() as conn:
+            return conn.execute(own.SQL.park, (reason, tenant, task_id, version)).rowcount == 1
+
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         with self._write() as conn:
-            cur = conn.execute(own.SQL.renew_lease, (now + ttl, self._id(tenant, task_id), token))
-            return cur.rowcount == 1
+            return conn.execute(own.SQL.renew_lease, (now + ttl, self._id(tenant, task_id), token)).rowcount == 1
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None:
         with self._write() as conn:

@@ -1,0 +1,74 @@
+"""The run of a task a worker claimed, and what becomes of one that no retry can get past: parked,
+for a person, so that no worker takes it up again and again."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from tether.errors import (
+    ConflictError,
+    NonDeterminismError,
+    SchemaVersionError,
+    StoreUnavailableError,
+    TaskBusyError,
+    TaskDefinitionError,
+    TaskNotFoundError,
+    TetherError,
+    UnknownEventTypeError,
+)
+from tether.runtime.handles import TaskHandle
+from tether.runtime.run import drive_task, execute
+
+if TYPE_CHECKING:
+    from tether.runtime.app import App
+
+__all__ = ["run_claimed"]
+
+_log = logging.getLogger("tether.worker")
+
+# What stops a claimed run before its code runs that another worker, a moment later, or newer code may get
+# past: the store away, the task gone or taken, a record newer than this code, a type this app does not run.
+_PASSING = (
+    StoreUnavailableError,
+    TaskNotFoundError,
+    ConflictError,
+    TaskBusyError,
+    SchemaVersionError,
+    UnknownEventTypeError,
+    TaskDefinitionError,
+)
+
+
+def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
+    """Carry out one run of a task a worker claimed (it holds the lease ``token``).
+
+    A run that no retry can get past is parked (:meth:`~tether.store.Store.park`), so that no worker
+    takes it up again and again: a record that cannot be read, or code that no longer replays it (the
+    divergence itself writes nothing). The task waits, marked with the error, for a person: an answer,
+    a cancel, a retry or a run of fixed code moves it on and clears the mark."""
+    try:
+        state = app.log.load(task_id)
+        spec = app.registry.task(state.type)
+    except _PASSING:
+        app.store.release_lease(app.tenant, task_id, token)
+        raise
+    except TetherError as exc:  # its events cannot be folded: no code can run it as it stands
+        app.store.release_lease(app.tenant, task_id, token)
+        row = app.store.get_task(app.tenant, task_id)
+        if row is not None:
+            _park_unrunnable(app, task_id, row.version, exc)
+        raise
+    try:
+        return drive_task(
+            spec, lambda: execute(app, spec, task_id, token=token), "run", "run_async", interruptible=False
+        )
+    except NonDeterminismError as exc:
+        _park_unrunnable(app, task_id, state.version, exc)  # as claimed: a task that moved on since is not
+        raise
+
+
+def _park_unrunnable(app: App, task_id: str, version: int, error: TetherError) -> None:
+    reason = f"{type(error).__name__}: {error}"
+    if app.store.park(app.tenant, task_id, version, reason):
+        _log.warning("task %s parked until someone acts on it: %s", task_id, reason)
