@@ -180,7 +180,9 @@ def build(url: str, sink: str, *, ttl: float = TTL) -> tether.App:
         return list(done)
 
     @app.task(name="chat")
-    async def chat(ctx: tether.AsyncTaskContext, tag: str, turns: int, waits: list[int], tools: list[int]) -> int:
+    async def chat(
+        ctx: tether.AsyncTaskContext, tag: str, turns: int, waits: list[int], tools: list[int], compact: bool = True
+    ) -> int:
         ctx.session.add("user", f"{tag}:u0")
         for turn in range(turns):
             window = ctx.session.window(max_tokens=4000, keep_last=2).to_openai()
@@ -207,7 +209,7 @@ def build(url: str, sink: str, *, ttl: float = TTL) -> tether.App:
             if turn in waits:
                 await ctx.wait_for_input(f"user-{turn}", prompt=f"{tag} turn {turn}")
                 ctx.session.add("user", f"{tag}:u{turn + 1}")
-            if turn % 3 == 2:
+            if compact and turn % 3 == 2:
                 ctx.session.compact(keep_last=2)
         return turns
 

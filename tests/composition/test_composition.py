@@ -68,7 +68,8 @@ else:
 TTL = float(os.environ.get("TETHER_COMPOSITION_TTL", "5"))
 # Features left out, to tell apart the failures of a run (comma-separated): a task type (pipeline,
 # approval, chat, batch), "shared" (sessions shared by tasks), or an action (resume, send, ahead,
-# cancel, retry, fork, rewind, compact, external, kill, here).
+# cancel, retry, fork, rewind, compact (from outside and by the chat task), external, kill, here), or "early" (no fork or rewind at a point
+# before the task first wrote to its conversation).
 SKIP = set(filter(None, os.environ.get("TETHER_COMPOSITION_SKIP", "").split(",")))
 SETTLE_BOUND = float(os.environ.get("TETHER_COMPOSITION_SETTLE_BOUND", "60"))
 MAX_WORKERS = 3
@@ -151,11 +152,14 @@ class World:
     # ------------------------------------------------------------------ reporting
     def fail(self, what: str) -> None:
         tail = "\n".join(self.actions[-40:])
-        raise Broken(
+        message = (
             f"seed={self.seed} step={self.step}: {what}\n"
-            f"(reproduce: TETHER_COMPOSITION_SEEDS={self.seed} TETHER_COMPOSITION_STEPS={STEPS})\n"
+            f"(reproduce: TETHER_COMPOSITION_SEEDS={self.seed} TETHER_COMPOSITION_STEPS={STEPS}"
+            f"{' TETHER_COMPOSITION_SKIP=' + ','.join(sorted(SKIP)) if SKIP else ''}; every step: {self.work}/actions.log)\n"
             f"last steps:\n{tail}\nworker logs (tail):\n{self.worker_logs()[-4000:]}"
         )
+        (self.work / "failure.txt").write_text(message)
+        raise Broken(message)
 
     def note(self, text: str) -> None:
         self.actions.append(f"{self.step:4d} {time.strftime('%H:%M:%S')} {text}")
@@ -274,6 +278,7 @@ class World:
                 "turns": turns,
                 "waits": sorted(rng.sample(range(turns), rng.randint(0, min(2, turns)))),
                 "tools": sorted(rng.sample(range(turns), rng.randint(0, min(3, turns)))),
+                "compact": rng.random() < 0.7 and "compact" not in SKIP,
             }
         return {"tag": tag, "n": rng.randint(2, 4), "wait": rng.random() < 0.6}
 
@@ -379,12 +384,20 @@ class World:
         if handle is not None:
             self.note(f"  -> {handle.status.value}")
 
+    def branch_point(self, task_id: str, version: int) -> int:
+        """A seq to fork or rewind at: any, or (with "early" in SKIP) none before the task first wrote
+        to its conversation."""
+        low = 1
+        if "early" in SKIP:
+            low = next((e.seq for e in self.app.history(task_id) if e.type == "SessionWritten"), version)
+        return self.rng.randint(min(low, version), version)
+
     def act_fork(self) -> None:
         source = self.pick(archived=True, diverged=True)
         if source is None:
             return
         version = self.app.get(source).state.version
-        at = self.rng.randint(1, version)
+        at = self.branch_point(source, version)
         self.counter += 1
         new_id = f"{source.split('~')[0]}-f{self.counter}"
         self.note(f"fork {source} at {at} (of {version}) -> {new_id}")
@@ -403,7 +416,7 @@ class World:
         if task_id is None:
             return
         version = self.app.get(task_id).state.version
-        to = self.rng.randint(1, version)
+        to = self.branch_point(task_id, version)
         self.note(f"rewind {task_id} to {to} (of {version})")
         began = time.time()
         handle = self.guard(lambda: self.app.rewind(task_id, to=to, actor="composer"), task_id)
@@ -549,7 +562,9 @@ class World:
             state = self.app.state(task_id)
             detail.append(
                 f"{task_id} ({row.type}) {row.status} v{row.version} lease={row.lease_owner} "
-                f"waiting={state.waiting.key if state.waiting else None} received={sorted(state.received)}"
+                f"until {row.lease_expires} (now {time.time():.1f}) wake_at={row.wake_at} "
+                f"waiting={state.waiting.key if state.waiting else None} received={sorted(state.received)}\n"
+                + "\n".join(f"      {e.seq} {e.summary[:140]}" for e in self.app.history(task_id)[-12:])
             )
         self.fail(
             f"{len(left)} runnable tasks did not end within {SETTLE_BOUND:.0f}s with "
@@ -779,7 +794,18 @@ class World:
         after = dump_database(self.url, store)
         if after != before:
             self.fail(f"invariant 5: replaying the finished tasks wrote to the database:\n{dump_diff(before, after)}")
-        self.note(f"done: {len(self.tasks)} tasks, {self.kills} kills, {self.spawned} workers")
+        rows = self.task_rows()
+        statuses = collections.Counter(r.status for r in rows.values())
+        ratio = max((r.version / self.bound(self.tasks[t], attempts=None) for t, r in rows.items()), default=0)
+        conn = _app.sink_connect(self.sink)
+        try:
+            executions, keys = conn.execute("SELECT count(*), count(DISTINCT key) FROM raw").fetchone()
+        finally:
+            conn.close()
+        self.note(
+            f"done: {len(rows)} tasks {dict(statuses)}, {executions} executions of {keys} keys, "
+            f"{self.kills} kills, {self.spawned} workers, versions up to {ratio:.2f} of their bound"
+        )
 
 
 def dump_diff(before: Any, after: Any) -> str:
@@ -831,4 +857,4 @@ def test_features_compose_under_random_steps_workers_and_kills(
         finally:
             (work / "actions.log").write_text("\n".join(world.actions) + "\n")
             world.app.close()
-        print(f"composition: seed {seed}: {world.actions[-1]} in {time.monotonic() - started:.1f}s")
+        print(f"composition: seed {seed}: {world.actions[-1]} ({time.monotonic() - started:.1f}s)")
