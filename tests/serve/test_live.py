@@ -152,7 +152,7 @@ def test_a_rewound_tasks_stream_says_so_and_starts_over_and_a_deleted_one_ends(s
 
 def test_a_task_deleted_between_its_row_and_its_events_ends_the_stream(monkeypatch: Any) -> None:
     import tether
-    from tether.serve.api import _row_and_history
+    from tether.serve._events import _row_and_history
     from tether.timetravel import HistoryCursor
 
     app = tether.App("memory://")

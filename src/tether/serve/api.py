@@ -12,11 +12,10 @@ name them ``{…:tether_id}``.
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import logging
-import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -31,10 +30,11 @@ from tether.events import in_doubt_call
 from tether.machine import Status
 from tether.runtime.app import App
 from tether.runtime.calls import UNSET
-from tether.serve import _ids
+from tether.serve import _events, _ids  # noqa: F401 (_ids registers the routes' path convertor, tether_id)
 from tether.serve._json import entries_json, jsonable, state_json, summary_json, task_json
 from tether.serve._listing import Listings
 from tether.serve.auth import Principal
+from tether.serve.feed import ChangeFeed
 from tether.store import TaskFilter, TaskRow
 from tether.store.base import FINISHED
 from tether.timetravel import HistoryCursor, step_ref
@@ -169,7 +169,7 @@ class Serving:
 
     app_for: AppFor
     bump: Callable[[], None]
-    feed: Any
+    feed: ChangeFeed
     listings: Listings
     live: Live
     has_code: bool
@@ -177,7 +177,6 @@ class Serving:
 
 def build_router(serving: Serving) -> APIRouter:
     """The ``/v1`` routes (the authenticator is ``app.state.authenticate``)."""
-    assert _ids.ID == "tether_id"  # the convertor the routes name, registered by importing _ids
     app_for, bump = serving.app_for, serving.bump
     router = APIRouter(prefix="/v1")
     # In this order: the OpenAPI document lists the routes as they were added.
@@ -556,7 +555,8 @@ def _add_live(router: APIRouter, serving: Serving) -> None:
         """Server-sent events: ``task`` (a task's summary when it changed) and ``input`` (a task began
         waiting for input), woken by the store's change notifications; a comment every 15 s;
         ``closed`` (``{code, message}``) before the server ends the stream: its key was revoked."""
-        stream = _task_events(lambda: app_for(who), who, request, serving)
+        live = functools.partial(serving.live, who)
+        stream = _events.task_events(lambda: app_for(who), who.tenant, request, feed, serving.listings, live)
         return StreamingResponse(stream, media_type="text/event-stream")
 
     @router.get("/tasks/{task_id:tether_id}/events", tags=["live"], response_class=StreamingResponse)
@@ -564,114 +564,6 @@ def _add_live(router: APIRouter, serving: Serving) -> None:
         """Server-sent events: each new ``history`` entry of one task as it lands; ``end`` once it
         finished; ``closed`` (``{code, message}``) before the server ends the stream: its key was revoked."""
         await asyncio.to_thread(lambda: _row_of(app_for(who), task_id))
-        stream = _history_events(lambda: app_for(who), task_id, after, request, feed, lambda: serving.live(who))
+        live = functools.partial(serving.live, who)
+        stream = _events.history_events(lambda: app_for(who), task_id, after, request, feed, live)
         return StreamingResponse(stream, media_type="text/event-stream")
-
-
-_RECHECK = 3.0
-"""Seconds a listener waits for a wake-up before it looks anyway: a safety net, since a store's
-change signal can fall between two waits (a notification that lands while the feed thread is
-handing out the previous one), not the way changes are found. A stream checks its key as often."""
-_KEEPALIVE = 15.0
-
-
-async def _closed(live: Callable[[], bool]) -> bytes | None:
-    """The ``closed`` event that ends a stream whose key was revoked, or whose key cannot be checked
-    (the store is away: the client reconnects, and is asked for its key again); ``None`` while the
-    stream may go on."""
-    try:
-        if await asyncio.to_thread(live):
-            return None
-        body = {"code": "unauthorized", "message": "this API key was revoked"}
-    except TetherError as exc:
-        body = {"code": exc.code, "message": "the API key cannot be checked now; reconnect to go on"}
-    return _sse("closed", body)
-
-
-def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
-def _row_and_history(
-    get_app: Callable[[], App], cursor: HistoryCursor
-) -> tuple[TaskRow | None, list[dict[str, Any]], bool]:
-    """The task's row, the bodies of the history entries the cursor has not returned yet (made here,
-    off the event loop), and whether this read found the history replaced; ``(None, [], False)``
-    once the task is gone, also when it went between the two reads."""
-    app = get_app()
-    row = app.store.get_task(app.tenant, cursor.task_id)  # before the events: the end never overtakes them
-    if row is None:
-        return None, [], False
-    try:
-        bodies = entries_json(cursor.read(app))
-    except TaskNotFoundError:
-        return None, [], False
-    return row, bodies, cursor.replaced
-
-
-async def _task_events(
-    get_app: Callable[[], App], who: Principal, request: Request, serving: Serving
-) -> AsyncIterator[bytes]:
-    """The newest tasks are read once per change for every client of the tenant (see
-    :class:`Listings`); the key is checked after every wait, at least every ``_RECHECK`` seconds."""
-    feed, listings, tenant = serving.feed, serving.listings, who.tenant
-    look = listings.look(tenant, get_app, count=feed.count, max_age=math.inf)
-    seen = {k: r.version for k, r in (await look.rows()).items()}
-    yield b": connected\n\n"
-    count = feed.count
-    quiet = 0.0
-    while not await request.is_disconnected():
-        woken = await feed.wait(count, _RECHECK)
-        if not woken:
-            quiet += _RECHECK
-            if quiet >= _KEEPALIVE:
-                quiet = 0.0
-                yield b": keep-alive\n\n"
-        closed = await _closed(lambda: serving.live(who))
-        if closed is not None:
-            yield closed
-            return
-        if woken:
-            await asyncio.sleep(0.05)  # let a burst of commits land: one look for them all
-            look = listings.look(tenant, get_app, count=feed.count, max_age=math.inf)
-        else:  # the safety net: a read of the last _RECHECK seconds, whoever made it
-            look = listings.look(tenant, get_app, count=feed.count, max_age=_RECHECK)
-        count = look.count
-        rows = await look.rows()
-        changed = [r for k, r in rows.items() if seen.get(k) != r.version]
-        for row in changed:
-            seen[row.task_id] = row.version
-            body = await look.summary(get_app, row)
-            yield _sse("task", body)
-            if body["status"] == Status.AWAITING_INPUT.value and body["waiting_for"]:
-                yield _sse("input", {"task_id": row.task_id, "key": body["waiting_for"], "prompt": body["prompt"]})
-
-
-async def _history_events(
-    get_app: Callable[[], App], task_id: str, after: int, request: Request, feed: Any, live: Callable[[], bool]
-) -> AsyncIterator[bytes]:
-    """The task's new history entries after each change; its key is checked after every wait, at
-    least every ``_RECHECK`` seconds."""
-    yield b": connected\n\n"
-    count = feed.count
-    quiet = 0.0
-    cursor = HistoryCursor(task_id, after=after)  # each change reads the new events alone
-    while not await request.is_disconnected():
-        row, bodies, replaced = await asyncio.to_thread(_row_and_history, get_app, cursor)
-        if replaced:  # rewound, or deleted and made again: its history starts over
-            yield _sse("replaced", {"task_id": task_id})
-        for body in bodies:
-            yield _sse("history", body)
-        if row is None or row.status in FINISHED:
-            yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
-            return
-        if not await feed.wait(count, _RECHECK):
-            quiet += _RECHECK
-            if quiet >= _KEEPALIVE:
-                quiet = 0.0
-                yield b": keep-alive\n\n"
-        closed = await _closed(live)
-        if closed is not None:
-            yield closed
-            return
-        count = feed.count

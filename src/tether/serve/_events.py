@@ -1,0 +1,142 @@
+"""The server-sent event streams of ``/v1/events`` and ``/v1/tasks/{id}/events``.
+
+Each stream waits on the :class:`~tether.serve.feed.ChangeFeed` (at most ``_RECHECK`` seconds),
+then checks that its key is still live, then reads what changed. A stream whose key was revoked
+sends ``closed`` and ends: within ``_RECHECK`` seconds and the age of the server's last read of
+the keys (see :meth:`~tether.serve.keys.KeyRing.live`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.requests import Request
+
+from tether.errors import TaskNotFoundError, TetherError
+from tether.machine import Status
+from tether.runtime.app import App
+from tether.serve._json import entries_json
+from tether.serve._listing import Listings
+from tether.serve.feed import ChangeFeed
+from tether.store import TaskRow
+from tether.store.base import FINISHED
+from tether.timetravel import HistoryCursor
+
+__all__ = ["history_events", "task_events"]
+
+_RECHECK = 3.0
+"""Seconds a listener waits for a wake-up before it looks anyway: a safety net, since a store's
+change signal can fall between two waits (a notification that lands while the feed thread is
+handing out the previous one), not the way changes are found. A stream checks its key as often."""
+_KEEPALIVE = 15.0
+
+
+async def _closed(live: Callable[[], bool]) -> bytes | None:
+    """The ``closed`` event that ends a stream whose key was revoked, or whose key cannot be checked
+    (the store is away: the client reconnects, and is asked for its key again); ``None`` while the
+    stream may go on."""
+    try:
+        if await asyncio.to_thread(live):
+            return None
+        body = {"code": "unauthorized", "message": "this API key was revoked"}
+    except TetherError as exc:
+        body = {"code": exc.code, "message": "the API key cannot be checked now; reconnect to go on"}
+    return _sse("closed", body)
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _row_and_history(
+    get_app: Callable[[], App], cursor: HistoryCursor
+) -> tuple[TaskRow | None, list[dict[str, Any]], bool]:
+    """The task's row, the bodies of the history entries the cursor has not returned yet (made here,
+    off the event loop), and whether this read found the history replaced; ``(None, [], False)``
+    once the task is gone, also when it went between the two reads."""
+    app = get_app()
+    row = app.store.get_task(app.tenant, cursor.task_id)  # before the events: the end never overtakes them
+    if row is None:
+        return None, [], False
+    try:
+        bodies = entries_json(cursor.read(app))
+    except TaskNotFoundError:
+        return None, [], False
+    return row, bodies, cursor.replaced
+
+
+async def task_events(
+    get_app: Callable[[], App],
+    tenant: str,
+    request: Request,
+    feed: ChangeFeed,
+    listings: Listings,
+    live: Callable[[], bool],
+) -> AsyncIterator[bytes]:
+    """``GET /v1/events``: the tenant's tasks that changed. The newest tasks are read once per
+    change for every client of the tenant (see :class:`Listings`); the key is checked (``live``)
+    after every wait, at least every ``_RECHECK`` seconds."""
+    look = listings.look(tenant, get_app, count=feed.count, max_age=math.inf)
+    seen = {k: r.version for k, r in (await look.rows()).items()}
+    yield b": connected\n\n"
+    count = feed.count
+    quiet = 0.0
+    while not await request.is_disconnected():
+        woken = await feed.wait(count, _RECHECK)
+        if not woken:
+            quiet += _RECHECK
+            if quiet >= _KEEPALIVE:
+                quiet = 0.0
+                yield b": keep-alive\n\n"
+        closed = await _closed(live)
+        if closed is not None:
+            yield closed
+            return
+        if woken:
+            await asyncio.sleep(0.05)  # let a burst of commits land: one look for them all
+            look = listings.look(tenant, get_app, count=feed.count, max_age=math.inf)
+        else:  # the safety net: a read of the last _RECHECK seconds, whoever made it
+            look = listings.look(tenant, get_app, count=feed.count, max_age=_RECHECK)
+        count = look.count
+        rows = await look.rows()
+        changed = [r for k, r in rows.items() if seen.get(k) != r.version]
+        for row in changed:
+            seen[row.task_id] = row.version
+            body = await look.summary(get_app, row)
+            yield _sse("task", body)
+            if body["status"] == Status.AWAITING_INPUT.value and body["waiting_for"]:
+                yield _sse("input", {"task_id": row.task_id, "key": body["waiting_for"], "prompt": body["prompt"]})
+
+
+async def history_events(
+    get_app: Callable[[], App], task_id: str, after: int, request: Request, feed: ChangeFeed, live: Callable[[], bool]
+) -> AsyncIterator[bytes]:
+    """``GET /v1/tasks/{id}/events``: the task's new history entries after each change; the key is
+    checked (``live``) after every wait, at least every ``_RECHECK`` seconds."""
+    yield b": connected\n\n"
+    count = feed.count
+    quiet = 0.0
+    cursor = HistoryCursor(task_id, after=after)  # each change reads the new events alone
+    while not await request.is_disconnected():
+        row, bodies, replaced = await asyncio.to_thread(_row_and_history, get_app, cursor)
+        if replaced:  # rewound, or deleted and made again: its history starts over
+            yield _sse("replaced", {"task_id": task_id})
+        for body in bodies:
+            yield _sse("history", body)
+        if row is None or row.status in FINISHED:
+            yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
+            return
+        if not await feed.wait(count, _RECHECK):
+            quiet += _RECHECK
+            if quiet >= _KEEPALIVE:
+                quiet = 0.0
+                yield b": keep-alive\n\n"
+        closed = await _closed(live)
+        if closed is not None:
+            yield closed
+            return
+        count = feed.count
