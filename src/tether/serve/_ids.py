@@ -4,14 +4,15 @@ An id may hold any character but NUL (see :mod:`tether._validate`): ``/``, ``?``
 spaces, control and bidi characters included. In a URL path an id is one segment,
 percent-encoded (:func:`segment`). A server decodes the whole path before routing, which would
 make ``a%2Fb`` two segments, so :class:`SegmentedPaths` routes on the raw path decoded segment by
-segment instead, and the ``tether_id`` path convertor hands the id over whole. The ids ``.`` and
-``..`` cannot travel as a segment at all (browsers and HTTP clients remove them, ``%2E`` spelled
-too, as "this folder" and "the folder above"), so a segment may start with ``%00``, which is
-dropped: ``%00..`` names the task ``..``. No id holds a NUL, so that names nothing else.
+segment instead, and the ``tether_id`` path convertor hands the id over whole. A browser cannot
+send the ids ``.`` and ``..`` as a segment (it removes them, spelt ``%2E`` too, as "this folder"
+and "the folder above"), so a segment may start with ``%00``, which is dropped: ``%00..`` names
+the task ``..``. No id holds a NUL, so that names nothing else.
 
-On a page an id is escaped, isolated in ``<bdi>`` (its right-to-left letters cannot reorder the
-text around it), and its invisible characters (controls, bidi overrides, zero-width and format
-characters, unusual spaces) are shown as ``\\uXXXX``, so two ids that look alike are told apart.
+On a page an id is escaped; one that is not plain printable ASCII is isolated in ``<bdi>`` (its
+right-to-left letters cannot reorder the text around it) and its invisible characters (controls,
+bidi overrides, zero-width and format characters, unusual spaces) are shown as ``\\uXXXX``, so
+two ids that look alike are told apart.
 
 Example:
     >>> segment("a/b?c"), segment(".."), visible("pay\\u202eevil")
