@@ -40,6 +40,7 @@ A deep run: ``TETHER_COMPOSITION_STEPS=5000 TETHER_COMPOSITION_RUNS=4``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import random
@@ -136,6 +137,8 @@ class World:
         self.tags: dict[str, tuple[str, dict[str, Any]]] = {}
         self.workers: list[Worker] = []
         self.killed: set[int] = set()
+        self.exited: set[int] = set()
+        self.last_spawn = 0.0
         self.kills = 0
         self.spawned = 0
         self.counter = 0
@@ -148,6 +151,7 @@ class World:
         self.log_seen: dict[Path, int] = {}
         self.stops: collections.Counter[str] = collections.Counter()
         self.crashes: list[str] = []
+        self.spent: collections.Counter[str] = collections.Counter()
 
     # ------------------------------------------------------------------ reporting
     def fail(self, what: str) -> None:
@@ -206,7 +210,21 @@ class World:
                 stderr=subprocess.STDOUT,
             )
         self.workers.append(Worker(proc, log, concurrency))
+        self.last_spawn = time.monotonic()
         self.note(f"worker {proc.pid} started (-c {concurrency})")
+
+    def ensure_worker(self) -> None:
+        """At least one worker runs: a worker that exited by itself (it could not reach its database,
+        say) is said in the log, and another starts, at most one every two seconds."""
+        if self.alive():
+            return
+        for w in self.workers:
+            if w.proc.pid not in self.killed and w.proc.pid not in self.exited:
+                self.exited.add(w.proc.pid)
+                last = w.log.read_text(errors="replace").strip().splitlines()[-1:] if w.log.exists() else []
+                self.note(f"worker {w.proc.pid} exited by itself ({w.proc.returncode}): {last}")
+        if time.monotonic() - self.last_spawn > 2:
+            self.spawn()
 
     def kill(self) -> None:
         victim = self.rng.choice(self.alive())
@@ -384,13 +402,16 @@ class World:
         if handle is not None:
             self.note(f"  -> {handle.status.value}")
 
-    def branch_point(self, task_id: str, version: int) -> int:
+    def branch_point(self, task_id: str, version: int) -> int | None:
         """A seq to fork or rewind at: any, or (with "early" in SKIP) none before the task first wrote
-        to its conversation."""
+        to its conversation (``None`` if it has not yet)."""
         low = 1
         if "early" in SKIP:
-            low = next((e.seq for e in self.app.history(task_id) if e.type == "SessionWritten"), version)
-        return self.rng.randint(min(low, version), version)
+            first = next((e.seq for e in self.app.history(task_id) if e.type == "SessionWritten"), None)
+            if first is None:
+                return None
+            low = first
+        return self.rng.randint(low, version)
 
     def act_fork(self) -> None:
         source = self.pick(archived=True, diverged=True)
@@ -398,6 +419,8 @@ class World:
             return
         version = self.app.get(source).state.version
         at = self.branch_point(source, version)
+        if at is None:
+            return
         self.counter += 1
         new_id = f"{source.split('~')[0]}-f{self.counter}"
         self.note(f"fork {source} at {at} (of {version}) -> {new_id}")
@@ -417,6 +440,8 @@ class World:
             return
         version = self.app.get(task_id).state.version
         to = self.branch_point(task_id, version)
+        if to is None:
+            return
         self.note(f"rewind {task_id} to {to} (of {version})")
         began = time.time()
         handle = self.guard(lambda: self.app.rewind(task_id, to=to, actor="composer"), task_id)
@@ -485,24 +510,38 @@ class World:
             ("kill", 4, lambda: self.kill() if self.alive() else None),
             ("settle", 2, lambda: self.settle(replays=6)),
         ]
-        actions = [(w, fn) for name, w, fn in every if name not in SKIP]
-        weights = [w for w, _ in actions]
+        actions = [(name, w, fn) for name, w, fn in every if name not in SKIP]
+        weights = [w for _, w, _ in actions]
         try:
             for _ in range(self.rng.randint(1, MAX_WORKERS)):
                 self.spawn()
             for self.step in range(1, steps + 1):
-                _, action = self.rng.choices(actions, weights)[0]
-                action()
-                time.sleep(min(0.4, self.rng.expovariate(1 / 0.12)))  # the workers go on meanwhile
-                self.discover()
-                self.check_cheap()
-                if self.step % 5 == 0:
-                    self.check_effects()
-                    self.check_conversations()
+                name, _, action = self.rng.choices(actions, weights)[0]
+                with self.timed(name):
+                    action()
+                with self.timed("sleep"):
+                    time.sleep(min(0.4, self.rng.expovariate(1 / 0.12)))  # the workers go on meanwhile
+                with self.timed("checks"):
+                    self.discover()
+                    self.check_cheap()
+                    if self.step % 5 == 0:
+                        self.check_effects()
+                        self.check_conversations()
             self.step = steps + 1
-            self.finish()
+            with self.timed("finish"):
+                self.finish()
         finally:
             self.stop_workers()
+            spent = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(self.spent.items(), key=lambda kv: -kv[1]))
+            self.note(f"time spent: {spent}")
+
+    @contextlib.contextmanager
+    def timed(self, what: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent[what] += time.monotonic() - began
 
     # ------------------------------------------------------------------ settling
     def runnable(self) -> list[str]:
@@ -522,11 +561,10 @@ class World:
     def settle(self, replays: int) -> None:
         """With a worker alive, wait until nothing is runnable; then nothing may be appended, no
         worker may keep running tasks, and finished tasks replay clean."""
-        if not self.alive():
-            self.spawn()
         self.note("settle")
         deadline = time.monotonic() + SETTLE_BOUND
         while True:
+            self.ensure_worker()
             self.read_worker_logs()
             left = [t for t in self.runnable() if t not in self.diverged]
             if not left:
@@ -754,10 +792,9 @@ class World:
         """Answer every wait, let the workers run everything to its end, check it all, then replay every
         finished task with the workers stopped and the database compared byte for byte."""
         self.note("finish")
-        while len(self.alive()) < 1:
-            self.spawn()
         deadline = time.monotonic() + SETTLE_BOUND
         while True:
+            self.ensure_worker()
             self.read_worker_logs()
             self.check_cheap()
             open_tasks = []
