@@ -59,6 +59,7 @@ def summary_json(app: App, row: TaskRow) -> dict[str, Any]:
         "waiting_for": None,
         "prompt": None,
         "wakes_at": _iso(row.wake_at),
+        "parked": row.parked,  # why no worker runs it until someone acts on it (a divergence), or None
         "error": None,
     }
     try:

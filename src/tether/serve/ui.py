@@ -229,7 +229,7 @@ def _task_page(app: App, request: Request) -> str:
         raise TaskNotFoundError(task_id, tenant=app.tenant)
     state = app.state(task_id)
     history = app.history(task_id)
-    return _task_body(app, state, history, row.parent_id)
+    return _task_body(app, state, history, row.parent_id, row.parked)
 
 
 def _inbox(app: App, request: Request) -> str:
@@ -275,7 +275,7 @@ def _task_row(s: dict[str, Any]) -> str:
     )
 
 
-def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) -> str:
+def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None, parked: str | None = None) -> str:
     tid = state.task_id
     actions = []
     if state.status is Status.FAILED:
@@ -300,7 +300,7 @@ def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None) 
         f'<div class="actions">{"".join(actions)}<form class="fork"><label>Fork at event '
         f'<input type="number" name="at" min="1" max="{state.version}" value="{state.version}"></label>'
         f'<button>Fork</button></form></div><p class="result" id="action-result"></p>'
-        f"{_failure_section(state)}{_waiting_section(state)}"
+        f"{_parked_section(parked)}{_failure_section(state)}{_waiting_section(state)}"
         '<div class="columns"><section><h2>Timeline</h2><ol id="timeline">'
         f'{_timeline(history)}</ol></section><section id="inspect"><h2>State at <span id="at">now</span></h2>'
         '<h3>Changes from the point before</h3><pre id="diff">click a point in the timeline</pre>'
@@ -355,6 +355,17 @@ def _doubt_section(task_id: str, n: int, call: Any, title: str) -> str:
         '<form class="not-happened"><button type="submit">It did not happen</button> '
         '<span class="hint">the call runs again, under the same key</span></form>'
         '<p class="result"></p></section>'
+    )
+
+
+def _parked_section(parked: str | None) -> str:
+    """Why no worker runs the task (its run could not go on), and what moves it on."""
+    if parked is None:
+        return ""
+    return (
+        '<section class="parked failed"><h2>Parked: no worker runs it until someone acts on it</h2>'
+        f'<p class="failure">{e(parked)}</p><p>Fix the code and resume it, or answer, cancel or retry it: '
+        "any of these moves it on.</p></section>"
     )
 
 
