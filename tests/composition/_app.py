@@ -34,7 +34,7 @@ TTL = float(os.environ.get("TETHER_COMPOSITION_TTL", "5"))
 INLINE_WAIT = 0.1
 
 
-class Transient(Exception):
+class TransientError(Exception):
     """A flaky API's refusal: nothing happened, try again."""
 
 
@@ -65,6 +65,7 @@ def sink_connect(sink: str) -> sqlite3.Connection:
 def build(url: str, sink: str, *, ttl: float = TTL) -> tether.App:
     """The app, its tasks and tools registered, on ``url``; side effects go to the file ``sink``."""
     app = tether.App(url, lease_ttl=ttl, inline_wait=INLINE_WAIT)
+
     def conn() -> sqlite3.Connection:
         return sink_connect(sink)  # a connection per effect: safe across ctx.map's threads and forks
 
@@ -91,7 +92,7 @@ def build(url: str, sink: str, *, ttl: float = TTL) -> tether.App:
                 )
             finally:
                 c.close()
-            raise Transient(f"{label}: refused (attempt {call.attempt})")
+            raise TransientError(f"{label}: refused (attempt {call.attempt})")
 
     # ------------------------------------------------------------------ tools
     @app.tool(readonly=True)
@@ -104,7 +105,11 @@ def build(url: str, sink: str, *, ttl: float = TTL) -> tether.App:
         await asyncio.sleep(0.001 * (_hash(tag, label) % 4))
         return _effect(tag, label)
 
-    @app.tool(retry=tether.Retry(max_attempts=3, backoff=0.02, multiplier=6.0, max_backoff=0.5, jitter=0, retry_on=(Transient,)))
+    @app.tool(
+        retry=tether.Retry(
+            max_attempts=3, backoff=0.02, multiplier=6.0, max_backoff=0.5, jitter=0, retry_on=(TransientError,)
+        )
+    )
     async def flaky(tag: str, label: str) -> dict[str, Any]:
         _refuse_maybe(label)
         return _effect(tag, label)
@@ -132,14 +137,14 @@ def build(url: str, sink: str, *, ttl: float = TTL) -> tether.App:
         time.sleep(0.001 * (_hash(item["tag"], item["label"]) % 4))
         return _effect(item["tag"], item["label"])
 
-    @app.tool(readonly=True, retry=tether.Retry(max_attempts=3, backoff=0.01, jitter=0, retry_on=(Transient,)))
+    @app.tool(readonly=True, retry=tether.Retry(max_attempts=3, backoff=0.01, jitter=0, retry_on=(TransientError,)))
     def item_lookup(item: dict[str, Any]) -> str:
         call = tether.current_call()
         if _hash(call.key, call.attempt) % 4 == 0 and call.attempt == 1:
-            raise Transient("lookup refused once")
+            raise TransientError("lookup refused once")
         return f"{item['label']}:found"
 
-    @app.tool(retry=tether.Retry(max_attempts=3, backoff=0.02, jitter=0, retry_on=(Transient,)))
+    @app.tool(retry=tether.Retry(max_attempts=3, backoff=0.02, jitter=0, retry_on=(TransientError,)))
     def sync_flaky(tag: str, label: str) -> dict[str, Any]:
         _refuse_maybe(label)
         return _effect(tag, label)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import os
 import random
 import re
@@ -68,9 +69,9 @@ else:
     SEEDS = [random.randrange(1 << 30) for _ in range(int(os.environ.get("TETHER_COMPOSITION_RUNS", "1")))]
 TTL = float(os.environ.get("TETHER_COMPOSITION_TTL", "5"))
 # Features left out, to tell apart the failures of a run (comma-separated): a task type (pipeline,
-# approval, chat, batch), "shared" (sessions shared by tasks), or an action (resume, send, ahead,
-# cancel, retry, fork, rewind, compact (from outside and by the chat task), external, kill, here), or "early" (no fork or rewind at a point
-# before the task first wrote to its conversation).
+# approval, chat, batch), "shared" (sessions shared by tasks), an action (start, here, resume, send,
+# ahead, cancel, retry, fork, rewind, compact (from outside, and by the chat task), external, pause, spawn,
+# kill, settle), or "early" (no fork or rewind before the task first wrote to its conversation).
 SKIP = set(filter(None, os.environ.get("TETHER_COMPOSITION_SKIP", "").split(",")))
 SETTLE_BOUND = float(os.environ.get("TETHER_COMPOSITION_SETTLE_BOUND", "60"))
 MAX_WORKERS = 3
@@ -80,7 +81,7 @@ RUN_LINE = re.compile(r"^\d\d:\d\d:\d\d–\d\d:\d\d:\d\d (\S+) ")
 STOPPED = re.compile(r"task (\S+) (stopped|crashed the run)")
 
 
-class Broken(AssertionError):
+class InvariantError(AssertionError):
     """An invariant that does not hold."""
 
 
@@ -159,11 +160,26 @@ class World:
         message = (
             f"seed={self.seed} step={self.step}: {what}\n"
             f"(reproduce: TETHER_COMPOSITION_SEEDS={self.seed} TETHER_COMPOSITION_STEPS={STEPS}"
-            f"{' TETHER_COMPOSITION_SKIP=' + ','.join(sorted(SKIP)) if SKIP else ''}; every step: {self.work}/actions.log)\n"
+            f"{' TETHER_COMPOSITION_SKIP=' + ','.join(sorted(SKIP)) if SKIP else ''};"
+            f" every step: {self.work}/actions.log)\n"
             f"last steps:\n{tail}\nworker logs (tail):\n{self.worker_logs()[-4000:]}"
         )
         (self.work / "failure.txt").write_text(message)
-        raise Broken(message)
+        raise InvariantError(message)
+
+    def histories(self, task_ids: list[str | None]) -> str:
+        out = []
+        for task_id in task_ids:
+            if task_id is None:
+                continue
+            try:
+                entries = self.app.history(task_id)
+            except tether.TetherError as exc:
+                out.append(f"(no history of {task_id}: {exc})")
+                continue
+            lines = "\n".join(f"    {e.seq} {e.summary[:160]}" for e in entries[-40:])
+            out.append(f"the history of {task_id}:\n{lines}")
+        return "\n".join(out)
 
     def note(self, text: str) -> None:
         self.actions.append(f"{self.step:4d} {time.strftime('%H:%M:%S')} {text}")
@@ -249,14 +265,15 @@ class World:
 
     # ------------------------------------------------------------------ the store, as seen from here
     def rows(self) -> dict[str, Any]:
-        return {r.task_id: r for r in self.app.store.list_tasks(self.app.tenant, TaskFilter(internal=True), limit=100_000)}
+        rows = self.app.store.list_tasks(self.app.tenant, TaskFilter(internal=True), limit=100_000)
+        return {r.task_id: r for r in rows}
 
     def task_rows(self) -> dict[str, Any]:
         return {k: r for k, r in self.rows().items() if not r.type.startswith("tether.")}
 
     def discover(self) -> None:
         """Tasks made by tether itself (a rewind's archived branch) join the world."""
-        for task_id, row in self.task_rows().items():
+        for task_id in self.task_rows():
             if task_id not in self.tasks:
                 state = self.app.state(task_id)
                 self.tasks[task_id] = Task(task_id, state.type, dict(state.inputs))
@@ -364,7 +381,9 @@ class World:
         value = answer(task.inputs["tag"], key)
         task.interventions += 1
         self.note(f"send {task_id} {key}={value!r}{' (ahead)' if ahead else ''}")
-        self.guard(lambda: self.app.send_input(task_id, key, value, actor="composer"), task_id, tether.InvalidInputError)
+        self.guard(
+            lambda: self.app.send_input(task_id, key, value, actor="composer"), task_id, tether.InvalidInputError
+        )
 
     def act_cancel(self) -> None:
         task_id = self.pick({"pending", "running", "sleeping", "awaiting_input"})
@@ -376,7 +395,9 @@ class World:
         if self.rng.random() < 0.5:
             self.note(f"cancel {task_id} here")
             handle = self.guard(
-                lambda: self.app.cancel(task_id, reason="composition", actor="composer"), task_id, tether.InvalidTransition
+                lambda: self.app.cancel(task_id, reason="composition", actor="composer"),
+                task_id,
+                tether.InvalidTransition,
             )
         else:
             self.note(f"request_cancel {task_id}")
@@ -398,7 +419,9 @@ class World:
             handle = self.guard(lambda: self.app.retry(task_id, actor="composer"), task_id, tether.InvalidInputError)
         else:
             self.note(f"request_retry {task_id}")
-            handle = self.guard(lambda: self.app.request_retry(task_id, actor="composer"), task_id, tether.InvalidInputError)
+            handle = self.guard(
+                lambda: self.app.request_retry(task_id, actor="composer"), task_id, tether.InvalidInputError
+            )
         if handle is not None:
             self.note(f"  -> {handle.status.value}")
 
@@ -458,7 +481,8 @@ class World:
         for call in archived.calls:
             if call.key not in kept:
                 self.rerun[call.key] += 1  # after the point (or in flight at it): the new branch runs it again
-        self.tasks.setdefault(archived_id, Task(archived_id, self.tasks[task_id].type, dict(self.tasks[task_id].inputs)))
+        source = self.tasks[task_id]
+        self.tasks.setdefault(archived_id, Task(archived_id, source.type, dict(source.inputs)))
         self.note(f"  -> {handle.status.value}; archived {archived_id}")
 
     def sessions(self) -> list[str]:
@@ -518,7 +542,18 @@ class World:
             for self.step in range(1, steps + 1):
                 name, _, action = self.rng.choices(actions, weights)[0]
                 with self.timed(name):
-                    action()
+                    try:
+                        action()
+                    except InvariantError:
+                        raise
+                    except Exception as exc:  # an action raised what the API does not say it raises
+                        import traceback
+
+                        self.fail(
+                            f"the step {name!r} raised {type(exc).__name__}: {exc}\n"
+                            + "".join(traceback.format_exception(exc)[-12:])
+                            + self.histories([getattr(exc, "task_id", None)])
+                        )
                 with self.timed("sleep"):
                     time.sleep(min(0.4, self.rng.expovariate(1 / 0.12)))  # the workers go on meanwhile
                 with self.timed("checks"):
@@ -740,7 +775,8 @@ class World:
         for task_id, state in states.items():
             if state.status is tether.Status.COMPLETED and state.session_id:
                 tag = self.tasks[task_id].inputs["tag"]
-                got = [m.content for m in self.app.session(state.session_id).messages() if m.content.startswith(tag + ":")]
+                messages = self.app.session(state.session_id).messages()
+                got = [m.content for m in messages if m.content.startswith(tag + ":")]
                 want = _app.expected_messages(self.tasks[task_id].type, self.tasks[task_id].inputs)
                 if got != want:
                     self.fail(
@@ -761,10 +797,9 @@ class World:
     def check_endings(self) -> None:
         """3: tasks end as intended: failed only by their flaky tool, cancelled only when asked."""
         for task_id, row in self.task_rows().items():
-            task = self.tasks[task_id]
             if row.status == "failed":
                 failure = self.app.state(task_id).failure
-                if failure is None or failure.exception_type != "Transient":
+                if failure is None or failure.exception_type != "TransientError":
                     self.fail(f"{task_id} failed, not by its flaky tool: {failure}")
             if row.status == "cancelled" and "~" not in task_id and not self.cancel_asked_in_line(task_id):
                 self.fail(f"{task_id} was cancelled, and nobody asked: {self.app.state(task_id).cancel_reason}")
@@ -783,7 +818,11 @@ class World:
         if not report.clean:
             self.fail(f"invariant 5: {task_id} ({self.tasks[task_id].type}) does not replay clean: {report}")
         mine = [task_id, *(f"session:{s}" for s in [self.app.get(task_id).state.session_id] if s)]
-        changed = {t: (before[t].version, after[t].version) for t in mine if t in before and before[t].version != after[t].version}
+        changed = {
+            t: (before[t].version, after[t].version)
+            for t in mine
+            if t in before and before[t].version != after[t].version
+        }
         if changed:
             self.fail(f"invariant 5: replaying {task_id} wrote: {changed}")
 
@@ -807,8 +846,8 @@ class World:
                     if state.waiting is not None and state.waiting.key not in state.received:
                         value = answer(self.tasks[task_id].inputs["tag"], state.waiting.key)
                         self.note(f"send {task_id} {state.waiting.key}={value!r} (finish)")
-                        self.guard(lambda: self.app.send_input(task_id, state.waiting.key, value), task_id,
-                                   tether.InvalidInputError)
+                        send = functools.partial(self.app.send_input, task_id, state.waiting.key, value)
+                        self.guard(send, task_id, tether.InvalidInputError)
                         self.tasks[task_id].interventions += 1
             if not open_tasks:
                 break
@@ -880,9 +919,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callabl
 
 @pytest.mark.crash
 @pytest.mark.timeout(300 + 3 * STEPS * len(SEEDS))
-def test_features_compose_under_random_steps_workers_and_kills(
-    database: Callable[[Path], str], tmp_path: Path
-) -> None:
+def test_features_compose_under_random_steps_workers_and_kills(database: Callable[[Path], str], tmp_path: Path) -> None:
     started = time.monotonic()
     for seed in SEEDS:
         work = tmp_path / f"seed-{seed}"
