@@ -121,15 +121,7 @@ def create_app(
     def live(who: Principal) -> bool:
         return who.key_id is None or keys.live(who.key_id, max_age=KEY_CHECK_AGE)
 
-    api = FastAPI(
-        title="tether",
-        version="1",
-        description="Durable state for AI agents: tasks, their history and state, control, inputs, sessions.",
-        lifespan=_feed_running(feed),
-        docs_url=None,  # the interactive docs pages load their script from a CDN: the document is enough
-        redoc_url=None,
-        responses=_DOCUMENTED,  # type: ignore[arg-type]
-    )
+    api = _api(feed)
     api.state.store = store  # close it when done if create_app opened it from a URL
     api.state.keys = keys
     api.state.feed = feed
@@ -143,6 +135,19 @@ def create_app(
     api.include_router(build_router(serving), responses=_DOCUMENTED)  # type: ignore[arg-type]
     api.include_router(build_pages(apps, principal, keys, no_auth=no_auth))
     return api
+
+
+def _api(feed: ChangeFeed) -> FastAPI:
+    """The FastAPI application, described, with the change feed running while it serves."""
+    return FastAPI(
+        title="tether",
+        version="1",
+        description="Durable state for AI agents: tasks, their history and state, control, inputs, sessions.",
+        lifespan=_feed_running(feed),
+        docs_url=None,  # the interactive docs pages load their script from a CDN: the document is enough
+        redoc_url=None,
+        responses=_DOCUMENTED,  # type: ignore[arg-type]
+    )
 
 
 def _feed_running(feed: ChangeFeed) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
