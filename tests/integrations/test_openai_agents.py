@@ -218,6 +218,29 @@ def test_get_items_are_the_items_as_added(store_url: str) -> None:
     assert asyncio.run(TetherSession("in-task", reader).get_items()) == AS_ADDED
 
 
+def test_the_sdks_session_wrappers_keep_their_items_in_a_tether_session(store_url: str) -> None:
+    """The SDK's EncryptedSession stores envelopes (no Responses type, no role) in the session beneath
+    it: TetherSession keeps them verbatim, so it works as that session."""
+    pytest.importorskip("cryptography")
+    from agents.extensions.memory.encrypt_session import EncryptedSession
+
+    app = tether.App(store_url)
+    beneath = TetherSession("sealed", app)
+    sealed = EncryptedSession("sealed", beneath, encryption_key="a key of the test's")
+
+    async def scenario() -> list[Any]:
+        await sealed.add_items(AS_ADDED)
+        assert await sealed.get_items() == AS_ADDED
+        assert await sealed.pop_item() == AS_ADDED[-1]
+        return await beneath.get_items()
+
+    envelopes = asyncio.run(scenario())
+    assert len(envelopes) == len(AS_ADDED) - 1 and all(e["__enc__"] == 1 for e in envelopes)
+    assert [m.original for m in app.session("sealed").messages()] == envelopes
+    with pytest.raises(tether.InvalidInputError, match="has no 'type'"):  # a message without its role is not one
+        asyncio.run(beneath.add_items([{"content": "hi"}]))
+
+
 def test_compaction_puts_the_summary_in_the_place_of_what_it_folded(store_url: str) -> None:
     """After ``run_compaction``, ``get_items`` is the compacted history (the SDK's contract): the summary
     where the folded items were, system and developer items kept in their places, the rest as added."""

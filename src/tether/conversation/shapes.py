@@ -381,6 +381,11 @@ def _responses_part(part: Any, where: str) -> Part:
 
 
 def _read_responses(item: dict[str, Any]) -> Shape:
+    if "type" not in item and "role" not in item and "content" not in item:
+        # No item of the API's, but one a session store keeps all the same: what the Agents SDK's
+        # session wrappers store in the session beneath them (EncryptedSession's envelopes). Kept
+        # verbatim; it renders only as itself.
+        return Shape("assistant", [_other(item, "an item of no OpenAI Responses type")], "assistant")
     kind = item.get("type", "message" if "role" in item else None)
     if not isinstance(kind, str):
         raise _bad("an OpenAI Responses item has no 'type'", "'message', 'function_call', 'function_call_output', …")
