@@ -84,17 +84,12 @@ async def task_events(
     seen = {k: r.version for k, r in (await look.rows()).items()}
     yield b": connected\n\n"
     count = feed.count
-    quiet = 0.0
+    quiet = [0.0]
     while not await request.is_disconnected():
-        woken = await feed.wait(count, _RECHECK)
-        if not woken:
-            quiet += _RECHECK
-            if quiet >= _KEEPALIVE:
-                quiet = 0.0
-                yield b": keep-alive\n\n"
-        closed = await _closed(live)
-        if closed is not None:
-            yield closed
+        woken, sent, ended = await _wait_turn(feed, count, live, quiet)
+        for chunk in sent:
+            yield chunk
+        if ended:
             return
         if woken:
             await asyncio.sleep(0.05)  # let a burst of commits land: one look for them all
@@ -112,6 +107,25 @@ async def task_events(
                 yield _sse("input", {"task_id": row.task_id, "key": body["waiting_for"], "prompt": body["prompt"]})
 
 
+async def _wait_turn(
+    feed: ChangeFeed, count: int, live: Callable[[], bool], quiet: list[float]
+) -> tuple[bool, list[bytes], bool]:
+    """One wait of a stream for a change, at most ``_RECHECK`` seconds: whether one came, what to send
+    meanwhile (a keep-alive once ``quiet[0]``, the seconds without one, reaches ``_KEEPALIVE``; the closing
+    event of a key revoked meanwhile), and whether the stream ends."""
+    woken = await feed.wait(count, _RECHECK)
+    sent: list[bytes] = []
+    if not woken:
+        quiet[0] += _RECHECK
+        if quiet[0] >= _KEEPALIVE:
+            quiet[0] = 0.0
+            sent.append(b": keep-alive\n\n")
+    closed = await _closed(live)
+    if closed is not None:
+        sent.append(closed)
+    return woken, sent, closed is not None
+
+
 async def history_events(
     get_app: Callable[[], App], task_id: str, after: int, request: Request, feed: ChangeFeed, live: Callable[[], bool]
 ) -> AsyncIterator[bytes]:
@@ -119,7 +133,7 @@ async def history_events(
     checked (``live``) after every wait, at least every ``_RECHECK`` seconds."""
     yield b": connected\n\n"
     count = feed.count
-    quiet = 0.0
+    quiet = [0.0]
     cursor = HistoryCursor(task_id, after=after)  # each change reads the new events alone
     while not await request.is_disconnected():
         row, bodies, replaced = await asyncio.to_thread(_row_and_history, get_app, cursor)
@@ -130,13 +144,9 @@ async def history_events(
         if row is None or row.status in FINISHED:
             yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
             return
-        if not await feed.wait(count, _RECHECK):
-            quiet += _RECHECK
-            if quiet >= _KEEPALIVE:
-                quiet = 0.0
-                yield b": keep-alive\n\n"
-        closed = await _closed(live)
-        if closed is not None:
-            yield closed
+        _, sent, ended = await _wait_turn(feed, count, live, quiet)
+        for chunk in sent:
+            yield chunk
+        if ended:
             return
         count = feed.count
