@@ -121,6 +121,10 @@ def _stream_id(session_id: str) -> str:
 class Session:
     """One conversation: append-only messages, a context window, compaction.
 
+    One object may be used by several threads at once (each with an event loop of its own, if it
+    likes): its view holds exactly the stored messages, in the stored order, each once, whatever
+    its threads, other objects and other processes append meanwhile.
+
     Example:
         >>> import tether
         >>> app = tether.App("memory://")
