@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -132,12 +132,13 @@ def _cut(conn: psycopg.Connection[Any]) -> None:
 class Sticky:
     """A pooled connection lent to one thread; returned to the pool when the thread lets go of it."""
 
-    __slots__ = ("conn", "cursor", "pool")
+    __slots__ = ("conn", "cursor", "pool", "released")
 
-    def __init__(self, pool: ConnectionPool, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, pool: ConnectionPool, conn: psycopg.Connection[Any], released: Callable[[], None]) -> None:
         self.pool = pool
         self.conn = conn
         self.cursor = conn.cursor()  # reused: one fewer object per append
+        self.released = released  # told once the connection is back (a place for another thread)
 
     def __del__(self) -> None:
         try:
@@ -145,6 +146,8 @@ class Sticky:
             self.pool.putconn(self.conn)
         except Exception:  # the pool is closed already: the connection goes with it
             pass
+        finally:
+            self.released()
 
 
 def close_pool(pool: ConnectionPool) -> None:

@@ -137,6 +137,9 @@ class PostgresStore:
         weakref.finalize(self, close_pool, self._pool)
         self._ids: dict[tuple[str, str], int] = {}
         self._local = threading.local()
+        # Threads that keep a connection for their appends: at most all but two of the pool's, so that
+        # reads, transactions and threads past that many (a worker at a high concurrency) still get one.
+        self._sticky = threading.BoundedSemaphore(max(1, pool_max - 2))
         self._listener = Listener(self._conninfo, self.schema)  # started by the first wait_for_change
 
     # -- connections --------------------------------------------------------------
@@ -208,12 +211,21 @@ class PostgresStore:
         log.warning("PostgreSQL connection lost (%s); retrying", exc)
         time.sleep(max(0.0, min(0.05 * 2**attempt, 1.0, deadline - time.monotonic())))
 
-    def _appender(self, deadline: float) -> psycopg.Cursor[Any]:
+    def _appender(self, deadline: float) -> psycopg.Cursor[Any] | None:
         """This thread's cursor for appends, on a connection kept while the thread lives: the hot path
-        skips the pool. The connection goes back to the pool when the thread ends (or when it breaks)."""
+        skips the pool. The connection goes back to the pool when the thread ends (or when it breaks).
+        ``None`` when as many threads keep one as the pool can spare: this append borrows one."""
         sticky: Sticky | None = getattr(self._local, "sticky", None)
         if sticky is None or sticky.conn.closed:
-            sticky = self._local.sticky = Sticky(self._pool, self._pool.getconn(timeout=self._wait_left(deadline)))
+            self._local.__dict__.pop("sticky", None)
+            if not self._sticky.acquire(blocking=False):
+                return None
+            try:
+                conn = self._pool.getconn(timeout=self._wait_left(deadline))
+            except BaseException:
+                self._sticky.release()
+                raise
+            sticky = self._local.sticky = Sticky(self._pool, conn, self._sticky.release)
         return sticky.cursor
 
     @contextmanager
@@ -308,6 +320,13 @@ class PostgresStore:
         while True:
             try:
                 cursor = self._appender(deadline)
+                if cursor is None:
+                    with (
+                        self._pool.connection(timeout=self._wait_left(deadline)) as conn,
+                        self._watchdog.watch(conn, self.query_timeout),
+                    ):
+                        inserted = conn.execute(statement, params).fetchone()[0]  # type: ignore[index]
+                    break
                 with self._watchdog.watch(cursor.connection, self.query_timeout):
                     cursor.execute(statement, params)
                 inserted = cursor.fetchone()[0]  # type: ignore[index]
