@@ -60,7 +60,7 @@ if __name__ == "__main__":
     mine.registry = app.registry
     errors = 0
     try:
-        for n in range(20):
+        for n in range(50):
             mine.start("ask", n, task_id=f"t{n}")
             while mine.get(f"t{n}").status is not tether.Status.AWAITING_INPUT:
                 time.sleep(0.01)
@@ -76,7 +76,7 @@ if __name__ == "__main__":
     LOG = env["REPRO_LOG"]
     runs = collections.Counter(line.split()[0] for line in open(LOG)) if os.path.exists(LOG) else {}
     twice = sum(n > 1 for n in runs.values())
-    print(f"20 cancels: {twice} compensations ran twice under one key; {errors} app.cancel calls raised")
+    print(f"50 cancels: {twice} compensations ran twice under one key; {errors} app.cancel calls raised")
     if url.startswith("postgresql"):
         import psycopg
 
