@@ -1,7 +1,7 @@
 """Invariant 5 (a finished task replays clean): an answer sent before the task asks, for a wait in one
 asyncio.gather branch beside a sibling's call. The run completes; its replay diverges ("the history
-records call #1 issue_refund but the code now asks for call #1 send_email"). Seen on the working tree
-of 2026-12-02 ~01:45 (with the uncommitted work on the wait-in-a-batch fix), not at 5eab8ad."""
+records call #1 issue_refund but the code now asks for call #1 send_email"). Since d2c54aa (the fix of
+a wait in a parallel branch); it replays clean at 5eab8ad."""
 
 import asyncio
 import sys
