@@ -816,7 +816,11 @@ class World:
         report = self.app.replay(task_id)
         after = self.rows()
         if not report.clean:
-            self.fail(f"invariant 5: {task_id} ({self.tasks[task_id].type}) does not replay clean: {report}")
+            parent = self.app.state(task_id).parent
+            self.fail(
+                f"invariant 5: {task_id} ({self.tasks[task_id].type}) does not replay clean: {report}\n"
+                + self.histories([task_id, parent.task_id if parent else None])
+            )
         mine = [task_id, *(f"session:{s}" for s in [self.app.get(task_id).state.session_id] if s)]
         changed = {
             t: (before[t].version, after[t].version)
@@ -866,7 +870,11 @@ class World:
         for task_id in sorted(self.task_rows()):
             report = self.app.replay(task_id)
             if not report.clean:
-                self.fail(f"invariant 5: {task_id} ({self.tasks[task_id].type}) does not replay clean: {report}")
+                parent = self.app.state(task_id).parent
+                self.fail(
+                    f"invariant 5: {task_id} ({self.tasks[task_id].type}) does not replay clean: {report}\n"
+                    + self.histories([task_id, parent.task_id if parent else None])
+                )
         after = dump_database(self.url, store)
         if after != before:
             self.fail(f"invariant 5: replaying the finished tasks wrote to the database:\n{dump_diff(before, after)}")
