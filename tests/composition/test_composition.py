@@ -34,7 +34,12 @@ world with real processes and real timing can) with ``TETHER_COMPOSITION_SEEDS=<
 
 Sizes: ``TETHER_COMPOSITION_STEPS`` (default 120) steps per seed, ``TETHER_COMPOSITION_SEEDS`` (a
 comma-separated list; default one random seed) or ``TETHER_COMPOSITION_RUNS`` (that many random seeds).
-A deep run: ``TETHER_COMPOSITION_STEPS=5000 TETHER_COMPOSITION_RUNS=4``.
+A seed's steps run in worlds of at most ``TETHER_COMPOSITION_WORLD_STEPS`` (400) steps, each on a fresh
+database (world k of seed s is seed s + k * 1_000_003, printed as it starts). A deep run:
+``TETHER_COMPOSITION_STEPS=5000 TETHER_COMPOSITION_RUNS=4``. ``TETHER_COMPOSITION_SKIP`` leaves features
+out (to tell a run's failures apart: see below), ``TETHER_COMPOSITION_TTL`` sets the lease (5 s),
+``TETHER_COMPOSITION_SETTLE_BOUND`` the bound of invariant 3 (60 s). ``repro/`` holds the reductions of
+what this test found.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from tether.store import TaskFilter
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = int(os.environ.get("TETHER_COMPOSITION_STEPS", "120"))
+WORLD_STEPS = int(os.environ.get("TETHER_COMPOSITION_WORLD_STEPS", "400"))
 if os.environ.get("TETHER_COMPOSITION_SEEDS"):
     SEEDS = [int(s) for s in os.environ["TETHER_COMPOSITION_SEEDS"].split(",") if s.strip()]
 else:
@@ -126,8 +132,9 @@ def asks(task_type: str, inputs: dict[str, Any]) -> list[str]:
 class World:
     """One seed's run on one database."""
 
-    def __init__(self, seed: int, url: str, work: Path) -> None:
+    def __init__(self, seed: int, url: str, work: Path, steps: int) -> None:
         self.seed = seed
+        self.steps = steps
         self.rng = random.Random(seed)
         self.url = url
         self.work = work
@@ -159,7 +166,7 @@ class World:
         tail = "\n".join(self.actions[-40:])
         message = (
             f"seed={self.seed} step={self.step}: {what}\n"
-            f"(reproduce: TETHER_COMPOSITION_SEEDS={self.seed} TETHER_COMPOSITION_STEPS={STEPS}"
+            f"(reproduce: TETHER_COMPOSITION_SEEDS={self.seed} TETHER_COMPOSITION_STEPS={self.steps}"
             f"{' TETHER_COMPOSITION_SKIP=' + ','.join(sorted(SKIP)) if SKIP else ''};"
             f" every step: {self.work}/actions.log)\n"
             f"last steps:\n{tail}\nworker logs (tail):\n{self.worker_logs()[-4000:]}"
@@ -930,13 +937,20 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callabl
 def test_features_compose_under_random_steps_workers_and_kills(database: Callable[[Path], str], tmp_path: Path) -> None:
     started = time.monotonic()
     for seed in SEEDS:
-        work = tmp_path / f"seed-{seed}"
-        work.mkdir()
-        world = World(seed, database(work), work)
-        print(f"composition: seed {seed}, {STEPS} steps")
-        try:
-            world.run(STEPS)
-        finally:
-            (work / "actions.log").write_text("\n".join(world.actions) + "\n")
-            world.app.close()
-        print(f"composition: seed {seed}: {world.actions[-1]} ({time.monotonic() - started:.1f}s)")
+        # A long run is a series of worlds of at most WORLD_STEPS steps each (a world's checks read all of
+        # its tasks: their cost grows with the world), world k of seed s drawn by seed s + k * 1_000_003.
+        left, k = STEPS, 0
+        while left > 0:
+            world_seed = seed + k * 1_000_003
+            steps = min(left, WORLD_STEPS)
+            work = tmp_path / f"seed-{world_seed}"
+            work.mkdir()
+            world = World(world_seed, database(work), work, steps)
+            print(f"composition: seed {world_seed}, {steps} steps")
+            try:
+                world.run(steps)
+            finally:
+                (work / "actions.log").write_text("\n".join(world.actions) + "\n")
+                world.app.close()
+            print(f"composition: seed {world_seed}: {world.actions[-2]} ({time.monotonic() - started:.1f}s)")
+            left, k = left - steps, k + 1
