@@ -1,6 +1,6 @@
-"""Invariants 3 and 6: a fork at the last event of a task that was cancelled (or set aside by a rewind)
-while it waited is `awaiting_input` with no `waiting`: nothing to answer, no worker runs it, and every
-resume appends two events (running, awaiting_input) and stops again."""
+"""Invariants 3 and 6: a fork (or a rewind) at the last event of a task that was cancelled, or set aside by
+a rewind, while it waited is `awaiting_input` with no `waiting`: nothing to answer, no worker runs it, and
+every resume appends two events (running, awaiting_input) and stops again."""
 
 import sys
 
