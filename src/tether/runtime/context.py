@@ -522,6 +522,10 @@ class AsyncTaskContext(_Context):
         self, key: str, prompt: str | None = None, timeout: float | None = None, schema: Any = None
     ) -> Any:
         """Like :meth:`TaskContext.wait_for_input`."""
+        # As a call does (:meth:`_turn`), a wait lets the branches started beside it run first, live and on
+        # replay alike: whether writing the question yields or not (a lone run's commit is inline, a
+        # worker's goes through its commit thread), the siblings issue their calls before it either way.
+        await next_turn()
         return await drive_async(self._wait_flow(key, prompt, timeout, schema))
 
     async def sleep(self, seconds: float) -> None:
