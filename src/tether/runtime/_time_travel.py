@@ -105,7 +105,7 @@ class TimeTravel:
         new_id = new_id or uuid.uuid4().hex
         if self.store.get_task(self.tenant, new_id) is not None:
             raise ConflictError(new_id, expected=0, actual=None)
-        session = self._branch_conversation(at_state, f"{at_state.session_id}@{new_id}")
+        session = self._branch_conversation(at_state, new_id, default=new_id)
         try:
             forked = self.log.fork(
                 task_id, at, new_id=new_id, inputs=inputs, session_id=session, at_state=at_state, actor=actor
@@ -115,17 +115,26 @@ class TimeTravel:
             self._drop_branch(session)
             raise
 
-    def _branch_conversation(self, at_state: TaskState, new_session_id: str) -> str | None:
-        if at_state.session_id is None:
-            return None
+    def _branch_conversation(self, at_state: TaskState, branch: str, *, default: str) -> str | None:
+        """The conversation of a fork (or of a rewound task) made at ``at_state``: its own branch of the
+        task's, ``{session}@{branch}``, whatever that conversation held then — empty, or not made yet, it is
+        still the new task's own, never the one its parent (or the branch set aside) goes on writing. ``None``
+        when the task had named none and the one the new task would make (named ``default``) is free."""
+        session = at_state.session_id
+        if session is None:
+            if self.store.get_task(self.tenant, _session_stream(default)) is None:
+                return None
+            session = default  # a rewind's: the branch set aside made the conversation named after the task
+        new_session_id = f"{session}@{branch}"
         if self.store.get_task(self.tenant, _session_stream(new_session_id)) is not None:
             raise ConflictError(_session_stream(new_session_id), expected=0, actual=None)
-        return fork_conversation(self.log, at_state, new_session_id)
+        fork_conversation(self.log, at_state, session, new_session_id)
+        return new_session_id
 
     def _drop_branch(self, session: str | None) -> None:
         """Undo a conversation branch made for a fork that could not be made: a refusal writes nothing."""
-        if session is not None:
-            self.store.delete_task(self.tenant, _session_stream(session))
+        if session is not None and self.store.get_task(self.tenant, _session_stream(session)) is not None:
+            self.store.delete_task(self.tenant, _session_stream(session))  # (none made when there was nothing)
 
     def rewind(self, task_id: str, *, to: int, actor: str | None = None) -> TaskHandle:
         """Go back to event ``to`` and try again: ``task_id`` becomes a fork of itself at ``to``.
@@ -144,7 +153,7 @@ class TimeTravel:
                 n += 1
             archive = f"{task_id}~{n}"
             at_state = self.log.state_at(task_id, to)  # also checks ``to``
-            session = self._branch_conversation(at_state, f"{at_state.session_id}@{task_id}.{n}")
+            session = self._branch_conversation(at_state, f"{task_id}.{n}", default=task_id)
             self.store.release_lease(self.tenant, task_id, token)
             try:
                 rewound = self.log.rewind(task_id, to, archive_id=archive, session_id=session, actor=actor)

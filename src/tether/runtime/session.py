@@ -97,6 +97,7 @@ class TaskSession:
         self._view = SessionView(session_id=session_id)
         self._shown: dict[int, Message] = {}  # every message still in the session, by seq
         self._checked_origin = False
+        self._wrote_live = False  # whether the last append was written by this run (not answered from the record)
 
     @property
     def _rec(self) -> Recorder:
@@ -178,7 +179,9 @@ class TaskSession:
         first, last = self._write(make, ["summary"])
         if last < first:
             return None
-        if self._rec.cursor.done:
+        if self._wrote_live:
+            # Only a compaction this run wrote caches its view: one answered from the record (a
+            # resume, or ``app.replay``, which writes nothing) found it cached when it was written.
             write_view_snapshot(self._log, self._stream.id, self._view)
         return self._view.summary
 
@@ -204,6 +207,7 @@ class TaskSession:
         s = rec.issue_session_op()
         requested = f"append to the conversation (#{s}: {', '.join(roles)})"
         recorded = rec.cursor.session(s)
+        self._wrote_live = False
         if recorded is not None:
             written = self._recorded(recorded, SessionWritten, requested)
             if callable(events) or written.last - written.first + 1 == len(events):
@@ -219,6 +223,7 @@ class TaskSession:
         first, last = found
         written_roles = roles if last >= first else []
         rec.append([SessionWritten(s=s, session_id=self.id, first=first, last=last, roles=written_roles)])
+        self._wrote_live = True  # a replay never gets here (``going_live`` stops it)
         self._advance(max(last, self._seen))
         return first, last
 
@@ -282,18 +287,17 @@ class TaskSession:
         self._seen = version
 
 
-def fork_conversation(log: TaskLog, at_state: TaskState, new_session_id: str) -> str | None:
-    """Give a fork (or a rewound task) its own branch of the conversation its task had at the fork
-    point: copy-on-write, a parent pointer. ``None`` when there is nothing to branch."""
-    if at_state.session_id is None:
-        return None
-    stream = Stream(log, stream_id(at_state.session_id), SESSION_TYPE)
-    version = at_state.session_version
+def fork_conversation(log: TaskLog, at_state: TaskState, session_id: str, new_session_id: str) -> bool:
+    """Give a fork (or a rewound task) its own branch of conversation ``session_id`` as its task had it at
+    the fork point: copy-on-write, a parent pointer. ``False`` when there was nothing in it then: the new
+    conversation is made empty when the new task first uses it."""
+    stream = Stream(log, stream_id(session_id), SESSION_TYPE)
+    version = at_state.session_version if session_id == at_state.session_id else 0
     if version == 0:
         # The task had not used its conversation by then: take it as it stood at that moment.
         moment = at_state.updated_at.timestamp()
         version = max((r.seq for r in stream.read() if r.at <= moment), default=0)
     if version == 0:
-        return None
+        return False
     log.fork_stream(stream.id, version, new_id=stream_id(new_session_id))
-    return new_session_id
+    return True

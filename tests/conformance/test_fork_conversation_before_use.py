@@ -1,0 +1,59 @@
+"""A fork or a rewind made before its task first used its conversation still gets a conversation of its
+own: its appends never land in its parent's (a named, shared session) or in the branch set aside."""
+
+from __future__ import annotations
+
+import tether
+
+
+def _chat(app: tether.App) -> None:
+    @app.task
+    def chat(ctx: tether.TaskContext, question: str) -> str:
+        ctx.session.add("user", question)
+        ctx.session.add("assistant", "Paris.")
+        return "Paris."
+
+
+def _contents(app: tether.App, session_id: str) -> list[str]:
+    return [m.content for m in app.session(session_id).messages()]
+
+
+def test_a_fork_before_the_first_append_writes_to_a_conversation_of_its_own(store_url: str) -> None:
+    app = tether.App(store_url)
+    _chat(app)
+    app.run("chat", "Capital of France?", task_id="c1", session_id="support-1")
+    app.fork("c1", at=1, new_id="c1-fork")  # at the task's creation: before its first append
+    assert app.resume("c1-fork").output == "Paris."
+    assert _contents(app, "support-1") == ["Capital of France?", "Paris."]  # the parent's, untouched
+    own = app.state("c1-fork").session_id
+    assert own == "support-1@c1-fork"
+    assert _contents(app, own) == ["Capital of France?", "Paris."]
+    assert app.replay("c1-fork").clean
+
+
+def test_a_rewind_before_the_first_append_leaves_the_set_aside_conversation_alone(store_url: str) -> None:
+    app = tether.App(store_url)
+    _chat(app)
+    app.run("chat", "Capital of Spain?", task_id="c2")  # its own conversation, named after it
+    app.rewind("c2", to=1)
+    assert app.resume("c2").output == "Paris."
+    assert app.state("c2~1").session_id == "c2"
+    assert _contents(app, "c2") == ["Capital of Spain?", "Paris."]  # the set-aside branch's, untouched
+    own = app.state("c2").session_id
+    assert own is not None and own != "c2"
+    assert _contents(app, own) == ["Capital of Spain?", "Paris."]
+    assert app.replay("c2").clean
+
+
+def test_a_fork_of_a_task_that_never_used_a_conversation_makes_none(store_url: str) -> None:
+    app = tether.App(store_url)
+
+    @app.task
+    def plain(ctx: tether.TaskContext) -> int:
+        return 1
+
+    app.run(plain, task_id="p")
+    app.fork("p", at=1, new_id="p-fork")
+    assert app.state("p-fork").session_id is None
+    rows = app.store.list_tasks(app.tenant, tether.store.TaskFilter(internal=True), limit=10)
+    assert [r for r in rows if r.type == "tether.session"] == []
