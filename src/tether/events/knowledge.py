@@ -58,6 +58,9 @@ class InputRequested(Event):
     prompt: str | None = None
     schema: dict[str, Any] | None = None
     timeout_at: float | None = None
+    again: bool = False
+    """The question asked once more by the same wait: its task had stopped waiting on it (a fork or a
+    rewind of a task cancelled while it waited), and a run waits on it anew."""
 
 
 @_event

@@ -267,6 +267,7 @@ class _Context:
             yield Commit(self._rec.writer, [asked])
         else:
             timeout_at = recorded.event.timeout_at  # type: ignore[attr-defined]
+        asked_again = recorded is None or self._rec.cursor.take_if(InputRequested, lambda e: e.key == key and e.again)
         if self._rec.cursor.take_if(InputTimedOut, lambda e: e.key == key):
             raise InputTimeout(self._rec.task_id, key)
         self._rec.cursor.take_if(InputRejected, lambda e: e.key == key)
@@ -293,6 +294,13 @@ class _Context:
                 self._rec.going_live()
                 yield Commit(self._rec.writer, [InputTimedOut(key=key)])
                 raise InputTimeout(self._rec.task_id, key)
+            waiting = self._rec.latest.waiting
+            if not asked_again and (waiting is None or waiting.key != key):
+                # The task stopped waiting on this question since it was asked (a fork or rewind of a task
+                # cancelled while it waited): ask it again, or the task would wait with nothing to answer.
+                self._rec.going_live()
+                yield Commit(self._rec.writer, [_again(recorded, json_schema, timeout_at)])
+                asked_again = True
             yield from self._rec.suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
 
     def _answer_turn(self, asked: Recorded) -> Flow[None]:
@@ -312,6 +320,13 @@ class _Context:
             if self._rec.answered():
                 return  # the code went on after this sleep before: it is over
         yield from self._calls.backoff(until, own=0)
+
+
+def _again(asked: Recorded | None, json_schema: dict[str, Any] | None, timeout_at: float | None) -> InputRequested:
+    """The question ``asked`` recorded, asked once more."""
+    assert asked is not None
+    first: InputRequested = asked.event  # type: ignore[assignment]
+    return InputRequested(key=first.key, prompt=first.prompt, schema=json_schema, timeout_at=timeout_at, again=True)
 
 
 def _rejection(task_id: str, key: str, value: Any, json_schema: dict[str, Any] | None) -> str | None:
