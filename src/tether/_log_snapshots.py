@@ -42,6 +42,10 @@ __all__ = ["SnapshotKeeping"]
 _T = TypeVar("_T")
 
 
+def _text(data: str | bytes) -> str:
+    return data.decode() if isinstance(data, bytes) else data
+
+
 class SnapshotKeeping:
     """The snapshot half of :class:`tether.TaskLog`."""
 
@@ -130,8 +134,20 @@ class SnapshotKeeping:
                 entry.put_away(EventCalls(self.store, self.tenant, task_id, self.decode, entry.head.light, created))
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
-        """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it)."""
-        self._put_snapshot(task_id, state.version, state_data(state))
+        """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it);
+        nothing when the one stored there already says the same (:meth:`_stored`)."""
+        data = state_data(state)
+        if not self._stored(task_id, snapshot_row(state.version, STATE_SCHEMA_VERSION, data)):
+            self._put_snapshot(task_id, state.version, data)
+
+    def _stored(self, stream_id: str, row: SnapshotRow) -> bool:
+        """Whether the stream's snapshot at ``row``'s seq is ``row`` already, byte for byte: then it
+        is not written again (a rewrite of the same snapshot is still a write: a reader, such as
+        ``app.replay``, that caches what it read must leave the store as it found it)."""
+        stored = self.store.get_snapshot(self.tenant, stream_id, at_most=row.seq)
+        if stored is None or (stored.seq, stored.schema, stored.checksum) != (row.seq, row.schema, row.checksum):
+            return False
+        return _text(stored.data) == _text(row.data)
 
     def _put_snapshot(self, task_id: str, version: int, data: str, *, replaces: int | None = None) -> None:
         self.store.put_snapshot(
@@ -144,8 +160,12 @@ class SnapshotKeeping:
     def put_stream_snapshot(
         self, stream_id: str, seq: int, schema: int, data: str, *, replaces: int | None = None
     ) -> None:
-        """Store a snapshot (with its checksum) of one of tether's own streams at ``seq``."""
-        self.store.put_snapshot(self.tenant, stream_id, snapshot_row(seq, schema, data), replaces=replaces)
+        """Store a snapshot (with its checksum) of one of tether's own streams at ``seq``; nothing when
+        the one stored there already says the same (:meth:`_stored`) and none other is to go."""
+        row = snapshot_row(seq, schema, data)
+        if (replaces is None or replaces == seq) and self._stored(stream_id, row):
+            return
+        self.store.put_snapshot(self.tenant, stream_id, row, replaces=replaces)
 
     # ----------------------------------------------------------------- reading
     def _good_snapshot(self, task_id: str, upto: int | None) -> tuple[SnapshotRow | None, TaskState | None]:
