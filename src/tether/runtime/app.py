@@ -26,6 +26,7 @@ from tether.errors import (
     ConflictError,
     InvalidInputError,
     InvalidTransition,
+    TaskBusyError,
     TaskDefinitionError,
     TaskNotFoundError,
     TetherError,
@@ -530,15 +531,27 @@ class App(TimeTravel, Conversations):
     def cancel(self, task_id: str, reason: str = "cancelled", *, actor: str | None = None) -> TaskHandle:
         """Cancel a task that has not finished; its completed calls are compensated in reverse order.
 
-        Idempotent: cancelling a cancelled task returns it as it is. A task running in
-        another process loses its lease and stops at its next step. ``actor`` (who asked)
-        is recorded with the request and shown in the history.
+        Idempotent: cancelling a cancelled task returns it as it is. A task a live run holds (a
+        worker's, woken by the request) meets the request at its next step and carries the cancel
+        out itself, once: this waits for it to end (for at most twice the lease's time). ``actor``
+        (who asked) is recorded with the request and shown in the history.
         """
         state = self.request_cancel(task_id, reason, actor=actor).state
         if state.status in TERMINAL:
             return TaskHandle.of(state)
         spec = self.registry.task(state.type)
-        return drive_task(spec, lambda: execute(self, spec, task_id, force=True), "cancel", "cancel")
+        deadline = time.monotonic() + 2 * self.lease_ttl
+        while True:
+            try:
+                return drive_task(spec, lambda: execute(self, spec, task_id), "cancel", "cancel")
+            except TaskBusyError:
+                # Taking the lease from its live holder would run the compensations twice, here and there.
+                handle = self.get(task_id)
+                if handle.status in TERMINAL:
+                    return handle
+                if time.monotonic() >= deadline:
+                    raise
+                self.store.wait_for_change(0.05)
 
     def request_cancel(self, task_id: str, reason: str = "cancelled", *, actor: str | None = None) -> TaskHandle:
         """Record that a task is to be cancelled, without running it: its next run (a worker's, or
