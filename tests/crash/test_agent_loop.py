@@ -34,7 +34,7 @@ from tests.conftest import dump_database
 HERE = Path(__file__).parent
 AGENT = HERE / "_loop_agent.py"
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE.parent.parent)])}
-SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "30"))
+SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "16"))
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
 MODES = ("async", "threads")
 AGENT_IMPORTS = ("asyncio", "sqlite3", "tether", "tether._streams", "tether.log")

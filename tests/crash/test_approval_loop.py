@@ -42,7 +42,7 @@ ROOT = HERE.parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
 # A scenario takes ~4 s (up to eight processes): a quarter of the other crash suites' count keeps the
 # suite under its ten minutes; TETHER_CRASH_SCENARIOS=400 runs a long soak.
-SCENARIOS = max(4, int(os.environ.get("TETHER_CRASH_SCENARIOS", "30")) // 4)
+SCENARIOS = max(4, int(os.environ.get("TETHER_CRASH_SCENARIOS", "16")) // 4)
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
 PRELOAD = ("asyncio", "pydantic", "tether", "tether._streams", "tether.log")
 TASK = "trip-1"

@@ -27,7 +27,7 @@ from tests._forkserver import ForkServer, ForkServers
 HERE = Path(__file__).parent
 AGENT = HERE / "_agent.py"
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)])}
-SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "30"))
+SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "16"))
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
 AGENT_IMPORTS = ("sqlite3", "tether", "tether.log")
 
