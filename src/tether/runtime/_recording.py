@@ -100,7 +100,8 @@ class Recorder:
         self.task_id = state.task_id
         self.cursor = Replay(state.task_id, history, state)
         self.replay_only = replay_only  # ``app.replay``: nothing runs and nothing is written
-        self.cancel_reason = state.cancel_reason
+        # A fork made among a cancel's compensations goes on compensating (:meth:`Replay.carried_cancel`).
+        self.cancel_reason = state.cancel_reason or (self.cursor.carried_cancel() if state.parent else None)
         self.lock = threading.RLock()  # ctx.map's threads record through one writer
         # Counted under ``lock``: live calls issued and not ended (more than one: a parallel
         # batch), and replayed calls issued whose recorded outcome the code has not received.

@@ -238,6 +238,27 @@ class Replay:
             if c.kind == "compensation" and c.status == "completed" and c.n in retired and c.compensates is not None
         }
 
+    def carried_cancel(self) -> str | None:
+        """The reason of a cancel this task's record carries across a fork: one whose compensations had
+        begun (a compensation recorded after it) at the fork point. A fork drops a cancel only asked
+        for (its ``TaskForked`` clears the request: the fork goes on with the code), but not one whose
+        undoing is under way: an effect undone is not done again, so the fork — the same task from that
+        point — carries on compensating and ends cancelled, as a run of the original would have."""
+        reason: str | None = None
+        undoing = False  # a compensation was recorded since the cancel
+        for rec in self.history:
+            event = rec.event
+            kind = type(event)
+            if kind is CancelRequested:
+                if reason is None:
+                    reason, undoing = event.reason or "cancelled", False  # type: ignore[attr-defined]
+            elif kind is TaskForked:
+                if not undoing:
+                    reason = None
+            elif reason is not None and kind in CALL_EVENTS and getattr(event, "kind", None) == "compensation":
+                undoing = True
+        return reason if undoing else None
+
     @property
     def walked(self) -> int:
         """How many recorded events the code has passed."""

@@ -25,11 +25,13 @@ from tether.errors import (
     ToolError,
 )
 from tether.events import (
+    CALL_EVENTS,
     CallAttemptFailed,
     CallCompleted,
     CallFailed,
     CallInDoubt,
     CallStarted,
+    CancelRequested,
     DataMigrated,
     Event,
     FailureRecorded,
@@ -38,6 +40,7 @@ from tether.events import (
     RetryRequested,
     StatusChanged,
     StepFailed,
+    TaskForked,
     in_doubt_call,
 )
 from tether.machine import TERMINAL, Status
@@ -225,6 +228,9 @@ def _begin(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
     begun: list[Event] = []
     if state.status is not Status.RUNNING:
         begun.append(StatusChanged(status=Status.RUNNING.value))
+    if rec.cancel_reason is not None and state.cancel_reason is None:
+        # A fork carrying its parent's cancel (:meth:`Replay.carried_cancel`) records it as its own.
+        begun.append(CancelRequested(reason=rec.cancel_reason))
     if spec.state is not None and spec.data_version is not None and state.data_version != spec.data_version:
         migrated = spec.state.model_validate(upcast_data(spec, state)).model_dump(mode="json")
         to = spec.data_version
@@ -471,6 +477,38 @@ def _failure_verdict(rec: Recorder, state: TaskState, error: BaseException, reco
 
 
 _UNWINDING = (StepFailed, CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
+_RUN_BEGINS = (StatusChanged, DataMigrated)  # what a run writes as it begins
+
+
+def _before_forks(by_seq: dict[int, Recorded], failed_at: int, compensations: set[int]) -> tuple[int, int]:
+    """Where the walk back over a failure's records starts (the seq before ``failed_at``), and where
+    the failure began to be recorded (its compensations follow). A fork made in a failure's records
+    (at the step that failed, at the failure record, among its compensations, at its end) fails again
+    when it runs, and records the failure as its own after its fork point and its run's beginning:
+    the walk passes over those, and over the parent's record of the same failure (with what followed
+    it: compensations, the status), to the records the fork shares with its parent — the failure as
+    it unwound — as a retry of the parent does."""
+    seq, began = failed_at - 1, failed_at
+    while True:
+        at = seq
+        while at in by_seq and isinstance(by_seq[at].event, _RUN_BEGINS):
+            at -= 1
+        if at not in by_seq or not isinstance(by_seq[at].event, TaskForked):
+            return seq, began
+        seq = at - 1
+        while seq in by_seq and _after_failure(by_seq[seq].event, compensations):
+            seq -= 1
+        if seq not in by_seq or not isinstance(by_seq[seq].event, FailureRecorded):
+            return at - 1, began  # forked in the unwinding, before the failure was recorded
+        began = seq
+        seq -= 1
+
+
+def _after_failure(event: Event, compensations: set[int]) -> bool:
+    """Whether ``event`` is what a run records after a failure record: compensations, the status."""
+    if isinstance(event, _RUN_BEGINS):
+        return True
+    return type(event) in CALL_EVENTS and getattr(event, "n", None) in compensations
 
 
 def retry_event(history: list[Recorded], state: TaskState, actor: str | None) -> RetryRequested:
@@ -483,7 +521,8 @@ def retry_event(history: list[Recorded], state: TaskState, actor: str | None) ->
     calls: list[int] = []
     failed_key = state.failure.call_key if state.failure else None
     failed_call = next((c.n for c in state.calls if failed_key is not None and c.key == failed_key), None)
-    seq = failed_at - 1
+    compensations = {c.n for c in state.calls if c.kind == "compensation"}
+    seq, began = _before_forks(by_seq, failed_at, compensations)
     # The failure as it unwound: the steps it failed and the calls that gave up, back to the last
     # thing the code did in order (the events of parallel calls that ended meanwhile stay).
     while seq in by_seq and isinstance(by_seq[seq].event, _UNWINDING):
@@ -498,10 +537,9 @@ def retry_event(history: list[Recorded], state: TaskState, actor: str | None) ->
         gave_up = [r.seq for r in history if isinstance(r.event, CallFailed) and r.event.n == failed_call]
         retired.extend(gave_up)
         calls.append(failed_call)
-    compensations = {c.n for c in state.calls if c.kind == "compensation"}
     for rec in history:
         n = getattr(rec.event, "n", None)
-        if rec.seq > failed_at and n in compensations:
+        if rec.seq > began and n in compensations:
             retired.append(rec.seq)
     ordinary = [c.n for c in state.calls if c.kind != "compensation"]
     after_n = max(ordinary, default=0)
