@@ -51,9 +51,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("integrations/openai_agents.py", "copy._agent_ref"): "the same field, carried to the copy",
 }
 
-# Modules known to be over the line, at most as long as they are now: each is to be split by
-# the room that owns it, and may not grow meanwhile.
-OVER_600: dict[str, int] = {}
+MODULE_LINES = 800
+"""The house's ceiling for a module: past it, split by concept (a module that holds one idea may be longer
+than ~600 lines, never than this)."""
 
 FUNCTION_LINES = 60
 # (module path under src/tether, the function's qualified name) -> why it may be longer.
@@ -286,14 +286,14 @@ def test_the_checks_catch_what_they_are_for() -> None:
     assert long_functions("demo.py", ast.parse("def build_app():\n" + sixty)) == []  # allowed
 
 
-def test_no_module_is_over_600_lines() -> None:
+def test_no_module_is_over_800_lines() -> None:
     over = {}
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
         lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > OVER_600.get(rel, 600):
+        if lines > MODULE_LINES:
             over[rel] = lines
-    assert over == {}, f"modules past ~600 lines (split them by concept): {over}"
+    assert over == {}, f"modules past {MODULE_LINES} lines (split them by concept): {over}"
 
 
 def test_no_function_is_over_60_lines() -> None:

@@ -531,21 +531,24 @@ class App(TimeTravel, Conversations):
     def cancel(self, task_id: str, reason: str = "cancelled", *, actor: str | None = None) -> TaskHandle:
         """Cancel a task that has not finished; its completed calls are compensated in reverse order.
 
-        Idempotent: cancelling a cancelled task returns it as it is. A task a live run holds (a
-        worker's, woken by the request) meets the request at its next step and carries the cancel
-        out itself, once: this waits for it to end (for at most twice the lease's time). ``actor``
-        (who asked) is recorded with the request and shown in the history.
+        Idempotent: cancelling a cancelled task returns it as it is. A task running in another
+        process loses its lease and stops at its next step — unless that run has already taken the
+        request in (it wrote after it: a worker woken by the request, compensating): then it carries
+        the cancel out itself, once, and this waits for it to end (for at most twice the lease's
+        time). ``actor`` (who asked) is recorded with the request and shown in the history.
         """
-        state = self.request_cancel(task_id, reason, actor=actor).state
+        state, requested = self._request_cancel(task_id, reason, actor)
         if state.status in TERMINAL:
             return TaskHandle.of(state)
         spec = self.registry.task(state.type)
         deadline = time.monotonic() + 2 * self.lease_ttl
         while True:
             try:
-                return drive_task(spec, lambda: execute(self, spec, task_id), "cancel", "cancel")
-            except TaskBusyError:
-                # Taking the lease from its live holder would run the compensations twice, here and there.
+                run = lambda: execute(self, spec, task_id, at=requested)  # noqa: E731
+                return drive_task(spec, run, "cancel", "cancel")
+            except (TaskBusyError, ConflictError):
+                # The holder wrote after the request (or did as this run began): it carries the cancel out
+                # (taking its lease now would run the compensations twice, there and here).
                 handle = self.get(task_id)
                 if handle.status in TERMINAL:
                     return handle
@@ -557,19 +560,24 @@ class App(TimeTravel, Conversations):
         """Record that a task is to be cancelled, without running it: its next run (a worker's, or
         :meth:`cancel` here) compensates and ends it. Idempotent; a finished task other than a
         cancelled one is refused with :class:`InvalidTransition`. ``actor``: who asked."""
+        return TaskHandle.of(self._request_cancel(task_id, reason, actor)[0])
+
+    def _request_cancel(self, task_id: str, reason: str, actor: str | None) -> tuple[TaskState, int | None]:
+        """The task's state once the cancel is requested, and the version this request made (``None``
+        when it was requested already, or the task has finished)."""
         check_optional_id(actor, "actor")
 
-        def request() -> TaskState:
+        def request() -> tuple[TaskState, int | None]:
             current = self.log.load(task_id)
             if current.status is not Status.CANCELLED and current.status in TERMINAL:
                 raise InvalidTransition("status", current.status.value, Status.CANCELLED.value, [])
             if current.status in TERMINAL or current.cancel_reason is not None:
-                return current  # cancelled already, or another caller asked first
-            self.log.append(task_id, [CancelRequested(reason=reason, actor=actor)], current.version)
-            return self.log.load(task_id)
+                return current, None  # cancelled already, or another caller asked first
+            version = self.log.append(task_id, [CancelRequested(reason=reason, actor=actor)], current.version)
+            return self.log.load(task_id), version
 
         # Under contention the request is recorded or the call fails: never a run without it.
-        return TaskHandle.of(retry_on_conflict(request, stream=task_id))
+        return retry_on_conflict(request, stream=task_id)
 
     def run_worker(
         self, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0

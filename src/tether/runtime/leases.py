@@ -18,10 +18,13 @@ __all__ = ["Heartbeat", "acquire", "backoff_owner", "describe_holder", "is_backo
 _log = logging.getLogger("tether")
 
 
-def acquire(store: Store, tenant: str, task_id: str, owner: str, ttl: float, *, force: bool = False) -> int:
+def acquire(
+    store: Store, tenant: str, task_id: str, owner: str, ttl: float, *, force: bool = False, at: int | None = None
+) -> int:
     """Take the task's lease for ``owner``: a free one, an expired one, one whose holder is a dead
     process on this machine, or one a worker holds the task aside by while it backs off (no run holds
-    it); any, with ``force``. Else :class:`TaskBusyError` naming the holder."""
+    it); any, with ``force``; a live holder's with ``at``, if the task is still at that version (the
+    holder wrote nothing since). Else :class:`TaskBusyError` naming the holder."""
     now = time.time()
     for _ in range(3):  # a lease let go between the refusal and the read of its row is free: take it
         token = store.acquire_lease(tenant, task_id, owner, ttl, now)
@@ -33,6 +36,10 @@ def acquire(store: Store, tenant: str, task_id: str, owner: str, ttl: float, *, 
     holder = row.lease_owner if row is not None else None
     if holder is not None and (force or is_backoff(holder) or owner_is_dead(holder)):
         token = store.acquire_lease(tenant, task_id, owner, ttl, now, steal_from=holder)
+        if token is not None:
+            return token
+    elif holder is not None and at is not None:
+        token = store.acquire_lease(tenant, task_id, owner, ttl, now, steal_from=holder, at_version=at)
         if token is not None:
             return token
     raise TaskBusyError(task_id, owner=holder, expires=row.lease_expires if row is not None else None)

@@ -67,7 +67,13 @@ Opener = Callable[[], tuple[Recorded | None, TaskState]]
 
 
 def execute(
-    app: App, spec: TaskSpec, task: str | Opener, *, token: int | None = None, force: bool = False
+    app: App,
+    spec: TaskSpec,
+    task: str | Opener,
+    *,
+    token: int | None = None,
+    force: bool = False,
+    at: int | None = None,
 ) -> Flow[TaskHandle]:
     """Run (or replay, then continue) a task while holding its lease: ``token``, or one taken here.
     ``task``: its id, or what creates it (or finds it) and returns its state.
@@ -80,20 +86,22 @@ def execute(
     An async run counts among those sharing the commit thread from before it opens until it has
     let go: while it opens, another run's records are not written on their (shared) loop."""
     if not spec.is_async:
-        return (yield from _held(app, spec, task, token, force))
+        return (yield from _held(app, spec, task, token, force, at))
     app.commits.run_started()
     try:
-        return (yield from _held(app, spec, task, token, force))
+        return (yield from _held(app, spec, task, token, force, at))
     finally:
         app.commits.run_ended()
 
 
-def _held(app: App, spec: TaskSpec, task: str | Opener, token: int | None, force: bool) -> Flow[TaskHandle]:
+def _held(
+    app: App, spec: TaskSpec, task: str | Opener, token: int | None, force: bool, at: int | None = None
+) -> Flow[TaskHandle]:
     """``execute``'s run: opened, its code run under the lease's heartbeat, then let go."""
     closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
     rec: Recorder | None = None
     stopped = False  # the run ended the way it returns (not raised): its handle is the latest state
-    opened = yield Io(_open, (app, task, token, force, spec.is_async))
+    opened = yield Io(_open, (app, task, token, force, spec.is_async, at))
     if isinstance(opened, TaskHandle):
         return opened  # finished already: nothing to hold
     task_id, token, history, state = opened
@@ -119,7 +127,7 @@ def _held(app: App, spec: TaskSpec, task: str | Opener, token: int | None, force
 
 
 def _open(
-    app: App, task: str | Opener, token: int | None, force: bool, read_calls: bool = False
+    app: App, task: str | Opener, token: int | None, force: bool, read_calls: bool = False, at: int | None = None
 ) -> TaskHandle | tuple[str, int, list[Recorded], TaskState]:
     """What a run needs before its code runs: the task (created by ``task`` when it is not an id),
     the lease (``token``, or taken here) and the task's record; or the task's handle when it has
@@ -143,7 +151,7 @@ def _open(
         if state.status in TERMINAL:
             return TaskHandle.of(state)
         _check_settled(state)
-        token = acquire(app.store, app.tenant, task_id, app.worker_id, app.lease_ttl, force=force)
+        token = acquire(app.store, app.tenant, task_id, app.worker_id, app.lease_ttl, force=force, at=at)
     app.log.hold(task_id)
     try:
         history, state = _record_of(app, task_id)

@@ -180,10 +180,12 @@ class Statements:
     ledger_begin: str = "INSERT INTO ledger (tenant, key, status, started_at, runs) VALUES (?, ?, 'started', ?, 1)"
     ledger_run_again: str = "UPDATE ledger SET runs = runs + 1 WHERE tenant = ? AND key = ?"
     forget_ledger: str = "DELETE FROM ledger WHERE tenant = ? AND key = ?"
-    # A lease is taken when nobody holds it, when it ran out, or from a holder known to be dead.
+    # A lease is taken when nobody holds it, when it ran out, or from a holder named (known to be dead, or
+    # taken from at a version: only while the task is still there, nothing appended by the holder since).
     acquire_lease: str = (
         "UPDATE tasks SET lease_owner = ?, lease_expires = ?, lease_token = lease_token + 1 "
-        "WHERE id = ? AND (lease_owner IS NULL OR lease_expires <= ? OR lease_owner = ?) "
+        "WHERE id = ? AND (lease_owner IS NULL OR lease_expires <= ? OR (lease_owner = ? AND (CAST(? AS INTEGER) "
+        "IS NULL OR COALESCE((SELECT max(seq) FROM events e WHERE e.task = tasks.id), version) = ?))) "
         "RETURNING lease_token"
     )
     renew_lease: str = "UPDATE tasks SET lease_expires = ? WHERE id = ? AND lease_token = ? AND lease_owner IS NOT NULL"

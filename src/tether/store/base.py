@@ -386,12 +386,21 @@ class Store(Protocol):
 
     # -- leases -----------------------------------------------------------------
     def acquire_lease(
-        self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
+        self,
+        tenant: str,
+        task_id: str,
+        owner: str,
+        ttl: float,
+        now: float,
+        *,
+        steal_from: str | None = None,
+        at_version: int | None = None,
     ) -> int | None:
         """Take the task's lease if it is free, expired, or held by ``steal_from``; return the new token.
 
         ``steal_from`` names an owner the caller knows is dead (a process on this host that no
-        longer exists), so its lease need not run out first.
+        longer exists), so its lease need not run out first; with ``at_version``, one taken from only
+        while the task is at that version (its holder appended nothing since the caller looked).
         """
         ...
 

@@ -279,13 +279,22 @@ class MemoryStore:
 
     # -- leases -----------------------------------------------------------------
     def acquire_lease(
-        self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
+        self,
+        tenant: str,
+        task_id: str,
+        owner: str,
+        ttl: float,
+        now: float,
+        *,
+        steal_from: str | None = None,
+        at_version: int | None = None,
     ) -> int | None:
         with self._lock:
             stream = self._stream(tenant, task_id)
             row = stream.row
             held = row.held_by(now) is not None
-            if held and (steal_from is None or row.lease_owner != steal_from):
+            moved = at_version is not None and row.version != at_version
+            if held and (steal_from is None or row.lease_owner != steal_from or moved):
                 return None
             token = row.lease_token + 1
             stream.row = replace(row, lease_owner=owner, lease_expires=now + ttl, lease_token=token)

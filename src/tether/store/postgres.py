@@ -560,9 +560,17 @@ class PostgresStore:
 
     # -- leases ---------------------------------------------------------------------
     def acquire_lease(
-        self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
+        self,
+        tenant: str,
+        task_id: str,
+        owner: str,
+        ttl: float,
+        now: float,
+        *,
+        steal_from: str | None = None,
+        at_version: int | None = None,
     ) -> int | None:
-        values = (owner, now + ttl, tenant, task_id, now, steal_from)
+        values = (owner, now + ttl, tenant, task_id, now, steal_from, at_version, at_version)
         row = self._run(lambda c: c.execute(SQL.acquire_lease, values).fetchone())
         if row is None:
             self._fresh_id(tenant, task_id)  # held by another, or no such task: TaskNotFoundError

@@ -551,10 +551,18 @@ class SQLiteStore:
             conn.execute(own.SQL.forget_ledger, (tenant, key))
 
     def acquire_lease(
-        self, tenant: str, task_id: str, owner: str, ttl: float, now: float, *, steal_from: str | None = None
+        self,
+        tenant: str,
+        task_id: str,
+        owner: str,
+        ttl: float,
+        now: float,
+        *,
+        steal_from: str | None = None,
+        at_version: int | None = None,
     ) -> int | None:
         with self._write() as conn:
-            values = (owner, now + ttl, self._id(tenant, task_id), now, steal_from)
+            values = (owner, now + ttl, self._id(tenant, task_id), now, steal_from, at_version, at_version)
             row = conn.execute(own.SQL.acquire_lease, values).fetchone()
             self._tokens.pop(self._id(tenant, task_id), None)
             return None if row is None else int(row[0])
