@@ -172,6 +172,9 @@ class PostgresStore:
             name=f"tether-{self.schema}",
             timeout=self.connect_timeout,
             reconnect_timeout=max(self.give_up_after, 1.0),
+            # Connections past pool_min that a burst opened (threads, a worker's concurrency) go back to the
+            # server after 30 s idle, not psycopg_pool's 10 minutes: many processes share a server's slots.
+            max_idle=30.0,
         )
 
     def _run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
