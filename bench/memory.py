@@ -63,7 +63,7 @@ def child(cache_bytes: int, sizes: list[int], keep_records: bool = False) -> Non
     """Run the tasks in this process; print one line of JSON: what :func:`_held` says at the floor and
     after each size. ``keep_records``: the log keeps every call's record once a run stopped."""
     if keep_records:
-        from tether._log_memory import Entry
+        from tether.log.memory import Entry
 
         Entry.put_away = lambda self, reader: None  # type: ignore[method-assign]
     app = tether.App(f"sqlite:///{tempfile.mkdtemp(prefix='tether-bench-')}/memory.db", cache_bytes=cache_bytes)

@@ -46,7 +46,6 @@ from tether.errors import (
 )
 from tether.integrations import _langgraph_log  # noqa: F401  (its events: `tether history langgraph:ID` reads them)
 from tether.log import SnapshotPolicy, TaskLog
-from tether.machine import Phases, Status
 from tether.model import (
     Attempt,
     CallList,
@@ -59,6 +58,7 @@ from tether.model import (
     ToolCall,
     Waiting,
 )
+from tether.model.status import Phases, Status
 from tether.runtime.app import App, CheckReport, PendingInput, TaskHandle, TaskSummary
 from tether.runtime.context import AsyncTaskContext, CallInfo, TaskContext, current_call
 from tether.runtime.ledger import Ledger

@@ -13,8 +13,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from tether._keys import canonical_json
-from tether._validate import check_int
+from tether.canonical import canonical_json
+from tether.checks import check_int
 from tether.errors import InvalidInputError
 
 __all__ = ["cached"]

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, overload
 import jsonpatch
 import orjson
 
-from tether._encoding import decode_row
 from tether.errors import InvalidInputError, NonDeterminismError
 from tether.events import (
     DEFAULT_UPCASTERS,
@@ -52,6 +51,7 @@ from tether.events import (
     TaskCreated,
     TaskForked,
 )
+from tether.log.encoding import decode_row
 from tether.model import TaskState
 from tether.store.base import EventRow
 

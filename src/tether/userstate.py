@@ -16,12 +16,12 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from tether._conflicts import retry_on_conflict
-from tether._keys import as_json
-from tether._streams import Stream
+from tether.canonical import as_json
 from tether.errors import ConflictError, InvalidInputError, TetherError
 from tether.events import Event, _event
 from tether.log import TaskLog
+from tether.log.conflicts import retry_on_conflict
+from tether.log.streams import Stream
 from tether.store import StreamAppend
 
 __all__ = ["UserChange", "UserState"]
@@ -124,7 +124,7 @@ class UserState:
     def change(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> StreamAppend | None:
         """What applying ``fn(doc) -> new doc`` to the document as it is now would write (``None``:
         nothing changes), checked and encoded but not written: for an append that must land in one
-        transaction with other streams' (:func:`tether._streams.append_together`). A conflict there
+        transaction with other streams' (:func:`tether.log.streams.append_together`). A conflict there
         means another writer changed the document first: ask again."""
         _, version, event = self._changed(fn, None)
         return None if event is None else self._stream.part([event], version)

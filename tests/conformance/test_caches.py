@@ -107,7 +107,7 @@ def test_what_an_app_remembers_of_the_tasks_it_ran_stays_within_its_budget(store
 
 
 def test_the_memory_counts_bytes_and_drops_the_least_recently_used() -> None:
-    from tether._log_memory import Entry, Memory
+    from tether.log.memory import Entry, Memory
 
     state = tether.TaskLog("memory://").create(type="t")
     memory = Memory(10, budget=100)

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 import tether
-import tether._snapshots as snapshot_format
-from tether._snapshots import snapshot_row
+import tether.log.snapshots as snapshot_format
 from tether.events import CallCompleted, CallFailed, Event, fold
+from tether.log.snapshots import snapshot_row
 from tether.model import STATE_SCHEMA_VERSION
 from tether.store import SnapshotRow
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 import tether
-from tether._keys import args_hash
+from tether.canonical import args_hash
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tether
-from tether._heads import read_head, row_head_of
 from tether.events import (
     CallAttemptFailed,
     CallCompleted,
@@ -34,8 +33,9 @@ from tether.events import (
     StepFailed,
     StepStarted,
 )
-from tether.machine import _ALLOWED as ALLOWED
-from tether.machine import Status
+from tether.log.heads import read_head, row_head_of
+from tether.model.status import _ALLOWED as ALLOWED
+from tether.model.status import Status
 from tether.store import EventRow
 
 _ids = itertools.count()

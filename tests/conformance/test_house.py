@@ -14,10 +14,10 @@ import pytest
 
 import tether
 from tests.conftest import dump_database
-from tether._conflicts import TRIES
-from tether._keys import args_hash, call_key
+from tether.canonical import args_hash, call_key
 from tether.conversation import stream_id
 from tether.events import CancelRequested
+from tether.log.conflicts import TRIES
 from tether.store import EventRow, SnapshotRow, TaskRow
 
 

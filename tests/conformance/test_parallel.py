@@ -16,7 +16,7 @@ import pytest
 
 import tether
 from tests.conftest import dump_database
-from tether._keys import call_key
+from tether.canonical import call_key
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import tether
 from tests.conftest import PG_URL, pg_url
 from tether.events import OutputSet, StatusChanged
-from tether.machine import TERMINAL
+from tether.model.status import TERMINAL
 
 
 @pytest.fixture

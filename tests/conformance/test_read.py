@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import tether
-from tether._snapshots import state_data
 from tether.events import DecisionMade, ObservationRecorded, fold
 from tether.log import checksum
+from tether.log.snapshots import state_data
 from tether.model import STATE_SCHEMA_VERSION
 from tether.store import SnapshotRow
 

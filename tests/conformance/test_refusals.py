@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether._validate import MAX_ID_LENGTH
+from tether.checks import MAX_ID_LENGTH
 
 
 def _app(url: str) -> tether.App:

@@ -29,8 +29,8 @@ from typing import Any
 from pydantic import BaseModel
 
 import tether
-from tether._streams import Stream
 from tether.log import TaskLog
+from tether.log.streams import Stream
 
 URL, WORK = sys.argv[1], sys.argv[2]
 KILL_KIND, _, KILL_AT = sys.argv[3].partition(":")

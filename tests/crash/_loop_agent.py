@@ -30,8 +30,8 @@ import time
 from typing import Any
 
 import tether
-from tether._streams import Stream
 from tether.log import TaskLog
+from tether.log.streams import Stream
 
 DB, SINK, TASK_ID = sys.argv[1], sys.argv[2], sys.argv[3]
 KILL_KIND, _, KILL_AT = sys.argv[4].partition(":")

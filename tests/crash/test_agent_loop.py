@@ -37,7 +37,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "sr
 SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "16"))
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
 MODES = ("async", "threads")
-AGENT_IMPORTS = ("asyncio", "sqlite3", "tether", "tether._streams", "tether.log")
+AGENT_IMPORTS = ("asyncio", "sqlite3", "tether", "tether.log.streams", "tether.log")
 
 
 @pytest.fixture

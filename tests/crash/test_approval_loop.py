@@ -44,7 +44,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)
 # suite under its ten minutes; TETHER_CRASH_SCENARIOS=400 runs a long soak.
 SCENARIOS = max(4, int(os.environ.get("TETHER_CRASH_SCENARIOS", "16")) // 4)
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
-PRELOAD = ("asyncio", "pydantic", "tether", "tether._streams", "tether.log")
+PRELOAD = ("asyncio", "pydantic", "tether", "tether.log.streams", "tether.log")
 TASK = "trip-1"
 
 

@@ -33,10 +33,10 @@ from google.genai import types
 import tether
 from tests.conftest import dump_database, pg_url
 from tests.integrations.conftest import CHILD_ENV, HERE
-from tether._streams import Stream
 from tether.conversation import SESSION_TYPE, SessionOpened
 from tether.integrations import adk as tether_adk
 from tether.integrations.adk import TetherMemoryService, TetherSessionService
+from tether.log.streams import Stream
 
 
 def say(author: str, text: str, delta: dict[str, Any] | None = None, at: float | None = None) -> Event:

@@ -15,11 +15,11 @@ from google.adk.sessions.session import Session as AdkSession
 
 import tether
 from tests.integrations.test_adk import say
-from tether._streams import Stream
 from tether.conversation import SESSION_TYPE, SessionOpened, stream_id
 from tether.integrations import adk as tether_adk
 from tether.integrations._adk_records import app_prefix, session_key
 from tether.integrations.adk import TetherSessionService
+from tether.log.streams import Stream
 from tether.store import TaskFilter
 from tether.userstate import USER_TYPE
 

@@ -14,9 +14,9 @@ pytest.importorskip("langgraph")
 from langgraph.checkpoint.base import empty_checkpoint
 
 from tether import TaskLog
-from tether._streams import Stream
 from tether.integrations._langgraph_log import THREAD_TYPE, CheckpointSaved, stream_id
 from tether.integrations.langgraph import TetherSaver
+from tether.log.streams import Stream
 
 THREADS = [f"t{i}" for i in range(6)]
 

@@ -9,9 +9,9 @@ import orjson
 import pytest
 from pydantic import BaseModel
 
-from tether._encoding import encode_event
 from tether.errors import NotSerializableError
 from tether.events import EVENT_TYPES, Event
+from tether.log.encoding import encode_event
 
 
 class _Point(BaseModel):

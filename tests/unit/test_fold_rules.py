@@ -43,8 +43,8 @@ from tether.events import (
     TaskForked,
     fold,
 )
-from tether.machine import Status
 from tether.model import TaskState
+from tether.model.status import Status
 
 
 def state_after(*events: Event, phases: dict[str, list[str]] | None = None) -> TaskState:

@@ -15,7 +15,7 @@ The rules, as these tests apply them to every module of ``src/tether``:
   from a package's ``__init__``, which re-exports it on purpose as that package's interface to
   the rest of tether (``tether.events._event`` for defining events, the CLI's helpers for the
   integrations' commands). Importing one from a module of another package is refused. A whole
-  private module (``tether._keys``) is a helper module and may be imported from anywhere.
+  private module (``tether.canonical``) is a helper module and may be imported from anywhere.
 * **Import direction.** Among the modules of each package (``runtime/`` above all), the imports
   that run (at module level or inside functions — not those under ``if TYPE_CHECKING:``, which
   only name types) form no circle.
@@ -58,7 +58,7 @@ than ~600 lines, never than this)."""
 FUNCTION_LINES = 60
 # (module path under src/tether, the function's qualified name) -> why it may be longer.
 LONG_FUNCTIONS: dict[tuple[str, str], str] = {
-    ("demo.py", "build_app"): (
+    ("cli/demo.py", "build_app"): (
         "the demo's script: its four tools and the nine-step task that calls them, read top to bottom "
         "as the story the demo tells"
     ),

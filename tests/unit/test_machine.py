@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tether import InvalidTransition, Phases, Status, TaskDefinitionError
-from tether.machine import TERMINAL, check_status
+from tether.model.status import TERMINAL, check_status
 
 LEGAL = [
     ("pending", "running"),

@@ -15,7 +15,7 @@ import click
 import orjson
 
 import tether
-from tether._validate import MAX_LIMIT
+from tether.checks import MAX_LIMIT
 from tether.errors import ConfigurationError, InvalidInputError, TaskNotFoundError, TetherError
 from tether.store import TaskFilter
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import tether
-from tether._validate import MAX_LIMIT, MAX_OFFSET, check_statuses
+from tether.checks import MAX_LIMIT, MAX_OFFSET, check_statuses
 from tether.cli._base import _open, _tid, _url, db_option, errors_as_messages, json_option, main
 from tether.cli._render import (
     _console,
@@ -38,7 +38,7 @@ from tether.timetravel import HistoryCursor
 @click.option("--db", metavar="URL", default=None, help="store URL or SQLite path (default ./tether.db)")
 def demo(db: str | None) -> None:
     """Run a 9-step agent, SIGKILL it at step 6, resume it in a second process."""
-    from tether.demo import run_demo
+    from tether.cli.demo import run_demo
 
     url = _url(db)
     with tempfile.TemporaryDirectory(prefix="tether-demo-") as folder:

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from tether._streams import Stream
 from tether.conversation.messages import (
     Message,
     MessageAdded,
@@ -44,6 +43,7 @@ from tether.conversation.messages import (
 from tether.conversation.window import TokenCounter, Window, message_tokens, window_over
 from tether.errors import TaskNotFoundError
 from tether.events import Recorded
+from tether.log.streams import Stream
 from tether.store import SnapshotRow
 
 __all__ = ["VIEW_SCHEMA", "Head", "IncrementalView"]

@@ -22,7 +22,6 @@ from typing import Any
 
 import orjson
 
-from tether._streams import Stream
 from tether.conversation._incremental import VIEW_SCHEMA, Head, IncrementalView
 from tether.conversation.messages import (
     Message,
@@ -45,6 +44,7 @@ from tether.conversation.window import TokenCounter, Window, as_compacted, defau
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, _ts
 from tether.log import TaskLog
+from tether.log.streams import Stream
 
 __all__ = [
     "Session",

@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from tether._call_list import CallDraft, CallList, call_index
 from tether.errors import TetherError
 from tether.events.base import _ts
 from tether.model import TaskState, ToolCall
+from tether.model.calls import CallDraft, CallList, call_index
 
 __all__ = ["_Draft", "_evolve", "_make"]
 

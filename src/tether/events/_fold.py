@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from tether._call_list import CallList, call_index
 from tether.errors import TetherError, UnknownEventTypeError
 from tether.events._draft import _Draft
 from tether.events._rules import _RULES, _created, _retry_call
@@ -12,6 +11,7 @@ from tether.events.base import Recorded, _ts
 from tether.events.knowledge import ObservationRecorded
 from tether.events.task import RetryRequested, TaskCreated
 from tether.model import TaskState, ToolCall
+from tether.model.calls import CallList, call_index
 
 __all__ = ["apply", "fold", "fold_calls"]
 
@@ -27,7 +27,7 @@ def fold(
 
     ``mark(state, calls)``, with ``every``: called after each event whose seq is a multiple of
     ``every``, with the state so far without its calls, and its calls (the snapshot heads of
-    :mod:`tether._log_snapshots`). Both are only valid during the call.
+    :mod:`tether.log.snapshot_keeping`). Both are only valid during the call.
 
     Raises :class:`InvalidTransition` for a status or phase move the machines forbid.
     """

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from tether._call_list import call_index
 from tether.errors import InvalidTransition
 from tether.events._draft import _Draft, _evolve, _make
 from tether.events.base import Event, Recorded, _ts
@@ -43,7 +42,6 @@ from tether.events.task import (
     TaskCreated,
     TaskForked,
 )
-from tether.machine import TERMINAL, Phases, Status, check_status
 from tether.model import (
     Attempt,
     Decision,
@@ -55,6 +53,8 @@ from tether.model import (
     ToolCall,
     Waiting,
 )
+from tether.model.calls import call_index
+from tether.model.status import TERMINAL, Phases, Status, check_status
 
 __all__ = ["_RULES", "_created"]
 

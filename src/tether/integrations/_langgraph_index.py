@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
-from tether._streams import Stream
 from tether.events import Event
 from tether.integrations._langgraph_log import CheckpointSaved, CheckpointsDeleted, Saved, ThreadView
+from tether.log.streams import Stream
 from tether.store import IndexUpdate, TaskHead, TaskRow
 
 __all__ = ["Listing", "append_with_head", "create_with_head", "newest_after", "newest_in"]

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from tether._streams import Stream
 from tether.errors import InvalidInputError
 from tether.events import Event, Recorded, _event
 from tether.integrations._gc import no_cycle_collection
+from tether.log.streams import Stream
 from tether.store import TaskFilter
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from pydantic import TypeAdapter
 
-from tether._keys import as_json
+from tether.canonical import as_json
 from tether.errors import InvalidInputError, TetherError, ToolError
 from tether.integrations._recorded_errors import find, raised_class
 

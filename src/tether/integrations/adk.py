@@ -65,8 +65,6 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.integrations.adk needs Google ADK: pip install 'tether[adk]'") from exc
 
-from tether._conflicts import retry_on_conflict
-from tether._streams import Stream, append_together
 from tether.conversation import SESSION_TYPE, MessageAdded, SessionOpened, stream_id, to_event
 from tether.errors import ConflictError, TaskNotFoundError
 from tether.integrations._adk_memory import TetherMemoryService
@@ -90,6 +88,8 @@ from tether.integrations._adk_records import (
 )
 from tether.integrations._gc import no_cycle_collection
 from tether.log import checksum
+from tether.log.conflicts import retry_on_conflict
+from tether.log.streams import Stream, append_together
 from tether.store import Position, SnapshotRow, StreamAppend, TaskRow
 from tether.userstate import USER_TYPE
 

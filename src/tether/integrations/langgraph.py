@@ -47,7 +47,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         f"tether.integrations.langgraph needs LangGraph ({exc}); install it with: pip install 'tether[langgraph]'"
     ) from None
 
-from tether._streams import Stream
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError
 from tether.events import Event, Recorded
 from tether.integrations._gc import no_cycle_collection
@@ -75,6 +74,7 @@ from tether.integrations._langgraph_log import (
 )
 from tether.integrations._langgraph_worker import Worker, raw, serialized
 from tether.log import TaskLog
+from tether.log.streams import Stream
 from tether.store import TaskFilter, TaskRow
 
 __all__ = ["THREAD_TYPE", "TetherSaver"]

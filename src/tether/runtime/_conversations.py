@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from tether._validate import check_id, check_optional_id
+from tether.checks import check_id, check_optional_id
 from tether.conversation import (
     Session,
     SessionInfo,

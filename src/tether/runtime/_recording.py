@@ -31,8 +31,8 @@ from tether.events import (
     Recorded,
     StatusChanged,
 )
-from tether.machine import Status
 from tether.model import TaskState, ToolCall
+from tether.model.status import Status
 from tether.runtime._commits import Branch, deliver, write_branches
 from tether.runtime._flow import Commit, Flow, Wait, next_turn
 from tether.runtime._replay import Replay, describe

@@ -7,12 +7,12 @@ import uuid
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from tether._keys import as_json
-from tether._validate import check_id, check_int, check_optional_id, check_task_id
+from tether.canonical import as_json
+from tether.checks import check_id, check_int, check_optional_id, check_task_id
 from tether.conversation import stream_id as _session_stream
 from tether.errors import ConflictError, InvalidInputError, TaskDefinitionError
-from tether.machine import TERMINAL, Status
 from tether.model import TaskState
+from tether.model.status import TERMINAL, Status
 from tether.runtime.handles import CheckReport, TaskHandle
 from tether.runtime.leases import acquire
 from tether.runtime.run import drive_task, replay

@@ -17,10 +17,8 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
-from tether._conflicts import retry_on_conflict
-from tether._heads import read_head, row_head_of
-from tether._keys import as_json
-from tether._validate import check_id, check_input_key, check_int, check_optional_id, check_positive, check_task_id
+from tether.canonical import as_json
+from tether.checks import check_id, check_input_key, check_int, check_optional_id, check_positive, check_task_id
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -38,8 +36,10 @@ from tether.events import (
     Recorded,
 )
 from tether.log import SnapshotPolicy, TaskLog
-from tether.machine import TERMINAL, Phases, Status
+from tether.log.conflicts import retry_on_conflict
+from tether.log.heads import read_head, row_head_of
 from tether.model import TaskState
+from tether.model.status import TERMINAL, Phases, Status
 from tether.runtime._commits import CommitThread
 from tether.runtime._conversations import Conversations
 from tether.runtime._flow import drive_async

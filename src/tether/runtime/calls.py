@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from tether._keys import args_hash, as_json, call_key, json_default
+from tether.canonical import args_hash, as_json, call_key, json_default
 from tether.errors import (
     InvalidInputError,
     NonDeterminismError,
@@ -27,8 +27,8 @@ from tether.events import (
     InputReceived,
     in_doubt_key,
 )
-from tether.machine import Status
 from tether.model import Attempt, TaskState, ToolCall
+from tether.model.status import Status
 from tether.runtime._flow import (
     CURRENT_CALL,
     Commit,

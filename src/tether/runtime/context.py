@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tether._validate import check_input_key
+from tether.checks import check_input_key
 from tether.errors import (
     InputTimeout,
     InvalidInputError,
@@ -45,8 +45,8 @@ from tether.events import (
     StepFailed,
     StepStarted,
 )
-from tether.machine import Status
 from tether.model import TaskState
+from tether.model.status import Status
 from tether.runtime._flow import Commit, Flow, Turn, Wait, drive, drive_async, next_turn
 from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, RunEnded, read_only, upcast_data
 from tether.runtime._replay import ReleaseGate, answer_turn, describe

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tether.errors import InvalidInputError, TaskFailedError, TaskNotFinishedError, TetherError
-from tether.machine import Status
 from tether.model import Failure, TaskState, Waiting
+from tether.model.status import Status
 from tether.store import TaskRow
 from tether.timetravel import ReplayReport
 

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
-from tether._call_reads import calls_from
-from tether._keys import as_json
+from tether.canonical import as_json
 from tether.errors import (
     Cancelled,
     InvalidInputError,
@@ -43,8 +42,9 @@ from tether.events import (
     TaskForked,
     in_doubt_call,
 )
-from tether.machine import TERMINAL, Status
+from tether.log.call_reads import calls_from
 from tether.model import TaskState
+from tether.model.status import TERMINAL, Status
 from tether.runtime._flow import RUNNING_TASK, Commit, Flow, Invoke, Io, Outcome, Wait, drive, drive_async
 from tether.runtime._recording import NOT_A_TASK_FAILURE, Recorder, ReplayEnd, upcast_data
 from tether.runtime._replay import describe

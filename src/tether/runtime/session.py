@@ -30,7 +30,6 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tether._streams import Stream
 from tether.conversation import (
     SESSION_TYPE,
     Message,
@@ -55,6 +54,7 @@ from tether.conversation import (
 )
 from tether.errors import ConflictError, InvalidInputError, NonDeterminismError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, SessionRead, SessionWritten
+from tether.log.streams import Stream
 from tether.runtime._replay import describe
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, TypeAdapter
 
 from tether.errors import InvalidInputError, TaskDefinitionError, TetherError
-from tether.machine import Phases
+from tether.model.status import Phases
 from tether.runtime._flow import CURRENT_CALL, RUNNING_TASK
 from tether.runtime.ledger import OnUnknown, check_on_unknown
 from tether.runtime.retry import NO_RETRY, Retry

@@ -25,7 +25,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether serve needs its extra: pip install 'tether[serve]'") from exc
 
-from tether._validate import check_id
+from tether.checks import check_id
 from tether.errors import TetherError
 from tether.runtime.app import App
 from tether.serve._ids import SegmentedPaths

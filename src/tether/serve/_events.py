@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import Request
 
 from tether.errors import TaskNotFoundError, TetherError
-from tether.machine import Status
+from tether.model.status import Status
 from tether.runtime.app import App
 from tether.serve._json import entries_json
 from tether.serve._listing import Listings

@@ -1,6 +1,6 @@
 """Ids in URLs and on pages: every id tether accepts can be named in a path and shown without spoofing.
 
-An id may hold any character but NUL (see :mod:`tether._validate`): ``/``, ``?``, ``#``, ``%``,
+An id may hold any character but NUL (see :mod:`tether.checks`): ``/``, ``?``, ``#``, ``%``,
 spaces, control and bidi characters included. In a URL path an id is one segment,
 percent-encoded (:func:`segment`). A server decodes the whole path before routing, which would
 make ``a%2Fb`` two segments, so :class:`SegmentedPaths` routes on the raw path decoded segment by

@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from tether._encoding import event_fields
 from tether.errors import TetherError
-from tether.machine import Status
+from tether.log.encoding import event_fields
 from tether.model import TaskState
+from tether.model.status import Status
 from tether.runtime.app import App, failure_summary
 from tether.store import TaskRow
 from tether.timetravel import HistoryEntry

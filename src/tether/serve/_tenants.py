@@ -1,7 +1,7 @@
 """The server's Apps: one per tenant, shared by every request thread, for a bounded number of tenants.
 
 An App remembers the tasks it read, folded (its log's cache, ``cache_bytes``), and is safe to
-share between threads (see :class:`tether._log_memory.Memory`). So the server keeps one App per
+share between threads (see :class:`tether.log.memory.Memory`). So the server keeps one App per
 tenant, for the ``tenants`` tenants it served most recently, each with an equal share of the
 server's ``cache_bytes``: what it keeps folded is bounded by that budget, not by how many
 threads answer requests or how many tenants have keys. A tenant whose App was let go gets a new
@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from tether._validate import check_int
+from tether.checks import check_int
 from tether.errors import ConfigurationError
 from tether.runtime.app import App
 from tether.runtime.specs import Registry

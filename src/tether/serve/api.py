@@ -23,11 +23,11 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field, model_validator
 
-from tether._validate import check_id
+from tether.checks import check_id
 from tether.conversation.session import stream_id as session_stream
 from tether.errors import InvalidInputError, TaskDefinitionError, TaskNotFoundError, TetherError
 from tether.events import in_doubt_call
-from tether.machine import Status
+from tether.model.status import Status
 from tether.runtime.app import App
 from tether.runtime.calls import UNSET
 from tether.serve import _events, _ids  # noqa: F401 (_ids registers the routes' path convertor, tether_id)

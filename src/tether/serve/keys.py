@@ -25,11 +25,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tether._streams import Stream
-from tether._validate import check_id
+from tether.checks import check_id
 from tether.errors import ConflictError, InvalidInputError
 from tether.events import Event, _event
 from tether.log import TaskLog
+from tether.log.streams import Stream
 from tether.store import Store
 
 __all__ = ["SYSTEM_TENANT", "ApiKey", "KeyCreated", "KeyRevoked", "KeyRing"]

@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from tether.errors import TaskNotFoundError, TetherError
 from tether.events import in_doubt_call
-from tether.machine import Status
+from tether.model.status import Status
 from tether.runtime.app import App, failure_summary
 from tether.serve._ids import segment, shown, visible
 from tether.serve._json import jsonable, summary_json

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl
 
-from tether._validate import option_float
+from tether.checks import option_float
 from tether.errors import ConfigurationError
 from tether.store.base import (
     EventRow,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from tether.errors import ConflictError, InvalidInputError, LeaseLostError, TaskNotFoundError, TetherError
-from tether.machine import TERMINAL
+from tether.model.status import TERMINAL
 
 __all__ = [
     "COMPLETES",
@@ -73,7 +73,7 @@ without folding it; the log sends the count itself when a batch does anything el
 
 @dataclass(frozen=True, slots=True)
 class TaskHead:
-    """Where a task stands, as its index row keeps it beside the events (see :mod:`tether._heads`).
+    """Where a task stands, as its index row keeps it beside the events (see :mod:`tether.log.heads`).
 
     The log computes it with the fold's own rules and writes it in the transaction of the append
     that changed it; a read of a task's status, position, output, waiting or failure reads this,

@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
         "the PostgreSQL backend needs psycopg 3 and psycopg_pool: pip install 'tether[postgres]'"
     ) from exc
 
-from tether._validate import option_float, option_int
+from tether.checks import option_float, option_int
 from tether.errors import ConfigurationError, ConflictError, StoreUnavailableError, TaskNotFoundError
 from tether.store import _postgres_sql as own
 from tether.store import _sql

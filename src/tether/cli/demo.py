@@ -133,7 +133,7 @@ def child(url: str, folder: str, task_id: str) -> None:
 
 def _spawn(url: str, folder: Path, task_id: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tether.demo", url, str(folder), task_id],
+        [sys.executable, "-m", "tether.cli.demo", url, str(folder), task_id],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

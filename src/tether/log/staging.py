@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from tether._encoding import DEFERRED, checked, encode_event
-from tether._heads import INDEXED, Head, index_update
-from tether._log_memory import Entry
 from tether.errors import InvalidInputError
 from tether.events import CALL_EVENTS, CallCompleted, Event, Recorded, TaskCreated, fold
+from tether.log.encoding import DEFERRED, checked, encode_event
+from tether.log.heads import INDEXED, Head, index_update
+from tether.log.memory import Entry
 from tether.model import TaskState
 from tether.store import EventRow, IndexUpdate, TaskHead
 
@@ -47,7 +47,7 @@ def stage_alone(
     """:func:`stage` of a one-event append whose event is in :data:`ALONE` (a call's intent or result,
     most often): the same checks and the same outcome, with less to do — ``(row, record, the call
     ordinals it opens, the index row's change)``; the log settles the entry with
-    :meth:`~tether._log_memory.Entry.wrote` once it is written.
+    :meth:`~tether.log.memory.Entry.wrote` once it is written.
 
     It moves the entry's own head, not a copy of it: the caller forgets the entry when the append
     does not go through (refused here, or by the store). The event is encoded first, so a value that

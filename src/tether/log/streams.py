@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from tether.errors import ConflictError, TaskNotFoundError
 from tether.events import Event, Recorded
-from tether.log import TaskLog
+from tether.log.tasklog import TaskLog
 from tether.store import EventRow, IndexUpdate, StreamAppend, TaskRow
 
 __all__ = ["Stream", "append_together"]

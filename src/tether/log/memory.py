@@ -7,11 +7,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from tether._call_list import CallList, CallReader
-from tether._heads import Head
-from tether._snapshots import HEAD_SHARE, head_data
 from tether.events import CALL_EVENTS, Recorded, fold
+from tether.log.heads import Head
+from tether.log.snapshots import HEAD_SHARE, head_data
 from tether.model import TaskState
+from tether.model.calls import CallList, CallReader
 from tether.store import EventRow
 
 __all__ = ["Entry", "Memory", "Opened"]
@@ -88,7 +88,7 @@ class Entry:
                 self.kept_since += size
 
     def wrote(self, rec: Recorded, row: EventRow, opening: set[int]) -> None:
-        """A one-event append (:func:`tether._staging.stage_alone`) was written: its event is pending,
+        """A one-event append (:func:`tether.log.staging.stage_alone`) was written: its event is pending,
         the calls it opens are opened, its bytes counted. (Its head moved when it was staged.)"""
         self.pending.append(rec)
         self.version = rec[0]

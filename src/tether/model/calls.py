@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 if TYPE_CHECKING:
-    from tether.model import ToolCall
+    from tether.model.records import ToolCall
 
 __all__ = ["CallDraft", "CallList", "CallReader", "Prefix", "Split", "call_index"]
 
@@ -497,7 +497,7 @@ def _joined(first: CallList, then: CallList) -> _Stored:
     )
 
 
-_NO_CALLS = CallList()
+NO_CALLS = CallList()
 
 
 def _ordinal(call: ToolCall) -> int:

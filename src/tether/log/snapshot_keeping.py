@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from tether._call_list import CallList
-from tether._call_reads import EventCalls, call_reader
-from tether._snapshots import (
+from tether.errors import TetherError
+from tether.events import fold
+from tether.log.call_reads import EventCalls, call_reader
+from tether.log.snapshots import (
     HEAD_SHARE,
     Calls,
     first_lines_intact,
@@ -27,14 +28,13 @@ from tether._snapshots import (
     snapshot_row,
     state_data,
 )
-from tether.errors import TetherError
-from tether.events import fold
 from tether.model import STATE_SCHEMA_VERSION, TaskState
+from tether.model.calls import CallList
 
 if TYPE_CHECKING:
-    from tether._log_memory import Entry, Memory
-    from tether._snapshots import SnapshotPolicy
     from tether.events import Recorded
+    from tether.log.memory import Entry, Memory
+    from tether.log.snapshots import SnapshotPolicy
     from tether.store import EventRow, SnapshotRow, Store
 
 __all__ = ["SnapshotKeeping"]
@@ -103,7 +103,7 @@ class SnapshotKeeping:
     def release(self, task_id: str) -> None:
         """The writer :meth:`hold` announced stopped: a snapshot if the policy asks for one, and what
         the log remembers of the task counts against the budget again, its calls' records put away
-        once no run holds it (:meth:`~tether._log_memory.Entry.put_away`): read from their events
+        once no run holds it (:meth:`~tether.log.memory.Entry.put_away`): read from their events
         when asked for, as after a load."""
         try:
             self.snapshot_if_due(task_id)
@@ -112,7 +112,7 @@ class SnapshotKeeping:
                 self._put_away(task_id)
 
     def _put_away(self, task_id: str) -> None:
-        """:meth:`~tether._log_memory.Entry.put_away` of the task's entry: only a cache's shape, so a
+        """:meth:`~tether.log.memory.Entry.put_away` of the task's entry: only a cache's shape, so a
         store that fails to say which stream it is leaves the records where they are, and says
         nothing (the run's end goes on: its lease is released)."""
         entry = self._memory.get(task_id)
@@ -205,7 +205,7 @@ class SnapshotKeeping:
         self, stream_id: str, upto: int | None, parse: Callable[[SnapshotRow], _T]
     ) -> tuple[SnapshotRow | None, _T | None]:
         """The newest intact snapshot of a stream at or before ``upto`` (see
-        :func:`tether._snapshots.intact_snapshot`): tasks' states and tether's own streams'
+        :func:`tether.log.snapshots.intact_snapshot`): tasks' states and tether's own streams'
         views (sessions) share this one mechanism."""
         return intact_snapshot(self.store, self.tenant, stream_id, upto, lambda snap, _owner: parse(snap))
 

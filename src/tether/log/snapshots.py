@@ -16,9 +16,9 @@ from typing import TypeVar
 import orjson
 from pydantic import ValidationError
 
-from tether._call_list import CallList, CallReader, Prefix
 from tether.errors import ConfigurationError, InvalidInputError
 from tether.model import STATE_SCHEMA_VERSION, TaskState
+from tether.model.calls import CallList, CallReader, Prefix
 from tether.store import SnapshotRow, Store
 
 __all__ = [
@@ -73,7 +73,7 @@ class SnapshotPolicy:
     hundred bytes) where its earlier snapshots were and at every seq that is a multiple of
     ``every``, when each is at most an eighth of the call events it spans: time travel to any
     point reads the head before it, the calls of the latest snapshot as they stood then, and
-    at most ``every`` events (see ``tether._log_snapshots``).
+    at most ``every`` events (see ``tether.log.snapshot_keeping``).
     """
 
     every: int = 100
@@ -220,7 +220,7 @@ def head_data(state: TaskState, calls: CallList) -> str:
     """A *head* of a task's state, as its snapshot stores it: the state without its calls, then the
     summary of its calls (:func:`summary_line`, with their count as ``"k"``: the fold's marks give a
     state without them, and them). The calls are those of a later full snapshot of the same stream
-    (``state_data``) as they stood at the head's seq; see :mod:`tether._log_snapshots`."""
+    (``state_data``) as they stood at the head's seq; see :mod:`tether.log.snapshot_keeping`."""
     return state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + summary_line(calls, "k")
 
 
@@ -295,7 +295,7 @@ def parse_state(
     of a later full snapshot of its stream.
 
     A snapshot with a summary of its calls (:func:`summary_line`) gives a state whose calls' index
-    is parsed when first needed (:class:`~tether._call_list.Prefix`); should it not be usable then
+    is parsed when first needed (:class:`~tether.model.calls.Prefix`); should it not be usable then
     (a later full snapshot gone or corrupted), the calls are ``rebuild(seq)``: folded from events.
     A snapshot written before summaries has its index parsed now.
     """

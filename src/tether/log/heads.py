@@ -21,8 +21,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from tether._call_list import CallList
-from tether._keys import json_default
+from tether.canonical import json_default
 from tether.events import (
     CallCompleted,
     CallFailed,
@@ -39,8 +38,9 @@ from tether.events import (
     StepStarted,
     apply,
 )
-from tether.machine import Status
 from tether.model import Failure, TaskState, Waiting, describe_position, plan_progress
+from tether.model.calls import CallList
+from tether.model.status import Status
 from tether.store import IndexUpdate, TaskHead, TaskRow
 
 __all__ = ["INDEXED", "LIGHT", "Head", "RowHead", "index_update", "new_row", "read_head", "row_head_of"]

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from tether.errors import ConfigurationError, InvalidInputError
-from tether.machine import Status
+from tether.model.status import Status
 
 __all__ = [
     "MAX_ID_LENGTH",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from tether._call_list import CallList, CallReader
 from tether.errors import TetherError
 from tether.events import Recorded, fold_calls
 from tether.model import TaskState, ToolCall
+from tether.model.calls import CallList, CallReader
 from tether.store import EventRow, Store
 
 __all__ = ["EventCalls", "call_reader", "calls_from"]
@@ -38,10 +38,10 @@ def call_reader(
 
 
 class EventCalls:
-    """A :data:`~tether._call_list.CallReader`: calls' records folded from their events, read from the
+    """A :data:`~tether.model.calls.CallReader`: calls' records folded from their events, read from the
     store, of the stream made at ``created``, onto ``template`` (a state of the task with no calls).
     An object of a few slots, not a closure: a log may keep thousands of states that read their
-    calls so (:meth:`~tether._log_memory.Entry.put_away`), and the cycle collector walks every cell
+    calls so (:meth:`~tether.log.memory.Entry.put_away`), and the cycle collector walks every cell
     of every closure it keeps."""
 
     __slots__ = ("_created", "_decode", "_store", "_stream", "_template", "_tenant")
@@ -79,7 +79,7 @@ class EventCalls:
 
 def calls_from(history: Sequence[Recorded], state: TaskState) -> CallReader:
     """The reader of ``state``'s calls from ``history``, the task's events read already (a run's
-    record): no store read. For :meth:`~tether._call_list.CallList.read_all`."""
+    record): no store read. For :meth:`~tether.model.calls.CallList.read_all`."""
     made: list[tuple[TaskState, dict[int, Recorded]]] = []  # made at the first read: most opens read none
 
     def read(wanted: Sequence[tuple[int, Sequence[int]]]) -> list[ToolCall]:

@@ -20,16 +20,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from tether._encoding import decode_row, decode_rows, encode_event
-from tether._heads import Head, new_row
-from tether._log_memory import Entry, Memory
-from tether._log_snapshots import SnapshotKeeping
-from tether._snapshots import (
-    SnapshotPolicy,
-    checksum,
-)
-from tether._staging import ALONE, Staged, stage, stage_alone
-from tether._validate import (
+from tether.checks import (
     MAX_LIMIT,
     MAX_OFFSET,
     check_id,
@@ -57,8 +48,17 @@ from tether.events import (
     apply,
     fold,
 )
-from tether.machine import Phases, Status
+from tether.log.encoding import decode_row, decode_rows, encode_event
+from tether.log.heads import Head, new_row
+from tether.log.memory import Entry, Memory
+from tether.log.snapshot_keeping import SnapshotKeeping
+from tether.log.snapshots import (
+    SnapshotPolicy,
+    checksum,
+)
+from tether.log.staging import ALONE, Staged, stage, stage_alone
 from tether.model import TaskState
+from tether.model.status import Phases, Status
 from tether.store import EventRow, SnapshotRow, Store, StreamAppend, TaskFilter, TaskRow, open_store
 
 __all__ = ["SnapshotPolicy", "TaskLog", "checksum"]

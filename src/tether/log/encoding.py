@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tether._keys import MAX_DEPTH, check_finite, json_default, unserializable_reason
+from tether.canonical import MAX_DEPTH, check_finite, json_default, unserializable_reason
 from tether.errors import InvalidInputError, NotSerializableError, ValueTooLargeError
 from tether.events import (
     CALL_EVENTS,
@@ -36,8 +36,8 @@ from tether.events import (
 )
 
 if TYPE_CHECKING:
-    from tether._log_memory import Opened
     from tether.events import Upcasters
+    from tether.log.memory import Opened
     from tether.store import EventRow
 
 __all__ = ["DEFERRED", "checked", "decode_row", "decode_rows", "encode_event", "event_fields"]
@@ -100,7 +100,7 @@ def encode_event(event: Event, max_bytes: int) -> str:
 
 
 # Events whose fold cannot fail once these cheap checks pass, or (a status move) once the head's
-# light state has taken it (``_heads.LIGHT``): appends of them are folded lazily. Every other event
+# light state has taken it (``heads.LIGHT``): appends of them are folded lazily. Every other event
 # (phase moves, plans, a cancel, a retry) is folded before it is written.
 DEFERRED: dict[type[Event], Callable[[Any], bool]] = {
     CallStarted: lambda e: isinstance(e.key, str) and isinstance(e.tool, str) and isinstance(e.args, dict),
