@@ -44,7 +44,6 @@ from tether.errors import (
     UnknownEventTypeError,
     ValueTooLargeError,
 )
-from tether.integrations import _langgraph_log  # noqa: F401  (its events: `tether history langgraph:ID` reads them)
 from tether.log import SnapshotPolicy, TaskLog
 from tether.model import (
     Attempt,

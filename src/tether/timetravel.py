@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 import jsonpatch
 import orjson
@@ -51,12 +51,10 @@ from tether.events import (
     TaskCreated,
     TaskForked,
 )
+from tether.log import TaskLog
 from tether.log.encoding import decode_row
 from tether.model import TaskState
 from tether.store.base import EventRow
-
-if TYPE_CHECKING:
-    from tether.runtime.app import App
 
 __all__ = [
     "HistoryCursor",
@@ -305,7 +303,7 @@ class HistoryCursor:
     as it runs (a live view, ``tether logs --follow``). The first read lists the whole history and
     returns the entries after ``after``; each later one reads only the rows from the last one read
     on, and carries the step they fall in over from them, so following a long task costs its new
-    events, not its history again. Each read takes the App to read with (one belongs to one thread).
+    events, not its history again. Each read takes the task log to read from (one belongs to one thread).
 
     The last row read is read again each time, to make sure the history it belongs to is still
     the task's: a rewind, or a task deleted and made again under its id, replaces the history
@@ -321,15 +319,15 @@ class HistoryCursor:
         self._last: tuple[int, str, float, str | bytes] | None = None  # the last row read: seq, type, time, JSON
         self._steps = Steps()
 
-    def read(self, app: App) -> list[HistoryEntry]:
+    def read(self, log: TaskLog) -> list[HistoryEntry]:
         """The entries after the last one returned: none when nothing new happened."""
         self.replaced = False
-        rows = self._new_rows(app)
+        rows = self._new_rows(log)
         if rows is None:
             self.replaced = True
             self.after, self._steps = 0, Steps()
-            rows = app.store.read_events(app.tenant, self.task_id)
-        entries = history_of(rows, app.log.decode_all, lazy=app.log.reads_as_stored, steps=self._steps)
+            rows = log.store.read_events(log.tenant, self.task_id)
+        entries = history_of(rows, log.decode_all, lazy=log.reads_as_stored, steps=self._steps)
         if rows:
             last = rows[-1]
             self._last = (last[0], last[1], last[3], last[4])
@@ -339,13 +337,13 @@ class HistoryCursor:
             self.after = entries[-1].seq
         return entries
 
-    def _new_rows(self, app: App) -> Sequence[EventRow] | None:
+    def _new_rows(self, log: TaskLog) -> Sequence[EventRow] | None:
         """The rows after the last one read (all, on the first read); ``None`` if that row is no
         longer the task's."""
         if self._last is None:
-            return app.store.read_events(app.tenant, self.task_id)
+            return log.store.read_events(log.tenant, self.task_id)
         seq = self._last[0]
-        rows = app.store.read_events(app.tenant, self.task_id, after=seq - 1)
+        rows = log.store.read_events(log.tenant, self.task_id, after=seq - 1)
         if not rows or (rows[0][0], rows[0][1], rows[0][3], rows[0][4]) != self._last:
             return None
         return rows[1:]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from tether.canonical import as_json
 from tether.errors import ConflictError, InvalidInputError, TetherError
-from tether.events import Event, _event
+from tether.events import Event, define_event
 from tether.log import TaskLog
 from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
@@ -30,7 +30,7 @@ USER_TYPE = "tether.user"
 _MISSING = object()
 
 
-@_event
+@define_event
 class UserCreated(Event):
     user_id: str
 
@@ -38,7 +38,7 @@ class UserCreated(Event):
         return f"user document of {self.user_id} created"
 
 
-@_event
+@define_event
 class UserChanged(Event):
     set: dict[str, Any]
     removed: list[str]

@@ -127,7 +127,7 @@ def test_in_a_pipe_a_line_is_never_wrapped(folder: Path) -> None:
 
 
 def test_a_terminal_keeps_wrapping(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tether.cli._render import _console
+    from tether.cli._render import console
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -136,5 +136,5 @@ def test_a_terminal_keeps_wrapping(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "40")
     for is_terminal, stream in ((True, Terminal()), (False, io.StringIO())):
         monkeypatch.setattr(sys, "stdout", stream)
-        _console().print("word " * 20)
+        console().print("word " * 20)
         assert (len(stream.getvalue().splitlines()) > 1) is is_terminal

@@ -110,14 +110,15 @@ def _queued(app: tether.App, runs: Runs) -> Callable[[], bool]:
     """When to let a held write go: two tasks' records wait behind it, or every run still under way
     waits on the commit thread (its records in the thread's hands or queued), so nothing more can
     queue (without this a write went only after ``patience``: a test ran 10-30 s on a loaded machine)."""
-    return lambda: app.commits.waiting >= 2 or app.commits.waiting + app.commits.in_hand >= runs.left
+    commits = app.engine.commits
+    return lambda: commits.waiting >= 2 or commits.waiting + commits.in_hand >= runs.left
 
 
 @pytest.fixture
 def held(store_url: str) -> Iterator[tuple[tether.App, HeldStore]]:
     store = HeldStore(open_store(store_url))
     app = tether.App(store)  # type: ignore[arg-type]
-    app.commits.always = True  # a lone run's records too: these tests hold every write
+    app.engine.commits.always = True  # a lone run's records too: these tests hold every write
     yield app, store
     app.close()
 
@@ -224,13 +225,13 @@ def test_a_lone_run_writes_on_its_loop_and_runs_together_share_the_thread(store_
     app = tether.App(store_url)
     send, _ = _tools(app)
     handed: list[int] = []
-    submit = app.commits.submit
+    submit = app.engine.commits.submit
 
     def counting(recorder: Any, batch: Any) -> None:
         handed.append(len(batch))
         submit(recorder, batch)
 
-    app.commits.submit = counting  # type: ignore[method-assign]
+    app.engine.commits.submit = counting  # type: ignore[method-assign]
 
     @app.task(name="two")
     async def two(ctx: tether.AsyncTaskContext) -> str:
@@ -252,7 +253,7 @@ def test_a_forked_child_writes_through_a_commit_thread_of_its_own() -> None:
     # An app whose commit thread runs, copied into a child by fork (which copies no threads):
     # the child's records must still be written (by a thread of its own), not wait forever.
     app = tether.App("memory://")  # the memory store is copied whole: no connection is shared
-    app.commits.always = True  # a lone run's records go through the thread too
+    app.engine.commits.always = True  # a lone run's records go through the thread too
     send, _ = _tools(app)
 
     @app.task(name="one")

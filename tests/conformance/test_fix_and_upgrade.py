@@ -233,7 +233,7 @@ def test_changed_code_refused_on_resume_writes_nothing_to_a_waiting_or_sleeping_
     """A task waiting for an answer (answered) or sleeping, resumed by code that no longer replays its
     history: the divergence is raised and nothing is written. The run wrote that the task was running
     before its code ran, so the task was left running, with no holder, and no longer said it waited."""
-    app.inline_wait = 0.0
+    app.engine.inline_wait = 0.0
 
     @app.tool
     def draft(topic: str) -> str:

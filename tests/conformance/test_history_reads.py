@@ -194,11 +194,11 @@ def test_a_cursor_reads_what_is_new_and_carries_the_open_step_over(
 
     monkeypatch.setattr(app.store, "read_events", spied)
     cursor = HistoryCursor("t", after=2)
-    first = cursor.read(app)
-    assert [(e.seq, e.step, e.boundary) for e in first] == [(3, "a", None)] and cursor.read(app) == []
+    first = cursor.read(app.log)
+    assert [(e.seq, e.step, e.boundary) for e in first] == [(3, "a", None)] and cursor.read(app.log) == []
     more = [ObservationRecorded(key="k", value=2), StepCompleted(name="a"), StepStarted(name="b")]
     app.log.append("t", more, version)
-    second = cursor.read(app)
+    second = cursor.read(app.log)
     assert [(e.seq, e.step, e.boundary) for e in second] == [
         (4, "a", None),
         (5, "a", "after step 1"),
@@ -208,7 +208,7 @@ def test_a_cursor_reads_what_is_new_and_carries_the_open_step_over(
     whole = app.history("t")
     assert first + second == whole[2:] and [e.summary for e in second] == [e.summary for e in whole[3:]]
     app.log.fork("t", 5, new_id="fork")  # a fork's cursor reads its parent's part, then its own
-    assert [(e.seq, e.type, e.step) for e in HistoryCursor("fork", after=4).read(app)] == [
+    assert [(e.seq, e.type, e.step) for e in HistoryCursor("fork", after=4).read(app.log)] == [
         (5, "StepCompleted", "a"),
         (6, "TaskForked", None),
     ]
@@ -220,18 +220,18 @@ def test_a_cursor_starts_over_when_the_history_is_replaced(store_url: str) -> No
     steps = [StepStarted(name="a"), ObservationRecorded(key="k", value=1), StepCompleted(name="a")]
     version = app.log.append("t", [*steps, StepStarted(name="b"), ObservationRecorded(key="k", value=2)], version)
     cursor = HistoryCursor("t")
-    assert len(cursor.read(app)) == 6 and not cursor.replaced
+    assert len(cursor.read(app.log)) == 6 and not cursor.replaced
     version = app.log.rewind("t", 3, archive_id="t~1").version  # step "a" open again, step "b" gone
     app.log.append("t", [ObservationRecorded(key="k", value=3), StepCompleted(name="a")], version)
-    again = cursor.read(app)
+    again = cursor.read(app.log)
     assert cursor.replaced and again == app.history("t")  # the whole new history, its steps its own
     marks = [(e.seq, e.step, e.boundary) for e in again[3:]]
     assert marks == [(4, "a", None), (5, "a", None), (6, "a", "after step 1")]
-    assert cursor.read(app) == [] and not cursor.replaced
+    assert cursor.read(app.log) == [] and not cursor.replaced
     app.store.delete_task(app.tenant, "t")  # and made again under its id: as long a history, its own
     version = app.log.create(type="chat", task_id="t").version
     app.log.append("t", [ObservationRecorded(key="other", value=i) for i in range(5)], version)
-    assert cursor.read(app) == app.history("t") and cursor.replaced
+    assert cursor.read(app.log) == app.history("t") and cursor.replaced
 
 
 def test_a_cursor_tells_a_history_made_again_in_the_same_instant(store_url: str, monkeypatch: Any) -> None:
@@ -244,8 +244,8 @@ def test_a_cursor_tells_a_history_made_again_in_the_same_instant(store_url: str,
     version = app.log.create(type="chat", task_id="t").version
     app.log.append("t", [ObservationRecorded(key="k", value=1)], version)
     cursor = HistoryCursor("t")
-    assert len(cursor.read(app)) == 2
+    assert len(cursor.read(app.log)) == 2
     app.store.delete_task(app.tenant, "t")
     version = app.log.create(type="chat", task_id="t", inputs={"q": "new"}).version
     app.log.append("t", [ObservationRecorded(key="k", value=2)], version)
-    assert cursor.read(app) == app.history("t") and cursor.replaced
+    assert cursor.read(app.log) == app.history("t") and cursor.replaced

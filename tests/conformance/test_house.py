@@ -171,7 +171,7 @@ def test_the_ledger_forgets_a_failed_effect_so_a_retry_is_not_in_doubt(app: teth
 
 def test_the_heartbeat_renews_well_before_the_lease_expires(app: tether.App) -> None:
     ttl = 1.5
-    app.lease_ttl = ttl
+    app.engine.lease_ttl = ttl
     seen: list[float] = []
     expiries: set[float] = set()
     kept_out = threading.Event()

@@ -303,7 +303,7 @@ def test_a_call_from_a_foreign_thread_is_refused_naming_map(app: tether.App) -> 
 def test_long_backoff_waits_in_place_while_siblings_run(app: tether.App) -> None:
     """A retry backoff longer than inline_wait would suspend the task; while other calls of the
     batch are in flight it waits in place instead of abandoning them."""
-    app.inline_wait = 0.0
+    app.engine.inline_wait = 0.0
     attempts: dict[str, int] = {}
 
     @app.tool(retry=tether.Retry(max_attempts=2, backoff=0.05, jitter=0))

@@ -37,7 +37,7 @@ def _app(tmp: Path, url: str) -> tether.App:
     finally:
         sys.path.remove(str(HERE))
     app = tether.App(url)
-    app.registry = _compose_app.app.registry  # the workers' task code, under this process's own app
+    app.engine.registry = _compose_app.app.registry  # the workers' task code, under this process's own app
     return app
 
 

@@ -11,22 +11,22 @@ from __future__ import annotations
 from tether.cli import reading, running, serving, time_travel
 
 # What the commands of the integrations (python -m tether.integrations.langgraph) build on.
-from tether.cli._base import CONTEXT, _tenant, _url, db_option, errors_as_messages, json_option, main
-from tether.cli._render import _console, _emit_json, _short
+from tether.cli._base import CONTEXT, current_tenant, db_option, errors_as_messages, json_option, main, store_url
+from tether.cli._render import console, emit_json, shorten
 
 __all__ = [
     "CONTEXT",
-    "_console",
-    "_emit_json",
-    "_short",
-    "_tenant",
-    "_url",
+    "console",
+    "current_tenant",
     "db_option",
+    "emit_json",
     "errors_as_messages",
     "json_option",
     "main",
     "reading",
     "running",
     "serving",
+    "shorten",
+    "store_url",
     "time_travel",
 ]

@@ -81,7 +81,7 @@ def main() -> None:
     """tether: durable state for AI agents. Inspect tasks, their history and their state."""
 
 
-def _url(db: str | None) -> str:
+def store_url(db: str | None) -> str:
     value = db or os.environ.get("TETHER_URL") or "tether.db"
     return value if "://" in value else f"sqlite:///{value}"
 
@@ -93,23 +93,23 @@ def _open(db: str | None, *, write: bool = False) -> tether.App:
     Verbs that only read open SQLite read-only: they never create, migrate or re-configure a file
     (not even its journal mode). Only verbs that write (``fork``, ``send``) may.
     """
-    url = _url(db)
+    url = store_url(db)
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
         raise ConfigurationError(
             f"no database at {url[len('sqlite:///') :]!r}; run `tether demo` or your app to create one, "
             "or point --db (or TETHER_URL) at yours"
         )
     if not write and not url.startswith("memory:"):
-        app = tether.App(tether.open_store(url, readonly=True), tenant=_tenant())
+        app = tether.App(tether.open_store(url, readonly=True), tenant=current_tenant())
     else:
-        app = tether.App(url, tenant=_tenant())
+        app = tether.App(url, tenant=current_tenant())
     ctx = click.get_current_context()
     ctx.meta[_APP] = app
     ctx.call_on_close(app.close)
     return app
 
 
-def _tenant() -> str:
+def current_tenant() -> str:
     return str(click.get_current_context().meta.get("tether.tenant") or "default")
 
 

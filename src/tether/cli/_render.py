@@ -17,7 +17,7 @@ import tether
 from tether.runtime.handles import failure_summary
 
 
-def _console(*, stderr: bool = False) -> Console:
+def console(*, stderr: bool = False) -> Console:
     """Rich's console for stdout (or stderr). In a terminal it wraps lines at the terminal's width;
     anywhere else (a pipe, a file) a line is never wrapped or cut, as rich would at 80 columns:
     one event, one line, for grep and the like. Tables still fit the console's width. Whether the
@@ -26,7 +26,7 @@ def _console(*, stderr: bool = False) -> Console:
     return Console(highlight=False, stderr=stderr, soft_wrap=not stream.isatty())
 
 
-def _emit_json(value: Any) -> None:
+def emit_json(value: Any) -> None:
     click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
 
 
@@ -47,7 +47,7 @@ def _status(status: str) -> str:
     return f"[{colour}]{status}[/]"
 
 
-def _short(value: Any, limit: int = 100) -> str:
+def shorten(value: Any, limit: int = 100) -> str:
     text = orjson.dumps(value).decode() if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -64,7 +64,7 @@ def _handle_json(handle: tether.TaskHandle) -> dict[str, Any]:
 def _handle(out: Console, handle: tether.TaskHandle, as_json: bool) -> None:
     """Where a run left the task; exit status 1 when it failed or was cancelled."""
     if as_json:
-        _emit_json(_handle_json(handle))
+        emit_json(_handle_json(handle))
         return
     out.print(f"{handle.task_id}: {_status(handle.status.value)}  ({handle.position})")
     if handle.waiting is not None:
@@ -81,14 +81,16 @@ def _duration(call: tether.ToolCall) -> str:
 
 def _print_failure(out: Console, failure: tether.Failure, full: bool) -> None:
     width = 10_000 if full else 100
-    out.print(f"failure at {failure.at.isoformat(' ', 'seconds')}: {escape(failure.exception_type)}: "
-              f"{escape(failure.message)}")
+    out.print(
+        f"failure at {failure.at.isoformat(' ', 'seconds')}: {escape(failure.exception_type)}: "
+        f"{escape(failure.message)}"
+    )
     for label, value in (("step", failure.step), ("tool", failure.tool), ("call", failure.call_key)):
         if value is not None:
             out.print(f"  {label}: {escape(value)}")
     for label, data in (("input", failure.input), ("output", failure.output)):
         if data is not None:
-            out.print(f"  {label}: {escape(_short(data, width))}")
+            out.print(f"  {label}: {escape(shorten(data, width))}")
     if failure.traceback:
         lines = failure.traceback.rstrip().splitlines()
         shown = lines if full else lines[-3:]
@@ -99,8 +101,10 @@ def _print_failure(out: Console, failure: tether.Failure, full: bool) -> None:
 
 
 def _print_waiting(out: Console, waiting: tether.Waiting) -> None:
-    out.print(f"waiting for input [bold]{escape(waiting.key)}[/] since {waiting.requested_at.isoformat(' ', 'seconds')}"
-              + (f", until {waiting.timeout_at.isoformat(' ', 'seconds')}" if waiting.timeout_at else ""))
+    out.print(
+        f"waiting for input [bold]{escape(waiting.key)}[/] since {waiting.requested_at.isoformat(' ', 'seconds')}"
+        + (f", until {waiting.timeout_at.isoformat(' ', 'seconds')}" if waiting.timeout_at else "")
+    )
     if waiting.prompt:
         out.print(f"  prompt: {escape(waiting.prompt)}")
     if waiting.input_schema:
@@ -151,20 +155,22 @@ def _entry_text(entry: tether.HistoryEntry) -> str:
 
 def _print_state_summary(out: Console, value: tether.TaskState) -> None:
     out.print(f"[bold]{value.task_id}[/] at event {value.version}: {_status(value.status.value)}, {value.position}")
-    out.print(f"inputs: {escape(_short(value.inputs))}")
+    out.print(f"inputs: {escape(shorten(value.inputs))}")
     done = [c for c in value.calls if c.status == "completed"]
-    out.print(f"calls: {len(value.calls)} ({len(done)} completed)" + (
-        f"; last: {escape(value.calls[-1].tool)} → {escape(_short(value.calls[-1].result, 60))}" if done else ""))
+    out.print(
+        f"calls: {len(value.calls)} ({len(done)} completed)"
+        + (f"; last: {escape(value.calls[-1].tool)} → {escape(shorten(value.calls[-1].result, 60))}" if done else "")
+    )
     for decision in value.decisions:
-        out.print(f"decided {escape(decision.name)}: {escape(_short(decision.choice, 60))}")
+        out.print(f"decided {escape(decision.name)}: {escape(shorten(decision.choice, 60))}")
     for key, observation in value.observations.items():
-        out.print(f"observed {escape(key)} = {escape(_short(observation.value, 60))}")
+        out.print(f"observed {escape(key)} = {escape(shorten(observation.value, 60))}")
     if value.data:
-        out.print(f"data: {escape(_short(value.data))}")
+        out.print(f"data: {escape(shorten(value.data))}")
     if value.waiting is not None:
         out.print(f"waiting for input {escape(value.waiting.key)!s}: {escape(value.waiting.prompt or '')}")
     if value.failure is not None:
         out.print(f"[red]failed: {escape(value.failure.exception_type)}: {escape(value.failure.message)}[/]")
     if value.output is not None:
-        out.print(f"output: {escape(_short(value.output))}")
+        out.print(f"output: {escape(shorten(value.output))}")
     out.print("(--full for the whole state)")

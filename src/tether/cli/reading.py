@@ -13,20 +13,20 @@ from rich.table import Table
 
 import tether
 from tether.checks import MAX_LIMIT, MAX_OFFSET, check_statuses
-from tether.cli._base import _open, _tid, _url, db_option, errors_as_messages, json_option, main
+from tether.cli._base import _open, _tid, db_option, errors_as_messages, json_option, main, store_url
 from tether.cli._render import (
-    _console,
     _duration,
-    _emit_json,
     _entry_text,
     _print_failure,
     _print_history,
     _print_in_doubt,
     _print_waiting,
-    _short,
     _shown_id,
     _state_json,
     _status,
+    console,
+    emit_json,
+    shorten,
 )
 from tether.events import in_doubt_call
 from tether.runtime.handles import failure_summary
@@ -40,9 +40,9 @@ def demo(db: str | None) -> None:
     """Run a 9-step agent, SIGKILL it at step 6, resume it in a second process."""
     from tether.cli.demo import run_demo
 
-    url = _url(db)
+    url = store_url(db)
     with tempfile.TemporaryDirectory(prefix="tether-demo-") as folder:
-        run_demo(url, Path(folder), _console())
+        run_demo(url, Path(folder), console())
 
 
 @main.command()
@@ -70,7 +70,7 @@ def tasks(
     offset = (page - 1) * limit
     rows = app.list_tasks(status=list(status) or None, type=task_type, user_id=user_id, limit=limit, offset=offset)
     if as_json:
-        _emit_json(
+        emit_json(
             [
                 {
                     **{k: v for k, v in vars(r).items() if k not in ("status", "wakes_at", "updated_at")},
@@ -93,9 +93,9 @@ def tasks(
         if r.wakes_at is not None:
             waits += (" until " if waits else "wakes ") + r.wakes_at.strftime("%Y-%m-%d %H:%M:%S")
         if r.parked is not None:
-            waits = f"[red]parked[/] (no worker runs it): {escape(_short(r.parked, 80))}; see tether show"
+            waits = f"[red]parked[/] (no worker runs it): {escape(shorten(r.parked, 80))}; see tether show"
         table.add_row(_shown_id(r.task_id, wide), r.type, _status(r.status.value), r.position, waits, r.held_by or "")
-    out = _console()
+    out = console()
     if not sys.stdout.isatty():
         out.width = max(out.width, 250)  # a pipe gets whole lines: full ids, nothing folded
     out.print(table if rows else "no tasks")
@@ -124,9 +124,9 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
     app = _open(db)
     state = app.state(_tid(app, task_id))
     if as_json:
-        _emit_json(_state_json(state))
+        emit_json(_state_json(state))
         return
-    out = _console()
+    out = console()
     out.print(f"[bold]{state.task_id}[/]  {state.type}  {_status(state.status.value)}  v{state.version}")
     out.print(f"position: {state.position}")
     parked = app.get(state.task_id).parked
@@ -159,13 +159,13 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
                 "[yellow]in doubt[/]" if call.n == doubt else call.status,
                 str(len(call.attempts)),
                 _duration(call),
-                escape(_short(call.args, width)),
-                escape(_short(call.result, width)) if call.status == "completed" else "",
+                escape(shorten(call.args, width)),
+                escape(shorten(call.result, width)) if call.status == "completed" else "",
                 call.key,
             )
         out.print(table)
     for decision in state.decisions:
-        out.print(f"decided {decision.name}: {_short(decision.choice)} — {decision.rationale}")
+        out.print(f"decided {decision.name}: {shorten(decision.choice)} — {decision.rationale}")
     if state.failure or state.status is tether.Status.CANCELLED:
         out.print(f"[red]{escape(failure_summary(state))}[/]")
     if state.failure is not None:
@@ -175,7 +175,7 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
     elif state.waiting is not None:
         _print_waiting(out, state.waiting)
     if state.output is not None:
-        out.print(f"output: {escape(_short(state.output, 10_000 if full else 100))}")
+        out.print(f"output: {escape(shorten(state.output, 10_000 if full else 100))}")
 
 
 @main.command()
@@ -188,9 +188,9 @@ def history(task_id: str, db: str | None, as_json: bool) -> None:
     app = _open(db)
     task_id = _tid(app, task_id)
     if not as_json:
-        _print_history(_console(), app.history(task_id))
+        _print_history(console(), app.history(task_id))
         return
-    _emit_json(
+    emit_json(
         [
             {"seq": r.seq, "at": r.time.isoformat(), "type": r.event.event_type, "data": r.event.to_dict()}
             for r in app.log.events(task_id)
@@ -210,12 +210,12 @@ def logs(task_id: str, follow: bool, after: int, db: str | None, as_json: bool) 
     woken by the store's change notifications, and stops when the task ends."""
     app = _open(db)
     task_id = _tid(app, task_id)
-    out = _console()
+    out = console()
     terminal = {"completed", "failed", "cancelled"}
     cursor = HistoryCursor(task_id, after=after)  # each wake-up reads the new events alone
     while True:
         row = app.log.get(task_id)  # before the events: the end is never seen ahead of the last ones
-        entries = cursor.read(app)
+        entries = cursor.read(app.log)
         if cursor.replaced and as_json:
             click.echo(orjson.dumps({"replaced": True, "task_id": task_id}).decode())
         elif cursor.replaced:

@@ -23,7 +23,7 @@ from tether.cli._base import (
     json_option,
     main,
 )
-from tether.cli._render import _console, _emit_json, _handle, _handle_json, _status
+from tether.cli._render import _handle, _handle_json, _status, console, emit_json
 from tether.errors import TetherError
 from tether.runtime.calls import UNSET
 from tether.runtime.handles import TaskHandle
@@ -37,7 +37,7 @@ from tether.runtime.handles import TaskHandle
 def resume(task_id: str, app_spec: str, as_json: bool) -> None:
     """Continue a task here from its log; recorded steps do not run again."""
     app = _load_app(app_spec)
-    _handle(_console(), app.resume(_tid(app, task_id)), as_json)
+    _handle(console(), app.resume(_tid(app, task_id)), as_json)
 
 
 @main.command()
@@ -49,7 +49,7 @@ def resume(task_id: str, app_spec: str, as_json: bool) -> None:
 def retry(task_id: str, actor: str | None, app_spec: str, as_json: bool) -> None:
     """Run a failed task again with the code as it is now: recorded calls before the failure are reused."""
     app = _load_app(app_spec)
-    _handle(_console(), app.retry(_tid(app, task_id), actor=actor), as_json)
+    _handle(console(), app.retry(_tid(app, task_id), actor=actor), as_json)
 
 
 @main.command()
@@ -70,9 +70,9 @@ def send(task_id: str, key: str, value: str, db: str | None, as_json: bool, acto
         parsed = value
     handle = app.send_input(task_id, key, parsed, actor=actor)
     if as_json:
-        _handle(_console(), handle, as_json)
+        _handle(console(), handle, as_json)
         return
-    out = _console()
+    out = console()
     row = app.log.get(task_id)
     runnable = handle.waiting is None and row.wake_at is not None
     after = "runnable: a `tether worker` continues it" if runnable else "it will read the answer when it asks"
@@ -109,10 +109,10 @@ def resolve(
     task_id = _tid(app, task_id)
     handle = TaskHandle.of(app.resolve_call(task_id, n, value, happened=not not_happened, actor=actor))
     if as_json:
-        _handle(_console(), handle, as_json)
+        _handle(console(), handle, as_json)
         return
     done = "it runs again under its key" if not_happened else "its result is recorded"
-    out = _console()
+    out = console()
     out.print(
         f"call #{n} of {task_id} settled: {done}; now {_status(handle.status.value)}, runnable: "
         f"a `tether worker` continues it (or `tether resume {task_id} --app MODULE:APP`)"
@@ -134,18 +134,18 @@ def cancel(task_id: str, reason: str, app_spec: str, as_json: bool, actor: str |
     already = app.log.get(task_id).status == tether.Status.CANCELLED.value
     handle = app.cancel(task_id, reason, actor=actor)
     if handle.status is not tether.Status.CANCELLED:  # it did not end cancelled: say how it ended
-        _handle(_console(), handle, as_json)
+        _handle(console(), handle, as_json)
         return
     if as_json:
-        _emit_json({**_handle_json(handle), "already_cancelled": already})
+        emit_json({**_handle_json(handle), "already_cancelled": already})
         return
     state = handle.state
     why = f": {escape(state.cancel_reason)}" if state.cancel_reason else ""
     if already:
-        _console().print(f"{escape(task_id)} was already cancelled{why}; nothing changed")
+        console().print(f"{escape(task_id)} was already cancelled{why}; nothing changed")
         return
     undone = sum(1 for call in state.calls if call.kind == "compensation")
-    _console().print(f"cancelled {escape(task_id)}{why} ({undone} call{'s' if undone != 1 else ''} compensated)")
+    console().print(f"cancelled {escape(task_id)}{why} ({undone} call{'s' if undone != 1 else ''} compensated)")
 
 
 @main.command()
@@ -165,7 +165,7 @@ def worker(
     One line per task run on stderr: when it started and ended, the task, its type, the status it
     reached and how long the run took (--verbose: a line as each run starts too; --quiet: none)."""
     app = _load_app(app_spec)
-    err = _console(stderr=True)
+    err = console(stderr=True)
     err.print(f"worker {app.worker_id} on {app.store.url} (concurrency {concurrency})")
     handler = _RunLines(app, err, verbose)
     worker_log = logging.getLogger("tether.worker")

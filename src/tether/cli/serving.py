@@ -6,8 +6,8 @@ import click
 from rich.table import Table
 
 import tether
-from tether.cli._base import _url, errors_as_messages, json_option, main
-from tether.cli._render import _console, _emit_json
+from tether.cli._base import errors_as_messages, json_option, main, store_url
+from tether.cli._render import console, emit_json
 
 
 @main.command()
@@ -35,9 +35,9 @@ def serve(db: str | None, host: str, port: int, no_auth: bool, tenant: str) -> N
         raise click.ClickException("tether serve needs its extra: pip install 'tether[serve]'") from None
     from tether.store.base import redact_url
 
-    url = _url(db)
+    url = store_url(db)
     asgi = create_app(url, no_auth=no_auth, tenant=tenant)
-    err = _console(stderr=True)
+    err = console(stderr=True)
     mode = f"without keys, as tenant {tenant!r}" if no_auth else "API keys required (`tether keys create`)"
     err.print(f"tether serve on http://{host}:{port}/ for {redact_url(url)}; {mode}")
     uvicorn.run(asgi, host=host, port=port, log_level="warning")
@@ -57,10 +57,10 @@ def keys_create(db: str | None, tenant: str, name: str) -> None:
     """Make a key and print it once: it cannot be shown again."""
     from tether.serve.keys import KeyRing
 
-    secret, key = KeyRing(tether.open_store(_url(db))).create(tenant=tenant, name=name)
+    secret, key = KeyRing(tether.open_store(store_url(db))).create(tenant=tenant, name=name)
     click.echo(secret)
     note = f"key {key.key_id} for tenant {tenant!r} ({name}); keep it: it is shown once"
-    _console(stderr=True).print(note)
+    console(stderr=True).print(note)
 
 
 @keys.command("list")
@@ -73,9 +73,9 @@ def keys_list(db: str | None, as_json: bool) -> None:
 
     from tether.serve.keys import KeyRing
 
-    found = KeyRing(tether.open_store(_url(db))).list()
+    found = KeyRing(tether.open_store(store_url(db))).list()
     if as_json:
-        _emit_json([asdict(k) for k in found])
+        emit_json([asdict(k) for k in found])
         return
     table = Table("id", "tenant", "name", "created", "revoked")
     for k in found:
@@ -83,7 +83,7 @@ def keys_list(db: str | None, as_json: bool) -> None:
 
         made = datetime.fromtimestamp(k.created_at).isoformat(" ", "seconds")
         table.add_row(k.key_id, k.tenant, k.name, made, "yes" if k.revoked else "")
-    _console().print(table)
+    console().print(table)
 
 
 @keys.command("revoke")
@@ -94,5 +94,5 @@ def keys_revoke(key_id: str, db: str | None) -> None:
     """Revoke a key: requests made with it are refused from now on."""
     from tether.serve.keys import KeyRing
 
-    key = KeyRing(tether.open_store(_url(db))).revoke(key_id)
+    key = KeyRing(tether.open_store(store_url(db))).revoke(key_id)
     click.echo(f"revoked {key.key_id} ({key.tenant}, {key.name})")

@@ -22,7 +22,7 @@ from tether.cli._base import (
     json_option,
     main,
 )
-from tether.cli._render import _console, _emit_json, _handle, _print_state_summary, _short, _state_json
+from tether.cli._render import _handle, _print_state_summary, _state_json, console, emit_json, shorten
 from tether.timetravel import step_bounds, step_ref
 
 
@@ -51,12 +51,12 @@ def state(
     task_id = _tid(app, task_id)
     value = app.state(task_id, at=seq, before_step=step_ref(before_step), after_step=step_ref(after_step))
     if as_json:
-        _emit_json(_state_json(value))
+        emit_json(_state_json(value))
         return
     if full:
-        _console().print_json(value.model_dump_json())
+        console().print_json(value.model_dump_json())
         return
-    _print_state_summary(_console(), value)
+    _print_state_summary(console(), value)
 
 
 def _point(app: tether.App, task_id: str, text: str) -> int:
@@ -90,13 +90,13 @@ def diff(task_id: str, a: str, b: str, other: str | None, db: str | None, as_jso
     other = _tid(app, other) if other is not None else None
     result = app.diff(task_id, _point(app, task_id, a), _point(app, other or task_id, b), other=other)
     if as_json:
-        _emit_json(result.patch)
+        emit_json(result.patch)
         return
-    out = _console()
+    out = console()
     out.print(f"[bold]{result.a} → {result.b}[/]" if result.patch else result.render())
     colours = {"add": "green", "remove": "red", "replace": "yellow"}
     for op in result.patch:
-        value = f": {_short(op['value'], 90)}" if "value" in op else ""
+        value = f": {shorten(op['value'], 90)}" if "value" in op else ""
         out.print(f"  [{colours.get(op['op'], 'cyan')}]{op['op']:7}[/] {op['path']}{value}")
 
 
@@ -134,9 +134,9 @@ def fork(
     task_id = _tid(app, task_id)
     handle = app.fork(task_id, at=seq, new_id=new_id, inputs=parsed, actor=actor)
     if as_json:
-        _emit_json({"task_id": handle.task_id, "parent": task_id, "at": seq, "status": handle.status.value})
+        emit_json({"task_id": handle.task_id, "parent": task_id, "at": seq, "status": handle.status.value})
         return
-    _console().print(
+    console().print(
         f"forked {task_id} at event {seq} → [bold]{handle.task_id}[/] ({handle.status.value}); "
         f"run it with `tether resume {handle.task_id} --app {escape(app_spec or 'MODULE:APP')}`"
     )
@@ -184,11 +184,11 @@ def replay(task_id: str, upto: int | None, app_spec: str, as_json: bool) -> None
     """Check that your current code replays TASK's log; runs no tool, writes nothing. Exit 1 if it diverges."""
     app = _load_app(app_spec)
     task_id = _tid(app, task_id)
-    out = _console()
+    out = console()
     with out.status(f"replaying {task_id}…", spinner="dots"):
         report = app.replay(task_id, upto=upto)
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "task_id": report.task_id,
                 "clean": report.clean,
@@ -213,11 +213,11 @@ def check(finished: int, app_spec: str, as_json: bool) -> None:
     """Replay every unfinished task against your current code, running and writing nothing: run it before a
     deploy. One line per task that would diverge, then a summary; exit 1 if any diverges."""
     app = _load_app(app_spec)
-    out = _console()
+    out = console()
     with out.status("replaying stored tasks…", spinner="dots"):
         report = app.check(finished=finished)
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "checked": len(report.reports),
                 "diverging": [
@@ -250,4 +250,4 @@ def check(finished: int, app_spec: str, as_json: bool) -> None:
 def rewind(task_id: str, seq: int, actor: str | None, app_spec: str, as_json: bool) -> None:
     """Go back to event SEQ and try again; the abandoned branch stays listable as TASK~N."""
     app = _load_app(app_spec)
-    _handle(_console(), app.rewind(_tid(app, task_id), to=seq, actor=actor), as_json)
+    _handle(console(), app.rewind(_tid(app, task_id), to=seq, actor=actor), as_json)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tether.conversation.shapes import FORMATS, Format, Part, detect, read, text, tool_call, tool_result
 from tether.errors import InvalidInputError
-from tether.events import Event, Recorded, _event, _ts
+from tether.events import Event, Recorded, define_event, from_epoch
 
 __all__ = [
     "ROLES",
@@ -47,7 +47,7 @@ ROLES = ("system", "user", "assistant", "tool")
 # ----------------------------------------------------------------------------- events
 
 
-@_event
+@define_event
 class SessionOpened(Event):
     session_id: str
     user_id: str | None = None
@@ -56,7 +56,7 @@ class SessionOpened(Event):
         return f"session {self.session_id} opened" + (f" for {self.user_id}" if self.user_id else "")
 
 
-@_event
+@define_event
 class MessageAdded(Event):
     """A message appended. In tether's form (``format`` is ``None``) the fields are the message; in a
     provider's shape ``original`` is the message verbatim, ``role`` tether's normalised role, and
@@ -84,7 +84,7 @@ class MessageAdded(Event):
         return f"{self.role} message added{calls}{answers}{text}"
 
 
-@_event
+@define_event
 class MessageRemoved(Event):
     seq: int
 
@@ -92,13 +92,13 @@ class MessageRemoved(Event):
         return f"message #{self.seq} removed"
 
 
-@_event
+@define_event
 class MessagesCleared(Event):
     def describe(self) -> str:
         return "every message cleared"
 
 
-@_event
+@define_event
 class SummaryAdded(Event):
     text: str
     covers_from: int
@@ -109,7 +109,7 @@ class SummaryAdded(Event):
         return f"summary of messages #{self.covers_from}–#{self.covers_to} added: {_clip(self.text)}"
 
 
-@_event
+@define_event
 class SummaryWithdrawn(Event):
     """A compaction undone: the summary appended at ``seq`` no longer stands. The messages it covered
     (never deleted) are in the window again, and the summary before it, if any, stands again. Only a
@@ -122,7 +122,7 @@ class SummaryWithdrawn(Event):
         return f"summary #{self.seq} withdrawn: the messages it covered are back"
 
 
-@_event
+@define_event
 class SessionClosed(Event):
     def describe(self) -> str:
         return "session closed"
@@ -291,7 +291,7 @@ def list_messages(records: Iterable[Recorded], shown: dict[int, Message] | None 
 
 def message_from_event(rec: Recorded, ev: MessageAdded) -> Message:
     """The :class:`Message` a stored ``MessageAdded`` holds."""
-    common: dict[str, Any] = {"seq": rec.seq, "meta": ev.meta or {}, "at": _ts(rec.at), "origin": ev.origin}
+    common: dict[str, Any] = {"seq": rec.seq, "meta": ev.meta or {}, "at": from_epoch(rec.at), "origin": ev.origin}
     if ev.format is None or ev.format == "tether":
         calls = tuple(ToolCallRequest(**c) for c in ev.tool_calls or ())
         original: dict[str, Any] = {"role": ev.role, "content": ev.content}
@@ -441,6 +441,7 @@ def withdraws(events: Iterable[Recorded]) -> bool:
 
 
 def summary_from_event(rec: Recorded, ev: SummaryAdded) -> Summary:
+    at = from_epoch(rec.at)
     return Summary(
-        seq=rec.seq, text=ev.text, covers_from=ev.covers_from, covers_to=ev.covers_to, at=_ts(rec.at), origin=ev.origin
+        seq=rec.seq, text=ev.text, covers_from=ev.covers_from, covers_to=ev.covers_to, at=at, origin=ev.origin
     )

@@ -42,7 +42,7 @@ from tether.conversation.messages import (
 from tether.conversation.shapes import FORMATS
 from tether.conversation.window import TokenCounter, Window, as_compacted, default_counter, turns
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError, TetherError
-from tether.events import Event, Recorded, _ts
+from tether.events import Event, Recorded, from_epoch
 from tether.log import TaskLog
 from tether.log.streams import Stream
 
@@ -427,8 +427,8 @@ def list_sessions(log: TaskLog, *, user_id: str | None, limit: int, offset: int)
             user_id=r.user_id,
             version=r.version,
             closed=r.status == "closed",
-            created_at=_ts(r.created_at),
-            updated_at=_ts(r.updated_at),
+            created_at=from_epoch(r.created_at),
+            updated_at=from_epoch(r.updated_at),
         )
         for r in rows
     ]

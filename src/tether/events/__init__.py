@@ -24,13 +24,14 @@ Example:
 
 from __future__ import annotations
 
+from tether.events import langgraph as langgraph  # a LangGraph thread's events: any reader of a store decodes them
 from tether.events._fold import apply, fold, fold_calls
 from tether.events._rules import _RULES as _RULES  # the fold's rules: a test checks each has a test
 from tether.events.base import DEFAULT_UPCASTERS as DEFAULT_UPCASTERS
 from tether.events.base import EVENT_TYPES, Event, Recorded, Upcasters
 from tether.events.base import Upcaster as Upcaster
-from tether.events.base import _event as _event  # other rooms define events of their own with it
-from tether.events.base import _ts as _ts
+from tether.events.base import define_event as define_event  # other rooms define events of their own with it
+from tether.events.base import from_epoch as from_epoch
 from tether.events.calls import (
     CALL_EVENTS,
     CallAttemptFailed,

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from tether.errors import TetherError
-from tether.events.base import _ts
+from tether.events.base import from_epoch
 from tether.model import TaskState, ToolCall
 from tether.model.calls import CallDraft, CallList, call_index
 
@@ -116,7 +116,7 @@ class _Draft:
                 values[name] = tuple(values[name])
         values["calls"] = _NO_CALLS
         values["version"] = seq
-        values["updated_at"] = _ts(at)
+        values["updated_at"] = from_epoch(at)
         return _as_state(template, values)
 
     def freeze(self, template: TaskState) -> TaskState:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from tether.errors import TetherError, UnknownEventTypeError
 from tether.events._draft import _Draft
 from tether.events._rules import _RULES, _created, _retry_call
-from tether.events.base import Recorded, _ts
+from tether.events.base import Recorded, from_epoch
 from tether.events.knowledge import ObservationRecorded
 from tether.events.task import RetryRequested, TaskCreated
 from tether.model import TaskState, ToolCall
@@ -54,7 +54,7 @@ def fold(
         if draft is None:
             draft = _Draft(state)
         draft.seq = rec.seq
-        rule(draft, ev, _ts(rec.at), rec.at)
+        rule(draft, ev, from_epoch(rec.at), rec.at)
         last = rec
         if mark is not None and rec.seq % every == 0:
             mark(draft.peek(state, rec.seq, rec.at), draft.values["calls"])
@@ -63,7 +63,7 @@ def fold(
     if draft is None or last is None:
         return state
     draft.values["version"] = last.seq
-    draft.values["updated_at"] = _ts(last.at)
+    draft.values["updated_at"] = from_epoch(last.at)
     return draft.freeze(state)
 
 
@@ -117,7 +117,7 @@ def fold_calls(state: TaskState, calls: Sequence[tuple[int, Sequence[Recorded]]]
             if rule is None or getattr(ev, "n", None) != n:
                 kind = type(ev).__name__
                 raise TetherError(f"event {rec.seq} ({kind}) of task {state.task_id!r} is not one of call #{n}'s")
-            rule(draft, ev, _ts(rec.at), rec.at)
+            rule(draft, ev, from_epoch(rec.at), rec.at)
         if call_index(draft.values["calls"], n) is None:
             raise TetherError(f"the events of call #{n} of task {state.task_id!r} do not open it")
     return [draft.call(n) for n, _ in calls]

@@ -12,7 +12,7 @@ from typing import Any
 
 from tether.errors import InvalidTransition
 from tether.events._draft import _Draft, _evolve, _make
-from tether.events.base import Event, Recorded, _ts
+from tether.events.base import Event, Recorded, from_epoch
 from tether.events.calls import CallAttemptFailed, CallCompleted, CallFailed, CallInDoubt, CallStarted, in_doubt_key
 from tether.events.knowledge import (
     DataMigrated,
@@ -72,7 +72,7 @@ def _replace_step(d: _Draft, name: str, changes: dict[str, Any]) -> None:
 
 
 def _created(rec: Recorded, ev: TaskCreated) -> TaskState:
-    at = _ts(rec.at)
+    at = from_epoch(rec.at)
     return _make(
         TaskState,
         task_id=ev.task_id,
@@ -146,7 +146,7 @@ def _status_changed(d: _Draft, ev: StatusChanged, at: datetime, epoch: float) ->
     target = Status(ev.status)
     check_status(d.values["status"], target)
     d.values["status"] = target
-    d.values["wake_at"] = _ts(ev.wake_at) if ev.wake_at is not None else None
+    d.values["wake_at"] = from_epoch(ev.wake_at) if ev.wake_at is not None else None
     if target is not Status.AWAITING_INPUT and target is not Status.RUNNING:
         # A run that resumes a waiting task passes through running on its way back to the same
         # question (replayed, not asked again): the question stays open until it is answered
@@ -224,7 +224,7 @@ def _call_started(d: _Draft, ev: CallStarted, at: datetime, epoch: float) -> Non
 def _call_completed(d: _Draft, ev: CallCompleted, at: datetime, epoch: float) -> None:
     if ev.key is not None and call_index(d.values["calls"], ev.n) is None:
         # A readonly call: no intent was written, this event is the whole record.
-        started = _ts(epoch - ev.duration)
+        started = from_epoch(epoch - ev.duration)
         attempt = _make(Attempt, number=ev.attempt, started_at=started, finished_at=at, duration=ev.duration)
         call = _make(
             ToolCall,
@@ -246,7 +246,7 @@ def _call_completed(d: _Draft, ev: CallCompleted, at: datetime, epoch: float) ->
     if attempts and attempts[-1].number == ev.attempt:
         attempts = (*attempts[:-1], _evolve(attempts[-1], {"finished_at": at, "duration": ev.duration}))
     else:  # a readonly retry writes no intent: this event is the whole attempt
-        started = _ts(epoch - ev.duration)
+        started = from_epoch(epoch - ev.duration)
         attempt = _make(Attempt, number=ev.attempt, started_at=started, finished_at=at, duration=ev.duration)
         attempts = (*attempts, attempt)
     d.replace_call(ev.n, {"status": "completed", "result": ev.result, "finished_at": at, "attempts": attempts})
@@ -266,7 +266,7 @@ def _attempt_failed(d: _Draft, ev: CallAttemptFailed, at: datetime, epoch: float
     if attempts and attempts[-1].number == ev.attempt:
         attempts = (*attempts[:-1], _evolve(attempts[-1], update))
     else:
-        attempts = (*attempts, _make(Attempt, number=ev.attempt, started_at=_ts(epoch - ev.duration), **update))
+        attempts = (*attempts, _make(Attempt, number=ev.attempt, started_at=from_epoch(epoch - ev.duration), **update))
     d.replace_call(ev.n, {"attempts": attempts})
 
 
@@ -316,7 +316,7 @@ def _input_requested(d: _Draft, ev: InputRequested, at: datetime, epoch: float) 
         key=ev.key,
         prompt=ev.prompt,
         input_schema=ev.schema,
-        timeout_at=_ts(ev.timeout_at) if ev.timeout_at is not None else None,
+        timeout_at=from_epoch(ev.timeout_at) if ev.timeout_at is not None else None,
         requested_at=at,
     )
 

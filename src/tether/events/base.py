@@ -1,6 +1,6 @@
 """What every event is: the base class and its registry, an event as stored, and upcasting.
 
-Event classes register themselves by name (:data:`EVENT_TYPES`) with the ``_event`` decorator, so a
+Event classes register themselves by name (:data:`EVENT_TYPES`) with the ``define_event`` decorator, so a
 stored record's type name finds its class; :class:`Upcasters` migrate records stored in an older
 shape on read. The event types of a task live beside this module, grouped by job
 (``task``, ``calls``, ``knowledge``, ``session``); the fold is in ``_fold``.
@@ -46,7 +46,7 @@ _E = TypeVar("_E", bound=Event)
 
 
 @dataclass_transform()
-def _event(cls: type[_E]) -> type[_E]:
+def define_event(cls: type[_E]) -> type[_E]:
     """Register an event class under its own name and make it a slotted dataclass.
 
     Events are facts and tether never changes one once made; they are not
@@ -59,7 +59,7 @@ def _event(cls: type[_E]) -> type[_E]:
     return cls
 
 
-def _ts(epoch: float) -> datetime:
+def from_epoch(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
@@ -72,7 +72,7 @@ class Recorded(NamedTuple):
 
     @property
     def time(self) -> datetime:
-        return _ts(self.at)
+        return from_epoch(self.at)
 
 
 # --------------------------------------------------------------------------- upcasting

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.events.base import Event, _event
+from tether.events.base import Event, define_event
 
 __all__ = [
     "CALL_EVENTS",
@@ -17,7 +17,7 @@ __all__ = [
 ]
 
 
-@_event
+@define_event
 class CallStarted(Event):
     """The intent of one attempt of a call, committed before the tool runs."""
 
@@ -30,7 +30,7 @@ class CallStarted(Event):
     compensates: int | None = None
 
 
-@_event
+@define_event
 class CallCompleted(Event):
     """A call's verbatim result. A readonly call has no ``CallStarted``, so it carries key, tool and args."""
 
@@ -44,7 +44,7 @@ class CallCompleted(Event):
     kind: str = "call"
 
 
-@_event
+@define_event
 class CallAttemptFailed(Event):
     n: int
     attempt: int
@@ -55,7 +55,7 @@ class CallAttemptFailed(Event):
     backoff: float | None = None
 
 
-@_event
+@define_event
 class CallFailed(Event):
     """The call gave up: no attempt is left, or the error is not one to retry."""
 
@@ -63,7 +63,7 @@ class CallFailed(Event):
     reason: str
 
 
-@_event
+@define_event
 class CallInDoubt(Event):
     """A run met a call that started and never recorded its result (its process stopped inside it),
     and the tool says a person decides (``on_unknown="raise"``): the task waits for that person

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.events.base import Event, _event
+from tether.events.base import Event, define_event
 
 __all__ = [
     "DataMigrated",
@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 
-@_event
+@define_event
 class DecisionMade(Event):
     name: str
     choice: Any
@@ -27,7 +27,7 @@ class DecisionMade(Event):
     alternatives: list[Any] | None = None
 
 
-@_event
+@define_event
 class ObservationRecorded(Event):
     key: str
     value: Any
@@ -35,7 +35,7 @@ class ObservationRecorded(Event):
     as_of: str | None = None
 
 
-@_event
+@define_event
 class DataUpdated(Event):
     """Changed fields of the task's typed data (only those that changed)."""
 
@@ -43,7 +43,7 @@ class DataUpdated(Event):
     data_version: int | None = None
 
 
-@_event
+@define_event
 class DataMigrated(Event):
     """The task's typed data rewritten by upcasters to a newer model version (replaces it whole)."""
 
@@ -52,7 +52,7 @@ class DataMigrated(Event):
     to_version: int
 
 
-@_event
+@define_event
 class InputRequested(Event):
     key: str
     prompt: str | None = None
@@ -63,7 +63,7 @@ class InputRequested(Event):
     rewind of a task cancelled while it waited), and a run waits on it anew."""
 
 
-@_event
+@define_event
 class InputReceived(Event):
     key: str
     value: Any
@@ -71,7 +71,7 @@ class InputReceived(Event):
     """Who answered (an API key's name, a user name), when the caller said."""
 
 
-@_event
+@define_event
 class InputRejected(Event):
     """An answer sent before the task asked did not fit the wait's schema when it asked: discarded."""
 
@@ -79,7 +79,7 @@ class InputRejected(Event):
     reason: str
 
 
-@_event
+@define_event
 class InputTimedOut(Event):
     """Nobody answered before the wait's timeout: the task sees ``InputTimeout`` at that point."""
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from tether.events.base import Event, _event
+from tether.events.base import Event, define_event
 
 __all__ = ["SessionRead", "SessionWritten"]
 
 
-@_event
+@define_event
 class SessionRead(Event):
     """The task read its conversation (``ctx.session``) as it stood at session version ``upto``.
 
@@ -22,7 +22,7 @@ class SessionRead(Event):
     upto: int
 
 
-@_event
+@define_event
 class SessionWritten(Event):
     """The task appended session events ``first``..``last`` (messages, or a summary) as operation ``s``."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tether.events.base import Event, _event
+from tether.events.base import Event, define_event
 
 __all__ = [
     "CancelRequested",
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-@_event
+@define_event
 class TaskCreated(Event):
     type: str
     task_id: str
@@ -42,7 +42,7 @@ class TaskCreated(Event):
     parent: dict[str, Any] | None = None
 
 
-@_event
+@define_event
 class TaskForked(Event):
     """The first event of a fork: it shares its parent's events up to ``at`` and goes on from there."""
 
@@ -56,7 +56,7 @@ class TaskForked(Event):
     """Who made the fork (an API key's name, a user name), when the caller said."""
 
 
-@_event
+@define_event
 class TaskArchived(Event):
     """This branch was set aside by a rewind: it now lives as ``task_id``, and ``successor`` took its place."""
 
@@ -66,59 +66,59 @@ class TaskArchived(Event):
     """Who rewound the task, when the caller said."""
 
 
-@_event
+@define_event
 class StatusChanged(Event):
     status: str
     reason: str | None = None
     wake_at: float | None = None
 
 
-@_event
+@define_event
 class PlanSet(Event):
     steps: list[str]
 
 
-@_event
+@define_event
 class StepStarted(Event):
     name: str
 
 
-@_event
+@define_event
 class StepCompleted(Event):
     name: str
 
 
-@_event
+@define_event
 class StepFailed(Event):
     name: str
     error: str
 
 
-@_event
+@define_event
 class PhaseChanged(Event):
     phase: str
 
 
-@_event
+@define_event
 class SleepScheduled(Event):
     """A durable sleep until ``until`` (epoch seconds)."""
 
     until: float
 
 
-@_event
+@define_event
 class CancelRequested(Event):
     reason: str | None = None
     actor: str | None = None
     """Who asked for the cancellation, when the caller said."""
 
 
-@_event
+@define_event
 class OutputSet(Event):
     output: Any
 
 
-@_event
+@define_event
 class FailureRecorded(Event):
     exception_type: str
     message: str
@@ -130,14 +130,14 @@ class FailureRecorded(Event):
     output: Any = None
 
 
-@_event
+@define_event
 class PatchMarked(Event):
     """The task's code took the new path of ``ctx.patched(name)``: replays take it again."""
 
     name: str
 
 
-@_event
+@define_event
 class RetryRequested(Event):
     """A failed task was sent to run again with the code as it is now (``app.retry``).
 

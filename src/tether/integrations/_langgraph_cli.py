@@ -16,14 +16,14 @@ from rich.table import Table
 
 from tether.cli import (
     CONTEXT,
-    _console,
-    _emit_json,
-    _short,
-    _tenant,
-    _url,
+    console,
+    current_tenant,
     db_option,
+    emit_json,
     errors_as_messages,
     json_option,
+    shorten,
+    store_url,
 )
 from tether.integrations._langgraph_log import (
     CheckpointSaved,
@@ -38,7 +38,7 @@ from tether.log import TaskLog
 
 
 def _log(db: str | None) -> TaskLog:
-    return TaskLog(_url(db), tenant=_tenant())
+    return TaskLog(store_url(db), tenant=current_tenant())
 
 
 # Threads are read as TetherSaver reads them (the fold in _langgraph_log), with the serializer it
@@ -60,7 +60,7 @@ def threads(db: str | None, as_json: bool) -> None:
     log = _log(db)
     infos = list_threads(log, _SERDE, lambda thread_id: read_thread(log, thread_id), limit=100)
     if as_json:
-        _emit_json(infos)
+        emit_json(infos)
         return
     table = Table()
     for column in ("thread", "checkpoints", "namespaces", "latest checkpoint", "step", "events"):
@@ -74,7 +74,7 @@ def threads(db: str | None, as_json: bool) -> None:
             str(i["step"]),
             str(i["events"]),
         )
-    _console().print(table if infos else "no LangGraph threads")
+    console().print(table if infos else "no LangGraph threads")
 
 
 @main.command()
@@ -94,7 +94,7 @@ def show(thread_id: str, ns: str, db: str | None, as_json: bool) -> None:
     meta = decode_json(_SERDE, saved.metadata)
     if as_json:
         config = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": saved.id}
-        _emit_json(
+        emit_json(
             {
                 "config": {"configurable": config},
                 "metadata": orjson.loads(orjson.dumps(meta, default=str)),
@@ -103,7 +103,7 @@ def show(thread_id: str, ns: str, db: str | None, as_json: bool) -> None:
             }
         )
         return
-    out = _console()
+    out = console()
     out.print(f"[bold]{thread_id}[/] {ns or '(root)'} checkpoint {saved.id}")
     out.print(f"step {meta.get('step')} from {meta.get('source')}")
     for channel, text in values.items():
@@ -148,7 +148,7 @@ def history(thread_id: str, db: str | None, as_json: bool) -> None:
             entry.update(reason=ev.reason, checkpoints=[cid for _, cid in ev.checkpoints])
         entries.append(entry)
     if as_json:
-        _emit_json(entries)
+        emit_json(entries)
         return
     table = Table()
     for column in ("seq", "time", "event", "ns", "checkpoint", "details", "bytes"):
@@ -164,12 +164,12 @@ def history(thread_id: str, db: str | None, as_json: bool) -> None:
             str(e["seq"]),
             e["at"][11:23],
             e["event"],
-            _short(e.get("ns", "") or "", 16),
+            shorten(e.get("ns", "") or "", 16),
             (e.get("checkpoint") or "")[-12:],
-            _short(details, 70),
+            shorten(details, 70),
             str(e["bytes"]),
         )
-    _console().print(table)
+    console().print(table)
 
 
 def _stored(spec: list[Any]) -> str:
@@ -186,9 +186,9 @@ def _stored(spec: list[Any]) -> str:
 
 def _describe(value: Any) -> str:
     if isinstance(value, list):
-        last = _short(_text(value[-1]), 60) if value else ""
+        last = shorten(_text(value[-1]), 60) if value else ""
         return f"{len(value)} items" + (f", last: {last}" if last else "")
-    return _short(_text(value), 80)
+    return shorten(_text(value), 80)
 
 
 def _text(value: Any) -> str:

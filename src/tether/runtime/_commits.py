@@ -21,19 +21,33 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tether.errors import InvalidInputError
-
-if TYPE_CHECKING:
-    from tether.events import Event
-    from tether.log import TaskLog
-    from tether.runtime._recording import Recorder
+from tether.events import Event
+from tether.log import TaskLog
 
 __all__ = ["PER_TURN", "Branch", "CommitThread", "Wakeups", "deliver", "write_branches"]
 
-Branch = tuple[list["Event"], "asyncio.Future[None]"]
+Branch = tuple[list[Event], "asyncio.Future[None]"]
 """One branch's records and the future it awaits."""
+
+
+class Recorder(Protocol):
+    """What the commit thread needs of a task's writer (``runtime._recording.Recorder``)."""
+
+    @property
+    def lock(self) -> threading.RLock: ...
+
+    def append(self, events: list[Event]) -> None:
+        """Write ``events`` on their own (checked and fenced as every append of the run)."""
+
+    def staged(self, events: list[Event]) -> tuple[str, list[Event], int, int | None]:
+        """``events`` as one part of a transaction of several tasks: the task, its events, the version
+        they follow and the lease's fencing token."""
+
+    def appended(self, version: int) -> None:
+        """Take in that a transaction wrote this task's part, up to ``version``."""
 
 
 class _Submission:
@@ -79,8 +93,9 @@ class CommitThread:
                 raise RuntimeError("the app is closed")
             if self._pid != os.getpid():  # the first submission in this process
                 self._queue = queue.SimpleQueue()
-                self._thread = threading.Thread(target=self._run, args=(self._queue,), name="tether-commits",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._queue,), name="tether-commits", daemon=True
+                )
                 self._thread.start()
                 self._pid = os.getpid()
 

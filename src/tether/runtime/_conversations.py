@@ -1,9 +1,7 @@
-"""Conversations and users on the App: sessions (open, list, delete) and users' documents.
-A part of :class:`~tether.App` (which inherits it), kept in its own module."""
+"""Conversations and users over a task log: sessions (open, list, delete) and users' documents.
+:class:`~tether.App` offers each as a method of its own (documented there)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -17,19 +15,17 @@ from tether.conversation import (
     list_sessions,
     open_session,
 )
+from tether.log import TaskLog
 from tether.userstate import UserState
-
-if TYPE_CHECKING:
-    from tether.log import TaskLog
 
 __all__ = ["Conversations"]
 
 
 class Conversations:
-    """What :class:`~tether.App` offers for conversations and the users they belong to."""
+    """Conversations and the users they belong to, on one task log."""
 
-    if TYPE_CHECKING:
-        log: TaskLog
+    def __init__(self, log: TaskLog) -> None:
+        self.log = log
 
     def session(
         self,
@@ -40,11 +36,6 @@ class Conversations:
         summarizer: Summarizer | None = None,
         compact_when_tokens_over: int | None = None,
     ) -> Session:
-        """Open a session (one conversation), creating it if it does not exist.
-
-        With ``summarizer`` and ``compact_when_tokens_over``, adding a message compacts the session
-        when the turns after its newest summary weigh more than that many tokens.
-        """
         check_optional_id(session_id, "session_id")
         check_optional_id(user_id, "user_id")
         return open_session(
@@ -57,16 +48,12 @@ class Conversations:
         )
 
     def sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[SessionInfo]:
-        """Sessions of this tenant (of one user, if given), newest first."""
         return list_sessions(self.log, user_id=user_id, limit=limit, offset=offset)
 
     def delete_session(self, session_id: str, *, cascade: bool = False) -> int:
-        """Delete a session and its messages. Tasks linked to it are deleted with ``cascade=True``;
-        without it, a session with tasks is refused, naming how many it would leave orphaned."""
         check_id(session_id, "session_id")
         return delete_session(self.log, session_id, cascade=cascade)
 
     def user(self, user_id: str, *, schema: type[BaseModel] | None = None) -> UserState:
-        """A user's versioned document (preferences, profile), validated by ``schema`` if given."""
         check_id(user_id, "user_id")
         return UserState(self.log, user_id, schema)

@@ -39,7 +39,7 @@ from tether.runtime._replay import Replay, describe
 from tether.runtime.specs import TaskSpec, ToolSpec
 
 if TYPE_CHECKING:
-    from tether.runtime.app import App
+    from tether.runtime.engine import Engine
 
 
 __all__ = ["NOT_A_TASK_FAILURE", "GroupCommit", "Recorder", "ReplayEnd", "RunEnded", "read_only", "upcast_data"]
@@ -87,7 +87,7 @@ class Recorder:
 
     def __init__(
         self,
-        app: App,
+        engine: Engine,
         spec: TaskSpec,
         state: TaskState,
         history: list[Recorded],
@@ -95,7 +95,7 @@ class Recorder:
         *,
         replay_only: bool = False,
     ) -> None:
-        self.app = app
+        self.engine = engine
         self.spec = spec
         self.task_id = state.task_id
         self.cursor = Replay(state.task_id, history, state)
@@ -134,7 +134,7 @@ class Recorder:
     @property
     def latest(self) -> TaskState:
         """The task's state as of the latest append (live), from the log's memory."""
-        return self.app.log.load_as_writer(self.task_id, self._version)
+        return self.engine.log.load_as_writer(self.task_id, self._version)
 
     # ------------------------------------------------------------------ replay
     def replayed(self, expected: type[Event], matches: Callable[[Any], bool], requested: str) -> Recorded | None:
@@ -227,7 +227,7 @@ class Recorder:
         lock.acquire()  # (not ``with``: every call's append pays for it, and it costs twice as much)
         try:
             task_id, events, _, fence = self.staged(events)
-            append = self.app.log.append
+            append = self.engine.log.append
             while True:
                 try:
                     # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
@@ -268,7 +268,7 @@ class Recorder:
 
     def _take_external(self) -> None:
         """Accept what another process appended meanwhile (an answer, a cancel); anything else is a conflict."""
-        newer = self.app.log.events(self.task_id, after=self._version)
+        newer = self.engine.log.events(self.task_id, after=self._version)
         for rec in newer:
             if not isinstance(rec.event, _EXTERNAL):
                 raise ConflictError(self.task_id, expected=self._version, actual=newer[-1].seq)
@@ -292,7 +292,7 @@ class Recorder:
             raise ReplayEnd(self.cursor.walked)
         if self._leaving:
             raise Suspend("the task waits: what it has not started yet starts when it runs again")
-        if self._until_live and not (self.spec.is_async and self.app.commits.offloading):
+        if self._until_live and not (self.spec.is_async and self.engine.commits.offloading):
             self._until_live = False
             self.append([])  # what the run began with; a loop shared with other runs writes it with the next
 
@@ -370,7 +370,7 @@ class GroupCommit:
     transaction has committed: its record is as durable, and its result as late, as if written
     alone; there are fewer commits.
 
-    Where they are written depends on who else is running (``app.commits.offloading``). While
+    Where they are written depends on who else is running (``CommitThread.offloading``). While
     other async runs of the app are under way, the batch goes to the app's commit thread, which
     writes it with the other tasks' records waiting at that moment, and the loop serves the
     others meanwhile. A lone run writes on its loop, which has nothing else of tether's to do:
@@ -395,7 +395,7 @@ class GroupCommit:
         rec = self._recorder
         if rec.replay_only:
             rec.append(events)  # raises ReplayEnd: a replay writes nothing
-        if rec.app.commits.offloading:
+        if rec.engine.commits.offloading:
             return self._to_thread(events)
         batch = self._batch
         if not batch and rec.inflight <= 1:
@@ -447,7 +447,7 @@ class GroupCommit:
         queued, self._queued = self._queued, []
         if queued:
             rec = self._recorder
-            rec.app.commits.submit(rec, queued)
+            rec.engine.commits.submit(rec, queued)
 
 
 @functools.cache

@@ -312,7 +312,6 @@ class Replay:
             return True
         return False
 
-
     # ------------------------------------------------------------------ by ordinal
     def call(self, n: int) -> ToolCall | None:
         """Take call ``n``'s events; its record as of the end of the history, or ``None``."""

@@ -1,11 +1,11 @@
-"""Time travel on the App: history, state at any point, diffs, forks, rewinds, replays and the
-pre-deploy check. A part of :class:`~tether.App` (which inherits it), kept in its own module."""
+"""Time travel over an engine: history, state at any point, diffs, forks, rewinds, replays and the
+pre-deploy check. :class:`~tether.App` offers each as a method of its own (documented there)."""
 
 from __future__ import annotations
 
 import uuid
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from tether.canonical import as_json
 from tether.checks import check_id, check_int, check_optional_id, check_task_id
@@ -13,63 +13,43 @@ from tether.conversation import stream_id as _session_stream
 from tether.errors import ConflictError, InvalidInputError, TaskDefinitionError
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Status
+from tether.runtime.engine import Engine
 from tether.runtime.handles import CheckReport, TaskHandle
 from tether.runtime.leases import acquire
 from tether.runtime.run import drive_task, replay
 from tether.runtime.session import fork_conversation
 from tether.timetravel import HistoryCursor, HistoryEntry, ReplayReport, StateDiff, diff_states, step_bounds
 
-if TYPE_CHECKING:
-    from tether.log import TaskLog
-    from tether.runtime.app import App
-    from tether.runtime.specs import Registry, TaskSpec
-    from tether.store import Store
-
 __all__ = ["TimeTravel"]
 
 
 class TimeTravel:
-    """What :class:`~tether.App` offers to look back and branch off."""
+    """Looking back at a task and branching off it, on one engine."""
 
-    if TYPE_CHECKING:
-        log: TaskLog
-        store: Store
-        tenant: str
-        worker_id: str
-        lease_ttl: float
-
-        registry: Registry
-
-        def _spec_of(self, task_id: str) -> TaskSpec: ...
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.log = engine.log
+        self.store = engine.store
+        self.tenant = engine.tenant
 
     def history(self, task_id: str) -> list[HistoryEntry]:
-        """Every event with its seq, time, type, a one-line summary, and the step it fell in.
-
-        Listing reads each event's row and decodes none: an entry's time, summary and event are
-        made when first read (see :class:`HistoryEntry`); :class:`~tether.timetravel.HistoryCursor`
-        follows a task as it runs, reading only what is new."""
         check_id(task_id, "task_id")
-        return HistoryCursor(task_id).read(cast("App", self))
+        return HistoryCursor(task_id).read(self.log)
 
     def state_at(self, task_id: str, seq: int) -> TaskState:
-        """The state right after event ``seq``."""
         return self.log.state_at(task_id, seq)
 
     def state_before(self, task_id: str, step: int | str) -> TaskState:
-        """The state just before step ``step`` (1-based, in the order the task ran them, or a name)."""
         start, _ = step_bounds(self.log.events(task_id), step)
         return self.log.state_at(task_id, start - 1)
 
     def state_after(self, task_id: str, step: int | str) -> TaskState:
-        """The state right after step ``step`` ended (completed or failed)."""
         _, end = step_bounds(self.log.events(task_id), step)
         if end is None:
             raise InvalidInputError(f"step {step!r} of task {task_id!r} has not ended")
         return self.log.state_at(task_id, end)
 
     def diff(self, task_id: str, a: int, b: int, *, other: str | None = None) -> StateDiff:
-        """An RFC 6902 patch from the state after event ``a`` to the state after ``b`` —
-        of ``other`` when given (a fork against its parent, say)."""
         second = other or task_id
         return diff_states(
             self.log.state_at(task_id, a),
@@ -87,19 +67,13 @@ class TimeTravel:
         new_id: str | None = None,
         actor: str | None = None,
     ) -> TaskHandle:
-        """A new task whose history is ``task_id``'s up to event ``at`` (by reference), pending.
-
-        Resuming it runs the task's code from that point; the parent is untouched.
-        ``inputs`` replaces the task's inputs for the fork (to try it another way). ``actor``
-        (who forked it: a user, an API key's name) is recorded in the fork's first event.
-        """
         check_int(at, "at", low=1)
         check_optional_id(actor, "actor")
         if new_id is not None:
             check_task_id(new_id, "new_id")
         row = self.log.task_row(task_id, "forked")  # a task, not one of tether's own streams
         if inputs is not None:
-            self.registry.task(row.type)  # the code must be known to rerun it
+            self.engine.registry.task(row.type)  # the code must be known to rerun it
             inputs = as_json(inputs)
         at_state = self.log.state_at(task_id, at)  # also checks ``at``
         new_id = new_id or uuid.uuid4().hex
@@ -137,16 +111,10 @@ class TimeTravel:
             self.store.delete_task(self.tenant, _session_stream(session))  # (none made when there was nothing)
 
     def rewind(self, task_id: str, *, to: int, actor: str | None = None) -> TaskHandle:
-        """Go back to event ``to`` and try again: ``task_id`` becomes a fork of itself at ``to``.
-
-        The abandoned branch stays listable as ``{task_id}~N`` (its state says which task
-        took its place). A task that a live worker holds is refused with ``TaskBusyError``.
-        ``actor`` (who rewound it) is recorded in both branches.
-        """
         check_int(to, "to", low=1)
         check_optional_id(actor, "actor")
         self.log.task_row(task_id, "rewound")
-        token = acquire(self.store, self.tenant, task_id, self.worker_id, self.lease_ttl)
+        token = acquire(self.store, self.tenant, task_id, self.engine.worker_id, self.engine.lease_ttl)
         try:
             n = 1
             while self.store.get_task(self.tenant, f"{task_id}~{n}") is not None:
@@ -166,20 +134,12 @@ class TimeTravel:
             raise
 
     def replay(self, task_id: str, upto: int | None = None) -> ReplayReport:
-        """Run the task's current code against its recorded log, executing no tool and writing
-        nothing; report the first divergence, or that it replays cleanly. Run it before you
-        deploy changed agent code."""
         if upto is not None:
             check_int(upto, "upto", low=1)
-        spec = self._spec_of(task_id)
-        return drive_task(spec, lambda: replay(cast("App", self), spec, task_id, upto), "replay", "replay")
+        spec = self.engine.spec_of(task_id)
+        return drive_task(spec, lambda: replay(self.engine, spec, task_id, upto), "replay", "replay")
 
     def check(self, *, finished: int = 0, limit: int = 100_000) -> CheckReport:
-        """Replay every task that has not finished (and the ``finished`` most recent finished ones)
-        against the code as it is now, running and writing nothing: what a deploy would break.
-
-        Run it in CI before you deploy changed task code (``tether check --app module:app``).
-        """
         if type(finished) is not int or finished < 0:
             raise InvalidInputError(f"finished must be an int >= 0, got {finished!r}")
         open_statuses = [s for s in Status if s not in TERMINAL]
@@ -190,10 +150,10 @@ class TimeTravel:
         unknown: list[str] = []
         for row in rows:
             try:
-                spec = self.registry.task(row.type)
+                spec = self.engine.registry.task(row.type)
             except TaskDefinitionError:
                 unknown.append(row.task_id)
                 continue
-            run = partial(replay, cast("App", self), spec, row.task_id, None)
+            run = partial(replay, self.engine, spec, row.task_id, None)
             reports.append(drive_task(spec, run, "check", "check"))
         return CheckReport(reports=reports, unknown=unknown)

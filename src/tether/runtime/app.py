@@ -6,10 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -19,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from tether.canonical import as_json
 from tether.checks import check_id, check_input_key, check_int, check_optional_id, check_positive, check_task_id
+from tether.conversation import Session, SessionInfo, Summarizer, TokenCounter
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -40,11 +38,11 @@ from tether.log.conflicts import retry_on_conflict
 from tether.log.heads import read_head, row_head_of
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Phases, Status
-from tether.runtime._commits import CommitThread
 from tether.runtime._conversations import Conversations
 from tether.runtime._flow import drive_async
 from tether.runtime._time_travel import TimeTravel
 from tether.runtime.calls import UNSET, settled_call
+from tether.runtime.engine import Engine
 from tether.runtime.handles import (
     CheckReport,
     PendingInput,
@@ -60,6 +58,8 @@ from tether.runtime.retry import Retry
 from tether.runtime.run import drive_task, execute, retry_event
 from tether.runtime.specs import Registry, ReplayCheck, TaskSpec, ToolSpec, guarded
 from tether.store import DEFAULT_URL, Store
+from tether.timetravel import HistoryEntry, ReplayReport, StateDiff
+from tether.userstate import UserState
 
 __all__ = ["App", "CheckReport", "PendingInput", "TaskHandle", "TaskSummary", "check_against_schema", "failure_summary"]
 
@@ -68,7 +68,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App(TimeTravel, Conversations):
+class App:
     """Registers tasks and tools, and runs tasks durably against one store.
 
     Args:
@@ -119,23 +119,55 @@ class App(TimeTravel, Conversations):
         check_positive(lease_ttl, "lease_ttl")
         check_positive(inline_wait, "inline_wait", zero=True)
         check_int(max_value_bytes, "max_value_bytes", low=1, error=ConfigurationError)
-        self.log = TaskLog(
+        log = TaskLog(
             url or DEFAULT_URL,
             tenant=tenant,
             snapshots=snapshots,
             max_event_bytes=max_value_bytes,
             cache_bytes=cache_bytes,
         )
-        self.store = self.log.store
-        self.commits = CommitThread(self.log)
-        """Writes async tasks' records off their event loops (see ``runtime/_commits.py``)."""
-        self.tenant = tenant
-        self.lease_ttl = lease_ttl
-        self.inline_wait = inline_wait
-        self.ledger = Ledger(self.store, tenant)
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.registry = Registry()
+        self.engine = Engine(log, lease_ttl=lease_ttl, inline_wait=inline_wait)
+        """What the runtime's parts share (the log, the registered code, the commit thread, the lease's
+        time): a run, a worker and time travel take it, never the app."""
+        self._travel = TimeTravel(self.engine)
+        self._talk = Conversations(log)
+
+    # ------------------------------------------------------------------ what it runs on
+    @property
+    def log(self) -> TaskLog:
+        """The task log this app reads and writes."""
+        return self.engine.log
+
+    @property
+    def store(self) -> Store:
+        return self.engine.store
+
+    @property
+    def tenant(self) -> str:
+        return self.engine.tenant
+
+    @property
+    def registry(self) -> Registry:
         """The tasks and tools registered with ``@app.task`` and ``@app.tool``."""
+        return self.engine.registry
+
+    @property
+    def ledger(self) -> Ledger:
+        """Exactly-once effects outside a task's calls, by key (``app.ledger.once``)."""
+        return self.engine.ledger
+
+    @property
+    def worker_id(self) -> str:
+        """Who holds the leases this app takes: ``host:pid:suffix``."""
+        return self.engine.worker_id
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.engine.lease_ttl
+
+    @property
+    def inline_wait(self) -> float:
+        return self.engine.inline_wait
 
     # ------------------------------------------------------------------ declaring
     @overload
@@ -309,7 +341,7 @@ class App(TimeTravel, Conversations):
         create = functools.partial(
             self._create, spec, args, kwargs, task_id, user_id, session_id, holder=(self.worker_id, self.lease_ttl)
         )
-        return drive_task(spec, lambda: execute(self, spec, create), "run", "run_async")
+        return drive_task(spec, lambda: execute(self.engine, spec, create), "run", "run_async")
 
     async def run_async(
         self,
@@ -326,16 +358,16 @@ class App(TimeTravel, Conversations):
         create = functools.partial(
             self._create, spec, args, kwargs, task_id, user_id, session_id, holder=(self.worker_id, self.lease_ttl)
         )
-        return await drive_async(execute(self, spec, create))
+        return await drive_async(execute(self.engine, spec, create))
 
     def resume(self, task_id: str) -> TaskHandle:
         """Continue a stored task from its log; recorded steps are not run again."""
-        spec = self._spec_of(task_id)
-        return drive_task(spec, lambda: execute(self, spec, task_id), "resume", "resume_async")
+        spec = self.engine.spec_of(task_id)
+        return drive_task(spec, lambda: execute(self.engine, spec, task_id), "resume", "resume_async")
 
     async def resume_async(self, task_id: str) -> TaskHandle:
         """The async twin of :meth:`resume`. Its store I/O runs off the event loop."""
-        return await drive_async(execute(self, await _off_loop(self._spec_of, task_id), task_id))
+        return await drive_async(execute(self.engine, await _off_loop(self.engine.spec_of, task_id), task_id))
 
     def retry(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
         """Run a failed task again with the code as it is now — after you fixed it.
@@ -347,15 +379,15 @@ class App(TimeTravel, Conversations):
         not run again if the task fails again.
         A task that is not failed is refused, naming its status.
         """
-        spec = self._spec_of(task_id)
+        spec = self.engine.spec_of(task_id)
         self.request_retry(task_id, actor=actor)
-        return drive_task(spec, lambda: execute(self, spec, task_id), "retry", "retry_async")
+        return drive_task(spec, lambda: execute(self.engine, spec, task_id), "retry", "retry_async")
 
     async def retry_async(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
         """The async twin of :meth:`retry`. Its store I/O runs off the event loop."""
-        spec = await _off_loop(self._spec_of, task_id)
+        spec = await _off_loop(self.engine.spec_of, task_id)
         await _off_loop(functools.partial(self.request_retry, actor=actor), task_id)
-        return await drive_async(execute(self, spec, task_id))
+        return await drive_async(execute(self.engine, spec, task_id))
 
     def request_retry(self, task_id: str, *, actor: str | None = None) -> TaskHandle:
         """Record a retry of a failed task without running it: a worker (or ``resume``) runs it.
@@ -544,7 +576,7 @@ class App(TimeTravel, Conversations):
         deadline = time.monotonic() + 2 * self.lease_ttl
         while True:
             try:
-                run = lambda: execute(self, spec, task_id, at=requested)  # noqa: E731
+                run = lambda: execute(self.engine, spec, task_id, at=requested)  # noqa: E731
                 return drive_task(spec, run, "cancel", "cancel")
             except (TaskBusyError, ConflictError):
                 # The holder wrote after the request (or did as this run began): it carries the cancel out
@@ -591,15 +623,112 @@ class App(TimeTravel, Conversations):
         check_positive(grace, "grace", zero=True)
         from tether.runtime.worker import Worker
 
-        return Worker(self, concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace).run()
+        return Worker(self.engine, concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace).run()
 
-    def _spec_of(self, task_id: str) -> TaskSpec:
-        return self.registry.task(self.log.load(task_id).type)
+    # ------------------------------------------------------------------ time travel
+    def history(self, task_id: str) -> list[HistoryEntry]:
+        """Every event with its seq, time, type, a one-line summary, and the step it fell in.
 
-    # ------------------------------------------------------------------ the run
+        Listing reads each event's row and decodes none: an entry's time, summary and event are
+        made when first read (see :class:`HistoryEntry`); :class:`~tether.timetravel.HistoryCursor`
+        follows a task as it runs, reading only what is new."""
+        return self._travel.history(task_id)
+
+    def state_at(self, task_id: str, seq: int) -> TaskState:
+        """The state right after event ``seq``."""
+        return self._travel.state_at(task_id, seq)
+
+    def state_before(self, task_id: str, step: int | str) -> TaskState:
+        """The state just before step ``step`` (1-based, in the order the task ran them, or a name)."""
+        return self._travel.state_before(task_id, step)
+
+    def state_after(self, task_id: str, step: int | str) -> TaskState:
+        """The state right after step ``step`` ended (completed or failed)."""
+        return self._travel.state_after(task_id, step)
+
+    def diff(self, task_id: str, a: int, b: int, *, other: str | None = None) -> StateDiff:
+        """An RFC 6902 patch from the state after event ``a`` to the state after ``b`` —
+        of ``other`` when given (a fork against its parent, say)."""
+        return self._travel.diff(task_id, a, b, other=other)
+
+    def fork(
+        self,
+        task_id: str,
+        *,
+        at: int,
+        inputs: dict[str, Any] | None = None,
+        new_id: str | None = None,
+        actor: str | None = None,
+    ) -> TaskHandle:
+        """A new task whose history is ``task_id``'s up to event ``at`` (by reference), pending.
+
+        Resuming it runs the task's code from that point; the parent is untouched.
+        ``inputs`` replaces the task's inputs for the fork (to try it another way). ``actor``
+        (who forked it: a user, an API key's name) is recorded in the fork's first event.
+        """
+        return self._travel.fork(task_id, at=at, inputs=inputs, new_id=new_id, actor=actor)
+
+    def rewind(self, task_id: str, *, to: int, actor: str | None = None) -> TaskHandle:
+        """Go back to event ``to`` and try again: ``task_id`` becomes a fork of itself at ``to``.
+
+        The abandoned branch stays listable as ``{task_id}~N`` (its state says which task
+        took its place). A task that a live worker holds is refused with ``TaskBusyError``.
+        ``actor`` (who rewound it) is recorded in both branches.
+        """
+        return self._travel.rewind(task_id, to=to, actor=actor)
+
+    def replay(self, task_id: str, upto: int | None = None) -> ReplayReport:
+        """Run the task's current code against its recorded log, executing no tool and writing
+        nothing; report the first divergence, or that it replays cleanly. Run it before you
+        deploy changed agent code."""
+        return self._travel.replay(task_id, upto)
+
+    def check(self, *, finished: int = 0, limit: int = 100_000) -> CheckReport:
+        """Replay every task that has not finished (and the ``finished`` most recent finished ones)
+        against the code as it is now, running and writing nothing: what a deploy would break.
+
+        Run it in CI before you deploy changed task code (``tether check --app module:app``).
+        """
+        return self._travel.check(finished=finished, limit=limit)
+
+    # ------------------------------------------------------------------ conversations and users
+    def session(
+        self,
+        session_id: str | None = None,
+        *,
+        user_id: str | None = None,
+        counter: TokenCounter | None = None,
+        summarizer: Summarizer | None = None,
+        compact_when_tokens_over: int | None = None,
+    ) -> Session:
+        """Open a session (one conversation), creating it if it does not exist.
+
+        With ``summarizer`` and ``compact_when_tokens_over``, adding a message compacts the session
+        when the turns after its newest summary weigh more than that many tokens.
+        """
+        return self._talk.session(
+            session_id,
+            user_id=user_id,
+            counter=counter,
+            summarizer=summarizer,
+            compact_when_tokens_over=compact_when_tokens_over,
+        )
+
+    def sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[SessionInfo]:
+        """Sessions of this tenant (of one user, if given), newest first."""
+        return self._talk.sessions(user_id=user_id, limit=limit, offset=offset)
+
+    def delete_session(self, session_id: str, *, cascade: bool = False) -> int:
+        """Delete a session and its messages. Tasks linked to it are deleted with ``cascade=True``;
+        without it, a session with tasks is refused, naming how many it would leave orphaned."""
+        return self._talk.delete_session(session_id, cascade=cascade)
+
+    def user(self, user_id: str, *, schema: type[BaseModel] | None = None) -> UserState:
+        """A user's versioned document (preferences, profile), validated by ``schema`` if given."""
+        return self._talk.user(user_id, schema=schema)
+
     def close(self) -> None:
-        self.commits.close()
-        self.store.close()
+        self.engine.close()
 
 
 async def _off_loop(fn: Callable[..., T], *args: Any) -> T:

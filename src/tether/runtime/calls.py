@@ -141,7 +141,7 @@ class Calls:
 
     def __init__(self, recorder: Recorder) -> None:
         self._recorder = recorder
-        self._registry: Registry = recorder.app.registry
+        self._registry: Registry = recorder.engine.registry
 
     def issue(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], compensates: int | None = None
@@ -465,7 +465,7 @@ class Calls:
             rec.going_live()
             # A long wait frees the worker (a durable sleep) — unless other calls of the task run
             # beside this one: suspending would abandon them mid-flight, so it waits here.
-            if remaining > rec.app.inline_wait and rec.inflight <= own:
+            if remaining > rec.engine.inline_wait and rec.inflight <= own:
                 yield from rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}", beside=own)
                 continue
             yield Wait(remaining)

@@ -21,7 +21,7 @@ from tether.runtime.handles import TaskHandle
 from tether.runtime.run import drive_task, execute
 
 if TYPE_CHECKING:
-    from tether.runtime.app import App
+    from tether.runtime.engine import Engine
 
 __all__ = ["run_claimed"]
 
@@ -40,7 +40,7 @@ _PASSING = (
 )
 
 
-def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
+def run_claimed(engine: Engine, task_id: str, token: int) -> TaskHandle:
     """Carry out one run of a task a worker claimed (it holds the lease ``token``).
 
     A run that no retry can get past is parked (:meth:`~tether.store.Store.park`), so that no worker
@@ -48,27 +48,27 @@ def run_claimed(app: App, task_id: str, token: int) -> TaskHandle:
     divergence itself writes nothing). The task waits, marked with the error, for a person: an answer,
     a cancel, a retry or a run of fixed code moves it on and clears the mark."""
     try:
-        state = app.log.load(task_id)
-        spec = app.registry.task(state.type)
+        state = engine.log.load(task_id)
+        spec = engine.registry.task(state.type)
     except _PASSING:
-        app.store.release_lease(app.tenant, task_id, token)
+        engine.store.release_lease(engine.tenant, task_id, token)
         raise
     except TetherError as exc:  # its events cannot be folded: no code can run it as it stands
-        app.store.release_lease(app.tenant, task_id, token)
-        row = app.store.get_task(app.tenant, task_id)
+        engine.store.release_lease(engine.tenant, task_id, token)
+        row = engine.store.get_task(engine.tenant, task_id)
         if row is not None:
-            _park_unrunnable(app, task_id, row.version, exc)
+            _park_unrunnable(engine, task_id, row.version, exc)
         raise
     try:
         return drive_task(
-            spec, lambda: execute(app, spec, task_id, token=token), "run", "run_async", interruptible=False
+            spec, lambda: execute(engine, spec, task_id, token=token), "run", "run_async", interruptible=False
         )
     except NonDeterminismError as exc:
-        _park_unrunnable(app, task_id, state.version, exc)  # as claimed: a task that moved on since is not
+        _park_unrunnable(engine, task_id, state.version, exc)  # as claimed: a task that moved on since is not
         raise
 
 
-def _park_unrunnable(app: App, task_id: str, version: int, error: TetherError) -> None:
+def _park_unrunnable(engine: Engine, task_id: str, version: int, error: TetherError) -> None:
     reason = f"{type(error).__name__}: {error}"
-    if app.store.park(app.tenant, task_id, version, reason):
+    if engine.store.park(engine.tenant, task_id, version, reason):
         _log.warning("task %s parked until someone acts on it: %s", task_id, reason)

@@ -95,7 +95,6 @@ class TaskHandle:
         )
 
 
-
 def failure_summary(state: TaskState) -> str:
     """One paragraph on why a task failed and what to do about it."""
     if state.status is Status.CANCELLED:
@@ -188,7 +187,6 @@ def check_against_schema(task_id: str, key: str, value: Any, schema: dict[str, A
         raise InvalidInputError(f"input {key!r} for task {task_id!r} does not fit its schema: {details}")
 
 
-
 def unreadable_summary(row: TaskRow, held: str | None, exc: TetherError) -> TaskSummary:
     """A listing's line for a task whose log cannot be read: what its index row says, and why."""
     _log.warning("task %s cannot be read: %s", row.task_id, exc)
@@ -210,5 +208,3 @@ def unreadable_summary(row: TaskRow, held: str | None, exc: TetherError) -> Task
         updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
         parked=row.parked,
     )
-
-

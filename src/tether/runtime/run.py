@@ -56,7 +56,7 @@ from tether.runtime.specs import TaskSpec
 from tether.timetravel import ReplayReport
 
 if TYPE_CHECKING:
-    from tether.runtime.app import App
+    from tether.runtime.engine import Engine
 
 __all__ = ["drive_task", "execute", "replay", "retry_event"]
 
@@ -67,7 +67,7 @@ Opener = Callable[[], tuple[Recorded | None, TaskState]]
 
 
 def execute(
-    app: App,
+    engine: Engine,
     spec: TaskSpec,
     task: str | Opener,
     *,
@@ -86,30 +86,30 @@ def execute(
     An async run counts among those sharing the commit thread from before it opens until it has
     let go: while it opens, another run's records are not written on their (shared) loop."""
     if not spec.is_async:
-        return (yield from _held(app, spec, task, token, force, at))
-    app.commits.run_started()
+        return (yield from _held(engine, spec, task, token, force, at))
+    engine.commits.run_started()
     try:
-        return (yield from _held(app, spec, task, token, force, at))
+        return (yield from _held(engine, spec, task, token, force, at))
     finally:
-        app.commits.run_ended()
+        engine.commits.run_ended()
 
 
 def _held(
-    app: App, spec: TaskSpec, task: str | Opener, token: int | None, force: bool, at: int | None = None
+    engine: Engine, spec: TaskSpec, task: str | Opener, token: int | None, force: bool, at: int | None = None
 ) -> Flow[TaskHandle]:
     """``execute``'s run: opened, its code run under the lease's heartbeat, then let go."""
     closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
     rec: Recorder | None = None
     stopped = False  # the run ended the way it returns (not raised): its handle is the latest state
-    opened = yield Io(_open, (app, task, token, force, spec.is_async, at))
+    opened = yield Io(_open, (engine, task, token, force, spec.is_async, at))
     if isinstance(opened, TaskHandle):
         return opened  # finished already: nothing to hold
     task_id, token, history, state = opened
     try:
-        with Heartbeat(app.store, app.tenant, task_id, token, app.lease_ttl):
+        with Heartbeat(engine.store, engine.tenant, task_id, token, engine.lease_ttl):
             if state.status in TERMINAL:
                 return TaskHandle.of(state)
-            rec = Recorder(app, spec, state, history, token)
+            rec = Recorder(engine, spec, state, history, token)
             yield from _code(rec, spec, state)
             stopped = True
     except GeneratorExit:
@@ -119,15 +119,15 @@ def _held(
         if rec is not None:
             rec.end()  # a parallel branch still going records nothing more
         if closed:
-            _let_go(app, task_id, token, None)
+            _let_go(engine, task_id, token, None)
         else:
-            latest = yield Io(_let_go, (app, task_id, token, rec if stopped else None))
+            latest = yield Io(_let_go, (engine, task_id, token, rec if stopped else None))
     assert latest is not None
     return TaskHandle.of(latest)
 
 
 def _open(
-    app: App, task: str | Opener, token: int | None, force: bool, read_calls: bool = False, at: int | None = None
+    engine: Engine, task: str | Opener, token: int | None, force: bool, read_calls: bool = False, at: int | None = None
 ) -> TaskHandle | tuple[str, int, list[Recorded], TaskState]:
     """What a run needs before its code runs: the task (created by ``task`` when it is not an id),
     the lease (``token``, or taken here) and the task's record; or the task's handle when it has
@@ -143,22 +143,22 @@ def _open(
     else:
         first, state = task()
         if first is not None:
-            app.log.hold(state.task_id)
+            engine.log.hold(state.task_id)
             return state.task_id, 1, [first], state
         task_id = state.task_id
     if token is None:
-        state = state or app.log.load(task_id)
+        state = state or engine.log.load(task_id)
         if state.status in TERMINAL:
             return TaskHandle.of(state)
         _check_settled(state)
-        token = acquire(app.store, app.tenant, task_id, app.worker_id, app.lease_ttl, force=force, at=at)
-    app.log.hold(task_id)
+        token = acquire(engine.store, engine.tenant, task_id, engine.worker_id, engine.lease_ttl, force=force, at=at)
+    engine.log.hold(task_id)
     try:
-        history, state = _record_of(app, task_id)
+        history, state = _record_of(engine, task_id)
         if read_calls:  # an async run's replay reads its calls on its loop: every record read here, off it,
             state.calls.read_all(calls_from(history, state))  # from the events just read, not the store again
     except BaseException:
-        _let_go(app, task_id, token, None)
+        _let_go(engine, task_id, token, None)
         raise
     return task_id, token, history, state
 
@@ -295,13 +295,13 @@ def _park(rec: Recorder, error: OutcomeUnknownError) -> Flow[None]:
     yield Commit(rec.writer, parked)
 
 
-def _record_of(app: App, task_id: str) -> tuple[list[Recorded], TaskState]:
+def _record_of(engine: Engine, task_id: str) -> tuple[list[Recorded], TaskState]:
     """The task's history and the state at its end (from memory when this log just loaded it)."""
-    history = app.log.events(task_id)
-    return history, app.log.load_as_writer(task_id, history[-1].seq)
+    history = engine.log.events(task_id)
+    return history, engine.log.load_as_writer(task_id, history[-1].seq)
 
 
-def _let_go(app: App, task_id: str, token: int, rec: Recorder | None) -> TaskState | None:
+def _let_go(engine: Engine, task_id: str, token: int, rec: Recorder | None) -> TaskState | None:
     """The end of a run: the state it ends in (``rec``'s latest, with every call's record, which its
     handle gives; read here, off an async task's loop, whose thread must never wait on the log's
     locks), a snapshot if one is due, the log's hold on the task's memory and the lease released
@@ -312,8 +312,8 @@ def _let_go(app: App, task_id: str, token: int, rec: Recorder | None) -> TaskSta
             latest = rec.latest
     finally:
         try:
-            app.log.release(task_id)
-            app.store.release_lease(app.tenant, task_id, token)
+            engine.log.release(task_id)
+            engine.store.release_lease(engine.tenant, task_id, token)
         except TetherError:
             pass  # the lease runs out by itself; the snapshot is only a cache
     return latest
@@ -355,12 +355,12 @@ def failure_event(state: TaskState, error: BaseException) -> FailureRecorded:
     )
 
 
-def replay(app: App, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[ReplayReport]:
+def replay(engine: Engine, spec: TaskSpec, task_id: str, upto: int | None) -> Flow[ReplayReport]:
     """Run the task's current code against its record, executing nothing and writing nothing: the
     code, then the compensations a failure or a cancel ran after it, as the run went (see ``_end``)."""
-    history = app.log.events(task_id, upto=upto)
-    state = app.log.state_at(task_id, history[-1].seq)
-    rec = Recorder(app, spec, state, history, None, replay_only=True)
+    history = engine.log.events(task_id, upto=upto)
+    state = engine.log.state_at(task_id, history[-1].seq)
+    rec = Recorder(engine, spec, state, history, None, replay_only=True)
     if state.status is Status.FAILED:  # a cancel asked for while the failure compensated came too
         rec.cancel_reason = None  # late for the run, which ended failed: replayed as the failure it was
     calls = Calls(rec)

@@ -91,7 +91,7 @@ class TaskSession:
         self._owner = weakref.ref(recorder)
         self._task_id = recorder.task_id
         self.id = session_id
-        self._log: TaskLog = recorder.app.log
+        self._log: TaskLog = recorder.engine.log
         self._stream = Stream(self._log, stream_id(session_id), SESSION_TYPE)
         self._seen = 0  # the session version this run has caught up with
         self._view = SessionView(session_id=session_id)

@@ -16,7 +16,7 @@ from tether.runtime.claimed import run_claimed
 from tether.runtime.leases import backoff_owner, owner_is_dead
 
 if TYPE_CHECKING:
-    from tether.runtime.app import App
+    from tether.runtime.engine import Engine
 
 __all__ = ["Worker"]
 
@@ -48,11 +48,11 @@ class Worker:
     _remembered = 4096  # tasks whose runs in a row stopped: the oldest forgotten past this many
 
     def __init__(
-        self, app: App, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
+        self, engine: Engine, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
     ) -> None:
         if concurrency < 1:
             raise TetherError(f"concurrency must be at least 1, got {concurrency}")
-        self.app = app
+        self.engine = engine
         self.concurrency = concurrency
         self.idle_exit = idle_exit
         self.poll = poll
@@ -90,16 +90,20 @@ class Worker:
         return self.runs
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        log.info("worker %s: signal %d, finishing current tasks (grace %.0fs)", self.app.worker_id, signum, self.grace)
+        log.info(
+            "worker %s: signal %d, finishing current tasks (grace %.0fs)", self.engine.worker_id, signum, self.grace
+        )
         self.stopping.set()
 
     def _loop(self) -> None:
-        app = self.app
+        engine = self.engine
         while not self.stopping.is_set():
             try:
-                claimed = self._take_over() or app.store.claim(app.tenant, app.worker_id, app.lease_ttl, time.time())
+                claimed = self._take_over() or engine.store.claim(
+                    engine.tenant, engine.worker_id, engine.lease_ttl, time.time()
+                )
             except TetherError:
-                log.exception("worker %s: claim failed", app.worker_id)
+                log.exception("worker %s: claim failed", engine.worker_id)
                 claimed = None
             if claimed is None:
                 with self._lock:
@@ -108,7 +112,7 @@ class Worker:
                     return
                 # Wake as soon as another writer commits (a task started, answered, cancelled),
                 # and at least every ``poll`` seconds for sleeps and timeouts that fall due.
-                app.store.wait_for_change(self.poll, interrupt=self.stopping)
+                engine.store.wait_for_change(self.poll, interrupt=self.stopping)
                 continue
             self._run(*claimed)
 
@@ -123,45 +127,47 @@ class Worker:
             if now < self._next_look:
                 return None
             self._next_look = now + self.poll
-        app = self.app
+        engine = self.engine
         at = time.time()
-        for owner, task_id in app.store.lease_holders(app.tenant, self._host, at):
+        for owner, task_id in engine.store.lease_holders(engine.tenant, self._host, at):
             if not owner_is_dead(owner):
                 continue
-            token = app.store.acquire_lease(app.tenant, task_id, app.worker_id, app.lease_ttl, at, steal_from=owner)
+            token = engine.store.acquire_lease(
+                engine.tenant, task_id, engine.worker_id, engine.lease_ttl, at, steal_from=owner
+            )
             if token is not None:
                 with self._lock:
                     self._next_look = 0.0
-                log.warning("worker %s: task %s taken over from %s (process gone)", app.worker_id, task_id, owner)
+                log.warning("worker %s: task %s taken over from %s (process gone)", engine.worker_id, task_id, owner)
                 return task_id, token
         return None
 
     def _run(self, task_id: str, token: int) -> None:
-        app = self.app
+        engine = self.engine
         with self._lock:
             self._busy += 1
         started = time.monotonic()
-        log.debug("worker %s: task %s started", app.worker_id, task_id, extra={"tether_run": (task_id, None, 0.0)})
+        log.debug("worker %s: task %s started", engine.worker_id, task_id, extra={"tether_run": (task_id, None, 0.0)})
         try:
-            handle = run_claimed(app, task_id, token)
+            handle = run_claimed(engine, task_id, token)
             elapsed = time.monotonic() - started
             # One record per run, with what a person watching the worker wants on one line.
             run = (task_id, handle.status.value, elapsed)
             log.info(
-                "worker %s: task %s %s in %.3fs", app.worker_id, task_id, run[1], elapsed, extra={"tether_run": run}
+                "worker %s: task %s %s in %.3fs", engine.worker_id, task_id, run[1], elapsed, extra={"tether_run": run}
             )
             with self._lock:
                 self._stopped.pop(task_id, None)
         except (LeaseLostError, TaskNotFoundError) as exc:
             # Another holds the task now (a takeover, a cancel), or it is gone: nothing to hold aside.
-            log.warning("worker %s: task %s stopped: %s", app.worker_id, task_id, exc)
+            log.warning("worker %s: task %s stopped: %s", engine.worker_id, task_id, exc)
         except TetherError as exc:
             # Not the task's failure (that is recorded in it): the run could not go on here.
             aside = self._hold_aside(task_id, token)
-            log.warning("worker %s: task %s stopped: %s%s", app.worker_id, task_id, exc, aside)
+            log.warning("worker %s: task %s stopped: %s%s", engine.worker_id, task_id, exc, aside)
         except Exception:
             aside = self._hold_aside(task_id, token)
-            log.exception("worker %s: task %s crashed the run%s", app.worker_id, task_id, aside)
+            log.exception("worker %s: task %s crashed the run%s", engine.worker_id, task_id, aside)
         finally:
             with self._lock:
                 self._busy -= 1
@@ -178,10 +184,10 @@ class Worker:
             if len(self._stopped) > self._remembered:
                 self._stopped.popitem(last=False)
         delay = min(self.max_backoff, self.backoff * 2 ** min(stops - 1, 32))
-        app = self.app
+        engine = self.engine
         now = time.time()
         try:
-            row = app.store.get_task(app.tenant, task_id)
+            row = engine.store.get_task(engine.tenant, task_id)
             if row is not None and row.parked is not None:
                 return "; parked: no worker runs it until someone acts on it"  # no lease needed to keep it aside
             due = row.due_at if row is not None else None
@@ -190,9 +196,9 @@ class Worker:
             # The run let its lease go: take it for the backoff. (Never from another holder: even
             # one of this worker's own threads may have claimed the task since.) A run that could not
             # let go still holds it under its token: that lease is renewed for the backoff instead.
-            owner = backoff_owner(app.worker_id)
-            held = app.store.acquire_lease(app.tenant, task_id, owner, delay, now) is not None
-            held = held or app.store.renew_lease(app.tenant, task_id, token, delay, now)
+            owner = backoff_owner(engine.worker_id)
+            held = engine.store.acquire_lease(engine.tenant, task_id, owner, delay, now) is not None
+            held = held or engine.store.renew_lease(engine.tenant, task_id, token, delay, now)
         except TetherError as exc:
             return f" (not held aside: {exc})"
         if not held:

@@ -63,7 +63,7 @@ def _row_and_history(
     if row is None:
         return None, [], False
     try:
-        bodies = entries_json(cursor.read(app))
+        bodies = entries_json(cursor.read(app.log))
     except TaskNotFoundError:
         return None, [], False
     return row, bodies, cursor.replaced

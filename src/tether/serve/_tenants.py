@@ -69,7 +69,7 @@ class TenantApps:
     def _new(self, tenant: str) -> App:
         app = App(self._store, tenant=tenant, cache_bytes=self.share)
         if self._registry is not None:
-            app.registry = self._registry
+            app.engine.registry = self._registry
         return app
 
     def kept(self) -> list[App]:

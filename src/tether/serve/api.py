@@ -263,7 +263,7 @@ def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
         """Every event in order, in words, with the step it fell in (events after ``after``)."""
         app = app_for(who)
         _row_of(app, task_id)
-        entries = entries_json(HistoryCursor(task_id, after=after).read(app))
+        entries = entries_json(HistoryCursor(task_id, after=after).read(app.log))
         return {"task_id": task_id, "entries": entries}
 
     @router.get("/tasks/{task_id:tether_id}/state", tags=["time travel"])

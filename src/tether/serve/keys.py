@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from tether.checks import check_id
 from tether.errors import ConflictError, InvalidInputError
-from tether.events import Event, _event
+from tether.events import Event, define_event
 from tether.log import TaskLog
 from tether.log.streams import Stream
 from tether.store import Store
@@ -41,7 +41,7 @@ _TYPE = "tether.keys"
 _PREFIX = "tk"
 
 
-@_event
+@define_event
 class KeysOpened(Event):
     """The key stream's first event."""
 
@@ -49,7 +49,7 @@ class KeysOpened(Event):
         return "API keys opened"
 
 
-@_event
+@define_event
 class KeyCreated(Event):
     key_id: str
     tenant: str
@@ -61,7 +61,7 @@ class KeyCreated(Event):
         return f"API key {self.key_id} created for tenant {self.tenant} ({self.name})"
 
 
-@_event
+@define_event
 class KeyRevoked(Event):
     key_id: str
 

@@ -57,7 +57,7 @@ if __name__ == "__main__":
     )
     os.environ.update(env)
     mine = tether.App(url, lease_ttl=5)
-    mine.registry = app.registry
+    mine.engine.registry = app.registry
     errors = 0
     try:
         for n in range(50):
