@@ -2,17 +2,27 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two stamps in one environment: the core alone (what `tether demo` and the CLI on SQLite need:
+# the package and its six dependencies, ~55 MB), and everything the tests, lint and bench use
+# (the extras: PostgreSQL, serve, the agent frameworks, Playwright; ~630 MB). Either may come first.
+CORE := $(VENV)/.core
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+$(CORE): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(CORE)
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(CORE)
 	$(BIN)/tether demo
 
 # Four test processes on two cores: the crash, worker and serve tests mostly wait (subprocesses,
