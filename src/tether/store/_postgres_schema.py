@@ -75,9 +75,10 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER tasks_wake AFTER INSERT OR UPDATE OF status, wake_at, lease_owner ON tasks
         FOR EACH ROW EXECUTE FUNCTION tether_wake();
     """,
-    # 2: the index row keeps where a task stands (issue 17): its version and last change and its
-    # committed calls, moved by the append's own statement, and the head the log writes. Every
-    # append now updates the row, so a wake-up is sent only when what a claimer looks at changes.
+    # 2: the index row keeps where a task stands (a listing, a status: one row read): its version
+    # and last change and its committed calls, moved by the append's own statement, and the head
+    # the log writes. Every append updates the row, so a wake-up is sent only when what a claimer
+    # looks at changes.
     """
     ALTER TABLE tasks ADD COLUMN version integer NOT NULL DEFAULT 0;
     ALTER TABLE tasks ADD COLUMN updated_at double precision NOT NULL DEFAULT 0;
@@ -95,7 +96,7 @@ MIGRATIONS: list[str] = [
         EXECUTE FUNCTION tether_wake();
     """,
     # 3: no wake-up when a lease is taken, for a task created leased, or for the lease of a finished
-    # task given back (issue 17, target 6). None of them makes anything claimable or anything anyone
+    # task given back. None of them makes anything claimable or anything anyone
     # waits for: a run's status changes are what readers see, and a finished task is held by nobody
     # to them (serve shows no holder). A NOTIFY holds a lock of the whole database from its commit's
     # WAL flush to its end, so every notifying commit of every process waits for the one before it:
@@ -112,7 +113,7 @@ MIGRATIONS: list[str] = [
         EXECUTE FUNCTION tether_wake();
     """,
     # 4: the claim reads only the tasks it may take, in the order it takes them, a fork check only a
-    # task's forks, a listing of one type only that type (issue 17: cost that does not grow with the
+    # task's forks, a listing of one type only that type (so their cost does not grow with the
     # tasks waiting on people, asleep or of other kinds).
     SCALE_INDEXES,
     # 5: the ids that start with a prefix (a task id's first characters, an ADK app's document among

@@ -69,9 +69,10 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (tenant, key)
     ) WITHOUT ROWID;
     """,
-    # 2: the index row keeps where a task stands (issue 17): its version and last change, moved by
-    # a trigger in the statement that inserts each event (so the one-statement append stays one
-    # statement), with its committed calls counted; the rest of its head the log writes.
+    # 2: the index row keeps where a task stands (a listing, a status: one row read): its version
+    # and last change, moved by a trigger in the statement that inserts each event (so the
+    # one-statement append stays one statement), with its committed calls counted; the rest of its
+    # head the log writes.
     """
     ALTER TABLE tasks ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE tasks ADD COLUMN updated_at REAL NOT NULL DEFAULT 0;
@@ -101,7 +102,7 @@ MIGRATIONS: list[str] = [
     END;
     """,
     # 4: the claim reads only the tasks it may take, in the order it takes them, a fork check only a
-    # task's forks, a listing of one type only that type (issue 17: cost that does not grow with the
+    # task's forks, a listing of one type only that type (so their cost does not grow with the
     # tasks waiting on people, asleep or of other kinds).
     SCALE_INDEXES,
     # 5: the branches rewinds set aside are inert: no worker takes one again.
