@@ -206,8 +206,8 @@ def _at(entry: HistoryEntry, row: EventRow) -> datetime:
 
 def _event(entry: HistoryEntry, row: EventRow) -> Event:
     """The row's event, built from its JSON as it stands (the row is in its type's current shape, and
-    the log reads such rows as they stand: ``decode_rows``'s first try, inlined here, where one call
-    of it per entry cost reading every summary 13%), or, should its class refuse it, decoded as the
+    the log reads such rows as they stand: ``decode_rows``'s first try, inlined here, so that reading
+    every summary of a long history pays no extra call per entry), or, should its class refuse it, decoded as the
     log decodes it, which names what is wrong."""
     try:
         return EVENT_TYPES[row[1]](**orjson.loads(row[4]))

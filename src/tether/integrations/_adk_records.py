@@ -175,8 +175,8 @@ def encoded_shared(keys: dict[str, Any]) -> tuple[bytes, bytes]:
 
 
 _LISTED_FIELDS = frozenset({"id", "app_name", "user_id", "state", "events", "last_update_time"})
-# The slots pydantic keeps beside a model's __dict__, set through their descriptors: a quarter faster
-# than object.__setattr__ by name, which listing 10,000 sessions does 40,000 times.
+# The slots pydantic keeps beside a model's __dict__, set through their descriptors, not by name with
+# object.__setattr__ (which looks the descriptor up each time): a listing sets four for every session.
 _SET_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
 _SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__

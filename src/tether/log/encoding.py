@@ -48,8 +48,9 @@ _Readers = tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]
 
 def _field_reader(cls: type[Event]) -> _Readers:
     """Two functions of an event of ``cls``: the dict of its fields, in their order (what orjson writes
-    for the dataclass itself, in half the time: it looks for a ``__dict__`` a slotted event has not,
-    and reads the fields one by one, before it writes them), and how many of its fields are ``None``."""
+    for the dataclass itself, without its dataclass path: that looks for a ``__dict__`` a slotted event
+    has not, and reads the fields one by one, before it writes them), and how many of its fields are
+    ``None``."""
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
     # Names are the dataclass's own fields (identifiers), so the generated source is theirs alone.
     reader: Callable[[Event], dict[str, Any]] = eval(

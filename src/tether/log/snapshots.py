@@ -257,7 +257,7 @@ def _calls_line(meta: object) -> Calls:
         raise ValueError("has no calls line of ordinals, statuses and event seqs")
     if not len(ns) == len(codes) == len(seqs):
         raise ValueError(f"lists {len(ns)} ordinals, {len(codes)} statuses and {len(seqs)} calls' events")
-    if codes.count("c") + codes.count("i") + codes.count("f") != len(codes):  # str.strip would be 100x slower
+    if codes.count("c") + codes.count("i") + codes.count("f") != len(codes):  # three scans in C, no string made
         raise ValueError(f"has an unknown call status code {codes.strip('icf')[0]!r}")
     return ns, bytearray(codes.encode()), seqs, meta.get("o") == 1
 

@@ -177,8 +177,8 @@ class TaskSummary:
 
 def check_against_schema(task_id: str, key: str, value: Any, schema: dict[str, Any]) -> None:
     """Refuse a value that does not fit a wait's JSON schema, saying where and why."""
-    # Imported here, when a wait has a schema: jsonschema and what it brings are a third of the
-    # objects ``import tether`` makes, and every full garbage collection of the process walks them.
+    # Imported here, when a wait has a schema: jsonschema and what it brings are thousands of objects
+    # ``import tether`` would make, and every full garbage collection of the process walks them.
     import jsonschema
 
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.path))

@@ -104,10 +104,10 @@ SELECT count(*) FROM ins
 # up to its events with an index change (as APPEND does) or when the part reaches a multiple of
 # HEAD_EVERY, after its row is locked in row-id order (two such appends over the same streams queue on
 # each other instead of deadlocking). The parts and their events come in as two JSON texts (encoded
-# by orjson at once: adapting each part's parameters was half the commit thread's time). It returns
-# the first part, in row-id order, whose guard failed (none: every part landed). Each part's guard is
-# one scalar subquery on its row by primary key, which the planner cannot turn into a join: as EXISTS
-# it was, and on a small table (a new schema) it scanned the tenant's tasks once per part.
+# by orjson at once, not adapted by psycopg parameter by parameter in the commit thread's Python). It
+# returns the first part, in row-id order, whose guard failed (none: every part landed). Each part's
+# guard is one scalar subquery on its row by primary key, which the planner cannot turn into a join:
+# an EXISTS it can, and on a small table (a new schema) that join scans the tenant's tasks per part.
 APPEND_GROUP = """
 WITH p AS (
     SELECT * FROM json_to_recordset(%s::json) AS p(i integer, task bigint, task_id text, fence bigint,

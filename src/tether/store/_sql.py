@@ -46,10 +46,10 @@ HEAD_EVERY = 64
 
 A task's row keeps its version, last change and committed calls *as of* its ``version`` column:
 the store moves them with every index change and every ``HEAD_EVERY``-th event, not with every
-append, so the common append writes its event alone (one row, one page: the row update cost an
-append 30-45% at ``durability="normal"``). A read adds what came after: the newest event's seq and
-time off the events' primary key, and the ``CallCompleted`` events after the row's version, of
-which there are fewer than ``HEAD_EVERY``."""
+append, so the common append writes its event alone (one row, one page: a row update with every
+append would write a second page for each; docs/performance.md has what it cost). A read adds
+what came after: the newest event's seq and time off the events' primary key, and the
+``CallCompleted`` events after the row's version, of which there are fewer than ``HEAD_EVERY``."""
 
 # A task's index row as TaskRow reads it: the row, brought up to its newest event (see HEAD_EVERY),
 # and its parent's id.
@@ -73,8 +73,8 @@ only for a query that says what the index says)."""
 # answer, a cancel), else at its creation; a sleeping or waiting one at its wake-up time, never
 # without one (a wait with no timeout is woken by its answer). The claim reads the index of this
 # (``tasks_due``) in order from the oldest and stops at the first task it may take: tasks not due yet
-# and waits without a timeout are never read (reading every unfinished task of the tenant, as
-# before, cost a claim 46-77 ms beside 100,000 tasks each waiting and asleep), and a task another
+# and waits without a timeout are never read (a claim that read every unfinished task of the tenant
+# would cost more with every task waiting or asleep; docs/workers.md), and a task another
 # claimer is taking is skipped for the next, so two claimers never wait on each other. A claim takes
 # tasks only (LISTED): tether's own streams are never run, whatever their row says (a conversation's
 # branch made by a fork read "pending" before a branch kept its stream's status).

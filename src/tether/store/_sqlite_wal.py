@@ -37,7 +37,7 @@ def connect(path: str, durability: Durability, busy_timeout: float) -> sqlite3.C
         conn.close()
         raise ConfigurationError(f"could not put {path!r} in WAL mode (got {mode!r}); is it on a network file system?")
     # NORMAL: a commit survives a process crash; only an OS crash or power loss can lose the last
-    # commits. FULL: fsync on every commit, survives power loss, at ~10x the cost per commit.
+    # commits. FULL: fsync on every commit, survives power loss, at the cost of that fsync each time.
     conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
     # Wait for the write lock instead of failing at once when another process holds it.
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
@@ -55,8 +55,8 @@ class Checkpointer:
     """Copies the WAL back into the database on a thread of its own, off every commit's path.
 
     With SQLite's automatic checkpoints, the commit that crosses 1,000 WAL pages copies them
-    back (and fsyncs twice) before it returns: about a fifth of the cost of every commit,
-    paid in lumps. Here the writer only counts its commits and pokes this thread, which runs
+    back (and fsyncs twice) before it returns: a cost every commit has its share of, paid in
+    lumps by the one that crosses. Here the writer only counts its commits and pokes this thread, which runs
     ``wal_checkpoint(PASSIVE)`` on its own connection while writers go on writing (SQLite
     lets a checkpoint run beside a writer).
 
@@ -75,8 +75,8 @@ class Checkpointer:
     thread catches up) costs more than one that overwrites frames already written; fsyncs of the
     database beside it compete with the writer's. There SQLite checkpoints inline at its default
     (1,000 frames), under the writers' lock file, so each pass completes and the WAL restarts
-    small: measured, a readonly call's commit cost ~1.6x the raw floor commit that way against
-    ~1.9x with this thread (``docs/store.md``).
+    small, and a commit there costs less than beside this thread (``docs/store.md`` has the
+    figures).
     """
 
     EVERY = 1000  # commits between pokes: each writes a page or more, as SQLite's own threshold counts

@@ -240,7 +240,7 @@ class SQLiteStore:
         check_batch(task_id, events, expected_version)
         one = index is None and len(events) == 1
         self._refuse_write()
-        self._lock.acquire()  # (not ``with``: a call's two appends pay for it, and it costs twice as much)
+        self._lock.acquire()  # (not ``with``: a call's two appends take it; two plain calls skip the context protocol)
         try:
             if one:
                 self._append_one(tenant, task_id, events[0], expected_version, fence)
@@ -459,7 +459,7 @@ class SQLiteStore:
             parent, parent_seq = found
             return None if parent is None or parent_seq is None else (parent, parent_seq)
 
-        row = tuple.__new__  # EventRow(*r), through its Python-level __new__, was a third of a long read
+        row = tuple.__new__  # not EventRow(*r): its Python-level __new__ would be a Python call per row read
 
         def segment(task: int, low: int, last: int | None) -> list[EventRow]:
             # Two statements, not "(? IS NULL OR seq <= ?)": that would keep SQLite from bounding the index
