@@ -1,4 +1,4 @@
-"""Where a task stands, kept on its index row (issue 17): its head, and what an append changes in the row.
+"""Where a task stands, kept on its index row: its head, and what an append changes in the row.
 
 A task's head is what a listing or ``app.get`` shows besides its status: the plan's progress, the
 committed calls (so its position), what it waits for, its failure, wake-up time, cancel reason and

@@ -119,7 +119,7 @@ class Entry:
     def opened(self) -> Opened:
         """The ordinals of the calls opened, the pending events' too (what an append is checked
         against): made from the state when first needed. (A method, not a property: every append
-        asks, and a property's getter is a call from C, which costs twice as much.)"""
+        asks, and a property's getter is called from C, off the interpreter's fast path for a call.)"""
         opened = self._opened
         if opened is None:
             opened = self._opened = Opened(self.state.calls)
@@ -168,7 +168,7 @@ class Opened:
         self._since: set[int] = set()
 
     def has(self, n: int) -> bool:
-        """Whether call ``n`` is opened (a method, not ``in``: from C, ``__contains__`` costs twice as much)."""
+        """Whether call ``n`` is opened (a method, not ``in``: ``__contains__`` is called from C, off the fast path)."""
         return n in self._since or (n <= self._last and self._calls.has(n))
 
     def update(self, more: set[int]) -> None:

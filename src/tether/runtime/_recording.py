@@ -224,7 +224,7 @@ class Recorder:
     def append(self, events: list[Event]) -> None:
         """The one write path: ``events`` (after any deferred reads) at the task's next version."""
         lock = self.lock
-        lock.acquire()  # (not ``with``: every call's append pays for it, and it costs twice as much)
+        lock.acquire()  # (not ``with``: every call's append takes it; two plain calls skip the context protocol)
         try:
             task_id, events, _, fence = self.staged(events)
             append = self.engine.log.append
