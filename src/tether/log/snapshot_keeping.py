@@ -11,14 +11,16 @@ index, and a head every few hundred events: time travel to any seq starts from t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from tether.errors import TetherError
-from tether.events import fold
+from tether.events import Recorded, fold
 from tether.log.call_reads import EventCalls, call_reader
+from tether.log.memory import Entry, Memory
 from tether.log.snapshots import (
     HEAD_SHARE,
     Calls,
+    SnapshotPolicy,
     first_lines_intact,
     head_of,
     intact_snapshot,
@@ -30,14 +32,9 @@ from tether.log.snapshots import (
 )
 from tether.model import STATE_SCHEMA_VERSION, TaskState
 from tether.model.calls import CallList
+from tether.store import EventRow, SnapshotRow, Store
 
-if TYPE_CHECKING:
-    from tether.events import Recorded
-    from tether.log.memory import Entry, Memory
-    from tether.log.snapshots import SnapshotPolicy
-    from tether.store import EventRow, SnapshotRow, Store
-
-__all__ = ["SnapshotKeeping"]
+__all__ = ["SnapshotKeeper"]
 
 _T = TypeVar("_T")
 
@@ -46,22 +43,30 @@ def _text(data: str | bytes) -> str:
     return data.decode() if isinstance(data, bytes) else data
 
 
-class SnapshotKeeping:
-    """The snapshot half of :class:`tether.TaskLog`."""
+class SnapshotKeeper:
+    """The snapshots of one task log: when to write one, the heads kept of a growing state, the
+    newest intact one at or before a seq. A part :class:`tether.TaskLog` holds (its public methods
+    are the log's, documented there)."""
 
-    if TYPE_CHECKING:
-        store: Store
-        tenant: str
-        snapshots: SnapshotPolicy
-        _memory: Memory
-
-        def decode(self, row: EventRow) -> Recorded: ...
-
-        def decode_all(self, rows: Iterable[EventRow]) -> list[Recorded]: ...
+    def __init__(
+        self,
+        store: Store,
+        tenant: str,
+        policy: SnapshotPolicy,
+        memory: Memory,
+        decode: Callable[[EventRow], Recorded],
+        decode_all: Callable[[Iterable[EventRow]], list[Recorded]],
+    ) -> None:
+        self.store = store
+        self.tenant = tenant
+        self.policy = policy
+        self._memory = memory
+        self.decode = decode
+        self.decode_all = decode_all
 
     # ----------------------------------------------------------------- writing
-    def _maybe_snapshot(self, task_id: str, entry: Entry) -> None:
-        policy = self.snapshots
+    def maybe_snapshot(self, task_id: str, entry: Entry) -> None:
+        policy = self.policy
         if not policy.due(entry.version - entry.snap_seq, entry.bytes_since, entry.snap_size):
             return
         state = entry.state  # folds what is pending, keeping heads on the way (``Entry.settle``)
@@ -89,22 +94,15 @@ class SnapshotKeeping:
         entry.bytes_since = entry.kept_since = 0
 
     def snapshot_if_due(self, task_id: str) -> None:
-        """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``)."""
         with self._memory.lock(task_id):
             entry = self._memory.get(task_id)
             if entry is not None:
-                self._maybe_snapshot(task_id, entry)
+                self.maybe_snapshot(task_id, entry)
 
     def hold(self, task_id: str) -> None:
-        """A writer in this process starts on the task (a run, holding its lease): what the log
-        remembers of it stays remembered, whatever the budget (``cache_bytes``), until :meth:`release`."""
         self._memory.hold(task_id)
 
     def release(self, task_id: str) -> None:
-        """The writer :meth:`hold` announced stopped: a snapshot if the policy asks for one, and what
-        the log remembers of the task counts against the budget again, its calls' records put away
-        once no run holds it (:meth:`~tether.log.memory.Entry.put_away`): read from their events
-        when asked for, as after a load."""
         try:
             self.snapshot_if_due(task_id)
         finally:
@@ -134,8 +132,6 @@ class SnapshotKeeping:
                 entry.put_away(EventCalls(self.store, self.tenant, task_id, self.decode, entry.head.light, created))
 
     def write_snapshot(self, task_id: str, state: TaskState) -> None:
-        """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it);
-        nothing when the one stored there already says the same (:meth:`_stored`)."""
         data = state_data(state)
         if not self._stored(task_id, snapshot_row(state.version, STATE_SCHEMA_VERSION, data)):
             self._put_snapshot(task_id, state.version, data)
@@ -160,15 +156,13 @@ class SnapshotKeeping:
     def put_stream_snapshot(
         self, stream_id: str, seq: int, schema: int, data: str, *, replaces: int | None = None
     ) -> None:
-        """Store a snapshot (with its checksum) of one of tether's own streams at ``seq``; nothing when
-        the one stored there already says the same (:meth:`_stored`) and none other is to go."""
         row = snapshot_row(seq, schema, data)
         if (replaces is None or replaces == seq) and self._stored(stream_id, row):
             return
         self.store.put_snapshot(self.tenant, stream_id, row, replaces=replaces)
 
     # ----------------------------------------------------------------- reading
-    def _good_snapshot(self, task_id: str, upto: int | None) -> tuple[SnapshotRow | None, TaskState | None]:
+    def good_snapshot(self, task_id: str, upto: int | None) -> tuple[SnapshotRow | None, TaskState | None]:
         """The newest snapshot at or before ``upto`` that is intact and of the current schema.
 
         A fork with none of its own uses its parent's (from before the fork point): the events
@@ -204,16 +198,11 @@ class SnapshotKeeping:
     def intact_snapshot(
         self, stream_id: str, upto: int | None, parse: Callable[[SnapshotRow], _T]
     ) -> tuple[SnapshotRow | None, _T | None]:
-        """The newest intact snapshot of a stream at or before ``upto`` (see
-        :func:`tether.log.snapshots.intact_snapshot`): tasks' states and tether's own streams'
-        views (sessions) share this one mechanism."""
         return intact_snapshot(self.store, self.tenant, stream_id, upto, lambda snap, _owner: parse(snap))
 
     def latest(
         self, stream_id: str, parse: Callable[[SnapshotRow], _T]
     ) -> tuple[SnapshotRow | None, _T | None, Sequence[Recorded]]:
-        """A stream's newest intact snapshot (read by ``parse``, as in :meth:`intact_snapshot`) and
-        the decoded events after it, in one store read when the newest snapshot is good."""
         snap, rows = self.store.read_latest(self.tenant, stream_id)
         if snap is not None:
             parsed = read_if_intact(snap, parse)

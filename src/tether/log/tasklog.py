@@ -51,7 +51,7 @@ from tether.events import (
 from tether.log.encoding import decode_row, decode_rows, encode_event
 from tether.log.heads import Head, new_row
 from tether.log.memory import Entry, Memory
-from tether.log.snapshot_keeping import SnapshotKeeping
+from tether.log.snapshot_keeping import SnapshotKeeper
 from tether.log.snapshots import (
     SnapshotPolicy,
     checksum,
@@ -68,6 +68,7 @@ log = logging.getLogger("tether")
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_T = TypeVar("_T")
 
 
 def _per_task(
@@ -83,7 +84,7 @@ def _per_task(
     return locked
 
 
-class TaskLog(SnapshotKeeping):
+class TaskLog:
     """Typed access to task event streams for one tenant.
 
     Args:
@@ -127,6 +128,7 @@ class TaskLog(SnapshotKeeping):
         self.upcasters = upcasters or DEFAULT_UPCASTERS
         self.max_event_bytes = max_event_bytes
         self._memory = Memory(cache_size, self.snapshots.every, cache_bytes)
+        self._keeper = SnapshotKeeper(self.store, tenant, self.snapshots, self._memory, self.decode, self.decode_all)
 
     # ----------------------------------------------------------------- encoding
     def encode(self, event: Event) -> str:
@@ -153,6 +155,50 @@ class TaskLog(SnapshotKeeping):
         is tether's own (one overridden reads every record itself)."""
         return type(self.upcasters).decode is Upcasters.decode
 
+    # ----------------------------------------------------------------- snapshots
+    def snapshot_if_due(self, task_id: str) -> None:
+        """Write a snapshot now if the policy asks for one (after appends made with ``snapshot=False``)."""
+        self._keeper.snapshot_if_due(task_id)
+
+    def hold(self, task_id: str) -> None:
+        """A writer in this process starts on the task (a run, holding its lease): what the log
+        remembers of it stays remembered, whatever the budget (``cache_bytes``), until :meth:`release`."""
+        self._keeper.hold(task_id)
+
+    def release(self, task_id: str) -> None:
+        """The writer :meth:`hold` announced stopped: a snapshot if the policy asks for one, and what
+        the log remembers of the task counts against the budget again, its calls' records put away
+        once no run holds it (:meth:`~tether.log.memory.Entry.put_away`): read from their events
+        when asked for, as after a load."""
+        self._keeper.release(task_id)
+
+    def write_snapshot(self, task_id: str, state: TaskState) -> None:
+        """Store ``state`` as the snapshot at its version, whatever the policy says (loads start from it);
+        nothing when the one stored there already says the same (compared byte for byte)."""
+        self._keeper.write_snapshot(task_id, state)
+
+    def put_stream_snapshot(
+        self, stream_id: str, seq: int, schema: int, data: str, *, replaces: int | None = None
+    ) -> None:
+        """Store a snapshot (with its checksum) of one of tether's own streams at ``seq``; nothing when
+        the one stored there already says the same (compared byte for byte) and none other is to go."""
+        self._keeper.put_stream_snapshot(stream_id, seq, schema, data, replaces=replaces)
+
+    def intact_snapshot(
+        self, stream_id: str, upto: int | None, parse: Callable[[SnapshotRow], _T]
+    ) -> tuple[SnapshotRow | None, _T | None]:
+        """The newest intact snapshot of a stream at or before ``upto`` (see
+        :func:`tether.log.snapshots.intact_snapshot`): tasks' states and tether's own streams'
+        views (sessions) share this one mechanism."""
+        return self._keeper.intact_snapshot(stream_id, upto, parse)
+
+    def latest(
+        self, stream_id: str, parse: Callable[[SnapshotRow], _T]
+    ) -> tuple[SnapshotRow | None, _T | None, Sequence[Recorded]]:
+        """A stream's newest intact snapshot (read by ``parse``, as in :meth:`intact_snapshot`) and
+        the decoded events after it, in one store read when the newest snapshot is good."""
+        return self._keeper.latest(stream_id, parse)
+
     # ----------------------------------------------------------------- writing
     def create(
         self,
@@ -167,10 +213,11 @@ class TaskLog(SnapshotKeeping):
         data_version: int | None = None,
     ) -> TaskState:
         """Create a task (status ``pending``) with its first event. ``ConflictError`` if the id exists."""
-        return self.create_record(
+        _, state = self.create_record(
             type=type, inputs=inputs, task_id=task_id, user_id=user_id, session_id=session_id, phases=phases,
             data=data, data_version=data_version,
-        )[1]  # fmt: skip
+        )  # fmt: skip
+        return state
 
     def create_record(
         self,
@@ -212,7 +259,8 @@ class TaskLog(SnapshotKeeping):
         encoded = self.encode(event)
         row = new_row(self.tenant, task_id, type, user_id, session_id, now, version=1, state=state)
         if holder is not None:
-            row = replace(row, lease_owner=holder[0], lease_expires=now + holder[1], lease_token=1)
+            owner, ttl = holder
+            row = replace(row, lease_owner=owner, lease_expires=now + ttl, lease_token=1)
         self.store.create_task(self.tenant, row, EventRow(1, event.event_type, event.version, now, encoded))
         entry = Entry(state, 0, 0, len(encoded))
         entry.created = now
@@ -259,7 +307,8 @@ class TaskLog(SnapshotKeeping):
                     self.store.append(self.tenant, task_id, [row], expected_version, fence=fence, index=update)
                 else:
                     batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
-                    self.store.append(self.tenant, task_id, batch[0], expected_version, fence=fence, index=batch[4])
+                    rows, update = batch.rows, batch.update
+                    self.store.append(self.tenant, task_id, rows, expected_version, fence=fence, index=update)
             except BaseException:
                 # What happened is for the store to say, on the next read; a refused stage may have
                 # moved the entry's head (a one-event stage moves it in place).
@@ -301,7 +350,7 @@ class TaskLog(SnapshotKeeping):
                     batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
                     staged.append((task_id, entry, batch, expected_version))
                 fence = (fences or {}).get
-                parts = [StreamAppend(t, b[0], v, fence=fence(t), index=b[4]) for t, _, b, v in staged]
+                parts = [StreamAppend(t, b.rows, v, fence=fence(t), index=b.update) for t, _, b, v in staged]
                 self.store.append_streams(self.tenant, parts)
             except BaseException:
                 for task_id in task_ids:  # as append() does: a stage may have moved an entry's head
@@ -311,25 +360,24 @@ class TaskLog(SnapshotKeeping):
 
     def _settle(self, task_id: str, entry: Entry, batch: Staged, expected_version: int, snapshot: bool) -> int:
         """After a staged batch is written: what the log remembers of the task moves on with it."""
-        rows, base, staged, opening, _, head = batch
-        if base is not None:
-            entry.base = base
-            entry.pending = staged
+        if batch.base is not None:
+            entry.base = batch.base
+            entry.pending = batch.pending
         else:
-            entry.pending += staged
-        seq = expected_version + len(rows)
+            entry.pending += batch.pending
+        seq = expected_version + len(batch.rows)
         entry.version = seq
-        entry.head = head
-        if opening:
-            entry.opened().update(opening)
-        entry.took(rows)
+        entry.head = batch.head
+        if batch.opening:
+            entry.opened().update(batch.opening)
+        entry.took(batch.rows)
         return self._snapshot_due(task_id, entry, seq, snapshot)
 
     def _snapshot_due(self, task_id: str, entry: Entry, seq: int, snapshot: bool) -> int:
         """After an append up to ``seq``: a snapshot if the policy asks for one (unless ``snapshot`` is
         off); the version, returned."""
         if snapshot and seq - entry.snap_seq >= self.snapshots.every:
-            self._maybe_snapshot(task_id, entry)
+            self._keeper.maybe_snapshot(task_id, entry)
         return seq
 
     def fork(
@@ -359,14 +407,14 @@ class TaskLog(SnapshotKeeping):
         base = at_state if at_state is not None and at_state.version == at else self.state_at(task_id, at)
         row, first, state = self._fork_records(
             new_id,
-            task_id,
-            at,
-            parent.type,
-            parent.user_id,
-            session_id or parent.session_id,
-            inputs,
-            session_id,
-            actor,
+            parent_id=task_id,
+            at=at,
+            type=parent.type,
+            user_id=parent.user_id,
+            session_id=session_id or parent.session_id,
+            inputs=inputs,
+            own_session=session_id,
+            actor=actor,
             base=base,
         )
         assert state is not None
@@ -381,7 +429,14 @@ class TaskLog(SnapshotKeeping):
         parent = self.get(stream_id)
         if not 1 <= at <= parent.version:
             raise SequenceError(stream_id, at, parent.version)
-        row, first, _ = self._fork_records(new_id, stream_id, at, parent.type, parent.user_id, parent.session_id)
+        row, first, _ = self._fork_records(
+            new_id,
+            parent_id=stream_id,
+            at=at,
+            type=parent.type,
+            user_id=parent.user_id,
+            session_id=parent.session_id,
+        )
         # The branch is the stream's kind of row (a session is open or closed), never a task's: no worker
         # claims it, and a listing of sessions reads it as its parent reads.
         self.store.create_task(self.tenant, replace(row, status=parent.status), first)
@@ -399,6 +454,7 @@ class TaskLog(SnapshotKeeping):
     def _fork_records(
         self,
         new_id: str,
+        *,
         parent_id: str,
         at: int,
         type: str,
@@ -407,11 +463,12 @@ class TaskLog(SnapshotKeeping):
         inputs: dict[str, Any] | None = None,
         own_session: str | None = None,
         actor: str | None = None,
-        *,
         base: TaskState | None = None,
     ) -> tuple[TaskRow, EventRow, TaskState | None]:
-        """The index row and first event of a fork of ``parent_id`` at ``at``, and — given ``base``,
-        the parent's state at ``at`` (a task's, not a session's) — the fork's state."""
+        """The index row and first event of stream ``new_id``, a fork of ``parent_id`` at ``at``, and —
+        given ``base``, the parent's state at ``at`` (a task's, not a session's) — the fork's state.
+        ``session_id``: the conversation its row names; ``own_session``: the one its first event gives
+        it (a branch of its parent's), when it has one; ``inputs`` and ``actor``: the fork's event's."""
         now = time.time()
         event = TaskForked(
             task_id=new_id, parent_task_id=parent_id, at=at, inputs=inputs, session_id=own_session, actor=actor
@@ -441,14 +498,13 @@ class TaskLog(SnapshotKeeping):
         archived = TaskArchived(task_id=archive_id, successor=task_id, actor=actor)
         row, forked, _ = self._fork_records(
             task_id,
-            archive_id,
-            to,
-            current.type,
-            current.user_id,
-            session_id or current.session_id,
-            None,
-            session_id,
-            actor,
+            parent_id=archive_id,
+            at=to,
+            type=current.type,
+            user_id=current.user_id,
+            session_id=session_id or current.session_id,
+            own_session=session_id,
+            actor=actor,
             base=self.state_at(task_id, to),
         )
         self.store.rewind(
@@ -509,12 +565,12 @@ class TaskLog(SnapshotKeeping):
                 # The row's head is known to be this state's only when the row is of the same version.
                 written = row.head if row is not None and row.version == entry.version else None
                 entry.head = Head.of(state, written)
-                self._maybe_snapshot(task_id, entry)
+                self._keeper.maybe_snapshot(task_id, entry)
             self._memory.touch(task_id)
             return entry.state
         entry = self._load_entry(task_id, upto=None)
         self._memory.remember(task_id, entry)
-        self._maybe_snapshot(task_id, entry)
+        self._keeper.maybe_snapshot(task_id, entry)
         return entry.state
 
     def state_at(self, task_id: str, seq: int) -> TaskState:
@@ -587,7 +643,7 @@ class TaskLog(SnapshotKeeping):
 
     def _folded(self, task_id: str, upto: int | None) -> tuple[TaskState, SnapshotRow | None, Sequence[EventRow]]:
         """The state after ``upto`` (``None``: the latest), the snapshot it started from and the events after."""
-        snapshot, base = self._good_snapshot(task_id, upto)
+        snapshot, base = self._keeper.good_snapshot(task_id, upto)
         rows = self.store.read_events(self.tenant, task_id, after=snapshot.seq if snapshot else 0, upto=upto)
         if base is None and not rows:
             raise TaskNotFoundError(task_id, tenant=self.tenant)
