@@ -187,8 +187,8 @@ def listed_sessions(
 ) -> list[AdkSession]:
     """ADK ``Session``\\ s from values of the right types — each session's last update, user and id,
     and its state — as ``model_construct`` builds them (no validation, every field set), without its
-    per-field work: a listing builds every session of the app, values tether validated when it stored
-    them, and validating them again would cost more than reading them. A test checks that each equals
+    per-field work: a listing builds every session of the app from values already of those types, and
+    validating them again would cost more than reading them. A test checks that each equals
     a validated one. One loop, its names bound locally: a function call per session would be paid for
     every session listed."""
     new, set_dict = object.__new__, object.__setattr__
