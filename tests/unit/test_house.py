@@ -254,6 +254,23 @@ def test_the_imports_are_read_as_a_graph() -> None:
     assert "tether.runtime.app" not in graph["tether.runtime.worker"]  # the worker takes the engine
 
 
+def host_stubs(rel: str, tree: ast.Module) -> list[str]:
+    """Classes that declare attributes under ``if TYPE_CHECKING:`` in their body: a mixin naming the
+    state of the class it is mixed into. A part the host holds (composition) takes what it needs."""
+    return [
+        f"{rel}:{node.lineno}: {node.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for stmt in node.body
+        if isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test)
+    ]
+
+
+def test_no_mixin_declares_its_hosts_state() -> None:
+    found = [line for rel, tree in _modules() for line in host_stubs(rel, tree)]
+    assert found == [], "classes declaring their host's attributes for type checkers:\n" + "\n".join(found)
+
+
 def test_at_most_eight_modules_lie_at_the_root() -> None:
     loose = sorted(path.name for path in SRC.glob("*.py"))
     assert len(loose) <= ROOT_MODULES, f"{len(loose)} modules at the root of tether (at most {ROOT_MODULES}): {loose}"
@@ -306,6 +323,8 @@ def test_the_checks_catch_what_they_are_for() -> None:
     ]
     typed = ast.parse("if TYPE_CHECKING:\n    from tether.runtime.app import App\ndef f():\n    import tether.log\n")
     assert list(imports_of(typed)) == ["tether.runtime.app", "tether.log"]
+    stub = ast.parse("class M:\n    if TYPE_CHECKING:\n        _memory: int\n")
+    assert host_stubs("log/x.py", stub) == ["log/x.py:1: M"]
     assert making_lines("fine\nA second pass at it\nissue 12 said\nthree sessions, 2 users\n") == [2, 3]
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
