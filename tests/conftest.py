@@ -1,12 +1,24 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from importlib.util import find_spec
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests._forkserver import ForkServer, ForkServers
+
+if TYPE_CHECKING:
+    from tether.testing import Target
+
+# The conformance kit (tether.testing) proves memory, SQLite and PostgreSQL on every run: its checks
+# are collected with tests/conformance, and its fixtures (store_url: a fresh namespace per test)
+# serve every test here. (Imported by pytest, as a plugin, so that its asserts are rewritten: this
+# file imports it only inside functions.)
+pytest_plugins = ["tether.testing"]
+KIT = Path(str(find_spec("tether.testing").origin)).parent  # type: ignore[union-attr]
 
 # Backends every conformance test runs against. PostgreSQL joins when its server answers at
 # TETHER_TEST_PG_URL; without one, its tests skip with the reason — except when CI=true, where
@@ -39,18 +51,37 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"postgres: {'skipped — ' + PG_PROBLEM if PG_PROBLEM else PG_URL}"
 
 
+def pytest_tether_targets(config: pytest.Config) -> list[Target]:
+    """The kit's backends when no --tether-url is given: all three, PostgreSQL skipped (with the
+    reason) when its server does not answer."""
+    from tether.testing import Target
+
+    return [Target("memory://"), Target("sqlite:///tether.db"), Target(PG_URL, skip=PG_PROBLEM)]
+
+
+class _Conformance(pytest.Package):
+    """tests/conformance, and the kit's checks beside its own files (collected from the package,
+    so there is one copy of them: the one a backend author runs)."""
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        yield from super().collect()
+        yield pytest.Package.from_parent(self, path=KIT)
+
+
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if path == Path(__file__).parent / "conformance":
+        return _Conformance.from_parent(parent, path=path)
+    return None
+
+
 def pg_url(prefix: str = "t") -> Iterator[str]:
     """A PostgreSQL URL with a schema of its own, dropped afterwards."""
     if PG_PROBLEM:
         pytest.skip(PG_PROBLEM)
-    import psycopg
-    from psycopg import sql
+    from tether.testing import PostgresBackend
 
-    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    separator = "&" if "?" in PG_URL else "?"
-    yield f"{PG_URL}{separator}schema={schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    with PostgresBackend(PG_URL).namespace(Path("."), prefix) as url:
+        yield url
 
 
 def sql_url(backend: str, tmp_path: os.PathLike[str], prefix: str = "t") -> Iterator[str]:
@@ -81,49 +112,9 @@ def fork_servers() -> Iterator[ForkServers]:
             server.close()
 
 
-BACKENDS = ["memory", "sqlite", "postgres"]
-
-
-@pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
-    if request.param == "memory":
-        yield "memory://"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{os.path.join(tmp_path, 'tether.db')}"
-    else:
-        yield from pg_url()
-
-
 def dump_database(url: str, store: object | None = None) -> object:
-    """Everything a store holds, to compare byte for byte before and after an operation that must
-    write nothing: SQLite's full SQL dump, every table of a PostgreSQL schema, the memory store's
-    dictionaries (``store`` is the open memory store)."""
-    if url.startswith("sqlite:///"):
-        import sqlite3
+    """Everything a store holds, to compare before and after an operation that must write nothing
+    (the kit's :func:`tether.testing.dump_database`)."""
+    from tether.testing import dump_database as dump
 
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
-        try:
-            return "\n".join(conn.iterdump())
-        finally:
-            conn.close()
-    if url.startswith("memory://"):
-        import copy
-
-        assert store is not None, "a memory store is dumped from the open store object"
-        return copy.deepcopy({k: v for k, v in vars(store).items() if k in ("_tasks", "_ledger")})
-    import psycopg
-    from psycopg import sql
-
-    schema = url.rpartition("schema=")[2].partition("&")[0]
-    tables: dict[str, list[tuple[object, ...]]] = {}
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1", (schema,)
-            )
-        ]
-        for name in names:
-            query = sql.SQL("SELECT * FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(name))
-            tables[name] = sorted(tuple(map(repr, row)) for row in conn.execute(query))
-    return tables
+    return dump(url, store)  # type: ignore[arg-type]

@@ -1,0 +1,260 @@
+"""How the kit runs on one kind of store URL: a fresh namespace for each test, the optional
+capabilities the backend has, and a dump of what it holds.
+
+tether knows its own three backends. A new one (say ``redis://``) tells the kit about itself with a
+:class:`Backend` subclass, returned from the ``pytest_tether_backend`` hook of a plugin::
+
+    # tether_redis_kit.py, loaded with `pytest -p tether_redis_kit ...`
+    from contextlib import contextmanager
+    from tether.testing import Backend
+
+    class RedisBackend(Backend):
+        name = "redis"
+        capabilities = frozenset({"cross_process", "durable", "push"})
+
+        @contextmanager
+        def namespace(self, tmp_path, label=""):
+            prefix = f"{label or 'tether'}-{uuid.uuid4().hex[:12]}"
+            yield f"{self.url}?prefix={prefix}"
+            drop_keys(self.url, prefix)
+
+    def pytest_tether_backend(url):
+        return RedisBackend(url) if url.startswith("redis://") else None
+
+A backend that leaves ``capabilities`` as ``None`` has them probed (see :meth:`Backend.probe`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode
+
+from tether.store import EventRow, Store, TaskRow, open_store
+
+__all__ = ["Backend", "MemoryBackend", "PostgresBackend", "SQLiteBackend", "Target", "builtin_backend"]
+
+
+class Backend:
+    """One kind of store URL, as the kit uses it. Subclass it for a new backend.
+
+    Attributes:
+        url: the URL the kit was given (``--tether-url``).
+        name: how the backend is named in test ids and in the report.
+        capabilities: the optional capabilities it has (names from
+            :data:`tether.testing.CAPABILITIES`), or ``None`` to have them probed.
+    """
+
+    name = "backend"
+    capabilities: frozenset[str] | None = None
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._probed: frozenset[str] | None = None
+
+    def problem(self) -> str | None:
+        """Why the URL cannot be used (a server that does not answer), or ``None``."""
+        return None
+
+    @contextmanager
+    def namespace(self, tmp_path: Path, label: str = "") -> Iterator[str]:
+        """A URL to an empty database of the test's own, removed afterwards. ``tmp_path`` is the
+        test's temporary directory; ``label``, when given, a short prefix for the names it makes
+        in a shared server."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not say how to make a fresh namespace for {self.url!r}: "
+            "implement Backend.namespace"
+        )
+        yield self.url  # pragma: no cover
+
+    def dump(self, url: str, store: Store | None = None) -> object:
+        """Everything the database at ``url`` holds, to compare before and after an operation that
+        must write nothing. ``store`` is the open store (an in-process backend is dumped from it).
+        A backend that cannot be dumped lacks the ``dump`` capability."""
+        raise NotImplementedError
+
+    def has(self, capability: str) -> bool:
+        """Whether the backend has an optional capability: declared, or probed once."""
+        if self.capabilities is not None:
+            return capability in self.capabilities
+        if self._probed is None:
+            self._probed = self.probe()
+        return capability in self._probed
+
+    def probe(self) -> frozenset[str]:
+        """The capabilities the kit can see for itself, each tried on a namespace of its own:
+        ``cross_process`` (a second open of the URL sees a task the first made), ``push`` (a reader
+        waiting on the store wakes within a second of the store's own commit) and ``dump`` (the
+        backend overrides :meth:`dump`). ``durable`` is never probed: a backend declares it."""
+        found = set()
+        with tempfile.TemporaryDirectory(prefix="tether-probe-") as tmp, self.namespace(Path(tmp), "probe") as url:
+            first, second = open_store(url), open_store(url)
+            try:
+                now = time.time()
+                first.create_task("probe", TaskRow("p", "probe", "t", "pending", None, None, now, now, 1), _event(1))
+                if second.get_task("probe", "p") is not None:
+                    found.add("cross_process")
+                if _wakes_on_own_commit(first):
+                    found.add("push")
+            finally:
+                first.close()
+                second.close()
+        if type(self).dump is not Backend.dump:
+            found.add("dump")
+        return frozenset(found)
+
+
+@dataclass
+class Target:
+    """A store URL the kit runs on, and why it cannot run there, if it cannot (the reason every
+    test on it is skipped with). The plugin fills in its backend and its id in test names.
+
+    Example:
+        >>> Target("memory://").url
+        'memory://'
+    """
+
+    url: str
+    skip: str | None = None
+    backend: Backend = field(init=False, repr=False)
+    id: str = field(init=False, default="")
+
+
+def _event(seq: int) -> EventRow:
+    return EventRow(seq, "DecisionMade", 1, time.time(), "{}")
+
+
+def _wakes_on_own_commit(store: Store) -> bool:
+    woke: list[bool] = []
+    reader = threading.Thread(target=lambda: woke.append(store.wait_for_change(1.0)))
+    reader.start()
+    time.sleep(0.05)
+    store.append("probe", "p", [_event(2)], 1)
+    started = time.monotonic()
+    reader.join(2)
+    return woke == [True] and time.monotonic() - started < 0.9
+
+
+class MemoryBackend(Backend):
+    """``memory://``: a new, empty store for each open."""
+
+    name = "memory"
+    capabilities = frozenset({"push", "dump"})
+
+    @contextmanager
+    def namespace(self, tmp_path: Path, label: str = "") -> Iterator[str]:
+        yield "memory://"
+
+    def dump(self, url: str, store: Store | None = None) -> object:
+        assert store is not None, "a memory store is dumped from the open store object"
+        return copy.deepcopy({k: v for k, v in vars(store).items() if k in ("_tasks", "_ledger")})
+
+
+class SQLiteBackend(Backend):
+    """``sqlite:///path.db``: a file of the same name (and the URL's options) in each test's
+    temporary directory."""
+
+    name = "sqlite"
+    capabilities = frozenset({"cross_process", "durable", "dump"})
+
+    @contextmanager
+    def namespace(self, tmp_path: Path, label: str = "") -> Iterator[str]:
+        path, _, query = self.url.removeprefix("sqlite:///").partition("?")
+        yield f"sqlite:///{os.path.join(tmp_path, os.path.basename(path) or 'tether.db')}" + (
+            f"?{query}" if query else ""
+        )
+
+    def dump(self, url: str, store: Store | None = None) -> object:
+        conn = sqlite3.connect(url.removeprefix("sqlite:///").partition("?")[0])
+        try:
+            return "\n".join(conn.iterdump())
+        finally:
+            conn.close()
+
+
+class PostgresBackend(Backend):
+    """``postgresql://…``: a schema of its own for each test, dropped afterwards, named by a prefix
+    (the URL's ``?schema=``, or ``t``) and random digits; the URL's other options are kept."""
+
+    name = "postgres"
+    capabilities = frozenset({"cross_process", "durable", "push", "dump"})
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        base, _, query = url.partition("?")
+        options = dict(parse_qsl(query))
+        self.prefix = options.pop("schema", "t")
+        self.server = base + (f"?{urlencode(options)}" if options else "")
+        """The URL without its schema: what an administrative connection opens."""
+
+    def problem(self) -> str | None:
+        try:
+            import psycopg
+        except ImportError:
+            return "psycopg is not installed (pip install 'tether[postgres]')"
+        try:
+            with psycopg.connect(_connection_url(self.server), connect_timeout=3) as conn:
+                conn.execute("SELECT 1")
+        except Exception as exc:
+            return f"PostgreSQL at {self.server} is unreachable: {exc}"
+        return None
+
+    @contextmanager
+    def namespace(self, tmp_path: Path, label: str = "") -> Iterator[str]:
+        import psycopg
+        from psycopg import sql
+
+        schema = f"{label or self.prefix}_{uuid.uuid4().hex[:12]}"
+        yield f"{self.server}{'&' if '?' in self.server else '?'}schema={schema}"
+        with psycopg.connect(_connection_url(self.server), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+    def dump(self, url: str, store: Store | None = None) -> object:
+        """Every table of the schema, each as a sorted list of its rows (reprs of their values)."""
+        import psycopg
+        from psycopg import sql
+
+        schema = url.rpartition("schema=")[2].partition("&")[0]
+        tables: dict[str, list[tuple[object, ...]]] = {}
+        with psycopg.connect(_connection_url(self.server), autocommit=True) as conn:
+            names = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1", (schema,)
+                )
+            ]
+            for name in names:
+                query = sql.SQL("SELECT * FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+                tables[name] = sorted(tuple(map(repr, row)) for row in conn.execute(query))
+        return tables
+
+
+def _connection_url(url: str) -> str:
+    """The URL psycopg opens: tether's own options (pool sizes, timeouts) left out."""
+    base, _, query = url.partition("?")
+    kept = [(k, v) for k, v in parse_qsl(query) if k not in _TETHER_PG_OPTIONS]
+    return base + (f"?{urlencode(kept)}" if kept else "")
+
+
+_TETHER_PG_OPTIONS = {"schema", "pool_min", "pool_max", "query_timeout", "give_up_after", "readonly"}
+
+
+def builtin_backend(url: str) -> Backend | None:
+    """The kit's own description of one of tether's backends, by the URL's scheme."""
+    scheme = url.partition("://")[0]
+    if scheme == "memory":
+        return MemoryBackend(url)
+    if scheme == "sqlite":
+        return SQLiteBackend(url)
+    if scheme in ("postgresql", "postgres"):
+        return PostgresBackend(url)
+    return None

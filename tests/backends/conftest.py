@@ -1,0 +1,17 @@
+"""What is true of one backend only — its files, its SQL, its migrations, its faults — checked on the
+backends that have it. The conformance kit (tether.testing) proves what every backend must do."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import sql_url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
+    """A SQLite file or a PostgreSQL schema of the test's own (dropped afterwards)."""
+    yield from sql_url(request.param, tmp_path)
