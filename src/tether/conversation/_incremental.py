@@ -5,7 +5,7 @@ The full :class:`~tether.conversation.messages.SessionView` holds every message 
 summary: a session of 100,000 messages and no summary would cost 100,000 messages to open, and
 every append would copy them. :class:`IncrementalView` keeps instead
 
-* the *head*: the session's id and user, its system messages, the newest summary, whether it is
+* the *outline*: the session's id and user, its system messages, the newest summary, whether it is
   closed, where its recent messages begin (``boundary``: they have larger seqs), how many there
   are and which of them were removed. It is small, folded event by event, and cached as a
   snapshot every ``every`` events through the log's snapshot mechanism (checksummed,
@@ -46,17 +46,17 @@ from tether.events import Recorded
 from tether.log.streams import Stream
 from tether.store import SnapshotRow
 
-__all__ = ["VIEW_SCHEMA", "Head", "IncrementalView"]
+__all__ = ["VIEW_SCHEMA", "IncrementalView", "Outline"]
 
 VIEW_SCHEMA = 3
-"""The schema of a session's snapshot: 2 was the whole view, 3 is the :class:`Head`."""
+"""The schema of a session's snapshot: 2 was the whole view, 3 is the :class:`Outline`."""
 
 _TAIL_CAP = 2048  # messages kept in memory past which the oldest half of the tail is let go
 _FIRST_PAGE = 64  # events read backwards when a window reaches past the tail (then 4x each time)
 
 
 @dataclass
-class Head:
+class Outline:
     """The part of a session's view that does not grow with its messages."""
 
     session_id: str = ""
@@ -88,7 +88,7 @@ class Head:
         ).decode()
 
     @classmethod
-    def from_snapshot(cls, snap: SnapshotRow) -> Head:
+    def from_snapshot(cls, snap: SnapshotRow) -> Outline:
         """Read a snapshot (this schema, or the whole view of schema 2); ``ValueError`` if it cannot."""
         if snap.schema == 2:
             return cls.from_view(SessionView.model_validate_json(snap.data))
@@ -108,11 +108,11 @@ class Head:
                 removed={int(s) for s in raw["removed"]},
             )
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"does not hold a session head ({exc})") from None
+            raise ValueError(f"does not hold a session outline ({exc})") from None
 
     @classmethod
-    def from_view(cls, view: SessionView) -> Head:
-        """The head of a whole view (what ``ctx.session`` keeps, written at its compactions)."""
+    def from_view(cls, view: SessionView) -> Outline:
+        """The outline of a whole view (what ``ctx.session`` keeps, written at its compactions)."""
         boundary = view.recent[0].seq - 1 if view.recent else view.version
         kept = {m.seq for m in view.recent}
         return cls(
@@ -129,15 +129,15 @@ class Head:
 
 
 class IncrementalView:
-    """The head and tail of one session's stream, kept up to date by folding new events.
+    """The outline and tail of one session's stream, kept up to date by folding new events.
 
-    ``every``: a head snapshot is written once that many events have been folded since the last.
+    ``every``: an outline snapshot is written once that many events have been folded since the last.
     """
 
     def __init__(self, stream: Stream, every: int) -> None:
         self._stream = stream
         self._every = every
-        self.head = Head()
+        self.outline = Outline()
         self.tail: list[Message] = []
         self.tail_from = 0
         """The tail holds every recent message with a larger seq than this."""
@@ -147,16 +147,16 @@ class IncrementalView:
 
     # ------------------------------------------------------------------ loading
     def load(self) -> bool:
-        """Read the newest head snapshot and the events after it; ``False`` if the stream does not exist."""
+        """Read the newest outline snapshot and the events after it; ``False`` if the stream does not exist."""
         try:
-            snap, head, records = self._stream.log.latest(self._stream.id, Head.from_snapshot)
+            snap, outline, records = self._stream.log.latest(self._stream.id, Outline.from_snapshot)
         except TaskNotFoundError:
             return False
-        if head is None and not records:
+        if outline is None and not records:
             return False
-        self.head = head or Head()
+        self.outline = outline or Outline()
         self.tail = []
-        self.tail_from = self.head.version
+        self.tail_from = self.outline.version
         self._snap_seq = snap.seq if snap else 0
         self.fold(records)
         self.maybe_snapshot()
@@ -164,43 +164,43 @@ class IncrementalView:
 
     def refresh(self) -> None:
         """Fold what other writers appended since."""
-        newer = self._stream.read(after=self.head.version)
+        newer = self._stream.read(after=self.outline.version)
         if newer:
             self.fold(newer)
 
     # ------------------------------------------------------------------ the fold
     def fold(self, records: Sequence[Recorded]) -> list[Message]:
-        """Fold events that follow the head, in order; return the messages they added."""
+        """Fold events that follow the outline, in order; return the messages they added."""
         if any(isinstance(r.event, SummaryWithdrawn) for r in records):
             # A compaction undone: the messages it covered come back, which only a fold of the
-            # whole stream knows (the head let them go). Rare: the price is one full read.
+            # whole stream knows (the outline let them go). Rare: the price is one full read.
             return self._rebuild(records)
-        head, added = self.head, []
+        outline, added = self.outline, []
         for rec in records:
             ev = rec.event
-            head.version = rec.seq
+            outline.version = rec.seq
             if isinstance(ev, MessageAdded):
                 message = message_from_event(rec, ev)
                 added.append(message)
                 if message.role == "system":
-                    head.system.append(message)
+                    outline.system.append(message)
                 else:
-                    head.count += 1
+                    outline.count += 1
                     self.tail.append(message)
             elif isinstance(ev, MessageRemoved):
                 self._remove(ev.seq)
             elif isinstance(ev, MessagesCleared):
-                head.system, head.summary, head.count, head.removed = [], None, 0, set()
-                head.boundary = self.tail_from = rec.seq
+                outline.system, outline.summary, outline.count, outline.removed = [], None, 0, set()
+                outline.boundary = self.tail_from = rec.seq
                 self.tail = []
             elif isinstance(ev, SummaryAdded):
-                head.summary = summary_from_event(rec, ev)
-                if ev.covers_to > head.boundary:
+                outline.summary = summary_from_event(rec, ev)
+                if ev.covers_to > outline.boundary:
                     self._move_boundary(ev.covers_to)
             elif isinstance(ev, SessionOpened):
-                head.session_id, head.user_id = ev.session_id, ev.user_id
+                outline.session_id, outline.user_id = ev.session_id, ev.user_id
             elif isinstance(ev, SessionClosed):
-                head.closed = True
+                outline.closed = True
         if len(self.tail) > _TAIL_CAP:
             let_go = len(self.tail) - _TAIL_CAP // 2
             self.tail_from = self.tail[let_go - 1].seq
@@ -210,23 +210,23 @@ class IncrementalView:
     def _rebuild(self, records: Sequence[Recorded]) -> list[Message]:
         everything = self._stream.read(upto=records[-1].seq)
         view = fold_history(everything)
-        self.head = Head.from_view(view)
+        self.outline = Outline.from_view(view)
         self.tail = list(view.recent)
-        self.tail_from = self.head.boundary
+        self.tail_from = self.outline.boundary
         self._costs.clear()
         first = records[0].seq
         return [m for m in (*view.system, *view.recent) if m.seq >= first]
 
     def _remove(self, seq: int) -> None:
-        head = self.head
-        for i, m in enumerate(head.system):
+        outline = self.outline
+        for i, m in enumerate(outline.system):
             if m.seq == seq:
-                del head.system[i]
+                del outline.system[i]
                 return
-        if seq <= head.boundary or seq in head.removed:
+        if seq <= outline.boundary or seq in outline.removed:
             return
-        head.removed.add(seq)
-        head.count -= 1
+        outline.removed.add(seq)
+        outline.count -= 1
         if seq > self.tail_from:
             for i in range(len(self.tail) - 1, -1, -1):
                 if self.tail[i].seq == seq:
@@ -235,39 +235,41 @@ class IncrementalView:
 
     def _move_boundary(self, boundary: int) -> None:
         """A summary covers everything up to ``boundary``: the recent messages start after it."""
-        head = self.head
+        outline = self.outline
         if self.tail_from >= boundary:
             # Some recent messages before the tail stay recent: count them in the store.
-            head.count = len(self.tail) + self._count_recent(boundary, self.tail_from)
+            outline.count = len(self.tail) + self._count_recent(boundary, self.tail_from)
         else:
             self.tail = [m for m in self.tail if m.seq > boundary]
             self.tail_from = boundary
-            head.count = len(self.tail)
-        head.boundary = boundary
-        head.removed = {s for s in head.removed if s > boundary}
+            outline.count = len(self.tail)
+        outline.boundary = boundary
+        outline.removed = {s for s in outline.removed if s > boundary}
 
     def _count_recent(self, after: int, upto: int) -> int:
         if upto <= after:
             return 0
+        removed = self.outline.removed
         return sum(
             1
             for rec in self._stream.read(after=after, upto=upto)
-            if isinstance(rec.event, MessageAdded) and rec.event.role != "system" and rec.seq not in self.head.removed
+            if isinstance(rec.event, MessageAdded) and rec.event.role != "system" and rec.seq not in removed
         )
 
     # ------------------------------------------------------------------ reading backwards
     @property
     def complete(self) -> bool:
         """Whether the tail holds every recent message."""
-        return self.tail_from <= self.head.boundary
+        return self.tail_from <= self.outline.boundary
 
     def extend(self, events: int) -> None:
         """Read up to ``events`` more events backwards from the tail's start and keep their messages."""
-        low = max(self.head.boundary, self.tail_from - events)
+        outline = self.outline
+        low = max(outline.boundary, self.tail_from - events)
         older = [
             message_from_event(rec, rec.event)
             for rec in self._stream.read(after=low, upto=self.tail_from)
-            if isinstance(rec.event, MessageAdded) and rec.event.role != "system" and rec.seq not in self.head.removed
+            if isinstance(rec.event, MessageAdded) and rec.event.role != "system" and rec.seq not in outline.removed
         ]
         self.tail[:0] = older
         self.tail_from = low
@@ -281,15 +283,15 @@ class IncrementalView:
         return tuple(self.tail)
 
     def view(self) -> SessionView:
-        head = self.head
+        outline = self.outline
         return SessionView.model_construct(
-            session_id=head.session_id,
-            user_id=head.user_id,
-            system=tuple(head.system),
-            summary=head.summary,
+            session_id=outline.session_id,
+            user_id=outline.user_id,
+            system=tuple(outline.system),
+            summary=outline.summary,
             recent=self.recent(),
-            closed=head.closed,
-            version=head.version,
+            closed=outline.closed,
+            version=outline.version,
         )
 
     def _token_costs(self, counter: TokenCounter) -> dict[int, int]:
@@ -312,14 +314,15 @@ class IncrementalView:
     def window(self, max_tokens: int, keep_last: int, counter: TokenCounter) -> Window:
         """The window (see :func:`~tether.conversation.window.build_window`), reading back only as far as it reaches."""
         self._token_costs(counter)
+        outline = self.outline
         while True:
             window = window_over(
-                self.head.system, self.head.summary, self.tail, complete=self.complete, total=self.head.count,
+                outline.system, outline.summary, self.tail, complete=self.complete, total=outline.count,
                 max_tokens=max_tokens, keep_last=keep_last, counter=counter, costs=self._costs,
             )
             if window is not None:
                 return window
-            self.extend(max(_FIRST_PAGE, self.head.version - self.tail_from))  # doubling what was read
+            self.extend(max(_FIRST_PAGE, outline.version - self.tail_from))  # doubling what was read
 
     def last(self) -> Message | None:
         """The newest message still in the session (system or not)."""
@@ -327,20 +330,20 @@ class IncrementalView:
         while not self.tail and not self.complete:
             self.extend(page)
             page *= 4
-        candidates = [m for m in (self.head.system[-1:] + self.tail[-1:])]
+        candidates = [m for m in (self.outline.system[-1:] + self.tail[-1:])]
         return max(candidates, key=lambda m: m.seq) if candidates else None
 
     # ------------------------------------------------------------------ snapshots
     def maybe_snapshot(self) -> None:
-        if self.head.version - self._snap_seq >= self._every:
+        if self.outline.version - self._snap_seq >= self._every:
             self.snapshot()
 
     def snapshot(self) -> None:
-        """Cache the head at its version, in place of the one before (a head does not grow with history)."""
-        version = self.head.version
+        """Cache the outline at its version, in place of the one before (it does not grow with history)."""
+        version = self.outline.version
         if version == self._snap_seq:
             return
         self._stream.log.put_stream_snapshot(
-            self._stream.id, version, VIEW_SCHEMA, self.head.to_json(), replaces=self._snap_seq or None
+            self._stream.id, version, VIEW_SCHEMA, self.outline.to_json(), replaces=self._snap_seq or None
         )
         self._snap_seq = version

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from tether.conversation._incremental import VIEW_SCHEMA, Head, IncrementalView
+from tether.conversation._incremental import VIEW_SCHEMA, IncrementalView, Outline
 from tether.conversation.messages import (
     Message,
     MessageAdded,
@@ -105,8 +105,8 @@ def summary_of(view: SessionView, summarize: Summarizer, keep_last: int) -> Summ
 
 
 def write_view_snapshot(log: TaskLog, stream: str, view: SessionView) -> None:
-    """Cache a session's view as of ``view`` (its head: see ``_incremental``), as a compaction does."""
-    log.put_stream_snapshot(stream, view.version, VIEW_SCHEMA, Head.from_view(view).to_json())
+    """Cache a session's view as of ``view`` (its outline: see ``_incremental``), as a compaction does."""
+    log.put_stream_snapshot(stream, view.version, VIEW_SCHEMA, Outline.from_view(view).to_json())
 
 
 def stream_id(session_id: str) -> str:
@@ -159,14 +159,14 @@ class Session:
         # so each event is folded once, in order. Another writer's events (another object, another
         # process) are found by the next refresh and fold the same way.
         self._lock = threading.RLock()
-        # An existing session opens with two reads (its head snapshot, the events after it); a
+        # An existing session opens with two reads (its outline snapshot, the events after it); a
         # new one is created first (and if another process creates it at the same moment, fine).
         if not self._end.load():
             self._stream.create(
                 SessionOpened(session_id=session_id, user_id=user_id), user_id=user_id, session_id=session_id
             )
             self._end.load()
-        self.user_id = self._end.head.user_id
+        self.user_id = self._end.outline.user_id
 
     # -- reading ----------------------------------------------------------------------
     def view(self) -> SessionView:
@@ -182,7 +182,7 @@ class Session:
     def closed(self) -> bool:
         with self._lock:
             self._end.refresh()
-            return self._end.head.closed
+            return self._end.outline.closed
 
     def messages(self, since: int | None = None, limit: int | None = None) -> list[Message]:
         """Every message still in the session (summaries never remove any), oldest first, each with
@@ -259,7 +259,7 @@ class Session:
         """The version of the session's record now (it moves with every write of any writer)."""
         with self._lock:
             self._end.refresh()
-            return self._end.head.version
+            return self._end.outline.version
 
     def _add(
         self,
@@ -294,9 +294,9 @@ class Session:
         with self._lock:  # this object's threads append one at a time: none folds another's append
             for _ in range(100):  # another writer may append at the same moment: both land, in some order
                 end.refresh()
-                if end.head.closed:
+                if end.outline.closed:
                     raise InvalidInputError(f"session {self.id!r} is closed")
-                version = end.head.version
+                version = end.outline.version
                 if expected_version is not None and version != expected_version:
                     raise ConflictError(self.id, expected=expected_version, actual=version)
                 now = time.time()  # the stored time, so the cached view's messages equal the stored ones
@@ -309,7 +309,7 @@ class Session:
                 added = end.fold([Recorded(version + i, now, e) for i, e in enumerate(events, 1)])
                 end.maybe_snapshot()
                 return added
-            raise ConflictError(self.id, expected=end.head.version, actual=None)
+            raise ConflictError(self.id, expected=end.outline.version, actual=None)
 
     def pop(self) -> Message | None:
         """Remove the last message (undo); it no longer shows in ``messages()`` or windows."""
@@ -317,7 +317,7 @@ class Session:
             for _ in range(100):
                 self._end.refresh()
                 last = self._end.last()
-                if self._end.head.summary is not None and not self._end.tail:
+                if self._end.outline.summary is not None and not self._end.tail:
                     # Every recent message is one a summary covers: the newest still in the session is
                     # among those (they stay, summaries never remove any), which the view does not hold.
                     shown = self.messages()
@@ -325,11 +325,11 @@ class Session:
                 if last is None:
                     return None
                 try:
-                    self._stream.append([MessageRemoved(seq=last.seq)], self._end.head.version)
+                    self._stream.append([MessageRemoved(seq=last.seq)], self._end.outline.version)
                 except ConflictError:
                     continue
                 return last
-            raise ConflictError(self.id, expected=self._end.head.version, actual=None)
+            raise ConflictError(self.id, expected=self._end.outline.version, actual=None)
 
     def clear(self) -> None:
         """Hide every message (and summary) so far; the session goes on, empty."""
@@ -358,7 +358,7 @@ class Session:
                     continue
                 self._end.refresh()
                 self._end.snapshot()
-                return self._end.head.summary
+                return self._end.outline.summary
         raise ConflictError(self.id, expected=self.version, actual=None)
 
     def undo_compaction(self) -> Summary | None:
@@ -391,11 +391,11 @@ class Session:
             for _ in range(100):
                 self._end.refresh()
                 try:
-                    self._stream.append(make(), self._end.head.version, status=status)
+                    self._stream.append(make(), self._end.outline.version, status=status)
                     return
                 except ConflictError:
                     continue
-            raise ConflictError(self.id, expected=self._end.head.version, actual=None)
+            raise ConflictError(self.id, expected=self._end.outline.version, actual=None)
 
 
 def open_session(

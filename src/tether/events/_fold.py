@@ -26,7 +26,7 @@ def fold(
     """Fold recorded events, in order, onto ``state`` (or from nothing). Pure: ``state`` is untouched.
 
     ``mark(state, calls)``, with ``every``: called after each event whose seq is a multiple of
-    ``every``, with the state so far without its calls, and its calls (the snapshot heads of
+    ``every``, with the state so far without its calls, and its calls (the partial snapshots of
     :mod:`tether.log.snapshot_keeping`). Both are only valid during the call.
 
     Raises :class:`InvalidTransition` for a status or phase move the machines forbid.

@@ -85,7 +85,7 @@ def calls_from(history: Sequence[Recorded], state: TaskState) -> CallReader:
     def read(wanted: Sequence[tuple[int, Sequence[int]]]) -> list[ToolCall]:
         if not made:
             made.append((state.model_copy(update={"calls": _NO_CALLS}), {rec.seq: rec for rec in history}))
-        template, found = made[0]
+        [(template, found)] = made
         return _fold_found(template, wanted, found)
 
     return read
@@ -106,8 +106,10 @@ def spans(seqs: Sequence[int], gap: int = _GAP) -> list[tuple[int, int]]:
     """Sorted seqs as ``(first, last)`` ranges, joining those less than ``gap`` apart."""
     out: list[tuple[int, int]] = []
     for seq in seqs:
-        if out and seq - out[-1][1] < gap:
-            out[-1] = (out[-1][0], seq)
-        else:
-            out.append((seq, seq))
+        if out:
+            first, last = out[-1]
+            if seq - last < gap:
+                out[-1] = (first, seq)
+                continue
+        out.append((seq, seq))
     return out

@@ -6,10 +6,12 @@ output. The log keeps each task's head beside its folded state and writes it in 
 any append that changes it (the store itself moves the version and counts committed calls), so
 reading where a task stands reads one row, whatever the task's length.
 
-The fold stays the one place state changes. A head is read off a folded state (:meth:`Head.of`);
-between folds (the log folds call events when somebody reads, not when they are written) the events
-that move a head are folded, by the fold's own rules, onto a *light* copy of the state — one without
-calls, decisions, observations or data — and committed calls are counted by ordinal beside it.
+The head as the row stores it is a :class:`~tether.store.TaskHead`; read back, a :class:`RowHead`.
+The fold stays the one place state changes. A head is read off a folded state
+(:meth:`HeadTracker.of`); between folds (the log folds call events when somebody reads, not when they
+are written) the events that move a head are folded, by the fold's own rules, onto a *light* copy of
+the state — one without calls, decisions, observations or data — and committed calls are counted by
+ordinal beside it.
 ``tests/conformance/test_heads.py`` checks, for any sequence of events, that the head kept this way equals
 the one read off the whole fold.
 """
@@ -43,7 +45,7 @@ from tether.model.calls import CallList
 from tether.model.status import Status
 from tether.store import IndexUpdate, TaskHead, TaskRow
 
-__all__ = ["INDEXED", "LIGHT", "Head", "RowHead", "index_update", "new_row", "read_head", "row_head_of"]
+__all__ = ["INDEXED", "LIGHT", "HeadTracker", "RowHead", "index_update", "new_row", "read_head", "row_head_of"]
 
 # Events from outside a run that make a waiting or sleeping task runnable at once.
 _WAKES = frozenset({InputReceived, CancelRequested})
@@ -53,14 +55,15 @@ INDEXED = frozenset({StatusChanged, RetryRequested, *_WAKES})
 # move among them is checked there, by the fold's own rule (the light state's status is the state's:
 # no event folded later moves it otherwise), before anything is written.
 LIGHT = frozenset({StepStarted, StepCompleted, StepFailed, OutputSet, InputReceived, StatusChanged})
-_new_head = object.__new__  # a working copy is made per append: without __init__'s arguments
+_new_tracker = object.__new__  # a working copy is made per append: without __init__'s arguments
 # What the light state leaves out: nothing a head shows depends on them.
 _HEAVY: dict[str, Any] = {"calls": CallList(), "decisions": (), "observations": {}, "data": {}, "received": {}}
 
 
-class Head:
-    """A task's head as the log keeps it: the light state, the calls not (or no longer) committed,
-    how many are, and what the task's row holds as far as this log knows (:attr:`written`)."""
+class HeadTracker:
+    """What the log keeps of a task to work out its head between folds: the light state, the calls
+    not (or no longer) committed, how many are, and the head the task's row holds as far as this
+    log knows (:attr:`written`)."""
 
     __slots__ = ("cached_texts", "done", "light", "open", "owned", "written_done", "written_texts")
 
@@ -86,16 +89,16 @@ class Head:
         self.written_texts = None if head is None else (head.summary, head.output)
 
     @classmethod
-    def of(cls, state: TaskState, written: TaskHead | None = None) -> Head:
+    def of(cls, state: TaskState, written: TaskHead | None = None) -> HeadTracker:
         """The head of a folded state."""
         calls = state.calls
         open_ = calls.open_ordinals()
         done = len(calls) - len(open_)
         return cls(state.model_copy(update=_HEAVY), open_, done, written)
 
-    def working_copy(self) -> Head:
+    def working_copy(self) -> HeadTracker:
         """A copy an append changes while it is checked; it replaces this one once written."""
-        copy = _new_head(Head)
+        copy = _new_tracker(HeadTracker)
         copy.light, copy.open, copy.done, copy.owned = self.light, self.open, self.done, False
         copy.cached_texts = self.cached_texts
         copy.written_done, copy.written_texts = self.written_done, self.written_texts
@@ -155,7 +158,8 @@ class Head:
 
 
 class RowHead(NamedTuple):
-    """Where a task stands, read off its index row alone."""
+    """Where a task stands, read off its index row alone (its :class:`~tether.store.TaskHead`, decoded,
+    with the row's status), or off a folded state (:func:`row_head_of`)."""
 
     status: Status
     position: str
@@ -208,7 +212,8 @@ def new_row(
 ) -> TaskRow:
     """The index row of a new stream (a fork names its parent and the last event it shares), with
     the head of ``state`` when it is a task's."""
-    head = None if state is None else Head.of(state).row_update(0)
+    head = None if state is None else HeadTracker.of(state).row_update(0)
+    parent_id, parent_seq = parent if parent is not None else (None, None)
     return TaskRow(
         task_id=task_id,
         tenant=tenant,
@@ -219,8 +224,8 @@ def new_row(
         created_at=now,
         updated_at=now,
         version=version,
-        parent_id=parent[0] if parent else None,
-        parent_seq=parent[1] if parent else None,
+        parent_id=parent_id,
+        parent_seq=parent_seq,
         calls_done=head.calls_done if head is not None else 0,
         summary=head.summary if head is not None else None,
         output=head.output if head is not None else None,

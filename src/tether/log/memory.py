@@ -8,8 +8,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from tether.events import CALL_EVENTS, Recorded, fold
-from tether.log.heads import Head
-from tether.log.snapshots import HEAD_SHARE, head_data
+from tether.log.heads import HeadTracker
+from tether.log.snapshots import PARTIAL_SHARE, partial_data
 from tether.model import TaskState
 from tether.model.calls import CallList, CallReader
 from tether.store import EventRow
@@ -35,11 +35,11 @@ class Entry:
         "bytes_since",
         "created",
         "head",
-        "heads",
-        "heads_every",
         "kept_since",
+        "partials",
+        "partials_every",
         "pending",
-        "snap_head",
+        "snap_partial",
         "snap_seq",
         "snap_size",
         "taken",
@@ -55,7 +55,7 @@ class Entry:
         self.pending: list[Recorded] = []
         self.version = state.version
         self._opened: Opened | None = None
-        self.head = Head.of(state)
+        self.head = HeadTracker.of(state)
         """Where the task stands, as its index row says (kept current with every append)."""
         self.snap_seq = snap_seq
         self.snap_size = snap_size
@@ -63,14 +63,14 @@ class Entry:
         """Bytes of the events appended since the last snapshot."""
         self.kept_since = 0
         """Of those, the bytes of call events: the state keeps them (by reference, see ``state_data``)."""
-        self.heads: list[tuple[int, str]] = []
-        """Heads of the state folded since the last snapshot, ``(seq, data)`` (see ``settle``): written
-        with the next snapshot, which holds their calls."""
-        self.heads_every = 0
-        """Keep a head every this many events at least (0: none); set by the log's memory."""
-        self.snap_head: str | None = None
-        """The head of the last snapshot (``head_of``), when this log wrote it: what it is cut down to
-        once a later one holds its calls."""
+        self.partials: list[tuple[int, str]] = []
+        """Partial snapshots of the state folded since the last snapshot, ``(seq, data)`` (see
+        ``settle``): written with the next snapshot, which holds their calls."""
+        self.partials_every = 0
+        """Keep a partial snapshot every this many events at least (0: none); set by the log's memory."""
+        self.snap_partial: str | None = None
+        """The last snapshot cut down to a partial one (``partial_of``), when this log wrote it: what
+        it becomes once a later one holds its calls."""
         self.taken = snap_size
         """Bytes of the snapshot it was loaded from and of the events it took before its last snapshot
         (``bytes_since`` counts those after; moved here when a snapshot is written, not counted
@@ -81,17 +81,17 @@ class Entry:
     def took(self, rows: Sequence[EventRow]) -> None:
         """Count events written or read (another writer's) towards the next snapshot: their bytes,
         and of those the call events' (the state keeps them, by reference)."""
-        for _, type_, _, _, data, _ in rows:  # unpacked: a named field is a slow attribute in 3.11
-            size = len(data)
+        for row in rows:
+            size = len(row.data)
             self.bytes_since += size
-            if type_ in CALL_EVENT_TYPES:
+            if row.type in CALL_EVENT_TYPES:
                 self.kept_since += size
 
     def wrote(self, rec: Recorded, row: EventRow, opening: set[int]) -> None:
         """A one-event append (:func:`tether.log.staging.stage_alone`) was written: its event is pending,
         the calls it opens are opened, its bytes counted. (Its head moved when it was staged.)"""
         self.pending.append(rec)
-        self.version = rec[0]
+        self.version = rec.seq
         if opening:
             self.opened().update(opening)
         self.took((row,))
@@ -137,20 +137,20 @@ class Entry:
 
     def settle(self) -> None:
         """Fold the pending events. For a state that keeps its calls (most of the bytes since the last
-        snapshot are call events), keep its head at every seq that is a multiple of ``heads_every``
-        on the way, when the head is small beside the calls' bytes it spans."""
+        snapshot are call events), keep a partial snapshot at every seq that is a multiple of
+        ``partials_every`` on the way, when it is small beside the calls' bytes it spans."""
         since = self.version - self.snap_seq
-        if not self.heads_every or since <= 0 or self.kept_since * 2 < self.bytes_since:
+        if not self.partials_every or since <= 0 or self.kept_since * 2 < self.bytes_since:
             self.base = fold(self.pending, self.base)
         else:
-            room = self.kept_since / since * self.heads_every / HEAD_SHARE
+            room = self.kept_since / since * self.partials_every / PARTIAL_SHARE
 
             def keep(state: TaskState, calls: CallList) -> None:
-                head = head_data(state, calls)
-                if len(head) <= room:
-                    self.heads.append((state.version, head))
+                partial = partial_data(state, calls)
+                if len(partial) <= room:
+                    self.partials.append((state.version, partial))
 
-            self.base = fold(self.pending, self.base, every=self.heads_every, mark=keep)
+            self.base = fold(self.pending, self.base, every=self.partials_every, mark=keep)
         self.pending = []
 
 
@@ -187,7 +187,7 @@ class Memory:
     unrelated tasks rarely wait on each other), the LRU's order under its own.
     """
 
-    def __init__(self, size: int, heads_every: int = 0, budget: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, size: int, partials_every: int = 0, budget: int = 16 * 1024 * 1024) -> None:
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._size = size
         self._budget = budget
@@ -195,8 +195,9 @@ class Memory:
         """The bytes counted of the entries remembered (the sum of their ``weighed``)."""
         self._held: dict[str, int] = {}
         """The tasks runs in this process hold (see :meth:`hold`), with how many runs."""
-        self.heads_every = heads_every
-        """Each remembered entry keeps a head of its state every this many events at least (0: none)."""
+        self.partials_every = partials_every
+        """Each remembered entry keeps a partial snapshot of its state every this many events at least
+        (0: none)."""
         self._stripes = [threading.RLock() for _ in range(_STRIPES)]
         self._order = threading.RLock()
 
@@ -204,7 +205,7 @@ class Memory:
         return self._entries.get(task_id)
 
     def remember(self, task_id: str, entry: Entry) -> None:
-        entry.heads_every = self.heads_every
+        entry.partials_every = self.partials_every
         with self._order:
             old = self._entries.pop(task_id, None)
             if old is not None:

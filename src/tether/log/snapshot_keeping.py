@@ -1,11 +1,12 @@
-"""How a task log keeps and finds snapshots: when to write one (the policy), the heads kept of a
-growing state, and the newest intact snapshot at or before a seq.
+"""How a task log keeps and finds snapshots: when to write one (the policy), the partial snapshots
+kept of a growing state, and the newest intact snapshot at or before a seq.
 
 A state that grows with its calls is written whole (a *full* snapshot) only now and then, and the
-one before is then cut down to its *head*: the state without its calls, and their count. A head's
-calls are those of a later full snapshot of the same stream, as they stood at the head's seq
-(:meth:`tether.model.CallList.upto`). So a task of 100,000 calls keeps one copy of its calls'
-index, and a head every few hundred events: time travel to any seq starts from the head before it.
+one before is then cut down to a *partial* snapshot: the state without its calls, and their count.
+A partial snapshot's calls are those of a later full snapshot of the same stream, as they stood at
+its seq (:meth:`tether.model.CallList.upto`). So a task of 100,000 calls keeps one copy of its
+calls' index, and a partial snapshot every few hundred events: time travel to any seq starts from
+the partial snapshot before it.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from tether.events import Recorded, fold
 from tether.log.call_reads import EventCalls, call_reader
 from tether.log.memory import Entry, Memory
 from tether.log.snapshots import (
-    HEAD_SHARE,
-    Calls,
+    PARTIAL_SHARE,
+    CallsLine,
     SnapshotPolicy,
     first_lines_intact,
-    head_of,
     intact_snapshot,
     newest_calls,
     parse_state,
+    partial_of,
     read_if_intact,
     snapshot_row,
     state_data,
@@ -44,7 +45,7 @@ def _text(data: str | bytes) -> str:
 
 
 class SnapshotKeeper:
-    """The snapshots of one task log: when to write one, the heads kept of a growing state, the
+    """The snapshots of one task log: when to write one, the partial ones kept of a growing state, the
     newest intact one at or before a seq. A part :class:`tether.TaskLog` holds (its public methods
     are the log's, documented there)."""
 
@@ -69,27 +70,27 @@ class SnapshotKeeper:
         policy = self.policy
         if not policy.due(entry.version - entry.snap_seq, entry.bytes_since, entry.snap_size):
             return
-        state = entry.state  # folds what is pending, keeping heads on the way (``Entry.settle``)
-        heads = [(seq, head) for seq, head in entry.heads if seq < state.version]  # not over the full one
-        entry.heads = []
+        state = entry.state  # folds what is pending, keeping partial snapshots on the way (``Entry.settle``)
+        partials = [(seq, data) for seq, data in entry.partials if seq < state.version]  # not over the full one
+        entry.partials = []
         data = state_data(state)
         grown = len(data) - entry.snap_size
         if entry.snap_seq and policy.replaces_last(grown, entry.kept_since, entry.bytes_since):
-            # The one before is cut down to its head (the new one holds its calls too); it is dropped
-            # when its head is not known here or is big beside the calls since. Either way it goes only
+            # The one before is cut down to a partial one (the new one holds its calls too); it is dropped
+            # when that is not known here or is big beside the calls since. Either way it goes only
             # when it is this task's own (a fork may start from its parent's: nothing there is its own).
-            head = entry.snap_head
-            if head is None or len(head) * HEAD_SHARE > entry.kept_since:
+            partial = entry.snap_partial
+            if partial is None or len(partial) * PARTIAL_SHARE > entry.kept_since:
                 self._put_snapshot(task_id, entry.version, data, replaces=entry.snap_seq)
             else:
                 self._put_snapshot(task_id, entry.version, data)
-                heads.insert(0, (entry.snap_seq, head))
+                partials.insert(0, (entry.snap_seq, partial))
         else:
             self._put_snapshot(task_id, entry.version, data)
-        for seq, head in heads:  # after the full one they take their calls from, never before it
-            self.store.put_snapshot(self.tenant, task_id, snapshot_row(seq, STATE_SCHEMA_VERSION, head))
+        for seq, partial in partials:  # after the full one they take their calls from, never before it
+            self.store.put_snapshot(self.tenant, task_id, snapshot_row(seq, STATE_SCHEMA_VERSION, partial))
         entry.snap_seq = entry.version
-        entry.snap_head = head_of(data, state.calls)
+        entry.snap_partial = partial_of(data, state.calls)
         entry.taken += entry.bytes_since  # still held: the state keeps what those events said
         entry.bytes_since = entry.kept_since = 0
 
@@ -166,11 +167,11 @@ class SnapshotKeeper:
         """The newest snapshot at or before ``upto`` that is intact and of the current schema.
 
         A fork with none of its own uses its parent's (from before the fork point): the events
-        after it, which ``read_events`` follows across the fork, make up the rest. A head takes its
+        after it, which ``read_events`` follows across the fork, make up the rest. A partial one takes its
         calls from the newest full snapshot of the stream it belongs to.
         """
         reader = call_reader(self.store, self.tenant, task_id, self.decode)
-        fulls: dict[str, tuple[int, Calls] | None] = {}  # each stream's newest full snapshot's calls, read once
+        fulls: dict[str, tuple[int, CallsLine] | None] = {}  # each stream's newest full snapshot's calls, read once
 
         def parse(snap: SnapshotRow, owner: str) -> TaskState:
             # Another stream's snapshot (a fork's parent's) is read by that stream's name when its calls
@@ -178,7 +179,7 @@ class SnapshotKeeper:
             # branch, whose snapshots hold none of this state's calls (then they are read from events).
             pinned = None if owner == task_id else self.store.get_task(self.tenant, owner)
 
-            def later() -> Calls | None:
+            def later() -> CallsLine | None:
                 if pinned is not None:
                     now = self.store.get_task(self.tenant, owner)
                     if now is None or now.created_at != pinned.created_at:
@@ -186,7 +187,10 @@ class SnapshotKeeper:
                 if owner not in fulls:
                     fulls[owner] = newest_calls(self.store, self.tenant, owner)
                 full = fulls[owner]
-                return full[1] if full is not None and full[0] > snap.seq else None
+                if full is None:
+                    return None
+                seq, line = full
+                return line if seq > snap.seq else None
 
             return parse_state(snap, reader=reader, later=later, rebuild=rebuild)
 

@@ -11,7 +11,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -22,17 +22,17 @@ from tether.model.calls import CallList, CallReader, Prefix
 from tether.store import SnapshotRow, Store
 
 __all__ = [
-    "HEAD_SHARE",
-    "NOT_IN_HEAD",
-    "Calls",
+    "NOT_IN_STATE_LINE",
+    "PARTIAL_SHARE",
+    "CallsLine",
     "SnapshotPolicy",
     "checksum",
     "first_lines_intact",
-    "head_data",
-    "head_of",
     "intact_snapshot",
     "newest_calls",
     "parse_state",
+    "partial_data",
+    "partial_of",
     "read_if_intact",
     "snapshot_row",
     "state_data",
@@ -42,10 +42,10 @@ __all__ = [
 log = logging.getLogger("tether")
 
 _FAR = 2**62
-HEAD_SHARE = 8
-"""A head is kept only when it is at most an eighth of the bytes of the call events it spans: heads
-add at most an eighth to what a task stores."""
-NOT_IN_HEAD: set[str] = {"position", "calls"}
+PARTIAL_SHARE = 8
+"""A partial snapshot is kept only when it is at most an eighth of the bytes of the call events it
+spans: partial snapshots add at most an eighth to what a task stores."""
+NOT_IN_STATE_LINE: set[str] = {"position", "calls"}
 """What a snapshot's first line leaves out of a state: its calls (the second line's), and its
 position (computed from the rest)."""
 _T = TypeVar("_T")
@@ -69,11 +69,11 @@ class SnapshotPolicy:
     from the nearest. Either way the bytes stored per event do not grow with the
     history. ``growth_ratio`` above 1 keeps every snapshot.
 
-    A task whose calls accumulate also keeps *heads* (its state without its calls, a few
-    hundred bytes) where its earlier snapshots were and at every seq that is a multiple of
+    A task whose calls accumulate also keeps *partial* snapshots (its state without its calls, a
+    few hundred bytes) where its earlier snapshots were and at every seq that is a multiple of
     ``every``, when each is at most an eighth of the call events it spans: time travel to any
-    point reads the head before it, the calls of the latest snapshot as they stood then, and
-    at most ``every`` events (see ``tether.log.snapshot_keeping``).
+    point reads the partial snapshot before it, the calls of the latest full snapshot as they
+    stood then, and at most ``every`` events (see ``tether.log.snapshot_keeping``).
     """
 
     every: int = 100
@@ -154,7 +154,7 @@ def intact_snapshot(
                 reason = str(exc).splitlines()[0]
         else:
             reason = "fails its checksum"
-        if reason not in warned:  # once per reason: a corrupted full snapshot makes every head before it unusable
+        if reason not in warned:  # once per reason: a corrupted full snapshot spoils every partial one before it
             warned.add(reason)
             log.warning("snapshot of stream %s at seq %d %s; rebuilding from events", stream_id, snap.seq, reason)
         at_most = snap.seq - 1
@@ -179,7 +179,7 @@ def state_data(state: TaskState) -> str:
             f"call #{missing} of task {state.task_id!r} was not folded from events: "
             "a snapshot stores a call as the events that made it"
         )
-    first = state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + summary_line(calls, "c")
+    first = state.model_dump_json(exclude=NOT_IN_STATE_LINE) + "\n" + summary_line(calls, "c")
     meta: dict[str, object] = {"h": checksum(first), "n": calls.ordinals(), "s": calls.status_codes().decode()}
     meta["e"] = seqs
     if calls.in_order():
@@ -204,7 +204,7 @@ def first_lines_intact(snap: SnapshotRow) -> bool:
 
 def summary_line(calls: CallList, key: str) -> str:
     """What a load knows of a state's calls before it reads their index (``key``: ``"c"`` in a full
-    snapshot, ``"k"`` in a head; :meth:`CallList.split`): their count, the last ordinal of those
+    snapshot, ``"k"`` in a partial one; :meth:`CallList.split`): their count, the last ordinal of those
     but the trailing calls not completed (``"z"``), which of those are not completed (``"m"``),
     the trailing ones with their status and seqs (``"t"``), and whether they are in order (``"o"``).
     A fold of later events goes on from there without the index, unless it changes an earlier call.
@@ -216,27 +216,35 @@ def summary_line(calls: CallList, key: str) -> str:
     return orjson.dumps(meta).decode()
 
 
-def head_data(state: TaskState, calls: CallList) -> str:
-    """A *head* of a task's state, as its snapshot stores it: the state without its calls, then the
-    summary of its calls (:func:`summary_line`, with their count as ``"k"``: the fold's marks give a
-    state without them, and them). The calls are those of a later full snapshot of the same stream
-    (``state_data``) as they stood at the head's seq; see :mod:`tether.log.snapshot_keeping`."""
-    return state.model_dump_json(exclude=NOT_IN_HEAD) + "\n" + summary_line(calls, "k")
+def partial_data(state: TaskState, calls: CallList) -> str:
+    """A *partial* snapshot of a task's state: the state without its calls, then the summary of its
+    calls (:func:`summary_line`, with their count as ``"k"``: the fold's marks give a state without
+    them, and them). The calls are those of a later full snapshot of the same stream
+    (``state_data``) as they stood at its seq; see :mod:`tether.log.snapshot_keeping`."""
+    return state.model_dump_json(exclude=NOT_IN_STATE_LINE) + "\n" + summary_line(calls, "k")
 
 
-def head_of(data: str, calls: CallList) -> str:
-    """The head of a full snapshot's ``data`` (its first line, not copying the rest), given its calls."""
+def partial_of(data: str, calls: CallList) -> str:
+    """A full snapshot's ``data`` cut down to a partial one (its first line, not copying the rest),
+    given its calls."""
     return data[: data.find("\n")] + "\n" + summary_line(calls, "k")
 
 
-Calls = tuple[list[int], bytearray, list[str], bool]
-"""A full snapshot's calls line: ordinals, status codes, event seqs, and whether they are in order
-(``CallList.in_order``)."""
+class CallsLine(NamedTuple):
+    """A full snapshot's line of its calls' index, parsed."""
+
+    ordinals: list[int]
+    codes: bytearray
+    """Each call's status code (``c``, ``i``, ``f``)."""
+    seqs: list[str]
+    """The seqs of the events that made each call."""
+    in_order: bool
+    """Whether the calls are in order (``CallList.in_order``)."""
 
 
-def newest_calls(store: Store, tenant: str, owner: str) -> tuple[int, Calls] | None:
+def newest_calls(store: Store, tenant: str, owner: str) -> tuple[int, CallsLine] | None:
     """The seq and calls line of stream ``owner``'s newest snapshot, if it is a full one, intact and
-    of the current schema: what its heads take their calls from."""
+    of the current schema: what its partial snapshots take their calls from."""
     snap = store.get_snapshot(tenant, owner, at_most=_FAR)
     if snap is None or snap.schema != STATE_SCHEMA_VERSION or checksum(snap.data) != snap.checksum:
         return None
@@ -248,7 +256,7 @@ def newest_calls(store: Store, tenant: str, owner: str) -> tuple[int, Calls] | N
         return None
 
 
-def _calls_line(meta: object) -> Calls:
+def _calls_line(meta: object) -> CallsLine:
     """A calls line, checked (``ValueError`` naming what is wrong)."""
     if not isinstance(meta, dict):
         raise ValueError("has no calls line of ordinals, statuses and event seqs")
@@ -259,12 +267,12 @@ def _calls_line(meta: object) -> Calls:
         raise ValueError(f"lists {len(ns)} ordinals, {len(codes)} statuses and {len(seqs)} calls' events")
     if codes.count("c") + codes.count("i") + codes.count("f") != len(codes):  # three scans in C, no string made
         raise ValueError(f"has an unknown call status code {codes.strip('icf')[0]!r}")
-    return ns, bytearray(codes.encode()), seqs, meta.get("o") == 1
+    return CallsLine(ns, bytearray(codes.encode()), seqs, meta.get("o") == 1)
 
 
 def _lines(snap: SnapshotRow) -> tuple[str, str, str]:
     """A task snapshot's three lines: the state, the summary of its calls (in a snapshot written
-    before summaries: its calls' index, or a head's count), and the calls' index ("" if none)."""
+    before summaries: its calls' index, or a partial snapshot's count), and the calls' index ("" if none)."""
     data = _text(snap)
     one, two = _breaks(data)
     if one < 0:
@@ -287,12 +295,12 @@ def _breaks(data: str) -> tuple[int, int]:
 def parse_state(
     snap: SnapshotRow,
     reader: Callable[[TaskState], CallReader],
-    later: Callable[[], Calls | None],
+    later: Callable[[], CallsLine | None],
     rebuild: Callable[[int], CallList],
 ) -> TaskState:
     """A task's state from its snapshot (``ValueError`` naming why it cannot be used); its calls are
-    read when asked for, by ``reader(state)``. A head's calls come from ``later()``: the calls line
-    of a later full snapshot of its stream.
+    read when asked for, by ``reader(state)``. A partial snapshot's calls come from ``later()``: the
+    calls line of a later full snapshot of its stream.
 
     A snapshot with a summary of its calls (:func:`summary_line`) gives a state whose calls' index
     is parsed when first needed (:class:`~tether.model.calls.Prefix`); should it not be usable then
@@ -301,43 +309,53 @@ def parse_state(
     """
     if snap.schema != STATE_SCHEMA_VERSION:
         raise ValueError(f"has state schema {snap.schema}, current is {STATE_SCHEMA_VERSION}")
-    head, second, third = _lines(snap)  # the third, the calls' index, is parsed when first needed
+    first, second, third = _lines(snap)  # the third, the calls' index, is parsed when first needed
     try:
-        state = TaskState.model_validate_json(head)
+        state = TaskState.model_validate_json(first)
         meta = orjson.loads(second)
     except (ValidationError, orjson.JSONDecodeError) as exc:
         why = f"{exc.error_count()} errors" if isinstance(exc, ValidationError) else "not JSON"
         raise ValueError(f"does not validate ({why})") from None
     if isinstance(meta, dict) and "z" in meta:
         return _with_deferred_calls(state, snap, _summary(meta), third, reader(state), later, rebuild)
-    count = meta.get("k") if isinstance(meta, dict) else None  # before summaries: a head, or the index
+    count = meta.get("k") if isinstance(meta, dict) else None  # before summaries: a partial one, or the index
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
-        raise ValueError(f"is a head with a count of calls of {count!r}, not a whole number")
+        raise ValueError(f"is a partial snapshot with a count of calls of {count!r}, not a whole number")
     if count == 0:
         return state
     calls = _indexed_calls(snap, second if count is None else "", reader(state), later)
     if count is not None and len(calls) != count:
-        raise ValueError(f"is a head of {count} calls, and the later full snapshot had {len(calls)} by then")
+        raise ValueError(
+            f"is a partial snapshot of {count} calls, and the later full snapshot had {len(calls)} by then"
+        )
     return state.model_copy(update={"calls": calls}) if calls else state
 
 
-def _indexed_calls(snap: SnapshotRow, line: str, read: CallReader, later: Callable[[], Calls | None]) -> CallList:
+def _indexed_calls(snap: SnapshotRow, line: str, read: CallReader, later: Callable[[], CallsLine | None]) -> CallList:
     """The calls a snapshot stands for, from its own index ``line`` (checked against the row's
-    checksum), or, for a head, from its stream's later full snapshot as they stood at its seq
-    (``ValueError`` naming why they cannot be)."""
+    checksum), or, for a partial snapshot, from its stream's later full snapshot as they stood at
+    its seq (``ValueError`` naming why they cannot be)."""
     if line:
         if checksum(snap.data) != snap.checksum:  # its first lines are checked at load, by their own
             raise ValueError("fails its checksum")
-        ns, codes, seqs, in_order = _calls_line(orjson.loads(line))
-        return CallList(stored=(ns, codes, seqs, read, None), ordered=in_order)
+        own = _calls_line(orjson.loads(line))
+        return CallList(stored=(own.ordinals, own.codes, own.seqs, read, None), ordered=own.in_order)
     full = later()
     if full is None:
-        raise ValueError("is a head, and its stream has no later full snapshot to take its calls from")
-    ns, codes, seqs, in_order = full
-    return CallList(stored=(ns, codes, seqs, read, None), ordered=in_order).upto(snap.seq)
+        raise ValueError("is a partial snapshot, and its stream has no later full snapshot to take its calls from")
+    stored = (full.ordinals, full.codes, full.seqs, read, None)
+    return CallList(stored=stored, ordered=full.in_order).upto(snap.seq)
 
 
-_Summary = tuple[int, int, list[int], list[tuple[int, str, str]], bool]
+class _Summary(NamedTuple):
+    """A summary line (:func:`summary_line`), parsed."""
+
+    count: int
+    last: int
+    opened: list[int]
+    tail: list[tuple[int, str, str]]
+    """The trailing calls: ordinal, status code (``i`` or ``f``), the seqs of their events."""
+    ordered: bool
 
 
 def _summary(meta: dict[str, object]) -> _Summary:
@@ -353,7 +371,7 @@ def _summary(meta: dict[str, object]) -> _Summary:
         if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int) and item[1] in ("i", "f")):
             raise ValueError(f"has a trailing call {item!r} that is not [ordinal, 'i' or 'f', seqs]")
         trailing.append((item[0], item[1], str(item[2])))
-    return count, last, opened, trailing, meta.get("o") == 1
+    return _Summary(count, last, opened, trailing, meta.get("o") == 1)
 
 
 def _with_deferred_calls(
@@ -362,7 +380,7 @@ def _with_deferred_calls(
     summary: _Summary,
     line: str,
     read: CallReader,
-    later: Callable[[], Calls | None],
+    later: Callable[[], CallsLine | None],
     rebuild: Callable[[int], CallList],
 ) -> TaskState:
     """``state`` with the calls a summary describes: the trailing ones at once, the others (the
@@ -381,8 +399,8 @@ def _with_deferred_calls(
                 raise ValueError(f"sums up {count} calls, and its calls' index has {len(calls)} by then")
         except ValueError as exc:  # pydantic's and orjson's errors are ones
             log.warning("snapshot at seq %d %s; reading its calls from events", snap.seq, str(exc).splitlines()[0])
-            return rebuild(snap.seq).head(first)
-        return calls.head(first)
+            return rebuild(snap.seq).first(first)
+        return calls.first(first)
 
     stored = (tail_ns, bytearray(code.encode()[0] for _, code, _ in tail), [s for _, _, s in tail], read, None)
     calls = CallList(stored=stored, ordered=True, prefix=Prefix(first, last, opened, ordered, resolve))

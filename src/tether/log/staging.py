@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from tether.errors import InvalidInputError
 from tether.events import CALL_EVENTS, CallCompleted, Event, Recorded, TaskCreated, fold
 from tether.log.encoding import DEFERRED, checked, encode_event
-from tether.log.heads import INDEXED, Head, index_update
+from tether.log.heads import INDEXED, HeadTracker, index_update
 from tether.log.memory import Entry
 from tether.model import TaskState
 from tether.store import EventRow, IndexUpdate, TaskHead
@@ -21,11 +22,21 @@ __all__ = ["ALONE", "Staged", "stage", "stage_alone"]
 _tuple_new = tuple.__new__
 
 
-Staged = tuple[list[EventRow], TaskState | None, list[Recorded], set[int], IndexUpdate | None, Head]
-"""An append's events checked and encoded, not yet written: ``(rows, base, staged, opening, update,
-head)`` — the rows to write; the state folded now, when one of the events needed it; the events
-folded later, after ``base`` (or after what was pending); the call ordinals the batch opens; the
-index row's change; where the task stands after the batch. (A plain tuple: one is built per append.)"""
+class Staged(NamedTuple):
+    """An append's events checked and encoded, not yet written."""
+
+    rows: list[EventRow]
+    """The rows to write."""
+    base: TaskState | None
+    """The state folded now, when one of the events needed it."""
+    pending: list[Recorded]
+    """The events folded later: after ``base``, or after what the entry has pending when it is ``None``."""
+    opening: set[int]
+    """The ordinals of the calls the batch opens."""
+    update: IndexUpdate | None
+    """The index row's change."""
+    head: HeadTracker
+    """Where the task stands after the batch."""
 
 
 def _with_head(index: IndexUpdate | None, head: TaskHead | None) -> IndexUpdate | None:
@@ -61,7 +72,7 @@ def stage_alone(
     return row, rec, opening, None if update is None else _with_head(None, update)
 
 
-def _deferred(task_id: str, rec: Recorded, entry: Entry, head: Head, opening: set[int]) -> None:
+def _deferred(task_id: str, rec: Recorded, entry: Entry, head: HeadTracker, opening: set[int]) -> None:
     """Check an event folded later against the calls opened so far, and move the head by it."""
     event = rec.event
     known = checked(task_id, event, entry.opened(), opening)
@@ -112,8 +123,8 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
                 base = entry.base
             base = fold([*staged, rec], base)
             staged = []
-            head = Head.of(base, head.written)
+            head = HeadTracker.of(base, head.written)
         if cls in INDEXED:
             index = index_update(event, index, now)
         rows.append(_row(rec, limit))
-    return rows, base, staged, opening, _with_head(index, head.row_update(completes)), head
+    return _tuple_new(Staged, (rows, base, staged, opening, _with_head(index, head.row_update(completes)), head))

@@ -49,7 +49,7 @@ from tether.events import (
     fold,
 )
 from tether.log.encoding import decode_row, decode_rows, encode_event
-from tether.log.heads import Head, new_row
+from tether.log.heads import HeadTracker, new_row
 from tether.log.memory import Entry, Memory
 from tether.log.snapshot_keeping import SnapshotKeeper
 from tether.log.snapshots import (
@@ -564,7 +564,7 @@ class TaskLog:
                 entry.drop_opened()  # listed again when next needed
                 # The row's head is known to be this state's only when the row is of the same version.
                 written = row.head if row is not None and row.version == entry.version else None
-                entry.head = Head.of(state, written)
+                entry.head = HeadTracker.of(state, written)
                 self._keeper.maybe_snapshot(task_id, entry)
             self._memory.touch(task_id)
             return entry.state

@@ -163,10 +163,10 @@ class CallList(Sequence["ToolCall"]):
         tail = [(ns[i], chr(codes[i]), seqs[i]) for i in range(cut, len(ns))]
         return Split(len(self), last, opened, tail, self.in_order())
 
-    def head(self, count: int) -> CallList:
+    def first(self, count: int) -> CallList:
         """The first ``count`` calls (read)."""
         if self._prefix is not None:
-            return self.whole().head(count)
+            return self.whole().first(count)
         if count == len(self._ns):
             return self
         stored = (self._ns[:count], self._status[:count], self._seqs[:count], self._reader, self._items[:count])

@@ -21,16 +21,28 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from tether.errors import InvalidInputError
 from tether.events import Event
 from tether.log import TaskLog
 
-__all__ = ["PER_TURN", "Branch", "CommitThread", "Wakeups", "deliver", "write_branches"]
+__all__ = ["PER_TURN", "Branch", "CommitThread", "StagedWrite", "Wakeups", "deliver", "write_branches"]
 
 Branch = tuple[list[Event], "asyncio.Future[None]"]
 """One branch's records and the future it awaits."""
+
+
+class StagedWrite(NamedTuple):
+    """What a task's writer writes now, as one append or as its part of a transaction of several tasks."""
+
+    task_id: str
+    events: list[Event]
+    """The events to write, after any deferred reads."""
+    version: int
+    """The version they go on from."""
+    fence: int | None
+    """The lease's fencing token."""
 
 
 class Recorder(Protocol):
@@ -42,9 +54,8 @@ class Recorder(Protocol):
     def append(self, events: list[Event]) -> None:
         """Write ``events`` on their own (checked and fenced as every append of the run)."""
 
-    def staged(self, events: list[Event]) -> tuple[str, list[Event], int, int | None]:
-        """``events`` as one part of a transaction of several tasks: the task, its events, the version
-        they follow and the lease's fencing token."""
+    def staged(self, events: list[Event]) -> StagedWrite:
+        """``events`` as one part of a transaction of several tasks."""
 
     def appended(self, version: int) -> None:
         """Take in that a transaction wrote this task's part, up to ``version``."""
@@ -211,9 +222,9 @@ def _write_together(log: TaskLog, groups: Sequence[_Submission]) -> None:
             lock.acquire()
             held += 1
         parts = [group.recorder.staged([e for events, _ in group.batch for e in events]) for group in groups]
-        fences = {task_id: fence for task_id, _, _, fence in parts if fence is not None}
+        fences = {part.task_id: part.fence for part in parts if part.fence is not None}
         versions = log.append_together(
-            [(task_id, events, version) for task_id, events, version, _ in parts], fences=fences, snapshot=False
+            [(part.task_id, part.events, part.version) for part in parts], fences=fences, snapshot=False
         )
         for group, version in zip(groups, versions, strict=True):
             group.recorder.appended(version)

@@ -9,7 +9,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -33,8 +33,8 @@ from tether.events import (
 )
 from tether.model import TaskState, ToolCall
 from tether.model.status import Status
-from tether.runtime._commits import Branch, deliver, write_branches
-from tether.runtime._flow import Commit, Flow, Wait, next_turn
+from tether.runtime._commits import Branch, StagedWrite, deliver, write_branches
+from tether.runtime._flow import Commit, Flow, Wait, _tuple_new, next_turn
 from tether.runtime._replay import Replay, describe
 from tether.runtime.specs import TaskSpec, ToolSpec
 
@@ -42,7 +42,16 @@ if TYPE_CHECKING:
     from tether.runtime.engine import Engine
 
 
-__all__ = ["NOT_A_TASK_FAILURE", "GroupCommit", "Recorder", "ReplayEnd", "RunEnded", "read_only", "upcast_data"]
+__all__ = [
+    "NOT_A_TASK_FAILURE",
+    "Compensation",
+    "GroupCommit",
+    "Recorder",
+    "ReplayEnd",
+    "RunEnded",
+    "read_only",
+    "upcast_data",
+]
 
 # Errors that say "this run cannot go on here", not "this task failed": they leave the task
 # as it is (no failure record, no step marked failed) and reach the caller.
@@ -58,6 +67,16 @@ _thread_id = threading.get_ident
 
 # What another process may append to a task while a run holds it (send_input, cancel).
 _EXTERNAL = (InputReceived, CancelRequested)
+
+
+class Compensation(NamedTuple):
+    """What undoes a completed call if its task fails or is cancelled: ``undo(result)``."""
+
+    n: int
+    """The ordinal of the call it undoes."""
+    undo: ToolSpec
+    result: Any
+    """The call's recorded result, the undo's argument."""
 
 
 class ReplayEnd(BaseException):
@@ -119,7 +138,7 @@ class Recorder:
         self._fence = fence
         self._n = 0  # ordinal of the last call issued
         self._s = 0  # ordinal of the last conversation operation issued
-        self._compensations: list[tuple[int, ToolSpec, Any]] = []
+        self._compensations: list[Compensation] = []
         self._compensating = False
         self._ended = False
         self._leaving = False  # the run decided to wait or sleep: no call starts any more
@@ -226,7 +245,8 @@ class Recorder:
         lock = self.lock
         lock.acquire()  # (not ``with``: every call's append takes it; two plain calls skip the context protocol)
         try:
-            task_id, events, _, fence = self.staged(events)
+            staged = self.staged(events)
+            task_id, events, fence = staged.task_id, staged.events, staged.fence
             append = self.engine.log.append
             while True:
                 try:
@@ -242,17 +262,17 @@ class Recorder:
         finally:
             lock.release()
 
-    def staged(self, events: list[Event]) -> tuple[str, list[Event], int, int | None]:
-        """What an append of ``events`` writes now: ``(task id, events after any deferred reads, the
-        version they go on from, the lease token that fences them)``. The caller holds :attr:`lock`
-        until it reports the write with :meth:`appended`."""
+    def staged(self, events: list[Event]) -> StagedWrite:
+        """What an append of ``events`` writes now (after any deferred reads). The caller holds
+        :attr:`lock` until it reports the write with :meth:`appended`."""
         if self.replay_only:
             raise ReplayEnd(self.cursor.walked)  # a replay never writes, whatever asks it to
         if self._divergence is not None:
             raise self._divergence
         if self._ended:
             raise RunEnded(f"task {self.task_id!r}: this run has stopped; a later run takes the work up")
-        return self.task_id, [*self._deferred, *events] if self._deferred else events, self._version, self._fence
+        events = [*self._deferred, *events] if self._deferred else events
+        return _tuple_new(StagedWrite, (self.task_id, events, self._version, self._fence))
 
     def appended(self, version: int) -> None:
         """What :meth:`staged` gave was written: the task is at ``version``."""
@@ -344,9 +364,9 @@ class Recorder:
     # ------------------------------------------------------------------ compensation
     def compensate_with(self, n: int, undo: ToolSpec, result: Any) -> None:
         """Call ``n`` completed with ``result``: ``undo(result)`` runs if the task fails or is cancelled."""
-        self._compensations.append((n, undo, result))
+        self._compensations.append(Compensation(n, undo, result))
 
-    def compensations_due(self) -> list[tuple[int, ToolSpec, Any]]:
+    def compensations_due(self) -> list[Compensation]:
         """The run is compensating from now on (a cancel no longer stops it): the compensations to run,
         latest call first, without those a failure a retry answered has run already. Those this
         failure (or cancel) recorded before the run stopped are among them: they replay from their
@@ -355,8 +375,8 @@ class Recorder:
         self.cursor.compensating()
         done = self.cursor.compensated_before()
         # In reverse order of the calls' ordinals (parallel calls finish in any order).
-        due = sorted(self._compensations, key=lambda c: c[0], reverse=True)
-        return [c for c in due if c[0] not in done]
+        due = sorted(self._compensations, key=lambda c: c.n, reverse=True)
+        return [c for c in due if c.n not in done]
 
 
 class GroupCommit:

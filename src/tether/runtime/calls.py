@@ -95,8 +95,7 @@ class Issued(NamedTuple):
 def _intent(issued: Issued, attempt: int, kind: str, compensates: int | None) -> CallStarted:
     """What is recorded before an attempt runs: the call's identity and arguments, so a crash inside
     the attempt leaves its effect in doubt, never unknown."""
-    n, spec, _, _, arguments, key, _ = issued  # unpacked: a named field is a slow attribute in 3.11
-    return CallStarted(n, key, spec.name, arguments, attempt, kind, compensates)
+    return CallStarted(issued.n, issued.key, issued.spec.name, issued.arguments, attempt, kind, compensates)
 
 
 def _completion(
@@ -104,10 +103,9 @@ def _completion(
 ) -> CallCompleted:
     """The record of an attempt that returned ``recorded``. A call whose record has not ``started``
     (a readonly call has no intent) carries its identity in its completion."""
-    n, spec, _, _, arguments, key, _ = issued
     if started:
-        return CallCompleted(n, recorded, attempt, duration, None, None, None, kind)
-    return CallCompleted(n, recorded, attempt, duration, key, spec.name, arguments, kind)
+        return CallCompleted(issued.n, recorded, attempt, duration, None, None, None, kind)
+    return CallCompleted(issued.n, recorded, attempt, duration, issued.key, issued.spec.name, issued.arguments, kind)
 
 
 def _cannot_store(tool: str, value: Any, exc: InvalidInputError) -> InvalidInputError:
@@ -185,7 +183,7 @@ class Calls:
         readonly: bool | None = None,
     ) -> Flow[Any]:
         """The recorded call, written once for sync and async (see :mod:`tether.runtime._flow`)."""
-        n, spec, _, _, _, key, record = issued
+        n, spec, record = issued.n, issued.spec, issued.record
         readonly = spec.readonly if readonly is None else readonly
         undo = compensate or spec.compensate
         if record is not None:
@@ -199,7 +197,7 @@ class Calls:
             if record.status == "failed":
                 raise ToolError(
                     spec.name,
-                    key=key,
+                    key=issued.key,
                     error_type=last.error_type or "Error",
                     message=last.message or "",
                     attempts=sum(1 for a in record.attempts if a.error_type not in (None, "Interrupted")),
@@ -217,16 +215,17 @@ class Calls:
         and its driver (the common case: a call that has no record and whose tool returns a value
         that can be stored). Its records are the flow's, written in the same order; anything else
         (a replayed call, an error, a value that cannot be stored) is the flow's to handle."""
-        n, spec, args, kwargs, _, key, record = issued
-        if record is not None:
+        if issued.record is not None:
             return drive(self.flow(issued, compensate))
+        spec = issued.spec
         rec = self._recorder
         readonly = spec.readonly
         try:  # counted in ``inflight`` from its issue until it ends, as in :meth:`flow`
             rec.going_live()
             if not readonly:
                 rec.append([_intent(issued, 1, "call", None)])
-            outcome = run_tool(spec.fn, args, kwargs, _tuple_new(CallInfo, (rec.task_id, n, spec.name, key, 1)))
+            current = _tuple_new(CallInfo, (rec.task_id, issued.n, spec.name, issued.key, 1))
+            outcome = run_tool(spec.fn, issued.args, issued.kwargs, current)
             ok, value, duration = outcome
             if ok:
                 try:
@@ -239,7 +238,7 @@ class Calls:
                     except InvalidInputError as exc:  # refused by the store: the flow records it, not offered again
                         undo = compensate or spec.compensate
                         return drive(self._attempts(issued, undo, "call", None, readonly, 1, 0, outcome, exc))
-                    return self._kept(n, spec, compensate or spec.compensate, recorded)
+                    return self._kept(issued.n, spec, compensate or spec.compensate, recorded)
             return drive(self._attempts(issued, compensate or spec.compensate, "call", None, readonly, 1, 0, outcome))
         finally:
             rec.settled()
@@ -249,9 +248,9 @@ class Calls:
         handed to the writer as the flow's driver hands a :class:`~tether.runtime._flow.Commit`
         (group commit: awaited when queued), without a flow and its driver in between. Anything
         else is the flow's to handle, as there."""
-        n, spec, args, kwargs, _, key, record = issued
-        if record is not None:
+        if issued.record is not None:
             return await drive_async(self.flow(issued, compensate))
+        spec = issued.spec
         rec = self._recorder
         readonly = spec.readonly
         writer = rec.writer
@@ -261,9 +260,8 @@ class Calls:
                 waiter = writer.commit_soon([_intent(issued, 1, "call", None)])
                 if waiter is not None:
                     await waiter
-            outcome = await run_tool_async(
-                spec.fn, args, kwargs, _tuple_new(CallInfo, (rec.task_id, n, spec.name, key, 1))
-            )
+            current = _tuple_new(CallInfo, (rec.task_id, issued.n, spec.name, issued.key, 1))
+            outcome = await run_tool_async(spec.fn, issued.args, issued.kwargs, current)
             ok, value, duration = outcome
             if ok:
                 try:
@@ -280,7 +278,7 @@ class Calls:
                         return await drive_async(
                             self._attempts(issued, undo, "call", None, readonly, 1, 0, outcome, exc)
                         )
-                    return self._kept(n, spec, compensate or spec.compensate, recorded)
+                    return self._kept(issued.n, spec, compensate or spec.compensate, recorded)
             undo = compensate or spec.compensate
             return await drive_async(self._attempts(issued, undo, "call", None, readonly, 1, 0, outcome))
         finally:
@@ -298,14 +296,14 @@ class Calls:
     ) -> Flow[Any]:
         """A call whose record ends with no outcome (the process stopped inside an attempt or during a
         backoff, or the task was retried): settle where it stopped, then attempt again under the same key."""
-        n, spec, _, _, _, _, record = issued
+        record = issued.record
         assert record is not None
         rec = self._recorder
         last = record.attempts[-1]
         if last.finished_at is None:
             found = yield from self._in_doubt(issued, last)  # goes live
             if found is not None:
-                return self._kept(n, spec, undo, found)
+                return self._kept(issued.n, issued.spec, undo, found)
         else:
             rec.going_live()  # the record ends inside this call: what follows is live
             if last.backoff:
@@ -328,7 +326,7 @@ class Calls:
         What follows goes live — except for ``"raise"``, which leaves the call for a person with
         nothing live (the run then leaves the task waiting on them) unless a cancel stops the run here,
         or its compensations go on past it, or a replay ends here."""
-        n, spec, _, _, _, key, _ = issued
+        n, spec, key = issued.n, issued.spec, issued.key
         rec = self._recorder
         writer = rec.writer
         raising = spec.on_unknown == "raise"
@@ -373,9 +371,9 @@ class Calls:
         the intent recorded before each attempt, unless it is readonly, and the result after it; an error
         retried or recorded as the call's failure. ``first``: the attempt a shortcut (:meth:`call_sync`,
         :meth:`call_async`) ran; ``refused``: why the store refused the completion it offered."""
-        n, spec, args, kwargs, _, key, record = issued
+        n, spec = issued.n, issued.spec
         rec = self._recorder
-        exists = record is not None or (first is not None and not readonly)
+        exists = issued.record is not None or (first is not None and not readonly)
         if first is None:
             rec.going_live()
         writer = rec.writer
@@ -385,8 +383,8 @@ class Calls:
                 if not readonly:
                     yield _tuple_new(Commit, (writer, [_intent(issued, attempt, kind, compensates)]))
                     exists = True
-                current = _tuple_new(CallInfo, (rec.task_id, n, spec.name, key, attempt))
-                outcome = yield invoke(spec.fn, args, kwargs, current)
+                current = _tuple_new(CallInfo, (rec.task_id, n, spec.name, issued.key, attempt))
+                outcome = yield invoke(spec.fn, issued.args, issued.kwargs, current)
             assert outcome is not None
             if outcome.ok:
                 value = outcome.value
@@ -430,7 +428,7 @@ class Calls:
     ) -> Flow[None]:
         """Record an attempt that ended in ``failure`` (after ``events``): with its ``backoff`` when it is
         retried, else with the call's failure, which is raised to the code as a :class:`ToolError`."""
-        n, spec, _, _, _, key, _ = issued
+        n, spec = issued.n, issued.spec
         tb = "".join(traceback.format_exception(failure))
         error_type = type(failure).__name__
         events.append(
@@ -450,7 +448,7 @@ class Calls:
         yield _tuple_new(Commit, (self._recorder.writer, events))
         if backoff is None:
             raise ToolError(
-                spec.name, key=key, error_type=error_type, message=str(failure), attempts=errors, traceback=tb
+                spec.name, key=issued.key, error_type=error_type, message=str(failure), attempts=errors, traceback=tb
             ) from failure
 
     def backoff(self, until: float, *, own: int) -> Flow[None]:
@@ -475,8 +473,8 @@ class Calls:
         """A recorded read of outside state: replay returns what was read; live, a read of the same
         thing recorded less than ``ttl`` seconds ago is served again, an older one is read afresh."""
         if issued.record is None and ttl > 0:
-            n, spec, _, _, arguments, key, _ = issued
-            arguments = as_json(arguments)
+            n, spec = issued.n, issued.spec
+            arguments = as_json(issued.arguments)
             now = time.time()
             rec = self._recorder
             for earlier in reversed(rec.latest.calls):
@@ -490,7 +488,7 @@ class Calls:
                         result=earlier.result,
                         attempt=1,
                         duration=0.0,
-                        key=key,
+                        key=issued.key,
                         tool=spec.name,
                         args=arguments,
                         kind="fetch",
@@ -510,12 +508,12 @@ class Calls:
         rec = self._recorder
         while rec.branches:
             yield Wait(0.001)
-        for n, spec, result in rec.compensations_due():
-            issued = self.issue(spec.fn, (result,), {}, n)
+        for due in rec.compensations_due():
+            issued = self.issue(due.undo.fn, (due.result,), {}, due.n)
             try:
                 # Its intent always recorded, a readonly undo's too: the intent names the call it
                 # undoes, which a retry's run reads to leave it done (a completion alone does not).
-                yield from self.flow(issued, kind="compensation", compensates=n, readonly=False)
+                yield from self.flow(issued, kind="compensation", compensates=due.n, readonly=False)
             except ToolError:
                 continue  # recorded; it must not hide the original failure
 

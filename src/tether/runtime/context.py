@@ -117,9 +117,14 @@ class _Context:
         if model is None:
             raise TetherError(f"task {spec.name!r} declares no state model; use @app.task(state=Model)")
         state = self.state
-        if self._data_cache is None or self._data_cache[0] != state.version:
-            self._data_cache = (state.version, read_only(model).model_validate(upcast_data(spec, state)))
-        return self._data_cache[1]
+        cached = self._data_cache
+        if cached is not None:
+            version, data = cached
+            if version == state.version:
+                return data
+        data = read_only(model).model_validate(upcast_data(spec, state))
+        self._data_cache = (state.version, data)
+        return data
 
     @property
     def session(self) -> TaskSession:

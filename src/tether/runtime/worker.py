@@ -152,9 +152,14 @@ class Worker:
             handle = run_claimed(engine, task_id, token)
             elapsed = time.monotonic() - started
             # One record per run, with what a person watching the worker wants on one line.
-            run = (task_id, handle.status.value, elapsed)
+            status = handle.status.value
             log.info(
-                "worker %s: task %s %s in %.3fs", engine.worker_id, task_id, run[1], elapsed, extra={"tether_run": run}
+                "worker %s: task %s %s in %.3fs",
+                engine.worker_id,
+                task_id,
+                status,
+                elapsed,
+                extra={"tether_run": (task_id, status, elapsed)},
             )
             with self._lock:
                 self._stopped.pop(task_id, None)

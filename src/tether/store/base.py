@@ -465,10 +465,13 @@ def read_across_forks(
     while True:
         chain.append((current, limit))
         parent = parent_of(current)
-        if parent is None or parent[1] <= after:
+        if parent is None:
             break
-        limit = parent[1] if limit is None else min(limit, parent[1])
-        current = parent[0]
+        parent_id, at = parent
+        if at <= after:
+            break
+        limit = at if limit is None else min(limit, at)
+        current = parent_id
     rows: list[EventRow] = []
     for part, last in reversed(chain):
         rows.extend(segment(part, rows[-1].seq if rows else after, last))
