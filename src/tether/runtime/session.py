@@ -294,9 +294,13 @@ def fork_conversation(log: TaskLog, at_state: TaskState, session_id: str, new_se
     stream = Stream(log, stream_id(session_id), SESSION_TYPE)
     version = at_state.session_version if session_id == at_state.session_id else 0
     if version == 0:
-        # The task had not used its conversation by then: take it as it stood at that moment.
+        # The task had not used its conversation by then: take it as it stood at that moment (a shared
+        # conversation nobody has written yet is not made: the new one starts empty, as it stood).
         moment = at_state.updated_at.timestamp()
-        version = max((r.seq for r in stream.read() if r.at <= moment), default=0)
+        try:
+            version = max((r.seq for r in stream.read() if r.at <= moment), default=0)
+        except TaskNotFoundError:
+            version = 0
     if version == 0:
         return False
     log.fork_stream(stream.id, version, new_id=stream_id(new_session_id))
