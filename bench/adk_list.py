@@ -1,4 +1,4 @@
-"""``list_sessions`` over 10,000 sessions, by two checkouts of tether on one database: before and after.
+"""``list_sessions`` over 10,000 sessions, by two checkouts of tether on one database, side by side.
 
 Run: ``python bench/adk_list.py --src /path/to/other/checkout/src`` (this checkout's ``src`` is the
 other side). It fills one SQLite file with 10,000 sessions (100 users, one state key each), then

@@ -1,4 +1,4 @@
-"""Instructions ``app.history`` runs, counted (not timed) under valgrind's callgrind (issue 17, target 5).
+"""Instructions ``app.history`` runs, counted (not timed) under valgrind's callgrind.
 
 Run: ``python bench/history_instructions.py [--src PATH]`` (needs ``valgrind``; ~2-4 minutes).
 Timings on shared cores move with the neighbours' load; an instruction count does not. A task of
@@ -10,7 +10,7 @@ Timings on shared cores move with the neighbours' load; an instruction count doe
 * ``summaries``: ``app.history`` and every entry's summary read, as ``tether history`` prints them
 
 runs once and four times, each in a process of its own under callgrind; the difference over three
-reads is what one costs. ``--src`` counts another checkout's ``src`` (to compare before and after
+reads is what one costs. ``--src`` counts another checkout's ``src`` (to compare two versions
 in one run; the task is stored by this checkout). Prints one line of JSON with each count and the
 history's ratios to the floor.
 """

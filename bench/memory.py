@@ -8,15 +8,15 @@ One App on a SQLite file runs task after task, each 100 side-effecting calls ret
 after a full garbage collection: the interpreter's allocated memory blocks
 (``sys.getallocatedblocks``: every object and buffer alive) and the resident set size. Two apps,
 each in a process of its own: the default (``cache_bytes``, 16 MiB of stored events) and one whose
-memory is bounded by the count of tasks alone (4,096: tether before the byte budget), beside the
+memory is bounded by the count of tasks alone (4,096, with no budget of bytes), beside the
 floor, the same process right after its App was made and its first task run. With them, what
 every full garbage collection walks (the objects the cycle collector tracks) and how long one takes
 (median of three ``gc.collect()``): an event loop stalls that long whenever one falls in its way.
 Without ``--quick``, a third app keeps its tasks' call records as objects once their runs stopped
-(tether before it put them away, read from their events when asked for).
+(where the default puts them away and reads them from their events when asked for).
 
-Target: the blocks alive after the most tasks are at most 1.2x those after the middle number
-(flat: a process keeps nothing for each task it went through, beyond its budget).
+Threshold (the JSON's ``pass``): the blocks alive after the most tasks are at most 1.2x those after
+the middle number (flat: a process keeps nothing for each task it went through, beyond its budget).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def main() -> None:
     growth = {name: row[str(sizes[-1])][0] / row[str(sizes[1])][0] for name, row in rows.items()}
     print(
         f"blocks after {sizes[-1]:,} tasks / after {sizes[1]:,}: default {growth['default']:.2f} "
-        f"(target <= {TARGET}), bounded by the count of tasks alone {growth['count_only']:.2f}"
+        f"(threshold <= {TARGET}), bounded by the count of tasks alone {growth['count_only']:.2f}"
     )
     report = {
         "tasks": sizes,

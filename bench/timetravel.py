@@ -3,7 +3,7 @@
 Run: ``python bench/timetravel.py`` (1,000 and 100,000 events; ``--quick``: 1,000 and 10,000).
 Prints a table, then one line of JSON.
 
-Two shapes of task, each event a ~500-byte observation (issue 17, target 5):
+Two shapes of task, each event a ~500-byte observation:
 
 * ``overwrite``: the state stays about the same size (ten keys, each overwritten in turn), as a
   task whose data is a working set;
@@ -13,15 +13,18 @@ Two shapes of task, each event a ~500-byte observation (issue 17, target 5):
 For each shape and size, from a fresh ``TaskLog`` (nothing cached in the process):
 
 * ``state_at`` near the start, at the middle and at the end, each against loading the latest
-  state (target: each within 3x);
+  state (threshold: each within 3x);
 * ``fork`` near the start and near the end of the biggest task, against the same at 1,000
-  events (target: within 2x; a fork points at its parent's events and copies none);
+  events (threshold: within 2x; a fork points at its parent's events and copies none);
 
 and ``app.history`` of a task of 1,000 steps, each a step with one readonly call returning
-~500 bytes (3,004 events; target 5 ms), against the floor of fetching its rows with the stdlib's
+~500 bytes (3,004 events; threshold 5 ms), against the floor of fetching its rows with the stdlib's
 ``sqlite3`` and doing nothing with them. An entry makes its time, summary and event when first
 read, so the listing is timed beside the listing with every summary read (as ``tether history``
 prints them). ``--only history`` runs that part alone.
+
+The thresholds decide the JSON's ``pass``: a point in a task's past costs about what its latest
+state does, however long the task, and a fork does not copy the history it starts from.
 """
 
 from __future__ import annotations
@@ -165,7 +168,7 @@ def history_json(hist: dict[str, float]) -> dict[str, float]:
 
 def print_history(hist: dict[str, float]) -> None:
     print(
-        f"history of a 1,000-step task ({hist['events']:,.0f} events): {hist['ms']:.2f} ms (target <= 5); "
+        f"history of a 1,000-step task ({hist['events']:,.0f} events): {hist['ms']:.2f} ms (threshold <= 5); "
         f"the raw sqlite3 fetch of its rows {hist['raw_fetch_ms']:.2f} ms: {hist['ratio']:.2f}x the floor; "
         f"with every summary read {hist['read_ms']:.2f} ms"
     )
@@ -215,8 +218,8 @@ def main() -> None:
         r = result[shape]
         assert isinstance(r, dict)
         print(
-            f"{shape}: worst state_at vs latest at {sizes[-1]:,} events {r['state_at_ratio']:.2f} (target <= 3); "
-            f"worst fork at {sizes[-1]:,} vs at {sizes[0]:,} events {r['fork_ratio']:.2f} (target <= 2)"
+            f"{shape}: worst state_at vs latest at {sizes[-1]:,} events {r['state_at_ratio']:.2f} (threshold <= 3); "
+            f"worst fork at {sizes[-1]:,} vs at {sizes[0]:,} events {r['fork_ratio']:.2f} (threshold <= 2)"
         )
     print_history(hist)
     print(orjson.dumps(result).decode())
