@@ -74,7 +74,8 @@ _READERS = _ByClass()
 
 def event_fields(event: Event) -> dict[str, Any]:
     """The dict of an event's fields, in their order (what ``Event.to_dict`` gives, faster)."""
-    return _READERS[type(event)][0](event)
+    fields_of, _ = _READERS[type(event)]
+    return fields_of(event)
 
 
 def encode_event(event: Event, max_bytes: int) -> str:

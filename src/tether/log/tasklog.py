@@ -580,7 +580,8 @@ class TaskLog:
         last = self.version(task_id)
         if seq < 1 or seq > last:
             raise SequenceError(task_id, seq, last)
-        return self._folded(task_id, seq)[0]
+        state, _, _ = self._folded(task_id, seq)
+        return state
 
     def events(self, task_id: str, *, after: int = 0, upto: int | None = None) -> list[Recorded]:
         """Decoded events with ``after < seq <= upto``."""

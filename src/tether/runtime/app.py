@@ -266,7 +266,8 @@ class App:
     ) -> TaskHandle:
         """Record a new task without running it (``pending``); an existing ``task_id`` is returned as is."""
         spec = self.registry.task(task)
-        return TaskHandle.of(self._create(spec, args, kwargs, task_id, user_id, session_id)[1])
+        _, state = self._create(spec, args, kwargs, task_id, user_id, session_id)
+        return TaskHandle.of(state)
 
     def _create(
         self,
@@ -592,7 +593,8 @@ class App:
         """Record that a task is to be cancelled, without running it: its next run (a worker's, or
         :meth:`cancel` here) compensates and ends it. Idempotent; a finished task other than a
         cancelled one is refused with :class:`InvalidTransition`. ``actor``: who asked."""
-        return TaskHandle.of(self._request_cancel(task_id, reason, actor)[0])
+        state, _ = self._request_cancel(task_id, reason, actor)
+        return TaskHandle.of(state)
 
     def _request_cancel(self, task_id: str, reason: str, actor: str | None) -> tuple[TaskState, int | None]:
         """The task's state once the cancel is requested, and the version this request made (``None``

@@ -152,8 +152,13 @@ class TaskRow:
         return None if self.status in FINISHED else self.held_by(now)
 
 
-Position = tuple[str, float, int]
-"""Where a stream stands, as :meth:`Store.stream_positions` reads it: ``(task_id, created_at, version)``."""
+class Position(NamedTuple):
+    """Where a stream stands, as :meth:`Store.stream_positions` reads it."""
+
+    task_id: str
+    created_at: float
+    """Which stream it is (a rewind or a delete and re-create puts another under the same id)."""
+    version: int
 
 
 @dataclass(frozen=True, slots=True)

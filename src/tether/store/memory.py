@@ -224,7 +224,7 @@ class MemoryStore:
         flt = TaskFilter(type=type, user_id=user_id)
         with self._lock:
             return [
-                (s.row.task_id, s.row.created_at, s.row.version)
+                Position(s.row.task_id, s.row.created_at, s.row.version)
                 for (t, task_id), s in self._tasks.items()
                 if t == tenant and task_id.startswith(prefix) and _matches(s.row, flt)
             ]

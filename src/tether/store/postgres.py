@@ -482,7 +482,7 @@ class PostgresStore:
 
     def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
         query = _sql.positions_query(tenant, type, prefix, user_id, collate=_sql.ID_ORDER)
-        return [(r[0], r[1], r[2]) for r in self._read(*query)]
+        return [Position(*r) for r in self._read(*query)]
 
     def _read(self, query: str, params: Sequence[Any]) -> list[Any]:
         """The rows of a shared statement (written with ``?``) and its parameters."""

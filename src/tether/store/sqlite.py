@@ -494,7 +494,7 @@ class SQLiteStore:
         return int(self._read(*_sql.count_tasks_query(tenant, flt, cap=cap))[0][0])
 
     def stream_positions(self, tenant: str, type: str, prefix: str, *, user_id: str | None = None) -> list[Position]:
-        return [(r[0], r[1], r[2]) for r in self._read(*_sql.positions_query(tenant, type, prefix, user_id))]
+        return [Position(*r) for r in self._read(*_sql.positions_query(tenant, type, prefix, user_id))]
 
     def _read(self, query: str, params: Sequence[Any]) -> list[Any]:
         with self._lock:
