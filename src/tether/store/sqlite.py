@@ -258,7 +258,7 @@ class SQLiteStore:
     def _append_one(self, tenant: str, task_id: str, event: EventRow, expected_version: int, fence: int | None) -> None:
         """The common case: one guarded INSERT in autocommit mode, one statement. A single write
         statement takes the write lock at its start, so the busy handler applies."""
-        seq, type_, schema, at, data, _ = event  # unpacked: a named field is a slow attribute in 3.11
+        seq, type_, schema, at, data, _ = event
         if type(data) is not str:
             data = text(data)
         cursor = self._append_cursor
