@@ -99,3 +99,20 @@ def test_the_core_never_imports_the_kit() -> None:
     code = "import sys, tether, tether.cli, tether.store; assert 'tether.testing' not in sys.modules; print('ok')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_capabilities_left_undeclared_are_probed() -> None:
+    """A backend that declares none has cross_process, push and dump found for it: a memory store
+    wakes its own readers and shares nothing with another open; a SQLite file is shared, and its
+    wait wakes on other connections' commits only."""
+    from tether.testing import MemoryBackend, SQLiteBackend
+
+    class Memory(MemoryBackend):
+        capabilities = None
+
+    class SQLite(SQLiteBackend):
+        capabilities = None
+
+    memory, sqlite = Memory("memory://"), SQLite("sqlite:///probe.db")
+    assert [memory.has(c) for c in ("cross_process", "push", "dump", "durable")] == [False, True, True, False]
+    assert [sqlite.has(c) for c in ("cross_process", "push", "dump", "durable")] == [True, False, True, False]

@@ -26,6 +26,7 @@ from tether.testing.backends import Backend, MemoryBackend, PostgresBackend, SQL
 from tether.testing.capabilities import CAPABILITIES, Capability
 from tether.testing.plugin import (
     dump_database,
+    opens_share,
     pytest_addhooks,
     pytest_addoption,
     pytest_collection_modifyitems,
@@ -47,6 +48,7 @@ __all__ = [
     "SQLiteBackend",
     "Target",
     "dump_database",
+    "opens_share",
     "pytest_addhooks",
     "pytest_addoption",
     "pytest_collection_modifyitems",

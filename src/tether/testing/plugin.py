@@ -17,6 +17,7 @@ from tether.testing.report import TAG, Proof
 
 __all__ = [
     "dump_database",
+    "opens_share",
     "pytest_addhooks",
     "pytest_addoption",
     "pytest_collection_modifyitems",
@@ -117,8 +118,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tag each of the kit's own checks with its backend, its capability (the module it is in:
-    ``contract/appends``, ``runtime/waits``) and the optional capabilities it needs, for the report."""
+    """Tag each of the kit's own checks with its backend, its capability (for the contract, its module:
+    ``contract/appends``; for the runtime, its package: ``runtime/waits``) and the optional
+    capabilities it needs, for the report."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         module = getattr(getattr(item, "module", None), "__name__", "")
@@ -127,7 +129,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         target = callspec.params["tether_backend"]
         if not isinstance(target, Target):
             continue
-        area = module.removeprefix(KIT).replace(".test_", "/").replace(".", "/")
+        parts = module.removeprefix(KIT).split(".")  # contract.test_appends, runtime.waits.test_waiting
+        area = "/".join(parts[:-1] if len(parts) > 2 else [parts[0], parts[1].removeprefix("test_")])
         requires = [name for mark in item.iter_markers("tether_requires") for name in mark.args]
         item.user_properties.append((TAG, (target.id, area, tuple(requires))))
 
@@ -169,14 +172,31 @@ def store(store_url: str) -> Iterator[Store]:
     opened.close()
 
 
+def _backend_of(url: str) -> Backend:
+    backend = _made.get(url) or builtin_backend(url)
+    if backend is None:
+        raise LookupError(f"no backend the kit knows made {url!r}")
+    return backend
+
+
+def opens_share(url: str) -> bool:
+    """Whether another open of ``url`` sees what this one wrote: the backend has ``cross_process``
+    (a memory store is its opener's own). A check that needs a second view of the same database
+    opens the URL again when this is true, and reuses its store object when it is not.
+
+    Example:
+        >>> opens_share("memory://")
+        False
+    """
+    return _backend_of(url).has("cross_process")
+
+
 def dump_database(url: str, store: Store | None = None) -> object:
     """Everything the database at ``url`` holds, to compare before and after an operation that must
     write nothing: SQLite's SQL dump, every table of a PostgreSQL schema, the memory store's
     dictionaries (``store`` is the open store; an in-process backend is dumped from it). A check
     that calls it is marked ``tether_requires("dump")``."""
-    backend = _made.get(url) or builtin_backend(url)
-    if backend is None:
-        raise LookupError(f"no backend the kit knows made {url!r}")
+    backend = _backend_of(url)
     try:
         return backend.dump(url, store)
     except NotImplementedError:
