@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import tether
+from tether.testing import opens_share
 
 
 def _app(store: tether.Store | str) -> tether.App:
@@ -43,7 +44,7 @@ def test_losing_the_create_race_returns_the_task(store_url: str, monkeypatch: py
 
 
 def test_simultaneous_runs_of_one_id(store_url: str) -> None:
-    shared = tether.open_store(store_url) if store_url.startswith("memory") else None
+    shared = None if opens_share(store_url) else tether.open_store(store_url)
     apps = [_app(shared if shared is not None else store_url) for _ in range(4)]
     outcomes: list[object] = []
     barrier = threading.Barrier(len(apps))

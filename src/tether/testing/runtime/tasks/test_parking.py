@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import tether
-from tests.conftest import dump_database
+from tether.testing import dump_database
 
 
 def _events(app: tether.App, task_id: str) -> list[tuple[object, ...]]:
@@ -35,6 +35,7 @@ def _diverging_app(store_url: str) -> tuple[tether.App, dict[str, bool]]:
     return app, changed
 
 
+@pytest.mark.tether_requires("dump")
 def test_a_divergent_task_is_parked_once_and_no_worker_claims_it_again(store_url: str) -> None:
     app, changed = _diverging_app(store_url)
     assert app.run("job", "o1", task_id="t").status is tether.Status.AWAITING_INPUT

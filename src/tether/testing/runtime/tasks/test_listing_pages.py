@@ -8,11 +8,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Iterator
 
-import pytest
-
-from tests.conftest import PG_URL, pg_url
 from tether.store import EventRow, Store, TaskFilter, TaskRow, open_store
 
 TENANT = "default"
@@ -60,32 +56,6 @@ def _check(store: Store, rows: list[TaskRow], rng: random.Random) -> None:
 def test_pages_of_several_statuses_and_ids_by_prefix_are_exact(store_url: str) -> None:
     rng = random.Random(1726)
     store = open_store(store_url)
-    try:
-        _check(store, _fill(store, rng), rng)
-    finally:
-        store.close()
-
-
-@pytest.fixture
-def icu_url() -> Iterator[str]:
-    """A PostgreSQL schema whose task ids are in an ICU collation, which orders ``a-b`` and ``ab``
-    not by code point (and ignores spaces and punctuation at first)."""
-    for url in pg_url("icu"):
-        import psycopg
-
-        schema = url.rpartition("schema=")[2]
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            if conn.execute("SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu'").fetchone() is None:
-                pytest.skip("this PostgreSQL server has no ICU collations (built without ICU)")
-        open_store(url).close()  # tether's tables, then their ids in that collation
-        with psycopg.connect(PG_URL, autocommit=True, options=f"-c search_path={schema}") as conn:
-            conn.execute('ALTER TABLE tasks ALTER COLUMN task_id TYPE text COLLATE "und-x-icu"')
-        yield url
-
-
-def test_a_prefix_is_exact_whatever_the_collation_of_ids(icu_url: str) -> None:
-    store = open_store(icu_url)
-    rng = random.Random(1726)
     try:
         _check(store, _fill(store, rng), rng)
     finally:
