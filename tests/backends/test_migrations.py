@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import tether
-from tests.conformance.test_timetravel import _waits_then_sends
 from tether.events import OutputSet, PlanSet, StepCompleted, StepStarted
 from tether.log.heads import read_head, row_head_of
 from tether.store import EventRow
+from tether.testing.runtime.timetravel.test_timetravel import _waits_then_sends
 
 
 def _v1_database(url: str, task: tether.TaskLog, task_id: str) -> None:

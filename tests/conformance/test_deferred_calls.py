@@ -18,9 +18,8 @@ from tether.events import CallCompleted, CallFailed, Event, fold
 from tether.log.snapshots import snapshot_row
 from tether.model import STATE_SCHEMA_VERSION
 from tether.store import SnapshotRow
-
-from .test_lazy_calls import _readonly, _started
-from .test_snapshot_heads import PAD, _is_head, _snapshots
+from tether.testing.runtime.calls.test_lazy_calls import _readonly, _started
+from tether.testing.runtime.timetravel.test_snapshot_heads import PAD, _is_head, _snapshots
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ import pytest
 import tether
 from tether.events import CallCompleted, CallFailed, Event, ObservationRecorded, RetryRequested, fold
 from tether.store import SnapshotRow
-
-from .test_lazy_calls import _failed_attempt, _mixed, _readonly, _started
+from tether.testing.runtime.calls.test_lazy_calls import _failed_attempt, _mixed, _readonly, _started
 
 
 def _snapshots(log: tether.TaskLog, task_id: str) -> list[SnapshotRow]:
@@ -178,8 +177,6 @@ def test_heads_without_an_intact_full_snapshot_are_passed_over(
     assert "reading its calls from events" in caplog.records[0].getMessage()
     _every_state_at_is_the_fold(log, task_id)
     assert tether.TaskLog(log.store).load(task_id) == fold(log.events(task_id))
-
-
 
 
 def test_a_call_open_across_a_head_while_later_ones_finish_reads_through_it_without_falling_back(

@@ -1,4 +1,5 @@
 """Durable execution: replay, keys, retries, failure context, compensation, typed data."""
+# mypy: disable-error-code="no-any-return"
 
 from __future__ import annotations
 

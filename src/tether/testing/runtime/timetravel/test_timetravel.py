@@ -1,4 +1,5 @@
 """History, state around steps, diff, fork, rewind and replay, on tasks of many shapes."""
+# mypy: disable-error-code="func-returns-value,no-any-return"
 
 from __future__ import annotations
 

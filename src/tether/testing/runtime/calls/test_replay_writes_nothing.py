@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import tether
-from tests.conftest import dump_database
+from tether.testing import dump_database
 
 
 class Stop(BaseException):
@@ -18,6 +18,7 @@ class Stop(BaseException):
 POSITIONS = ["inside_step", "after_steps_last_call", "waiting", "sleeping", "failed", "completed"]
 
 
+@pytest.mark.tether_requires("dump")
 @pytest.mark.parametrize("position", POSITIONS)
 def test_replay_writes_nothing_wherever_the_task_stopped(store_url: str, position: str) -> None:
     app = tether.App(store_url)
@@ -61,6 +62,7 @@ def test_replay_writes_nothing_wherever_the_task_stopped(store_url: str, positio
     assert dump_database(store_url, app.store) == before
 
 
+@pytest.mark.tether_requires("dump")
 @pytest.mark.parametrize("where", ["inside_the_record", "where_the_record_ends"])
 @pytest.mark.parametrize(
     "error",
@@ -120,6 +122,7 @@ def test_code_that_now_raises_before_recorded_work_diverges(store_url: str) -> N
     assert not report.clean and "KeyError" in report.outcome
 
 
+@pytest.mark.tether_requires("dump")
 def test_a_replay_runs_no_tool_past_the_record(store_url: str) -> None:
     """Where the record ends, the next call would run live: a replay stops there, before a readonly
     call (which records nothing until it returns) runs as much as before one with an intent."""

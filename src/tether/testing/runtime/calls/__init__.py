@@ -1,0 +1,2 @@
+"""Recorded calls: replay, keys, retries, failures and compensations, what a replay writes (nothing),
+patches and checks."""

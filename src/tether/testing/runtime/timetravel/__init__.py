@@ -1,0 +1,1 @@
+"""Time travel: history, state at any point, diff, fork, rewind and replay."""
