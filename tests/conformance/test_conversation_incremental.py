@@ -43,8 +43,14 @@ def log(store_url: str, monkeypatch: pytest.MonkeyPatch) -> tether.TaskLog:
 
 def _open(log: tether.TaskLog, sid: str, auto: bool = False) -> Session:
     """``auto``: compacts itself once the turns after its summary weigh over 150 tokens."""
-    return open_session(log, sid, user_id="u", counter=COUNTER, summarizer=extractive_summarizer if auto else None,
-                        compact_when_tokens_over=150 if auto else None)
+    return open_session(
+        log,
+        sid,
+        user_id="u",
+        counter=COUNTER,
+        summarizer=extractive_summarizer if auto else None,
+        compact_when_tokens_over=150 if auto else None,
+    )
 
 
 def _apply(session: Session, name: str, arg: int, n: int) -> None:

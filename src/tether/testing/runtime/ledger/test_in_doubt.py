@@ -1,6 +1,7 @@
 """A task whose call is in doubt under ``on_unknown="raise"`` waits for a person, on every backend:
 no worker takes it up until the call is settled (each one took it up again at once, and the queue
 behind it starved); a run of it before then writes nothing; settling it wakes it and records who."""
+# mypy: disable-error-code="attr-defined,misc,union-attr,unused-ignore"
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 import pytest
 
 import tether
-from tests.conformance.test_ledger import _task_with_interrupted_charge
-from tests.conftest import dump_database
+from tether.testing import dump_database
+from tether.testing.runtime.ledger.test_ledger import _task_with_interrupted_charge
 
 
 @pytest.fixture
@@ -54,6 +55,7 @@ def test_a_call_in_doubt_leaves_the_task_waiting_and_no_worker_takes_it(app: tet
     assert "its outcome is unknown" in app.history("co")[-2].summary
 
 
+@pytest.mark.tether_requires("dump")
 def test_a_run_of_a_task_still_in_doubt_writes_nothing(app: tether.App, store_url: str) -> None:
     _parked(app)
     before = dump_database(store_url, app.store)
@@ -72,6 +74,7 @@ def test_settling_the_call_wakes_the_task_and_records_who(app: tether.App) -> No
     assert run.output == {"charge": "ch_by_hand"} and len(effects) == 1
 
 
+@pytest.mark.tether_requires("dump")
 @pytest.mark.parametrize("happened", [True, False])
 def test_resolve_is_refused_while_a_process_holds_the_task(app: tether.App, store_url: str, happened: bool) -> None:
     _parked(app)
@@ -85,6 +88,7 @@ def test_resolve_is_refused_while_a_process_holds_the_task(app: tether.App, stor
     assert dump_database(store_url, app.store) == before
 
 
+@pytest.mark.tether_requires("dump")
 def test_keys_of_tethers_own_are_not_for_answers_or_waits(app: tether.App, store_url: str) -> None:
     _parked(app)
     before = dump_database(store_url, app.store)
@@ -143,6 +147,7 @@ def test_calls_under_way_beside_the_call_in_doubt_end_recorded_before_the_task_w
     assert effects == ["charge", "email", "email"]  # the email cut off by the crash, then once more
 
 
+@pytest.mark.tether_requires("dump")
 def test_a_replay_of_a_task_in_doubt_stops_at_the_call_and_writes_nothing(app: tether.App, store_url: str) -> None:
     _parked(app)
     before = dump_database(store_url, app.store)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import tether
-from tests.conftest import dump_database
+from tether.testing import dump_database, opens_share
 
 CALL = {"id": "c1", "name": "search", "arguments": {"q": "NYC"}}
 CHAT_CALL = {"id": "c4", "type": "function", "function": {"name": "search", "arguments": '{"q": "NYC"}'}}
@@ -17,9 +17,10 @@ CHAT_CALL = {"id": "c4", "type": "function", "function": {"name": "search", "arg
 
 def _fresh(url: str, app: tether.App) -> tether.App:
     """An App of its own on the same database (the same App for the memory store)."""
-    return app if url == "memory://" else tether.App(url)
+    return tether.App(url) if opens_share(url) else app
 
 
+@pytest.mark.tether_requires("dump")
 @pytest.mark.parametrize(
     ("args", "kwargs", "expected"),
     [
@@ -31,14 +32,26 @@ def _fresh(url: str, app: tether.App) -> tether.App:
         (({"role": "user", "content": None},), {}, "content of a user message is None; expected a string"),
         (({"role": "user"},), {}, "content of a user message is missing; expected a string"),
         (({"role": "assistant", "content": None},), {}, "content of an assistant message is None; expected"),
-        (({"role": "user", "content": None},), {"format": "openai"},
-         "content of an OpenAI Chat user message is None; expected a string or a list of content parts"),
-        (({"role": "assistant", "content": None, "tool_calls": []},), {},
-         "content of an OpenAI Chat assistant message is None; expected a string or a list of content parts"),
-        (({"type": "message", "role": "user", "content": None},), {},
-         "content is NoneType; expected a string or a list of input_text/input_image parts"),
-        (({"role": "user", "content": None},), {"format": "anthropic"},
-         "content is NoneType; expected a string or a list of content blocks"),
+        (
+            ({"role": "user", "content": None},),
+            {"format": "openai"},
+            "content of an OpenAI Chat user message is None; expected a string or a list of content parts",
+        ),
+        (
+            ({"role": "assistant", "content": None, "tool_calls": []},),
+            {},
+            "content of an OpenAI Chat assistant message is None; expected a string or a list of content parts",
+        ),
+        (
+            ({"type": "message", "role": "user", "content": None},),
+            {},
+            "content is NoneType; expected a string or a list of input_text/input_image parts",
+        ),
+        (
+            ({"role": "user", "content": None},),
+            {"format": "anthropic"},
+            "content is NoneType; expected a string or a list of content blocks",
+        ),
     ],
 )
 def test_content_none_is_refused_and_nothing_is_written(

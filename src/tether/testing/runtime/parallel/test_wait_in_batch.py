@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import tether
-from tests.conftest import dump_database
 from tether.events import CallAttemptFailed
+from tether.testing import dump_database
 
 
 @pytest.fixture
@@ -100,6 +100,7 @@ def test_a_long_sleep_beside_one_call_under_way_does_not_cut_it_off(app: tether.
     assert app.replay("s").clean
 
 
+@pytest.mark.tether_requires("dump")
 def test_a_wait_in_a_taskgroup_suspends_replays_and_cancels(app: tether.App, store_url: str) -> None:
     """TaskGroup hands a branch's wait to the run inside an exception group: it still suspends the
     task (it raised the group out of app.run), replays cleanly, and a cancel stops it."""

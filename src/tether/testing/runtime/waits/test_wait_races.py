@@ -6,6 +6,7 @@ a review racing real processes: 1% of tasks on SQLite, 10% on PostgreSQL). Now t
 The race is made certain here: the second writer (another App on the same store) writes right after
 the run's question lands. And an early answer its wait's schema refuses is refused also when the run
 that asked died before it could say so."""
+# mypy: disable-error-code="arg-type,no-any-return"
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pydantic import BaseModel
 
 import tether
 from tether.events import InputRequested, SleepScheduled
+from tether.testing import opens_share
 
 
 class Approval(BaseModel):
@@ -56,7 +58,7 @@ def _after(app: tether.App, event: type, then: Callable[[], None]) -> None:
 
 
 def _other(store_url: str, app: tether.App) -> tether.App:
-    return app if store_url == "memory://" else _app(store_url)  # a memory store is its App's own
+    return _app(store_url) if opens_share(store_url) else app  # a memory store is its App's own
 
 
 def test_an_answer_that_lands_as_the_wait_is_written_is_taken_at_once(store_url: str) -> None:
@@ -93,8 +95,7 @@ def test_an_answer_to_nothing_asked_that_lands_as_a_sleep_is_written_leaves_it_a
 
 CHILD = """
 import os, sys
-sys.path.insert(0, {tests!r})
-from tests.conformance.test_wait_races import _app, _after
+from tether.testing.runtime.waits.test_wait_races import _app, _after
 from tether.events import InputRequested
 
 app = _app(sys.argv[1])
@@ -103,18 +104,14 @@ app.resume("t")
 """
 
 
+@pytest.mark.tether_requires("cross_process", "durable")  # the run is a process of its own
 def test_an_early_answer_the_schema_refuses_is_refused_after_a_crash_too(store_url: str, tmp_path: Path) -> None:
     """The run that asked died before it recorded the refusal: the next run refuses it, and waits."""
-    if store_url == "memory://":
-        pytest.skip("the run is a process of its own: a memory store would not outlive it")
     app = _app(store_url)
     app.log.create(type="ask", task_id="t")
     app.send_input("t", "approve", {"ok": "perhaps"})  # before it is asked: kept, checked when asked
-    root = str(Path(__file__).parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(tether.__file__).parents[1]), root])}
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD.format(tests=root), store_url], env=env, capture_output=True, text=True
-    )
+    env = {**os.environ, "PYTHONPATH": str(Path(tether.__file__).parents[1])}
+    child = subprocess.run([sys.executable, "-c", CHILD, store_url], env=env, capture_output=True, text=True)
     assert child.returncode == 9, child.stderr
     again = _app(store_url)
     waiting = again.resume("t")

@@ -1,5 +1,6 @@
 """A fork or a rewind made before its task first used its conversation still gets a conversation of its
 own: its appends never land in its parent's (a named, shared session) or in the branch set aside."""
+# mypy: disable-error-code="no-any-return"
 
 from __future__ import annotations
 
@@ -57,3 +58,28 @@ def test_a_fork_of_a_task_that_never_used_a_conversation_makes_none(store_url: s
     assert app.state("p-fork").session_id is None
     rows = app.store.list_tasks(app.tenant, tether.store.TaskFilter(internal=True), limit=10)
     assert [r for r in rows if r.type == "tether.session"] == []
+
+
+def test_a_fork_or_rewind_before_a_named_conversation_exists_makes_it_the_new_tasks_own(store_url: str) -> None:
+    """The task names a shared conversation that nobody has written yet (it waits before its first
+    append): a fork and a rewind made then are refused nothing, and each later writes a branch of its own."""
+    app = tether.App(store_url)
+
+    @app.task
+    def ask_first(ctx: tether.TaskContext) -> str:
+        answer = ctx.wait_for_input("go")
+        ctx.session.add("user", answer)
+        return answer
+
+    for task_id in ("w1", "w2"):
+        app.run(ask_first, task_id=task_id, session_id="shared-9")
+    assert app.store.get_task(app.tenant, "session:shared-9") is None  # not made yet
+    fork = app.fork("w1", at=1, new_id="w1-fork")
+    rewound = app.rewind("w2", to=1)
+    for task_id in (fork.task_id, rewound.task_id):
+        app.send_input(task_id, "go", f"from {task_id}")
+        assert app.resume(task_id).output == f"from {task_id}"
+        own = app.state(task_id).session_id
+        assert own is not None and own != "shared-9"
+        assert _contents(app, own) == [f"from {task_id}"]
+    assert app.store.get_task(app.tenant, "session:shared-9") is None  # neither wrote to the shared one

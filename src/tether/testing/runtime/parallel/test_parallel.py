@@ -4,6 +4,7 @@ A call's identity (its ordinal, so its key) comes from the order the code issues
 results are recorded in the order they finish; resume, replay and fork treat a batch
 in flight as a normal state of the record.
 """
+# mypy: disable-error-code="attr-defined,union-attr,unused-ignore"
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from typing import Any
 import pytest
 
 import tether
-from tests.conftest import dump_database
 from tether.canonical import call_key
+from tether.testing import dump_database
 
 
 @pytest.fixture
@@ -114,6 +115,7 @@ def test_resume_mid_batch_runs_only_unfinished_calls_under_their_keys(app: tethe
     assert app.replay("m").clean
 
 
+@pytest.mark.tether_requires("dump")
 def test_composite_branches_keep_their_ordinals_on_replay(app: tether.App, store_url: str) -> None:
     """Each branch awaits one call and then issues another: the second calls' ordinals depend on
     the order the first ones finished, and replay hands results back in that order."""

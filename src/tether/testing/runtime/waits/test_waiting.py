@@ -1,4 +1,5 @@
 """Waiting for people, durable sleep, cancellation, claiming."""
+# mypy: disable-error-code="attr-defined,no-any-return,union-attr"
 
 from __future__ import annotations
 

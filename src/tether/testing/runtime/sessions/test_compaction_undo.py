@@ -5,6 +5,7 @@ one (through the view's snapshot), on every backend."""
 from __future__ import annotations
 
 import tether
+from tether.testing import opens_share
 
 
 def window_contents(session: tether.Session) -> list[str]:
@@ -28,7 +29,7 @@ def test_undo_brings_the_covered_messages_back(store_url: str) -> None:
     assert second is not None and second.covers_from == first.covers_from
     assert window_contents(chat)[2:] == ["Question 8.", "Question 9."]
 
-    other = tether.App(store_url).session("long") if store_url != "memory://" else app.session("long")
+    other = tether.App(store_url).session("long") if opens_share(store_url) else app.session("long")
     assert len(window_contents(other)) == 4  # another reader, its view cached with the second summary
     assert chat.undo_compaction() == second
     after_first = ["Be brief.", f"Summary of the earlier conversation:\n{first.text}"] + [
@@ -36,7 +37,7 @@ def test_undo_brings_the_covered_messages_back(store_url: str) -> None:
     ]
     assert window_contents(chat) == after_first  # the first compaction stands again
     assert chat.summaries() == [first]
-    reopened = tether.App(store_url).session("long") if store_url != "memory://" else app.session("long")
+    reopened = tether.App(store_url).session("long") if opens_share(store_url) else app.session("long")
     assert window_contents(reopened) == after_first  # a fresh reader, from the snapshot
     assert window_contents(other) == after_first  # the cached reader folds again when it sees the undo
 

@@ -1,0 +1,1 @@
+"""The idempotency ledger: an effect once per key, and calls in doubt."""

@@ -1,0 +1,1 @@
+"""Sessions: conversations, windows, compaction, shapes, user state, the conversation inside a task."""
