@@ -1,30 +1,16 @@
 """``Store.lease_holders``: the owners of live leases on due tasks, by a prefix of their names (a
 host's), each with a task it holds — what a worker reads to take over at once what a dead process on
-its host held. On every backend alike; and on SQLite and PostgreSQL it costs the same beside 10 or
-1,500 tasks of each kind no claim takes (waiting, asleep, finished), as the claim does."""
+its host held."""
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 
-import pytest
-
-from tests.conformance.test_claim_scale import _add, _analyze, _work
-from tests.conftest import sql_url
-from tether.store import EventRow, Store, TaskRow, _sql, open_store
+from tether.store import EventRow, Store, TaskRow
 
 TENANT = "default"
 _EVENT = EventRow(1, "DecisionMade", 1, time.time(), "{}")
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    opened = open_store(store_url)
-    yield opened
-    opened.close()
 
 
 def _task(
@@ -85,31 +71,3 @@ def test_a_stolen_lease_leaves_its_dead_owner(store: Store) -> None:
     holders = dict(store.lease_holders(TENANT, "here:", now))
     assert holders == {"here:1:dead": "b" if first == "a" else "a", "here:2:alive": first}
     assert store.acquire_lease(TENANT, first, "here:3:late", 30, now, steal_from=owner) is None  # taken once
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
-    yield from sql_url(request.param, tmp_path, "holders")
-
-
-def _cost(url: str) -> int:
-    query, params = _sql.lease_holders_query(TENANT, "here:", time.time())
-    return _work(url, [(query if url.startswith("sqlite") else _sql.pyformat(query), tuple(params))])
-
-
-def test_it_costs_the_same_beside_many_tasks_no_claim_takes(url: str) -> None:
-    store = open_store(url)
-    for i in range(5):
-        _task(store, f"held-{i}", f"here:{i}:w", expires=3600)  # alive however long the rows take to make
-    _add(store, 0, 10)
-    if not url.startswith("sqlite"):
-        _analyze(url)
-    small = _cost(url)
-    _add(store, 10, 1_500)
-    if not url.startswith("sqlite"):
-        _analyze(url)
-    large = _cost(url)
-    print(f"lease_holders: {small} beside 10 tasks of each kind, {large} beside 1,500")
-    assert large <= 1.5 * small + 20, f"{small} beside 10 tasks of each kind, {large} beside 1,500"
-    assert len(store.lease_holders(TENANT, "here:", time.time())) == 5
-    store.close()
