@@ -12,7 +12,7 @@ The fold stays the one place state changes. A head is read off a folded state
 are written) the events that move a head are folded, by the fold's own rules, onto a *light* copy of
 the state — one without calls, decisions, observations or data — and committed calls are counted by
 ordinal beside it.
-``tests/conformance/test_heads.py`` checks, for any sequence of events, that the head kept this way equals
+``tether.testing.runtime.tasks.test_heads`` checks, for any sequence of events, that the head kept this way equals
 the one read off the whole fold.
 """
 
