@@ -43,10 +43,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
 def test_forty_clients_reading_large_tasks_of_two_tenants_keep_the_budget(store_url: str) -> None:
     tenants = ("acme", "globex")
     writers = {t: tether.App(store_url, tenant=t) for t in tenants}
+    # The same task ids in both tenants: each read must reach its own tenant's task, whatever the
+    # server (its Apps, their caches, the store's) remembers of the other's under that id.
     tasks = {
-        t: [app.log.create(type="big", inputs={"blob": f"{t}{i}" + "x" * MB}).task_id for i in range(8)]
+        t: [app.log.create(type="big", task_id=f"big-{i}", inputs={"blob": f"{t}:{i}:" + "x" * MB}).task_id
+            for i in range(8)]
         for t, app in writers.items()
     }
+    assert tasks["acme"] == tasks["globex"]
     ring = KeyRing(writers["acme"].store)
     keys = {t: ring.create(tenant=t, name="reader")[0] for t in tenants}
     asgi = create_app(store_url, cache_bytes=BUDGET, cache_tenants=2)
@@ -54,13 +58,18 @@ def test_forty_clients_reading_large_tasks_of_two_tenants_keep_the_budget(store_
     failures: list[str] = []
 
     def read(n: int) -> None:
-        tenant = tenants[n % 2]
-        with httpx.Client(base_url=live.base, headers={"Authorization": f"Bearer {keys[tenant]}"}, timeout=60) as c:
+        # Each client thread reads both tenants' tasks by turns, under each tenant's own key.
+        with httpx.Client(base_url=live.base, timeout=60) as c:
             for i in range(6):
-                task = tasks[tenant][(n + i) % len(tasks[tenant])]
-                response = c.get(f"/v1/tasks/{task}")
+                tenant, k = tenants[(n + i) % 2], (n + i // 2) % len(tasks["acme"])
+                task = tasks[tenant][k]
+                response = c.get(f"/v1/tasks/{task}", headers={"Authorization": f"Bearer {keys[tenant]}"})
                 if response.status_code != 200 or len(response.content) < MB:
-                    failures.append(f"{task}: {response.status_code} {response.text[:200]}")
+                    failures.append(f"{tenant} {task}: {response.status_code} {response.text[:200]}")
+                    continue
+                blob = response.json()["state"]["inputs"]["blob"]
+                if not blob.startswith(f"{tenant}:{k}:"):
+                    failures.append(f"{tenant} {task}: read {blob[:12]!r}")
 
     try:
         with LiveServer(asgi) as live:
