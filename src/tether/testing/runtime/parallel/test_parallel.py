@@ -422,9 +422,16 @@ def test_a_store_fault_during_a_group_commit_reaches_every_branch_and_resumes(ap
         runs[i] = runs.get(i, 0) + 1
         return i
 
+    outcomes: list[list[Any]] = []
+
     @app.task
     async def batch(ctx: tether.AsyncTaskContext) -> list[int]:
-        return list(await asyncio.gather(*(ctx.call(lookup, i) for i in range(5))))
+        got = await asyncio.gather(*(ctx.call(lookup, i) for i in range(5)), return_exceptions=True)
+        outcomes.append([type(o).__name__ if isinstance(o, BaseException) else o for o in got])
+        for o in got:
+            if isinstance(o, BaseException):
+                raise o
+        return list(got)
 
     original = app.store.append
     failing = {"left": 1}
@@ -438,8 +445,11 @@ def test_a_store_fault_during_a_group_commit_reaches_every_branch_and_resumes(ap
     app.store.append = append  # type: ignore[method-assign]
     with pytest.raises(tether.StoreUnavailableError):
         app.run(batch, task_id="fault")
+    assert failing["left"] == 0  # the five results were one transaction
+    assert outcomes == [["StoreUnavailableError"] * 5]  # every branch heard the fault, not only the first
     assert app.state("fault").calls == ()  # nothing of the batch was written
     assert app.resume("fault").output == [0, 1, 2, 3, 4]
+    assert outcomes[1] == [0, 1, 2, 3, 4]
     assert runs == {i: 2 for i in range(5)}
     assert app.replay("fault").clean
 
