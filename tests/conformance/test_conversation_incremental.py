@@ -1,4 +1,4 @@
-"""A session read from its newest end (head snapshots, a tail read backwards) equals the whole fold,
+"""A session read from its newest end (outline snapshots, a tail read backwards) equals the whole fold,
 on every backend: for any interleaving of appends, removals, clears, compactions and reopenings,
 windows and views equal ``build_window(fold_view(every event))``."""
 
@@ -114,7 +114,7 @@ def test_incremental_session_equals_whole_fold(log: tether.TaskLog, ops: list[tu
     _check(log, session)
 
 
-def test_a_long_session_opens_from_its_head_snapshot(log: tether.TaskLog) -> None:
+def test_a_long_session_opens_from_its_outline_snapshot(log: tether.TaskLog) -> None:
     session = _open(log, "long")
     session.add("system", "be brief")
     for i in range(40):
@@ -139,7 +139,7 @@ def test_read_latest_is_the_newest_snapshot_and_the_events_after_it(log: tether.
     store, tenant = log.store, log.tenant
     session = _open(log, "latest")
     for i in range(7):
-        session.add("user", f"m{i}")  # every=3: head snapshots along the way
+        session.add("user", f"m{i}")  # every=3: outline snapshots along the way
     snap, rows = store.read_latest(tenant, "session:latest")
     newest = store.get_snapshot(tenant, "session:latest", at_most=2**30)
     assert snap == newest and snap is not None

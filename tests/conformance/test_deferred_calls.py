@@ -19,7 +19,7 @@ from tether.log.snapshots import snapshot_row
 from tether.model import STATE_SCHEMA_VERSION
 from tether.store import SnapshotRow
 from tether.testing.runtime.calls.test_lazy_calls import _readonly, _started
-from tether.testing.runtime.timetravel.test_snapshot_heads import PAD, _is_head, _snapshots
+from tether.testing.runtime.timetravel.test_partial_snapshots import PAD, _is_partial, _snapshots
 
 
 @pytest.fixture
@@ -67,19 +67,19 @@ def _fetched(log: tether.TaskLog) -> list[int]:
     return seen
 
 
-def test_forking_between_heads_reads_only_the_head_before_it(store_url: str, index_reads: list[int]) -> None:
+def test_forking_between_partial_snapshots_reads_only_the_one_before_it(store_url: str, index_reads: list[int]) -> None:
     log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10, size_ratio=0))
-    task_id = _task(log, 60)  # 121 events: a head every ten, the full snapshot at 121
-    assert [s.seq for s in _snapshots(log, task_id) if not _is_head(s)] == [121]
+    task_id = _task(log, 60)  # 121 events: a partial snapshot every ten, the full one at 121
+    assert [s.seq for s in _snapshots(log, task_id) if not _is_partial(s)] == [121]
     cold = tether.TaskLog(log.store)
     seen = _fetched(cold)
-    fork = cold.fork(task_id, 76, new_id="f")  # the head at 70 (call 35 open), then 76: call 38 opened
+    fork = cold.fork(task_id, 76, new_id="f")  # the partial snapshot at 70 (call 35 open), then 76: call 38 opened
     assert seen == [70] and index_reads == []
     assert (len(fork.calls), fork.calls.completed(), fork.calls.open_ordinals()) == (38, 37, {38})
     at = cold.state_at(task_id, 99)
     assert seen == [70, 90] and index_reads == []
     events = log.events(task_id)
-    assert at.calls[-1] == fold(events[:99]).calls[-1]  # the call after the head's prefix: its own events
+    assert at.calls[-1] == fold(events[:99]).calls[-1]  # the call after the partial snapshot's prefix: its own events
     assert index_reads == []
     assert list(at.calls) == list(fold(events[:99]).calls)  # the others: the full snapshot's index, now
     assert seen[-1] == 121 and index_reads == [60]
@@ -120,7 +120,7 @@ def test_a_full_snapshot_with_an_unreadable_index_reads_its_calls_from_events(
 
 
 def test_snapshots_of_the_earlier_format_still_load(store_url: str) -> None:
-    """A full snapshot of two lines (state, calls' index) and a head of a count only, as written
+    """A full snapshot of two lines (state, calls' index) and a partial snapshot of a count only, as written
     before calls were summarised, load as the fold."""
     log = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=10_000))
     task_id = _task(log, 30)
@@ -131,8 +131,8 @@ def test_snapshots_of_the_earlier_format_still_load(store_url: str) -> None:
     old_full = f"{line}\n{orjson.dumps({'n': ns, 's': codes, 'e': seqs, 'o': 1}).decode()}"
     log.store.put_snapshot(log.tenant, task_id, snapshot_row(state.version, STATE_SCHEMA_VERSION, old_full))
     at = fold(events[:40])
-    old_head = f'{at.model_dump_json(exclude={"position", "calls"})}\n{{"k": {len(at.calls)}}}'
-    log.store.put_snapshot(log.tenant, task_id, snapshot_row(40, STATE_SCHEMA_VERSION, old_head))
+    old_partial = f'{at.model_dump_json(exclude={"position", "calls"})}\n{{"k": {len(at.calls)}}}'
+    log.store.put_snapshot(log.tenant, task_id, snapshot_row(40, STATE_SCHEMA_VERSION, old_partial))
     fresh = tether.TaskLog(log.store)
     assert fresh.load(task_id) == fold(events)
     assert fresh.state_at(task_id, 40) == at and fresh.state_at(task_id, 45) == fold(events[:45])
