@@ -46,7 +46,7 @@ def test_a_session_whose_newest_snapshot_is_corrupt_folds_every_event_after_the_
     sid = stream_id("s")
     older: SnapshotRow | None = None
     i = 0
-    # Add messages until the session has written two snapshots of its head; it keeps only the
+    # Add messages until the session has written two snapshots of its outline; it keeps only the
     # newest, so the older one is put back beside it (as a store that kept both would hold them).
     while True:
         chat.add("user" if i % 2 == 0 else "assistant", f"message {i}")
