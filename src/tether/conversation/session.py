@@ -44,6 +44,7 @@ from tether.conversation.window import TokenCounter, Window, as_compacted, defau
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, from_epoch
 from tether.log import TaskLog
+from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
 
 __all__ = [
@@ -291,45 +292,44 @@ class Session:
 
     def _append_messages(self, events: list[MessageAdded], expected_version: int | None) -> list[Message]:
         end = self._end
+
+        def append() -> list[Message]:
+            end.refresh()
+            if end.outline.closed:
+                raise InvalidInputError(f"session {self.id!r} is closed")
+            version = end.outline.version
+            if expected_version is not None and version != expected_version:
+                raise ConflictError(self.id, expected=expected_version, actual=version)
+            now = time.time()  # the stored time, so the cached view's messages equal the stored ones
+            self._stream.append(events, version, at=now)
+            added = end.fold([Recorded(version + i, now, e) for i, e in enumerate(events, 1)])
+            end.maybe_snapshot()
+            return added
+
         with self._lock:  # this object's threads append one at a time: none folds another's append
-            for _ in range(100):  # another writer may append at the same moment: both land, in some order
-                end.refresh()
-                if end.outline.closed:
-                    raise InvalidInputError(f"session {self.id!r} is closed")
-                version = end.outline.version
-                if expected_version is not None and version != expected_version:
-                    raise ConflictError(self.id, expected=expected_version, actual=version)
-                now = time.time()  # the stored time, so the cached view's messages equal the stored ones
-                try:
-                    self._stream.append(events, version, at=now)
-                except ConflictError:
-                    if expected_version is not None:
-                        raise
-                    continue
-                added = end.fold([Recorded(version + i, now, e) for i, e in enumerate(events, 1)])
-                end.maybe_snapshot()
-                return added
-            raise ConflictError(self.id, expected=end.outline.version, actual=None)
+            if expected_version is not None:
+                return append()  # at the version the caller named: a conflict is theirs to see
+            # Another writer may append at the same moment: both land, in some order.
+            return retry_on_conflict(append, stream=self.id, tries=100)
 
     def pop(self) -> Message | None:
         """Remove the last message (undo); it no longer shows in ``messages()`` or windows."""
+
+        def remove() -> Message | None:
+            self._end.refresh()
+            last = self._end.last()
+            if self._end.outline.summary is not None and not self._end.tail:
+                # Every recent message is one a summary covers: the newest still in the session is
+                # among those (they stay, summaries never remove any), which the view does not hold.
+                shown = self.messages()
+                last = shown[-1] if shown else None
+            if last is None:
+                return None
+            self._stream.append([MessageRemoved(seq=last.seq)], self._end.outline.version)
+            return last
+
         with self._lock:
-            for _ in range(100):
-                self._end.refresh()
-                last = self._end.last()
-                if self._end.outline.summary is not None and not self._end.tail:
-                    # Every recent message is one a summary covers: the newest still in the session is
-                    # among those (they stay, summaries never remove any), which the view does not hold.
-                    shown = self.messages()
-                    last = shown[-1] if shown else None
-                if last is None:
-                    return None
-                try:
-                    self._stream.append([MessageRemoved(seq=last.seq)], self._end.outline.version)
-                except ConflictError:
-                    continue
-                return last
-            raise ConflictError(self.id, expected=self._end.outline.version, actual=None)
+            return retry_on_conflict(remove, stream=self.id, tries=100)
 
     def clear(self) -> None:
         """Hide every message (and summary) so far; the session goes on, empty."""
@@ -344,7 +344,8 @@ class Session:
         """Fold everything before the last ``keep_last`` turns (and the previous summary) into a new
         summary through ``summarizer(messages, previous_summary) -> str``; originals stay stored."""
         summarize = summarizer or self._summarizer or extractive_summarizer
-        for _ in range(100):
+
+        def fold_in() -> Summary | None:
             view = self.view()
             # Summarized outside the lock (an LLM may take seconds): the append below lands only at
             # the version summarized, so a write that came in between makes it summarize again.
@@ -352,31 +353,28 @@ class Session:
             if summary is None:
                 return None
             with self._lock:
-                try:
-                    self._stream.append([summary], view.version)
-                except ConflictError:
-                    continue
+                self._stream.append([summary], view.version)
                 self._end.refresh()
                 self._end.snapshot()
                 return self._end.outline.summary
-        raise ConflictError(self.id, expected=self.version, actual=None)
+
+        return retry_on_conflict(fold_in, stream=self.id, tries=100)
 
     def undo_compaction(self) -> Summary | None:
         """Withdraw the newest summary: the messages it covered (never deleted) are in the window
         again, and the summary before it, if any, stands again. Returns the withdrawn summary, or
         ``None`` when there is none. The summary itself stays in the stream, marked withdrawn."""
+
+        def withdraw() -> Summary | None:
+            view = self.view()
+            if view.summary is None:
+                return None
+            self._stream.append([SummaryWithdrawn(seq=view.summary.seq)], view.version)
+            write_view_snapshot(self._log, self._stream.id, self.view())  # later loads start from here
+            return view.summary
+
         with self._lock:
-            for _ in range(100):
-                view = self.view()
-                if view.summary is None:
-                    return None
-                try:
-                    self._stream.append([SummaryWithdrawn(seq=view.summary.seq)], view.version)
-                except ConflictError:
-                    continue
-                write_view_snapshot(self._log, self._stream.id, self.view())  # later loads start from here
-                return view.summary
-            raise ConflictError(self.id, expected=self.view().version, actual=None)
+            return retry_on_conflict(withdraw, stream=self.id, tries=100)
 
     def _maybe_compact(self) -> None:
         if self._compact_over is None:
@@ -387,15 +385,12 @@ class Session:
             self.compact()
 
     def _retry(self, make: Callable[[], list[Event]], status: str | None = None) -> None:
+        def append() -> None:
+            self._end.refresh()
+            self._stream.append(make(), self._end.outline.version, status=status)
+
         with self._lock:
-            for _ in range(100):
-                self._end.refresh()
-                try:
-                    self._stream.append(make(), self._end.outline.version, status=status)
-                    return
-                except ConflictError:
-                    continue
-            raise ConflictError(self.id, expected=self._end.outline.version, actual=None)
+            retry_on_conflict(append, stream=self.id, tries=100)
 
 
 def open_session(

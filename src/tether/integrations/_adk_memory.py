@@ -17,7 +17,7 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
-from tether.errors import ConflictError
+from tether.log.conflicts import retry_on_conflict
 
 if TYPE_CHECKING:
     from tether.conversation import Message
@@ -101,19 +101,16 @@ class TetherMemoryService(BaseMemoryService):
 
     def _add(self, app_name: str, user_id: str, events: Iterable[AdkEvent], session_id: str | None) -> None:
         memory = self._memory(app_name, user_id)
-        for _ in range(100):  # what it holds, then the new events, appended only if nobody appended meanwhile
+
+        def add() -> None:  # what it holds, then the new events, appended only if nobody appended meanwhile
             version = memory.version  # read before what it holds: a later append makes the append refused
             held = memory.messages()
             known = {m.meta.get("adk_memory", {}).get("event_id") for m in held} | _deleted(held)
             new = _unknown(events, session_id, known)
-            if not new:
-                return
-            try:
+            if new:  # refused if another writer added memories meanwhile (perhaps these): then looked at again
                 memory.add_many(new, expected_version=version)
-            except ConflictError:
-                continue  # another writer added memories meanwhile (perhaps these): look again
-            return
-        raise ConflictError(memory.id, expected=memory.version, actual=None)
+
+        retry_on_conflict(add, stream=memory.id, tries=100)
 
     async def delete_memory(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
         """Forget the memory ``memory_id`` (a ``MemoryEntry.id``, the event's id): searches no longer
@@ -121,21 +118,19 @@ class TetherMemoryService(BaseMemoryService):
         if not memory_id:
             return
         memory = self._memory(app_name, user_id)
-        for _ in range(100):
+
+        def forget() -> None:
             version = memory.version
             held = memory.messages()
             if memory_id in _deleted(held) or all(
                 m.meta.get("adk_memory", {}).get("event_id") != memory_id for m in held
             ):
                 return
-            try:
-                memory.add_many(
-                    [{"role": "system", "content": "", "adk_memory_deleted": memory_id}], expected_version=version
-                )
-            except ConflictError:
-                continue
-            return
-        raise ConflictError(memory.id, expected=memory.version, actual=None)
+            memory.add_many(
+                [{"role": "system", "content": "", "adk_memory_deleted": memory_id}], expected_version=version
+            )
+
+        retry_on_conflict(forget, stream=memory.id, tries=100)
 
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
         wanted = _words(query)

@@ -25,6 +25,7 @@ import asyncio
 import builtins
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 try:
@@ -74,6 +75,7 @@ from tether.integrations._langgraph_log import (
 )
 from tether.integrations._langgraph_worker import Worker, raw, serialized
 from tether.log import TaskLog
+from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
 from tether.store import TaskFilter, TaskRow
 
@@ -186,30 +188,27 @@ class TetherSaver(BaseCheckpointSaver[int]):
         elsewhere may have reached the version this process knows, and an event built against the
         old thread (an append to its lists, a reference to its items) would be taken there and make
         the new one unreadable."""
-        thread = self._thread(thread_id)
-        for _ in range(_RETRIES):
+
+        def attempt() -> None:
+            thread = self._thread(thread_id)
             event = make(thread.view)
             if event is None:
                 return
             expected = thread.view.version
             newest = newest_after(thread.view, [event])
-            try:
+            with _deleted_is_conflict(thread.stream.id, expected):
                 if expected == 0:
                     if not create_with_head(thread.stream, event, newest):
-                        thread = self._thread(thread_id)
-                        continue
+                        raise ConflictError(thread.stream.id, expected=0, actual=None)  # another writer made it
                     version = 1
                 else:
                     version = append_with_head(thread.stream, [event], expected, newest)
-            except (ConflictError, TaskNotFoundError):  # another writer appended, or deleted the thread
-                thread = self._thread(thread_id)
-                continue
             if thread.created_at is None:
                 row = self.log.store.get_task(self.log.tenant, thread.stream.id)
                 thread.created_at = row.created_at if row is not None else None
             thread.view.apply(Recorded(version, 0.0, event))
-            return
-        raise ConflictError(thread.stream.id, expected=thread.view.version, actual=None)
+
+        retry_on_conflict(attempt, stream=stream_id(thread_id), tries=_RETRIES)
 
     def _thread_rows(self) -> builtins.list[TaskRow]:
         return self.log.store.list_tasks(self.log.tenant, TaskFilter(type=THREAD_TYPE), limit=_ALL)
@@ -424,15 +423,13 @@ class TetherSaver(BaseCheckpointSaver[int]):
             self._append_many(str(target_thread_id), events)
 
     def _append_many(self, thread_id: str, events: Sequence[Event]) -> None:
-        for _ in range(_RETRIES):
+        def attempt() -> None:
             thread = self._thread(thread_id)
-            try:
+            with _deleted_is_conflict(thread.stream.id, thread.view.version):
                 append_with_head(thread.stream, events, thread.view.version, newest_after(thread.view, events))
-            except (ConflictError, TaskNotFoundError):
-                continue
             self._thread(thread_id)
-            return
-        raise ConflictError(stream_id(thread_id), expected=self._thread(thread_id).view.version, actual=None)
+
+        retry_on_conflict(attempt, stream=stream_id(thread_id), tries=_RETRIES)
 
     @serialized
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -449,7 +446,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
         """Keep each namespace's newest checkpoint and free the rest's bytes: the thread's history is
         replaced by its kept checkpoints restated whole (one transaction), read again by a writer
         that got in first."""
-        for _ in range(_RETRIES):
+
+        def attempt() -> None:
             thread = self._thread(thread_id)
             view = thread.view
             keep = {ns: max(ids) for ns, ids in view.ids.items() if ids}
@@ -457,13 +455,11 @@ class TetherSaver(BaseCheckpointSaver[int]):
             if view.version == 0 or (len(kept) == len(view.checkpoints) and not view.gone):
                 return  # nothing to free
             part = thread.stream.part(restated(self.serde, view, kept, reason="prune"), view.version)
-            try:
+            with _deleted_is_conflict(thread.stream.id, view.version):
                 self.log.store.compact(self.log.tenant, thread.stream.id, view.version, part.events)
-            except (ConflictError, TaskNotFoundError):  # another writer appended, or deleted the thread
-                continue
             self._thread(thread_id)  # read back what was written: the view starts over at ThreadCompacted
-            return
-        raise ConflictError(stream_id(thread_id), expected=self._thread(thread_id).view.version, actual=None)
+
+        retry_on_conflict(attempt, stream=stream_id(thread_id), tries=_RETRIES)
 
     def _delete(self, thread_id: str, doomed: Sequence[Saved], reason: str) -> None:
         if not doomed:
@@ -583,6 +579,16 @@ class TetherSaver(BaseCheckpointSaver[int]):
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+@contextmanager
+def _deleted_is_conflict(stream: str, expected: int) -> Iterator[None]:
+    """A thread another writer deleted meanwhile is, to a write, a conflict like an append that got in
+    first: the write is tried again on the thread read again (:func:`retry_on_conflict`)."""
+    try:
+        yield
+    except TaskNotFoundError:
+        raise ConflictError(stream, expected=expected, actual=None) from None
 
 
 if __name__ == "__main__":  # python -m tether.integrations.langgraph: the thread views

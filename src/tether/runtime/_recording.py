@@ -31,6 +31,7 @@ from tether.events import (
     Recorded,
     StatusChanged,
 )
+from tether.log.conflicts import retry_on_conflict
 from tether.model import TaskState, ToolCall
 from tether.model.status import Status
 from tether.runtime._commits import Branch, StagedWrite, deliver, write_branches
@@ -248,17 +249,15 @@ class Recorder:
             staged = self.staged(events)
             task_id, events, fence = staged.task_id, staged.events, staged.fence
             append = self.engine.log.append
-            while True:
-                try:
-                    # No snapshot mid-run: the run holds the task, and snapshots once when it stops.
-                    version = append(task_id, events, self._version, fence=fence, snapshot=False)
-                except LeaseLostError:
-                    raise
-                except ConflictError:
-                    self._take_external()
-                    continue
-                self.appended(version)
-                return
+            # No snapshot mid-run: the run holds the task, and snapshots once when it stops. Tried again
+            # for as long as what came in meanwhile is an answer or a cancel (``_take_external``).
+            version = retry_on_conflict(
+                lambda: append(task_id, events, self._version, fence=fence, snapshot=False),
+                stream=task_id,
+                tries=None,
+                on_conflict=lambda _: self._take_external(),
+            )
+            self.appended(version)
         finally:
             lock.release()
 

@@ -575,19 +575,25 @@ class App:
             return TaskHandle.of(state)
         spec = self.registry.task(state.type)
         deadline = time.monotonic() + 2 * self.lease_ttl
-        while True:
-            try:
-                run = lambda: execute(self.engine, spec, task_id, at=requested)  # noqa: E731
-                return drive_task(spec, run, "cancel", "cancel")
-            except (TaskBusyError, ConflictError):
-                # The holder wrote after the request (or did as this run began): it carries the cancel out
-                # (taking its lease now would run the compensations twice, there and here).
-                handle = self.get(task_id)
-                if handle.status in TERMINAL:
-                    return handle
-                if time.monotonic() >= deadline:
-                    raise
-                self.store.wait_for_change(0.05)
+        while True:  # not a conflict retry: a wait for the run that holds the task to carry the cancel out
+            done = self._cancel_here(spec, task_id, requested)
+            if isinstance(done, TaskHandle):
+                return done
+            handle = self.get(task_id)
+            if handle.status in TERMINAL:
+                return handle
+            if time.monotonic() >= deadline:
+                raise done
+            self.store.wait_for_change(0.05)
+
+    def _cancel_here(self, spec: TaskSpec, task_id: str, requested: int | None) -> TaskHandle | TetherError:
+        """Carry the cancel out in this process: the task's handle once it ends, or the error that says
+        another run holds the task — it wrote after the request, or did as this run began — and so
+        carries the cancel out itself (taking its lease now would run the compensations twice)."""
+        try:
+            return drive_task(spec, lambda: execute(self.engine, spec, task_id, at=requested), "cancel", "cancel")
+        except (TaskBusyError, ConflictError) as held:
+            return held
 
     def request_cancel(self, task_id: str, reason: str = "cancelled", *, actor: str | None = None) -> TaskHandle:
         """Record that a task is to be cancelled, without running it: its next run (a worker's, or

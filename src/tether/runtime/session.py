@@ -54,6 +54,7 @@ from tether.conversation import (
 )
 from tether.errors import ConflictError, InvalidInputError, NonDeterminismError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, SessionRead, SessionWritten
+from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
 from tether.runtime._replay import describe
 
@@ -247,24 +248,22 @@ class TaskSession:
         return (mine[0], mine[-1]) if mine else None
 
     def _append(self, events: Any, origin: str) -> tuple[int, int]:
-        for _ in range(_APPEND_TRIES):  # another writer may append at the same moment: both land
+        def attempt() -> tuple[int, int]:
             version = self._version()
             if version == 0:  # the task's first words: the session is made here (or by a racer)
                 user_id = self._rec.cursor.final.user_id
                 opened = SessionOpened(session_id=self.id, user_id=user_id)
                 self._stream.create(opened, user_id=user_id, session_id=self.id)
-                continue
+                raise ConflictError(self._stream.id, expected=0, actual=None)  # made: read it again
             self._advance(version)
             made = events() if callable(events) else events
             if not made:
                 return version + 1, version  # nothing to write (a compaction with nothing to fold)
             tagged = [dataclasses.replace(e, origin=origin) for e in made]
-            try:
-                last = self._stream.append(tagged, version)
-            except ConflictError:
-                continue
-            return version + 1, last
-        raise ConflictError(self._stream.id, expected=self._seen, actual=None)
+            return version + 1, self._stream.append(tagged, version)
+
+        # Another writer may append at the same moment: both land.
+        return retry_on_conflict(attempt, stream=self._stream.id, tries=_APPEND_TRIES)
 
     def _version(self) -> int:
         row = self._log.store.get_task(self._log.tenant, self._stream.id)

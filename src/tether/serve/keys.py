@@ -26,9 +26,10 @@ import time
 from dataclasses import dataclass
 
 from tether.checks import check_id
-from tether.errors import ConflictError, InvalidInputError
+from tether.errors import InvalidInputError
 from tether.events import Event, define_event
 from tether.log import TaskLog
+from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
 from tether.store import Store
 
@@ -152,13 +153,7 @@ class KeyRing:
         return self._keys[key_id][0]
 
     def _append(self, event: Event) -> None:
-        for _ in range(20):
-            try:
-                self._stream.append([event], self._stream.version())
-                return
-            except ConflictError:
-                continue
-        raise ConflictError(_STREAM, expected=self._stream.version(), actual=None)
+        retry_on_conflict(lambda: self._stream.append([event], self._stream.version()), stream=_STREAM, tries=20)
 
     def list(self) -> list[ApiKey]:
         self._refresh()
