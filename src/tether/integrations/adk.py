@@ -87,7 +87,6 @@ from tether.integrations._adk_records import (
     user_document,
 )
 from tether.integrations._gc import no_cycle_collection
-from tether.log import checksum
 from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream, append_together
 from tether.store import Position, SnapshotRow, StreamAppend, TaskRow
@@ -324,12 +323,9 @@ class TetherSessionService(BaseSessionService):
         """The session-scoped state at ``version`` (last changed ``at``, if known): the newest
         snapshot plus the events after it, remembered for ``list_sessions``; ``None`` while the
         session's creation is unfinished."""
-        store, tenant = self._log.store, self._log.tenant
-        snap = store.get_snapshot(tenant, stream.id, at_most=version)
-        state: dict[str, Any] = {}
-        after = 0
-        if snap is not None and snap.schema == _SNAPSHOT_SCHEMA and checksum(snap.data) == snap.checksum:
-            state, after = orjson.loads(snap.data), snap.seq
+        snap, cached = self._log.intact_snapshot(stream.id, version, _state_of_snapshot)
+        state: dict[str, Any] = {} if cached is None else cached
+        after = 0 if snap is None else snap.seq
         records = stream.read(after=after, upto=version)
         if after == 0 and unfinished(records):
             self._remember(stream.id, created_at, version, records[0].at, None)
@@ -343,10 +339,7 @@ class TetherSessionService(BaseSessionService):
         return state
 
     def _snapshot(self, stream: str, version: int, state: dict[str, Any]) -> None:
-        data = orjson.dumps(state).decode()
-        self._log.store.put_snapshot(
-            self._log.tenant, stream, SnapshotRow(version, _SNAPSHOT_SCHEMA, checksum(data), data)
-        )
+        self._log.put_stream_snapshot(stream, version, _SNAPSHOT_SCHEMA, orjson.dumps(state).decode())
 
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
         """The app's sessions (one user's, with ``user_id``), oldest update first, each with its state
@@ -446,19 +439,17 @@ class TetherSessionService(BaseSessionService):
                 return None
             state = fold_state(records, orjson.loads(cached[3]) if cached[3] is not None else {})
             return self._remember(stream_id, created_at, version, records[-1].at, state)
-        # Never seen here: the newest snapshot and the records after it, in one read where it is ours.
+        # Never seen here: the newest intact snapshot and the records after it, in one read when the
+        # newest is intact; one taken after the listing's read is of no use to it (read as of ``version``).
         try:
-            snap, rows = self._log.store.read_latest(self._log.tenant, stream_id)
+            snap, snapped, after = self._log.latest(stream_id, _state_of_snapshot)
         except TaskNotFoundError:
             return None
-        records = self._log.decode_all(r for r in rows if r.seq <= version)
-        if records and (
-            snap is None
-            or (snap.schema == _SNAPSHOT_SCHEMA and snap.seq <= version and checksum(snap.data) == snap.checksum)
-        ):
+        records = [r for r in after if r.seq <= version]
+        if records and (snap is None or snap.seq <= version):
             if snap is None and unfinished(records):
                 return self._remember(stream_id, created_at, version, records[0].at, None)
-            own = fold_state(records, orjson.loads(snap.data) if snap is not None else {})
+            own = fold_state(records, {} if snapped is None else snapped)
             return self._remember(stream_id, created_at, version, records[-1].at, own)
         self._session_state(stream, version, created_at, None)
         return self._states.get(stream_id)
@@ -566,6 +557,17 @@ class TetherSessionService(BaseSessionService):
         self._remember(stream, row.created_at, version, at, own)
         if version % _SNAPSHOT_EVERY == 0:
             self._snapshot(stream, version, own)
+
+
+def _state_of_snapshot(snap: SnapshotRow) -> dict[str, Any]:
+    """A session's own state from its snapshot (one the log found intact); ``ValueError`` if it is of
+    another schema (1001's are not read: see ``_SNAPSHOT_SCHEMA``) or holds no state."""
+    if snap.schema != _SNAPSHOT_SCHEMA:
+        raise ValueError(f"has ADK session state schema {snap.schema}, current is {_SNAPSHOT_SCHEMA}")
+    state = orjson.loads(snap.data)
+    if not isinstance(state, dict):
+        raise ValueError(f"holds a {type(state).__name__}, not a session's state")
+    return state
 
 
 def _stale(session: AdkSession, seen: int) -> StaleSessionError:
