@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 import tether
 
 

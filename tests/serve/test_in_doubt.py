@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import tether
-from tests.conformance.test_in_doubt import _claim, _parked
 from tests.conftest import dump_database
 from tests.serve._agents import work
 from tests.serve.conftest import Served
 from tether.serve.keys import KeyRing
+from tether.testing.runtime.ledger.test_in_doubt import _claim, _parked
 
 RESOLVE = "/v1/tasks/co/calls/1/resolve"
 
