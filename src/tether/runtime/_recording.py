@@ -183,9 +183,9 @@ class Recorder:
         that cannot be replayed."""
         if self.cursor.done or self.undelivered or self.inflight:
             return
-        head = self.cursor.first_left(code_only=True)
-        if head is not None:
-            raise self.diverged(NonDeterminismError(self.task_id, head.seq, describe(head.event), requested))
+        left = self.cursor.first_left(code_only=True)
+        if left is not None:
+            raise self.diverged(NonDeterminismError(self.task_id, left.seq, describe(left.event), requested))
 
     def answered(self) -> bool:
         """Whether the recorded history goes on past this point (so a wait or sleep here ended)."""

@@ -298,11 +298,11 @@ class Replay:
         i = self._next_in_order()
         if i is None:
             return None
-        head = self.history[i]
-        if type(head.event) is not expected or not matches(head.event):
-            raise NonDeterminismError(self.task_id, head.seq, describe(head.event), requested)
+        rec = self.history[i]
+        if type(rec.event) is not expected or not matches(rec.event):
+            raise NonDeterminismError(self.task_id, rec.seq, describe(rec.event), requested)
         self._take(i)
-        return head
+        return rec
 
     def take_if(self, expected: type[Event], matches: Callable[[Any], bool]) -> bool:
         """Take the next in-order record if it is this one; ``False`` (nothing taken) if not."""

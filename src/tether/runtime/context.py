@@ -291,9 +291,9 @@ class _Context:
                 # task waits for a good one.
                 yield Commit(self._rec.writer, [InputRejected(key=key, reason=rejected)])
             if self._rec.answered():
-                head = self._rec.cursor.first_left(code_only=True)
-                assert head is not None
-                error = NonDeterminismError(self._rec.task_id, head.seq, describe(head.event), f"the answer to {key!r}")
+                left = self._rec.cursor.first_left(code_only=True)
+                assert left is not None
+                error = NonDeterminismError(self._rec.task_id, left.seq, describe(left.event), f"the answer to {key!r}")
                 raise self._rec.diverged(error)
             if timeout_at is not None and time.time() >= timeout_at:
                 self._rec.going_live()

@@ -258,10 +258,10 @@ def _end(rec: Recorder, calls: Calls, outcome: Outcome) -> Flow[None]:
     elif outcome.ok:
         # Only the code's records count as work it left: a run woken in the compensations of a task
         # whose returned value could not be stored meets them here, and fails that value again below.
-        head = rec.cursor.first_left(code_only=True)
-        if head is not None:
+        left = rec.cursor.first_left(code_only=True)
+        if left is not None:
             raise NonDeterminismError(
-                rec.task_id, head.seq, f"more work ({head.event.event_type})", "the task to return"
+                rec.task_id, left.seq, f"more work ({left.event.event_type})", "the task to return"
             )
         try:
             done = [OutputSet(output=outcome.value), StatusChanged(status=Status.COMPLETED.value)]
@@ -429,9 +429,9 @@ def _replay_compensations(
 def _cancelled_verdict(rec: Recorder, recorded: int) -> ReplayReport:
     """A replay that stopped for the task's cancel and replayed its compensations."""
     walked = rec.cursor.walked
-    head = rec.cursor.first_left()
-    if head is not None:
-        error = NonDeterminismError(rec.task_id, head.seq, f"more work ({describe(head.event)})", "the task to end")
+    left = rec.cursor.first_left()
+    if left is not None:
+        error = NonDeterminismError(rec.task_id, left.seq, f"more work ({describe(left.event)})", "the task to end")
         return ReplayReport(rec.task_id, False, walked, recorded, str(error), error)
     stopped = "the code stops for the cancel and compensates, as recorded"
     return ReplayReport(rec.task_id, True, walked, recorded, stopped)
@@ -446,12 +446,12 @@ def _verdict(rec: Recorder, state: TaskState, outcome: Outcome, recorded: int) -
     if outcome.ok and state.failure is not None:
         found = f"the code now returns; the record failed with {state.failure.exception_type}"
         return ReplayReport(task_id, False, walked, recorded, found)
-    head = rec.cursor.first_left()
-    if head is not None:
+    left = rec.cursor.first_left()
+    if left is not None:
         error = NonDeterminismError(
             task_id,
-            head.seq,
-            f"more work ({describe(head.event)})",
+            left.seq,
+            f"more work ({describe(left.event)})",
             "the task to end" if outcome.ok else f"it to raise {outcome.value!r}",
         )
         return ReplayReport(task_id, False, walked, recorded, str(error), error)
