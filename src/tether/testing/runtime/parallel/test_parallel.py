@@ -4,7 +4,7 @@ A call's identity (its ordinal, so its key) comes from the order the code issues
 results are recorded in the order they finish; resume, replay and fork treat a batch
 in flight as a normal state of the record.
 """
-# mypy: disable-error-code="attr-defined,union-attr,unused-ignore"
+# mypy: disable-error-code="arg-type,attr-defined,union-attr,unused-ignore"
 
 from __future__ import annotations
 
