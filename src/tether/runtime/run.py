@@ -585,13 +585,30 @@ def drive_task(
 def _run_async(flow: Flow[T]) -> T:
     """``asyncio.run`` of the flow, its result handed back beside the loop's main task, not as
     that task's result: when the loop closes, ``asyncio.run`` formats the task's repr (to put
-    back the SIGINT handler), and the repr of a run's result holds the task's whole state."""
+    back the SIGINT handler), and the repr of a run's result holds the task's whole state.
+
+    So is an interrupt that stops the run (``KeyboardInterrupt``, ``SystemExit``): asyncio raises
+    those through the loop and leaves the task holding them, never retrieved, often in a cycle with
+    the run's frames; whenever the collector then frees it, in whatever code is running, asyncio
+    logs "Task exception was never retrieved" with a traceback (formatting one inside another
+    ``ast.parse`` fails that parse on CPython 3.11: ``SystemError: AST constructor recursion depth
+    mismatch``)."""
     box: list[T] = []
+    stopped: list[BaseException] = []
 
     async def main() -> None:
-        box.append(await drive_async(flow))
+        try:
+            box.append(await drive_async(flow))
+        except (KeyboardInterrupt, SystemExit) as stop:
+            stopped.append(stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        if stopped:
+            # The run's own account of its stop (RunInterrupted), over the interrupt a branch raised
+            # through the loop, if one did: that one led to it, as the closing loop cancelled the run.
+            raise stopped[0]
     return box[0]
 
 
