@@ -46,8 +46,10 @@ def test_forty_clients_reading_large_tasks_of_two_tenants_keep_the_budget(store_
     # The same task ids in both tenants: each read must reach its own tenant's task, whatever the
     # server (its Apps, their caches, the store's) remembers of the other's under that id.
     tasks = {
-        t: [app.log.create(type="big", task_id=f"big-{i}", inputs={"blob": f"{t}:{i}:" + "x" * MB}).task_id
-            for i in range(8)]
+        t: [
+            app.log.create(type="big", task_id=f"big-{i}", inputs={"blob": f"{t}:{i}:" + "x" * MB}).task_id
+            for i in range(8)
+        ]
         for t, app in writers.items()
     }
     assert tasks["acme"] == tasks["globex"]

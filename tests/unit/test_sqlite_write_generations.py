@@ -27,7 +27,9 @@ T = "default"
 
 
 def _rows(first: int, count: int) -> list[EventRow]:
-    return [EventRow(seq, "ObservationRecorded", 1, 0.0, f'{{"n": {seq}}}', None) for seq in range(first, first + count)]
+    return [
+        EventRow(seq, "ObservationRecorded", 1, 0.0, f'{{"n": {seq}}}', None) for seq in range(first, first + count)
+    ]
 
 
 def _create(store: SQLiteStore, task_id: str) -> None:
