@@ -1,6 +1,7 @@
 """ADK session service benchmark: tether's ``TetherSessionService`` beside ADK's own services.
 
-Run: ``python bench/adk.py`` (``--quick``: 1,000 sessions, sessions of 20 and 200 events). Prints a
+Run: ``python bench/adk.py`` (``--quick``: 1,000 sessions, sessions of 20 and 200 events; ``--smoke``: 50,
+5 and 20, for the test suite). Prints a
 table, the figures the targets name (absolute ms, and tether / each ADK service), then one line of JSON.
 
 - ``list_sessions`` over 10,000 sessions of one app (100 users, one state key each), and over one
@@ -142,8 +143,11 @@ async def run(sessions: int, lengths: list[int], folder: str) -> dict[str, dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+    )
     args = parser.parse_args()
-    sessions, lengths = (1_000, [20, 200]) if args.quick else (10_000, [200, 2_000])
+    sessions, lengths = (50, [5, 20]) if args.smoke else (1_000, [20, 200]) if args.quick else (10_000, [200, 2_000])
     rows = asyncio.run(run(sessions, lengths, tempfile.mkdtemp(prefix="tether-bench-adk-")))
     ours, theirs = rows["tether (SQLite)"], rows["ADK SqliteSessionService"]
     short, long = lengths

@@ -141,6 +141,9 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+    )
     parser.add_argument("--turns", type=int, nargs="*", default=None)
     parser.add_argument(
         "--peer-max", type=int, default=1000, help="run SqliteSaver up to this many turns (its bytes grow as turns^2)"
@@ -148,7 +151,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="reads of the history by TetherSaver (fastest counts)")
     parser.add_argument("--peer-repeat", type=int, default=2, help="reads of the history by SqliteSaver")
     args = parser.parse_args()
-    sizes = args.turns or ([30, 100] if args.quick else [100, 1000])
+    sizes = args.turns or ([10, 30] if args.smoke else [30, 100] if args.quick else [100, 1000])
+    if args.smoke:
+        args.repeat, args.peer_repeat = 1, 1
     rows: dict[int, dict[str, Any]] = {}
     peer_missing = False
     for n in sizes:

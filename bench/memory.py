@@ -1,6 +1,7 @@
 """Memory benchmark: what a process keeps of the tasks it went through (a worker, a server).
 
-Run: ``python bench/memory.py`` (100, 1,000 and 3,000 tasks; ``--quick``: 50, 200 and 500).
+Run: ``python bench/memory.py`` (100, 1,000 and 3,000 tasks; ``--quick``: 50, 200 and 500; ``--smoke``: 5, 10
+and 20, for the test suite).
 Prints a table, then one line of JSON.
 
 One App on a SQLite file runs task after task, each 100 side-effecting calls returning ~500 bytes
@@ -102,10 +103,13 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+    )
     args = parser.parse_args()
-    sizes = [50, 200, 500] if args.quick else [100, 1_000, 3_000]
+    sizes = [5, 10, 20] if args.smoke else [50, 200, 500] if args.quick else [100, 1_000, 3_000]
     rows = {"default": measure(16 * 1024 * 1024, sizes), "count_only": measure(UNBOUNDED, sizes)}
-    if not args.quick:
+    if not (args.quick or args.smoke):
         rows["records_kept"] = measure(16 * 1024 * 1024, sizes, keep_records=True)
     print(
         f"{'app':<12} {'tasks':>7} {'blocks alive':>13} {'vs floor':>9} {'RSS MB':>8} "

@@ -124,11 +124,14 @@ def dbos_step(folder: str, calls: int) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+    )
     parser.add_argument("--steps", type=int, default=None, help="messages in the chat")
     parser.add_argument("--calls", type=int, default=None, help="steps in the workflow")
     args = parser.parse_args()
-    steps = args.steps or (200 if args.quick else 1000)
-    calls = args.calls or (200 if args.quick else 1000)
+    steps = args.steps or (30 if args.smoke else 200 if args.quick else 1000)
+    calls = args.calls or (30 if args.smoke else 200 if args.quick else 1000)
     folder = tempfile.mkdtemp(prefix="tether-bench-")
     ours_chat = tether_chat(folder, steps)
     theirs_chat = langgraph_chat(folder, steps)

@@ -1,6 +1,7 @@
 """Time-travel benchmark: state_at, fork and history against history length, for two shapes of state.
 
-Run: ``python bench/timetravel.py`` (1,000 and 100,000 events; ``--quick``: 1,000 and 10,000).
+Run: ``python bench/timetravel.py`` (1,000 and 100,000 events; ``--quick``: 1,000 and 10,000; ``--smoke``: 200
+and 1,000, for the test suite).
 Prints a table, then one line of JSON.
 
 Two shapes of task, each event a ~500-byte observation:
@@ -177,6 +178,9 @@ def print_history(hist: dict[str, float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+    )
     parser.add_argument("--only", choices=("history",), help="run only this part (history: app.history's time)")
     args = parser.parse_args()
     if args.only == "history":
@@ -184,8 +188,8 @@ def main() -> None:
         print_history(hist)
         print(orjson.dumps({**history_json(hist), "targets": {"history_ms": TARGETS["history_ms"]}}).decode())
         return
-    sizes = (1_000, 10_000) if args.quick else (1_000, 100_000)
-    repeat = 7 if args.quick else 15
+    sizes = (200, 1_000) if args.smoke else (1_000, 10_000) if args.quick else (1_000, 100_000)
+    repeat = 2 if args.smoke else 7 if args.quick else 15
     folder = tempfile.mkdtemp(prefix="tether-bench-")
     result: dict[str, object] = {"sizes": list(sizes), "targets": TARGETS}
     verdicts: list[bool] = []
