@@ -22,7 +22,8 @@ test that kills a child and resumes it elsewhere uses two servers, so the resumi
 strings differently from the killed one, as a fresh process would.
 
 Run as a script, this file is the server: ``python _forkserver.py MODULE...`` imports the modules,
-then reads one JSON request a line on stdin (``{"argv": [script, arg...], "timeout": seconds}``) and
+then reads one JSON request a line on stdin (``{"argv": [script, arg...], "timeout": seconds}``, and
+optionally the child's ``"cwd"`` and ``"env"``) and
 answers each with one JSON line (``returncode``, ``stdout``, ``stderr``, ``timed_out``).
 """
 
@@ -55,13 +56,28 @@ class ForkServer:
         )
         self._first = True
 
-    def run(self, script: Path | str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        script: Path | str,
+        *args: str,
+        timeout: float = 120,
+        cwd: Path | str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """Runs ``python script args...`` in a child forked from the server, as ``subprocess.run``
         with ``capture_output=True, text=True`` would; raises ``subprocess.TimeoutExpired`` after
-        killing a child that outlives ``timeout`` (the server's imports do not count against the first)."""
+        killing a child that outlives ``timeout`` (the server's imports do not count against the first).
+        ``cwd`` and ``env``, as ``subprocess.run`` takes them, are the child's own (by default the
+        server's): the child moves there and takes that environment before the script runs, and the
+        folders of its ``PYTHONPATH`` go first on ``sys.path``, as a fresh interpreter would put them."""
         argv = [str(script), *args]
+        request: dict[str, Any] = {"argv": argv, "timeout": timeout}
+        if cwd is not None:
+            request["cwd"] = str(cwd)
+        if env is not None:
+            request["env"] = dict(env)
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(json.dumps({"argv": argv, "timeout": timeout}) + "\n")
+        self._proc.stdin.write(json.dumps(request) + "\n")
         self._proc.stdin.flush()
         line = self._proc.stdout.readline()
         if not line:
@@ -79,8 +95,8 @@ class ForkServer:
         self._proc.stdout.close()
 
 
-def _serve(preload: Sequence[str]) -> tuple[list[str], float, IO[bytes], IO[bytes]]:
-    """The server's loop; returns only in a forked child, with what the child is to run."""
+def _serve(preload: Sequence[str]) -> tuple[dict[str, Any], IO[bytes], IO[bytes]]:
+    """The server's loop; returns only in a forked child, with the request it is to run."""
     import gc
     import importlib
     import signal
@@ -107,7 +123,7 @@ def _serve(preload: Sequence[str]) -> tuple[list[str], float, IO[bytes], IO[byte
         if pid == 0:
             requests.close()
             replies.close()
-            return request["argv"], request["timeout"], out, err
+            return request, out, err
         deadline = time.monotonic() + request["timeout"]
         pause, timed_out = 0.001, False
         while True:
@@ -136,21 +152,29 @@ def _serve(preload: Sequence[str]) -> tuple[list[str], float, IO[bytes], IO[byte
     sys.exit(0)
 
 
-def _become(argv: list[str], out: IO[bytes], err: IO[bytes]) -> Any:
-    """In the forked child: stdout and stderr to the server's capture files, then the script as
-    ``__main__``. Its exit (an exception's traceback and status 1, ``sys.exit``, or the end of the
-    script) is the interpreter's own, atexit handlers and all."""
+def _become(request: dict[str, Any], out: IO[bytes], err: IO[bytes]) -> Any:
+    """In the forked child: stdout and stderr to the server's capture files, the request's folder and
+    environment, then the script as ``__main__``. Its exit (an exception's traceback and status 1,
+    ``sys.exit``, or the end of the script) is the interpreter's own, atexit handlers and all."""
     import runpy
 
     os.dup2(out.fileno(), 1)
     os.dup2(err.fileno(), 2)
     out.close()
     err.close()
+    if "cwd" in request:
+        os.chdir(request["cwd"])
+    if "env" in request:
+        os.environ.clear()
+        os.environ.update(request["env"])
+        paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:0] = [p for p in paths if p not in sys.path]
+    argv = request["argv"]
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
     return runpy.run_path(argv[0], run_name="__main__")
 
 
 if __name__ == "__main__":
-    child_argv, _timeout, child_out, child_err = _serve(sys.argv[1:])
-    _become(child_argv, child_out, child_err)
+    child_request, child_out, child_err = _serve(sys.argv[1:])
+    _become(child_request, child_out, child_err)

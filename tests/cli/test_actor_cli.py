@@ -11,14 +11,15 @@ import pytest
 from click.testing import CliRunner
 
 import tether
+from tests.cli._console import run_tether
 from tests.cli.test_cli import pythonpath
-from tests.cli.test_fix_cli import TETHER, python, write
+from tests.cli.test_fix_cli import python, write
 from tether.cli import main
 
 
 def cli(folder: Path, *args: str, user: str = "ci-user") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TETHER_URL": "", "COLUMNS": "200", "PYTHONPATH": pythonpath(folder), "LOGNAME": user}
-    return subprocess.run([TETHER, *args], cwd=folder, capture_output=True, text=True, timeout=120, env=env)
+    return run_tether(*args, cwd=folder, env=env)
 
 
 def test_send_cancel_and_retry_record_who_did_them(tmp_path: Path) -> None:

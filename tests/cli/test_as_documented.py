@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli import TETHER, pythonpath
+from tests.cli._console import python, run_tether
+from tests.cli.test_cli import pythonpath
 from tests.conftest import dump_database
 
 AGENT = textwrap.dedent(
@@ -44,7 +45,7 @@ def tether_cli(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The console script with stdout a pipe and no COLUMNS: as `tether … | cat` runs it."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env.update(TETHER_URL="", PYTHONPATH=pythonpath(folder))
-    return subprocess.run([TETHER, *args], cwd=folder, capture_output=True, text=True, timeout=120, env=env)
+    return run_tether(*args, cwd=folder, env=env)
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def folder(tmp_path: Path) -> Path:
     (tmp_path / "agent.py").write_text(AGENT)
     code = "from agent import app, trip\nfor t in ('t1', 't2'):\n    app.run(trip, 'NYC', task_id=t)"
     env = {**os.environ, "PYTHONPATH": pythonpath(tmp_path)}
-    made = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    made = python(code, cwd=tmp_path, env=env)
     assert made.returncode == 0, made.stderr
     return tmp_path
 

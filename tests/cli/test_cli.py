@@ -1,22 +1,19 @@
-"""The real console script, in a subprocess, against a real database."""
+"""The real console script, in a process of its own (forked with tether imported: tests/cli/_console.py;
+the help test runs it in a fresh interpreter too), against a real database."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tether
-
-TETHER = shutil.which("tether", path=os.path.dirname(sys.executable)) or "tether"
-SRC = Path(__file__).parents[2] / "src"
+from tests.cli._console import SRC, TETHER, python, run_tether
 
 
 def pythonpath(folder: Path) -> str:
@@ -26,14 +23,7 @@ def pythonpath(folder: Path) -> str:
 
 
 def run(*args: str, cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [TETHER, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TETHER_URL": "", "COLUMNS": "200"},
-    )
+    done = run_tether(*args, cwd=cwd, env={**os.environ, "TETHER_URL": "", "COLUMNS": "200"})
     if ok:
         assert done.returncode == 0, done.stderr
     return done
@@ -61,7 +51,12 @@ def db(tmp_path: Path) -> Path:
 
 
 def test_every_command_has_help(tmp_path: Path) -> None:
+    # The console script in a fresh interpreter, as a shell runs it; the commands' help below forked.
+    env = {**os.environ, "TETHER_URL": "", "COLUMNS": "200"}
+    fresh = subprocess.run([TETHER, "-h"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert fresh.returncode == 0, fresh.stderr
     out = run("-h", cwd=tmp_path).stdout
+    assert out == fresh.stdout
     commands = [
         "demo",
         "tasks",
@@ -173,14 +168,7 @@ def test_replay_resume_and_cancel_through_the_app(tmp_path: Path) -> None:
         "    return flights[0] if ok else 'declined'\n"
     )
     code = "import agent; print(agent.app.run(agent.trip, 'NYC', task_id='t1').status.value)"
-    made = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": pythonpath(tmp_path)},
-    )
+    made = python(code, cwd=tmp_path, env={**os.environ, "PYTHONPATH": pythonpath(tmp_path)}, timeout=60)
     assert made.stdout.strip() == "awaiting_input", made.stderr
     replayed = json.loads(run("replay", "t1", "--app", "agent:app", "--json", cwd=tmp_path).stdout)
     assert replayed["clean"] and replayed["outcome"] == "reached the end of the record"
@@ -216,13 +204,8 @@ def test_tenant_option_and_environment(tmp_path: Path) -> None:
     app.close()
     assert "no tasks" in run("tasks", cwd=tmp_path).stdout
     assert "acme-job" in run("tasks", "--tenant", "acme", cwd=tmp_path).stdout
-    shown = subprocess.run(
-        [TETHER, "show", "acme-job", "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TETHER_URL": "", "TETHER_TENANT": "acme"},
+    shown = run_tether(
+        "show", "acme-job", "--json", cwd=tmp_path, env={**os.environ, "TETHER_URL": "", "TETHER_TENANT": "acme"}
     )
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["tenant"] == "acme"

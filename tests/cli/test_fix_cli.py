@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from tests.cli.test_cli import TETHER, pythonpath
+from tests.cli._console import python as python_c
+from tests.cli._console import run_tether
+from tests.cli.test_cli import pythonpath
 
 AGENT = """
 import tether
@@ -47,12 +48,12 @@ def write(folder: Path, *, broken: bool, change: str = "") -> None:
 
 def tether_cli(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TETHER_URL": "", "COLUMNS": "200", "PYTHONPATH": pythonpath(folder)}
-    return subprocess.run([TETHER, *args], cwd=folder, capture_output=True, text=True, timeout=120, env=env)
+    return run_tether(*args, cwd=folder, env=env)
 
 
 def python(folder: Path, code: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": pythonpath(folder)}
-    return subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, env=env)
+    return python_c(code, cwd=folder, env=env)
 
 
 def test_send_retry_show_and_check_from_the_shell(tmp_path: Path) -> None:

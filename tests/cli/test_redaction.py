@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -11,7 +10,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 import tether
-from tests.cli.test_cli import TETHER, pythonpath
+from tests.cli._console import run_tether
+from tests.cli.test_cli import pythonpath
 from tests.conftest import pg_url
 from tether.store.base import redact_url
 
@@ -46,37 +46,16 @@ def test_store_url_holds_no_password(secret_url: str) -> None:
 def test_worker_banner_and_errors_hold_no_password(secret_url: str, tmp_path: Path) -> None:
     (tmp_path / "secretapp.py").write_text(f"import tether\napp = tether.App({secret_url!r})\n")
     env = {**os.environ, "TETHER_URL": "", "PYTHONPATH": pythonpath(tmp_path), "COLUMNS": "300"}
-    done = subprocess.run(
-        [TETHER, "worker", "secretapp:app", "--idle-exit"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    done = run_tether("worker", "secretapp:app", "--idle-exit", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert "postgres:***@" in done.stderr and SECRET not in done.stderr + done.stdout
     unreachable = _with_password("postgresql://postgres@127.0.0.1:1/nowhere")
-    failed = subprocess.run(
-        [TETHER, "tasks", "--db", unreachable, "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    failed = run_tether("tasks", "--db", unreachable, "--json", cwd=tmp_path, env=env)
     assert failed.returncode != 0 and "127.0.0.1" in failed.stdout + failed.stderr
     assert SECRET not in failed.stdout + failed.stderr
 
 
 def test_demo_output_holds_no_password(secret_url: str, tmp_path: Path) -> None:
-    done = subprocess.run(
-        [TETHER, "demo", "--db", secret_url],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TETHER_URL": "", "COLUMNS": "300"},
-    )
+    done = run_tether("demo", "--db", secret_url, cwd=tmp_path, env={**os.environ, "TETHER_URL": "", "COLUMNS": "300"})
     assert done.returncode == 0, done.stderr
     assert "postgres:***@" in done.stdout and SECRET not in done.stdout + done.stderr
