@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,8 +19,8 @@ from agents.memory import Session as SdkSession
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import tether
-from tests._forkserver import ForkServers
-from tests.integrations._crash import sigkill_then_resume
+from tests._forkserver import ForkServer, ForkServers
+from tests.integrations._crash import CHILD_IMPORTS, sigkill_then_resume
 from tests.integrations.conftest import CHILD_ENV, HERE
 from tether.integrations.openai_agents import (
     TetherSession,
@@ -680,40 +679,49 @@ def test_sigkill_anywhere_in_a_team_then_resume(tmp_path: Path, make_url: Any, f
     sigkill_then_resume("_agents_child.py", fork_servers, tmp_path, make_url, extra=("team",), model_turns=turns)
 
 
-def _start(url: str, session: str, name: str, mode: str, count: int, gate: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "_agents_session_child.py"), url, session, name, mode, str(count), str(gate)],
-        env=CHILD_ENV,
-        stderr=subprocess.PIPE,
-    )
+def _child(
+    server: ForkServer, url: str, session: str, name: str, mode: str, count: int, gate: Path
+) -> subprocess.CompletedProcess[str]:
+    """``_agents_session_child.py`` in a process of its own, forked from a server with the SDK imported."""
+    script = HERE / "_agents_session_child.py"
+    return server.run(script, url, session, name, mode, str(count), str(gate), timeout=120)
 
 
-def _race(url: str, tmp: Path, mode: str, count: int) -> None:
+def _race(servers: tuple[ForkServer, ForkServer], url: str, tmp: Path, mode: str, count: int) -> None:
+    """Two processes (one forked from each server) on one session, let go together once both are ready."""
     gate = tmp / f"go-{mode}"
-    procs = [_start(url, "shared", name, mode, count, gate) for name in ("a", "b")]
+    done: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def run(server: ForkServer, name: str) -> None:
+        done[name] = _child(server, url, "shared", name, mode, count, gate)
+
+    threads = [threading.Thread(target=run, args=(server, name)) for server, name in zip(servers, "ab", strict=True)]
+    for thread in threads:
+        thread.start()
     deadline = time.monotonic() + 60
     while not all((tmp / f"ready-{n}").exists() for n in ("a", "b")):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "children did not start"
+        assert time.monotonic() < deadline and all(t.is_alive() for t in threads), f"children did not start: {done}"
         time.sleep(0.01)
     gate.touch()
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()
+    for thread in threads:
+        thread.join()
     for name in ("a", "b"):
+        assert done[name].returncode == 0, done[name].stderr
         (tmp / f"ready-{name}").unlink()
 
 
 @pytest.mark.crash
-def test_two_processes_one_session(tmp_path: Path, make_url: Any) -> None:
+def test_two_processes_one_session(tmp_path: Path, make_url: Any, fork_servers: ForkServers) -> None:
+    servers = fork_servers(CHILD_IMPORTS["_agents_child.py"], CHILD_ENV)
     url = make_url(tmp_path)
     tether.App(url).session("shared")
-    _race(url, tmp_path, "add", 20)
+    _race(servers, url, tmp_path, "add", 20)
     stored = asyncio.run(TetherSession("shared", tether.App(url)).get_items())
     contents = [item["content"] for item in stored]
     assert sorted(contents) == sorted(f"{n}:{i}:{j}" for n in "ab" for i in range(20) for j in range(3))
     for k in range(0, len(contents), 3):  # every batch contiguous
         assert len({c.rpartition(":")[0] for c in contents[k : k + 3]}) == 1, contents[k : k + 3]
-    _race(url, tmp_path, "pop", 0)
+    _race(servers, url, tmp_path, "pop", 0)
     popped = [json.loads((tmp_path / f"go-pop.{n}.popped").read_text()) for n in ("a", "b")]
     everything = [item["content"] for mine in popped for item in mine]
     assert sorted(everything) == sorted(contents)  # every item popped exactly once, by one process
@@ -721,11 +729,13 @@ def test_two_processes_one_session(tmp_path: Path, make_url: Any) -> None:
 
 
 @pytest.mark.crash
-def test_items_survive_a_process_that_exits_right_after_add_items(tmp_path: Path, make_url: Any) -> None:
+def test_items_survive_a_process_that_exits_right_after_add_items(
+    tmp_path: Path, make_url: Any, fork_servers: ForkServers
+) -> None:
+    server, _ = fork_servers(CHILD_IMPORTS["_agents_child.py"], CHILD_ENV)
     url = make_url(tmp_path)
-    child = _start(url, "quick", "a", "add-exit", 5, tmp_path / "unused")
-    _, err = child.communicate(timeout=120)
-    assert child.returncode == 0, err.decode()
+    child = _child(server, url, "quick", "a", "add-exit", 5, tmp_path / "unused")
+    assert child.returncode == 0, child.stderr
     assert asyncio.run(TetherSession("quick", tether.App(url)).get_items()) == items(5, "a:")
 
 
