@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -31,8 +30,10 @@ from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
 import tether
+from tests._forkserver import ForkedProcess, ForkServer, ForkServers
 from tests.conftest import dump_database, pg_url
 from tests.integrations.conftest import CHILD_ENV, HERE
+from tests.integrations.test_adk_runner import CHILD_IMPORTS
 from tether.conversation import SESSION_TYPE, SessionOpened
 from tether.integrations import adk as tether_adk
 from tether.integrations.adk import TetherMemoryService, TetherSessionService
@@ -639,11 +640,17 @@ def test_two_writers_adding_one_session_to_memory_remember_each_event_once(store
 # ----------------------------------------------------------------------------- real processes
 
 
-def child(url: str, name: str, count: int, gate: Path | None = None) -> subprocess.Popen[str]:
-    args = [sys.executable, str(HERE / "_adk_child.py"), url, "shared", name, str(count)]
-    return subprocess.Popen(
-        [*args, str(gate)] if gate else args, env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+@pytest.fixture
+def children(fork_servers: ForkServers) -> tuple[ForkServer, ForkServer]:
+    """Where the appending processes are forked from: servers with ADK imported (tests/_forkserver.py)."""
+    return fork_servers(CHILD_IMPORTS, CHILD_ENV)
+
+
+def child(
+    server: ForkServer, url: str, name: str, count: int, gate: Path | None = None, stdout: Path | None = None
+) -> ForkedProcess:
+    args = [url, "shared", name, str(count), *([str(gate)] if gate else [])]
+    return server.start(HERE / "_adk_child.py", *args, stdout=stdout)
 
 
 def create_shared(url: str) -> None:
@@ -668,7 +675,9 @@ def check_session(url: str, expected: dict[str, int]) -> None:
 
 @pytest.mark.crash
 @pytest.mark.timeout(300)
-def test_sigkill_while_appending_then_resume(tmp_path: Path, make_url: Any) -> None:
+def test_sigkill_while_appending_then_resume(
+    tmp_path: Path, make_url: Any, children: tuple[ForkServer, ForkServer]
+) -> None:
     """A child appending events is SIGKILLed from outside at random moments; each time the session
     holds a prefix of its events with no duplicate and no torn event, its app: state agrees with its
     events (no delta without its event, none the other way round), and a fresh child finishes."""
@@ -676,19 +685,16 @@ def test_sigkill_while_appending_then_resume(tmp_path: Path, make_url: Any) -> N
     create_shared(url)
     rng = random.Random()
     count, landed = 400, 0  # enough appends that a kill in the first few tens of ms lands mid-way
-    for _ in range(4):
-        proc = child(url, "a", count)
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # it is appending
-        time.sleep(rng.uniform(0.0, 0.05))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-        # The rest through the buffer readline() filled (communicate() would read the pipe itself and
-        # drop the confirmations buffered past the first line, weakening the check below).
-        out = proc.stdout.read()
-        proc.stdout.close()
-        if proc.stderr is not None:
-            proc.stderr.close()
+    for life in range(4):
+        lines = tmp_path / f"stdout-{life}"
+        os.mkfifo(lines)
+        proc = child(children[life % 2], url, "a", count, stdout=lines)
+        with open(lines) as stdout:
+            first = stdout.readline()  # it is appending
+            time.sleep(rng.uniform(0.0, 0.05))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+            out = stdout.read()  # the rest, through the buffer readline() filled
         landed += proc.returncode == -signal.SIGKILL
         confirmed = [int(x) for x in (first + out).split() if x.isdigit()]
         session = asyncio.run(
@@ -706,19 +712,20 @@ def test_sigkill_while_appending_then_resume(tmp_path: Path, make_url: Any) -> N
     # A fresh child resumes after the last stored event and finishes: a few appends past the kills
     # show it (each append reads the whole session first, so going on to all 400 cost most of the test).
     final = min(count, len(stored) + 20)
-    done = child(url, "a", final)
-    out, err = done.communicate(timeout=120)
-    assert done.returncode == 0, err
+    done = child(children[0], url, "a", final).result()
+    assert done.returncode == 0, done.stderr
     check_session(url, {"a": final})
 
 
 @pytest.mark.crash
 @pytest.mark.timeout(300)
-def test_two_processes_append_to_one_session(tmp_path: Path, make_url: Any) -> None:
+def test_two_processes_append_to_one_session(
+    tmp_path: Path, make_url: Any, children: tuple[ForkServer, ForkServer]
+) -> None:
     url = make_url(tmp_path)
     create_shared(url)
     gate, count = tmp_path / "go", 25
-    procs = {name: child(url, name, count, gate) for name in ("a", "b")}
+    procs = {name: child(server, url, name, count, gate) for server, name in zip(children, ("a", "b"), strict=True)}
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready-{n}").exists() for n in procs):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs.values()), "children did not start"
@@ -726,8 +733,8 @@ def test_two_processes_append_to_one_session(tmp_path: Path, make_url: Any) -> N
     gate.touch()
     stale = 0
     for proc in procs.values():
-        out, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err
-        stale += int(out.split("stale ")[1])
+        done = proc.result()
+        assert done.returncode == 0, done.stderr
+        stale += int(done.stdout.split("stale ")[1])
     check_session(url, {"a": count, "b": count})
     print(f"\nstale appends refused and retried: {stale}")

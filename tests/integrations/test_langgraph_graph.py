@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,6 +18,7 @@ pytest.importorskip("langgraph")
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.types import Command
 
+from tests._forkserver import ForkServer, ForkServers
 from tests.integrations._lg_graph import answer, build, expected, run
 from tether import TaskLog
 from tether.integrations._langgraph_log import CheckpointSaved, WritesSaved, decode_item, stream_id
@@ -159,57 +158,66 @@ def test_async_graph(store_url: str) -> None:
     assert asyncio.run(talk()) == expected(2)
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+# The children below are forked from servers that have imported LangGraph and tether (tests/_forkserver.py).
+CHILD_IMPORTS = (
+    "langchain_core.language_models.fake_chat_models",
+    "langchain_core.messages",
+    "langgraph.graph",
+    "langgraph.types",
+    "tether",
+    "tether.integrations.langgraph",
+    "tether.store.postgres",
+    "tether.store.sqlite",
+)
+
+
+@pytest.fixture
+def children(fork_servers: ForkServers) -> tuple[ForkServer, ForkServer]:
+    return fork_servers(CHILD_IMPORTS, {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])})
 
 
 @pytest.mark.crash
-def test_sigkill_mid_run_then_resume_loses_nothing(durable_url: str) -> None:
+def test_sigkill_mid_run_then_resume_loses_nothing(
+    durable_url: str, tmp_path: Path, children: tuple[ForkServer, ForkServer]
+) -> None:
     turns = 30  # turns enough after "turn 7" that the kill lands mid-run however late it comes
-    for kill_after in ("turn 3", "turn 7"):  # the second process resumes what the first left
-        with subprocess.Popen(
-            [sys.executable, "-m", "tests.integrations._lg_graph", durable_url, "killed", str(turns), "0.03"],
-            cwd=ROOT,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            text=True,
-        ) as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
+    for life, kill_after in enumerate(("turn 3", "turn 7")):  # the second process resumes what the first left
+        lines = tmp_path / f"stdout-{life}"
+        os.mkfifo(lines)
+        args = (durable_url, "killed", str(turns), "0.03")
+        proc = children[life].start(ROOT / "tests" / "integrations" / "_lg_graph.py", *args, stdout=lines)
+        with open(lines) as stdout:
+            for line in stdout:
                 if line.strip() == kill_after:
                     break
             time.sleep(0.045)  # somewhere inside the next turn's agent step
             proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGKILL
+            assert proc.wait(timeout=30) == -signal.SIGKILL
     run(durable_url, "killed", turns)  # resumes from what tether holds
     graph = build(TetherSaver(durable_url))
     assert contents(graph, config("killed")) == expected(turns)
 
 
 @pytest.mark.crash
-def test_two_processes_on_one_thread_lose_no_write(durable_url: str, tmp_path: Path) -> None:
+def test_two_processes_on_one_thread_lose_no_write(
+    durable_url: str, tmp_path: Path, children: tuple[ForkServer, ForkServer]
+) -> None:
     gate, count = tmp_path / "go", 15
+    writer = ROOT / "tests" / "integrations" / "_lg_writer.py"
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.integrations._lg_writer", durable_url, "shared", name, str(count), str(gate)],
-            cwd=ROOT,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for name in ("p1", "p2")
+        server.start(writer, durable_url, "shared", name, str(count), str(gate))
+        for server, name in zip(children, ("p1", "p2"), strict=True)
     ]
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready-{n}").exists() for n in ("p1", "p2")):
-        assert time.monotonic() < deadline, "writers did not start"
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "writers did not start"
         time.sleep(0.01)
     gate.touch()
     saved: list[str] = []
     for proc in procs:
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0
-        saved += json.loads(out.strip().splitlines()[-1])
+        done = proc.result()
+        assert done.returncode == 0, done.stderr
+        saved += json.loads(done.stdout.strip().splitlines()[-1])
     saver = TetherSaver(durable_url)
     listed = {t.config["configurable"]["checkpoint_id"]: t for t in saver.list(config("shared"))}
     assert len(saved) == len(set(saved)) == 2 * count * 3  # input, start and node checkpoints per turn

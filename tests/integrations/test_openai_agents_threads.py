@@ -5,8 +5,6 @@ exactly the stored items, in the stored order, each once — on SQLite and Postg
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +18,8 @@ from agents import Agent, Runner, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message
 
 import tether
+from tests._forkserver import ForkServers
+from tests.integrations._crash import CHILD_IMPORTS
 from tests.integrations.conftest import CHILD_ENV, HERE
 from tether.integrations.openai_agents import TetherSession
 
@@ -104,22 +104,21 @@ def test_runner_run_sync_in_threads_on_one_session(durable_url: str) -> None:
 
 
 @pytest.mark.crash
-def test_threads_and_another_process_write_one_session(durable_url: str, tmp_path: Path) -> None:
+def test_threads_and_another_process_write_one_session(
+    durable_url: str, tmp_path: Path, fork_servers: ForkServers
+) -> None:
     """Threads of this process share one TetherSession while a child process appends batches of three
     through its own: both readers see every item once, in one order, each batch contiguous."""
     session = TetherSession("shared", tether.App(durable_url))
     asyncio.run(session.get_items())
     gate = tmp_path / "go"
-    child = subprocess.Popen(
-        [sys.executable, str(HERE / "_agents_session_child.py"), durable_url, "shared", "p", "add", "20", str(gate)],
-        env=CHILD_ENV,
-        stderr=subprocess.PIPE,
-    )
+    server, _ = fork_servers(CHILD_IMPORTS["_agents_child.py"], CHILD_ENV)  # the SDK imported once
+    child = server.start(HERE / "_agents_session_child.py", durable_url, "shared", "p", "add", "20", str(gate))
     ready = threading.Event()
 
     def wait_for_child() -> None:
         while not (tmp_path / "ready-p").exists():
-            assert child.poll() is None, child.communicate()[1].decode()
+            assert child.poll() is None, child.result().stderr
             ready.wait(0.01)
         gate.touch()
 
@@ -130,8 +129,8 @@ def test_threads_and_another_process_write_one_session(durable_url: str, tmp_pat
 
     wait_for_child()
     _in_threads("abcd", lambda name: asyncio.run(add(name)))
-    _, err = child.communicate(timeout=120)
-    assert child.returncode == 0, err.decode()
+    done = child.result()
+    assert done.returncode == 0, done.stderr
 
     stored = asyncio.run(TetherSession("shared", tether.App(durable_url)).get_items())
     contents = _contents(stored)
