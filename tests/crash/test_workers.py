@@ -14,9 +14,14 @@ from typing import Any
 import pytest
 
 import tether
+from tests._forkserver import ForkedProcess, ForkServer, ForkServers
 
 HERE = Path(__file__).parent
-TETHER = [sys.executable, "-m", "tether.cli"]
+# `python -m tether.cli worker _workapp:app`, each worker a process of its own forked from a server that
+# has imported tether, its CLI and the stores (tests/_forkserver.py), in this folder and the test's env.
+CLI = HERE.parent.parent / "src" / "tether" / "cli" / "__main__.py"
+PRELOAD = ("tether", "tether.cli", "tether.runtime.worker", "tether.store.sqlite", "tether.store.postgres")
+SERVER_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)])}
 
 
 def _env(tmp: Path, url: str, **extra: str) -> dict[str, str]:
@@ -29,15 +34,15 @@ def _env(tmp: Path, url: str, **extra: str) -> dict[str, str]:
     }
 
 
-def _worker(tmp: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with open(tmp / f"worker-{time.time_ns()}.log", "wb") as log:
-        return subprocess.Popen(
-            [*TETHER, "worker", "_workapp:app", "--poll", "0.05", "--grace", "5"],
-            cwd=HERE,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
+@pytest.fixture
+def servers(fork_servers: ForkServers) -> tuple[ForkServer, ForkServer]:
+    return fork_servers(PRELOAD, SERVER_ENV)
+
+
+def _worker(servers: tuple[ForkServer, ForkServer], n: int, env: dict[str, str]) -> ForkedProcess:
+    """Worker ``n``, forked from one server or the other (their hash seeds differ, as two fresh processes' would)."""
+    args = ("worker", "_workapp:app", "--poll", "0.05", "--grace", "5")
+    return servers[n % 2].start(CLI, *args, cwd=HERE, env=env, timeout=600)
 
 
 def _query(tmp: Path, sql: str) -> list[tuple[object, ...]]:
@@ -59,7 +64,7 @@ def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-
         time.sleep(0.05)
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def _stop(procs: list[ForkedProcess]) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGCONT)
@@ -91,7 +96,9 @@ def _fences_never_go_back(app: tether.App, task_id: str) -> set[int]:
 
 @pytest.mark.crash
 @pytest.mark.timeout(360)
-def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make_url: Any) -> None:
+def test_sigkill_a_worker_mid_task_and_the_others_take_over(
+    tmp_path: Path, make_url: Any, servers: tuple[ForkServer, ForkServer]
+) -> None:
     url = make_url(tmp_path)
     # A 3 s lease renewed every 1 s: a live worker's renewal would have to be 2 s late for another to
     # take its task (with 1 s, a third of a second on a loaded machine did, and the effect ran twice).
@@ -101,7 +108,7 @@ def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make
     jobs = 12
     for n in range(jobs):
         app.start("job", n, task_id=f"job-{n}")
-    workers = [_worker(tmp_path, env) for _ in range(3)]
+    workers = [_worker(servers, n, env) for n in range(3)]
     try:
         victim = workers[0]
         _wait_for(
@@ -132,7 +139,9 @@ def test_sigkill_a_worker_mid_task_and_the_others_take_over(tmp_path: Path, make
 
 @pytest.mark.crash
 @pytest.mark.timeout(360)
-def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: Path, make_url: Any) -> None:
+def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(
+    tmp_path: Path, make_url: Any, servers: tuple[ForkServer, ForkServer]
+) -> None:
     url = make_url(tmp_path)
     # Each effect takes 2 s: room to SIGSTOP the first worker inside its first one, however late
     # this process sees it start.
@@ -140,8 +149,8 @@ def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: P
     app = tether.App(url)
     app.task(name="job")(lambda ctx, n, steps=5: n)
     app.start("job", 1, steps=4, task_id="job-1")
-    first = _worker(tmp_path, env)
-    second: subprocess.Popen[bytes] | None = None
+    first = _worker(servers, 0, env)
+    second: ForkedProcess | None = None
     try:
         _wait_for(
             lambda: (
@@ -153,7 +162,7 @@ def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: P
             "the first effect to start",
         )
         first.send_signal(signal.SIGSTOP)  # paused mid-effect, past its lease
-        second = _worker(tmp_path, env)
+        second = _worker(servers, 1, env)
         _wait_for(lambda: app.get("job-1").status is tether.Status.COMPLETED, 60, "the second worker to finish")
         first.send_signal(signal.SIGCONT)  # it wakes up and tries to record its stale result
         _wait_for(
@@ -175,7 +184,9 @@ def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(tmp_path: P
 
 @pytest.mark.crash
 @pytest.mark.timeout(360)
-def test_cancel_a_task_another_process_is_running(tmp_path: Path, make_url: Any) -> None:
+def test_cancel_a_task_another_process_is_running(
+    tmp_path: Path, make_url: Any, servers: tuple[ForkServer, ForkServer]
+) -> None:
     url = make_url(tmp_path)
     env = _env(tmp_path, url, TETHER_TEST_TTL="5.0", TETHER_TEST_SLOW="0.3")
     app = tether.App(url)
@@ -191,7 +202,7 @@ def test_cancel_a_task_another_process_is_running(tmp_path: Path, make_url: Any)
         return n
 
     app.start(job, 1, steps=6, task_id="job-1")
-    runner = _worker(tmp_path, env)
+    runner = _worker(servers, 0, env)
     try:
         _wait_for(lambda: len(_query(tmp_path, "SELECT key FROM raw")) >= 2, 60, "two effects")
         cancelled = app.cancel("job-1", reason="user cancelled")
@@ -251,7 +262,7 @@ def _events_or_none(app: tether.App, task_id: str) -> list[tether.events.Recorde
 
 @pytest.mark.crash
 @pytest.mark.timeout(360)
-def test_postgres_connections_cut_while_workers_run(tmp_path: Path) -> None:
+def test_postgres_connections_cut_while_workers_run(tmp_path: Path, servers: tuple[ForkServer, ForkServer]) -> None:
     """pg_terminate_backend on every connection of this test's schema, three times, while two workers run jobs."""
     from tests.conftest import PG_PROBLEM, PG_URL, pg_url
 
@@ -268,7 +279,7 @@ def test_postgres_connections_cut_while_workers_run(tmp_path: Path) -> None:
         jobs = 10
         for n in range(jobs):
             app.start("job", n, task_id=f"job-{n}")
-        workers = [_worker(tmp_path, env) for _ in range(2)]
+        workers = [_worker(servers, n, env) for n in range(2)]
         cuts = 0
         try:
             with psycopg.connect(PG_URL, autocommit=True) as admin:
