@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -9,6 +10,17 @@ import pytest
 from tests.conftest import PG_PROBLEM, PG_URL
 
 UrlFactory = Callable[[Path], str]
+
+SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "0"))
+"""How many random SIGKILL scenarios each random crash test runs (``TETHER_CRASH_SCENARIOS``, for a deep
+run: 200). Unset, each runs one per kind of place its kills land (after a commit, inside a tool before
+and after its effect, in a backoff, ...), each kind at a random occurrence: every path a kill can cut,
+on every backend and in every mode, once per run."""
+
+
+def scenarios(kinds: int) -> int:
+    """The scenarios a crash test with ``kinds`` kinds of kill point runs: :data:`SCENARIOS`, or one per kind."""
+    return SCENARIOS or kinds
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -26,25 +26,26 @@ import os
 import random
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tether
+import tether.cli
 from tests._forkserver import ForkServer, ForkServers
 from tests.conftest import dump_database
+from tests.crash.conftest import SCENARIOS as CRASH_SCENARIOS
 
 HERE = Path(__file__).parent
 AGENT = HERE / "_approval_loop.py"
 ROOT = HERE.parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-# A scenario takes ~4 s (up to eight processes): a quarter of the other crash suites' count keeps the
-# suite under its ten minutes; TETHER_CRASH_SCENARIOS=400 runs a long soak.
-SCENARIOS = max(4, int(os.environ.get("TETHER_CRASH_SCENARIOS", "16")) // 4)
+# A scenario takes ~4 s (up to eight processes): a quarter of TETHER_CRASH_SCENARIOS (tests/crash/conftest.py;
+# 400 for a long soak), and 4 when it is unset: each process killed at two kinds of place.
+SCENARIOS = max(4, CRASH_SCENARIOS // 4)
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
-PRELOAD = ("asyncio", "pydantic", "tether", "tether.log.streams", "tether.log")
+PRELOAD = ("asyncio", "pydantic", "tether", "tether.log.streams", "tether.log", "tether.cli")
 TASK = "trip-1"
 
 
@@ -107,24 +108,19 @@ def observed(app: tether.App, url: str, work: Path) -> dict[str, Any]:
     }
 
 
-def cli(url: str, *args: str) -> Any:
-    done = subprocess.run(
-        [sys.executable, "-m", "tether.cli", *args, "--db", url, "--json"],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def cli(server: ForkServer, url: str, *args: str) -> Any:
+    """``python -m tether.cli ARGS --db URL --json`` in a process of its own, forked with tether imported."""
+    done = server.run(Path(tether.cli.__file__).with_name("__main__.py"), *args, "--db", url, "--json", timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
-def check_told(app: tether.App, url: str) -> None:
+def check_told(app: tether.App, url: str, server: ForkServer) -> None:
     """``tether show`` and ``tether history`` say what happened: completed, each call returning once."""
-    shown = cli(url, "show", TASK)
+    shown = cli(server, url, "show", TASK)
     assert shown["status"] == "completed"
     assert sorted((c["n"], c["status"]) for c in shown["calls"]) == [(c.n, "completed") for c in app.state(TASK).calls]
-    history = cli(url, "history", TASK)
+    history = cli(server, url, "history", TASK)
     returned = collections.Counter(e["data"]["n"] for e in history if e["type"] == "CallCompleted")
     assert set(returned.values()) == {1} and sorted(returned) == [c.n for c in app.state(TASK).calls]
 
@@ -151,7 +147,7 @@ def test_approval_loop_survives_random_sigkills(
     reference = observed(app, url, work)
     assert reference["interrupted"] == 0  # no process stopped: no attempt says one did
     assert reference["output"] == "All set (9 results)."
-    check_told(app, url)
+    check_told(app, url, children[1])
     check_replay(children, url, work)
     tallies = [json.loads(line) for line in (work / "tally").read_text().splitlines()]
     rng = random.Random(SEED)
@@ -182,5 +178,5 @@ def run_scenario(
     assert sum(again.values()) <= (1 if killed else 0), f"{context}: ran again {again}"
     assert not any(tool == "book" for tool, _ in again), f"{context}: booked twice"
     assert killed or got["interrupted"] == 0, context
-    check_told(app, url)
+    check_told(app, url, children[1])
     check_replay(children, url, work)

@@ -23,11 +23,11 @@ import pytest
 
 import tether
 from tests._forkserver import ForkServer, ForkServers
+from tests.crash.conftest import scenarios
 
 HERE = Path(__file__).parent
 AGENT = HERE / "_agent.py"
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)])}
-SCENARIOS = int(os.environ.get("TETHER_CRASH_SCENARIOS", "16"))
 SEED = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(1 << 30)))
 AGENT_IMPORTS = ("sqlite3", "tether", "tether.log")
 
@@ -96,11 +96,12 @@ def test_random_sigkills_then_resume(
     first_life, next_lives = children
     rng = random.Random(SEED)
     landed: dict[str, int] = {}
-    for scenario in range(SCENARIOS):
+    kinds = sorted(reference["tally"])
+    count = scenarios(len(kinds))
+    for scenario in range(count):
         tmp = tmp_path / f"s{scenario}"
         tmp.mkdir()
         url = make_url(tmp)
-        kinds = sorted(reference["tally"])
         kind = kinds[scenario % len(kinds)]  # every kind of place, each at a random occurrence
         kill_at = f"{kind}:{rng.randint(1, reference['tally'][kind])}"
         first = run_agent(first_life, url, tmp, "trip-1", kill_at)
@@ -132,8 +133,8 @@ def test_random_sigkills_then_resume(
             assert extra == 0, context
         assert normalised(state) == reference["state"], context
     # The random points must have covered the kinds of places that matter.
-    if SCENARIOS >= len(reference["tally"]):
-        assert set(landed) == set(reference["tally"]), landed
+    if count >= len(kinds):
+        assert set(landed) == set(kinds), landed
     print(f"\nseed {SEED}: kills landed {landed}")
 
 
