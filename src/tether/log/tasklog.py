@@ -34,6 +34,7 @@ from tether.errors import (
     ConfigurationError,
     ConflictError,
     InvalidInputError,
+    LeaseLostError,
     SequenceError,
     TaskNotFoundError,
 )
@@ -297,7 +298,7 @@ class TaskLog:
         try:
             entry = memory.get(task_id)
             if entry is None or entry.version != expected_version:
-                entry = self._entry(task_id, expected_version)
+                entry = self._entry(task_id, expected_version, fence)
             batch: Staged | None = None
             try:
                 if len(events) == 1 and type(events[0]) in ALONE:  # a call's intent or result, most often
@@ -346,7 +347,7 @@ class TaskLog:
                 for task_id, events, expected_version in appends:
                     if not events:
                         raise InvalidInputError("append_together() needs at least one event per task")
-                    entry = self._entry(task_id, expected_version)
+                    entry = self._entry(task_id, expected_version, (fences or {}).get(task_id))
                     batch = stage(task_id, events, entry, expected_version, self.max_event_bytes)
                     staged.append((task_id, entry, batch, expected_version))
                 fence = (fences or {}).get
@@ -627,12 +628,18 @@ class TaskLog:
         return self.store.list_tasks(self.tenant, flt, limit=limit, offset=offset)
 
     # ----------------------------------------------------------------- internals
-    def _entry(self, task_id: str, expected_version: int) -> Entry:
+    def _entry(self, task_id: str, expected_version: int, fence: int | None = None) -> Entry:
+        """What the log remembers of the task, at ``expected_version``, or the refusal the store would
+        give: a writer holding ``fence`` whose lease another process took meets :class:`LeaseLostError`
+        here too (where the log knows the newer version without asking the store to write)."""
         entry = self._memory.get(task_id)
         if entry is None or entry.version != expected_version:
             entry = self._load_entry(task_id, upto=None)
             self._memory.remember(task_id, entry)
             if entry.version != expected_version:
+                row = self.store.get_task(self.tenant, task_id) if fence is not None else None
+                if row is not None and row.lease_token != fence:
+                    raise LeaseLostError(task_id, token=fence, current=row.lease_token)
                 raise ConflictError(task_id, expected=expected_version, actual=entry.version)
         return entry
 

@@ -16,7 +16,6 @@ from pydantic import BaseModel
 from tether.errors import (
     Cancelled,
     ConflictError,
-    LeaseLostError,
     NonDeterminismError,
     OutcomeUnknownError,
     SchemaVersionError,
@@ -290,7 +289,6 @@ class Recorder:
         newer = self.engine.log.events(self.task_id, after=self._version)
         for rec in newer:
             if not isinstance(rec.event, _EXTERNAL):
-                self._check_lease()
                 raise ConflictError(self.task_id, expected=self._version, actual=newer[-1].seq)
             if isinstance(rec.event, CancelRequested):
                 self.cancel_reason = rec.event.reason or "cancelled"
@@ -298,17 +296,6 @@ class Recorder:
             raise ConflictError(self.task_id, expected=self._version, actual=None)
         self._version = newer[-1].seq
         self.taken += 1
-
-    def _check_lease(self) -> None:
-        """Raise :class:`LeaseLostError` when another process holds the task now: its appends are why this
-        run's write met a conflict. The log may refuse the write from its memory (this process read the
-        newer version) before the store's fencing check would have said so."""
-        if self._fence is None:
-            return
-        row = self.engine.store.get_task(self.engine.tenant, self.task_id)
-        current = None if row is None else row.lease_token
-        if current != self._fence:
-            raise LeaseLostError(self.task_id, token=self._fence, current=current)
 
     # ------------------------------------------------------------------ going live, stopping
     def going_live(self) -> None:
