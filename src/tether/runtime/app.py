@@ -16,7 +16,15 @@ from pydantic import BaseModel, ValidationError
 
 from tether.canonical import as_json
 from tether.checks import check_id, check_input_key, check_int, check_optional_id, check_positive, check_task_id
-from tether.conversation import Session, SessionInfo, Summarizer, TokenCounter
+from tether.conversation import (
+    Session,
+    SessionInfo,
+    Summarizer,
+    TokenCounter,
+    delete_session,
+    list_sessions,
+    open_session,
+)
 from tether.errors import (
     ConfigurationError,
     ConflictError,
@@ -38,7 +46,6 @@ from tether.log.conflicts import retry_on_conflict
 from tether.log.heads import read_head, row_head_of
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Phases, Status
-from tether.runtime._conversations import Conversations
 from tether.runtime._flow import drive_async
 from tether.runtime._time_travel import TimeTravel
 from tether.runtime.calls import UNSET, settled_call
@@ -130,7 +137,6 @@ class App:
         """What the runtime's parts share (the log, the registered code, the commit thread, the lease's
         time): a run, a worker and time travel take it, never the app."""
         self._travel = TimeTravel(self.engine)
-        self._talk = Conversations(log)
 
     # ------------------------------------------------------------------ what it runs on
     @property
@@ -714,7 +720,10 @@ class App:
         With ``summarizer`` and ``compact_when_tokens_over``, adding a message compacts the session
         when the turns after its newest summary weigh more than that many tokens.
         """
-        return self._talk.session(
+        check_optional_id(session_id, "session_id")
+        check_optional_id(user_id, "user_id")
+        return open_session(
+            self.log,
             session_id,
             user_id=user_id,
             counter=counter,
@@ -724,16 +733,18 @@ class App:
 
     def sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[SessionInfo]:
         """Sessions of this tenant (of one user, if given), newest first."""
-        return self._talk.sessions(user_id=user_id, limit=limit, offset=offset)
+        return list_sessions(self.log, user_id=user_id, limit=limit, offset=offset)
 
     def delete_session(self, session_id: str, *, cascade: bool = False) -> int:
         """Delete a session and its messages. Tasks linked to it are deleted with ``cascade=True``;
         without it, a session with tasks is refused, naming how many it would leave orphaned."""
-        return self._talk.delete_session(session_id, cascade=cascade)
+        check_id(session_id, "session_id")
+        return delete_session(self.log, session_id, cascade=cascade)
 
     def user(self, user_id: str, *, schema: type[BaseModel] | None = None) -> UserState:
         """A user's versioned document (preferences, profile), validated by ``schema`` if given."""
-        return self._talk.user(user_id, schema=schema)
+        check_id(user_id, "user_id")
+        return UserState(self.log, user_id, schema)
 
     def close(self) -> None:
         self.engine.close()
