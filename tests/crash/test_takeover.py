@@ -12,9 +12,22 @@ from typing import Any
 import pytest
 
 import tether
-from tests.crash.test_workers import _env, _fences_never_go_back, _query, _stop, _wait_for, _worker
+from tests.crash.test_workers import HERE, TETHER, _env, _fences_never_go_back, _query, _stop, _wait_for
 
 TTL = 60.0
+
+
+def _worker(tmp: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # A child of this test process, not of a fork server: the "zombie" case needs the killed worker
+    # to stay unreaped until the test waits for it, which only its own parent can arrange.
+    with open(tmp / f"worker-{time.time_ns()}.log", "wb") as log:
+        return subprocess.Popen(
+            [*TETHER, "worker", "_workapp:app", "--poll", "0.05", "--grace", "5"],
+            cwd=HERE,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
 
 @pytest.mark.crash

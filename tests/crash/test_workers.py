@@ -17,6 +17,8 @@ import tether
 from tests._forkserver import ForkedProcess, ForkServer, ForkServers
 
 HERE = Path(__file__).parent
+# A fresh interpreter, for the tests that need a worker to be their own child (to leave it a zombie).
+TETHER = [sys.executable, "-m", "tether.cli"]
 # `python -m tether.cli worker _workapp:app`, each worker a process of its own forked from a server that
 # has imported tether, its CLI and the stores (tests/_forkserver.py), in this folder and the test's env.
 CLI = HERE.parent.parent / "src" / "tether" / "cli" / "__main__.py"

@@ -156,28 +156,31 @@ def test_the_row_says_where_a_task_stands(
     store_url: str, ops: list[tuple[str, int]], batch: int, other_at: int
 ) -> None:
     first = tether.TaskLog(store_url, snapshots=tether.SnapshotPolicy(every=3, size_ratio=0))
-    other = tether.TaskLog(first.store, snapshots=tether.SnapshotPolicy(every=2, size_ratio=0))
-    task_id = f"h{next(_ids)}"
-    state = first.create(type="t", task_id=task_id)
-    _check(first, task_id)
-    model = _Model()
-    pending: list[Event] = []
-    for i, (name, k) in enumerate(ops):
-        event = model.event(name, k)
-        if event is None:
-            continue
-        pending.append(event)
-        if len(pending) < batch and i < len(ops) - 1:
-            continue
-        writer = other if i % other_at == 0 else first  # two processes, each with its own memory
-        version = writer.store.get_task(writer.tenant, task_id).version  # type: ignore[union-attr]
-        try:
-            writer.append(task_id, pending, version)
-        except tether.TetherError:
-            model = _reset(model, writer.load(task_id))  # refused (an illegal move): nothing written
-        pending = []
+    try:  # one store (and its connections) per example, closed with it: 40 open at once are too many
+        other = tether.TaskLog(first.store, snapshots=tether.SnapshotPolicy(every=2, size_ratio=0))
+        task_id = f"h{next(_ids)}"
+        state = first.create(type="t", task_id=task_id)
         _check(first, task_id)
-    assert state.task_id == task_id
+        model = _Model()
+        pending: list[Event] = []
+        for i, (name, k) in enumerate(ops):
+            event = model.event(name, k)
+            if event is None:
+                continue
+            pending.append(event)
+            if len(pending) < batch and i < len(ops) - 1:
+                continue
+            writer = other if i % other_at == 0 else first  # two processes, each with its own memory
+            version = writer.store.get_task(writer.tenant, task_id).version  # type: ignore[union-attr]
+            try:
+                writer.append(task_id, pending, version)
+            except tether.TetherError:
+                model = _reset(model, writer.load(task_id))  # refused (an illegal move): nothing written
+            pending = []
+            _check(first, task_id)
+        assert state.task_id == task_id
+    finally:
+        first.store.close()
 
 
 def _reset(model: _Model, state: tether.TaskState) -> _Model:
