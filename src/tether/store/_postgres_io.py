@@ -150,7 +150,9 @@ class Sticky:
             self.released()
 
 
-def close_pool(pool: ConnectionPool) -> None:
+def close_pool(pool: ConnectionPool, listener: Listener | None = None) -> None:
+    if listener is not None:
+        listener.close()
     try:
         pool.close(timeout=1.0)
     except Exception:  # at interpreter exit or in a worker thread: nothing more to do

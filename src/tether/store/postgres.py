@@ -133,14 +133,15 @@ class PostgresStore:
         self._watchdog = Watchdog()
         self._prepare_schema(conninfo)
         self._pool = self._open_pool(conninfo, pool_min, pool_max)
-        # A store dropped without close() still closes its pool, quietly, when it is collected.
-        weakref.finalize(self, close_pool, self._pool)
+        self._listener = Listener(self._conninfo, self.schema)  # started by the first wait_for_change
+        # A store dropped without close() still closes its pool and stops its listener (whose thread
+        # would otherwise hold a connection for the life of the process), quietly, when collected.
+        weakref.finalize(self, close_pool, self._pool, self._listener)
         self._ids: dict[tuple[str, str], int] = {}
         self._local = threading.local()
         # Threads that keep a connection for their appends: at most all but two of the pool's, so that
         # reads, transactions and threads past that many (a worker at a high concurrency) still get one.
         self._sticky = threading.BoundedSemaphore(max(1, pool_max - 2))
-        self._listener = Listener(self._conninfo, self.schema)  # started by the first wait_for_change
 
     # -- connections --------------------------------------------------------------
     def _prepare_schema(self, conninfo: str) -> None:

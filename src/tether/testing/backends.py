@@ -217,6 +217,14 @@ class PostgresBackend(Backend):
         yield f"{self.server}{'&' if '?' in self.server else '?'}schema={schema}"
         with psycopg.connect(_connection_url(self.server), autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            # A store the check left open holds its connections until the garbage collector finds it;
+            # they are this namespace's own (tether names each connection by its schema), so they go
+            # with it, and a long run does not exhaust the server's slots.
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (f"tether:{schema}",),
+            )
 
     def dump(self, url: str, store: Store | None = None) -> object:
         """Every table of the schema, each as a sorted list of its rows (reprs of their values)."""
