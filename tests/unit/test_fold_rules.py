@@ -31,6 +31,7 @@ from tether.events import (
     PlanSet,
     Recorded,
     RetryRequested,
+    RunTraced,
     SessionRead,
     SessionWritten,
     SleepScheduled,
@@ -41,6 +42,7 @@ from tether.events import (
     TaskArchived,
     TaskCreated,
     TaskForked,
+    UsageRecorded,
     fold,
 )
 from tether.model import TaskState
@@ -134,6 +136,21 @@ EXAMPLES: dict[type[Event], tuple[list[Event], Callable[[TaskState], bool]]] = {
         lambda s: s.plan[0].messages == (5, 6) and s.session_version == 6,
     ),
     PatchMarked: ([PatchMarked(name="tone")], lambda s: s.version == 2),
+    # Two reports for one call add up; a field one of them leaves out is the other's.
+    UsageRecorded: (
+        [
+            UsageRecorded(call=1, input_tokens=10, output_tokens=2, model="m"),
+            UsageRecorded(call=1, input_tokens=5, cost=0.25),
+        ],
+        lambda s: s.usage[1]["input_tokens"] == 15
+        and s.usage[1]["output_tokens"] == 2
+        and s.usage[1]["cost"] == 0.25
+        and s.usage[1]["model"] == "m",
+    ),
+    RunTraced: (
+        [RunTraced(origin="00-" + "a" * 32 + "-" + "b" * 16 + "-01", run="00-" + "a" * 32 + "-" + "c" * 16 + "-01")],
+        lambda s: s.trace is not None and s.trace["run"].endswith("c" * 16 + "-01"),
+    ),
     RetryRequested: (
         [
             RUNNING,

@@ -52,6 +52,7 @@ from tether.events.knowledge import (
     InputTimedOut,
     ObservationRecorded,
 )
+from tether.events.observability import RunTraced, UsageRecorded
 from tether.events.session import SessionRead, SessionWritten
 from tether.events.task import (
     CancelRequested,
@@ -96,6 +97,7 @@ __all__ = [
     "PlanSet",
     "Recorded",
     "RetryRequested",
+    "RunTraced",
     "SessionRead",
     "SessionWritten",
     "SleepScheduled",
@@ -107,6 +109,7 @@ __all__ = [
     "TaskCreated",
     "TaskForked",
     "Upcasters",
+    "UsageRecorded",
     "apply",
     "fold",
     "fold_calls",

@@ -24,6 +24,7 @@ from tether.events.knowledge import (
     InputTimedOut,
     ObservationRecorded,
 )
+from tether.events.observability import RunTraced, UsageRecorded
 from tether.events.session import SessionRead, SessionWritten
 from tether.events.task import (
     CancelRequested,
@@ -86,6 +87,7 @@ def _created(rec: Recorded, ev: TaskCreated) -> TaskState:
         data=ev.data or {},
         data_version=ev.data_version,
         parent=_make(ParentRef, **ev.parent) if ev.parent else None,
+        trace={"origin": ev.trace} if ev.trace else None,
         version=rec.seq,
         created_at=at,
         updated_at=at,
@@ -121,6 +123,7 @@ def _task_forked(d: _Draft, ev: TaskForked, at: datetime, epoch: float) -> None:
         cancel_reason=None,
         wake_at=None,
         superseded_by=None,
+        trace=None,  # a fork's runs tell a story of their own
         created_at=at,
     )
     if ev.inputs is not None:
@@ -293,6 +296,23 @@ def _observed(d: _Draft, ev: ObservationRecorded, at: datetime, epoch: float) ->
         as_of=datetime.fromisoformat(ev.as_of) if ev.as_of else None,
         recorded_at=at,
     )
+
+
+@_rule(UsageRecorded)
+def _usage_recorded(d: _Draft, ev: UsageRecorded, at: datetime, epoch: float) -> None:
+    # Several reports for one call add up: a model call made of parts reports each.
+    usage = d.own_dict("usage")
+    before = usage.get(ev.call, {})
+    entry = {"at": epoch, "model": ev.model or before.get("model")}
+    for name in ("input_tokens", "output_tokens", "cost"):
+        value, earlier = getattr(ev, name), before.get(name)
+        entry[name] = value if earlier is None else earlier if value is None else earlier + value
+    usage[ev.call] = entry
+
+
+@_rule(RunTraced)
+def _run_traced(d: _Draft, ev: RunTraced, at: datetime, epoch: float) -> None:
+    d.values["trace"] = {"origin": ev.origin, "run": ev.run}
 
 
 @_rule(DataUpdated)

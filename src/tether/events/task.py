@@ -40,6 +40,9 @@ class TaskCreated(Event):
     data: dict[str, Any] | None = None
     data_version: int | None = None
     parent: dict[str, Any] | None = None
+    trace: str | None = None
+    """The trace context (W3C ``traceparent``) of the code that created the task, kept while
+    telemetry is on: every run of the task joins that trace."""
 
 
 @define_event

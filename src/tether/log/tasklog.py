@@ -232,11 +232,13 @@ class TaskLog:
         data: dict[str, Any] | None = None,
         data_version: int | None = None,
         holder: tuple[str, float] | None = None,
+        trace: str | None = None,
     ) -> tuple[Recorded, TaskState]:
         """:meth:`create`, returning the task's first record with its state. With ``holder=(owner,
         ttl)`` the task is created leased to ``owner`` for ``ttl`` seconds, its lease token 1: a run
         that creates the task it runs holds it from its first moment, with no second write (and no
-        worker can claim it in between)."""
+        worker can claim it in between). ``trace``: the creator's trace context (W3C ``traceparent``),
+        which the task's runs join."""
         if not type:
             raise InvalidInputError("a task needs a non-empty type")
         task_id = uuid.uuid4().hex if task_id is None else check_task_id(task_id)
@@ -253,6 +255,7 @@ class TaskLog:
             phase=phases.initial if phases else None,
             data=data,
             data_version=data_version,
+            trace=trace,
         )
         now = time.time()
         rec = Recorded(1, now, event)

@@ -89,6 +89,13 @@ class TaskState(_Record):
     parent: ParentRef | None = None
     superseded_by: str | None = None
     """Set on a branch a rewind set aside: the task that took its place."""
+    usage: dict[int, dict[str, Any]] = {}
+    """Tokens and cost the code reported with ``ctx.usage``, by call ordinal (0: before any call):
+    ``input_tokens``, ``output_tokens``, ``cost``, ``model`` and ``at`` (epoch seconds). Usage a
+    call's result carries is read from the result itself (:func:`tether.telemetry.usage_of`)."""
+    trace: dict[str, str] | None = None
+    """Where the task's runs are traced (``origin``: the trace they join; ``run``: the latest run's
+    span), as W3C ``traceparent`` strings; ``None`` when telemetry has never been on for it."""
     version: int = 0
     created_at: datetime
     updated_at: datetime

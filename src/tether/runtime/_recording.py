@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -40,6 +41,7 @@ from tether.runtime.specs import TaskSpec, ToolSpec
 
 if TYPE_CHECKING:
     from tether.runtime.engine import Engine
+    from tether.telemetry.otel import RunTrace
 
 
 __all__ = [
@@ -64,6 +66,7 @@ NOT_A_TASK_FAILURE = (
 )
 
 _thread_id = threading.get_ident
+perf_counter = time.perf_counter
 
 # What another process may append to a task while a run holds it (send_input, cancel).
 _EXTERNAL = (InputReceived, CancelRequested)
@@ -134,6 +137,8 @@ class Recorder:
         compensations wait for them, so that a call that completes after the code has failed is
         undone too (on the loop's one thread: no lock)."""
         self.writer = GroupCommit(self)
+        self.trace: RunTrace | None = None
+        """The run's spans while telemetry is on (:mod:`tether.telemetry.hooks`); ``None`` when off."""
         self._version = state.version  # the latest version: appends go on from it
         self._fence = fence
         self._n = 0  # ordinal of the last call issued
@@ -191,6 +196,12 @@ class Recorder:
         return not self.cursor.done
 
     # ------------------------------------------------------------------ issuing
+    @property
+    def last_call(self) -> int:
+        """The ordinal of the last call the code issued (0: none yet)."""
+        n = self._n
+        return self.cursor.ordinal(n) if n and self.cursor.retries else n
+
     def issue_call(self, operation: str) -> tuple[int, ToolCall | None]:
         """The next call's ordinal, in program order, and its record if it has one (taken)."""
         if _thread_id() != self._owner:
@@ -250,12 +261,16 @@ class Recorder:
             append = self.engine.log.append
             # No snapshot mid-run: the run holds the task, and snapshots once when it stops. Tried again
             # for as long as what came in meanwhile is an answer or a cancel (``_take_external``).
+            trace = self.trace
+            began = perf_counter() if trace is not None else 0.0
             version = retry_on_conflict(
                 lambda: append(task_id, events, self._version, fence=fence, snapshot=False),
                 stream=task_id,
                 tries=None,
                 on_conflict=lambda _: self._take_external(),
             )
+            if trace is not None:
+                trace.committed(perf_counter() - began)
             self.appended(version)
         finally:
             lock.release()

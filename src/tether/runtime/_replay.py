@@ -58,6 +58,7 @@ from tether.events import (
     PlanSet,
     Recorded,
     RetryRequested,
+    RunTraced,
     SessionRead,
     SessionWritten,
     StatusChanged,
@@ -86,6 +87,7 @@ PASSIVE = frozenset(
         TaskArchived,
         RetryRequested,
         CallInDoubt,
+        RunTraced,
     }
 )
 SESSION_EVENTS = frozenset({SessionRead, SessionWritten})

@@ -192,6 +192,9 @@ class Calls:
                 with rec.lock:
                     rec.undelivered -= 1
             if record.status == "completed":
+                trace = self._recorder.trace
+                if trace is not None:
+                    trace.replayed(n, spec.name, issued.key, kind, record.result)
                 return self._kept(n, spec, undo, record.result)
             last = record.attempts[-1]
             if record.status == "failed":
@@ -225,8 +228,12 @@ class Calls:
             if not readonly:
                 rec.append([_intent(issued, 1, "call", None)])
             current = _tuple_new(CallInfo, (rec.task_id, issued.n, spec.name, issued.key, 1))
+            trace = rec.trace
+            span = trace.call(issued.n, spec.name, issued.key, 1, "call") if trace is not None else None
             outcome = run_tool(spec.fn, issued.args, issued.kwargs, current)
             ok, value, duration = outcome
+            if span is not None:
+                span.ended(ok, value)
             if ok:
                 try:
                     recorded = as_json(value)
@@ -261,8 +268,12 @@ class Calls:
                 if waiter is not None:
                     await waiter
             current = _tuple_new(CallInfo, (rec.task_id, issued.n, spec.name, issued.key, 1))
+            trace = rec.trace
+            span = trace.call(issued.n, spec.name, issued.key, 1, "call") if trace is not None else None
             outcome = await run_tool_async(spec.fn, issued.args, issued.kwargs, current)
             ok, value, duration = outcome
+            if span is not None:
+                span.ended(ok, value)
             if ok:
                 try:
                     recorded = as_json(value)
@@ -383,8 +394,7 @@ class Calls:
                 if not readonly:
                     yield _tuple_new(Commit, (writer, [_intent(issued, attempt, kind, compensates)]))
                     exists = True
-                current = _tuple_new(CallInfo, (rec.task_id, n, spec.name, issued.key, attempt))
-                outcome = yield invoke(spec.fn, issued.args, issued.kwargs, current)
+                outcome = yield from self._attempt(issued, attempt, kind)
             assert outcome is not None
             if outcome.ok:
                 value = outcome.value
@@ -416,6 +426,19 @@ class Calls:
             yield from self.backoff(time.time() + backoff, own=1)
             attempt += 1
 
+    def _attempt(self, issued: Issued, attempt: int, kind: str) -> Flow[Outcome]:
+        """One attempt of a live call, run by the driver (in its span while telemetry is on)."""
+        rec, spec = self._recorder, issued.spec
+        current = _tuple_new(CallInfo, (rec.task_id, issued.n, spec.name, issued.key, attempt))
+        trace = rec.trace
+        if trace is None:
+            outcome: Outcome = yield invoke(spec.fn, issued.args, issued.kwargs, current)
+            return outcome
+        span = trace.call(issued.n, spec.name, issued.key, attempt, kind)
+        outcome = yield invoke(spec.fn, issued.args, issued.kwargs, current)
+        span.ended(outcome.ok, outcome.value)
+        return outcome
+
     def _record_error(
         self,
         issued: Issued,
@@ -442,6 +465,9 @@ class Calls:
                 backoff=backoff,
             )
         )
+        trace = self._recorder.trace
+        if trace is not None and backoff is not None:
+            trace.retry(spec.name, attempt, backoff, error_type)
         if backoff is None:
             exhausted = errors >= spec.retry.max_attempts
             events.append(CallFailed(n=n, reason="no attempts left" if exhausted else "error not retried"))
@@ -463,10 +489,16 @@ class Calls:
             rec.going_live()
             # A long wait frees the worker (a durable sleep) — unless other calls of the task run
             # beside this one: suspending would abandon them mid-flight, so it waits here.
+            trace = rec.trace
             if remaining > rec.engine.inline_wait and rec.inflight <= own:
+                if trace is not None:
+                    trace.sleep(remaining, True, own == 1)
                 yield from rec.suspend(Status.SLEEPING.value, until, f"retry backoff until {until}", beside=own)
                 continue
+            slept = trace.sleep(remaining, False, own == 1) if trace is not None else None
             yield Wait(remaining)
+            if slept is not None:
+                slept()
             return
 
     def fetch_flow(self, issued: Issued, ttl: float) -> Flow[Any]:
@@ -508,7 +540,10 @@ class Calls:
         rec = self._recorder
         while rec.branches:
             yield Wait(0.001)
-        for due in rec.compensations_due():
+        dues = rec.compensations_due()
+        if rec.trace is not None:
+            rec.trace.compensating(len(dues))
+        for due in dues:
             issued = self.issue(due.undo.fn, (due.result,), {}, due.n)
             try:
                 # Its intent always recorded, a readonly undo's too: the intent names the call it

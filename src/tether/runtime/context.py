@@ -44,6 +44,7 @@ from tether.events import (
     StepCompleted,
     StepFailed,
     StepStarted,
+    UsageRecorded,
 )
 from tether.model import TaskState
 from tether.model.status import Status
@@ -183,6 +184,25 @@ class _Context:
             stamp = as_of.isoformat() if as_of is not None else None
             self._rec.append([ObservationRecorded(key=key, value=value, source=source, as_of=stamp)])
 
+    def usage(
+        self,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cost: float | None = None,
+        model: str | None = None,
+        call: int | None = None,
+    ) -> None:
+        """Record the tokens and cost of a call (by default the last one the code issued), for
+        ``app.usage``, ``tether usage`` and ``tether show``: where a call's result carries no usage
+        tether reads, or to add its price. Recorded once: a replay of the task records nothing."""
+        _check_usage(input_tokens, output_tokens, cost, model, call)
+        n = self._rec.last_call if call is None else call
+        if self._rec.replayed(UsageRecorded, lambda e: e.call == n, f"usage(call={n})") is None:
+            self._rec.going_live()
+            usage = UsageRecorded(call=n, input_tokens=input_tokens, output_tokens=output_tokens, cost=cost, model=model)
+            self._rec.append([usage])
+
     def update(self, **fields: Any) -> BaseModel:
         """Change fields of the typed data; validated first, and only the changed fields are recorded."""
         model = self._rec.spec.state
@@ -286,6 +306,8 @@ class _Context:
                 if rejected is None:
                     if recorded is not None:
                         yield from self._answer_turn(recorded)
+                    if self._rec.trace is not None and self._rec.cursor.done:  # taken now, not replayed
+                        self._rec.trace.wait(key, "answered", recorded.at if recorded is not None else None)
                     return model.model_validate(received[key]) if model is not None else received[key]
                 # A bad early answer does not fail the task: it is discarded, with the reason, and the
                 # task waits for a good one.
@@ -306,6 +328,8 @@ class _Context:
                 self._rec.going_live()
                 yield Commit(self._rec.writer, [_again(recorded, json_schema, timeout_at)])
                 asked_again = True
+            if self._rec.trace is not None:
+                self._rec.trace.wait(key, "suspended")
             yield from self._rec.suspend(Status.AWAITING_INPUT.value, timeout_at, f"waiting for input {key!r}")
 
     def _answer_turn(self, asked: Recorded) -> Flow[None]:
@@ -325,6 +349,20 @@ class _Context:
             if self._rec.answered():
                 return  # the code went on after this sleep before: it is over
         yield from self._calls.backoff(until, own=0)
+
+
+def _check_usage(
+    input_tokens: int | None, output_tokens: int | None, cost: float | None, model: str | None, call: int | None
+) -> None:
+    for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens), ("call", call)):
+        if value is not None and (type(value) is not int or value < 0):
+            raise InvalidInputError(f"ctx.usage: {name} must be an int >= 0, got {value!r}")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not cost >= 0):
+        raise InvalidInputError(f"ctx.usage: cost must be a number >= 0, got {cost!r}")
+    if model is not None and not isinstance(model, str):
+        raise InvalidInputError(f"ctx.usage: model must be a str, got {type(model).__name__}")
+    if input_tokens is None and output_tokens is None and cost is None:
+        raise InvalidInputError("ctx.usage needs input_tokens, output_tokens or cost")
 
 
 def _again(asked: Recorded | None, json_schema: dict[str, Any] | None, timeout_at: float | None) -> InputRequested:

@@ -53,6 +53,7 @@ from tether.runtime.context import AsyncTaskContext, TaskContext
 from tether.runtime.handles import TaskHandle
 from tether.runtime.leases import Heartbeat, acquire
 from tether.runtime.specs import TaskSpec
+from tether.telemetry import hooks as telemetry
 from tether.timetravel import ReplayReport
 
 if TYPE_CHECKING:
@@ -101,6 +102,9 @@ def _held(
     closed = False  # the driver dropped the flow (GeneratorExit): it can yield nothing more
     rec: Recorder | None = None
     stopped = False  # the run ended the way it returns (not raised): its handle is the latest state
+    run: telemetry.Run | None = None
+    error: BaseException | None = None
+    latest = None
     opened = yield Io(_open, (engine, task, token, force, spec.is_async, at))
     if isinstance(opened, TaskHandle):
         return opened  # finished already: nothing to hold
@@ -110,10 +114,15 @@ def _held(
             if state.status in TERMINAL:
                 return TaskHandle.of(state)
             rec = Recorder(engine, spec, state, history, token)
+            run = telemetry.run_began(state, history, engine.worker_id)
+            rec.trace = run.trace if run is not None else None
             yield from _code(rec, spec, state)
             stopped = True
-    except GeneratorExit:
-        closed = True
+    except GeneratorExit as exit:
+        closed, error = True, exit
+        raise
+    except BaseException as exc:
+        error = exc
         raise
     finally:
         if rec is not None:
@@ -122,6 +131,7 @@ def _held(
             _let_go(engine, task_id, token, None)
         else:
             latest = yield Io(_let_go, (engine, task_id, token, rec if stopped else None))
+        telemetry.run_ended(run, latest, error)
     assert latest is not None
     return TaskHandle.of(latest)
 
@@ -243,6 +253,9 @@ def _begin(rec: Recorder, spec: TaskSpec, state: TaskState) -> Flow[None]:
         migrated = spec.state.model_validate(upcast_data(spec, state)).model_dump(mode="json")
         to = spec.data_version
         begun.append(DataMigrated(data=migrated, from_version=state.data_version, to_version=to))
+    traced = rec.trace.traced() if rec.trace is not None else None
+    if traced is not None:
+        begun.append(traced)  # where this run's trace is, for the runs after it: written with what it begins with
     if begun and rec.cursor.done:
         yield Commit(rec.writer, begun)
     elif begun:

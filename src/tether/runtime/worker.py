@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from tether.errors import LeaseLostError, TaskNotFoundError, TetherError
 from tether.runtime.claimed import run_claimed
 from tether.runtime.leases import backoff_owner, owner_is_dead
+from tether.telemetry import hooks as telemetry
 
 if TYPE_CHECKING:
     from tether.runtime.engine import Engine
@@ -139,6 +140,7 @@ class Worker:
                 with self._lock:
                     self._next_look = 0.0
                 log.warning("worker %s: task %s taken over from %s (process gone)", engine.worker_id, task_id, owner)
+                telemetry.takeover(task_id, owner, engine.worker_id)
                 return task_id, token
         return None
 
