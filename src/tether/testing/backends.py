@@ -41,7 +41,15 @@ from urllib.parse import parse_qsl, urlencode
 
 from tether.store import EventRow, Store, TaskRow, open_store
 
-__all__ = ["Backend", "MemoryBackend", "PostgresBackend", "SQLiteBackend", "Target", "builtin_backend"]
+__all__ = [
+    "Backend",
+    "MemoryBackend",
+    "PostgresBackend",
+    "RedisBackend",
+    "SQLiteBackend",
+    "Target",
+    "builtin_backend",
+]
 
 
 class Backend:
@@ -256,6 +264,75 @@ def _connection_url(url: str) -> str:
 _TETHER_PG_OPTIONS = {"schema", "pool_min", "pool_max", "query_timeout", "give_up_after", "readonly"}
 
 
+class RedisBackend(Backend):
+    """``redis://host:port/db``: a key prefix of its own for each test (the URL's ``?prefix=``, or
+    ``t``, and random digits) on the URL's server, its keys deleted afterwards; the URL's other
+    options are kept."""
+
+    name = "redis"
+    capabilities = frozenset({"cross_process", "durable", "push", "dump"})
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        base, _, query = url.partition("?")
+        options = dict(parse_qsl(query))
+        self.prefix = options.pop("prefix", "t")
+        self.server = base + (f"?{urlencode(options)}" if options else "")
+        """The URL without its prefix."""
+
+    def problem(self) -> str | None:
+        try:
+            import redis
+        except ImportError:
+            return "redis-py is not installed (pip install 'tether[redis]')"
+        try:
+            client = redis.Redis.from_url(self.server.partition("?")[0], socket_connect_timeout=3)
+            client.ping()
+            client.close()
+        except Exception as exc:
+            return f"Redis at {self.server} is unreachable: {exc}"
+        return None
+
+    @contextmanager
+    def namespace(self, tmp_path: Path, label: str = "") -> Iterator[str]:
+        prefix = f"{label or self.prefix}-{uuid.uuid4().hex[:12]}"
+        yield f"{self.server}{'&' if '?' in self.server else '?'}prefix={prefix}"
+        with self._client() as client:
+            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+            for start in range(0, len(keys), 500):
+                client.delete(*keys[start : start + 500])
+
+    @contextmanager
+    def _client(self) -> Iterator[object]:
+        import redis
+
+        client = redis.Redis.from_url(self.server.partition("?")[0])
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def dump(self, url: str, store: Store | None = None) -> object:
+        """Every key of the URL's prefix, each with its type and its whole value (sorted)."""
+        prefix = url.rpartition("prefix=")[2].partition("&")[0]
+        dumped: dict[bytes, object] = {}
+        with self._client() as client:
+            for key in sorted(client.scan_iter(match=f"{prefix}:*", count=1000)):  # type: ignore[attr-defined]
+                kind = client.type(key)  # type: ignore[attr-defined]
+                if kind == b"hash":
+                    value: object = sorted(client.hgetall(key).items())  # type: ignore[attr-defined]
+                elif kind == b"list":
+                    value = client.lrange(key, 0, -1)  # type: ignore[attr-defined]
+                elif kind == b"set":
+                    value = sorted(client.smembers(key))  # type: ignore[attr-defined]
+                elif kind == b"zset":
+                    value = client.zrange(key, 0, -1, withscores=True)  # type: ignore[attr-defined]
+                else:
+                    value = client.dump(key)  # type: ignore[attr-defined]
+                dumped[key] = (kind, value)
+        return dumped
+
+
 def builtin_backend(url: str) -> Backend | None:
     """The kit's own description of one of tether's backends, by the URL's scheme."""
     scheme = url.partition("://")[0]
@@ -265,4 +342,6 @@ def builtin_backend(url: str) -> Backend | None:
         return SQLiteBackend(url)
     if scheme in ("postgresql", "postgres"):
         return PostgresBackend(url)
+    if scheme in ("redis", "rediss"):
+        return RedisBackend(url)
     return None

@@ -1,0 +1,158 @@
+"""The Redis backend's key layout, how its records are packed into Redis values, and the server's
+persistence settings as tether reads them.
+
+Keys (``P`` the store's prefix, ``T`` the tenant, ``I`` a task id, each escaped by :func:`escape`)::
+
+    P:{T:I}:r      HASH  the task's index row (TaskRow's fields; a missing field is None) and
+                         ``base``, the seq before its own first event
+    P:{T:I}:e      LIST  its own events, oldest first: element i is seq base + 1 + i
+    P:{T:I}:s      HASH  seq -> snapshot
+    P:{T:I}:k      SET   the ids of its forks (a stream they read cannot be deleted or compacted)
+    P:{T}:tasks    ZSET  task id -> created_at: listing, newest first
+    P:{T}:due      ZSET  task id -> when a claim may take it (only tasks a claim may ever take)
+    P:{T}:held     SET   the ids of tasks whose lease has an owner
+    P:{T}:L:<key>  HASH  one idempotency key of the ledger
+    P:chg          pub/sub channel: every commit that may wake a waiter publishes on it
+
+Every key of one task carries the hash tag ``{T:I}``, so a task's own operations touch one slot.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+from tether.errors import ConfigurationError
+from tether.store.base import EventRow, LedgerRow, SnapshotRow, TaskRow
+
+__all__ = [
+    "ROW_FIELDS",
+    "check_prefix",
+    "decode_text",
+    "escape",
+    "number",
+    "pack_event",
+    "pack_row",
+    "pack_snapshot",
+    "unpack_event",
+    "unpack_ledger",
+    "unpack_row",
+    "unpack_snapshot",
+]
+
+_SPECIAL = re.compile(r"[%:{}]")
+_SEP = b"\x1f"
+_PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+ROW_FIELDS = tuple(f.name for f in fields(TaskRow) if f.name not in ("task_id", "tenant"))
+_INTS = frozenset({"version", "parent_seq", "lease_token", "calls_done"})
+_FLOATS = frozenset({"created_at", "updated_at", "lease_expires", "wake_at"})
+
+
+def escape(part: str) -> str:
+    """``part`` with ``%``, ``:``, ``{`` and ``}`` percent-escaped: a tenant or task id that holds
+    them can neither end a hash tag early nor run into the next part of a key.
+
+    Example:
+        >>> escape("a:b{c}")
+        'a%3Ab%7Bc%7D'
+    """
+    return _SPECIAL.sub(lambda m: f"%{ord(m.group()):02X}", part)
+
+
+def check_prefix(prefix: str) -> str:
+    """The key prefix, refused unless it is 1-64 letters, digits, ``_``, ``.`` or ``-``."""
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise ConfigurationError(
+            f"Redis option prefix={prefix!r} is not a valid key prefix; expected 1-64 letters, digits, '_', '.' or '-'"
+        )
+    return prefix
+
+
+def number(value: float | int) -> str:
+    """A number as the scripts store and compare it (``repr`` keeps every bit of a float)."""
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def decode_text(value: bytes | None) -> str | bytes | None:
+    """A stored JSON payload: text, as the SQL stores return it (bytes only if it is not UTF-8)."""
+    if value is None:
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return value
+
+
+def _as_bytes(data: str | bytes) -> bytes:
+    return data.encode() if isinstance(data, str) else data
+
+
+def pack_event(event: EventRow, fence: int | None) -> bytes:
+    """One event as its list element: seq, type, schema, at and fence, then the payload."""
+    head = f"{event.seq}\x1f{event.type}\x1f{event.schema}\x1f{number(event.at)}\x1f{'' if fence is None else fence}\x1f"
+    return head.encode() + _as_bytes(event.data)
+
+
+def unpack_event(value: bytes) -> EventRow:
+    seq, type_, schema, at, fence, data = value.split(_SEP, 5)
+    payload = decode_text(data)
+    assert payload is not None
+    return EventRow(int(seq), type_.decode(), int(schema), float(at), payload, int(fence) if fence else None)
+
+
+def pack_snapshot(snapshot: SnapshotRow) -> bytes:
+    return f"{snapshot.schema}\x1f{snapshot.checksum}\x1f".encode() + _as_bytes(snapshot.data)
+
+
+def unpack_snapshot(seq: int, value: bytes) -> SnapshotRow:
+    schema, checksum, data = value.split(_SEP, 2)
+    payload = decode_text(data)
+    assert payload is not None
+    return SnapshotRow(seq, int(schema), checksum.decode(), payload)
+
+
+def pack_row(row: TaskRow, **changes: Any) -> list[str]:
+    """The row's field/value pairs, flat, for ``HSET`` (``None`` fields left out), with ``changes``."""
+    values = {name: getattr(row, name) for name in ROW_FIELDS}
+    values.update(changes)
+    pairs: list[str] = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        pairs += [name, number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value]
+    return pairs
+
+
+def unpack_row(tenant: str, task_id: str, raw: dict[bytes, bytes]) -> TaskRow | None:
+    """The :class:`TaskRow` of an ``HGETALL``; ``None`` for an empty one (no such task)."""
+    if not raw:
+        return None
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.decode()
+        if name in _INTS:
+            values[name] = int(value)
+        elif name in _FLOATS:
+            values[name] = float(value)
+        elif name in ROW_FIELDS:
+            values[name] = value.decode()
+    values.setdefault("user_id", None)
+    values.setdefault("session_id", None)
+    return TaskRow(task_id=task_id, tenant=tenant, **values)
+
+
+def unpack_ledger(key: str, reply: Sequence[bytes | None]) -> LedgerRow:
+    """A ledger script's reply: ``[status, result, started_at, finished_at, runs]``."""
+    status, result, started, finished, runs = reply
+    assert status is not None and started is not None and runs is not None
+    return LedgerRow(
+        key,
+        status.decode(),
+        decode_text(result),
+        float(started),
+        None if finished is None else float(finished),
+        int(runs),
+    )

@@ -1,0 +1,343 @@
+"""The server-side scripts of the Redis backend: every write is one of these, run atomically by
+Redis (``EVALSHA`` of a script loaded once; redis-py reloads it on ``NOSCRIPT``).
+
+Every script takes ``ARGV[1]`` = the store's key prefix and ``ARGV[2]`` = the tenant, escaped as
+:func:`tether.store._redis_keys.escape` escapes it, and builds the keys it touches from them (see
+that module for the layout). Its own arguments follow from ``ARGV[3]``. A refusal is returned, never
+raised, so the Python side can name it with the store's usual errors; a script writes only after
+every check has passed, so a refusal leaves the database as it was.
+
+Each write that could make a task runnable or change what a waiter looks for ends with a
+``PUBLISH`` on ``<prefix>:chg``: the wake-up is part of the same atomic step as the write.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "APPEND",
+    "CLAIM",
+    "COMPACT",
+    "CREATE",
+    "DELETE",
+    "LEASE",
+    "LEDGER_BEGIN",
+    "LEDGER_FINISH",
+    "PARK",
+    "RELEASE",
+    "RENEW",
+    "REWIND",
+    "SNAPSHOT",
+]
+
+# Shared by every script: key names, the due index and the wake-up.
+#  due   ZSET task id -> when a claim may take it (TaskRow.due_at), only for tasks a claim may take at all
+#  held  SET of the task ids whose lease has an owner (what lease_holders reads)
+#  tasks ZSET task id -> created_at (listing, newest first)
+_PRELUDE = """
+local P, ET = ARGV[1], ARGV[2]
+local TB = P .. ':{' .. ET .. '}'
+local DUE, HELD, TASKS = TB .. ':due', TB .. ':held', TB .. ':tasks'
+local function esc(s)
+  return (string.gsub(s, '[%%:{}]', function(c) return string.format('%%%02X', string.byte(c)) end))
+end
+local function tk(id) return P .. ':{' .. ET .. ':' .. esc(id) .. '}' end
+local function reindex(id)
+  local r = tk(id) .. ':r'
+  local f = redis.call('HMGET', r, 'type', 'status', 'wake_at', 'created_at', 'parked', 'lease_owner')
+  if not f[1] then
+    redis.call('ZREM', DUE, id)
+    redis.call('SREM', HELD, id)
+    return
+  end
+  if f[6] then redis.call('SADD', HELD, id) else redis.call('SREM', HELD, id) end
+  local at = false
+  if string.sub(f[1], 1, 7) ~= 'tether.' and not f[5] then
+    if f[2] == 'pending' or f[2] == 'running' then at = f[3] or f[4]
+    elseif f[2] == 'sleeping' or f[2] == 'awaiting_input' then at = f[3] end
+  end
+  if at then redis.call('ZADD', DUE, at, id) else redis.call('ZREM', DUE, id) end
+end
+local function publish() redis.call('PUBLISH', P .. ':chg', ET) end
+local function held(owner, expires, now)
+  return owner and (not expires or tonumber(expires) > tonumber(now))
+end
+"""
+
+# One stream or several, all or nothing. ARGV[3] = how many streams; then per stream 17 values and
+# its events: id, expected, fence ('' none), n events, completes among them, last seq, last at,
+# has index ('1'/'0'), moves, status given, status, wake_at ('' none), has head, head calls, head
+# summary, has output, output. An append whose events are already there (a retry after its reply
+# was lost to a dropped connection) is taken as done.
+APPEND = (
+    _PRELUDE
+    + """
+local n = tonumber(ARGV[3])
+local parts, pos = {}, 4
+for i = 1, n do
+  local p = {}
+  for j = 1, 17 do p[j] = ARGV[pos + j - 1] end
+  p.first = pos + 17
+  pos = pos + 17 + tonumber(p[4])
+  parts[i] = p
+end
+local done = 0
+for i, p in ipairs(parts) do
+  local b = tk(p[1])
+  local f = redis.call('HMGET', b .. ':r', 'lease_token', 'version', 'base')
+  if not f[2] then return {'missing', i} end
+  local token = tonumber(f[1] or '0')
+  if p[3] ~= '' and token ~= tonumber(p[3]) then return {'fence', i, token} end
+  local version = tonumber(f[2])
+  if version ~= tonumber(p[2]) then
+    local last = tonumber(p[6])
+    local base = tonumber(f[3] or '0')
+    if version < last or redis.call('LINDEX', b .. ':e', last - base - 1) ~= ARGV[p.first + tonumber(p[4]) - 1] then
+      return {'version', i, version}
+    end
+    p.applied = true
+    done = done + 1
+  end
+end
+if done == n then return {'ok'} end
+for _, p in ipairs(parts) do
+  local b = tk(p[1])
+  local r = b .. ':r'
+  for k = p.first, p.first + tonumber(p[4]) - 1 do redis.call('RPUSH', b .. ':e', ARGV[k]) end
+  redis.call('HSET', r, 'version', p[6], 'updated_at', p[7])
+  redis.call('HINCRBY', r, 'calls_done', p[5])
+  if p[8] == '1' then
+    if p[9] == '1' then
+      if p[10] == '1' then redis.call('HSET', r, 'status', p[11]) end
+      if p[12] == '' then redis.call('HDEL', r, 'wake_at') else redis.call('HSET', r, 'wake_at', p[12]) end
+      redis.call('HDEL', r, 'parked')
+    end
+    if p[13] == '1' then
+      redis.call('HSET', r, 'calls_done', p[14], 'summary', p[15])
+      if p[16] == '1' then redis.call('HSET', r, 'output', p[17]) else redis.call('HDEL', r, 'output') end
+    end
+  end
+  reindex(p[1])
+end
+publish()
+return {'ok'}
+"""
+)
+
+# ARGV: id, parent id ('' none), created_at, first event, then the row's field/value pairs.
+CREATE = (
+    _PRELUDE
+    + """
+local id, parent = ARGV[3], ARGV[4]
+local b = tk(id)
+if redis.call('EXISTS', b .. ':r') == 1 then return 'exists' end
+if parent ~= '' and redis.call('EXISTS', tk(parent) .. ':r') == 0 then return 'noparent' end
+for k = 7, #ARGV, 2 do redis.call('HSET', b .. ':r', ARGV[k], ARGV[k + 1]) end
+redis.call('RPUSH', b .. ':e', ARGV[6])
+redis.call('ZADD', TASKS, ARGV[5], id)
+if parent ~= '' then redis.call('SADD', tk(parent) .. ':k', id) end
+reindex(id)
+publish()
+return 'ok'
+"""
+)
+
+# ARGV: id, owner, expires, now, steal ('1'/'0'), steal_from, at_version ('' none).
+# Returns the new token, 0 when the lease is held, -1 when there is no such task.
+LEASE = (
+    _PRELUDE
+    + """
+local r = tk(ARGV[3]) .. ':r'
+local f = redis.call('HMGET', r, 'lease_owner', 'lease_expires', 'version')
+if not f[3] then return -1 end
+local moved = ARGV[9] ~= '' and tonumber(f[3]) ~= tonumber(ARGV[9])
+if held(f[1], f[2], ARGV[6]) and (ARGV[7] ~= '1' or f[1] ~= ARGV[8] or moved) then return 0 end
+local token = redis.call('HINCRBY', r, 'lease_token', 1)
+redis.call('HSET', r, 'lease_owner', ARGV[4], 'lease_expires', ARGV[5])
+reindex(ARGV[3])
+return token
+"""
+)
+
+# ARGV: owner, expires, now. The due index in order (oldest due first, ties by id), past the tasks
+# whose lease is live. Returns {id, token} or false.
+CLAIM = (
+    _PRELUDE
+    + """
+local offset = 0
+while true do
+  local ids = redis.call('ZRANGEBYSCORE', DUE, '-inf', ARGV[5], 'LIMIT', offset, 64)
+  if #ids == 0 then return false end
+  for _, id in ipairs(ids) do
+    local r = tk(id) .. ':r'
+    local f = redis.call('HMGET', r, 'lease_owner', 'lease_expires')
+    if not held(f[1], f[2], ARGV[5]) then
+      local token = redis.call('HINCRBY', r, 'lease_token', 1)
+      redis.call('HSET', r, 'lease_owner', ARGV[3], 'lease_expires', ARGV[4])
+      redis.call('SADD', HELD, id)
+      return {id, token}
+    end
+  end
+  offset = offset + 64
+end
+"""
+)
+
+# ARGV: id, version, reason. 1 when parked.
+PARK = (
+    _PRELUDE
+    + """
+local r = tk(ARGV[3]) .. ':r'
+local v = redis.call('HGET', r, 'version')
+if not v or tonumber(v) ~= tonumber(ARGV[4]) then return 0 end
+redis.call('HSET', r, 'parked', ARGV[5])
+reindex(ARGV[3])
+return 1
+"""
+)
+
+# ARGV: id, token, expires. 1 renewed, 0 taken over, -1 no such task.
+RENEW = (
+    _PRELUDE
+    + """
+local r = tk(ARGV[3]) .. ':r'
+local f = redis.call('HMGET', r, 'lease_token', 'lease_owner', 'version')
+if not f[3] then return -1 end
+if tonumber(f[1] or '0') ~= tonumber(ARGV[4]) or not f[2] then return 0 end
+redis.call('HSET', r, 'lease_expires', ARGV[5])
+return 1
+"""
+)
+
+# ARGV: id, token. 1 released or not held by it, -1 no such task.
+RELEASE = (
+    _PRELUDE
+    + """
+local r = tk(ARGV[3]) .. ':r'
+local f = redis.call('HMGET', r, 'lease_token', 'version')
+if not f[2] then return -1 end
+if tonumber(f[1] or '0') == tonumber(ARGV[4]) then
+  redis.call('HDEL', r, 'lease_owner', 'lease_expires')
+  reindex(ARGV[3])
+end
+publish()
+return 1
+"""
+)
+
+# ARGV: id, expected, completes, last seq, last at, events...
+COMPACT = (
+    _PRELUDE
+    + """
+local id = ARGV[3]
+local b = tk(id)
+local r = b .. ':r'
+local f = redis.call('HMGET', r, 'version', 'parent_id')
+if not f[1] then return {'missing'} end
+if tonumber(f[1]) ~= tonumber(ARGV[4]) then return {'version', tonumber(f[1])} end
+if redis.call('SCARD', b .. ':k') > 0 then return {'forked'} end
+local gone = redis.call('LLEN', b .. ':e')
+redis.call('DEL', b .. ':e', b .. ':s')
+for k = 8, #ARGV do redis.call('RPUSH', b .. ':e', ARGV[k]) end
+if f[2] then redis.call('SREM', tk(f[2]) .. ':k', id) end
+redis.call('HDEL', r, 'parent_id', 'parent_seq')
+redis.call('HSET', r, 'base', ARGV[4], 'version', ARGV[6], 'updated_at', ARGV[7])
+redis.call('HINCRBY', r, 'calls_done', ARGV[5])
+publish()
+return {'ok', gone}
+"""
+)
+
+# ARGV: id. Returns {'ok', events gone}, or a refusal.
+DELETE = (
+    _PRELUDE
+    + """
+local id = ARGV[3]
+local b = tk(id)
+local f = redis.call('HMGET', b .. ':r', 'version', 'parent_id')
+if not f[1] then return {'missing'} end
+if redis.call('SCARD', b .. ':k') > 0 then return {'forked'} end
+local gone = redis.call('LLEN', b .. ':e')
+redis.call('DEL', b .. ':r', b .. ':e', b .. ':s', b .. ':k')
+redis.call('ZREM', TASKS, id)
+redis.call('ZREM', DUE, id)
+redis.call('SREM', HELD, id)
+if f[2] then redis.call('SREM', tk(f[2]) .. ':k', id) end
+return {'ok', gone}
+"""
+)
+
+# ARGV: id, expected, archive id, archived event, its seq, its at, its completes, the finished
+# statuses (comma-separated), the fork's created_at, its first event, then the fork row's pairs.
+REWIND = (
+    _PRELUDE
+    + """
+local id, archive = ARGV[3], ARGV[5]
+local b, a = tk(id), tk(archive)
+local f = redis.call('HMGET', b .. ':r', 'version', 'status', 'parent_id', 'created_at')
+if not f[1] then return {'missing'} end
+if tonumber(f[1]) ~= tonumber(ARGV[4]) then return {'version', tonumber(f[1])} end
+if redis.call('EXISTS', a .. ':r') == 1 then return {'archive_exists'} end
+for _, s in ipairs({':r', ':e', ':s', ':k'}) do
+  if redis.call('EXISTS', b .. s) == 1 then redis.call('RENAME', b .. s, a .. s) end
+end
+local ar = a .. ':r'
+redis.call('HDEL', ar, 'wake_at', 'lease_owner', 'lease_expires')
+if not string.find(',' .. ARGV[10] .. ',', ',' .. f[2] .. ',', 1, true) then
+  redis.call('HSET', ar, 'status', 'cancelled')
+end
+redis.call('RPUSH', a .. ':e', ARGV[6])
+redis.call('HSET', ar, 'version', ARGV[7], 'updated_at', ARGV[8])
+redis.call('HINCRBY', ar, 'calls_done', ARGV[9])
+for _, kid in ipairs(redis.call('SMEMBERS', a .. ':k')) do
+  redis.call('HSET', tk(kid) .. ':r', 'parent_id', archive)
+end
+if f[3] then
+  redis.call('SREM', tk(f[3]) .. ':k', id)
+  redis.call('SADD', tk(f[3]) .. ':k', archive)
+end
+redis.call('ZREM', TASKS, id)
+redis.call('ZADD', TASKS, f[4], archive)
+for k = 13, #ARGV, 2 do redis.call('HSET', b .. ':r', ARGV[k], ARGV[k + 1]) end
+redis.call('RPUSH', b .. ':e', ARGV[12])
+redis.call('ZADD', TASKS, ARGV[11], id)
+redis.call('SADD', a .. ':k', id)
+reindex(archive)
+reindex(id)
+publish()
+return {'ok'}
+"""
+)
+
+# ARGV: id, seq, packed snapshot, replaces ('' none). 0 when there is no such task.
+SNAPSHOT = (
+    _PRELUDE
+    + """
+local b = tk(ARGV[3])
+if redis.call('EXISTS', b .. ':r') == 0 then return 0 end
+redis.call('HSET', b .. ':s', ARGV[4], ARGV[5])
+if ARGV[6] ~= '' and ARGV[6] ~= ARGV[4] then redis.call('HDEL', b .. ':s', ARGV[6]) end
+return 1
+"""
+)
+
+# KEYS[1] = the ledger entry; ARGV: now. The row as it was ({'new'} for a new key).
+LEDGER_BEGIN = """
+local k = KEYS[1]
+local f = redis.call('HMGET', k, 'status', 'result', 'started_at', 'finished_at', 'runs')
+if not f[1] then
+  redis.call('HSET', k, 'status', 'started', 'started_at', ARGV[1], 'runs', 1)
+  return {'new'}
+end
+if f[1] == 'started' then redis.call('HINCRBY', k, 'runs', 1) end
+return f
+"""
+
+# KEYS[1] = the ledger entry; ARGV: result, now. The row that stands.
+LEDGER_FINISH = """
+local k = KEYS[1]
+local f = redis.call('HMGET', k, 'status', 'result', 'started_at', 'finished_at', 'runs')
+if f[1] == 'done' then return f end
+local started, runs = f[3] or ARGV[2], f[5] or '1'
+redis.call('HSET', k, 'status', 'done', 'result', ARGV[1], 'started_at', started, 'finished_at', ARGV[2], 'runs', runs)
+return {'done', ARGV[1], started, ARGV[2], runs}
+"""
