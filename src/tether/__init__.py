@@ -66,7 +66,7 @@ from tether.store import Store, TaskRow, open_store
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff
 from tether.userstate import UserChange, UserState
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
 
 __all__ = [
     "App",

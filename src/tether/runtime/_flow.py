@@ -10,12 +10,13 @@ functions and sleeping with ``asyncio.sleep``. Nothing else differs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
 import types
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from contextvars import ContextVar
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 __all__ = [
     "CURRENT_CALL",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+S = TypeVar("S")
+P = ParamSpec("P")
 
 
 class Invoke(NamedTuple):
@@ -211,3 +214,18 @@ async def run_tool_async(
     finally:
         if token is not None:
             CURRENT_CALL.reset(token)
+
+
+def async_twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The async twin of a blocking method, as ``get_async = async_twin(get)`` in a class body: the same
+    arguments and result, the call run in a thread (with the caller's context variables), so the event
+    loop serves others while it blocks."""
+
+    async def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    functools.update_wrapper(twin, method)  # its signature, for help() and editors
+    twin.__name__ = f"{method.__name__}_async"
+    twin.__qualname__ = f"{method.__qualname__}_async"
+    twin.__doc__ = f"The async twin of :meth:`{method.__name__}`: the same call, run off the event loop."
+    return twin

@@ -46,7 +46,7 @@ from tether.log.conflicts import retry_on_conflict
 from tether.log.heads import read_head, row_head_of
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Phases, Status
-from tether.runtime._flow import drive_async
+from tether.runtime._flow import async_twin, drive_async
 from tether.runtime._time_travel import TimeTravel
 from tether.runtime.calls import UNSET, settled_call
 from tether.runtime.engine import Engine
@@ -64,9 +64,7 @@ from tether.runtime.ledger import Ledger, OnUnknown
 from tether.runtime.retry import Retry
 from tether.runtime.run import drive_task, execute, retry_event
 from tether.runtime.specs import Registry, ReplayCheck, TaskSpec, ToolSpec, guarded
-from tether.store import DEFAULT_URL, Store
-from tether.telemetry import UsageReader
-from tether.telemetry import hooks as telemetry
+from tether.store import Closing, Store
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff
 from tether.userstate import UserState
 
@@ -77,11 +75,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App:
+class App(Closing):
     """Registers tasks and tools, and runs tasks durably against one store.
 
     Args:
-        url: the store (``sqlite:///tether.db`` by default; ``memory://`` for tests).
+        url: the store: a URL (``memory://`` for tests), a SQLite path, or a :class:`~tether.store.Store`.
+            Without one, ``$TETHER_URL``, then ``sqlite:///tether.db`` (:func:`tether.store.resolve_url`,
+            the order the CLI's ``--db`` follows too).
         tenant: every task, ledger key and lease is scoped to it.
         snapshots: when to snapshot task state (see :class:`~tether.SnapshotPolicy`).
         lease_ttl: seconds a run holds a task without renewing its lease; a crashed
@@ -109,6 +109,11 @@ class App:
         (<Status.COMPLETED: 'completed'>, 6)
         >>> app.resume(run.task_id).output   # finished: returned as it is, nothing runs again
         6
+        >>> app.close()
+
+    An app is a context manager, ``with`` or ``async with``: it is closed when the block ends.
+    Each read and control method has an async twin named ``<method>_async`` (``get_async``,
+    ``send_input_async``, ``cancel_async``, …) whose store I/O runs off the event loop.
     """
 
     def __init__(
@@ -129,7 +134,7 @@ class App:
         check_positive(inline_wait, "inline_wait", zero=True)
         check_int(max_value_bytes, "max_value_bytes", low=1, error=ConfigurationError)
         log = TaskLog(
-            url or DEFAULT_URL,
+            url,
             tenant=tenant,
             snapshots=snapshots,
             max_event_bytes=max_value_bytes,
@@ -139,7 +144,6 @@ class App:
         """What the runtime's parts share (the log, the registered code, the commit thread, the lease's
         time): a run, a worker and time travel take it, never the app."""
         self._travel = TimeTravel(self.engine)
-        self.usage = UsageReader(log)  # app.usage(task_id), app.usage(by="user", since="7d")
 
     # ------------------------------------------------------------------ what it runs on
     @property
@@ -319,7 +323,6 @@ class App:
                 data=data,
                 data_version=spec.data_version,
                 holder=holder,
-                trace=telemetry.caller_trace(),
             )
         except ConflictError:
             if task_id is None:
@@ -751,7 +754,27 @@ class App:
         return UserState(self.log, user_id, schema)
 
     def close(self) -> None:
+        """Stop the app's threads and close its store; the app is not used again."""
         self.engine.close()
+
+    # The async twins of the read and control methods: each runs its method in a thread (the store's
+    # I/O, a cancel's compensations), so the event loop serves others meanwhile.
+    get_async = async_twin(get)
+    state_async = async_twin(state)
+    list_tasks_async = async_twin(list_tasks)
+    pending_inputs_async = async_twin(pending_inputs)
+    send_input_async = async_twin(send_input)
+    resolve_call_async = async_twin(resolve_call)
+    cancel_async = async_twin(cancel)
+    request_cancel_async = async_twin(request_cancel)
+    request_retry_async = async_twin(request_retry)
+    history_async = async_twin(history)
+    diff_async = async_twin(diff)
+    fork_async = async_twin(fork)
+    rewind_async = async_twin(rewind)
+    replay_async = async_twin(replay)
+    check_async = async_twin(check)
+    sessions_async = async_twin(sessions)
 
 
 async def _off_loop(fn: Callable[..., T], *args: Any) -> T:

@@ -6,9 +6,6 @@
 ``sqlite:////abs/t.db``     an absolute path
 ``postgresql://…/db``       PostgreSQL (``pip install 'tether[postgres]'``);
                             ``?schema=name`` picks tether's schema
-``redis://host:6379/0``     Redis (``pip install 'tether[redis]'``), or
-                            ``rediss://`` for TLS; ``?prefix=name`` picks
-                            the key prefix (docs/redis.md)
 ==========================  ==============================================
 
 Options ride on the query string: ``sqlite:///t.db?durability=full``.
@@ -18,12 +15,14 @@ it does not use.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from urllib.parse import parse_qsl
 
 from tether.checks import option_float
 from tether.errors import ConfigurationError
 from tether.store.base import (
+    Closing,
     EventRow,
     IndexUpdate,
     LedgerRow,
@@ -38,6 +37,7 @@ from tether.store.base import (
 
 __all__ = [
     "DEFAULT_URL",
+    "Closing",
     "EventRow",
     "IndexUpdate",
     "LedgerRow",
@@ -49,32 +49,45 @@ __all__ = [
     "TaskHead",
     "TaskRow",
     "open_store",
+    "resolve_url",
 ]
 
 DEFAULT_URL = "sqlite:///tether.db"
+URL_VARIABLE = "TETHER_URL"
+
+
+def resolve_url(url: str | None = None) -> str:
+    """The store a program means, in the one order of precedence the API and the CLI share: ``url``
+    when given (``App(url)``, ``--db``), else the ``TETHER_URL`` environment variable when set and not
+    empty, else :data:`DEFAULT_URL` (``./tether.db``). A bare path is a SQLite file.
+
+    Example:
+        >>> resolve_url("runs.db")
+        'sqlite:///runs.db'
+    """
+    chosen = url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+    return chosen if "://" in chosen else f"sqlite:///{chosen}"
+
+
 _SCHEMES = "memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db, postgresql://user@host/db"
 
 
 def open_store(url: str | None = None, **options: Any) -> Store:
-    """Open the backend a URL names. ``None`` means :data:`DEFAULT_URL`.
+    """Open the backend a URL names; without one, ``$TETHER_URL``, then :data:`DEFAULT_URL` (:func:`resolve_url`).
 
-    Keyword options (and query-string options) go to the backend, e.g.
-    ``durability="full"`` for SQLite.
+    Keyword options (and query-string options) go to the backend, e.g. ``durability="full"`` for SQLite.
 
     Example:
         >>> store = open_store("memory://")
         >>> store.url
         'memory://'
     """
-    url = url or DEFAULT_URL
-    if not isinstance(url, str):
+    if url is not None and not isinstance(url, str):
         raise ConfigurationError(f"the store URL must be a string, got {type(url).__name__} {url!r}; {_SCHEMES}")
-    if "://" not in url:
-        url = f"sqlite:///{url}"  # a bare path is a SQLite file, as the CLI's --db takes it
+    url = resolve_url(url)
     scheme, _, rest = url.partition("://")
     rest, _, query = rest.partition("?")
-    merged: dict[str, Any] = dict(parse_qsl(query))
-    merged.update(options)
+    merged: dict[str, Any] = {**dict(parse_qsl(query)), **options}
     if scheme == "memory":
         if merged:
             raise ConfigurationError(f"memory:// takes no options, got {sorted(merged)}")
@@ -108,13 +121,4 @@ def open_store(url: str | None = None, **options: Any) -> Store:
                 f"unknown PostgreSQL option(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
             )
         return PostgresStore(url, **options)
-    if scheme in ("redis", "rediss"):
-        try:
-            from tether.store.redis import OPTIONS, RedisStore
-        except ImportError as exc:
-            raise ConfigurationError(str(exc)) from None
-        unknown = set(options) - OPTIONS
-        if unknown:
-            raise ConfigurationError(f"unknown Redis option(s) {sorted(unknown)}; known: {', '.join(sorted(OPTIONS))}")
-        return RedisStore(url, **options)
     raise ConfigurationError(f"no tether backend for scheme {scheme!r} in {url!r}; expected one of: {_SCHEMES}")

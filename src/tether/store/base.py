@@ -251,6 +251,39 @@ class ChangeSignal:
             return True
 
 
+class Closing:
+    """A resource closed by its ``close()``, and so a context manager, ``with`` and ``async with``
+    alike: the block's end closes it, however the block ends. The async exit closes it in a thread
+    (closing waits for a pool, a listener, a commit thread), so the event loop is not blocked.
+
+    Example:
+        >>> from tether.store import open_store
+        >>> with open_store("memory://") as store:
+        ...     store.url
+        'memory://'
+    """
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: C) -> C:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self: C) -> C:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        import asyncio
+
+        await asyncio.to_thread(self.close)
+
+
+C = TypeVar("C", bound=Closing)
+
+
 @runtime_checkable
 class Store(Protocol):
     """Durable storage for task event streams, snapshots, the ledger and leases."""

@@ -15,6 +15,7 @@ from tether.store.base import (
     COMPLETES,
     FINISHED,
     ChangeSignal,
+    Closing,
     EventRow,
     IndexUpdate,
     LedgerRow,
@@ -53,7 +54,7 @@ def _moved(row: TaskRow, events: Sequence[EventRow], index: IndexUpdate | None) 
     return replace(row, **changes)  # type: ignore[arg-type]
 
 
-class MemoryStore:
+class MemoryStore(Closing):
     """Keeps everything in dictionaries.
 
     Example:

@@ -55,6 +55,7 @@ from tether.store._postgres_io import (
 from tether.store._postgres_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
 from tether.store._postgres_sql import LATEST, SQL
 from tether.store.base import (
+    Closing,
     EventRow,
     IndexUpdate,
     LedgerRow,
@@ -75,7 +76,7 @@ log = logging.getLogger("tether")
 T = TypeVar("T")
 
 
-class PostgresStore:
+class PostgresStore(Closing):
     """The PostgreSQL backend.
 
     Args:

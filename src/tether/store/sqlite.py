@@ -24,6 +24,7 @@ from tether.store._sqlite_files import connect_readonly, create_private, file_mo
 from tether.store._sqlite_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
 from tether.store._sqlite_wal import Checkpointer, Durability, connect, wait_for_commit
 from tether.store.base import (
+    Closing,
     EventRow,
     IndexUpdate,
     LedgerRow,
@@ -49,7 +50,7 @@ _flock, _LOCK_EX, _LOCK_UN = fcntl.flock, fcntl.LOCK_EX, fcntl.LOCK_UN  # bound 
 
 
 @translate_errors  # no sqlite3 error crosses the store boundary
-class SQLiteStore:
+class SQLiteStore(Closing):
     """The SQLite backend.
 
     Args:
