@@ -73,13 +73,14 @@ from tether.integrations._langgraph_log import (
     stream_id,
     thread_of,
 )
+from tether.integrations._langgraph_tools import TetherToolNode, tool_key
 from tether.integrations._langgraph_worker import Worker, raw, serialized
 from tether.log import TaskLog
 from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
 from tether.store import TaskFilter, TaskRow
 
-__all__ = ["THREAD_TYPE", "TetherSaver"]
+__all__ = ["THREAD_TYPE", "TetherSaver", "TetherToolNode", "tool_key"]
 
 _RETRIES = 100
 _BATCH = 64  # checkpoints a list() builds per hand-over to the worker thread
