@@ -16,9 +16,19 @@ from tether.cli._render import console, emit_json
 @click.option("--port", default=8700, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--no-auth", is_flag=True, help="answer without API keys (loopback hosts only)")
 @click.option("--tenant", default="default", show_default=True, help="the tenant of --no-auth mode")
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="tether's lines on stderr (info: one per request, and per run the server makes)",
+)
 @errors_as_messages
-def serve(db: str | None, host: str, port: int, no_auth: bool, tenant: str) -> None:
-    """The HTTP API (/v1, OpenAPI at /openapi.json) and the web inspector (/), for one store."""
+def serve(db: str | None, host: str, port: int, no_auth: bool, tenant: str, log_level: str) -> None:
+    """The HTTP API (/v1, OpenAPI at /openapi.json) and the web inspector (/), for one store.
+
+    Operators' endpoints: /healthz and /readyz (open: probes carry no key), /metrics (Prometheus
+    text, with a key like the API; tether's own metrics need opentelemetry-sdk)."""
     import ipaddress
 
     try:
@@ -35,12 +45,18 @@ def serve(db: str | None, host: str, port: int, no_auth: bool, tenant: str) -> N
         raise click.ClickException("tether serve needs its extra: pip install 'tether[serve]'") from None
     from tether.store.base import redact_url
 
+    from tether.serve.operations import serve_metrics
+    from tether.telemetry.logs import log_to_stderr
+
+    log_to_stderr(log_level)
+    serve_metrics()
     url = store_url(db)
     asgi = create_app(url, no_auth=no_auth, tenant=tenant)
     err = console(stderr=True)
     mode = f"without keys, as tenant {tenant!r}" if no_auth else "API keys required (`tether keys create`)"
     err.print(f"tether serve on http://{host}:{port}/ for {redact_url(url)}; {mode}")
-    uvicorn.run(asgi, host=host, port=port, log_level="warning")
+    # uvicorn's own access lines are off: tether's access log (tether.serve.access) says the same, with the tenant.
+    uvicorn.run(asgi, host=host, port=port, log_level=log_level, access_log=False)
 
 
 @main.group()

@@ -35,6 +35,7 @@ from tether.serve.api import ErrorBody, Serving, build_router
 from tether.serve.auth import LOOPBACK_HOSTS, AuthError, Principal, authenticate
 from tether.serve.feed import ChangeFeed
 from tether.serve.keys import KeyRing
+from tether.serve.operations import add_operations
 from tether.serve.ui import build_pages
 from tether.store import Store, open_store
 
@@ -131,6 +132,7 @@ def create_app(
     api.state.apps = apps  # one App per tenant, shared by the request threads
     _add_error_handlers(api)
     api.add_middleware(SegmentedPaths)  # an id's %2F stays in its path segment
+    add_operations(api, store)  # /healthz, /readyz, /metrics and the access log
     serving = Serving(apps, feed.bump, feed, listings, live, has_code=code is not None)
     api.include_router(build_router(serving), responses=_DOCUMENTED)  # type: ignore[arg-type]
     api.include_router(build_pages(apps, principal, keys, no_auth=no_auth))

@@ -5,8 +5,9 @@ in ``extra`` — never a task's payloads."""
 from __future__ import annotations
 
 import logging
+import time
 
-__all__ = ["RUN_FIELDS", "access_log", "run_log"]
+__all__ = ["RUN_FIELDS", "LineFormatter", "access_log", "log_to_stderr", "run_log"]
 
 logging.getLogger("tether").addHandler(logging.NullHandler())
 
@@ -30,3 +31,46 @@ RUN_FIELDS = (
     "tether_duration_s",
     "tether_error_type",
 )
+
+_STANDARD = frozenset(vars(logging.makeLogRecord({})))
+
+
+class LineFormatter(logging.Formatter):
+    """One line per record: time, level, logger, message, then the record's structured fields
+    (``extra=``) as ``key=value`` — the shape of ``tether serve``'s lines, access and runs alike.
+
+    Example:
+        >>> import logging
+        >>> record = logging.makeLogRecord({"msg": "GET /healthz 200", "levelname": "INFO", "name": "tether.serve.access",
+        ...                                  "http_status": 200, "created": 0})
+        >>> LineFormatter().format(record).split(" ", 1)[1]
+        'INFO tether.serve.access GET /healthz 200 http_status=200'
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        fields = " ".join(f"{k}={_field(v)}" for k, v in vars(record).items() if k not in _STANDARD and v is not None)
+        line = f"{when}Z {record.levelname} {record.name} {record.getMessage()}"
+        if fields:
+            line += " " + fields
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _field(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    return f'"{text}"' if " " in text or not text else text
+
+
+def log_to_stderr(level: str) -> logging.Handler:
+    """Send the ``tether`` loggers' lines at ``level`` and above to stderr, one :class:`LineFormatter`
+    line each; returns the handler (to remove it)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(LineFormatter())
+    root = logging.getLogger("tether")
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    return handler
