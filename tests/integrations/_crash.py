@@ -12,6 +12,7 @@ the record and the conversation equal an uninterrupted run's, and the record rep
 from __future__ import annotations
 
 import json
+import random
 import signal
 import subprocess
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 
 import tether
 from tests._forkserver import ForkServer, ForkServers
+from tests.crash.conftest import SCENARIOS
 from tests.integrations.conftest import CHILD_ENV, HERE
 
 TASK_ID = "support-1"
@@ -77,6 +79,17 @@ def outcome(url: str, work: Path, result_of: Callable[[tether.ToolCall], Any]) -
     }
 
 
+def kill_points(commits: int) -> list[str]:
+    """Where the first life of each scenario kills itself. The kinds of place: after a commit near the
+    start of the run (1-3), in its middle (a third, half, two thirds through), near its end (the last
+    two), and inside the refund before and after its effect. With ``TETHER_CRASH_SCENARIOS`` set (a
+    deep run), every one of those commits; unset, one commit of each kind, a different one each run,
+    and both places in the tool."""
+    kinds = [[1, 2, 3], [commits // 3, commits // 2, (2 * commits) // 3], [commits - 1, commits]]
+    chosen = {k for kind in kinds for k in kind} if SCENARIOS else {random.choice(kind) for kind in kinds}
+    return [f"after_commit:{k}" for k in sorted(chosen)] + ["in_tool_before_effect:1", "in_tool_after_effect:1"]
+
+
 def sigkill_then_resume(
     script: str,
     fork_servers: ForkServers,
@@ -100,8 +113,7 @@ def sigkill_then_resume(
     assert lines(ref / "model.log") == model_turns
     assert len(reference["effects"]) == 1
     commits = json.loads((ref / "tally.json").read_text())["after_commit"]
-    chosen = sorted({1, 2, 3, commits // 3, commits // 2, (2 * commits) // 3, commits - 1, commits})
-    points = [f"after_commit:{k}" for k in chosen] + ["in_tool_before_effect:1", "in_tool_after_effect:1"]
+    points = kill_points(commits)
     for point in points:
         work = tmp_path / point.replace(":", "-")
         work.mkdir()
