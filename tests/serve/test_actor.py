@@ -13,7 +13,7 @@ from tether.serve.keys import KeyRing
 
 
 def _entry(served: Served, task_id: str, type_: str) -> dict[str, Any]:
-    entries = served.get(f"/v1/tasks/{task_id}/history").json()["entries"]
+    entries = served.get(f"/v1/tasks/{task_id}/history").json()["items"]
     return next(e for e in reversed(entries) if e["type"] == type_)
 
 

@@ -45,10 +45,10 @@ def test_task_has_calls_decisions_observations_and_failure(served: Served) -> No
 
 
 def test_history_state_and_diff(served: Served) -> None:
-    entries = served.get(f"/v1/tasks/{served.waiting}/history").json()["entries"]
+    entries = served.get(f"/v1/tasks/{served.waiting}/history").json()["items"]
     assert entries[0]["type"] == "TaskCreated" and entries[0]["summary"]
     assert any(e["boundary"] == "before step 1" for e in entries)
-    later = served.get(f"/v1/tasks/{served.waiting}/history", params={"after": 3}).json()["entries"]
+    later = served.get(f"/v1/tasks/{served.waiting}/history", params={"after": 3}).json()["items"]
     assert later[0]["seq"] == 4
 
     at1 = served.get(f"/v1/tasks/{served.waiting}/state", params={"at": 1}).json()
@@ -102,13 +102,16 @@ def test_answer_is_checked_then_a_worker_continues(served: Served) -> None:
 def test_retry_is_queued_with_the_key_as_actor(served: Served) -> None:
     response = served.post(f"/v1/tasks/{served.failed}/retry")
     assert response.status_code == 202 and response.json()["status"] == "pending"
-    entries = served.get(f"/v1/tasks/{served.failed}/history").json()["entries"]
+    entries = served.get(f"/v1/tasks/{served.failed}/history").json()["items"]
     assert entries[-1]["type"] == "RetryRequested" and entries[-1]["data"]["actor"] == "alice"
     served.flags["fail"] = False
     work(served.app)
     assert served.get(f"/v1/tasks/{served.failed}").json()["state"]["output"] == 4
-    again = served.post(f"/v1/tasks/{served.failed}/retry")
-    assert again.status_code == 400 and "completed" in again.json()["message"]
+    again = served.post(f"/v1/tasks/{served.failed}/retry")  # its state forbids it: a conflict, not a bad value
+    assert again.status_code == 409 and again.json()["code"] == "not_retryable"
+    assert "completed" in again.json()["message"]
+    pending = served.post(f"/v1/tasks/{served.waiting}/retry")
+    assert pending.status_code == 409 and pending.json()["code"] == "not_retryable"
 
 
 def test_cancel_is_queued_and_names_the_key(served: Served) -> None:
@@ -135,7 +138,7 @@ def test_resume_says_what_the_task_needs(served: Served) -> None:
 def test_sessions_messages_window_and_users(served: Served) -> None:
     sessions = served.get("/v1/sessions").json()["items"]
     assert [s["session_id"] for s in sessions] == ["s1"]
-    messages = served.get("/v1/sessions/s1/messages").json()["messages"]
+    messages = served.get("/v1/sessions/s1/messages").json()["items"]
     assert [(m["role"], m["content"]) for m in messages] == [("user", "hello"), ("assistant", "you said hello")]
     window = served.get("/v1/sessions/s1/window", params={"max_tokens": 1000}).json()
     assert len(window["messages"]) == 2 and window["tokens"] > 0

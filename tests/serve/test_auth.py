@@ -164,7 +164,7 @@ def test_no_auth_answers_loopback_hosts_only(tmp_path: Any) -> None:
         rebound = client.get("/v1/whoami", headers={"Host": "attacker.example"})
         assert rebound.status_code == 403 and rebound.json()["code"] == "bad_host"
         task = app.start("trip", city="Oslo").task_id
-        refused = client.post(f"/v1/tasks/{task}/cancel")
+        refused = client.post(f"/v1/tasks/{task}/cancel", headers={"Origin": "http://127.0.0.1:8700"})
         assert refused.status_code == 403  # even without keys, a browser write needs the CSRF token
     asgi.state.store.close()
     app.close()
@@ -185,6 +185,9 @@ def test_keys_cli_prints_the_key_once(tmp_path: Any) -> None:
     from tether.cli import main
 
     db = str(tmp_path / "k.db")
+    from tether import App
+
+    App(db).close()  # keys go into an existing store: no command but demo creates one
     runner = CliRunner()
     made = runner.invoke(main, ["keys", "create", "--db", db, "--tenant", "acme", "--name", "ci"])
     assert made.exit_code == 0, made.output

@@ -20,6 +20,7 @@ from tests.serve._agents import work
 from tests.serve.conftest import Served
 from tether.serve import create_app
 from tether.serve.keys import KeyRing
+from tether.serve.problems import problem_body
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -145,10 +146,8 @@ def test_while_the_store_is_away_a_stranger_learns_nothing_of_it(pg: str, proxy:
             ]
             for answer in answers:
                 assert answer.status_code == 503, answer.text
-                assert answer.json() == {
-                    "code": "store_unavailable",
-                    "message": "the server cannot answer now; try again shortly",
-                }
+                away = "the server cannot answer now; try again shortly"
+                assert answer.json() == problem_body(503, "store_unavailable", away, answer.request.url.path)
                 assert not [s for s in secrets_of_the_store if s in answer.text], answer.text
     finally:
         asgi.state.feed.stop()

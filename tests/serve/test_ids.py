@@ -94,7 +94,7 @@ def test_sessions_and_users_with_odd_ids(served: Served) -> None:
     served.app.session("chat/42?", user_id="u/1").add("user", "hi")
     served.app.user("u/1").set("seat", "window")
     messages = served.get(f"/v1/sessions/{segment('chat/42?')}/messages").json()
-    assert messages["session_id"] == "chat/42?" and messages["messages"][0]["content"] == "hi"
+    assert messages["session_id"] == "chat/42?" and messages["items"][0]["content"] == "hi"
     assert served.get(f"/v1/sessions/{segment('chat/42?')}/window").status_code == 200
     assert served.get(f"/v1/users/{segment('u/1')}").json()["document"] == {"seat": "window"}
 

@@ -32,7 +32,7 @@ def test_a_person_settles_the_call_over_http_and_a_worker_continues(served: Serv
     state = app.state("co")
     assert out == {"task_id": "co", "status": state.status.value, "position": state.position}
     assert state.waiting is None and state.received["tether.call-1"] == {"happened": happened}
-    answer = served.get("/v1/tasks/co/history").json()["entries"][-1]
+    answer = served.get("/v1/tasks/co/history").json()["items"][-1]
     assert answer["type"] == "InputReceived" and answer["actor"] == "bob" and answer["summary"].endswith(" by bob")
     call = state.call(1)
     assert call is not None

@@ -13,68 +13,30 @@ Example:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
 
 try:
     from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether serve needs its extra: pip install 'tether[serve]'") from exc
 
 from tether.checks import check_id
-from tether.errors import TetherError
 from tether.runtime.app import App
 from tether.serve._ids import SegmentedPaths
 from tether.serve._listing import Listings
+from tether.serve._openapi import ERROR_RESPONSES, describe, operation_id
 from tether.serve._tenants import TenantApps
-from tether.serve.api import ErrorBody, Serving, build_router
-from tether.serve.auth import LOOPBACK_HOSTS, AuthError, Principal, authenticate
+from tether.serve.api import Serving, build_router
+from tether.serve.auth import LOOPBACK_HOSTS, Principal, authenticate
 from tether.serve.feed import ChangeFeed
 from tether.serve.keys import KeyRing
 from tether.serve.operations import add_operations
+from tether.serve.problems import add_error_handlers, status_of
 from tether.serve.ui import build_pages
 from tether.store import Store, open_store
 
 __all__ = ["create_app", "status_of"]
-
-_log = logging.getLogger("tether.serve")
-
-_STATUS = {
-    "unauthorized": 401,
-    "csrf_failed": 403,
-    "bad_host": 403,
-    "task_not_found": 404,
-    "invalid_input": 400,
-    "not_serializable": 400,
-    "unknown_event_type": 400,
-    "invalid_sequence": 400,
-    "configuration": 400,
-    "value_too_large": 413,
-    "conflict": 409,
-    "lease_lost": 409,
-    "invalid_transition": 409,
-    "task_busy": 409,
-    "task_definition": 409,
-    "not_runnable": 409,
-    "store_unavailable": 503,
-    "store_full": 507,
-}
-_DOCUMENTED = {
-    code: {"model": ErrorBody, "description": "an error, with the tether error tree's code"}
-    for code in (400, 401, 403, 404, 409, 413, 422, 503)
-}
-
-
-def status_of(error: TetherError) -> int:
-    """The HTTP status of a tether error: 4xx for the caller's mistakes, 503 while the store is away."""
-    if isinstance(error, AuthError):
-        return error.status
-    return _STATUS.get(error.code, 500)
-
 
 KEY_CHECK_AGE = 1.0
 """Seconds the server trusts its last read of the API keys when an open stream checks its key."""
@@ -130,11 +92,12 @@ def create_app(
     api.state.no_auth = no_auth
     api.state.authenticate = principal
     api.state.apps = apps  # one App per tenant, shared by the request threads
-    _add_error_handlers(api)
+    add_error_handlers(api)
+    describe(api, no_auth=no_auth)
     api.add_middleware(SegmentedPaths)  # an id's %2F stays in its path segment
     add_operations(api, store)  # /healthz, /readyz, /metrics and the access log
     serving = Serving(apps, feed.bump, feed, listings, live, has_code=code is not None)
-    api.include_router(build_router(serving), responses=_DOCUMENTED)  # type: ignore[arg-type]
+    api.include_router(build_router(serving), responses=ERROR_RESPONSES)
     api.include_router(build_pages(apps, principal, keys, no_auth=no_auth))
     return api
 
@@ -148,7 +111,8 @@ def _api(feed: ChangeFeed) -> FastAPI:
         lifespan=_feed_running(feed),
         docs_url=None,  # the interactive docs pages load their script from a CDN: the document is enough
         redoc_url=None,
-        responses=_DOCUMENTED,  # type: ignore[arg-type]
+        responses=ERROR_RESPONSES,
+        generate_unique_id_function=operation_id,  # stable ids: the routes' names, not FastAPI's made-up ones
     )
 
 
@@ -164,40 +128,3 @@ def _feed_running(feed: ChangeFeed) -> Callable[[FastAPI], AbstractAsyncContextM
             feed.stop()
 
     return lifespan
-
-
-def _add_error_handlers(api: FastAPI) -> None:
-    """Every error answers with a body that has a ``code``: the tether error tree's, or ``invalid_request``."""
-
-    @api.exception_handler(TetherError)
-    async def tether_error(request: Request, exc: TetherError) -> JSONResponse:
-        status = status_of(exc)
-        if status >= 500:
-            _log.error("%s %s failed: %s", request.method, request.url.path, exc)
-        authenticated = getattr(request.state, "principal", None) is not None
-        return JSONResponse(_body(exc) if authenticated else _anonymous_body(exc, status), status_code=status)
-
-    @api.exception_handler(RequestValidationError)
-    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
-        body = {"code": "invalid_request", "message": "the request does not fit the API", "errors": errors}
-        return JSONResponse(body, status_code=422)
-
-
-def _anonymous_body(exc: TetherError, status: int) -> dict[str, Any]:
-    """What a client that has not authenticated learns of an error: why it was refused (an
-    :class:`AuthError` says only what the request lacked), or that the server cannot answer now;
-    nothing of the store (its URL, even redacted, names its host, port, user, database, schema)."""
-    if isinstance(exc, AuthError):
-        return {"code": exc.code, "message": str(exc)}
-    if status == 503:
-        return {"code": exc.code, "message": "the server cannot answer now; try again shortly"}
-    return {"code": exc.code, "message": "the request could not be answered"}
-
-
-def _body(exc: TetherError) -> dict[str, Any]:
-    body = exc.to_dict()
-    for name, value in list(body.items()):  # structured fields must stay JSON: show anything else as text
-        if not isinstance(value, str | int | float | bool | type(None) | list | dict):
-            body[name] = repr(value)
-    return body

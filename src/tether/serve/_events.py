@@ -4,6 +4,11 @@ Each stream waits on the :class:`~tether.serve.feed.ChangeFeed` (at most ``_RECH
 then checks that its key is still live, then reads what changed. A stream whose key was revoked
 sends ``closed`` and ends: within ``_RECHECK`` seconds and the age of the server's last read of
 the keys (see :meth:`~tether.serve.keys.KeyRing.live`).
+
+Each event that moves a client on carries an ``id:``, which a reconnecting ``EventSource`` sends
+back as ``Last-Event-ID``: a task's stream resumes after that seq, and ``/v1/events`` first sends
+every watched task that changed since that time. The first chunk sets ``retry:`` (the reconnection
+delay); the headers keep proxies from caching or buffering the stream.
 """
 
 from __future__ import annotations
@@ -20,13 +25,18 @@ from tether.errors import TaskNotFoundError, TetherError
 from tether.model.status import Status
 from tether.runtime.app import App
 from tether.serve._json import entries_json
-from tether.serve._listing import Listings
+from tether.serve._listing import Listings, Look
 from tether.serve.feed import ChangeFeed
 from tether.store import TaskRow
 from tether.store.base import FINISHED
 from tether.timetravel import HistoryCursor
 
-__all__ = ["history_events", "task_events"]
+__all__ = ["HEADERS", "history_events", "resumed_after", "task_events"]
+
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+"""Response headers of a stream: no cache may keep it, no proxy (nginx) may buffer it."""
+_RETRY_MS = 3000
+_OPENING = f"retry: {_RETRY_MS}\n: connected\n\n".encode()
 
 _RECHECK = 3.0
 """Seconds a listener waits for a wake-up before it looks anyway: a safety net, since a store's
@@ -48,8 +58,30 @@ async def _closed(live: Callable[[], bool]) -> bytes | None:
     return _sse("closed", body)
 
 
-def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+def _sse(event: str, data: Any, event_id: str | None = None) -> bytes:
+    named = "" if event_id is None else f"id: {event_id}\n"
+    return f"{named}event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _last_event_id(request: Request) -> str | None:
+    value = request.headers.get("last-event-id", "").strip()
+    return value or None
+
+
+def resumed_after(request: Request, after: int) -> int:
+    """Where a task's stream starts: after the ``Last-Event-ID`` a reconnecting client sends (the
+    seq of the last entry it got), else after ``after``."""
+    last = _last_event_id(request)
+    return int(last) if last is not None and last.isdigit() and int(last) <= 2**31 else after
+
+
+def _since(request: Request) -> float | None:
+    """The time of the last change a reconnecting ``/v1/events`` client saw (its ``Last-Event-ID``)."""
+    last = _last_event_id(request)
+    try:
+        return float(last) if last is not None else None
+    except ValueError:
+        return None
 
 
 def _row_and_history(
@@ -81,8 +113,14 @@ async def task_events(
     change for every client of the tenant (see :class:`Listings`); the key is checked (``live``)
     after every wait, at least every ``_RECHECK`` seconds."""
     look = listings.look(tenant, get_app, count=feed.count, max_age=math.inf)
-    seen = {k: r.version for k, r in (await look.rows()).items()}
-    yield b": connected\n\n"
+    since = _since(request)  # a reconnecting client: what changed since its last event is news to it
+    rows = await look.rows()
+    seen = {k: r.version for k, r in rows.items() if since is None or r.updated_at < since}
+    mark = [since or max((r.updated_at for r in rows.values()), default=0.0)]
+    yield _OPENING
+    if since is not None:
+        for chunk in await _announce(look, get_app, [r for k, r in rows.items() if k not in seen], seen, mark):
+            yield chunk
     count = feed.count
     quiet = [0.0]
     while not await request.is_disconnected():
@@ -99,12 +137,26 @@ async def task_events(
         count = look.count
         rows = await look.rows()
         changed = [r for k, r in rows.items() if seen.get(k) != r.version]
-        for row in changed:
-            seen[row.task_id] = row.version
-            body = await look.summary(get_app, row)
-            yield _sse("task", body)
-            if body["status"] == Status.AWAITING_INPUT.value and body["waiting_for"]:
-                yield _sse("input", {"task_id": row.task_id, "key": body["waiting_for"], "prompt": body["prompt"]})
+        for chunk in await _announce(look, get_app, changed, seen, mark):
+            yield chunk
+
+
+async def _announce(
+    look: Look, get_app: Callable[[], App], changed: list[TaskRow], seen: dict[str, int], mark: list[float]
+) -> list[bytes]:
+    """The ``task`` (and ``input``) events of the rows that changed, oldest change first; each
+    ``id`` is the newest change time sent so far (``mark[0]``), where a reconnect resumes."""
+    out = []
+    for row in sorted(changed, key=lambda r: r.updated_at):
+        seen[row.task_id] = row.version
+        mark[0] = max(mark[0], row.updated_at)
+        body = await look.summary(get_app, row)
+        event_id = repr(mark[0])
+        out.append(_sse("task", body, event_id))
+        if body["status"] == Status.AWAITING_INPUT.value and body["waiting_for"]:
+            asked = {"task_id": row.task_id, "key": body["waiting_for"], "prompt": body["prompt"]}
+            out.append(_sse("input", asked, event_id))
+    return out
 
 
 async def _wait_turn(
@@ -131,7 +183,7 @@ async def history_events(
 ) -> AsyncIterator[bytes]:
     """``GET /v1/tasks/{id}/events``: the task's new history entries after each change; the key is
     checked (``live``) after every wait, at least every ``_RECHECK`` seconds."""
-    yield b": connected\n\n"
+    yield _OPENING
     count = feed.count
     quiet = [0.0]
     cursor = HistoryCursor(task_id, after=after)  # each change reads the new events alone
@@ -140,7 +192,7 @@ async def history_events(
         if replaced:  # rewound, or deleted and made again: its history starts over
             yield _sse("replaced", {"task_id": task_id})
         for body in bodies:
-            yield _sse("history", body)
+            yield _sse("history", body, str(body["seq"]))
         if row is None or row.status in FINISHED:
             yield _sse("end", {"task_id": task_id, "status": row.status if row else None})
             return

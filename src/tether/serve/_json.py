@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -12,12 +12,12 @@ from pydantic import BaseModel
 from tether.errors import TetherError
 from tether.log.encoding import event_fields
 from tether.model import TaskState
-from tether.model.status import Status
+from tether.model.status import TERMINAL, Status
 from tether.runtime.app import App, failure_summary
 from tether.store import TaskRow
 from tether.timetravel import HistoryEntry
 
-__all__ = ["entries_json", "jsonable", "state_json", "summary_json"]
+__all__ = ["entries_json", "jsonable", "requested", "state_json", "summary_json", "utc"]
 
 
 def _default(value: Any) -> Any:
@@ -37,8 +37,34 @@ def jsonable(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value, default=_default, option=orjson.OPT_NON_STR_KEYS))
 
 
+def utc(moment: datetime) -> str:
+    """A time as the API writes every time: UTC, with its offset (``2026-01-02T03:04:05.123456Z``),
+    as pydantic writes the state's."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def _iso(epoch: float | None) -> str | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch).astimezone().isoformat()
+    return None if epoch is None else utc(datetime.fromtimestamp(epoch, UTC))
+
+
+def requested(state: TaskState) -> str | None:
+    """The request recorded on a task that no worker has acted on yet: ``answer`` (its wait was
+    answered; it still reads ``awaiting_input`` until a worker continues it), ``cancel``, ``retry``
+    (a failed task sent back: pending, with the history it failed in), or ``None``."""
+    if state.status in TERMINAL:
+        return None
+    if state.cancel_reason is not None:
+        return "cancel"
+    if state.status is Status.AWAITING_INPUT and state.waiting is None:
+        return "answer"
+    if state.status is Status.PENDING and state.version > _created_at(state):
+        return "retry"
+    return None
+
+
+def _created_at(state: TaskState) -> int:
+    """The seq a task's own history starts at: 1, or a fork's (or rewound task's) first event."""
+    return state.parent.seq + 1 if state.parent is not None else 1
 
 
 def summary_json(app: App, row: TaskRow) -> dict[str, Any]:
@@ -60,6 +86,7 @@ def summary_json(app: App, row: TaskRow) -> dict[str, Any]:
         "prompt": None,
         "wakes_at": _iso(row.wake_at),
         "parked": row.parked,  # why no worker runs it until someone acts on it (a divergence), or None
+        "requested": None,
         "error": None,
     }
     try:
@@ -73,6 +100,8 @@ def summary_json(app: App, row: TaskRow) -> dict[str, Any]:
         position=state.position,
         waiting_for=state.waiting.key if state.waiting else None,
         prompt=state.waiting.prompt if state.waiting else None,
+        session_id=state.session_id,  # a conversation made for a task that named none is the state's alone
+        requested=requested(state),
     )
     return body
 
@@ -99,7 +128,7 @@ def entries_json(entries: list[HistoryEntry]) -> list[dict[str, Any]]:
     return [
         {
             "seq": entry.seq,
-            "at": entry.at.isoformat(),
+            "at": utc(entry.at),
             "type": entry.type,
             "summary": entry.summary,
             "actor": raw.get("actor"),

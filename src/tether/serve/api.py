@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, model_validator
 
 from tether.checks import check_id
 from tether.conversation.session import stream_id as session_stream
 from tether.errors import InvalidInputError, TaskDefinitionError, TaskNotFoundError, TetherError
 from tether.events import in_doubt_call
+from tether.model import TaskState
 from tether.model.status import Status
 from tether.runtime.app import App
 from tether.runtime.calls import UNSET
@@ -35,11 +36,26 @@ from tether.serve._json import entries_json, jsonable, state_json, summary_json,
 from tether.serve._listing import Listings
 from tether.serve.auth import Principal
 from tether.serve.feed import ChangeFeed
+from tether.serve.models import (
+    Answered,
+    DiffBody,
+    HistoryPage,
+    InputPage,
+    MessagePage,
+    Queued,
+    SessionPage,
+    TaskDetail,
+    TaskPage,
+    TaskTree,
+    UserDocument,
+    WhoAmI,
+    WindowBody,
+)
 from tether.store import TaskFilter, TaskRow
 from tether.store.base import FINISHED
 from tether.timetravel import HistoryCursor, step_ref
 
-__all__ = ["ErrorBody", "NotRunnableError", "build_router"]
+__all__ = ["NotRetryableError", "NotRunnableError", "build_router"]
 
 _audit = logging.getLogger("tether.serve.audit")
 _SCAN = 10_000
@@ -67,20 +83,10 @@ class NotRunnableError(TetherError):
     code = "not_runnable"
 
 
-class ErrorBody(BaseModel):
-    """Every error: the tether error tree's stable ``code``, a message, and structured fields."""
+class NotRetryableError(TetherError):
+    """A retry of a task that has not failed: its state forbids it (409)."""
 
-    model_config = {"extra": "allow"}
-    code: str
-    message: str
-
-
-class TaskPage(BaseModel):
-    items: list[dict[str, Any]]
-    total: int
-    limit: int
-    offset: int
-    truncated: bool = Field(description=f"the total stopped counting at {_SCAN:,}")
+    code = "not_retryable"
 
 
 NO_CODE = (
@@ -145,15 +151,6 @@ class ResolveBody(BaseModel):
         return self
 
 
-class Queued(BaseModel):
-    """What a control verb did: the task's status now and whether a worker will take it up."""
-
-    task_id: str
-    status: str
-    runnable: bool
-    note: str
-
-
 AppFor = Callable[[Principal], App]
 """Gives the tenant's App to a request's principal (one App per tenant, shared by threads)."""
 Live = Callable[[Principal], bool]
@@ -205,7 +202,7 @@ def _row_of(app: App, task_id: str) -> TaskRow:
 
 
 def _add_whoami(router: APIRouter) -> None:
-    @router.get("/whoami", tags=["meta"])
+    @router.get("/whoami", response_model=WhoAmI, tags=["meta"])
     def whoami(who: Who) -> dict[str, str]:
         """The tenant this key acts in and the name its writes are recorded under."""
         return {"tenant": who.tenant, "name": who.name}
@@ -215,6 +212,7 @@ def _add_task_reads(router: APIRouter, app_for: AppFor) -> None:
     @router.get("/tasks", response_model=TaskPage, tags=["tasks"])
     def list_tasks(
         who: Who,
+        request: Request,
         status: Annotated[list[Status] | None, Query()] = None,
         type: IdQuery = None,
         user_id: IdQuery = None,
@@ -246,42 +244,61 @@ def _add_task_reads(router: APIRouter, app_for: AppFor) -> None:
             counted = app.store.count_tasks(app.tenant, flt, cap=_SCAN + 1)
             truncated, total = counted > _SCAN, min(counted, _SCAN)
         items = [summary_json(app, row) for row in page]
-        return {"items": items, "total": total, "limit": limit, "offset": offset, "truncated": truncated}
+        later = offset + limit < total
+        body = {"items": items, "total": total, "limit": limit, "offset": offset, "truncated": truncated}
+        return {**body, "next": _next_page(request, offset=offset + limit) if later else None}
 
-    @router.get("/tasks/{task_id:tether_id}", tags=["tasks"])
-    def get_task(who: Who, task_id: TaskId) -> dict[str, Any]:
+    @router.get("/tasks/{task_id:tether_id}", response_model=TaskDetail, tags=["tasks"])
+    def get_task(who: Who, task_id: TaskId) -> JSONResponse:
         """A task: its summary line, its state (plan, steps, calls with args, results, attempts and
         durations, decisions, observations, failure, output) and its failure in words."""
         app = app_for(who)
         row = _row_of(app, task_id)
-        return task_json(app, row, app.state(task_id))
+        return JSONResponse(task_json(app, row, app.state(task_id)))
+
+
+def _next_page(request: Request, **moved: int) -> str:
+    """The path and query of the page after this one: the request's own, with ``moved`` changed."""
+    url = request.url.include_query_params(**moved)
+    return f"{url.path}?{url.query}"
 
 
 def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
-    @router.get("/tasks/{task_id:tether_id}/history", tags=["time travel"])
-    def history(who: Who, task_id: TaskId, after: Seq = 0) -> dict[str, Any]:
-        """Every event in order, in words, with the step it fell in (events after ``after``)."""
+    @router.get("/tasks/{task_id:tether_id}/history", response_model=HistoryPage, tags=["time travel"])
+    def get_history(
+        who: Who,
+        request: Request,
+        task_id: TaskId,
+        after: Seq = 0,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> JSONResponse:
+        """Every event in order, in words, with the step it fell in (events after ``after``, at most
+        ``limit``; ``next`` reads on after the last one)."""
         app = app_for(who)
         _row_of(app, task_id)
-        entries = entries_json(HistoryCursor(task_id, after=after).read(app.log))
-        return {"task_id": task_id, "entries": entries}
+        read = HistoryCursor(task_id, after=after).read(app.log)
+        items = entries_json(read[:limit])
+        more = len(read) > limit
+        page = {"items": items, "total": len(read), "limit": limit, "offset": None, "truncated": False}
+        page["next"] = _next_page(request, after=items[-1]["seq"]) if more else None
+        return JSONResponse({**page, "task_id": task_id})
 
-    @router.get("/tasks/{task_id:tether_id}/state", tags=["time travel"])
-    def state_at(
+    @router.get("/tasks/{task_id:tether_id}/state", response_model=TaskState, tags=["time travel"])
+    def get_state(
         who: Who,
         task_id: TaskId,
         at: Annotated[int | None, Query(ge=1, le=2**31)] = None,
         before_step: IdQuery = None,
         after_step: IdQuery = None,
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         """The state now, right after event ``at``, or just before / right after a step (number or name)."""
         app = app_for(who)
         _row_of(app, task_id)
         state = app.state(task_id, at=at, before_step=step_ref(before_step), after_step=step_ref(after_step))
-        return state_json(state)
+        return JSONResponse(state_json(state))
 
-    @router.get("/tasks/{task_id:tether_id}/diff", tags=["time travel"])
-    def diff(
+    @router.get("/tasks/{task_id:tether_id}/diff", response_model=DiffBody, tags=["time travel"])
+    def get_diff(
         who: Who,
         task_id: TaskId,
         a: Annotated[int, Query(ge=1, le=2**31)],
@@ -298,8 +315,8 @@ def _add_time_travel(router: APIRouter, app_for: AppFor) -> None:
         result = app.diff(task_id, a, b, other=other)
         return {"a": result.a, "b": result.b, "patch": jsonable(result.patch), "text": result.render()}
 
-    @router.get("/tasks/{task_id:tether_id}/tree", tags=["time travel"])
-    def fork_tree(who: Who, task_id: TaskId) -> dict[str, Any]:
+    @router.get("/tasks/{task_id:tether_id}/tree", response_model=TaskTree, tags=["time travel"])
+    def get_fork_tree(who: Who, task_id: TaskId) -> dict[str, Any]:
         """The fork tree ``task_id`` is in: from its root, each task with the forks made of it."""
         app = app_for(who)
         return _fork_tree(app, _row_of(app, task_id))
@@ -332,16 +349,16 @@ def _fork_tree(app: App, row: TaskRow) -> dict[str, Any]:
 
 
 def _add_fork(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
-    @router.post("/tasks/{task_id:tether_id}/fork", status_code=201, tags=["control"])
-    def fork(who: Who, task_id: TaskId, body: ForkBody) -> dict[str, Any]:
+    @router.post("/tasks/{task_id:tether_id}/fork", status_code=201, response_model=TaskDetail, tags=["control"])
+    def fork_task(who: Who, task_id: TaskId, body: ForkBody) -> JSONResponse:
         """A new pending task sharing this task's history up to ``at``; a worker runs it from there
         with the task's own inputs (this server has no task code to check new ones against)."""
         return _forked(app_for(who), who, task_id, body.at, None, body.new_id, bump)
 
 
 def _add_fork_with_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
-    @router.post("/tasks/{task_id:tether_id}/fork", status_code=201, tags=["control"])
-    def fork(who: Who, task_id: TaskId, body: ForkWithInputsBody) -> dict[str, Any]:
+    @router.post("/tasks/{task_id:tether_id}/fork", status_code=201, response_model=TaskDetail, tags=["control"])
+    def fork_task(who: Who, task_id: TaskId, body: ForkWithInputsBody) -> JSONResponse:
         """A new pending task sharing this task's history up to ``at``; a worker runs it from there,
         with ``inputs`` when given (all of them, checked against the task's signature: 400 if they
         do not fit, 409 if the server's app does not register the task's type)."""
@@ -365,29 +382,29 @@ def _checked_inputs(app: App, row: TaskRow, inputs: dict[str, Any]) -> dict[str,
 def _forked(
     app: App, who: Principal, task_id: str, at: int, inputs: dict[str, Any] | None, new_id: str | None,
     bump: Callable[[], None],
-) -> dict[str, Any]:  # fmt: skip
+) -> JSONResponse:  # fmt: skip
     _row_of(app, task_id)
     handle = app.fork(task_id, at=at, inputs=inputs, new_id=new_id, actor=who.name)
     _audit.info("%s/%s forked %s at %d as %s", who.tenant, who.name, task_id, at, handle.task_id)
     bump()
-    return task_json(app, _row_of(app, handle.task_id), handle.state)
+    return JSONResponse(task_json(app, _row_of(app, handle.task_id), handle.state), status_code=201)
 
 
 def _add_rewind(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
-    @router.post("/tasks/{task_id:tether_id}/rewind", tags=["control"])
-    def rewind(who: Who, task_id: TaskId, body: RewindBody) -> dict[str, Any]:
+    @router.post("/tasks/{task_id:tether_id}/rewind", response_model=TaskDetail, tags=["control"])
+    def rewind_task(who: Who, task_id: TaskId, body: RewindBody) -> JSONResponse:
         """Go back to event ``to``: the task becomes a fork of itself there; the old branch stays as ``TASK~N``."""
         app = app_for(who)
         _row_of(app, task_id)
         handle = app.rewind(task_id, to=body.to, actor=who.name)
         _audit.info("%s/%s rewound %s to %d", who.tenant, who.name, task_id, body.to)
         bump()
-        return task_json(app, _row_of(app, task_id), handle.state)
+        return JSONResponse(task_json(app, _row_of(app, task_id), handle.state))
 
 
 def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
     @router.post("/tasks/{task_id:tether_id}/resume", status_code=202, response_model=Queued, tags=["control"])
-    def resume(who: Who, task_id: TaskId) -> Queued:
+    def resume_task(who: Who, task_id: TaskId) -> Queued:
         """Make sure a worker will continue the task. The server has no task code, so it runs
         nothing: a task that is runnable is left to the workers; one that waits for an answer
         or a timer, or has finished, is refused (409) saying what it needs."""
@@ -409,17 +426,21 @@ def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) 
         return Queued(task_id=task_id, status=state.status.value, runnable=True, note=note)
 
     @router.post("/tasks/{task_id:tether_id}/retry", status_code=202, response_model=Queued, tags=["control"])
-    def retry(who: Who, task_id: TaskId) -> Queued:
-        """Send a failed task to run again with the workers' code; recorded with the key's name as actor."""
+    def retry_task(who: Who, task_id: TaskId) -> Queued:
+        """Send a failed task to run again with the workers' code; recorded with the key's name as
+        actor. A task that has not failed is refused (409, ``not_retryable``)."""
         app = app_for(who)
         _row_of(app, task_id)
-        app.request_retry(task_id, actor=who.name)
+        try:
+            app.request_retry(task_id, actor=who.name)
+        except InvalidInputError as exc:  # the task is not failed: its state forbids a retry
+            raise NotRetryableError(str(exc)) from None
         bump()
         status = app.state(task_id).status.value
         return Queued(task_id=task_id, status=status, runnable=True, note=f"retry requested by {who.name}")
 
     @router.post("/tasks/{task_id:tether_id}/cancel", status_code=202, response_model=Queued, tags=["control"])
-    def cancel(who: Who, task_id: TaskId, body: Annotated[CancelBody | None, Body()] = None) -> Queued:
+    def cancel_task(who: Who, task_id: TaskId, body: Annotated[CancelBody | None, Body()] = None) -> Queued:
         """Ask the task to stop; the next worker run compensates its completed calls and ends it
         cancelled (a running worker stops at its next step). Recorded with the key's name as actor."""
         app = app_for(who)
@@ -435,20 +456,24 @@ def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) 
 
 
 def _add_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
-    @router.get("/inputs", tags=["inputs"])
-    def pending_inputs(
+    @router.get("/inputs", response_model=InputPage, tags=["inputs"])
+    def list_inputs(
         who: Who,
         user_id: IdQuery = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
-        """What tasks wait for, oldest question first, with prompts and JSON schemas."""
+        """What tasks wait for, oldest question first, with prompts and JSON schemas (at most
+        ``limit``: ``truncated`` when more wait, and ``total`` is then ``null``)."""
         app = app_for(who)
         if user_id is not None:
             check_id(user_id, "user_id")
-        return {"items": jsonable(app.pending_inputs(user_id, limit=limit))}
+        found = jsonable(app.pending_inputs(user_id, limit=limit + 1))
+        more = len(found) > limit
+        total = None if more else len(found)
+        return {"items": found[:limit], "total": total, "limit": limit, "offset": 0, "truncated": more, "next": None}
 
-    @router.post("/tasks/{task_id:tether_id}/inputs/{key:tether_id}", tags=["inputs"])
-    def answer(who: Who, task_id: TaskId, key: IdPath, body: AnswerBody) -> dict[str, Any]:
+    @router.post("/tasks/{task_id:tether_id}/inputs/{key:tether_id}", response_model=Answered, tags=["inputs"])
+    def answer_input(who: Who, task_id: TaskId, key: IdPath, body: AnswerBody) -> dict[str, Any]:
         """Answer the task's wait ``key`` (checked against its schema; 400 with the reason if it does not
         fit). The task becomes runnable and a worker continues it. Recorded with the key's name as actor."""
         app = app_for(who)
@@ -463,7 +488,7 @@ def _add_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) ->
         bump()
         return {"task_id": task_id, "status": handle.status.value, "position": handle.position}
 
-    @router.post("/tasks/{task_id:tether_id}/calls/{n}/resolve", tags=["inputs"])
+    @router.post("/tasks/{task_id:tether_id}/calls/{n}/resolve", response_model=Answered, tags=["inputs"])
     def resolve_call(
         who: Who, task_id: TaskId, n: Annotated[int, Path(ge=1, le=2**31)], body: ResolveBody
     ) -> dict[str, Any]:
@@ -496,48 +521,51 @@ def _open_session(app: App, session_id: str) -> Any:
 
 
 def _add_sessions_and_users(router: APIRouter, app_for: AppFor) -> None:
-    @router.get("/sessions", tags=["sessions"])
-    def sessions(
+    @router.get("/sessions", response_model=SessionPage, tags=["sessions"])
+    def list_sessions(
         who: Who,
+        request: Request,
         user_id: IdQuery = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     ) -> dict[str, Any]:
-        """Sessions (conversations), newest first."""
+        """Sessions (conversations), newest first (``total`` is not counted: follow ``next``)."""
         app = app_for(who)
         if user_id is not None:
             check_id(user_id, "user_id")
-        return {"items": jsonable(app.sessions(user_id=user_id, limit=limit, offset=offset))}
+        found = jsonable(app.sessions(user_id=user_id, limit=limit + 1, offset=offset))
+        later = _next_page(request, offset=offset + limit) if len(found) > limit else None
+        return {"items": found[:limit], "total": None, "limit": limit, "offset": offset, "next": later}
 
-    @router.get("/sessions/{session_id:tether_id}/messages", tags=["sessions"])
-    def messages(
+    @router.get("/sessions/{session_id:tether_id}/messages", response_model=MessagePage, tags=["sessions"])
+    def list_messages(
         who: Who,
+        request: Request,
         session_id: IdPath,
-        since: Annotated[int | None, Query(ge=0, le=2**31)] = None,
-        limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
-    ) -> dict[str, Any]:
-        """A session's messages in order, summaries beside them."""
+        since: Annotated[int | None, Query(ge=0, le=2**31, description="only messages with a larger seq")] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> JSONResponse:
+        """A session's messages in order, summaries beside them (``next`` reads on after the last)."""
         session = _open_session(app_for(who), session_id)
-        return {
-            "session_id": session_id,
-            "messages": jsonable(session.messages(since=since, limit=limit)),
-            "summaries": jsonable(session.summaries()),
-        }
+        found = session.messages(since=since, limit=limit + 1)
+        items = jsonable(found[:limit])
+        later = _next_page(request, since=items[-1]["seq"]) if len(found) > limit else None
+        page = {"items": items, "total": None, "limit": limit, "offset": None, "truncated": False, "next": later}
+        return JSONResponse({**page, "session_id": session_id, "summaries": jsonable(session.summaries())})
 
-    @router.get("/sessions/{session_id:tether_id}/window", tags=["sessions"])
-    def window(
+    @router.get("/sessions/{session_id:tether_id}/window", response_model=WindowBody, tags=["sessions"])
+    def get_window(
         who: Who,
         session_id: IdPath,
         max_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 8000,
         keep_last: Annotated[int, Query(ge=0, le=10_000)] = 6,
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         """What would go into the next model call."""
         session = _open_session(app_for(who), session_id)
-        result: dict[str, Any] = jsonable(session.window(max_tokens, keep_last=keep_last))
-        return result
+        return JSONResponse(jsonable(session.window(max_tokens, keep_last=keep_last)))
 
-    @router.get("/users/{user_id:tether_id}", tags=["users"])
-    def user(who: Who, user_id: IdPath) -> dict[str, Any]:
+    @router.get("/users/{user_id:tether_id}", response_model=UserDocument, tags=["users"])
+    def get_user(who: Who, user_id: IdPath) -> dict[str, Any]:
         """A user's document (preferences, facts) and its version."""
         app = app_for(who)
         check_id(user_id, "user_id")
@@ -547,23 +575,32 @@ def _add_sessions_and_users(router: APIRouter, app_for: AppFor) -> None:
         return {"user_id": user_id, "version": doc.version, "document": jsonable(doc.get())}
 
 
+_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "server-sent events (see docs/serve.md): each with an id a reconnect resumes from",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+
 def _add_live(router: APIRouter, serving: Serving) -> None:
     app_for, feed = serving.app_for, serving.feed
 
-    @router.get("/events", tags=["live"], response_class=StreamingResponse)
-    async def events(who: Who, request: Request) -> StreamingResponse:
+    @router.get("/events", tags=["live"], response_class=StreamingResponse, responses=_STREAM)
+    async def stream_events(who: Who, request: Request) -> StreamingResponse:
         """Server-sent events: ``task`` (a task's summary when it changed) and ``input`` (a task began
         waiting for input), woken by the store's change notifications; a comment every 15 s;
         ``closed`` (``{code, message}``) before the server ends the stream: its key was revoked."""
         live = functools.partial(serving.live, who)
         stream = _events.task_events(lambda: app_for(who), who.tenant, request, feed, serving.listings, live)
-        return StreamingResponse(stream, media_type="text/event-stream")
+        return StreamingResponse(stream, media_type="text/event-stream", headers=_events.HEADERS)
 
-    @router.get("/tasks/{task_id:tether_id}/events", tags=["live"], response_class=StreamingResponse)
-    async def task_events(who: Who, task_id: TaskId, request: Request, after: Seq = 0) -> StreamingResponse:
+    @router.get("/tasks/{task_id:tether_id}/events", tags=["live"], response_class=StreamingResponse, responses=_STREAM)
+    async def stream_task_events(who: Who, task_id: TaskId, request: Request, after: Seq = 0) -> StreamingResponse:
         """Server-sent events: each new ``history`` entry of one task as it lands; ``end`` once it
         finished; ``closed`` (``{code, message}``) before the server ends the stream: its key was revoked."""
         await asyncio.to_thread(lambda: _row_of(app_for(who), task_id))
         live = functools.partial(serving.live, who)
+        after = _events.resumed_after(request, after)  # a reconnecting EventSource says where it was
         stream = _events.history_events(lambda: app_for(who), task_id, after, request, feed, live)
-        return StreamingResponse(stream, media_type="text/event-stream")
+        return StreamingResponse(stream, media_type="text/event-stream", headers=_events.HEADERS)

@@ -6,7 +6,10 @@ that cookie by itself, so every request that changes something and is authentica
 cookie (or by nothing, under ``--no-auth``) must also carry ``X-Tether-CSRF`` equal to the
 ``tether_csrf`` cookie: a page of another origin can neither read that cookie nor set that
 header without a CORS preflight, which this server never grants. Under ``--no-auth`` the
-``Host`` header must be a loopback name too, so a DNS-rebinding page cannot reach the API.
+``Host`` header must be a loopback name too, so a DNS-rebinding page cannot reach the API; a
+script there (curl, httpx: a request that carries neither ``Origin`` nor ``Sec-Fetch-Site``, as
+every browser's page request does) changes things without the CSRF header, and a browser's
+request still needs it.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ def authenticate(
         principal = Principal(no_auth_tenant, NO_AUTH_ACTOR, "none")
     else:
         principal = _from_key(request, keys)
-    if request.method not in _SAFE and principal.via != "header":
+    if request.method not in _SAFE and principal.via != "header" and not _script_without_keys(request, principal):
         if not csrf_matches(request.cookies.get(CSRF_COOKIE, ""), request.headers.get(CSRF_HEADER, "")):
             raise AuthError(
                 f"a change made by a browser needs the {CSRF_HEADER} header equal to the {CSRF_COOKIE} cookie",
@@ -106,6 +109,16 @@ def authenticate(
                 code="csrf_failed",
             )
     return principal
+
+
+def _script_without_keys(request: Request, principal: Principal) -> bool:
+    """Whether a request under ``--no-auth`` comes from a script, not a browser's page: it carries
+    neither ``Origin`` nor ``Sec-Fetch-Site``. Browsers send ``Origin`` with every cross-origin
+    request and every POST, and ``Sec-Fetch-Site`` with every request, and a page cannot remove
+    them, so another site's page cannot pass for a script (the rule of Go's
+    ``http.CrossOriginProtection``). With keys, a browser's cookie always needs the CSRF header."""
+    headers = request.headers
+    return principal.via == "none" and "origin" not in headers and "sec-fetch-site" not in headers
 
 
 def _from_key(request: Request, keys: KeyRing) -> Principal:
