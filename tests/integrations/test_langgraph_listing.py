@@ -51,7 +51,14 @@ def reading(saver: TetherSaver) -> Counter[str]:
         reads[task_id] += 1
         return original(tenant, task_id, **kw)
 
+    latest = store.read_latest
+
+    def read_latest(tenant: str, task_id: str) -> Any:  # a thread's first read: its snapshot and what follows
+        reads[task_id] += 1
+        return latest(tenant, task_id)
+
     store.read_events = read_events  # type: ignore[method-assign]
+    store.read_latest = read_latest  # type: ignore[method-assign]
     return reads
 
 

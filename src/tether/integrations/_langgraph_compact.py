@@ -11,20 +11,24 @@ deleted, and a reader that cached the old history starts over at ``ThreadCompact
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
+from tether.errors import InvalidInputError
 from tether.events import Event, Recorded
 from tether.integrations._langgraph_log import (
+    Blob,
     CheckpointSaved,
     Saved,
     Serde,
     ThreadCompacted,
     ThreadView,
     WritesSaved,
+    item_key,
 )
 
-__all__ = ["restated"]
+__all__ = ["SNAPSHOT_SCHEMA", "restated", "snapshot_data", "view_of_snapshot"]
 
 
 def restated(serde: Serde, view: ThreadView, kept: Sequence[Saved], *, reason: str) -> list[Event]:
@@ -34,6 +38,7 @@ def restated(serde: Serde, view: ThreadView, kept: Sequence[Saved], *, reason: s
     events: list[Event] = []
 
     def add(event: Event) -> None:
+        fresh.begin()
         events.append(event)
         fresh.apply(Recorded(len(events), 0.0, event))
 
@@ -69,3 +74,125 @@ def restated(serde: Serde, view: ThreadView, kept: Sequence[Saved], *, reason: s
 def _json(data: bytes) -> dict[str, object]:
     loaded: dict[str, object] = orjson.loads(data)
     return loaded
+
+
+# ----------------------------------------------------------------------------- snapshots
+
+SNAPSHOT_SCHEMA = 1
+"""The thread snapshots' schema: ``{"lists", "checkpoints", "writes"}`` as :func:`snapshot_data`
+writes it. A snapshot of another schema is not read (the thread is folded from its events)."""
+_NAMESPACES = 8  # a snapshot keeps the newest checkpoint of this many namespaces ("" among them)
+
+
+def snapshot_data(view: ThreadView) -> tuple[str, set[str]]:
+    """What a cold read of the thread needs, as a snapshot: the newest checkpoint of the graph's
+    namespace (and of the few namespaces written last), those holding the lists writers extend
+    (``ThreadView.last_list``), and their writes, each value restated from its stored items (no
+    decoding) and each item stored once. Its size is the state's, however long the history.
+    Returns the snapshot and the keys of the items it holds (what the next events may refer to)."""
+    latest = [saved for ns in view.ids if (saved := view.latest(ns)) is not None]
+    others = sorted((s for s in latest if s.ns != ""), key=lambda s: s.id, reverse=True)[: _NAMESPACES - 1]
+    kept = {(s.ns, s.id): s for s in [*others, *(s for s in latest if s.ns == "")]}
+    lists: dict[str, list[str]] = {}
+    for name, (ref, _) in view.last_list.items():
+        owner = view.checkpoints.get((ref[0], ref[1]))
+        if owner is not None:
+            kept[(owner.ns, owner.id)] = owner
+            lists[name] = ref
+    restater = _Restater()
+    checkpoints, writes = [], []
+    for saved in sorted(kept.values(), key=lambda s: s.seq):
+        values = {c: restater.value(saved.sources[c]) if c in saved.sources else ["e"] for c in saved.versions}
+        checkpoints.append(
+            {"ns": saved.ns, "id": saved.id, "parent": saved.parent, "versions": saved.versions,
+             "checkpoint": _json(saved.body), "metadata": _json(saved.metadata), "values": values}
+        )  # fmt: skip
+        restater.emitted_in(saved)
+    for saved in sorted(kept.values(), key=lambda s: s.seq):
+        by_task: dict[tuple[str, str], list[list[object]]] = {}
+        for write in view.ordered_writes(saved.ns, saved.id):
+            stored = restater.value(write.blob)
+            by_task.setdefault((write.task_id, write.task_path), []).append([write.idx, write.channel, stored])
+        for (task_id, task_path), items in by_task.items():
+            writes.append(
+                {"ns": saved.ns, "checkpoint_id": saved.id, "task_id": task_id, "task_path": task_path, "writes": items}
+            )
+    data = orjson.dumps({"lists": lists, "checkpoints": checkpoints, "writes": writes}).decode()
+    return data, restater.keys(view)
+
+
+def view_of_snapshot(data: str | bytes, seq: int) -> ThreadView:
+    """The (partial) view a snapshot at ``seq`` holds; ``ValueError`` if it is not one."""
+    try:
+        loaded = orjson.loads(data)
+        view = ThreadView()
+        for fields in loaded["checkpoints"]:
+            view.apply(Recorded(seq, 0.0, CheckpointSaved(**fields)))
+        for fields in loaded["writes"]:
+            view.apply(Recorded(seq, 0.0, WritesSaved(**fields)))
+        lists = {}
+        for name, ref in loaded["lists"].items():
+            blob = view.referred(ref)
+            if blob is None or not blob.is_list:
+                raise ValueError(f"its list {name!r} names {ref}, which it does not hold")
+            lists[name] = (ref, blob)
+    except (KeyError, TypeError, AttributeError, InvalidInputError, orjson.JSONDecodeError) as exc:
+        raise ValueError(f"not a thread snapshot of schema {SNAPSHOT_SCHEMA}: {exc}") from None
+    view.last_list = lists
+    view.floor = view.newest() or ""
+    view.partial = True
+    view.version = seq
+    return view
+
+
+class _Restater:
+    """Values restated from a view's stored items: each item stored once (then ``"#key"``), and a list
+    that extends one restated before as what it adds (``["a", items, ref]``)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, Any] = {}  # id(item) -> item (kept alive, so ids stay unique)
+        self._emitted: dict[int, list[str]] = {}  # id(list blob) -> where a snapshot event stated it
+
+    def item(self, item: Any) -> Any:
+        if id(item) in self._seen:
+            return f"#{item_key(item)}"
+        self._seen[id(item)] = item
+        return item
+
+    def keys(self, view: ThreadView) -> set[str]:
+        """The keys of the items restated (as ``view`` holds them: one hash per item at most)."""
+        key_of = {id(item): key for key, item in view.items.items()}
+        return {key_of.get(id(item)) or item_key(item) for item in self._seen.values()}
+
+    def value(self, blob: Blob) -> list[Any]:
+        fields = blob.fields or {}
+        if blob.kind == "f":
+            return ["f", self.item(blob.item)]
+        if blob.kind == "e":
+            return ["e"]
+        if blob.kind == "d":
+            return ["d", {k: self.value(v) for k, v in fields.items()}]
+        if blob.kind == "s":
+            return ["s", blob.item, self.value(fields[""])]
+        if blob.kind == "v":
+            return ["v", [self.value(v) for v in fields.values()]]
+        segments: list[Blob] = []
+        current: Blob | None = blob
+        ref = None
+        while current is not None:
+            ref = self._emitted.get(id(current))
+            if ref is not None:
+                break
+            segments.append(current)
+            current = current.base if current.kind == "a" else None
+        items = [self.item(i) for segment in reversed(segments) for i in segment.items]
+        return ["a", items, ref] if ref is not None else ["l", items]
+
+    def emitted_in(self, saved: Saved) -> None:
+        """Remember the lists a checkpoint just restated holds, for later values to extend."""
+        for channel, blob in saved.sources.items():
+            if blob.is_list:
+                self._emitted.setdefault(id(blob), [saved.ns, saved.id, channel])
+            for name, field in (blob.fields or {}).items() if blob.kind == "d" else ():
+                if field.is_list:
+                    self._emitted.setdefault(id(field), [saved.ns, saved.id, channel, name])

@@ -41,14 +41,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "THREAD_TYPE",
+    "Blob",
     "CheckpointSaved",
     "CheckpointsDeleted",
+    "NeedsHistory",
     "Serde",
     "ThreadCompacted",
     "ThreadView",
     "WritesSaved",
     "list_threads",
     "read_thread",
+    "register_send",
     "stream_id",
 ]
 
@@ -122,7 +125,7 @@ class Blob:
         base: Blob | None = None,
         fields: dict[str, Blob] | None = None,
     ) -> None:
-        self.kind = kind  # "f", "l", "a", "d" or "e"
+        self.kind = kind  # "f", "l", "a", "d", "s", "v" or "e"
         self.item = item
         self.items = items or []
         self.base = base
@@ -179,6 +182,23 @@ class Write:
 
 
 _FLAT_CACHE = 16
+_SEND: list[type] = []  # LangGraph's Send, once the saver registers it (this module imports no LangGraph)
+
+
+def register_send(cls: type) -> None:
+    """Let threads store a ``Send`` (a task's packet: a node and the state it is sent) as ``["s", node,
+    arg]``, its arg encoded against what the thread holds, instead of its bytes whole."""
+    if cls not in _SEND:
+        _SEND.append(cls)
+
+
+def _is_send(value: Any) -> bool:
+    return bool(_SEND) and type(value) is _SEND[0] and getattr(value, "timeout", None) is None
+
+
+def _has_list(value: dict[Any, Any]) -> bool:
+    """Whether a dict holds a non-empty list, at any depth of dicts (a Send's arg holds the state)."""
+    return any((type(v) is list and v) or (type(v) is dict and _has_list(v)) for v in value.values())
 
 
 def _starts_with(serde: Serde, value: list[Any], start: list[Any]) -> bool:
@@ -196,14 +216,26 @@ def _starts_with(serde: Serde, value: list[Any], start: list[Any]) -> bool:
     return head == start and all(a is b or encode_item(serde, a) == encode_item(serde, b) for a, b in same)
 
 
+class NeedsHistory(Exception):  # noqa: N818 - a signal inside the saver, never raised to a user
+    """A view read from a snapshot lacks what was asked (an older checkpoint, a namespace it did not
+    keep, an item or list an event refers to): the caller folds the whole stream instead."""
+
+
 class ThreadView:
     """Everything of one thread, folded from its events: checkpoints by namespace, their writes,
-    and where each channel value lives. Values are decoded lazily, each stored item once."""
+    and where each channel value lives. Values are decoded lazily, each stored item once.
+
+    A view read from a snapshot (``partial``) holds the checkpoints the snapshot kept (each
+    namespace's newest and those holding the lists writers extend) and what came after; whatever
+    it lacks raises :class:`NeedsHistory` rather than being taken for absent.
+    """
 
     def __init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
+        self.partial = False
+        self.floor = ""  # partial: the newest checkpoint id the snapshot held (any id above is newer)
         self.version = 0
         self.checkpoints: dict[tuple[str, str], Saved] = {}
         self.gone: dict[tuple[str, str], Saved] = {}  # deleted, still the base of values stored after them
@@ -215,6 +247,10 @@ class ThreadView:
         self._index: dict[tuple[str, str, Any], Blob] = {}  # (ns, channel, version) -> the newest blob
         self.last_list: dict[str, tuple[list[str], Blob]] = {}  # channel -> the newest list stored, and its ref
         self._flat: OrderedDict[int, tuple[Blob, list[Any]]] = OrderedDict()
+        self.staged: dict[str, Any] = {}  # item key -> item, stored by the event being built (see begin)
+        # The items an event may refer to (None: all): those of the snapshot this view last wrote and
+        # those stored after it, so a reader of that snapshot holds every item the next events name.
+        self.recent: set[str] | None = None
 
     # -- folding ------------------------------------------------------------------------
     def read(self, stream: Stream) -> None:
@@ -225,6 +261,8 @@ class ThreadView:
 
     def apply(self, rec: Recorded) -> None:
         ev = rec.event
+        if self.partial and isinstance(ev, CheckpointsDeleted):
+            raise NeedsHistory("a deletion: the checkpoints it names may be older than the snapshot")
         if isinstance(ev, CheckpointSaved):
             self._saved(rec.seq, ev)
         elif isinstance(ev, WritesSaved):
@@ -248,6 +286,8 @@ class ThreadView:
 
     def _saved(self, seq: int, ev: CheckpointSaved) -> None:
         parent = self.find(ev.ns, ev.parent) if ev.parent else None
+        if self.partial and ev.parent and parent is None:
+            raise NeedsHistory(f"checkpoint {ev.id} follows {ev.parent}, which the snapshot did not keep")
         versions = ev.versions
         parent_versions = parent.versions if parent is not None else {}
         sources: dict[str, Blob] = {}
@@ -269,6 +309,8 @@ class ThreadView:
             if blob is not None:
                 sources[channel] = blob
                 self._index[(ev.ns, channel, version)] = blob
+            elif self.partial:
+                raise NeedsHistory(f"checkpoint {ev.id} keeps channel {channel!r} from before the snapshot")
         body = orjson.dumps(ev.checkpoint)
         saved = Saved(seq, ev.ns, ev.id, ev.parent, versions, body, orjson.dumps(ev.metadata), sources)
         key = (ev.ns, ev.id)
@@ -290,13 +332,25 @@ class ThreadView:
             return Blob("e")
         if kind == "d":
             return Blob("d", fields={k: self.blob(v, None, f"{where}[{k!r}]") for k, v in stored[1].items()})
+        if kind == "s":
+            if not isinstance(stored[1], str) or len(stored) != 3:
+                raise InvalidInputError(f"{where}: a Send is stored as ['s', node, arg], got {stored!r:.80}")
+            return Blob("s", item=stored[1], fields={"": self.blob(stored[2], None, f"{where} (Send arg)")})
+        if kind == "v":
+            return Blob("v", fields={str(i): self.blob(v, None, f"{where}[{i}]") for i, v in enumerate(stored[1])})
         if kind == "a":
             if len(stored) > 2:
                 base = self._referred(stored[2])
             if base is None or not base.is_list:
+                if self.partial:
+                    raise NeedsHistory(f"{where} appends to a list from before the snapshot")
                 raise InvalidInputError(f"{where} appends to a list this thread does not hold; its log is incomplete")
             return Blob("a", items=[self._intern(item, where) for item in stored[1]], base=base)
         raise InvalidInputError(f"{where}: unknown value kind {kind!r}")
+
+    def referred(self, ref: list[str]) -> Blob | None:
+        """The value a reference ``[ns, checkpoint_id, channel(, key)]`` names, if the view holds it."""
+        return self._referred(ref)
 
     def _referred(self, ref: list[str]) -> Blob | None:
         owner = self.find(ref[0], ref[1])
@@ -310,23 +364,40 @@ class ThreadView:
         if isinstance(item, str) and item.startswith("#"):
             found = self.items.get(item[1:])
             if found is None:
+                if self.partial:
+                    raise NeedsHistory(f"{where} refers to an item from before the snapshot")
                 raise InvalidInputError(f"{where} refers to item {item}, which this thread does not hold")
             return found
-        self.items.setdefault(item_key(item), item)
+        key = item_key(item)
+        self.items.setdefault(key, item)
+        if self.recent is not None:
+            self.recent.add(key)
         return item
 
     def _writes(self, ev: WritesSaved) -> None:
+        if not self.holds_writes_of(ev.ns, ev.checkpoint_id):
+            raise NeedsHistory(f"writes to checkpoint {ev.checkpoint_id}, which the snapshot did not keep")
         table = self.writes.setdefault((ev.ns, ev.checkpoint_id), {})
         for idx, channel, stored in ev.writes:
             key = (ev.task_id, idx)
             # A task's regular writes are kept once (a retried put_writes repeats them); its special
             # writes (errors, interrupts, resumes: negative idx) are replaced by the newest.
+            blob = self.blob(stored, None, f"write {idx} of task {ev.task_id}")  # its items, for what refers to them
             if idx >= 0 and key in table:
                 continue
-            blob = self.blob(stored, None, f"write {idx} of task {ev.task_id}")
             table[key] = Write(ev.task_id, idx, channel, blob, ev.task_path)
 
+    def holds_writes_of(self, ns: str, checkpoint_id: str) -> bool:
+        """Whether the view holds every write to the checkpoint: a partial view those of the ones it
+        kept and of any newer than its snapshot (their writes may be stored before them)."""
+        return not self.partial or (ns, checkpoint_id) in self.checkpoints or checkpoint_id > self.floor
+
     # -- encoding, against what the thread holds ----------------------------------------------
+    def begin(self) -> None:
+        """Start building an event: an item it stores twice is stored once, then referred to; one an
+        event built before and never stored (its append was refused) is not referred to."""
+        self.staged = {}
+
     def encode(self, serde: Serde, channel: str, value: Any, base: Blob | None) -> list[Any]:
         """A value as stored: a list that starts with a list the thread holds stores only what follows.
 
@@ -337,9 +408,15 @@ class ThreadView:
         out, so the comparison is an identity check in C and costs next to nothing. A dict with
         lists in it (a graph's input) is stored entry by entry, so its lists can be referred to.
         """
-        if type(value) is dict and any(type(v) is list and v for v in value.values()):
+        if type(value) is dict and _has_list(value):
             if all(type(k) is str for k in value):
                 return ["d", {k: self.encode(serde, k, v, None) for k, v in value.items()}]
+        if _is_send(value):
+            # A Send carries the whole state (create_react_agent sends it once per tool call): its lists
+            # are stored as what they add to the lists the thread holds, as a checkpoint's are.
+            return ["s", value.node, self.encode(serde, channel, value.arg, None)]
+        if type(value) is list and any(map(_is_send, value)):  # the tasks channel: this step's Sends
+            return ["v", [self.encode(serde, channel, v, None) for v in value]]
         if type(value) is not list:
             return ["f", self.item(serde, value)]
         candidates: list[tuple[Blob, list[str] | None]] = [(base, None)] if base is not None else []
@@ -362,7 +439,10 @@ class ThreadView:
         """One item as stored: its bytes, or a reference to the same bytes stored before in this thread."""
         item = encode_item(serde, value)
         key = item_key(item)
-        return f"#{key}" if key in self.items else item
+        if (key in self.items and (self.recent is None or key in self.recent)) or key in self.staged:
+            return f"#{key}"
+        self.staged[key] = item
+        return item
 
     # -- reading ------------------------------------------------------------------------
     def find(self, ns: str, checkpoint_id: str) -> Saved | None:
@@ -392,6 +472,11 @@ class ThreadView:
             return decode_item(serde, blob.item)
         if blob.kind == "d":
             return {k: self.value(serde, v) for k, v in (blob.fields or {}).items()}
+        if blob.kind == "v":
+            return [self.value(serde, v) for v in (blob.fields or {}).values()]
+        if blob.kind == "s":
+            arg = self.value(serde, (blob.fields or {})[""])
+            return _SEND[0](blob.item, arg) if _SEND else {"node": blob.item, "arg": arg}
         flat, fresh = self._whole(serde, blob)
         return flat if fresh else list(flat)
 

@@ -43,6 +43,7 @@ try:
         get_checkpoint_metadata,
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.types import Send
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"tether.integrations.langgraph needs LangGraph ({exc}); install it with: pip install 'tether[langgraph]'"
@@ -51,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from tether.errors import ConflictError, InvalidInputError, TaskNotFoundError
 from tether.events import Event, Recorded
 from tether.integrations._gc import no_cycle_collection
-from tether.integrations._langgraph_compact import restated
+from tether.integrations._langgraph_compact import SNAPSHOT_SCHEMA, restated, snapshot_data, view_of_snapshot
 from tether.integrations._langgraph_index import (
     Listing,
     append_with_head,
@@ -63,6 +64,7 @@ from tether.integrations._langgraph_log import (
     THREAD_TYPE,
     CheckpointSaved,
     CheckpointsDeleted,
+    NeedsHistory,
     Saved,
     ThreadCompacted,
     ThreadView,
@@ -70,6 +72,7 @@ from tether.integrations._langgraph_log import (
     decode_json,
     encode_json,
     list_threads,
+    register_send,
     stream_id,
     thread_of,
 )
@@ -78,11 +81,12 @@ from tether.integrations._langgraph_worker import Worker, raw, serialized
 from tether.log import TaskLog
 from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
-from tether.store import TaskFilter, TaskRow
+from tether.store import SnapshotRow, TaskFilter, TaskRow
 
 __all__ = ["THREAD_TYPE", "TetherSaver", "TetherToolNode", "tool_key"]
 
 _RETRIES = 100
+register_send(Send)
 _BATCH = 64  # checkpoints a list() builds per hand-over to the worker thread
 _ALL = 1_000_000_000
 
@@ -90,12 +94,13 @@ _ALL = 1_000_000_000
 class _Thread:
     """A thread this process has read: its stream, its folded view, and which stream that was."""
 
-    __slots__ = ("created_at", "stream", "view")
+    __slots__ = ("created_at", "snapped", "stream", "view")
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.view = ThreadView()
         self.created_at: float | None = None
+        self.snapped = 0  # the seq of the thread's newest snapshot this process knows of (0: none)
 
 
 class TetherSaver(BaseCheckpointSaver[int]):
@@ -111,6 +116,9 @@ class TetherSaver(BaseCheckpointSaver[int]):
             ``JsonPlusSerializer`` when not given).
         cache_size: how many threads this saver keeps folded in memory (least recently
             used go first; a thread read again is read from the store again).
+        snapshot_every: after how many events of a thread the saver that wrote them stores a
+            snapshot of its newest state (replacing the one before), so a process that has not
+            read the thread reads that snapshot and at most this many events.
 
     Example:
         >>> from typing import Annotated, TypedDict
@@ -137,8 +145,14 @@ class TetherSaver(BaseCheckpointSaver[int]):
         tenant: str = "default",
         serde: SerializerProtocol | None = None,
         cache_size: int = 256,
+        snapshot_every: int = 64,
     ) -> None:
         super().__init__(serde=serde)
+        if type(snapshot_every) is not int or snapshot_every < 1:
+            raise InvalidInputError(
+                f"snapshot_every must be a whole number of events, at least 1, got {snapshot_every!r}"
+            )
+        self._snapshot_every = snapshot_every
         if isinstance(target, TaskLog):
             self.log = target
         elif target is None or isinstance(target, str):
@@ -173,13 +187,64 @@ class TetherSaver(BaseCheckpointSaver[int]):
         row = self.log.store.get_task(self.log.tenant, thread.stream.id)
         if row is None or (thread.created_at is not None and row.created_at != thread.created_at):
             # Deleted, or deleted and started again, by someone else: forget what we knew.
-            thread.view, thread.created_at = ThreadView(), None
+            thread.view, thread.created_at, thread.snapped = ThreadView(), None, 0
             if row is None:
                 return thread
         if row.version != thread.view.version:
-            thread.view.read(thread.stream)
+            try:
+                if thread.view.version == 0:
+                    self._open(thread)
+                else:
+                    thread.view.read(thread.stream)
+            except NeedsHistory:
+                self._refold(thread)
         thread.created_at = row.created_at
         return thread
+
+    def _open(self, thread: _Thread) -> None:
+        """A thread this process has not read: its newest snapshot and the events after it (one read),
+        or all its events when it has none (written before snapshots, or short)."""
+
+        def parse(snap: SnapshotRow) -> ThreadView:
+            if snap.schema != SNAPSHOT_SCHEMA:
+                raise ValueError(f"thread snapshot of schema {snap.schema}, not {SNAPSHOT_SCHEMA}")
+            return view_of_snapshot(snap.data, snap.seq)
+
+        try:
+            snap, view, after = self.log.latest(thread.stream.id, parse)
+        except TaskNotFoundError:
+            return  # deleted meanwhile: the next read finds it gone
+        thread.view = view if view is not None else ThreadView()
+        thread.snapped = snap.seq if snap is not None and view is not None else 0
+        with no_cycle_collection():
+            for rec in after:
+                thread.view.apply(rec)  # NeedsHistory when an event reaches past the snapshot
+
+    def _refold(self, thread: _Thread) -> None:
+        """Fold the thread's whole stream: what a view read from a snapshot lacked is needed."""
+        view = ThreadView()
+        view.read(thread.stream)
+        thread.view = view
+
+    def _full_view(self, thread_id: str) -> ThreadView:
+        """The thread's view with its whole history (folded now if it was read from a snapshot)."""
+        thread = self._thread(thread_id)
+        if thread.view.partial:
+            self._refold(thread)
+        return thread.view
+
+    def _snapshot_if_due(self, thread: _Thread) -> None:
+        """After a write: store the thread's newest state as a snapshot once ``snapshot_every`` events
+        came after the one before (which it replaces, in the same transaction). A cache: a reader
+        that finds it missing or damaged folds the events."""
+        view = thread.view
+        if view.version - thread.snapped < self._snapshot_every:
+            return
+        replaces = thread.snapped or None
+        data, held = snapshot_data(view)
+        self.log.put_stream_snapshot(thread.stream.id, view.version, SNAPSHOT_SCHEMA, data, replaces=replaces)
+        thread.snapped = view.version
+        view.recent = held  # from now on this saver refers only to items a reader of the snapshot holds
 
     def _append(self, thread_id: str, make: Callable[[ThreadView], Event | None]) -> None:
         """Append the event ``make`` builds from the thread's view; when another writer got there first
@@ -192,7 +257,13 @@ class TetherSaver(BaseCheckpointSaver[int]):
 
         def attempt() -> None:
             thread = self._thread(thread_id)
-            event = make(thread.view)
+            thread.view.begin()
+            try:
+                event = make(thread.view)
+            except NeedsHistory:  # it names a checkpoint from before the snapshot this view was read from
+                self._refold(thread)
+                thread.view.begin()
+                event = make(thread.view)
             if event is None:
                 return
             expected = thread.view.version
@@ -208,6 +279,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
                 row = self.log.store.get_task(self.log.tenant, thread.stream.id)
                 thread.created_at = row.created_at if row is not None else None
             thread.view.apply(Recorded(version, 0.0, event))
+            self._snapshot_if_due(thread)
 
         retry_on_conflict(attempt, stream=stream_id(thread_id), tries=_RETRIES)
 
@@ -245,6 +317,9 @@ class TetherSaver(BaseCheckpointSaver[int]):
         checkpoint_id = get_checkpoint_id(config)
         view = self._thread(thread_id).view
         saved = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
+        if saved is None and view.partial:  # older than the snapshot, or of a namespace it did not keep
+            view = self._full_view(thread_id)
+            saved = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
         if saved is None:
             return None
         found = self._tuple(thread_id, view, saved)
@@ -305,7 +380,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             return all(metadata.get(k) == v for k, v in filter.items())
 
         with no_cycle_collection():
-            found = listing.take(n, lambda thread_id: self._thread(thread_id).view, keep)
+            found = listing.take(n, self._full_view, keep)
             return [self._tuple(thread_id, view, saved) for thread_id, view, saved in found]
 
     @serialized
@@ -338,8 +413,13 @@ class TetherSaver(BaseCheckpointSaver[int]):
     ) -> CheckpointSaved:
         values = checkpoint["channel_values"]
         parent = view.find(ns, parent_id) if parent_id is not None else None
+        if parent_id is not None and parent is None and view.partial:
+            raise NeedsHistory(f"checkpoint {checkpoint['id']} follows {parent_id}, older than the snapshot")
         stored: dict[str, list[Any]] = {}
-        for channel in new_versions:
+        # In the order the fold reads them (the checkpoint's versions), so that an item two channels
+        # hold is stored by the first it reads and referred to by the second.
+        order = {channel: i for i, channel in enumerate(checkpoint["channel_versions"])}
+        for channel in sorted(new_versions, key=lambda c: order.get(c, len(order))):
             if channel not in values:
                 stored[channel] = ["e"]
             else:
@@ -369,6 +449,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
         thread_id, ns, checkpoint_id = str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
 
         def event(view: ThreadView) -> WritesSaved | None:
+            if not view.holds_writes_of(ns, checkpoint_id):
+                raise NeedsHistory(f"writes to checkpoint {checkpoint_id}, older than the snapshot")
             known = view.writes.get((ns, checkpoint_id), {})
             items = []
             for i, (channel, value) in enumerate(writes):
@@ -397,7 +479,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         if not runs:
             return
         for thread_id in self._thread_ids():
-            view = self._thread(thread_id).view
+            view = self._full_view(thread_id)
             doomed = [s for s in view.checkpoints.values() if decode_json(self.serde, s.metadata).get("run_id") in runs]
             self._delete(thread_id, doomed, "delete_for_runs")
 
@@ -449,8 +531,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
         that got in first."""
 
         def attempt() -> None:
-            thread = self._thread(thread_id)
-            view = thread.view
+            view = self._full_view(thread_id)
+            thread = self._thread(thread_id, refresh=False)
             keep = {ns: max(ids) for ns, ids in view.ids.items() if ids}
             kept = [s for s in view.checkpoints.values() if keep.get(s.ns) == s.id]
             if view.version == 0 or (len(kept) == len(view.checkpoints) and not view.gone):
@@ -458,6 +540,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
             part = thread.stream.part(restated(self.serde, view, kept, reason="prune"), view.version)
             with _deleted_is_conflict(thread.stream.id, view.version):
                 self.log.store.compact(self.log.tenant, thread.stream.id, view.version, part.events)
+            thread.snapped = 0  # the store dropped the thread's snapshots with its history
             self._thread(thread_id)  # read back what was written: the view starts over at ThreadCompacted
 
         retry_on_conflict(attempt, stream=stream_id(thread_id), tries=_RETRIES)
@@ -485,7 +568,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         checkpoint_id = get_checkpoint_id(config)
         collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
         seeds: dict[str, Any] = {}
-        view = self._thread(thread_id).view
+        view = self._full_view(thread_id)
         target = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
         remaining = set(channels)
         cursor = view.checkpoints.get((ns, target.parent)) if target and target.parent else None
@@ -512,7 +595,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
     def threads(self, *, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """The tenant's threads, most recently written first: how many checkpoints and events each holds,
         its namespaces, and its newest checkpoint of the graph's own namespace (and that one's step)."""
-        return list_threads(self.log, self.serde, lambda thread_id: self._thread(thread_id).view, limit=limit)
+        return list_threads(self.log, self.serde, self._full_view, limit=limit)
 
     # ------------------------------------------------------------------ async twins
     # The same work, on the same worker thread; the event loop awaits it and never blocks on the store.
