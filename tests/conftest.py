@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests import _redis_server as redis_server
 from tests._forkserver import ForkServer, ForkServers
 
 if TYPE_CHECKING:
@@ -40,23 +41,41 @@ def _pg_problem() -> str | None:
 
 
 PG_PROBLEM = _pg_problem()
+# Redis runs on a redis-server each test process starts for itself (tests/_redis_server.py), on first
+# use; without the binary or redis-py its tests skip with the reason, except when CI=true.
+REDIS_PROBLEM = redis_server.problem()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if PG_PROBLEM and os.environ.get("CI") == "true":
         raise pytest.UsageError(f"CI=true but {PG_PROBLEM}; the PostgreSQL tests must run in CI")
+    if REDIS_PROBLEM and os.environ.get("CI") == "true":
+        raise pytest.UsageError(f"CI=true but {REDIS_PROBLEM}; the Redis tests must run in CI")
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"postgres: {'skipped — ' + PG_PROBLEM if PG_PROBLEM else PG_URL}"
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"postgres: {'skipped — ' + PG_PROBLEM if PG_PROBLEM else PG_URL}",
+        f"redis: {'skipped — ' + REDIS_PROBLEM if REDIS_PROBLEM else 'a redis-server of each test process (AOF, appendfsync always)'}",
+    ]
 
 
 def pytest_tether_targets(config: pytest.Config) -> list[Target]:
-    """The kit's backends when no --tether-url is given: all three, PostgreSQL skipped (with the
-    reason) when its server does not answer."""
+    """The kit's backends when no --tether-url is given: all four, PostgreSQL skipped (with the
+    reason) when its server does not answer, Redis when no redis-server can be started."""
     from tether.testing import Target
 
-    return [Target("memory://"), Target("sqlite:///tether.db"), Target(PG_URL, skip=PG_PROBLEM)]
+    return [
+        Target("memory://"),
+        Target("sqlite:///tether.db"),
+        Target(PG_URL, skip=PG_PROBLEM),
+        Target(redis_server.SESSION_URL, skip=REDIS_PROBLEM),
+    ]
+
+
+def pytest_tether_backend(url: str) -> object | None:
+    """The session's own Redis target lives on the redis-server this process starts."""
+    return redis_server.session_backend(url) if url == redis_server.SESSION_URL else None
 
 
 class _Conformance(pytest.Package):

@@ -63,16 +63,18 @@ local function held(owner, expires, now)
 end
 """
 
-# One stream or several, all or nothing. ARGV[3] = how many streams; then per stream 17 values and
-# its events: id, expected, fence ('' none), n events, completes among them, last seq, last at,
-# has index ('1'/'0'), moves, status given, status, wake_at ('' none), has head, head calls, head
-# summary, has output, output. An append whose events are already there (a retry after its reply
-# was lost to a dropped connection) is taken as done.
+# One stream or several, all or nothing. ARGV[3] = how many streams, ARGV[4] = the append's own
+# random id; then per stream 17 values and its events: id, expected, fence ('' none), n events,
+# completes among them, last seq, last at, has index ('1'/'0'), moves, status given, status, wake_at
+# ('' none), has head, head calls, head summary, has output, output. The same append sent again (a
+# retry after its reply was lost to a dropped connection) finds its id on the rows it moved last
+# and is taken as done, not refused as a conflict with itself.
 APPEND = (
     _PRELUDE
     + """
 local n = tonumber(ARGV[3])
-local parts, pos = {}, 4
+local nonce = ARGV[4]
+local parts, pos = {}, 5
 for i = 1, n do
   local p = {}
   for j = 1, 17 do p[j] = ARGV[pos + j - 1] end
@@ -83,27 +85,23 @@ end
 local done = 0
 for i, p in ipairs(parts) do
   local b = tk(p[1])
-  local f = redis.call('HMGET', b .. ':r', 'lease_token', 'version', 'base')
+  local f = redis.call('HMGET', b .. ':r', 'lease_token', 'version', 'w')
   if not f[2] then return {'missing', i} end
   local token = tonumber(f[1] or '0')
   if p[3] ~= '' and token ~= tonumber(p[3]) then return {'fence', i, token} end
   local version = tonumber(f[2])
   if version ~= tonumber(p[2]) then
-    local last = tonumber(p[6])
-    local base = tonumber(f[3] or '0')
-    if version < last or redis.call('LINDEX', b .. ':e', last - base - 1) ~= ARGV[p.first + tonumber(p[4]) - 1] then
-      return {'version', i, version}
-    end
-    p.applied = true
+    if version ~= tonumber(p[6]) or f[3] ~= nonce then return {'version', i, version} end
     done = done + 1
   end
 end
 if done == n then return {'ok'} end
+if done > 0 then return {'version', 1, -1} end  -- cannot be: one script wrote all its parts or none
 for _, p in ipairs(parts) do
   local b = tk(p[1])
   local r = b .. ':r'
   for k = p.first, p.first + tonumber(p[4]) - 1 do redis.call('RPUSH', b .. ':e', ARGV[k]) end
-  redis.call('HSET', r, 'version', p[6], 'updated_at', p[7])
+  redis.call('HSET', r, 'version', p[6], 'updated_at', p[7], 'w', nonce)
   redis.call('HINCRBY', r, 'calls_done', p[5])
   if p[8] == '1' then
     if p[9] == '1' then

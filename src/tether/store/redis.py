@@ -14,6 +14,7 @@ The key layout is in ``_redis_keys.py``, the connection policy in ``_redis_io.py
 from __future__ import annotations
 
 import threading
+import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -171,7 +172,7 @@ class RedisStore:
         self._append(tenant, appends)
 
     def _append(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
-        args: list[Any] = [len(appends)]
+        args: list[Any] = [len(appends), uuid.uuid4().hex]
         for part in appends:
             args += _append_header(part)
             args += [pack_event(e, part.fence) for e in part.events]
@@ -254,8 +255,8 @@ class RedisStore:
         def segment(stream: str, low: int, last: int | None) -> list[EventRow]:
             base = bases[stream] if stream in bases else (parent_of(stream), bases[stream])[1]
             start = max(low - base, 0)
-            stop = -1 if last is None else last - base - 1
-            if stop != -1 and stop < start:
+            stop = -1 if last is None else last - base - 1  # LRANGE's -1 is the end: only for "no upper bound"
+            if last is not None and stop < start:
                 return []
             return [unpack_event(v) for v in self._client.lrange(self._task_key(tenant, stream, "e"), start, stop)]
 

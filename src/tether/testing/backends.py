@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, unquote, urlencode
 
 from tether.store import EventRow, Store, TaskRow, open_store
 
@@ -313,24 +313,46 @@ class RedisBackend(Backend):
             client.close()
 
     def dump(self, url: str, store: Store | None = None) -> object:
-        """Every key of the URL's prefix, each with its type and its whole value (sorted)."""
+        """Every key of the URL's prefix, as tables of rows (each a tuple of reprs), sorted: ``tasks``
+        (one row per task: its index row and where the tenant's indexes and its forks' set have it),
+        ``events`` (one per event), ``snapshots`` and ``ledger`` (one per entry)."""
         prefix = url.rpartition("prefix=")[2].partition("&")[0]
-        dumped: dict[bytes, object] = {}
+        tables: dict[str, list[tuple[str, ...]]] = {"tasks": [], "events": [], "snapshots": [], "ledger": []}
         with self._client() as client:
-            for key in sorted(client.scan_iter(match=f"{prefix}:*", count=1000)):  # type: ignore[attr-defined]
-                kind = client.type(key)  # type: ignore[attr-defined]
-                if kind == b"hash":
-                    value: object = sorted(client.hgetall(key).items())  # type: ignore[attr-defined]
-                elif kind == b"list":
-                    value = client.lrange(key, 0, -1)  # type: ignore[attr-defined]
-                elif kind == b"set":
-                    value = sorted(client.smembers(key))  # type: ignore[attr-defined]
-                elif kind == b"zset":
-                    value = client.zrange(key, 0, -1, withscores=True)  # type: ignore[attr-defined]
-                else:
-                    value = client.dump(key)  # type: ignore[attr-defined]
-                dumped[key] = (kind, value)
-        return dumped
+            keys = sorted(client.scan_iter(match=f"{prefix}:*", count=1000))  # type: ignore[attr-defined]
+            indexes = {k: _redis_index(client, k) for k in keys if k.rsplit(b":", 1)[-1] in _REDIS_INDEXES}
+            for key in keys:
+                tag, _, part = key.removeprefix(f"{prefix}:".encode()).partition(b"}:")
+                tenant, _, task = tag.removeprefix(b"{").partition(b":")
+                if part == b"r":
+                    task_id = unquote(task.decode()).encode()
+                    seen = tuple(
+                        f"{k.rsplit(b':', 1)[-1]!r}={v[task_id]!r}"
+                        for k, v in indexes.items()
+                        if task_id in v and k.startswith(f"{prefix}:{{".encode() + tenant + b"}")
+                    )
+                    kids = tuple(sorted(map(repr, client.smembers(key[:-1] + b"k"))))  # type: ignore[attr-defined]
+                    fields = tuple(map(repr, sorted(client.hgetall(key).items())))  # type: ignore[attr-defined]
+                    tables["tasks"].append((repr(key), *fields, *seen, *kids))
+                elif part == b"e":
+                    for n, value in enumerate(client.lrange(key, 0, -1)):  # type: ignore[attr-defined]
+                        tables["events"].append((repr(key), str(n), repr(value)))
+                elif part == b"s":
+                    for field_, value in sorted(client.hgetall(key).items()):  # type: ignore[attr-defined]
+                        tables["snapshots"].append((repr(key), repr(field_), repr(value)))
+                elif part.startswith(b"L:"):
+                    tables["ledger"].append((repr(key), *map(repr, sorted(client.hgetall(key).items()))))  # type: ignore[attr-defined]
+        return {name: sorted(rows) for name, rows in tables.items()}
+
+
+_REDIS_INDEXES = (b"tasks", b"due", b"held")
+
+
+def _redis_index(client: object, key: bytes) -> dict[bytes, object]:
+    """One of a tenant's index keys of the Redis backend, as member -> score (``True`` in a set)."""
+    if key.endswith(b":held"):
+        return dict.fromkeys(client.smembers(key), True)  # type: ignore[attr-defined]
+    return dict(client.zrange(key, 0, -1, withscores=True))  # type: ignore[attr-defined]
 
 
 def builtin_backend(url: str) -> Backend | None:
