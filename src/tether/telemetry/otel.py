@@ -20,6 +20,8 @@ from tether.telemetry.usage import usage_of
 __all__ = ["CallSpan", "RunTrace", "Telemetry", "span_context_of", "traceparent_of"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+_SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]
+_TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]  # the GenAI conventions' buckets
 _SCOPE = "tether"
 
 
@@ -51,7 +53,9 @@ class Telemetry:
         meter = metrics.get_meter(_SCOPE, version, meter_provider=meter_provider)
         self.meter = meter
         self.runs = meter.create_counter("tether.runs", "{run}", "Runs of tasks begun (attribute tether.run.resumed)")
-        self.run_duration = meter.create_histogram("tether.run.duration", "s", "How long runs held their task")
+        self.run_duration = meter.create_histogram(
+            "tether.run.duration", "s", "How long runs held their task", explicit_bucket_boundaries_advisory=_SECONDS
+        )
         self.tasks = meter.create_counter(
             "tether.tasks", "{task}", "Runs ended, by the status they left the task in (tether.task.status)"
         )
@@ -61,14 +65,20 @@ class Telemetry:
         self.waits = meter.create_counter("tether.waits.answered", "{wait}", "Waits for input whose answer a run took")
         self.takeovers = meter.create_counter("tether.lease.takeovers", "{takeover}", "Leases taken from dead holders")
         self.commit_duration = meter.create_histogram(
-            "tether.commit.duration", "s", "How long a run's record took to commit to the store"
+            "tether.commit.duration",
+            "s",
+            "How long a run's record took to commit to the store",
+            explicit_bucket_boundaries_advisory=_SECONDS,
         )
         self.appends = meter.create_counter(
             "tether.conversation.appends", "{message}", "Messages appended to conversations"
         )
         self.compactions = meter.create_counter("tether.conversation.compactions", "{compaction}", "Compactions")
         self.tokens = meter.create_histogram(
-            "gen_ai.client.token.usage", "{token}", "Tokens used by model calls recorded live (GenAI conventions)"
+            "gen_ai.client.token.usage",
+            "{token}",
+            "Tokens used by model calls recorded live (GenAI conventions)",
+            explicit_bucket_boundaries_advisory=_TOKENS,
         )
 
     def run(self, state: TaskState, worker_id: str, attempt: int, resumed: bool) -> RunTrace:
