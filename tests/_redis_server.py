@@ -42,6 +42,8 @@ class RedisServer:
         self.port = _free_port()
         self.appendfsync = appendfsync
         self.process: subprocess.Popen[bytes] | None = None
+        self.extra: list[str] = []
+        """More redis-server arguments (``["--rename-command", "CONFIG", ""]``)."""
 
     @property
     def url(self) -> str:
@@ -51,7 +53,7 @@ class RedisServer:
         assert BINARY is not None, problem()
         args = [BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder)]
         args += ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", ""]
-        args += ["--logfile", str(self.folder / "redis.log"), "--protected-mode", "no"]
+        args += ["--logfile", str(self.folder / "redis.log"), "--protected-mode", "no", *self.extra]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_ready()
         return self
