@@ -30,7 +30,7 @@ from tether.errors import InvalidInputError, TetherError
 from tether.log import TaskLog
 from tether.runtime.ledger import Ledger, OnUnknown, check_on_unknown
 
-__all__ = ["TetherToolNode", "tool_key"]
+__all__ = ["TetherToolNode", "log_of", "tool_key"]
 
 _KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("tether_langgraph_tool_key", default=None)
 
@@ -62,20 +62,18 @@ class _FailedError(Exception):
         self.answer = answer
 
 
-def ledger_of(target: Any) -> tuple[Ledger, TaskLog | None]:
-    """The ledger of a URL, a TaskLog, an App or a TetherSaver, and the log this opened (to close)."""
+def log_of(target: Any, owner: str) -> tuple[TaskLog, TaskLog | None]:
+    """The log of a URL, a TaskLog, an App or a TetherSaver, and whether this opened it (to close)."""
     if isinstance(target, str) or target is None:
         log = TaskLog(target)
-        return Ledger(log.store, log.tenant), log
+        return log, log
     if isinstance(target, TaskLog):
-        return Ledger(target.store, target.tenant), None
-    if isinstance(getattr(target, "ledger", None), Ledger):  # an App
-        return target.ledger, None
-    held = getattr(target, "log", None)  # a TetherSaver, or anything else that holds a log
+        return target, None
+    held = getattr(target, "log", None)  # an App, a TetherSaver
     if isinstance(held, TaskLog):
-        return Ledger(held.store, held.tenant), None
+        return held, None
     raise InvalidInputError(
-        f"TetherToolNode takes a store URL, a TaskLog, an App or a TetherSaver, not {type(target).__name__}"
+        f"{owner} takes a store URL, a TaskLog, an App or a TetherSaver, not {type(target).__name__}"
     )
 
 
@@ -147,7 +145,8 @@ class TetherToolNode(ToolNode):
         **kwargs: Any,
     ) -> None:
         check_on_unknown(on_unknown)
-        self.ledger, self._opened = ledger_of(target)
+        log, self._opened = log_of(target, "TetherToolNode")
+        self.ledger = Ledger(log.store, log.tenant)
         self.on_unknown = on_unknown
         self.serde = serde or JsonPlusSerializer()
         self._inner_wrap, self._inner_awrap = wrap_tool_call, awrap_tool_call

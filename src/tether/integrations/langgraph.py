@@ -76,6 +76,7 @@ from tether.integrations._langgraph_log import (
     stream_id,
     thread_of,
 )
+from tether.integrations._langgraph_store import TetherStore
 from tether.integrations._langgraph_tools import TetherToolNode, tool_key
 from tether.integrations._langgraph_worker import Worker, raw, serialized
 from tether.log import TaskLog
@@ -83,7 +84,7 @@ from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
 from tether.store import SnapshotRow, TaskFilter, TaskRow
 
-__all__ = ["THREAD_TYPE", "TetherSaver", "TetherToolNode", "tool_key"]
+__all__ = ["THREAD_TYPE", "TetherSaver", "TetherStore", "TetherToolNode", "tool_key"]
 
 _RETRIES = 100
 register_send(Send)
