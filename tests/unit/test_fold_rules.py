@@ -180,11 +180,13 @@ def test_every_task_event_type_has_a_fold_rule() -> None:
     task that records it fails to load (and then the test above asks for its fold test). The types
     are taken from the registry every event class joins when it is defined, so one the package
     forgot to export is caught too; other streams' events (a conversation's, in its room; a LangGraph
-    thread's, in ``tether.events.langgraph``) are not folded into a task."""
+    thread's, in ``tether.events.langgraph``; an ADK artifact's, in ``tether.events.adk``) are not
+    folded into a task."""
+    other_streams = {"tether.events.langgraph", "tether.events.adk"}
     registered = [
         t
         for t in events.EVENT_TYPES.values()
-        if t.__module__.startswith("tether.events.") and t.__module__ != "tether.events.langgraph"
+        if t.__module__.startswith("tether.events.") and t.__module__ not in other_streams
     ]
     exported = [getattr(events, name) for name in events.__all__]
     types = [t for t in exported if isinstance(t, type) and issubclass(t, Event) and t is not Event]

@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+from tether.events import adk as adk  # an ADK artifact's events: any reader of a store decodes them
 from tether.events import langgraph as langgraph  # a LangGraph thread's events: any reader of a store decodes them
 from tether.events._fold import apply, fold, fold_calls
 from tether.events._rules import _RULES as _RULES  # the fold's rules: a test checks each has a test

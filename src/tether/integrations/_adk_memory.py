@@ -17,6 +17,8 @@ from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
+from tether.errors import ConfigurationError
+from tether.integrations._targets import one_target, open_target
 from tether.log.conflicts import retry_on_conflict
 
 if TYPE_CHECKING:
@@ -76,9 +78,28 @@ class TetherMemoryService(BaseMemoryService):
         ['My seat is 12A']
     """
 
-    def __init__(self, app: App, *, limit: int = 10) -> None:
-        self._app = app
+    def __init__(
+        self,
+        target: str | App | None = None,
+        *,
+        uri: str | None = None,
+        tenant: str | None = None,
+        limit: int = 10,
+        agents_dir: str | None = None,
+    ) -> None:
+        """``target``: a store URL (also with ``tether+`` before its scheme, as ADK's registry names
+        it) or a :class:`~tether.App`, as :class:`~tether.integrations.adk.TetherSessionService` takes
+        it; ``uri`` the same by keyword (ADK's ``services.yaml``); ``limit``: memories a search returns."""
+        del agents_dir  # ADK's CLI passes its folder to every service; the URL says where the store is
+        if type(limit) is not int or limit < 1:
+            raise ConfigurationError(f"limit must be an int >= 1, got {limit!r}")
+        self._target = open_target(one_target(target, uri, "TetherMemoryService"), "TetherMemoryService", tenant=tenant)
+        self._app = self._target.app
         self._limit = limit
+
+    def close(self) -> None:
+        """Close the app this service opened from a URL (an app passed in stays open: it is yours)."""
+        self._target.close()
 
     def _memory(self, app_name: str, user_id: str) -> Any:
         return self._app.session(f"adk-memory:{quote(app_name, safe='')}:{quote(user_id, safe='')}", user_id=user_id)

@@ -14,6 +14,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 from tether.conversation import EstimateCounter, Message, Session, Summarizer, Summary
 from tether.conversation.render import to_openai_responses
 from tether.errors import InvalidInputError, TetherError
+from tether.integrations._targets import Target, open_target
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -68,7 +69,7 @@ class TetherSession:
     def __init__(
         self,
         session_id: str,
-        app: App,
+        app: App | str,
         *,
         user_id: str | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
@@ -76,9 +77,12 @@ class TetherSession:
         keep_last: int = 6,
         compact_when_tokens_over: int | None = None,
     ) -> None:
+        """``app``: a :class:`~tether.App`, or a store URL (``sqlite:///agent.db``,
+        ``postgresql://…``) that opens one of this session's own, closed by :meth:`close`."""
+        self._target: Target | None = open_target(app, "TetherSession")
         self.session_id = session_id
         self.session_settings = _settings(session_settings)
-        self._conversation: Session | TaskSession = app.session(session_id, user_id=user_id)
+        self._conversation: Session | TaskSession = self._target.app.session(session_id, user_id=user_id)
         self._summarizer = summarizer
         self._keep_last = keep_last
         self._compact_over = compact_when_tokens_over
@@ -97,6 +101,7 @@ class TetherSession:
         exactly-once appends. ``pop_item`` and ``clear_session`` are not recorded operations of a
         task, and raise."""
         self = cls.__new__(cls)
+        self._target = None
         self._conversation = ctx.session
         self.session_id = ctx.session.id
         self.session_settings = _settings(session_settings)
@@ -104,6 +109,11 @@ class TetherSession:
         self._keep_last = keep_last
         self._compact_over = compact_when_tokens_over
         return self
+
+    def close(self) -> None:
+        """Close the app this session opened from a URL (an app passed in stays open: it is yours)."""
+        if self._target is not None:
+            self._target.close()
 
     @property
     def tether_session(self) -> Session | TaskSession:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -67,6 +68,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from tether.conversation import SESSION_TYPE, MessageAdded, SessionOpened, stream_id, to_event
 from tether.errors import ConflictError, TaskNotFoundError
+from tether.integrations._adk_artifacts import TetherArtifactService
 from tether.integrations._adk_memory import TetherMemoryService
 from tether.integrations._adk_records import (
     Seen,
@@ -87,16 +89,25 @@ from tether.integrations._adk_records import (
     user_document,
 )
 from tether.integrations._gc import no_cycle_collection
+from tether.integrations._targets import SCHEME_PREFIX, one_target, open_target
 from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream, append_together
 from tether.store import Position, SnapshotRow, StreamAppend, TaskRow
 from tether.userstate import USER_TYPE
 
 if TYPE_CHECKING:
+    from google.adk.cli.service_registry import ServiceRegistry
+
     from tether.runtime.app import App
     from tether.userstate import UserState
 
-__all__ = ["TetherMemoryService", "TetherSessionService"]
+__all__ = [
+    "SCHEMES",
+    "TetherArtifactService",
+    "TetherMemoryService",
+    "TetherSessionService",
+    "register_services",
+]
 
 # The session-state snapshots' schema (tether's own session views use others). 1002: made from the
 # stored events alone; 1001's were made from the session object, which could hold keys set outside
@@ -121,14 +132,34 @@ class TetherSessionService(BaseSessionService):
         ['s1']
     """
 
-    def __init__(self, app: App) -> None:
-        self._app = app
+    def __init__(
+        self,
+        target: str | App | None = None,
+        *,
+        uri: str | None = None,
+        tenant: str | None = None,
+        agents_dir: str | None = None,
+    ) -> None:
+        """``target``: a store URL (``sqlite:///agent.db``, ``postgresql://…``, ``memory://``, each
+        also with ``tether+`` before its scheme, as ADK's registry names it) or a :class:`~tether.App`;
+        ``None`` opens tether's default database. ``uri`` is the same, as ADK's ``services.yaml``
+        passes it; ``tenant`` scopes a URL's app; ``agents_dir`` (passed by ADK's CLI) is not used.
+        A URL's app is this service's own: :meth:`close` closes it."""
+        del agents_dir  # ADK's CLI passes its folder to every service; the URL says where the store is
+        self._target = open_target(
+            one_target(target, uri, "TetherSessionService"), "TetherSessionService", tenant=tenant
+        )
+        app = self._app = self._target.app
         self._log = app.log
         self._documents: dict[str, UserState] = {}
         self._states: dict[str, Seen] = {}  # session stream -> what was last seen of it
         self._shared_seen: dict[str, tuple[float, int, dict[str, Any]]] = {}  # document stream -> its scoped keys
         # The last listing: what was asked, the positions it was made from, and what it returned.
         self._last_listing: tuple[Any, ...] | None = None
+
+    def close(self) -> None:
+        """Close the app this service opened from a URL (an app passed in stays open: it is yours)."""
+        self._target.close()
 
     # ------------------------------------------------------------------ shared state
     def _document(self, doc_id: str) -> UserState:
@@ -557,6 +588,46 @@ class TetherSessionService(BaseSessionService):
         self._remember(stream, row.created_at, version, at, own)
         if version % _SNAPSHOT_EVERY == 0:
             self._snapshot(stream, version, own)
+
+
+SCHEMES = tuple(SCHEME_PREFIX + backend for backend in ("memory", "sqlite", "postgresql", "postgres"))
+"""The URL schemes :func:`register_services` gives ADK's registry: ``tether+`` and a tether store URL's."""
+
+
+def register_services(registry: ServiceRegistry | None = None) -> None:
+    """Register tether's session, memory and artifact services with ADK's registry of URL schemes
+    (``get_service_registry()``, the one ``adk web``/``adk api_server`` and their
+    ``--session_service_uri``, ``--memory_service_uri`` and ``--artifact_service_uri`` resolve
+    through), under :data:`SCHEMES`: ``tether+sqlite:///agent.db`` names a
+    :class:`TetherSessionService` (or memory or artifact service) on ``sqlite:///agent.db``. Call it
+    from the agents folder's ``services.py``; a ``services.yaml`` can name each class instead.
+    Registering again changes nothing.
+
+    Example:
+        >>> from google.adk.cli.service_registry import get_service_registry
+        >>> register_services()
+        >>> service = get_service_registry().create_session_service("tether+memory://")
+        >>> type(service).__name__
+        'TetherSessionService'
+        >>> service.close()
+    """
+    if registry is None:
+        from google.adk.cli.service_registry import get_service_registry
+
+        registry = get_service_registry()
+    for scheme in SCHEMES:
+        registry.register_session_service(scheme, _factory(TetherSessionService))
+        registry.register_memory_service(scheme, _factory(TetherMemoryService))
+        registry.register_artifact_service(scheme, _factory(TetherArtifactService))
+
+
+def _factory(service: Callable[..., Any]) -> Callable[..., Any]:
+    """ADK's registry calls a factory with the URL and its CLI's options (``agents_dir``)."""
+
+    def make(uri: str, **options: Any) -> Any:
+        return service(uri, **options)
+
+    return make
 
 
 def _state_of_snapshot(snap: SnapshotRow) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from tether.integrations._pydantic_ai_calls import (
     replayed_failure,
     returned,
 )
+from tether.integrations._targets import Target, open_target
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AbstractAgent
@@ -151,18 +152,27 @@ class TetherHistory:
     """
 
     def __init__(
-        self, session_id: str, app: App, *, user_id: str | None = None, summarizer: Summarizer | None = None
+        self, session_id: str, app: App | str, *, user_id: str | None = None, summarizer: Summarizer | None = None
     ) -> None:
-        self._conversation: Session | TaskSession = app.session(session_id, user_id=user_id)
+        """``app``: a :class:`~tether.App`, or a store URL (``sqlite:///agent.db``,
+        ``postgresql://…``) that opens one of this history's own, closed by :meth:`close`."""
+        self._target: Target | None = open_target(app, "TetherHistory")
+        self._conversation: Session | TaskSession = self._target.app.session(session_id, user_id=user_id)
         self._summarizer = summarizer
 
     @classmethod
     def in_task(cls, ctx: AsyncTaskContext, *, summarizer: Summarizer | None = None) -> TetherHistory:
         """The task's own conversation (``ctx.session``): recorded reads, exactly-once appends."""
         self = cls.__new__(cls)
+        self._target = None
         self._conversation = ctx.session
         self._summarizer = summarizer
         return self
+
+    def close(self) -> None:
+        """Close the app this history opened from a URL (an app passed in stays open: it is yours)."""
+        if self._target is not None:
+            self._target.close()
 
     @property
     def session_id(self) -> str:
