@@ -8,7 +8,7 @@ the commands by theme in ``reading.py``, ``time_travel.py``, ``running.py`` and 
 
 from __future__ import annotations
 
-from tether.cli import reading, running, serving, time_travel
+from tether.cli import reading, running, serving, time_travel, usage
 
 # What the commands of the integrations (python -m tether.integrations.langgraph) build on.
 from tether.cli._base import CONTEXT, current_tenant, db_option, errors_as_messages, json_option, main, store_url

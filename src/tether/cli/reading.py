@@ -28,6 +28,7 @@ from tether.cli._render import (
     emit_json,
     shorten,
 )
+from tether.cli.usage import print_usage
 from tether.events import in_doubt_call
 from tether.runtime.handles import failure_summary
 from tether.store import TaskFilter
@@ -164,6 +165,7 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
                 call.key,
             )
         out.print(table)
+        print_usage(out, state)
     for decision in state.decisions:
         out.print(f"decided {decision.name}: {shorten(decision.choice)} — {decision.rationale}")
     if state.failure or state.status is tether.Status.CANCELLED:

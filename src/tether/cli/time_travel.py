@@ -23,6 +23,7 @@ from tether.cli._base import (
     main,
 )
 from tether.cli._render import _handle, _print_state_summary, _state_json, console, emit_json, shorten
+from tether.cli.progress import progress_bar
 from tether.timetravel import step_bounds, step_ref
 
 
@@ -214,7 +215,7 @@ def check(finished: int, app_spec: str, as_json: bool) -> None:
     deploy. One line per task that would diverge, then a summary; exit 1 if any diverges."""
     app = _load_app(app_spec)
     out = console()
-    with out.status("replaying stored tasks…", spinner="dots"):
+    with progress_bar(out, quiet=as_json):  # counts and an ETA on a terminal; nothing in a pipe or with --json
         report = app.check(finished=finished)
     if as_json:
         emit_json(

@@ -18,6 +18,7 @@ from tether.runtime.handles import CheckReport, TaskHandle
 from tether.runtime.leases import acquire
 from tether.runtime.run import drive_task, replay
 from tether.runtime.session import fork_conversation
+from tether.telemetry.progress import tracked
 from tether.timetravel import HistoryCursor, HistoryEntry, ReplayReport, StateDiff, diff_states, step_bounds
 
 __all__ = ["TimeTravel"]
@@ -148,7 +149,7 @@ class TimeTravel:
             rows += self.log.list(status=list(TERMINAL), limit=finished)
         reports: list[ReplayReport] = []
         unknown: list[str] = []
-        for row in rows:
+        for row in tracked(rows, "replaying stored tasks"):
             try:
                 spec = self.engine.registry.task(row.type)
             except TaskDefinitionError:
