@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 import orjson  # noqa: E402
 import redis  # noqa: E402
-import redis.asyncio  # noqa: E402, F401
+import redis.asyncio  # noqa: E402
 
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 sys.path.insert(0, HERE)
@@ -184,7 +184,9 @@ def main() -> None:
                 f"{session['tether_bytes']:.0f} vs {session['redis_session_bytes']:.0f} ({session['bytes_ratio']:.2f}x)"
             )
         last = report["sizes"][str(sizes[-1])]
-        passed = last["readonly_ratio"] <= TARGETS["readonly"] and last["side_effecting_ratio"] <= TARGETS["side_effecting"]
+        passed = (
+            last["readonly_ratio"] <= TARGETS["readonly"] and last["side_effecting_ratio"] <= TARGETS["side_effecting"]
+        )
         if session is not None:
             passed = passed and session["add_ratio"] <= TARGETS["session_add"]
             passed = passed and session["bytes_ratio"] <= TARGETS["session_bytes"]

@@ -42,7 +42,7 @@ def _task(task_id: str) -> tuple[TaskRow, EventRow]:
 def test_full_durability_is_refused_on_a_server_that_does_not_fsync_every_write(server: RedisServer) -> None:
     _config(server, appendfsync="everysec")
     try:
-        with pytest.raises(tether.ConfigurationError, match="appendfsync always.*accept_durability=everysec"):
+        with pytest.raises(tether.ConfigurationError, match=r"appendfsync always.*accept_durability=everysec"):
             open_store(f"{server.url}?durability=full")
         open_store(f"{server.url}?durability=full&accept_durability=everysec").close()  # said so: accepted
         open_store(f"{server.url}?durability=full&accept_durability=no").close()  # less than it has: accepted
@@ -59,7 +59,7 @@ def test_full_durability_is_refused_on_a_server_that_does_not_fsync_every_write(
 def test_a_server_without_an_aof_is_named_as_such(server: RedisServer) -> None:
     _config(server, appendonly="no")
     try:
-        with pytest.raises(tether.ConfigurationError, match="appendonly yes.*'off'"):
+        with pytest.raises(tether.ConfigurationError, match=r"appendonly yes.*'off'"):
             open_store(f"{server.url}?durability=full")
     finally:
         _config(server, appendonly="yes")
@@ -72,7 +72,7 @@ def test_a_server_that_refuses_config_needs_an_explicit_opt_in(tmp_path: Path) -
     locked.extra = ["--rename-command", "CONFIG", ""]
     locked.start()
     try:
-        with pytest.raises(tether.ConfigurationError, match="refuses CONFIG GET.*accept_durability=unknown"):
+        with pytest.raises(tether.ConfigurationError, match=r"refuses CONFIG GET.*accept_durability=unknown"):
             open_store(f"{locked.url}?durability=full")
         store = open_store(f"{locked.url}?durability=full&accept_durability=unknown")
         assert store.persistence == "unknown"  # type: ignore[attr-defined]
@@ -95,7 +95,7 @@ def test_bad_options_are_named(server: RedisServer, query: str, match: str) -> N
 
 
 def test_an_unknown_keyword_option_is_refused(server: RedisServer) -> None:
-    with pytest.raises(tether.ConfigurationError, match="unknown Redis option.*known: accept_durability"):
+    with pytest.raises(tether.ConfigurationError, match=r"unknown Redis option.*known: accept_durability"):
         open_store(server.url, pool=3)
 
 

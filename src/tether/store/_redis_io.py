@@ -70,7 +70,9 @@ def read_persistence(client: redis.Redis) -> str:
         config = client.config_get("append*")
     except ResponseError:  # CONFIG renamed or disabled (managed services often do)
         return "unknown"
-    values = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v for k, v in config.items()}
+    values = {
+        k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v for k, v in config.items()
+    }
     if values.get("appendonly") != "yes":
         return "off"
     return str(values.get("appendfsync", "unknown"))
@@ -82,17 +84,23 @@ def check_durability(durability: str, persistence: str, accept: str | None, wher
     if durability not in ("normal", "full"):
         raise ConfigurationError(f"durability must be 'normal' or 'full', got {durability!r}")
     if accept is not None and accept not in PERSISTENCE:
-        raise ConfigurationError(
-            f"Redis option accept_durability={accept!r} is not one of {', '.join(PERSISTENCE)}"
-        )
+        raise ConfigurationError(f"Redis option accept_durability={accept!r} is not one of {', '.join(PERSISTENCE)}")
     if durability != "full" or persistence == "always":
         return
     if accept is not None and (accept == persistence or _RANK.get(persistence, -1) >= _RANK.get(accept, 99)):
-        log.info("tether: Redis at %s keeps %s (%s), accepted by accept_durability=%s", where, persistence,
-                 PERSISTENCE[persistence], accept)
+        log.info(
+            "tether: Redis at %s keeps %s (%s), accepted by accept_durability=%s",
+            where,
+            persistence,
+            PERSISTENCE[persistence],
+            accept,
+        )
         return
     if persistence == "unknown":
-        fix = "enable CONFIG for this client, or open with ?accept_durability=unknown once you know the server fsyncs every write"
+        fix = (
+            "enable CONFIG for this client, or open with ?accept_durability=unknown once you know the server "
+            "fsyncs every write"
+        )
     else:
         fix = (
             "run CONFIG SET appendonly yes and CONFIG SET appendfsync always (and put both in redis.conf), "
@@ -128,7 +136,7 @@ class Listener:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(self._channel)
                 pubsub.get_message(timeout=1.0, ignore_subscribe_messages=False)  # the confirmation

@@ -92,7 +92,9 @@ def _as_bytes(data: str | bytes) -> bytes:
 
 def pack_event(event: EventRow, fence: int | None) -> bytes:
     """One event as its list element: seq, type, schema, at and fence, then the payload."""
-    head = f"{event.seq}\x1f{event.type}\x1f{event.schema}\x1f{number(event.at)}\x1f{'' if fence is None else fence}\x1f"
+    head = (
+        f"{event.seq}\x1f{event.type}\x1f{event.schema}\x1f{number(event.at)}\x1f{'' if fence is None else fence}\x1f"
+    )
     return head.encode() + _as_bytes(event.data)
 
 

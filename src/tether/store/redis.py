@@ -18,6 +18,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -112,14 +113,14 @@ class RedisStore:
         accept = accept_durability or ours.get("accept_durability")
         flag = readonly if readonly is not False else ours.get("readonly", False)
         self.readonly = flag.lower() in ("1", "true", "yes") if isinstance(flag, str) else bool(flag)
-        self._client = connect(server)
+        # Typed Any: redis-py types every reply as bytes | str, and this client (decode_responses=False)
+        # returns bytes only.
+        self._client: Any = connect(server)
         with unavailable(self.url):
             self.persistence = read_persistence(self._client)
         if not self.readonly:
             check_durability(self.durability, self.persistence, accept, self.url)
-        self._scripts = {
-            name: self._client.register_script(getattr(lua, name)) for name in lua.__all__
-        }
+        self._scripts = {name: self._client.register_script(getattr(lua, name)) for name in lua.__all__}
         self._listener = Listener(self._client, f"{self.prefix}:chg")
         weakref.finalize(self, _shut, self._listener, self._client)
 
@@ -246,7 +247,9 @@ class RedisStore:
         bases: dict[str, int] = {}
 
         def parent_of(stream: str) -> tuple[str, int] | None:
-            base, parent, at = self._client.hmget(self._task_key(tenant, stream, "r"), "base", "parent_id", "parent_seq")
+            base, parent, at = self._client.hmget(
+                self._task_key(tenant, stream, "r"), "base", "parent_id", "parent_seq"
+            )
             if base is None:
                 raise TaskNotFoundError(stream, tenant=tenant)
             bases[stream] = int(base)
@@ -276,7 +279,7 @@ class RedisStore:
         tasks = self._tenant_key(tenant, "tasks")
         start = 0
         while True:
-            ids = self._do(lambda: self._client.zrevrange(tasks, start, start + _PAGE - 1))
+            ids: list[bytes] = self._do(partial(self._client.zrevrange, tasks, start, start + _PAGE - 1))
             if not ids:
                 return
             pipe = self._client.pipeline(transaction=False)
@@ -434,14 +437,14 @@ def _append_header(part: StreamAppend) -> list[Any]:
         number(events[-1].at),
     ]
     if index is None:
-        return header + ["0", "0", "0", "", "", "0", 0, "", "0", ""]
+        return [*header, "0", "0", "0", "", "", "0", 0, "", "0", ""]
     head = index.head
     header += ["1", "1" if index.moves else "0", "1" if index.status is not None else "0", index.status or ""]
     header += ["" if index.wake_at is None else number(index.wake_at)]
     if head is None:
-        return header + ["0", 0, "", "0", ""]
+        return [*header, "0", 0, "", "0", ""]
     output = head.output
-    return header + ["1", head.calls_done, head.summary, "0" if output is None else "1", output or ""]
+    return [*header, "1", head.calls_done, head.summary, "0" if output is None else "1", output or ""]
 
 
 def _shut(listener: Listener, client: redis.Redis) -> None:

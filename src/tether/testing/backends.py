@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode
 
 from tether.store import EventRow, Store, TaskRow, open_store
@@ -303,7 +304,7 @@ class RedisBackend(Backend):
                 client.delete(*keys[start : start + 500])
 
     @contextmanager
-    def _client(self) -> Iterator[object]:
+    def _client(self) -> Iterator[Any]:
         import redis
 
         client = redis.Redis.from_url(self.server.partition("?")[0])
@@ -319,7 +320,7 @@ class RedisBackend(Backend):
         prefix = url.rpartition("prefix=")[2].partition("&")[0]
         tables: dict[str, list[tuple[str, ...]]] = {"tasks": [], "events": [], "snapshots": [], "ledger": []}
         with self._client() as client:
-            keys = sorted(client.scan_iter(match=f"{prefix}:*", count=1000))  # type: ignore[attr-defined]
+            keys = sorted(client.scan_iter(match=f"{prefix}:*", count=1000))
             indexes = {k: _redis_index(client, k) for k in keys if k.rsplit(b":", 1)[-1] in _REDIS_INDEXES}
             for key in keys:
                 tag, _, part = key.removeprefix(f"{prefix}:".encode()).partition(b"}:")
@@ -331,28 +332,28 @@ class RedisBackend(Backend):
                         for k, v in indexes.items()
                         if task_id in v and k.startswith(f"{prefix}:{{".encode() + tenant + b"}")
                     )
-                    kids = tuple(sorted(map(repr, client.smembers(key[:-1] + b"k"))))  # type: ignore[attr-defined]
-                    fields = tuple(map(repr, sorted(client.hgetall(key).items())))  # type: ignore[attr-defined]
+                    kids = tuple(sorted(map(repr, client.smembers(key[:-1] + b"k"))))
+                    fields = tuple(map(repr, sorted(client.hgetall(key).items())))
                     tables["tasks"].append((repr(key), *fields, *seen, *kids))
                 elif part == b"e":
-                    for n, value in enumerate(client.lrange(key, 0, -1)):  # type: ignore[attr-defined]
+                    for n, value in enumerate(client.lrange(key, 0, -1)):
                         tables["events"].append((repr(key), str(n), repr(value)))
                 elif part == b"s":
-                    for field_, value in sorted(client.hgetall(key).items()):  # type: ignore[attr-defined]
+                    for field_, value in sorted(client.hgetall(key).items()):
                         tables["snapshots"].append((repr(key), repr(field_), repr(value)))
                 elif part.startswith(b"L:"):
-                    tables["ledger"].append((repr(key), *map(repr, sorted(client.hgetall(key).items()))))  # type: ignore[attr-defined]
+                    tables["ledger"].append((repr(key), *map(repr, sorted(client.hgetall(key).items()))))
         return {name: sorted(rows) for name, rows in tables.items()}
 
 
 _REDIS_INDEXES = (b"tasks", b"due", b"held")
 
 
-def _redis_index(client: object, key: bytes) -> dict[bytes, object]:
+def _redis_index(client: Any, key: bytes) -> dict[bytes, object]:
     """One of a tenant's index keys of the Redis backend, as member -> score (``True`` in a set)."""
     if key.endswith(b":held"):
-        return dict.fromkeys(client.smembers(key), True)  # type: ignore[attr-defined]
-    return dict(client.zrange(key, 0, -1, withscores=True))  # type: ignore[attr-defined]
+        return dict.fromkeys(client.smembers(key), True)
+    return dict(client.zrange(key, 0, -1, withscores=True))
 
 
 def builtin_backend(url: str) -> Backend | None:
