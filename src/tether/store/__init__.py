@@ -6,6 +6,9 @@
 ``sqlite:////abs/t.db``     an absolute path
 ``postgresql://…/db``       PostgreSQL (``pip install 'tether[postgres]'``);
                             ``?schema=name`` picks tether's schema
+``redis://host:6379/0``     Redis (``pip install 'tether[redis]'``), or
+                            ``rediss://`` for TLS; ``?prefix=name`` picks
+                            the key prefix (docs/redis.md)
 ==========================  ==============================================
 
 Options ride on the query string: ``sqlite:///t.db?durability=full``.
@@ -121,4 +124,13 @@ def open_store(url: str | None = None, **options: Any) -> Store:
                 f"unknown PostgreSQL option(s) {sorted(unknown)}; known: {', '.join(sorted(known))}"
             )
         return PostgresStore(url, **options)
+    if scheme in ("redis", "rediss"):
+        try:
+            from tether.store.redis import OPTIONS, RedisStore
+        except ImportError as exc:
+            raise ConfigurationError(str(exc)) from None
+        unknown = set(options) - OPTIONS
+        if unknown:
+            raise ConfigurationError(f"unknown Redis option(s) {sorted(unknown)}; known: {', '.join(sorted(OPTIONS))}")
+        return RedisStore(url, **options)
     raise ConfigurationError(f"no tether backend for scheme {scheme!r} in {url!r}; expected one of: {_SCHEMES}")
