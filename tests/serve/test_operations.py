@@ -12,8 +12,7 @@ from fastapi.testclient import TestClient
 
 import tether
 from tether.errors import StoreUnavailableError
-from tether.serve import create_app
-from tether.serve import operations
+from tether.serve import create_app, operations
 from tether.serve.keys import KeyRing
 
 
@@ -51,7 +50,9 @@ def test_probes_answer_without_a_key_and_metrics_does_not(app: tether.App) -> No
     assert 'tether_tasks{status="completed"} 1.0' in scraped.text.splitlines()
 
 
-def test_readyz_says_unavailable_when_the_store_is_slow_or_down(app: tether.App, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readyz_says_unavailable_when_the_store_is_slow_or_down(
+    app: tether.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
     served = client(app, no_auth=True)
     release = threading.Event()
     monkeypatch.setattr(operations, "READY_WITHIN", 0.05)

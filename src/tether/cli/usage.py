@@ -22,7 +22,12 @@ def _cost(usage: Usage) -> str:
 
 def _row(table: Table, label: str, usage: Usage) -> None:
     table.add_row(
-        label, str(usage.calls), str(usage.input_tokens), str(usage.output_tokens), str(usage.total_tokens), _cost(usage)
+        label,
+        str(usage.calls),
+        str(usage.input_tokens),
+        str(usage.output_tokens),
+        str(usage.total_tokens),
+        _cost(usage),
     )
 
 

@@ -301,7 +301,7 @@ def _observed(d: _Draft, ev: ObservationRecorded, at: datetime, epoch: float) ->
 @_rule(UsageRecorded)
 def _usage_recorded(d: _Draft, ev: UsageRecorded, at: datetime, epoch: float) -> None:
     # Several reports for one call add up: a model call made of parts reports each.
-    usage = d.own_dict("usage")
+    usage: dict[int, Any] = d.own_dict("usage")  # type: ignore[assignment]  # keyed by call ordinal
     before = usage.get(ev.call, {})
     entry = {"at": epoch, "model": ev.model or before.get("model")}
     for name in ("input_tokens", "output_tokens", "cost"):

@@ -200,8 +200,8 @@ class _Context:
         n = self._rec.last_call if call is None else call
         if self._rec.replayed(UsageRecorded, lambda e: e.call == n, f"usage(call={n})") is None:
             self._rec.going_live()
-            usage = UsageRecorded(call=n, input_tokens=input_tokens, output_tokens=output_tokens, cost=cost, model=model)
-            self._rec.append([usage])
+            reported = UsageRecorded(n, input_tokens, output_tokens, cost, model)
+            self._rec.append([reported])
 
     def update(self, **fields: Any) -> BaseModel:
         """Change fields of the typed data; validated first, and only the changed fields are recorded."""

@@ -19,9 +19,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from tether.errors import TetherError
 from tether.model.status import Status
+from tether.serve.usage import usage_router
 from tether.store import Store
 from tether.store.base import TaskFilter
-from tether.serve.usage import usage_router
 from tether.telemetry import hooks
 from tether.telemetry.logs import access_log
 from tether.telemetry.prometheus import PullReader, gauge_lines

@@ -18,7 +18,8 @@ def usage_router() -> APIRouter:
     @router.get("/v1/tasks/{task_id}/usage", summary="A task's tokens and cost, its own and inherited")
     def task_usage(request: Request, task_id: str, since: str | None = None) -> dict[str, Any]:
         app = request.app.state.apps(request.app.state.authenticate(request))
-        return app.usage(task_id, since=since).to_dict()
+        found: dict[str, Any] = app.usage(task_id, since=since).to_dict()
+        return found
 
     @router.get("/v1/usage", summary="Tokens and cost of the tenant's tasks, grouped")
     def usage(
@@ -31,7 +32,8 @@ def usage_router() -> APIRouter:
         limit: int = Query(10_000, ge=1, le=100_000),
     ) -> dict[str, Any]:
         app = request.app.state.apps(request.app.state.authenticate(request))
-        found = app.usage(user_id=user_id, session_id=session_id, type=type, by=by, since=since, limit=limit)
-        return found.to_dict()
+        report = app.usage(user_id=user_id, session_id=session_id, type=type, by=by, since=since, limit=limit)
+        body: dict[str, Any] = report.to_dict()
+        return body
 
     return router

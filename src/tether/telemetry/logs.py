@@ -41,8 +41,8 @@ class LineFormatter(logging.Formatter):
 
     Example:
         >>> import logging
-        >>> record = logging.makeLogRecord({"msg": "GET /healthz 200", "levelname": "INFO", "name": "tether.serve.access",
-        ...                                  "http_status": 200, "created": 0})
+        >>> fields = {"msg": "GET /healthz 200", "levelname": "INFO", "name": "tether.serve.access"}
+        >>> record = logging.makeLogRecord({**fields, "http_status": 200, "created": 0})
         >>> LineFormatter().format(record).split(" ", 1)[1]
         'INFO tether.serve.access GET /healthz 200 http_status=200'
     """

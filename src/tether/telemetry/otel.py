@@ -11,6 +11,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode
+from opentelemetry.util.types import Attributes
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from tether.events import RunTraced
@@ -50,7 +51,7 @@ class Telemetry:
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         version = _version()
         self.tracer = trace.get_tracer(_SCOPE, version, tracer_provider)
-        meter = metrics.get_meter(_SCOPE, version, meter_provider=meter_provider)
+        meter = metrics.get_meter(_SCOPE, version or "", meter_provider=meter_provider)
         self.meter = meter
         self.runs = meter.create_counter("tether.runs", "{run}", "Runs of tasks begun (attribute tether.run.resumed)")
         self.run_duration = meter.create_histogram(
@@ -59,8 +60,12 @@ class Telemetry:
         self.tasks = meter.create_counter(
             "tether.tasks", "{task}", "Runs ended, by the status they left the task in (tether.task.status)"
         )
-        self.calls = meter.create_counter("tether.calls", "{call}", "Recorded calls: run live or served from the record")
-        self.retries = meter.create_counter("tether.call.retries", "{retry}", "Attempts of calls retried after an error")
+        self.calls = meter.create_counter(
+            "tether.calls", "{call}", "Recorded calls: run live or served from the record"
+        )
+        self.retries = meter.create_counter(
+            "tether.call.retries", "{retry}", "Attempts of calls retried after an error"
+        )
         self.failures = meter.create_counter("tether.failures", "{failure}", "Tasks failed, by exception type")
         self.waits = meter.create_counter("tether.waits.answered", "{wait}", "Waits for input whose answer a run took")
         self.takeovers = meter.create_counter("tether.lease.takeovers", "{takeover}", "Leases taken from dead holders")
@@ -138,7 +143,7 @@ class RunTrace:
 
     def call(self, n: int, tool: str, key: str, attempt: int, kind: str) -> CallSpan:
         """A call's span (``execute_tool``), current while its tool runs: a span the tool opens is its child."""
-        attributes = {
+        attributes: Attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
             "gen_ai.tool.call.id": key,
@@ -154,7 +159,7 @@ class RunTrace:
 
     def replayed(self, n: int, tool: str, key: str, kind: str, result: Any) -> None:
         """A call served from the record: a span marked ``tether.replayed``, counted apart from live calls."""
-        attributes = {
+        attributes: Attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
             "gen_ai.tool.call.id": key,
@@ -169,7 +174,7 @@ class RunTrace:
 
     def retry(self, tool: str, attempt: int, backoff: float, error_type: str) -> None:
         """Attempt ``attempt`` of a call failed with ``error_type`` and is retried after ``backoff`` seconds."""
-        attributes = {
+        attributes: Attributes = {
             "gen_ai.tool.name": tool,
             "tether.call.attempt": attempt,
             "tether.retry.backoff_s": backoff,
@@ -199,7 +204,9 @@ class RunTrace:
     def compensating(self, due: int) -> None:
         """The compensations of a failed or cancelled task begin: their calls become this span's children."""
         if due and self._compensating is None:
-            span = self.telemetry.tracer.start_span("compensate", self.context, attributes={"tether.compensations": due})
+            span = self.telemetry.tracer.start_span(
+                "compensate", self.context, attributes={"tether.compensations": due}
+            )
             self._compensating = span
             self.context = trace.set_span_in_context(span)
 

@@ -51,7 +51,10 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         cost = self.cost if other.cost is None else other.cost if self.cost is None else self.cost + other.cost
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens, cost, self.calls + other.calls
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            cost,
+            self.calls + other.calls,
         )
 
     @property
@@ -149,7 +152,8 @@ def usage_of(result: Any) -> tuple[Usage, str | None, str] | None:
     (``usage_metadata`` / ``usageMetadata``: prompt, candidates and thoughts token counts).
 
     Example:
-        >>> usage, model, provider = usage_of({"model": "gpt-4o", "usage": {"prompt_tokens": 9, "completion_tokens": 3}})
+        >>> chat = {"model": "gpt-4o", "usage": {"prompt_tokens": 9, "completion_tokens": 3}}
+        >>> usage, model, provider = usage_of(chat)
         >>> (usage.input_tokens, usage.output_tokens, model, provider)
         (9, 3, 'gpt-4o', 'openai')
     """
@@ -181,7 +185,11 @@ def _google(result: dict[str, Any], model: str | None) -> tuple[Usage, str | Non
 
     output = count("candidates_token_count") + count("thoughts_token_count")
     version = result.get("model_version", result.get("modelVersion"))
-    return Usage(count("prompt_token_count"), output, None, 1), model or (version if isinstance(version, str) else None), "gcp.gemini"
+    return (
+        Usage(count("prompt_token_count"), output, None, 1),
+        model or (version if isinstance(version, str) else None),
+        "gcp.gemini",
+    )
 
 
 def task_usage(state: TaskState, *, since: float | None = None) -> TaskUsage:
@@ -293,7 +301,8 @@ def parse_since(since: str | float | datetime | None, *, now: float | None = Non
         else:
             return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
     raise InvalidInputError(
-        f"since must be a duration back from now (7d, 12h, 30m, 45s, 2w), an ISO date or time, or epoch seconds; got {since!r}"
+        "since must be a duration back from now (7d, 12h, 30m, 45s, 2w), an ISO date or time, "
+        f"or epoch seconds; got {since!r}"
     )
 
 

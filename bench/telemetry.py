@@ -1,0 +1,158 @@
+"""Telemetry benchmark: what tether's OpenTelemetry spans cost a recorded call, and what the hooks
+cost when telemetry is not configured.
+
+Run: ``python bench/telemetry.py`` (``--quick`` for a short run). Prints one line of JSON.
+
+* ``sdk_ratio``: seconds per ``ctx.call`` (a ~500-byte result, SQLite) with tether's telemetry on,
+  an SDK ``TracerProvider`` and a ``BatchSpanProcessor`` over an exporter that drops what it is
+  given, against the same call with telemetry off, in this process, rounds interleaved, best of
+  each. Targets: readonly ≤ 1.15, side-effecting ≤ 1.1. ``sdk_metrics_ratio`` adds the SDK's
+  ``MeterProvider`` (with a reader) for the metrics, for information.
+* ``unconfigured_ratio``: telemetry never configured, against the tether of the commit before the
+  hooks went in (``git archive`` of it into a temporary folder; ``--baseline-src`` names another
+  ``src``), each in processes of its own, interleaved. Target ≤ 1.02. A timing on shared cores moves
+  by a few percent with the neighbours' load: ``bench/call_instructions.py --src`` counts the
+  instructions instead, which do not move (see docs/observability.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).parent
+TARGETS = {"readonly": 1.15, "side_effecting": 1.1}
+UNCONFIGURED_TARGET = 1.02
+KINDS = (("readonly", True), ("side_effecting", False))
+
+
+def child(src: str, readonly: bool, calls: int) -> None:
+    sys.path.insert(0, src)
+    import tether  # noqa: F401  (from ``src``, before _common puts this checkout's first)
+
+    sys.path.insert(1, str(HERE))
+    from _common import MESSAGE, recorded_call
+
+    with tempfile.TemporaryDirectory() as folder:
+        print(recorded_call(f"sqlite:///{folder}/c.db", calls, readonly=readonly, result=MESSAGE))
+
+
+def in_child(src: str, readonly: bool, calls: int) -> float:
+    argv = [sys.executable, __file__, "--child", "1" if readonly else "0", str(calls), "--baseline-src", src]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def _sdk(metrics: bool) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    import tether.telemetry
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Sequence[object]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()]) if metrics else None
+    tether.telemetry.instrument(tracer_provider=provider, meter_provider=meters)
+
+
+def in_process(calls: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Best-of-``rounds`` seconds per call for each kind, telemetry off and on."""
+    sys.path.insert(0, str(HERE.parent / "src"))
+    sys.path.insert(0, str(HERE))
+    from _common import MESSAGE, recorded_call
+
+    import tether.telemetry
+
+    best: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for r in range(rounds):
+            for mode in ("off", "sdk", "sdk_metrics"):
+                if mode == "off":
+                    tether.telemetry.uninstrument()
+                else:
+                    _sdk(metrics=mode == "sdk_metrics")
+                for kind, readonly in KINDS:
+                    url = f"sqlite:///{folder}/{mode}{kind}{r}.db"
+                    took = recorded_call(url, calls, readonly=readonly, result=MESSAGE)
+                    row = best.setdefault(mode, {})
+                    row[kind] = min(row.get(kind, took), took)
+        tether.telemetry.uninstrument()
+    return best
+
+
+def baseline_src(folder: str) -> str | None:
+    """The ``src`` of the commit before tether.telemetry's hooks went in, written into ``folder``."""
+    repo = str(HERE.parent)
+    try:
+        added = subprocess.run(
+            ["git", "-C", repo, "log", "--diff-filter=A", "--format=%H", "--", "src/tether/telemetry/hooks.py"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        if not added:
+            return None
+        archive = subprocess.run(
+            ["git", "-C", repo, "archive", f"{added[-1]}~1", "src"], capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return os.path.join(folder, "src")
+
+
+def unconfigured(calls: int, rounds: int, baseline: str | None) -> dict[str, float] | None:
+    with tempfile.TemporaryDirectory() as folder:
+        before = baseline or baseline_src(folder)
+        if before is None:
+            return None
+        now = str(HERE.parent / "src")
+        best: dict[str, dict[str, float]] = {}
+        for _ in range(rounds):
+            for label, src in (("before", before), ("now", now)):
+                for kind, readonly in KINDS:
+                    took = in_child(src, readonly, calls)
+                    row = best.setdefault(label, {})
+                    row[kind] = min(row.get(kind, took), took)
+    return {kind: round(best["now"][kind] / best["before"][kind], 4) for kind, _ in KINDS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
+    parser.add_argument("--baseline-src", default=None, help="the src without telemetry to compare against")
+    parser.add_argument("--child", nargs=2, metavar=("READONLY", "CALLS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.baseline_src, args.child[0] == "1", int(args.child[1]))
+        return
+    calls, rounds = (300, 3) if args.quick else (2000, 5)
+    best = in_process(calls, rounds)
+    result: dict[str, object] = {"calls": calls, "rounds": rounds, "targets": TARGETS}
+    passed = True
+    for kind, _ in KINDS:
+        off = best["off"][kind]
+        result[f"{kind}_off_us"] = round(off * 1e6, 2)
+        result[f"{kind}_sdk_ratio"] = ratio = round(best["sdk"][kind] / off, 4)
+        result[f"{kind}_sdk_metrics_ratio"] = round(best["sdk_metrics"][kind] / off, 4)
+        passed = passed and ratio <= TARGETS[kind]
+    ratios = unconfigured(calls, rounds, args.baseline_src)
+    result["unconfigured_ratio"] = ratios
+    if ratios is not None:
+        passed = passed and all(r <= UNCONFIGURED_TARGET for r in ratios.values())
+    result["pass"] = passed
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
