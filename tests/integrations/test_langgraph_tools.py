@@ -201,12 +201,16 @@ def lines(path: Path) -> list[str]:
 
 
 @pytest.mark.crash
-@pytest.mark.parametrize("how", [("sync", "sync"), ("async", "async")], ids=["invoke-sync", "ainvoke-async"])
+@pytest.mark.parametrize(
+    "how", [("sync", "sync"), ("async", "async"), ("sync", "exit")], ids=["invoke-sync", "ainvoke-async", "invoke-exit"]
+)
 def test_sigkill_at_the_effect_a_sibling_and_the_next_model_call_then_resume(
     durable_url: str, how: tuple[str, str], tmp_path: Path, children: tuple[ForkServer, ForkServer]
 ) -> None:
-    """``invoke`` with ``durability="sync"`` and ``ainvoke`` with LangGraph's default ("async"); each
-    kill point is a thread of its own in one database, resumed by a fresh process."""
+    """``invoke`` with ``durability="sync"``, ``ainvoke`` with LangGraph's default ("async") and
+    ``invoke`` with "exit" (nothing stored until the run ends: a killed run starts over, and its
+    recorded tool calls are not run again); each kill point is a thread of its own in one database,
+    resumed by a fresh process."""
     reference = tmp_path / "reference"
     reference.mkdir()
     done = life(children[0], durable_url, reference, "reference", "none:0", how)
@@ -231,5 +235,5 @@ def test_sigkill_at_the_effect_a_sibling_and_the_next_model_call_then_resume(
         turns = lines(work / "model.log")
         if how[1] == "sync":  # every finished step is stored before the next starts: no turn asked twice
             assert turns == ["turn 1", "turn 2"], point
-        else:  # the newest step's checkpoint may be lost: its model turn asked again, its tools recorded
+        else:  # the newest steps' checkpoints may be lost: a model turn asked again, its tools recorded
             assert set(turns) == {"turn 1", "turn 2"} and turns[-1] == "turn 2", point
