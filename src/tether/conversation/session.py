@@ -46,6 +46,7 @@ from tether.events import Event, Recorded, from_epoch
 from tether.log import TaskLog
 from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
+from tether.telemetry import hooks as telemetry
 
 __all__ = [
     "Session",
@@ -287,6 +288,7 @@ class Session:
         if not events:
             return []
         added = self._append_messages(events, expected_version)
+        telemetry.conversation_appended(len(added))
         self._maybe_compact()
         return added
 
@@ -354,6 +356,7 @@ class Session:
                 return None
             with self._lock:
                 self._stream.append([summary], view.version)
+                telemetry.compacted()
                 self._end.refresh()
                 self._end.snapshot()
                 return self._end.outline.summary

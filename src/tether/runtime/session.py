@@ -57,6 +57,7 @@ from tether.events import Event, Recorded, SessionRead, SessionWritten
 from tether.log.conflicts import retry_on_conflict
 from tether.log.streams import Stream
 from tether.runtime._replay import describe
+from tether.telemetry import hooks as telemetry
 
 if TYPE_CHECKING:
     from tether.log import TaskLog
@@ -221,6 +222,7 @@ class TaskSession:
         found = self._find(origin)
         if found is None:
             found = self._append(events, origin)
+            _counted(events, found)
         first, last = found
         written_roles = roles if last >= first else []
         rec.append([SessionWritten(s=s, session_id=self.id, first=first, last=last, roles=written_roles)])
@@ -304,3 +306,14 @@ def fork_conversation(log: TaskLog, at_state: TaskState, session_id: str, new_se
         return False
     log.fork_stream(stream.id, version, new_id=stream_id(new_session_id))
     return True
+
+
+def _counted(events: Any, written: tuple[int, int]) -> None:
+    """Count an append a run made live (a compaction, when ``events`` made it from the view)."""
+    first, last = written
+    if last < first:
+        return
+    if callable(events):
+        telemetry.compacted()
+    else:
+        telemetry.conversation_appended(last - first + 1)

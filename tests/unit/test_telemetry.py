@@ -1,0 +1,105 @@
+"""tether's telemetry in one process: nothing recorded or emitted while it is off; metrics by outcome and
+kind while it is on (failures by type, conversation appends counted once across a resume); the
+Prometheus text of those metrics; one structured log line per run start and end, with no payload."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+
+import tether  # noqa: E402
+import tether.telemetry  # noqa: E402
+from tether.telemetry.prometheus import exposition  # noqa: E402
+
+
+@pytest.fixture
+def app() -> Iterator[tether.App]:
+    app = tether.App("memory://")
+    yield app
+    app.close()
+    tether.telemetry.uninstrument()
+
+
+def points(reader: InMemoryMetricReader, name: str) -> dict[tuple[Any, ...], Any]:
+    return {
+        tuple(sorted(p.attributes.items())): getattr(p, "value", None)
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == name
+        for p in m.data.data_points
+    }
+
+
+def test_off_records_and_emits_nothing(app: tether.App) -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+
+    @app.task
+    def plain(ctx: tether.TaskContext) -> int:
+        return 1
+
+    with provider.get_tracer("caller").start_as_current_span("caller"):
+        app.run(plain, task_id="t1")
+    assert [e.type for e in app.history("t1")] == ["TaskCreated", "StatusChanged", "OutputSet", "StatusChanged"]
+    assert app.get("t1").state.trace is None and [s.name for s in spans.get_finished_spans()] == ["caller"]
+
+
+def test_metrics_count_failures_by_type_and_appends_once(app: tether.App) -> None:
+    reader = InMemoryMetricReader()
+    tether.telemetry.instrument(tracer_provider=TracerProvider(), meter_provider=MeterProvider(metric_readers=[reader]))
+
+    @app.task
+    def chat(ctx: tether.TaskContext) -> None:
+        ctx.session.add("user", "hello")
+        ctx.session.compact(keep_last=0)
+        ctx.wait_for_input("more")
+        raise KeyError("gone")
+
+    app.run(chat, task_id="c1", session_id="s1")
+    app.send_input("c1", "more", True)
+    assert app.resume("c1").status.value == "failed"
+    assert points(reader, "tether.conversation.appends") == {(): 1}
+    assert points(reader, "tether.conversation.compactions") == {(): 1}
+    assert points(reader, "tether.failures") == {(("error.type", "KeyError"), ("tether.task.type", "chat")): 1}
+    assert points(reader, "tether.waits.answered") == {(("tether.task.type", "chat"),): 1}
+    ended = points(reader, "tether.tasks")
+    assert ended[(("tether.task.status", "failed"), ("tether.task.type", "chat"))] == 1
+    assert ended[(("tether.task.status", "awaiting_input"), ("tether.task.type", "chat"))] == 1
+    text = "\n".join(exposition(reader.get_metrics_data()))
+    assert "# TYPE tether_failures_total counter" in text
+    assert 'tether_failures_total{error_type="KeyError",tether_task_type="chat"} 1' in text
+    assert "# TYPE tether_run_duration_seconds histogram" in text and 'le="+Inf"' in text
+
+
+def test_one_line_per_run_start_and_end_without_payloads(app: tether.App, caplog: pytest.LogCaptureFixture) -> None:
+    @app.task
+    def secretive(ctx: tether.TaskContext, password: str) -> str:
+        return password[::-1]
+
+    with caplog.at_level(logging.INFO, logger="tether.run"):
+        app.run(secretive, "hunter2", task_id="r1")
+    lines = [r for r in caplog.records if r.name == "tether.run"]
+    assert [r.getMessage().split()[-1] if "started" in r.getMessage() else r.tether_status for r in lines] == [  # type: ignore[attr-defined]
+        "started",
+        "completed",
+    ]
+    end = lines[1]
+    assert (end.tether_task_id, end.tether_task_type, end.tether_attempt) == ("r1", "secretive", 1)  # type: ignore[attr-defined]
+    assert end.tether_run_id == lines[0].tether_run_id and end.tether_duration_s >= 0  # type: ignore[attr-defined]
+    assert not any("hunter2" in r.getMessage() or "2retnuh" in r.getMessage() for r in lines)
+    assert logging.getLogger("tether").handlers and isinstance(
+        logging.getLogger("tether").handlers[0], logging.NullHandler
+    )
