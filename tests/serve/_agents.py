@@ -1,5 +1,6 @@
 """The tasks the serve tests inspect: a trip that waits for approval, a task that fails until fixed,
-and a chat that talks in its session. Workers run them; the server only has the store."""
+a chat that talks in its session, and one whose assistant calls a tool. Workers run them; the
+server only has the store."""
 
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ def build(store: str | tether.Store) -> tuple[tether.App, dict[str, bool]]:
         ctx.session.add("user", text)
         ctx.session.add("assistant", f"you said {text}")
         return text
+
+    @app.task
+    def tools(ctx: tether.TaskContext, city: str) -> str:
+        ctx.session.add("user", f"weather in {city}?")
+        call = {"id": "call_w1", "name": "weather", "arguments": {"city": city}}
+        ctx.session.add("assistant", None, tool_calls=[call])
+        ctx.session.add("tool", "18°C and sunny", tool_call_id="call_w1")
+        ctx.session.add("assistant", f"It is 18°C in {city}.")
+        return city
 
     return app, flags
 

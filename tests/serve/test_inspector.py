@@ -96,7 +96,7 @@ def test_inspect_answer_and_fork_in_a_browser(page: Any, served: Served, tmp_pat
         expect(page.locator("#task h1")).to_have_text(served.waiting)
         page.click('#timeline li[data-seq="3"]')
         expect(page.locator("#at")).to_have_text("#3")
-        expect(page.locator("#state")).to_contain_text('"version": 3')
+        expect(page.locator("#state-tree")).to_contain_text("version: 3")
         expect(page.locator("#diff")).to_contain_text("/plan/0")
         expect(page.locator("table.calls")).to_contain_text("lookup")
         expect(page.locator("#tree")).to_contain_text(served.waiting)
@@ -107,18 +107,21 @@ def test_inspect_answer_and_fork_in_a_browser(page: Any, served: Served, tmp_pat
         form.locator("input[name=yes]").check()
         form.locator("input[name=note]").fill("window seat")
         form.locator("button").click()
-        expect(page.locator("section.input .result")).to_contain_text("answered")
+        expect(page.locator("#action-result")).to_contain_text("Answered approve")  # the page says what it did
+        expect(page.locator("#story .request")).to_contain_text("Answered by alice")
         work(served.app)
         expect(page.locator(".meta .status")).to_have_text("completed")  # the page follows the task live
         assert served.app.state(served.waiting).output == {"booked": True, "note": "window seat"}
         page.screenshot(path=str(shots / "3-answered-and-completed.png"), full_page=True)
 
         # Fork from the UI at event 3: the new task's page, a fork of this one.
-        page.fill("form.fork input[name=at]", "3")
+        page.get_by_label("Fork at event").fill("3")
+        page.get_by_label("named").fill("lisbon-again")
         page.click("form.fork button")
         expect(page.locator(".meta")).to_contain_text(f"fork of {served.waiting}")
-        fork_id = page.locator("#task").get_attribute("data-task")
-        assert fork_id and served.app.state(fork_id).parent is not None
+        expect(page.locator("#action-result")).to_contain_text("Forked at event #3")
+        assert page.locator("#task").get_attribute("data-task") == "lisbon-again"
+        assert served.app.state("lisbon-again").parent is not None
         page.screenshot(path=str(shots / "4-fork.png"), full_page=True)
 
         # The inbox renders the newcomer's question as a form; the failed list retries.
@@ -207,7 +210,7 @@ def test_odd_ids_are_linked_encoded_and_shown_visibly_by_the_script(page: Any, s
             expect(page.locator("#task h1")).to_have_text(task_id)
             expect(page.locator("#tree b")).to_have_text(task_id)  # the script's API call found the task
             page.click('#timeline li[data-seq="2"]')
-            expect(page.locator("#state")).to_contain_text('"version": 2')
+            expect(page.locator("#state-tree")).to_contain_text("version: 2")
             page.go_back()
         page.goto(f"{live.base}/tasks/pay%E2%80%AEevil.exe")
         expect(page.locator("#task h1")).to_have_text("pay\\u202eevil.exe")

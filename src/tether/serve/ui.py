@@ -12,10 +12,9 @@ visible (see :mod:`tether.serve._ids`).
 
 from __future__ import annotations
 
-import html
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
@@ -26,9 +25,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from tether.errors import TaskNotFoundError, TetherError
 from tether.events import in_doubt_call
 from tether.model.status import Status
-from tether.runtime.app import App, failure_summary
-from tether.serve._ids import segment, shown, visible
-from tether.serve._json import jsonable, summary_json
+from tether.runtime.app import App
+from tether.serve._html import data, e, link, when
+from tether.serve._ids import shown, visible
+from tether.serve._json import summary_json
+from tether.serve._task_page import call_named, doubt_section, failure_text, task_body
 from tether.serve.auth import CSRF_COOKIE, CSRF_HEADER, KEY_COOKIE, AuthError, Principal, csrf_matches, new_csrf_token
 from tether.serve.keys import KeyRing
 from tether.store import TaskFilter
@@ -42,27 +43,7 @@ _HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
-_STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
-
-
-def e(value: Any) -> str:
-    """Escaped for HTML text and attribute values."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def link(task_id: str) -> str:
-    """A link to a task's page: its id percent-encoded in the URL, shown safely in the text."""
-    return f'<a href="/tasks/{e(segment(task_id))}">{shown(task_id)}</a>'
-
-
-def _data(value: Any) -> str:
-    """JSON for a ``<script type="application/json">`` block: ``<`` escaped so no tag can close it."""
-    return json.dumps(jsonable(value)).replace("<", "\\u003c")
-
-
-def _short(value: Any, limit: int = 160) -> str:
-    text = json.dumps(jsonable(value), ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+_STATIC = {"app.js": "text/javascript", "style.css": "text/css", "favicon.svg": "image/svg+xml"}
 
 
 def build_pages(
@@ -105,7 +86,9 @@ class _Frame:
             )
         doc = (
             '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width"><title>{e(visible(title))} · tether</title>'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{e(visible(title))} · tether</title>"
+            '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
             '<link rel="stylesheet" href="/static/style.css"><script src="/static/app.js" defer></script>'
             f"</head><body>{nav}<main>{body}</main></body></html>"
         )
@@ -143,7 +126,8 @@ def _add_login(router: APIRouter, keys: KeyRing, frame: _Frame) -> None:
         body = (
             "<h1>tether</h1><p>Paste an API key (<code>tether keys create --tenant T --name N</code>).</p>"
             f'{message}<form method="post" action="/login" class="login">'
-            '<input type="password" name="key" autocomplete="off" required placeholder="tk_…">'
+            '<label for="key">API key</label><input type="password" id="key" name="key" autocomplete="off" required '
+            'placeholder="tk_…">'
             "<button>Log in</button></form>"
         )
         return frame.page(request, "log in", body, None)
@@ -188,6 +172,11 @@ def _add_static(router: APIRouter) -> None:
         text = resources.files("tether.serve").joinpath("static", name).read_text(encoding="utf-8")
         return Response(text, media_type=_STATIC[name], headers={"Cache-Control": "no-cache"})
 
+    @router.get("/favicon.ico")
+    def favicon() -> Response:
+        """The icon browsers ask for by themselves (the pages name the SVG; this answers the rest)."""
+        return static("favicon.svg")
+
 
 def _add_pages(router: APIRouter, frame: _Frame) -> None:
     router.add_api_route("/", frame.guarded(_task_list, "tasks"), methods=["GET"])
@@ -214,11 +203,14 @@ def _task_list(app: App, request: Request) -> str:
     lines = "".join(_task_row(summary_json(app, r)) for r in shown)
     return (
         f'<h1>Tasks</h1><form class="filters" method="get" action="/">'
+        f'<label class="sr-only" for="search">Search</label>'
         f'<input name="q" value="{e(q)}" placeholder="search id, type, user" id="search">'
+        '<label class="sr-only" for="status-filter">Status</label>'
         f'<select name="status" id="status-filter"><option value="">any status</option>{options}</select>'
         f'<button>Filter</button></form><p class="count" id="count">{len(shown):,} of {len(rows):,}</p>'
-        '<table id="tasks" data-live="1"><thead><tr><th>task</th><th>type</th><th>status</th><th>position</th>'
-        f"<th>waiting for</th><th>held by</th><th>updated</th></tr></thead><tbody>{lines}</tbody></table>"
+        '<div class="scroll"><table id="tasks" data-live="1"><thead><tr><th>task</th><th>type</th><th>status</th>'
+        "<th>position</th>"
+        f"<th>waiting for</th><th>held by</th><th>updated</th></tr></thead><tbody>{lines}</tbody></table></div>"
     )
 
 
@@ -227,9 +219,7 @@ def _task_page(app: App, request: Request) -> str:
     row = app.store.get_task(app.tenant, task_id)
     if row is None or row.type.startswith("tether."):
         raise TaskNotFoundError(task_id, tenant=app.tenant)
-    state = app.state(task_id)
-    history = app.history(task_id)
-    return _task_body(app, state, history, row.parent_id, row.parked)
+    return task_body(app, row, app.state(task_id), app.history(task_id))
 
 
 def _inbox(app: App, request: Request) -> str:
@@ -242,7 +232,7 @@ def _inbox(app: App, request: Request) -> str:
             f"<h2>{link(p.task_id)} · {shown(p.type)} "
             f"waits for <code>{shown(p.key)}</code></h2>"
             f'<p class="prompt">{e(p.prompt or "")}</p>'
-            f'<script type="application/json" class="schema">{_data(p.schema)}</script>'
+            f'<script type="application/json" class="schema">{data(p.schema)}</script>'
             '<form class="answer"></form><p class="result"></p></section>'
         )
         for p in items
@@ -255,7 +245,7 @@ def _failed(app: App, request: Request) -> str:
     cards = []
     for r in rows:
         try:
-            text = failure_summary(app.state(r.task_id))
+            text = failure_text(app.state(r.task_id))
         except TetherError as exc:
             text = str(exc)
         cards.append(
@@ -269,58 +259,20 @@ def _failed(app: App, request: Request) -> str:
 def _task_row(s: dict[str, Any]) -> str:
     return (
         f'<tr data-task="{e(s["task_id"])}"><td>{link(s["task_id"])}</td>'
-        f'<td>{shown(s["type"])}</td><td class="status {e(s["status"])}">{e(s["status"])}</td>'
+        f'<td>{shown(s["type"])}</td><td class="status {e(s["status"])}">{e(s["status"])}'
+        f"{_requested(s['requested'])}</td>"
         f"<td>{e(s['position'])}</td><td>{shown(s['waiting_for'] or '')}</td><td>{shown(s['held_by'] or '')}</td>"
-        f"<td>{e((s['updated_at'] or '')[:19])}</td></tr>"
+        f"<td>{_updated(s['updated_at'])}</td></tr>"
     )
 
 
-def _task_body(app: App, state: Any, history: list[Any], parent_id: str | None, parked: str | None = None) -> str:
-    tid = state.task_id
-    actions = []
-    if state.status is Status.FAILED:
-        actions.append('<button class="retry">Retry</button>')
-    if state.status.value not in ("completed", "failed", "cancelled"):
-        actions.append('<button class="cancel">Cancel</button>')
-    decisions = "".join(
-        f"<li><b>{e(d.name)}</b>: {e(_short(d.choice))} — {e(d.rationale or '')}</li>" for d in state.decisions
-    )
-    parent = f" · fork of {link(parent_id)}" if parent_id else ""
-    session = (
-        f'<section id="conversation" data-session="{e(state.session_id)}">'
-        '<h2>Conversation</h2><div class="chat"></div></section>'
-        if state.session_id
-        else ""
-    )
-    return (
-        f'<div id="task" data-task="{e(tid)}" data-version="{state.version}"><h1>{shown(tid)}</h1>'
-        f'<p class="meta">{shown(state.type)} · '
-        f'<span class="status {e(state.status.value)}">{e(state.status.value)}</span>'
-        f" · {e(state.position)}{parent}</p>"
-        f'<div class="actions">{"".join(actions)}<form class="fork"><label>Fork at event '
-        f'<input type="number" name="at" min="1" max="{state.version}" value="{state.version}"></label>'
-        f'<button>Fork</button></form></div><p class="result" id="action-result"></p>'
-        f"{_parked_section(parked)}{_failure_section(state)}{_waiting_section(state)}"
-        '<div class="columns"><section><h2>Timeline</h2><ol id="timeline">'
-        f'{_timeline(history)}</ol></section><section id="inspect"><h2>State at <span id="at">now</span></h2>'
-        '<h3>Changes from the point before</h3><pre id="diff">click a point in the timeline</pre>'
-        '<h3>State</h3><pre id="state"></pre></section></div>'
-        f'<h2>Calls</h2><table class="calls"><thead><tr><th>#</th><th>tool</th><th>status</th><th>args</th>'
-        f"<th>result</th><th>attempts</th><th>duration</th></tr></thead><tbody>{_call_rows(state.calls)}</tbody></table>"
-        f"<h2>Decisions</h2><ul>{decisions or '<li>none</li>'}</ul>"
-        f"<h2>Output</h2><pre>{e(_short(state.output, 2000))}</pre>"
-        f'<section><h2>Fork tree</h2><div id="tree"></div></section>{session}</div>'
-    )
+def _requested(kind: str | None) -> str:
+    words = {"answer": "answered", "cancel": "cancel requested", "retry": "retry requested"}
+    return f' <span class="pill requested">{words[kind]}</span>' if kind in words else ""
 
 
-def _failure_section(state: Any) -> str:
-    """Why a failed or cancelled task ended, with the traceback folded away."""
-    if state.status not in (Status.FAILED, Status.CANCELLED):
-        return ""
-    failure = f'<div class="failure"><h2>Failure</h2><p>{e(failure_summary(state))}</p>'
-    if state.failure is not None and state.failure.traceback:
-        failure += f"<details><summary>traceback</summary><pre>{e(state.failure.traceback)}</pre></details>"
-    return failure + "</div>"
+def _updated(moment: str | None) -> str:
+    return when(datetime.fromisoformat(moment)) if moment else ""
 
 
 def _inbox_doubt(app: App, p: Any) -> str:
@@ -331,95 +283,5 @@ def _inbox_doubt(app: App, p: Any) -> str:
         call = app.state(p.task_id).call(n)
     except TetherError:  # one unreadable stream must not hide the others: the card says less
         call = None
-    title = f"<h2>{link(p.task_id)} · {shown(p.type)} waits for a person: {_call_named(n, call)} is in doubt</h2>"
-    return _doubt_section(p.task_id, n, call, title)
-
-
-def _call_named(n: int, call: Any) -> str:
-    return f"call #{n} <code>{shown(call.tool)}()</code>" if call is not None else f"call #{n}"
-
-
-def _doubt_section(task_id: str, n: int, call: Any, title: str) -> str:
-    """A call in doubt (started, its result never recorded), for a person to settle instead of an
-    answer: what it was, and the two actions the script posts to ``…/calls/N/resolve``."""
-    key = f" under key <code>{shown(call.key)}</code>" if call is not None else ""
-    args = f'<p class="args">args: <code>{e(_short(call.args, 2000))}</code></p>' if call is not None else ""
-    return (
-        f'<section class="doubt" data-task="{e(task_id)}" data-n="{n}">{title}'
-        f'<p class="prompt">It started{key}, and its result was never recorded (its process '
-        "stopped inside it): its effect may or may not have happened. Check the other system, then say what "
-        f"happened. No worker runs the task until then.</p>{args}"
-        '<form class="happened"><label>its result, as JSON '
-        '<textarea name="result" rows="3" required placeholder="{&quot;id&quot;: &quot;ch_123&quot;}"></textarea>'
-        '</label><button type="submit">It happened</button></form>'
-        '<form class="not-happened"><button type="submit">It did not happen</button> '
-        '<span class="hint">the call runs again, under the same key</span></form>'
-        '<p class="result"></p></section>'
-    )
-
-
-def _parked_section(parked: str | None) -> str:
-    """Why no worker runs the task (its run could not go on), and what moves it on."""
-    if parked is None:
-        return ""
-    return (
-        '<section class="parked failed"><h2>Parked: no worker runs it until someone acts on it</h2>'
-        f'<p class="failure">{e(parked)}</p><p>Fix the code and resume it, or answer, cancel or retry it: '
-        "any of these moves it on.</p></section>"
-    )
-
-
-def _waiting_section(state: Any) -> str:
-    """The question a task waits on, with the form the script fills from its JSON schema; for a
-    call in doubt, the call and the two ways to settle it instead."""
-    if state.waiting is None:
-        return ""
-    w = state.waiting
-    n = in_doubt_call(w.key)
-    if n is not None:
-        call = state.call(n)
-        return _doubt_section(
-            state.task_id, n, call, f"<h2>Waiting for a person: {_call_named(n, call)} is in doubt</h2>"
-        )
-    return (
-        f'<section class="input" data-task="{e(state.task_id)}" data-key="{e(w.key)}"><h2>Waiting for '
-        f'<code>{shown(w.key)}</code></h2><p class="prompt">{e(w.prompt or "")}</p>'
-        f'<script type="application/json" class="schema">{_data(w.input_schema)}</script>'
-        '<form class="answer"></form><p class="result"></p></section>'
-    )
-
-
-def _timeline(history: list[Any]) -> str:
-    return "".join(
-        f'<li class="point {e(h.type)}" data-seq="{h.seq}" tabindex="0">'
-        f"{f'<span class=boundary>{e(h.boundary)}</span>' if h.boundary else ''}"
-        f'<span class="seq">#{h.seq}</span> <span class="type">{e(h.type)}</span> {e(visible(h.summary))}</li>'
-        for h in history
-    )
-
-
-def _call_rows(calls: list[Any]) -> str:
-    return "".join(
-        f'<tr class="call {e(c.kind)}"><td>{c.n}</td>'
-        f"<td>{e(c.tool)}{' (compensation)' if c.kind == 'compensation' else ''}</td><td>{e(c.status)}</td>"
-        f"<td><code>{e(_short(c.args))}</code></td><td><code>{e(_short(c.result))}</code></td>"
-        f"<td>{_attempts(c)}</td><td>{e(_duration(c))}</td></tr>"
-        for c in calls
-    )
-
-
-def _attempts(call: Any) -> str:
-    """How many attempts, and each failed one's error and backoff."""
-    failed = "".join(
-        f"<li>#{a.number}: {e(a.error_type)}: {e(a.message)}"
-        + (f" (backoff {a.backoff:.2f}s)" if a.backoff else "")
-        + "</li>"
-        for a in call.attempts
-        if a.error_type
-    )
-    return f"{len(call.attempts)}" + (f'<ul class="attempts">{failed}</ul>' if failed else "")
-
-
-def _duration(call: Any) -> str:
-    total = sum((a.duration or 0.0) for a in call.attempts if getattr(a, "duration", None) is not None)
-    return f"{total * 1000:.0f} ms" if call.attempts else ""
+    title = f"<h2>{link(p.task_id)} · {shown(p.type)} waits for a person: {call_named(n, call)} is in doubt</h2>"
+    return doubt_section(p.task_id, n, call, title)

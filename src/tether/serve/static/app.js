@@ -71,10 +71,13 @@ function show(target, text, isError) {
 function taskRow(s) {
   const link = el("a", { href: "/tasks/" + seg(s.task_id) }, idNode(s.task_id));
   return el("tr", { "data-task": s.task_id, class: "flash" },
-    el("td", {}, link), el("td", {}, idNode(s.type)), el("td", { class: "status " + s.status }, s.status),
+    el("td", {}, link), el("td", {}, idNode(s.type)),
+    el("td", { class: "status " + s.status }, s.status, s.requested ? el("span", { class: "pill requested" }, REQUESTED[s.requested]) : ""),
     el("td", {}, s.position || ""), el("td", {}, idNode(s.waiting_for || "")), el("td", {}, idNode(s.held_by || "")),
-    el("td", {}, (s.updated_at || "").slice(0, 19)));
+    el("td", {}, s.updated_at ? timeNode(s.updated_at) : ""));
 }
+
+const REQUESTED = { answer: "answered", cancel: "cancel requested", retry: "retry requested" };
 
 function matches(s) {
   const status = document.getElementById("status-filter").value;
@@ -155,8 +158,9 @@ function initInput(section) {
     try {
       const out = await api("POST", `/v1/tasks/${seg(task)}/inputs/${seg(key)}`,
         { value: field.read() });
-      show(result, `answered; the task is ${out.status}`);
       form.querySelector("button").disabled = true;
+      if (document.getElementById("task")) { flash(`Answered ${key}: a worker continues the task.`); return; }
+      show(result, `answered; the task is ${out.status}: a worker continues it`);
     } catch (err) { show(result, err.message, true); }
   });
 }
@@ -168,8 +172,9 @@ function initDoubt(section) {
   const settle = async (body) => {
     try {
       const out = await api("POST", path, body);
-      show(result, `settled; the task is ${out.status}: a worker continues it`);
       for (const button of section.querySelectorAll("button")) button.disabled = true;
+      if (document.getElementById("task")) { flash(`Call #${section.dataset.n} settled: a worker continues the task.`); return; }
+      show(result, `settled; the task is ${out.status}: a worker continues it`);
     } catch (err) { show(result, err.message, true); }
   };
   const happened = section.querySelector("form.happened");
@@ -188,68 +193,236 @@ function initDoubt(section) {
   });
 }
 
+// ---------------------------------------------------------------- times, read where the reader is
+const RELATIVE = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+const UNITS = [["year", 31536000], ["month", 2592000], ["week", 604800], ["day", 86400], ["hour", 3600], ["minute", 60]];
+
+function relative(date) {
+  const seconds = (date.getTime() - Date.now()) / 1000;
+  if (Math.abs(seconds) < 5) return seconds < 0 ? "just now" : "in a moment";
+  if (Math.abs(seconds) < 60) return RELATIVE.format(Math.round(seconds), "second");
+  for (const [unit, size] of UNITS) {
+    if (Math.abs(seconds) >= size || unit === "minute") return RELATIVE.format(Math.round(seconds / size), unit);
+  }
+  return date.toLocaleString();
+}
+
+const EXACT = { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" };
+
+// Every <time datetime>: relative in its text, the exact local time (and UTC) on hover.
+function localTimes(root) {
+  for (const node of (root || document).querySelectorAll("time[datetime]")) {
+    const date = new Date(node.getAttribute("datetime"));
+    if (Number.isNaN(date.getTime())) continue;
+    if (!node.dataset.utc) node.dataset.utc = node.textContent;
+    node.textContent = relative(date);
+    node.title = `${date.toLocaleString(undefined, EXACT)} (${node.dataset.utc})`;
+  }
+}
+
+function timeNode(iso) {
+  const node = el("time", { datetime: iso }, iso);
+  localTimes({ querySelectorAll: () => [node] });
+  return node;
+}
+
+// ---------------------------------------------------------------- the state, as a tree
+function pointer(parts) {
+  return parts.map((p) => "/" + String(p).replaceAll("~", "~0").replaceAll("/", "~1")).join("");
+}
+
+function isEmpty(v) {
+  return v === null || v === "" || (Array.isArray(v) && v.length === 0)
+    || (typeof v === "object" && v !== null && !Array.isArray(v) && Object.keys(v).length === 0);
+}
+
+// Draws `value` into `box`: objects and arrays fold (open down to what changed), leaves read as
+// key: value; `patch` (RFC 6902) marks what the event changed. Empty top-level fields go in one line.
+function drawTree(box, value, patch) {
+  const changed = new Set();
+  const above = new Set([""]);
+  for (const op of patch || []) {
+    for (const path of [op.path, op.from]) {
+      if (path === undefined) continue;
+      changed.add(path);
+      const parts = path.split("/");
+      for (let i = 1; i < parts.length; i++) above.add(parts.slice(0, i).join("/"));
+    }
+  }
+  const node = (label, v, parts, depth) => {
+    const path = pointer(parts);
+    const mark = changed.has(path);
+    const key = el("span", { class: "key", title: path || "/" }, label);
+    if (v !== null && typeof v === "object" && !isEmpty(v)) {
+      const entries = Array.isArray(v) ? v.map((x, i) => [`${i + 1}.`, x, i]) : Object.entries(v).map(([k, x]) => [k, x, k]);
+      const kids = el("ul", { role: "group" }, ...entries.map(([l, x, k]) => node(l, x, [...parts, k], depth + 1)));
+      const size = Array.isArray(v) ? `${v.length} item${v.length === 1 ? "" : "s"}` : `${entries.length} field${entries.length === 1 ? "" : "s"}`;
+      const details = el("details", {}, el("summary", {}, key, " ", el("span", { class: "size" }, size),
+        mark ? el("span", { class: "changed-tag" }, "changed") : ""), kids);
+      details.open = depth < 1 || above.has(path) || mark;
+      return el("li", { class: mark ? "changed" : "" }, details);
+    }
+    const text = typeof v === "string" ? JSON.stringify(v) : JSON.stringify(v);
+    return el("li", { class: "leaf" + (mark ? " changed" : "") }, key, ": ",
+      el("span", { class: "value " + (v === null ? "null" : typeof v) }, text),
+      mark ? el("span", { class: "changed-tag" }, "changed") : "");
+  };
+  box.replaceChildren();
+  const top = el("ul", { class: "tree-root" });
+  const empty = [];
+  const first = ["task_id", "type", "status", "position", "waiting", "failure", "output"];
+  const keys = Object.keys(value || {}).sort((a, b) => (first.indexOf(a) + 1 || 99) - (first.indexOf(b) + 1 || 99));
+  for (const [k, v] of keys.map((k) => [k, value[k]])) {
+    if (isEmpty(v) && !changed.has(pointer([k]))) empty.push(k); else top.append(node(k, v, [k], 0));
+  }
+  box.append(top);
+  if (empty.length) box.append(el("p", { class: "empty-fields" }, "Empty: " + empty.join(", ")));
+}
+
+// ---------------------------------------------------------------- the conversation, calls beside their results
+function drawTranscript(chat, messages) {
+  const calls = new Map();
+  chat.replaceChildren();
+  for (const m of messages) {
+    const answers = m.role === "tool" ? (m.answers && m.answers.length ? m.answers : [m.tool_call_id]).filter(Boolean) : [];
+    const home = answers.map((id) => calls.get(id)).find(Boolean);
+    if (home) {  // a tool result: under the call it answers
+      home.append(el("div", { class: "tool-result" }, el("span", { class: "role" }, "result"), m.content || ""));
+      continue;
+    }
+    const bubble = el("div", { class: "msg " + m.role, id: `msg-${m.seq}` },
+      el("span", { class: "role" }, m.role + (m.name ? ` · ${m.name}` : "")), m.content || "");
+    if (m.role === "tool" && answers.length) bubble.append(el("span", { class: "call-id" }, `result of ${answers.join(", ")}`));
+    for (const call of m.tool_calls || []) {
+      const block = el("div", { class: "tool-call", id: "call-" + call.id },
+        el("div", { class: "call-head" }, el("code", {}, `${call.name}(${JSON.stringify(call.arguments || {})})`),
+          el("span", { class: "call-id" }, call.id)));
+      calls.set(call.id, block);
+      bubble.append(block);
+    }
+    chat.append(bubble);
+  }
+}
+
 // ---------------------------------------------------------------- a task
+function flash(text) {
+  sessionStorage.setItem("tether-flash", text);
+  location.reload();
+}
+
+function timelinePoint(h) {
+  const button = el("button", { type: "button", class: "at", "aria-label": `Show the state after event #${h.seq}` },
+    h.boundary ? el("span", { class: "boundary" }, h.boundary) : "",
+    el("span", { class: "seq" }, "#" + h.seq), " ", el("span", { class: "type" }, h.type), " ",
+    el("span", { class: "what" }, visible(h.summary)));
+  return el("li", { class: "point " + h.type, "data-seq": String(h.seq) }, button, timeNode(h.at));
+}
+
 function initTask(root) {
   const id = root.dataset.task;
   const base = "/v1/tasks/" + seg(id);
   const result = document.getElementById("action-result");
   const timeline = document.getElementById("timeline");
+  const tree = document.getElementById("state-tree");
+  const said = sessionStorage.getItem("tether-flash");
+  if (said) { sessionStorage.removeItem("tether-flash"); show(result, said); }
+  const initial = JSON.parse(document.getElementById("state-data").textContent);
+  drawTree(tree, initial.state, initial.changes.patch);
   const select = async (li) => {
     for (const other of timeline.querySelectorAll("li.selected")) other.classList.remove("selected");
     li.classList.add("selected");
     const seq = Number(li.dataset.seq);
     document.getElementById("at").textContent = "#" + seq;
+    document.getElementById("changes-at").textContent = "#" + seq;
     const forkAt = root.querySelector("form.fork input[name=at]");
     if (forkAt) forkAt.value = seq;
     try {
       const state = await api("GET", `${base}/state?at=${seq}`);
-      document.getElementById("state").textContent = JSON.stringify(state, null, 2);
-      const diff = seq > 1 ? await api("GET", `${base}/diff?a=${seq - 1}&b=${seq}`) : { text: "the first event" };
-      document.getElementById("diff").textContent = diff.text;
+      const diff = seq > 1 ? await api("GET", `${base}/diff?a=${seq - 1}&b=${seq}`) : { text: "the first event", patch: [] };
+      document.getElementById("diff").textContent = visible(diff.text);
+      drawTree(tree, state, diff.patch);
     } catch (err) { document.getElementById("diff").textContent = err.message; }
   };
   timeline.addEventListener("click", (ev) => { const li = ev.target.closest("li.point"); if (li) select(li); });
-  timeline.addEventListener("keydown", (ev) => {
-    const li = ev.target.closest("li.point"); if (li && ev.key === "Enter") select(li);
-  });
-  const fork = root.querySelector("form.fork");
-  fork.addEventListener("submit", async (ev) => {
-    ev.preventDefault();
+  const older = document.getElementById("older");
+  if (older) older.addEventListener("click", async () => {
+    const before = Number(older.dataset.before);
     try {
-      const out = await api("POST", `${base}/fork`, { at: Number(fork.elements.at.value) });
-      location.href = "/tasks/" + seg(out.summary.task_id);
+      const page = await api("GET", `${base}/history?after=0&limit=${Math.max(1, before - 1)}`);
+      for (const h of page.items.reverse()) if (h.seq < before) timeline.append(timelinePoint(h));
+      older.remove();
     } catch (err) { show(result, err.message, true); }
   });
-  for (const [cls, verb] of [["retry", "retry"], ["cancel", "cancel"]]) {
-    const button = root.querySelector("button." + cls);
-    if (button) button.addEventListener("click", async () => {
-      try { const out = await api("POST", `${base}/${verb}`); show(result, `${out.note}; status ${out.status}`); }
-      catch (err) { show(result, err.message, true); }
-    });
-  }
-  api("GET", `${base}/tree`).then((tree) => {
-    const render = (node) => el("li", {},
-      node.task_id === id ? el("b", {}, idNode(node.task_id))
-        : el("a", { href: "/tasks/" + seg(node.task_id) }, idNode(node.task_id)),
-      ` ${node.status}${node.fork_at ? " (at #" + node.fork_at + ")" : ""}`,
-      node.forks.length ? el("ul", {}, ...node.forks.map(render)) : "");
-    document.getElementById("tree").append(el("ul", { class: "tree" }, render(tree)));
+  initSteering(root, base, result);
+  api("GET", `${base}/tree`).then((node) => {
+    const render = (n) => el("li", {},
+      n.task_id === id ? el("b", {}, idNode(n.task_id)) : el("a", { href: "/tasks/" + seg(n.task_id) }, idNode(n.task_id)),
+      ` ${n.status}${n.fork_at ? " (at #" + n.fork_at + ")" : ""}`,
+      n.forks.length ? el("ul", {}, ...n.forks.map(render)) : "");
+    document.getElementById("tree").append(el("ul", { class: "tree" }, render(node)));
+    if (node.forks.length || node.task_id !== id) document.getElementById("fork-tree").hidden = false;
   }).catch(() => {});
   const conversation = document.getElementById("conversation");
   if (conversation) {
-    api("GET", `/v1/sessions/${seg(conversation.dataset.session)}/messages`).then((data) => {
-      const chat = conversation.querySelector(".chat");
-      for (const m of data.messages) chat.append(el("div", { class: "msg " + m.role }, el("span", { class: "role" }, m.role), m.content));
-    }).catch((err) => show(conversation.querySelector(".chat"), err.message, true));
+    api("GET", `/v1/sessions/${seg(conversation.dataset.session)}/messages`)
+      .then((page) => drawTranscript(conversation.querySelector(".chat"), page.items))
+      .catch((err) => show(conversation.querySelector(".chat"), err.message, true));
   }
+  followTask(root, base, timeline);
+}
+
+// Retry, cancel (confirmed first), fork (at an event, under a name): each says what it did.
+function initSteering(root, base, result) {
+  const retry = root.querySelector("button.retry");
+  if (retry) retry.addEventListener("click", async () => {
+    retry.disabled = true;
+    try { const out = await api("POST", `${base}/retry`); flash(`Retry requested: ${out.note}.`); }
+    catch (err) { retry.disabled = false; show(result, err.message, true); }
+  });
+  const cancel = root.querySelector("button.cancel");
+  const dialog = document.getElementById("confirm-cancel");
+  if (cancel && dialog) {
+    cancel.addEventListener("click", () => dialog.showModal());
+    dialog.addEventListener("close", async () => {
+      if (dialog.returnValue !== "confirm") { cancel.focus(); return; }
+      try {
+        const out = await api("POST", `${base}/cancel`, { reason: dialog.querySelector("input[name=reason]").value || "cancelled" });
+        flash(`Cancel requested: ${out.note}.`);
+      } catch (err) { show(result, err.message, true); }
+    });
+  }
+  const fork = root.querySelector("form.fork");
+  fork.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const body = { at: Number(fork.elements.at.value) };
+    if (fork.elements.new_id.value.trim()) body.new_id = fork.elements.new_id.value.trim();
+    try {
+      const out = await api("POST", `${base}/fork`, body);
+      sessionStorage.setItem("tether-flash", `Forked at event #${body.at}: a worker runs it from there.`);
+      location.href = "/tasks/" + seg(out.summary.task_id);
+    } catch (err) { show(result, err.message, true); }
+  });
+}
+
+// The task live: new events on top, the story's latest line and status kept current.
+function followTask(root, base, timeline) {
   let live = false;
   const events = new EventSource(`${base}/events?after=${root.dataset.version}`);
   events.addEventListener("history", (msg) => {
     const h = JSON.parse(msg.data);
     live = true;
-    const li = el("li", { class: "point " + h.type, "data-seq": String(h.seq), tabindex: "0" },
-      el("span", { class: "seq" }, "#" + h.seq), " ", el("span", { class: "type" }, h.type), " " + visible(h.summary));
-    timeline.append(li);
+    const li = timelinePoint(h);
+    li.classList.add("flash");
+    timeline.prepend(li);
+    const latest = document.querySelector("#story .latest");
+    if (latest) latest.replaceChildren("Latest: ", el("a", { href: "#timeline" }, el("span", { class: "seq" }, "#" + h.seq), " " + h.type),
+      " — " + visible(h.summary) + " ", timeNode(h.at));
+    if (h.type === "StatusChanged" && h.data && h.data.status) {
+      for (const pill of document.querySelectorAll(".meta .status, #story .pill:first-child")) {
+        pill.textContent = pill.classList.contains("pill") ? h.data.status.replace("_", " ") : h.data.status;
+        pill.className = pill.className.split(" ")[0] + " " + h.data.status;
+      }
+    }
   });
   events.addEventListener("replaced", () => { events.close(); location.reload(); });  // rewound: a new history
   events.addEventListener("end", () => { events.close(); if (live) location.reload(); });
@@ -267,6 +440,8 @@ function initFailed(section) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  localTimes(document);
+  setInterval(() => localTimes(document), 30_000);
   const tasks = document.getElementById("tasks");
   if (tasks) initTaskList(tasks);
   const task = document.getElementById("task");
