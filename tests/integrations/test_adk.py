@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("google.adk")
@@ -96,7 +97,9 @@ def test_state_scopes(store_url: str) -> None:
 
     async def scenario() -> None:
         a1 = await service.create_session(
-            app_name="shop", user_id="ada", session_id="a1",
+            app_name="shop",
+            user_id="ada",
+            session_id="a1",
             state={"mine": 1, "app:currency": "EUR", "user:seat": "aisle", "temp:scratch": "x"},
         )
         assert a1.state == {"mine": 1, "app:currency": "EUR", "user:seat": "aisle"}
@@ -111,7 +114,12 @@ def test_state_scopes(store_url: str) -> None:
         reread = await service.get_session(app_name="shop", user_id="ada", session_id="a1")
         assert reread is not None
         assert reread.state == {
-            "mine": 1, "k": 2, "app:currency": "EUR", "app:promo": True, "user:seat": "aisle", "user:home": "LHR"
+            "mine": 1,
+            "k": 2,
+            "app:currency": "EUR",
+            "app:promo": True,
+            "user:seat": "aisle",
+            "user:home": "LHR",
         }
         assert "temp:t" not in (reread.events[0].actions.state_delta or {})  # never stored
         assert await service.get_user_state(app_name="shop", user_id="ada") == {"seat": "aisle", "home": "LHR"}
@@ -243,9 +251,9 @@ def test_a_fresh_service_lists_long_sessions_from_their_snapshots(durable_url: s
     asyncio.run(fill())
     fresh = TetherSessionService(tether.App(durable_url))
     (listed,) = asyncio.run(fresh.list_sessions(app_name="shop")).sessions
-    got = asyncio.run(TetherSessionService(tether.App(durable_url)).get_session(
-        app_name="shop", user_id="ada", session_id="long"
-    ))
+    got = asyncio.run(
+        TetherSessionService(tether.App(durable_url)).get_session(app_name="shop", user_id="ada", session_id="long")
+    )
     assert got is not None
     last = 2 * tether_adk._SNAPSHOT_EVERY + 4
     assert listed.state == got.state == {"n": last, "k": 0, "app:last": last}
@@ -738,3 +746,45 @@ def test_two_processes_append_to_one_session(
         stale += int(done.stdout.split("stale ")[1])
     check_session(url, {"a": count, "b": count})
     print(f"\nstale appends refused and retried: {stale}")
+
+
+def test_each_text_and_function_response_is_stored_once(store_url: str) -> None:
+    """An event's text and its function responses are the message's content, not stored again in the
+    ADK event beside it; get_session gives the events back equal."""
+    app = tether.App(store_url)
+    service = TetherSessionService(app)
+    calls = types.Content(
+        role="model",
+        parts=[
+            types.Part(text="Looking "),
+            types.Part(text="it up."),
+            types.Part(function_call=types.FunctionCall(id="f1", name="lookup", args={"q": "parcel"})),
+        ],
+    )
+    answers = types.Content(
+        role="user",
+        parts=[
+            types.Part(function_response=types.FunctionResponse(id="f1", name="lookup", response={"where": "depot"})),
+            types.Part(function_response=types.FunctionResponse(id="f2", name="lookup", response={"where": "van"})),
+        ],
+    )
+    events = [
+        say("user", "Where is\nmy parcel?"),
+        Event(author="bot", content=calls),
+        Event(author="bot", content=answers),
+    ]
+
+    async def scenario() -> None:
+        session = await service.create_session(app_name="shop", user_id="ada", session_id="once")
+        for e in events:
+            await service.append_event(session, e)
+        again = await service.get_session(app_name="shop", user_id="ada", session_id="once")
+        assert again is not None and again.events == events
+
+    try:
+        asyncio.run(scenario())
+        stored = [orjson.dumps(m.meta).decode() for m in app.session("adk:shop:ada:once").messages()[1:]]
+        assert len(stored) == 3
+        assert not any(text in meta for meta in stored for text in ("my parcel?", "it up.", "depot", "van"))
+    finally:
+        app.close()

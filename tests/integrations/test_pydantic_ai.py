@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("pydantic_ai")
@@ -375,7 +376,7 @@ def test_sigkill_anywhere_in_a_streamed_run_then_resume(
     sigkill_then_resume("_pydantic_ai_child.py", fork_servers, tmp_path, make_url, result_of, extra=("stream",))
 
 
-RETRIED = '''
+RETRIED = """
 import os, sys
 from pathlib import Path
 import tether
@@ -412,7 +413,7 @@ async def task(ctx: tether.AsyncTaskContext, q: str) -> str:
 
 handle = app.run(task, "go", task_id="r1")
 print(handle.status.value, [c.tool for c in app.log.load("r1").calls])
-'''
+"""
 
 
 def test_a_retry_the_tool_asked_for_counts_after_a_resume_as_it_did_live(store_url: str, tmp_path: Path) -> None:
@@ -444,6 +445,7 @@ def test_a_tool_that_steers_the_run_does_so_durably(store_url: str, kind: str) -
     """ToolFailed (the tool's answer to the model), CallDeferred and ApprovalRequired are Pydantic
     AI's own signals: recorded as the tool's answer and raised again on replay, so the run ends as
     plain Pydantic AI's does (the durable call failed, and the task with it; found by a review)."""
+
     def model(messages: list[Any], info: AgentInfo) -> ModelResponse:
         answered = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart | RetryPromptPart)]
         if not answered:
@@ -576,3 +578,26 @@ def test_a_model_request_a_hook_skips_answers_with_the_hooks_response(store_url:
     assert done.status is tether.Status.COMPLETED, done.failure
     assert done.output == "Paris, from the cache."
     assert app.replay("c1").clean
+
+
+def test_each_text_is_stored_once(store_url: str) -> None:
+    """A message's text is the session message's content and is not stored again in the Pydantic AI
+    JSON beside it; the messages come back equal (texts with newlines, a request of several parts)."""
+    app = tether.App(store_url)
+    try:
+        agent = Agent(FunctionModel(Lookups()), system_prompt="Be brief.\nVery brief.")
+
+        @agent.tool_plain
+        def lookup(q: str) -> str:
+            return f"found {q}\nin the warehouse"
+
+        history = TetherHistory("once", app)
+        result = sync(agent, "Where is\nmy parcel?", message_history=history.window())
+        history.add(result.new_messages())
+        assert history.messages() == result.all_messages()
+        stored = [(m.content, orjson.dumps(m.meta).decode()) for m in app.session("once").messages()]
+        assert [content is not None and "\n" in content for content, _ in stored] == [True, False, True, True]
+        for _, meta in stored:
+            assert not any(text in meta for text in ("Very brief", "my parcel?", "warehouse", "Looking."))
+    finally:
+        app.close()

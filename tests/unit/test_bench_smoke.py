@@ -87,6 +87,13 @@ VERDICTS: dict[str, Callable[[Report], bool | None]] = {
     "langgraph_saver.py": _langgraph,
     "adk.py": lambda r: r["list_all_vs_adk_sqlite"] <= 1.5 and r["get_recent_growth"] <= 2.0,
     "memory.py": lambda r: r["growth"] <= 1.2,
+    "openai_agents.py": lambda r: (
+        r["session_bytes_vs_sdk"] <= 1.0 and r["durable_time_vs_sdk"] <= 1.3 and r["durable_bytes_vs_sdk"] <= 2.0
+    ),
+    "pydantic_ai_history.py": lambda r: (
+        r["history_bytes_vs_json"] <= 1.2 and r["durable_time_vs_json"] <= 1.3 and r["durable_bytes_vs_json"] <= 2.0
+    ),
+    "adk_turns.py": lambda r: r["bytes_vs_adk_sqlite"] <= 1.2 and r["time_vs_adk_sqlite"] <= 1.0,
 }
 
 
@@ -103,7 +110,8 @@ def _numbers(value: object) -> Iterator[float]:
 
 # The scripts whose --quick run is long take --smoke: the shortest run through every path (sizes too
 # small for the figures to mean anything, which is not what this test is for).
-SMOKE = {"adk.py", "claims.py", "langgraph_saver.py", "memory.py", "peers.py", "timetravel.py"}
+SMOKE = {"adk.py", "adk_turns.py", "claims.py", "langgraph_saver.py", "memory.py", "openai_agents.py"}
+SMOKE |= {"peers.py", "pydantic_ai_history.py", "timetravel.py"}
 
 
 @pytest.mark.parametrize("script", sorted(VERDICTS))

@@ -33,6 +33,7 @@ __all__ = [
     "app_prefix",
     "delivered",
     "encoded_shared",
+    "event_json",
     "fold_state",
     "json_state",
     "listed_sessions",
@@ -79,27 +80,92 @@ def user_document(app_name: str, user_id: str) -> str:
     return f"adk-user:{quote(app_name, safe='')}:{quote(user_id, safe='')}"
 
 
+_CUT = "tether_cut"
+"""In a stored event: what was cut out of its parts because the message's content holds it — ``["t",
+part, start, end]`` a text (a slice of the content), ``["r", part, k]`` a function's response (the
+``k``-th answer of the content's JSON). Each is stored once, as the content."""
+
+
 def message_of(event: AdkEvent) -> dict[str, Any]:
     """An ADK event as a tether message: who said what, which functions were called and answered,
-    and the event itself, verbatim (``adk``)."""
+    and the event itself (``adk``), less what the message's content already holds (:data:`_CUT`):
+    :func:`event_json` gives it back whole."""
     stored = event.model_dump(mode="json", exclude_none=True)
     parts = event.content.parts or [] if event.content is not None else []
-    text = "".join(p.text for p in parts if p.text and not p.thought)
+    stored_parts = (stored.get("content") or {}).get("parts") or []
     calls = [p.function_call for p in parts if p.function_call is not None]
     answers = [p.function_response for p in parts if p.function_response is not None]
+    cut: list[list[Any]] = []
     if answers:
         first = answers[0].id or f"{event.id}:0"
-        content = orjson.dumps([{"name": a.name, "response": a.response} for a in answers], default=str).decode()
-        return {"role": "tool", "content": content, "tool_call_id": first, "adk": stored}
+        said = [{"name": a.name, "response": a.response} for a in answers]
+        content = orjson.dumps(said, default=str).decode()
+        _cut_responses(stored_parts, orjson.loads(content), cut)
+        return {"role": "tool", "content": content, "tool_call_id": first, "adk": _with_cuts(stored, cut)}
+    text = _cut_texts(parts, stored_parts, cut)
     if event.author == "user":
-        return {"role": "user", "content": text, "adk": stored}
-    message: dict[str, Any] = {"role": "assistant", "content": text, "adk": stored}
+        return {"role": "user", "content": text, "adk": _with_cuts(stored, cut)}
+    message: dict[str, Any] = {"role": "assistant", "content": text, "adk": _with_cuts(stored, cut)}
     if calls:
         message["tool_calls"] = [
             {"id": c.id or f"{event.id}:{i}", "name": c.name or "", "arguments": c.args or {}}
             for i, c in enumerate(calls)
         ]
     return message
+
+
+def _cut_texts(parts: list[Any], stored_parts: list[dict[str, Any]], cut: list[list[Any]]) -> str:
+    """The event's text (its parts' texts that are not thoughts, joined), each cut out of the stored parts."""
+    pieces: list[str] = []
+    at = 0
+    for i, part in enumerate(parts):
+        if part.text and not part.thought:
+            if stored_parts[i].get("text") == part.text:
+                del stored_parts[i]["text"]
+                cut.append(["t", i, at, at + len(part.text)])
+            pieces.append(part.text)
+            at += len(part.text)
+    return "".join(pieces)
+
+
+def _cut_responses(stored_parts: list[dict[str, Any]], said: list[dict[str, Any]], cut: list[list[Any]]) -> None:
+    """Cut each function response the content's JSON holds as it is stored out of the stored parts."""
+    k = 0
+    for i, part in enumerate(stored_parts):
+        answer = part.get("function_response")
+        if answer is None:
+            continue
+        if "response" in answer and said[k]["response"] == answer["response"]:
+            del answer["response"]
+            cut.append(["r", i, k])
+        k += 1
+
+
+def _with_cuts(stored: dict[str, Any], cut: list[list[Any]]) -> dict[str, Any]:
+    if cut:
+        stored[_CUT] = cut
+    return stored
+
+
+def event_json(message: MessageAdded) -> dict[str, Any]:
+    """The stored ADK event of a message :func:`message_of` made, whole again (a copy when anything
+    was cut out of it: the message's own metadata is never changed)."""
+    stored: dict[str, Any] = (message.meta or {})["adk"]
+    cut = stored.get(_CUT)
+    if not cut:
+        return stored
+    whole = {k: v for k, v in stored.items() if k != _CUT}
+    content = whole["content"] = dict(stored["content"])
+    parts = content["parts"] = [dict(p) for p in stored["content"]["parts"]]
+    said = None
+    for piece in cut:
+        if piece[0] == "t":
+            parts[piece[1]]["text"] = (message.content or "")[piece[2] : piece[3]]
+        else:
+            said = orjson.loads(message.content or "[]") if said is None else said
+            answer = parts[piece[1]]["function_response"] = dict(parts[piece[1]]["function_response"])
+            answer["response"] = said[piece[2]]["response"]
+    return whole
 
 
 def json_state(state: dict[str, Any]) -> dict[str, Any]:

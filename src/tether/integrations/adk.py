@@ -76,6 +76,7 @@ from tether.integrations._adk_records import (
     app_prefix,
     delivered,
     encoded_shared,
+    event_json,
     fold_state,
     json_state,
     listed_sessions,
@@ -325,7 +326,7 @@ class TetherSessionService(BaseSessionService):
             start = max(start, self._first_at_or_after(stream, version, config.after_timestamp) - 1)
         records = stream.read(after=start, upto=version)
         found = [
-            AdkEvent.model_validate(rec.event.meta["adk"])
+            AdkEvent.model_validate(event_json(rec.event))
             for rec in records
             if isinstance(rec.event, MessageAdded) and rec.event.meta and "adk" in rec.event.meta
         ]
@@ -572,8 +573,10 @@ class TetherSessionService(BaseSessionService):
         """Whether ``event`` is among the events stored after version ``seen`` (up to ``version``);
         only those with its id are decoded."""
         records = stream.read(after=seen, upto=version)
-        held = [rec.event.meta or {} for rec in records if isinstance(rec.event, MessageAdded)]
-        stored = [AdkEvent.model_validate(meta["adk"]) for meta in held if meta.get("adk", {}).get("id") == event.id]
+        held = [rec.event for rec in records if isinstance(rec.event, MessageAdded)]
+        stored = [
+            AdkEvent.model_validate(event_json(m)) for m in held if (m.meta or {}).get("adk", {}).get("id") == event.id
+        ]
         return delivered(stored, event)
 
     def _appended(self, stream: str, row: TaskRow, version: int, at: float, delta: dict[str, Any]) -> None:

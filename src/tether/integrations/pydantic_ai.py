@@ -82,12 +82,50 @@ _COUNTER = EstimateCounter()
 # ----------------------------------------------------------------------------- history
 
 
+_TEXT = "tether_text"  # in a stored message: [part, start, end] of each part whose text is cut out of it
+_IN_TEXT = (UserPromptPart, SystemPromptPart, ToolReturnPart, RetryPromptPart)  # a request's parts in its text
+
+
+def _joined(parts: Sequence[Any], dumped: dict[str, Any], separator: str) -> str:
+    """The text of ``parts`` (a message's parts, each a str or made one), joined by ``separator``; a
+    part whose content is a str is cut out of ``dumped`` (the message's JSON) and its place in the
+    text noted there instead, so the text is stored once: as the session message's content."""
+    pieces: list[str] = []
+    cut: list[list[int]] = []
+    at = 0
+    for i, part in parts:
+        piece = part.content if isinstance(part.content, str) else str(part.content)
+        if pieces:
+            at += len(separator)
+        if isinstance(part.content, str) and dumped["parts"][i].get("content") == part.content:
+            del dumped["parts"][i]["content"]
+            cut.append([i, at, at + len(piece)])
+        pieces.append(piece)
+        at += len(piece)
+    if cut:
+        dumped[_TEXT] = cut
+    return separator.join(pieces)
+
+
+def _with_text(stored: dict[str, Any], content: str | None) -> dict[str, Any]:
+    """A stored message's JSON with the texts :func:`_joined` cut out of it put back (a copy)."""
+    cut = stored.get(_TEXT)
+    if not cut:
+        return stored
+    whole = {k: v for k, v in stored.items() if k != _TEXT}
+    parts = whole["parts"] = [dict(p) for p in stored["parts"]]
+    for i, start, end in cut:
+        parts[i]["content"] = (content or "")[start:end]
+    return whole
+
+
 def _to_session(message: ModelMessage) -> dict[str, Any]:
     """One ``ModelMessage`` as one session message in tether's form: its role, its text and tool calls
-    (what the window and the summarizer read) and the message itself, verbatim, as metadata."""
+    (what the window and the summarizer read) and the message itself, as metadata, less the text it
+    holds (stored once, as the content: :func:`_joined`)."""
     dumped = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
     if isinstance(message, ModelResponse):
-        text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
+        text = _joined([(i, p) for i, p in enumerate(message.parts) if isinstance(p, TextPart)], dumped, "")
         calls = [
             {"id": p.tool_call_id, "name": p.tool_name, "arguments": p.args_as_dict()}
             for p in message.parts
@@ -98,11 +136,7 @@ def _to_session(message: ModelMessage) -> dict[str, Any]:
             out["tool_calls"] = calls
         return out
     answers = [p.tool_call_id for p in message.parts if isinstance(p, ToolReturnPart | RetryPromptPart) and p.tool_name]
-    text = "\n".join(
-        p.content if isinstance(p.content, str) else str(p.content)
-        for p in message.parts
-        if isinstance(p, UserPromptPart | SystemPromptPart | ToolReturnPart | RetryPromptPart)
-    )
+    text = _joined([(i, p) for i, p in enumerate(message.parts) if isinstance(p, _IN_TEXT)], dumped, "\n")
     if answers:  # tool results: they stay in one turn with the call they answer
         return {"role": "tool", "content": text, "tool_call_id": answers[0], _KEY: dumped}
     if any(isinstance(p, SystemPromptPart) for p in message.parts):
@@ -117,7 +151,7 @@ def _from_session(messages: Sequence[Message], summary: Summary | None = None) -
     for m in messages:
         stored = m.meta.get(_KEY)
         if stored is not None:
-            out.append(stored)
+            out.append(_with_text(stored, m.content))
         elif m.role == "assistant":  # added in another form (a person's message, say): its text
             out.append({"kind": "response", "parts": [{"part_kind": "text", "content": m.content}]})
         else:  # the summary goes to the model as a user prompt; a system message as a system prompt
