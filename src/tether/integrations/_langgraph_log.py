@@ -248,6 +248,9 @@ class ThreadView:
         self.last_list: dict[str, tuple[list[str], Blob]] = {}  # channel -> the newest list stored, and its ref
         self._flat: OrderedDict[int, tuple[Blob, list[Any]]] = OrderedDict()
         self.staged: dict[str, Any] = {}  # item key -> item, stored by the event being built (see begin)
+        # The checkpoint the event being built starts from (a checkpoint's parent, the one a task's
+        # writes are against): its lists are what a Send's state most likely extends.
+        self.context: Saved | None = None
         # The items an event may refer to (None: all): those of the snapshot this view last wrote and
         # those stored after it, so a reader of that snapshot holds every item the next events name.
         self.recent: set[str] | None = None
@@ -397,6 +400,7 @@ class ThreadView:
         """Start building an event: an item it stores twice is stored once, then referred to; one an
         event built before and never stored (its append was refused) is not referred to."""
         self.staged = {}
+        self.context = None
 
     def encode(self, serde: Serde, channel: str, value: Any, base: Blob | None) -> list[Any]:
         """A value as stored: a list that starts with a list the thread holds stores only what follows.
@@ -420,8 +424,12 @@ class ThreadView:
         if type(value) is not list:
             return ["f", self.item(serde, value)]
         candidates: list[tuple[Blob, list[str] | None]] = [(base, None)] if base is not None else []
+        context = self.context
+        near = context.sources.get(channel) if context is not None else None
+        if near is not None and near is not base and context is not None:
+            candidates.append((near, [context.ns, context.id, channel]))
         newest = self.last_list.get(channel)
-        if newest is not None and newest[1] is not base:
+        if newest is not None and newest[1] is not base and newest[1] is not near:
             candidates.append((newest[1], newest[0]))
         best: tuple[list[Any], list[str] | None] | None = None
         for blob, ref in candidates:

@@ -416,6 +416,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         parent = view.find(ns, parent_id) if parent_id is not None else None
         if parent_id is not None and parent is None and view.partial:
             raise NeedsHistory(f"checkpoint {checkpoint['id']} follows {parent_id}, older than the snapshot")
+        view.context = parent
         stored: dict[str, list[Any]] = {}
         # In the order the fold reads them (the checkpoint's versions), so that an item two channels
         # hold is stored by the first it reads and referred to by the second.
@@ -453,6 +454,8 @@ class TetherSaver(BaseCheckpointSaver[int]):
             if not view.holds_writes_of(ns, checkpoint_id):
                 raise NeedsHistory(f"writes to checkpoint {checkpoint_id}, older than the snapshot")
             known = view.writes.get((ns, checkpoint_id), {})
+            # What the task read: its checkpoint (or, its writes stored before it, the one before).
+            view.context = view.checkpoints.get((ns, checkpoint_id)) or view.latest(ns)
             items = []
             for i, (channel, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(channel, i)
