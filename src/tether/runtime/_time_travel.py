@@ -138,7 +138,7 @@ class TimeTravel:
         if upto is not None:
             check_int(upto, "upto", low=1)
         spec = self.engine.spec_of(task_id)
-        return drive_task(spec, lambda: replay(self.engine, spec, task_id, upto), "replay", "replay")
+        return drive_task(spec, lambda: replay(self.engine, spec, task_id, upto), "replay", "replay_async")
 
     def check(self, *, finished: int = 0, limit: int = 100_000) -> CheckReport:
         if type(finished) is not int or finished < 0:
@@ -156,5 +156,5 @@ class TimeTravel:
                 unknown.append(row.task_id)
                 continue
             run = partial(replay, self.engine, spec, row.task_id, None)
-            reports.append(drive_task(spec, run, "check", "check"))
+            reports.append(drive_task(spec, run, "check", "check_async"))
         return CheckReport(reports=reports, unknown=unknown)

@@ -604,7 +604,7 @@ class App(Closing):
         another run holds the task — it wrote after the request, or did as this run began — and so
         carries the cancel out itself (taking its lease now would run the compensations twice)."""
         try:
-            return drive_task(spec, lambda: execute(self.engine, spec, task_id, at=requested), "cancel", "cancel")
+            return drive_task(spec, lambda: execute(self.engine, spec, task_id, at=requested), "cancel", "cancel_async")
         except (TaskBusyError, ConflictError) as held:
             return held
 
