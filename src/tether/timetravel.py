@@ -65,6 +65,8 @@ __all__ = [
     "describe",
     "diff_states",
     "history_of",
+    "path_label",
+    "session_span",
     "step_bounds",
     "step_ref",
 ]
@@ -86,7 +88,10 @@ def _call_started(e: CallStarted) -> str:
 
 
 def _call_completed(e: CallCompleted) -> str:
-    head = f"call #{e.n} {e.tool}" if e.tool else f"call #{e.n}"
+    """A readonly call has no started event: its completion carries its arguments, shown here."""
+    what = "compensation" if e.kind == "compensation" else "call"
+    args = f"({_short(e.args, 40)})" if e.args is not None else ""
+    head = f"{what} #{e.n} {e.tool}{args}" if e.tool else f"call #{e.n}"
     return f"{head} returned {_short(e.result, 50)} in {e.duration:.3f}s"
 
 
@@ -101,10 +106,44 @@ def _retry_requested(e: RetryRequested) -> str:
 
 
 def _session_written(e: SessionWritten) -> str:
+    """Messages counted as people count them (``added 2 messages``), with the session's own seqs,
+    by which its messages are addressed (``session.messages(since=…)``, ``message #5 removed``)."""
     if e.last < e.first:
         return f"conversation {e.session_id}: nothing to compact"
-    span = f"{e.first}" if e.first == e.last else f"{e.first}–{e.last}"
-    return f"conversation {e.session_id}: added {', '.join(e.roles)} (messages {span})"
+    span = f"#{e.first}" if e.first == e.last else f"#{e.first}–#{e.last}"
+    count = len(e.roles) or e.last - e.first + 1
+    if e.roles == ["summary"]:
+        return f"conversation {e.session_id}: compacted (summary at {span})"
+    what = f"{count} message{'s' if count != 1 else ''}" + (f" ({', '.join(e.roles)})" if e.roles else "")
+    return f"conversation {e.session_id}: added {what} at session {span}"
+
+
+def _session_read(e: SessionRead) -> str:
+    if e.upto <= 1:  # nothing after the session's opening
+        return f"conversation {e.session_id}: read it empty"
+    return f"conversation {e.session_id}: read it up to session #{e.upto}"
+
+
+def session_span(state: TaskState) -> str:
+    """How far a task has read or written its conversation, in the words history uses."""
+    return f"up to session #{state.session_version}" if state.session_version > 1 else "nothing read yet"
+
+
+_NUMBERED = {"calls": "call #", "plan": "step ", "decisions": "decision ", "attempts": "attempt "}
+
+
+def path_label(path: str) -> str:
+    """A JSON patch path as history and ``show`` number things (1-based): ``/calls/7/result`` is
+    ``call #8 result``, ``/plan/1/status`` ``step 2 status``; ``""`` for a path with no such part.
+    A patch's paths stay RFC 6902's (0-based list indices); this is the label beside them."""
+    parts = path.strip("/").split("/")
+    words: list[str] = []
+    for i, part in enumerate(parts):
+        if part.isdigit() and i and parts[i - 1] in _NUMBERED:
+            words[-1] = f"{_NUMBERED[parts[i - 1]]}{int(part) + 1}"
+        else:
+            words.append(part.replace("~1", "/").replace("~0", "~"))
+    return " ".join(words) if len(words) < len(parts) else ""
 
 
 # One line per event type: a table, not a chain of ``isinstance`` tests, since a history
@@ -141,7 +180,7 @@ _SUMMARIES: dict[type[Event], Callable[[Any], str]] = {
     FailureRecorded: lambda e: f"failed: {e.exception_type}: {e.message}" + (f" in {e.tool}" if e.tool else ""),
     RetryRequested: _retry_requested,
     SessionWritten: _session_written,
-    SessionRead: lambda e: f"conversation {e.session_id}: read as of message {e.upto}",
+    SessionRead: _session_read,
 }
 
 
@@ -402,7 +441,8 @@ class StateDiff:
             return f"{self.a} and {self.b} are the same"
         lines = [f"{self.a} → {self.b}"]
         for op in self.patch:
-            path = op["path"]
+            label = path_label(op["path"])
+            path = op["path"] + (f" ({label})" if label else "")
             if op["op"] == "add":
                 lines.append(f"  + {path}: {_short(op['value'], 80)}")
             elif op["op"] == "remove":

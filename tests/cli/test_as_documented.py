@@ -123,7 +123,7 @@ def test_in_a_pipe_a_line_is_never_wrapped(folder: Path) -> None:
     sent = tether_cli(folder, "send", "t2", "approve", "false").stdout
     assert len(sent.splitlines()) == 1 and sent.startswith("answered 'approve' for t2") and len(sent) > 80
     listed = tether_cli(folder, "tasks").stdout.splitlines()
-    [row] = [line for line in listed if " t2 " in line]
+    [row] = [line for line in listed if line.startswith("t2 ")]  # plain text: no box, no margin
     assert "awaiting_input" in row and "step 2 of 2; 1 committed" in row  # the table's row stays one line
 
 

@@ -78,7 +78,7 @@ def test_every_command_has_help(tmp_path: Path) -> None:
 
 
 def test_tasks_show_history_state(db: Path) -> None:
-    listed = json.loads(run("tasks", "--json", cwd=db).stdout)
+    listed = json.loads(run("tasks", "--json", cwd=db).stdout)["items"]
     assert [(t["task_id"], t["status"], t["version"], t["position"]) for t in listed] == [
         ("trip-abc123", "completed", 12, "all 2 steps committed")
     ]
@@ -136,7 +136,7 @@ def test_waiting_tasks_show_what_they_wait_for_and_take_answers(tmp_path: Path) 
     sent = json.loads(run("send", "ask-1", "approve", "true", "--json", cwd=tmp_path).stdout)
     assert sent["status"] == "awaiting_input"
     app.resume("ask-1")
-    [row] = json.loads(run("tasks", "--json", cwd=tmp_path).stdout)
+    [row] = json.loads(run("tasks", "--json", cwd=tmp_path).stdout)["items"]
     assert row["status"] == "sleeping" and row["wakes_at"] is not None and row["position"] == "step 2 of 2; 1 committed"
 
 
@@ -180,7 +180,7 @@ def test_replay_resume_and_cancel_through_the_app(tmp_path: Path) -> None:
     assert rewound["status"] == "pending"
     assert "t1~1" in run("tasks", cwd=tmp_path).stdout
     broken = run("replay", "t1", "--app", "agent:nothing", cwd=tmp_path, ok=False)
-    assert broken.returncode == 2 and "not a tether.App" in broken.stderr
+    assert broken.returncode == 2 and "has no attribute 'nothing'; did you mean agent:app?" in broken.stderr
 
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

@@ -44,7 +44,7 @@ def listed(tmp_path: Path) -> dict[str, str | None]:
         if owner is not None:
             assert app.store.acquire_lease(app.tenant, task_id, owner, TTL, now) is not None
     done = run("tasks", "--db", url, "--json", cwd=tmp_path)
-    return {t["task_id"]: t["held_by"] for t in json.loads(done.stdout)}
+    return {t["task_id"]: t["held_by"] for t in json.loads(done.stdout)["items"]}
 
 
 def _until(text: str) -> tuple[datetime, int]:

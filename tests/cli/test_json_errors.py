@@ -95,7 +95,7 @@ APP = ("--app", "agent_json:app")
         # invalid input: refused by the library, or by the command's own checks (usage: exit 2)
         (("send", "ask-1", "aprove", "true"), "invalid_input", 1),
         (("send", "ask-1", "approve", "3"), "invalid_input", 1),
-        (("tasks", "--status", "bogus"), "invalid_input", 1),
+        (("tasks", "--status", "bogus"), "invalid_input", 2),
         (("retry", "trip-abc123", *APP), "invalid_input", 1),
         (("state", "trip-abc123", "--at", "2", "--before-step", "1"), "invalid_input", 2),
         (("fork", "trip-abc123", "--at", "2", "--inputs", "nope"), "invalid_input", 2),

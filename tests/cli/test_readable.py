@@ -95,14 +95,14 @@ def test_history_in_words_with_step_boundaries(folder: Path) -> None:
     out = run("history", "trip-0", cwd=folder).stdout
     assert "call #1 lookup" in out and "waiting for 'approve'" in out
     assert "search" in out and "approve" in out
-    assert out.count("├") >= 2  # sections between steps
+    assert any(not line.strip() for line in out.strip().splitlines())  # a blank line between steps (a pipe: no rules)
 
 
 def test_show_a_waiting_task_and_a_failed_one(folder: Path) -> None:
     waiting = run("show", "trip-0", cwd=folder).stdout
     assert "waiting for input approve" in waiting and "prompt: Book c0?" in waiting
-    assert 'schema: {"type":"boolean"}' in waiting and "tether send TASK approve VALUE" in waiting
-    assert '{"city":"c0"}' in waiting and "…" in waiting  # args, and a long result cut short
+    assert 'schema: {"type":"boolean"}' in waiting and f"tether send trip-0-{'a' * 30} approve true" in waiting
+    assert '{"city": "c0"}' in waiting and "…" in waiting  # args, and a long result cut short
     assert run("show", "trip-0", "--full", cwd=folder).stdout.count("x") >= 300 > waiting.count("x")
     failed = run("show", "broken-1", cwd=folder).stdout
     assert "failure at" in failed and "RuntimeError: the service is down" in failed

@@ -8,25 +8,36 @@ the commands by theme in ``reading.py``, ``time_travel.py``, ``running.py`` and 
 
 from __future__ import annotations
 
-from tether.cli import reading, running, serving, time_travel, usage
+from tether.cli import reading, running, serving, time_travel, usage  # noqa: F401  (each adds its commands to main)
 
-# What the commands of the integrations (python -m tether.integrations.langgraph) build on.
-from tether.cli._base import CONTEXT, current_tenant, db_option, errors_as_messages, json_option, main, store_url
-from tether.cli._render import console, emit_json, shorten
+# What the commands of the integrations (tether langgraph) build on.
+from tether.cli._base import (
+    CONTEXT,
+    complete_task_id,
+    current_tenant,
+    db_option,
+    errors_as_messages,
+    existing_url,
+    json_option,
+    main,
+    store_url,
+    task_argument,
+)
+from tether.cli._render import console, emit_json, shorten, table
 
 __all__ = [
     "CONTEXT",
+    "complete_task_id",
     "console",
     "current_tenant",
     "db_option",
     "emit_json",
     "errors_as_messages",
+    "existing_url",
     "json_option",
     "main",
-    "reading",
-    "running",
-    "serving",
     "shorten",
     "store_url",
-    "time_travel",
+    "table",
+    "task_argument",
 ]

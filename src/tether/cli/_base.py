@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 import getpass
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import orjson
@@ -17,7 +18,10 @@ import orjson
 import tether
 from tether.checks import MAX_LIMIT
 from tether.errors import ConfigurationError, InvalidInputError, TaskNotFoundError, TetherError
-from tether.store import TaskFilter
+from tether.store import Store, TaskFilter, resolve_url
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -41,7 +45,18 @@ ORDER = (
     "worker",
     "serve",
     "keys",
+    "langgraph",
 )
+# Command groups that live with an optional integration, imported only when run (or asked for help),
+# so the core install runs every other command without them: name -> (module, group, extra, help).
+LAZY = {
+    "langgraph": (
+        "tether.integrations.langgraph_cli",
+        "cli",
+        "langgraph",
+        "LangGraph threads kept by TetherSaver: list them, show one's state, list its events.",
+    ),
+}
 _APP = "tether.app"  # where a command keeps the app it opened, for the error handler to reuse
 
 
@@ -66,13 +81,42 @@ class _Group(click.Group):
 
 
 class _InOrder(_Group):
-    """Commands listed in the order a user meets them, not alphabetically."""
+    """Commands listed in the order a user meets them, not alphabetically; the :data:`LAZY` groups
+    imported when first used."""
 
     group_class = _Group
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         rank = {name: i for i, name in enumerate(ORDER)}
-        return sorted(self.commands, key=lambda name: rank.get(name, len(rank)))
+        names = [*self.commands, *(name for name in LAZY if name not in self.commands)]
+        return sorted(names, key=lambda name: rank.get(name, len(rank)))  # stable: the rest as defined
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in LAZY:
+            return super().get_command(ctx, cmd_name)
+        return _lazy_group(cmd_name)
+
+
+def _lazy_group(name: str) -> click.Command:
+    """The group ``name`` from its integration, or — the integration's extra not installed — a
+    stand-in whose help says so and whose every use fails with the install command."""
+    import importlib
+
+    module_name, attribute, extra, summary = LAZY[name]
+    try:
+        group: click.Command = getattr(importlib.import_module(module_name), attribute)
+    except ImportError as exc:
+        missing = f"tether {name} needs the {extra!r} extra ({exc}): pip install 'tether[{extra}]'"
+
+        @click.command(
+            name, context_settings={**CONTEXT, "ignore_unknown_options": True}, help=f"{summary} ({missing})"
+        )
+        @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+        def unavailable(args: tuple[str, ...]) -> None:
+            raise click.ClickException(missing)
+
+        return unavailable
+    return group
 
 
 @click.group(cls=_InOrder, context_settings=CONTEXT)
@@ -82,8 +126,34 @@ def main() -> None:
 
 
 def store_url(db: str | None) -> str:
-    value = db or os.environ.get("TETHER_URL") or "tether.db"
-    return value if "://" in value else f"sqlite:///{value}"
+    """The store ``--db`` names: ``--db``, else ``$TETHER_URL``, else ``./tether.db`` — the order
+    ``tether.App()`` follows (:func:`tether.store.resolve_url`)."""
+    return resolve_url(db)
+
+
+def existing_url(db: str | None) -> str:
+    """:func:`store_url`, refused when it names a SQLite file that does not exist: no command but
+    ``demo`` creates a database (a typo in ``--db`` would leave an empty one behind)."""
+    url = store_url(db)
+    path = url[len("sqlite:///") :].partition("?")[0] if url.startswith("sqlite:///") else None
+    if path is not None and not Path(path).exists():
+        raise ConfigurationError(
+            f"no database at {path!r}; run `tether demo` or your app to create one, "
+            "or point --db (or TETHER_URL) at yours"
+        )
+    return url
+
+
+def open_existing(db: str | None) -> Store:
+    """The store ``--db`` names, which must exist (:func:`existing_url`), closed when the command ends."""
+    store = tether.open_store(existing_url(db))
+    click.get_current_context().call_on_close(store.close)
+    return store
+
+
+def where_option(db: str | None) -> str:
+    """`` --db DB`` to repeat in a hint, when the command was given one."""
+    return f" --db {shlex.quote(db)}" if db else ""
 
 
 def _open(db: str | None, *, write: bool = False) -> tether.App:
@@ -93,12 +163,7 @@ def _open(db: str | None, *, write: bool = False) -> tether.App:
     Verbs that only read open SQLite read-only: they never create, migrate or re-configure a file
     (not even its journal mode). Only verbs that write (``fork``, ``send``) may.
     """
-    url = store_url(db)
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
-        raise ConfigurationError(
-            f"no database at {url[len('sqlite:///') :]!r}; run `tether demo` or your app to create one, "
-            "or point --db (or TETHER_URL) at yours"
-        )
+    url = existing_url(db)
     if not write and not url.startswith("memory:"):
         app = tether.App(tether.open_store(url, readonly=True), tenant=current_tenant())
     else:
@@ -131,6 +196,31 @@ def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)"
     )(fn)
+
+
+def complete_task_id(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Shell completion of a task id: the ids in the store ``--db`` (or ``$TETHER_URL``) names that
+    start with what is typed, newest first, each with its type and status. Completion never fails:
+    no store, or one that cannot be read, completes nothing."""
+    from click.shell_completion import CompletionItem
+
+    db = ctx.params.get("db")
+    try:
+        url = existing_url(db if isinstance(db, str) else None)
+        store = tether.open_store(url, **({} if url.startswith("memory:") else {"readonly": True}))
+        try:
+            tenant = str(ctx.meta.get("tether.tenant") or os.environ.get("TETHER_TENANT") or "default")
+            rows = store.list_tasks(tenant, TaskFilter(id_prefix=incomplete or None), limit=50)
+        finally:
+            store.close()
+    except Exception:  # a completion must not print a traceback into the user's shell
+        return []
+    return [CompletionItem(row.task_id, help=f"{row.type} {row.status}") for row in rows]
+
+
+def task_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``TASK_ID``: a task's id or any unique prefix of it, completed by the shell from the store."""
+    return click.argument("task_id", shell_complete=complete_task_id)(fn)
 
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -245,6 +335,14 @@ def _tid(app: tether.App, text: str) -> str:
     return text
 
 
+def _app_hint() -> str:
+    """How the command names the app: ``--app``, or the worker's MODULE:APP argument."""
+    command = click.get_current_context().command
+    return (
+        "--app" if any(p.name == "app_spec" and isinstance(p, click.Option) for p in command.params) else "MODULE:APP"
+    )
+
+
 def _load_app(spec: str) -> tether.App:
     """``module:attribute`` → the App object (the current directory is importable); the command's
     one app, whose store it uses for everything."""
@@ -252,15 +350,26 @@ def _load_app(spec: str) -> tether.App:
 
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise click.BadParameter(f"expected module:app (e.g. myagent:app), got {spec!r}", param_hint="APP")
+        raise click.BadParameter(f"expected module:app (e.g. myagent:app), got {spec!r}", param_hint=_app_hint())
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from None
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint=_app_hint()) from None
     app = getattr(module, attribute, None)
     if not isinstance(app, tether.App):
-        raise click.BadParameter(f"{spec!r} is {type(app).__name__}, not a tether.App", param_hint="APP")
+        apps = sorted(name for name, value in vars(module).items() if isinstance(value, tether.App))
+        found = (
+            f"has no attribute {attribute!r}"
+            if not hasattr(module, attribute)
+            else f"has {attribute!r}, a {type(app).__name__}, not a tether.App"
+        )
+        there = (
+            f"; did you mean {' or '.join(f'{module_name}:{name}' for name in apps)}?"
+            if apps
+            else "; it defines no tether.App (make one: app = tether.App(...))"
+        )
+        raise click.BadParameter(f"module {module_name!r} ({module.__file__}) {found}{there}", param_hint=_app_hint())
     click.get_current_context().meta[_APP] = app
     return app

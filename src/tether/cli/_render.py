@@ -3,12 +3,14 @@ scripts."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
-from typing import Any
+from typing import Any, Literal
 
 import click
 import orjson
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -17,13 +19,45 @@ import tether
 from tether.runtime.handles import failure_summary
 
 
+def plain(*, stderr: bool = False) -> bool:
+    """Whether output is plain text: in a pipe or a file, or under ``NO_COLOR`` (https://no-color.org:
+    set and not empty). Plain text has no colour, no box drawing and no spinner."""
+    stream = sys.stderr if stderr else sys.stdout
+    return not stream.isatty() or bool(os.environ.get("NO_COLOR"))
+
+
 def console(*, stderr: bool = False) -> Console:
     """Rich's console for stdout (or stderr). In a terminal it wraps lines at the terminal's width;
     anywhere else (a pipe, a file) a line is never wrapped or cut, as rich would at 80 columns:
     one event, one line, for grep and the like. Tables still fit the console's width. Whether the
-    stream is a terminal, not rich's guess (which ``FORCE_COLOR`` sways), decides."""
+    stream is a terminal, not rich's guess (which ``FORCE_COLOR`` sways), decides; plain output
+    (:func:`plain`) has no colour nor style."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(highlight=False, stderr=stderr, soft_wrap=not stream.isatty())
+    # plain: no escape codes at all (no_color would still send bold and dim)
+    colours: Literal["auto"] | None = None if plain(stderr=stderr) else "auto"
+    return Console(highlight=False, stderr=stderr, soft_wrap=not stream.isatty(), color_system=colours)
+
+
+def table(*columns: str, title: str | None = None, **options: Any) -> Table:
+    """A table with these columns: ruled in a terminal, plain text (columns apart by two spaces, a
+    header line, no box drawing) in a pipe and under ``NO_COLOR``. ``options`` go to every column."""
+    if plain():
+        made = Table(box=None, show_edge=False, pad_edge=False, header_style="", title=title, title_justify="left")
+        made.padding = (0, 2, 0, 0)
+    else:
+        made = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
+    for column in columns:
+        made.add_column(column, **options)
+    return made
+
+
+def fit(*, wide: bool = False) -> Console:
+    """The console for a table: a pipe gets whole lines (``wide``: 250 columns, nothing folded); a
+    terminal, its width."""
+    out = console()
+    if wide and not sys.stdout.isatty():
+        out.width = max(out.width, 250)
+    return out
 
 
 def emit_json(value: Any) -> None:
@@ -100,7 +134,8 @@ def _print_failure(out: Console, failure: tether.Failure, full: bool) -> None:
             out.print(f"    {escape(line)}")
 
 
-def _print_waiting(out: Console, waiting: tether.Waiting) -> None:
+def _print_waiting(out: Console, task_id: str, waiting: tether.Waiting, where: str = "") -> None:
+    """What the task waits for, and the command that answers it (``where``: the ``--db`` to repeat)."""
     out.print(
         f"waiting for input [bold]{escape(waiting.key)}[/] since {waiting.requested_at.isoformat(' ', 'seconds')}"
         + (f", until {waiting.timeout_at.isoformat(' ', 'seconds')}" if waiting.timeout_at else "")
@@ -109,7 +144,8 @@ def _print_waiting(out: Console, waiting: tether.Waiting) -> None:
         out.print(f"  prompt: {escape(waiting.prompt)}")
     if waiting.input_schema:
         out.print(f"  schema: {escape(orjson.dumps(waiting.input_schema).decode())}")
-    out.print(f"  answer: tether send TASK {escape(waiting.key)} VALUE")
+    value = "true" if (waiting.input_schema or {}).get("type") == "boolean" else "VALUE"
+    out.print(f"  answer: tether send {shlex.quote(task_id)} {shlex.quote(waiting.key)} {value}{escape(where)}")
 
 
 def _print_in_doubt(out: Console, state: tether.TaskState, n: int, db: str | None) -> None:
@@ -130,18 +166,33 @@ def _print_in_doubt(out: Console, state: tether.TaskState, n: int, db: str | Non
 
 
 def _print_history(out: Console, entries: list[tether.HistoryEntry]) -> None:
-    table = Table()
-    for column in ("seq", "time", "step", "what happened"):
-        table.add_column(column, overflow="fold")
-    for entry in entries:
-        if entry.boundary and entry.boundary.startswith("before"):
-            table.add_section()
+    """The history as a table, each step set apart: by rules in a terminal, by a blank line in plain text."""
+    table = _history_table()
+    ended = False  # the row before ended a step: one separator before the next row, none at the end
+    for i, entry in enumerate(entries):
+        if i and (ended or (entry.boundary or "").startswith("before")):
+            _separate(table)
         table.add_row(
             str(entry.seq), entry.at.strftime("%H:%M:%S.%f")[:-3], escape(entry.step or ""), _entry_text(entry)
         )
-        if entry.boundary and entry.boundary.startswith("after"):
-            table.add_section()
+        ended = (entry.boundary or "").startswith("after")
     out.print(table)
+
+
+def _separate(made: Table) -> None:
+    if plain():
+        made.add_row()
+    else:
+        made.add_section()
+
+
+def _history_table() -> Table:
+    """seq, time and step keep their width (a step's name is cut with …); what happened wraps at
+    word boundaries."""
+    made = table("seq", "time", no_wrap=True)
+    made.add_column("step", no_wrap=True, overflow="ellipsis", max_width=16)
+    made.add_column("what happened", overflow="fold", ratio=1)
+    return made
 
 
 def _entry_text(entry: tether.HistoryEntry) -> str:

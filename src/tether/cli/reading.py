@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-import sys
+import json
 import tempfile
 from pathlib import Path
 
 import click
 import orjson
+from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 import tether
 from tether.checks import MAX_LIMIT, MAX_OFFSET, check_statuses
-from tether.cli._base import _open, _tid, db_option, errors_as_messages, json_option, main, store_url
+from tether.cli._base import (
+    _open,
+    _tid,
+    db_option,
+    errors_as_messages,
+    json_option,
+    main,
+    store_url,
+    task_argument,
+    where_option,
+)
 from tether.cli._render import (
     _duration,
     _entry_text,
@@ -26,13 +36,15 @@ from tether.cli._render import (
     _status,
     console,
     emit_json,
+    fit,
     shorten,
+    table,
 )
 from tether.cli.usage import print_usage
 from tether.events import in_doubt_call
 from tether.runtime.handles import failure_summary
 from tether.store import TaskFilter
-from tether.timetravel import HistoryCursor
+from tether.timetravel import HistoryCursor, session_span
 
 
 @main.command()
@@ -49,10 +61,15 @@ def demo(db: str | None) -> None:
 @main.command()
 @db_option
 @json_option
-@click.option("--status", multiple=True, help="only tasks in this status (repeatable)")
+@click.option(
+    "--status",
+    multiple=True,
+    type=click.Choice([s.value for s in tether.Status], case_sensitive=False),
+    help="only tasks in this status (repeatable)",
+)
 @click.option("--type", "task_type", help="only tasks of this type")
 @click.option("--user", "user_id", help="only this user's tasks")
-@click.option("--limit", default=50, show_default=True, help="tasks per page")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, MAX_LIMIT), help="tasks per page")
 @click.option("--page", default=1, show_default=True, type=click.IntRange(1), help="which page of LIMIT tasks")
 @click.option("--wide", is_flag=True, help="full task ids in a terminal too (a pipe always gets them)")
 @errors_as_messages
@@ -66,26 +83,39 @@ def tasks(
     page: int,
     wide: bool,
 ) -> None:
-    """List tasks, newest first: status, position, what each waits for, who holds it; paged."""
+    """List tasks, newest first: status, position, what each waits for, who holds it; paged.
+
+    With --json: {"items": [...], "total": N, "limit": L, "offset": O, "page": P, "next_page": P+1 or null}."""
     app = _open(db)
     offset = (page - 1) * limit
-    rows = app.list_tasks(status=list(status) or None, type=task_type, user_id=user_id, limit=limit, offset=offset)
+    statuses = [s.lower() for s in status] or None
+    rows = app.list_tasks(status=statuses, type=task_type, user_id=user_id, limit=limit, offset=offset)
+    total = _count_tasks(app, statuses, task_type, user_id)
+    later = page + 1 if offset + len(rows) < total else None
     if as_json:
-        emit_json(
-            [
-                {
-                    **{k: v for k, v in vars(r).items() if k not in ("status", "wakes_at", "updated_at")},
-                    "status": r.status.value,
-                    "wakes_at": r.wakes_at.isoformat() if r.wakes_at else None,
-                    "updated_at": r.updated_at.isoformat(),
-                }
-                for r in rows
-            ]
-        )
+        items = [_summary_json(r) for r in rows]
+        emit_json({"items": items, "total": total, "limit": limit, "offset": offset, "page": page, "next_page": later})
         return
-    table = Table()
-    for column in ("task", "type", "status", "position", "waiting / wakes", "held by"):
-        table.add_column(column, no_wrap=column == "task")
+    _print_tasks(rows, wide)
+    if rows:
+        first = f"{offset + 1:,}–{offset + len(rows):,}" if offset else f"{len(rows):,}"
+        fit().print(f"{first} of {total:,}" + (f"; next: --page {later}" if later else ""))
+
+
+def _summary_json(r: tether.TaskSummary) -> dict[str, object]:
+    return {
+        **{k: v for k, v in vars(r).items() if k not in ("status", "wakes_at", "updated_at")},
+        "status": r.status.value,
+        "wakes_at": r.wakes_at.isoformat() if r.wakes_at else None,
+        "updated_at": r.updated_at.isoformat(),
+    }
+
+
+def _print_tasks(rows: list[tether.TaskSummary], wide: bool) -> None:
+    listing = table("task", "type", "status", no_wrap=True)
+    listing.add_column("position", ratio=1)
+    listing.add_column("waiting / wakes", ratio=1)
+    listing.add_column("held by", ratio=1)
     for r in rows:
         doubt = in_doubt_call(r.waiting_for) if r.waiting_for else None
         waits = f"input {r.waiting_for!r}" if r.waiting_for else ""
@@ -95,16 +125,8 @@ def tasks(
             waits += (" until " if waits else "wakes ") + r.wakes_at.strftime("%Y-%m-%d %H:%M:%S")
         if r.parked is not None:
             waits = f"[red]parked[/] (no worker runs it): {escape(shorten(r.parked, 80))}; see tether show"
-        table.add_row(_shown_id(r.task_id, wide), r.type, _status(r.status.value), r.position, waits, r.held_by or "")
-    out = console()
-    if not sys.stdout.isatty():
-        out.width = max(out.width, 250)  # a pipe gets whole lines: full ids, nothing folded
-    out.print(table if rows else "no tasks")
-    total = _count_tasks(app, list(status) or None, task_type, user_id)
-    if rows:
-        more = f"; next: --page {page + 1}" if offset + len(rows) < total else ""
-        first = f"{offset + 1:,}–{offset + len(rows):,}" if offset else f"{len(rows):,}"
-        out.print(f"{first} of {total:,}{more}")
+        listing.add_row(_shown_id(r.task_id, wide), r.type, _status(r.status.value), r.position, waits, r.held_by or "")
+    fit(wide=True).print(listing if rows else "no tasks")  # a pipe gets whole lines: full ids, nothing folded
 
 
 def _count_tasks(app: tether.App, status: list[str] | None, task_type: str | None, user_id: str | None) -> int:
@@ -115,10 +137,10 @@ def _count_tasks(app: tether.App, status: list[str] | None, task_type: str | Non
 
 
 @main.command()
-@click.argument("task_id")
+@task_argument
 @db_option
 @json_option
-@click.option("--full", is_flag=True, help="call args and results, inputs and tracebacks untruncated")
+@click.option("--full", is_flag=True, help="call args and results, keys, inputs and tracebacks untruncated")
 @errors_as_messages
 def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
     """Status, position, plan, calls (args, results, durations), failure, what it waits for, output."""
@@ -137,8 +159,7 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
             f"  fix the code, then: tether resume {state.task_id} --app MODULE:APP (or retry, cancel, or answer it)"
         )
     if state.session_id is not None:
-        upto = f" (up to message {state.session_version})" if state.session_version else ""
-        out.print(f"conversation: {state.session_id}{upto}")
+        out.print(f"conversation: {state.session_id}" + (f" ({session_span(state)})" if state.session_version else ""))
     if state.plan:
         marks = {"completed": "[green]✓[/]", "failed": "[red]✗[/]", "running": "[yellow]…[/]", "pending": " "}
         for i, step in enumerate(state.plan, start=1):
@@ -149,22 +170,7 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
             )
     doubt = in_doubt_call(state.waiting.key) if state.waiting is not None else None
     if state.calls:
-        width = 10_000 if full else 40
-        table = Table(title="calls", title_justify="left")
-        for column in ("#", "tool", "status", "attempts", "duration", "args", "result", "key"):
-            table.add_column(column, overflow="fold")
-        for call in state.calls:
-            table.add_row(
-                str(call.n),
-                call.tool + (" (undo)" if call.kind == "compensation" else ""),
-                "[yellow]in doubt[/]" if call.n == doubt else call.status,
-                str(len(call.attempts)),
-                _duration(call),
-                escape(shorten(call.args, width)),
-                escape(shorten(call.result, width)) if call.status == "completed" else "",
-                call.key,
-            )
-        out.print(table)
+        _print_calls(out, state, doubt, full)
         print_usage(out, state)
     for decision in state.decisions:
         out.print(f"decided {decision.name}: {shorten(decision.choice)} — {decision.rationale}")
@@ -175,35 +181,80 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
     if doubt is not None:
         _print_in_doubt(out, state, doubt, db)
     elif state.waiting is not None:
-        _print_waiting(out, state.waiting)
+        _print_waiting(out, state.task_id, state.waiting, where_option(db))
     if state.output is not None:
         out.print(f"output: {escape(shorten(state.output, 10_000 if full else 100))}")
 
 
+def _print_calls(out: Console, state: tether.TaskState, doubt: int | None, full: bool) -> None:
+    """The calls as a table that reads at 80 columns: the short columns keep their width, and the
+    arguments and result share one column that wraps. Keys (each starts with the task's id, printed
+    above) get a column of their own at 140 columns and up, and whole with ``full``."""
+    width = 10_000 if full else 40
+    calls = table("#", "tool", "status", "tries", "time", title="calls", no_wrap=True)
+    calls.columns[1].max_width, calls.columns[1].overflow = 24, "ellipsis"
+    calls.columns[2].min_width = len("completed")
+    calls.add_column("args → result", overflow="fold", ratio=3, min_width=20)
+    keys = full or out.width >= 140
+    if keys:
+        calls.add_column("key", overflow="fold", ratio=2)
+    for call in state.calls:
+        result = f" → {_spaced(call.result, width)}" if call.status == "completed" else ""
+        cells = [
+            str(call.n),
+            call.tool + (" (undo)" if call.kind == "compensation" else ""),
+            "[yellow]in doubt[/]" if call.n == doubt else call.status,
+            str(len(call.attempts)),
+            _duration(call),
+            escape(_spaced(call.args, width) + result),
+        ]
+        if keys:
+            short = "…" + call.key.removeprefix(state.task_id) if call.key.startswith(state.task_id) else call.key
+            cells.append(call.key if full else short)
+        calls.add_row(*cells)
+    out.print(calls)
+
+
+def _spaced(value: object, limit: int) -> str:
+    """JSON with a space after each comma and colon, so a narrow column wraps between values."""
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 @main.command()
-@click.argument("task_id")
+@task_argument
 @db_option
 @json_option
 @errors_as_messages
 def history(task_id: str, db: str | None, as_json: bool) -> None:
-    """Every event of a task, in order, in words, with the steps' boundaries."""
+    """Every event of a task, in order, in words, with the steps' boundaries.
+
+    With --json: one object per event: seq, at, type, step, summary (the line shown here) and data."""
     app = _open(db)
     task_id = _tid(app, task_id)
+    entries = app.history(task_id)
     if not as_json:
-        _print_history(console(), app.history(task_id))
+        _print_history(console(), entries)
         return
     emit_json(
         [
-            {"seq": r.seq, "at": r.time.isoformat(), "type": r.event.event_type, "data": r.event.to_dict()}
-            for r in app.log.events(task_id)
+            {
+                "seq": e.seq,
+                "at": e.at.isoformat(),
+                "type": e.type,
+                "step": e.step,
+                "summary": e.summary,
+                "data": e.event.to_dict(),
+            }
+            for e in entries
         ]
     )
 
 
 @main.command()
-@click.argument("task_id")
+@task_argument
 @click.option("--follow", "-f", is_flag=True, help="keep streaming events as they land, until the task ends")
-@click.option("--after", type=int, default=0, help="only events after seq AFTER")
+@click.option("--after", type=click.IntRange(0), default=0, help="only events after seq AFTER")
 @db_option
 @json_option
 @errors_as_messages

@@ -22,6 +22,7 @@ from tether.cli._base import (
     errors_as_messages,
     json_option,
     main,
+    task_argument,
 )
 from tether.cli._render import _handle, _handle_json, _status, console, emit_json
 from tether.errors import TetherError
@@ -30,7 +31,7 @@ from tether.runtime.handles import TaskHandle
 
 
 @main.command()
-@click.argument("task_id")
+@task_argument
 @app_option
 @json_option
 @errors_as_messages
@@ -41,7 +42,7 @@ def resume(task_id: str, app_spec: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("task_id")
+@task_argument
 @actor_option
 @app_option
 @json_option
@@ -53,7 +54,7 @@ def retry(task_id: str, actor: str | None, app_spec: str, as_json: bool) -> None
 
 
 @main.command()
-@click.argument("task_id")
+@task_argument
 @click.argument("key")
 @click.argument("value")
 @db_option
@@ -80,7 +81,7 @@ def send(task_id: str, key: str, value: str, db: str | None, as_json: bool, acto
 
 
 @main.command()
-@click.argument("task_id")
+@task_argument
 @click.argument("n", type=click.IntRange(1))
 @click.option("--result", metavar="JSON", help="the call's result, as JSON, when its effect happened")
 @click.option("--not-happened", is_flag=True, help="its effect did not happen: the call runs again under its key")
@@ -120,8 +121,13 @@ def resolve(
 
 
 @main.command()
-@click.argument("task_id")
-@click.option("--reason", default="cancelled from the command line", show_default=True)
+@task_argument
+@click.option(
+    "--reason",
+    default="cancelled from the command line",
+    show_default=True,
+    help="why, recorded in the history and shown with the task",
+)
 @app_option
 @json_option
 @actor_option
@@ -150,10 +156,24 @@ def cancel(task_id: str, reason: str, app_spec: str, as_json: bool, actor: str |
 
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-@click.option("--concurrency", "-c", default=1, show_default=True, help="tasks run at once")
+@click.option(
+    "--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1, 1024), help="tasks run at once"
+)
 @click.option("--idle-exit", is_flag=True, help="exit when there is nothing left to run")
-@click.option("--poll", default=0.5, show_default=True, help="seconds between looks when idle")
-@click.option("--grace", default=30.0, show_default=True, help="seconds to finish running tasks on SIGTERM")
+@click.option(
+    "--poll",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="seconds between looks when idle",
+)
+@click.option(
+    "--grace",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="seconds to finish running tasks on SIGTERM",
+)
 @click.option("--quiet", "-q", is_flag=True, help="no line per task run")
 @click.option("--verbose", "-v", is_flag=True, help="a line when each run starts too, and tether's warnings")
 @errors_as_messages

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
 
-import tether
-from tether.cli._base import errors_as_messages, json_option, main, store_url
-from tether.cli._render import console, emit_json
+from tether.cli._base import errors_as_messages, existing_url, json_option, main, open_existing
+from tether.cli._render import console, emit_json, table
+
+_DB_HELP = "store URL or SQLite path, which must exist (default: $TETHER_URL, then ./tether.db)"
 
 
 @main.command()
-@click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")
+@click.option("--db", metavar="URL", help=_DB_HELP)
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (loopback by default)")
-@click.option("--port", default=8700, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port", default=8700, show_default=True, type=click.IntRange(0, 65535), help="port to listen on (0: any free one)"
+)
 @click.option("--no-auth", is_flag=True, help="answer without API keys (loopback hosts only)")
 @click.option("--tenant", default="default", show_default=True, help="the tenant of --no-auth mode")
 @click.option(
@@ -43,14 +45,13 @@ def serve(db: str | None, host: str, port: int, no_auth: bool, tenant: str, log_
         from tether.serve import create_app
     except ImportError:
         raise click.ClickException("tether serve needs its extra: pip install 'tether[serve]'") from None
-    from tether.store.base import redact_url
-
     from tether.serve.operations import serve_metrics
+    from tether.store.base import redact_url
     from tether.telemetry.logs import log_to_stderr
 
     log_to_stderr(log_level)
     serve_metrics()
-    url = store_url(db)
+    url = existing_url(db)
     asgi = create_app(url, no_auth=no_auth, tenant=tenant)
     err = console(stderr=True)
     mode = f"without keys, as tenant {tenant!r}" if no_auth else "API keys required (`tether keys create`)"
@@ -65,7 +66,7 @@ def keys() -> None:
 
 
 @keys.command("create")
-@click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")
+@click.option("--db", metavar="URL", help=_DB_HELP)
 @click.option("--tenant", required=True, help="the tenant the key acts in")
 @click.option("--name", required=True, help="who holds it: recorded as the actor of its writes")
 @errors_as_messages
@@ -73,14 +74,14 @@ def keys_create(db: str | None, tenant: str, name: str) -> None:
     """Make a key and print it once: it cannot be shown again."""
     from tether.serve.keys import KeyRing
 
-    secret, key = KeyRing(tether.open_store(store_url(db))).create(tenant=tenant, name=name)
+    secret, key = KeyRing(open_existing(db)).create(tenant=tenant, name=name)
     click.echo(secret)
     note = f"key {key.key_id} for tenant {tenant!r} ({name}); keep it: it is shown once"
     console(stderr=True).print(note)
 
 
 @keys.command("list")
-@click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")
+@click.option("--db", metavar="URL", help=_DB_HELP)
 @json_option
 @errors_as_messages
 def keys_list(db: str | None, as_json: bool) -> None:
@@ -89,26 +90,26 @@ def keys_list(db: str | None, as_json: bool) -> None:
 
     from tether.serve.keys import KeyRing
 
-    found = KeyRing(tether.open_store(store_url(db))).list()
+    found = KeyRing(open_existing(db)).list()
     if as_json:
-        emit_json([asdict(k) for k in found])
+        emit_json({"items": [asdict(k) for k in found], "total": len(found)})
         return
-    table = Table("id", "tenant", "name", "created", "revoked")
-    for k in found:
-        from datetime import datetime
+    from datetime import UTC, datetime
 
-        made = datetime.fromtimestamp(k.created_at).isoformat(" ", "seconds")
-        table.add_row(k.key_id, k.tenant, k.name, made, "yes" if k.revoked else "")
-    console().print(table)
+    listing = table("id", "tenant", "name", "created", "revoked")
+    for k in found:
+        made = datetime.fromtimestamp(k.created_at, UTC).isoformat(" ", "seconds")
+        listing.add_row(k.key_id, k.tenant, k.name, made, "yes" if k.revoked else "")
+    console().print(listing if found else "no keys (`tether keys create` makes one)")
 
 
 @keys.command("revoke")
 @click.argument("key_id")
-@click.option("--db", metavar="URL", help="store URL or SQLite path (default: $TETHER_URL, then ./tether.db)")
+@click.option("--db", metavar="URL", help=_DB_HELP)
 @errors_as_messages
 def keys_revoke(key_id: str, db: str | None) -> None:
     """Revoke a key: requests made with it are refused from now on."""
     from tether.serve.keys import KeyRing
 
-    key = KeyRing(tether.open_store(store_url(db))).revoke(key_id)
+    key = KeyRing(open_existing(db)).revoke(key_id)
     click.echo(f"revoked {key.key_id} ({key.tenant}, {key.name})")

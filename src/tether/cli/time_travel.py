@@ -21,15 +21,16 @@ from tether.cli._base import (
     errors_as_messages,
     json_option,
     main,
+    task_argument,
 )
 from tether.cli._render import _handle, _print_state_summary, _state_json, console, emit_json, shorten
 from tether.cli.progress import progress_bar
-from tether.timetravel import step_bounds, step_ref
+from tether.timetravel import path_label, step_bounds, step_ref
 
 
 @main.command()
-@click.argument("task_id")
-@click.option("--at", "seq", type=int, default=None, help="the state right after event SEQ")
+@task_argument
+@click.option("--at", "seq", type=click.IntRange(1), default=None, help="the state right after event SEQ")
 @click.option("--before-step", type=str, default=None, help="just before step N (number or name)")
 @click.option("--after-step", type=str, default=None, help="right after step N ended")
 @click.option("--full", is_flag=True, help="the whole state as JSON (default: a summary)")
@@ -76,7 +77,7 @@ def _point(app: tether.App, task_id: str, text: str) -> int:
 
 
 @main.command()
-@click.argument("task_id")
+@task_argument
 @click.argument("a")
 @click.argument("b")
 @click.option("--other", metavar="TASK", help="compare with this task's state at B (a fork, its parent)")
@@ -85,7 +86,10 @@ def _point(app: tether.App, task_id: str, text: str) -> int:
 @errors_as_messages
 def diff(task_id: str, a: str, b: str, other: str | None, db: str | None, as_json: bool) -> None:
     """What changed from point A to point B: an RFC 6902 JSON patch. A point is an event's seq, or a step's
-    name (the state right after it ended; `before:NAME` just before it started)."""
+    name (the state right after it ended; `before:NAME` just before it started).
+
+    A patch's paths are RFC 6902's, whose list indices count from 0: each is labelled as history
+    counts, from 1 (`/calls/7` is call #8)."""
     app = _open(db)
     task_id = _tid(app, task_id)
     other = _tid(app, other) if other is not None else None
@@ -97,13 +101,15 @@ def diff(task_id: str, a: str, b: str, other: str | None, db: str | None, as_jso
     out.print(f"[bold]{result.a} → {result.b}[/]" if result.patch else result.render())
     colours = {"add": "green", "remove": "red", "replace": "yellow"}
     for op in result.patch:
-        value = f": {shorten(op['value'], 90)}" if "value" in op else ""
-        out.print(f"  [{colours.get(op['op'], 'cyan')}]{op['op']:7}[/] {op['path']}{value}")
+        value = f": {escape(shorten(op['value'], 90))}" if "value" in op else ""
+        label = path_label(op["path"])
+        where = escape(op["path"]) + (f" ({escape(label)})" if label else "")
+        out.print(f"  [{colours.get(op['op'], 'cyan')}]{op['op']:7}[/] {where}{value}")
 
 
 @main.command()
-@click.argument("task_id")
-@click.option("--at", "seq", type=int, required=True, help="the last event the fork shares")
+@task_argument
+@click.option("--at", "seq", type=click.IntRange(1), required=True, help="the last event the fork shares")
 @click.option("--id", "new_id", default=None, help="the fork's task id (default: a new one)")
 @click.option("--inputs", default=None, help="new inputs for the fork, as a JSON object (needs --app)")
 @click.option(
@@ -176,8 +182,8 @@ def _fork_inputs(inputs: str | None) -> dict[str, Any] | None:
 
 
 @main.command()
-@click.argument("task_id")
-@click.option("--upto", type=int, default=None, help="replay only the first UPTO events")
+@task_argument
+@click.option("--upto", type=click.IntRange(1), default=None, help="replay only the first UPTO events")
 @app_option
 @json_option
 @errors_as_messages
@@ -206,7 +212,9 @@ def replay(task_id: str, upto: int | None, app_spec: str, as_json: bool) -> None
 
 
 @main.command()
-@click.option("--finished", type=int, default=0, show_default=True, help="also the N most recent finished tasks")
+@click.option(
+    "--finished", type=click.IntRange(0), default=0, show_default=True, help="also the N most recent finished tasks"
+)
 @app_option
 @json_option
 @errors_as_messages
@@ -242,8 +250,8 @@ def check(finished: int, app_spec: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("task_id")
-@click.option("--to", "seq", type=int, required=True, help="the last event to keep")
+@task_argument
+@click.option("--to", "seq", type=click.IntRange(1), required=True, help="the last event to keep")
 @actor_option
 @app_option
 @json_option

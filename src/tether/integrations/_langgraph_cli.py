@@ -1,4 +1,5 @@
-"""``python -m tether.integrations.langgraph``: LangGraph threads as tether stores them.
+"""``tether langgraph`` (and ``python -m tether.integrations.langgraph``): LangGraph threads as tether
+stores them.
 
 A thread is an internal stream, so ``tether tasks`` (which lists tasks) does not show it and
 ``tether show`` (which folds a task's state) cannot read it; ``tether history langgraph:THREAD``
@@ -12,7 +13,6 @@ from typing import Any
 import click
 import orjson
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from rich.table import Table
 
 from tether.cli import (
     CONTEXT,
@@ -21,10 +21,11 @@ from tether.cli import (
     db_option,
     emit_json,
     errors_as_messages,
+    existing_url,
     json_option,
     shorten,
-    store_url,
 )
+from tether.cli import table as plain_table
 from tether.integrations._langgraph_log import (
     CheckpointSaved,
     CheckpointsDeleted,
@@ -38,7 +39,7 @@ from tether.log import TaskLog
 
 
 def _log(db: str | None) -> TaskLog:
-    return TaskLog(store_url(db), tenant=current_tenant())
+    return TaskLog(existing_url(db), tenant=current_tenant())  # a missing database refused, as every verb does
 
 
 # Threads are read as TetherSaver reads them (the fold in _langgraph_log), with the serializer it
@@ -62,9 +63,7 @@ def threads(db: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(infos)
         return
-    table = Table()
-    for column in ("thread", "checkpoints", "namespaces", "latest checkpoint", "step", "events"):
-        table.add_column(column)
+    table = plain_table("thread", "checkpoints", "namespaces", "latest checkpoint", "step", "events")
     for i in infos:
         table.add_row(
             i["thread_id"],
@@ -150,9 +149,7 @@ def history(thread_id: str, db: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(entries)
         return
-    table = Table()
-    for column in ("seq", "time", "event", "ns", "checkpoint", "details", "bytes"):
-        table.add_column(column)
+    table = plain_table("seq", "time", "event", "ns", "checkpoint", "details", "bytes")
     for e in entries:
         if e["event"] == "CheckpointSaved":
             details = f"step {e['step']} {e['source']}: " + ", ".join(f"{k} {v}" for k, v in e["stored"].items())
