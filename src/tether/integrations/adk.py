@@ -593,7 +593,9 @@ class TetherSessionService(BaseSessionService):
             self._snapshot(stream, version, own)
 
 
-SCHEMES = tuple(SCHEME_PREFIX + backend for backend in ("memory", "sqlite", "postgresql", "postgres"))
+SCHEMES = tuple(
+    SCHEME_PREFIX + backend for backend in ("memory", "sqlite", "postgresql", "postgres", "redis", "rediss")
+)
 """The URL schemes :func:`register_services` gives ADK's registry: ``tether+`` and a tether store URL's."""
 
 
