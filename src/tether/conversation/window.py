@@ -19,6 +19,7 @@ import orjson
 from tether.conversation import render
 from tether.conversation.messages import Message, SessionView, Summary, parts_of
 from tether.conversation.shapes import Part
+from tether.errors import ConfigurationError
 
 __all__ = [
     "IMAGE_TOKENS",
@@ -53,7 +54,8 @@ class TokenCounter(Protocol):
 
 
 class EstimateCounter:
-    """An estimate: one token per four characters, rounded up. Used when tiktoken is not available."""
+    """An estimate: one token per four characters, rounded up. What a session counts with unless it
+    is given another counter."""
 
     name = "estimate (4 characters per token)"
 
@@ -62,6 +64,26 @@ class EstimateCounter:
 
 
 class TiktokenCounter:
+    """Tokens as tiktoken counts them in one encoding: a choice made explicitly, never because
+    tiktoken happens to be installed (``pip install 'tether[tiktoken]'``).
+
+    Example:
+        >>> counter = TiktokenCounter.of("cl100k_base")  # doctest: +SKIP
+        >>> session = app.session("s1", counter=counter)  # doctest: +SKIP
+    """
+
+    @classmethod
+    def of(cls, encoding: str = "cl100k_base") -> TiktokenCounter:
+        """The counter for ``encoding``; a clear error when tiktoken (or the encoding) cannot be had."""
+        try:
+            import tiktoken  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            raise ConfigurationError("TiktokenCounter needs tiktoken: pip install 'tether[tiktoken]'") from None
+        try:
+            return cls(tiktoken.get_encoding(encoding), encoding)
+        except Exception as exc:  # an unknown name, or its encoding file cannot be downloaded
+            raise ConfigurationError(f"tiktoken cannot load the encoding {encoding!r}: {exc}") from None
+
     def __init__(self, encoding: Any, label: str) -> None:
         self._encoding = encoding
         self.name = f"tiktoken {label}"
@@ -70,19 +92,12 @@ class TiktokenCounter:
         return len(self._encoding.encode(text, disallowed_special=()))
 
 
-_DEFAULT: TokenCounter | None = None
+_DEFAULT = EstimateCounter()
 
 
 def default_counter() -> TokenCounter:
-    """tiktoken's ``cl100k_base`` when tiktoken and its encoding files are present, else the estimate."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        try:
-            import tiktoken  # type: ignore[import-not-found,unused-ignore]
-
-            _DEFAULT = TiktokenCounter(tiktoken.get_encoding("cl100k_base"), "cl100k_base")
-        except Exception:  # not installed, or its encoding files cannot be had offline
-            _DEFAULT = EstimateCounter()
+    """The counter of a session given none: the estimate, whatever is installed, so a count never
+    changes because a package appeared. Choose tiktoken with ``counter=TiktokenCounter.of(...)``."""
     return _DEFAULT
 
 

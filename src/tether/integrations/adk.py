@@ -63,6 +63,10 @@ try:
     )
     from google.adk.sessions.session import Session as AdkSession
     from google.adk.sessions.state import State
+
+    from tether.integrations._versions import check_tested
+
+    check_tested("google-adk", "tether.integrations.adk")
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.integrations.adk needs Google ADK: pip install 'tether[adk]'") from exc
 

@@ -44,6 +44,11 @@ try:
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
     from langgraph.types import Send
+
+    from tether.integrations._versions import check_tested
+
+    check_tested("langgraph", "tether.integrations.langgraph")
+    check_tested("langgraph-checkpoint", "tether.integrations.langgraph")
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"tether.integrations.langgraph needs LangGraph ({exc}); install it with: pip install 'tether[langgraph]'"

@@ -48,6 +48,10 @@ try:
     from agents.models.multi_provider import MultiProvider
     from agents.run_config import RunConfig
     from openai.types.responses import Response, ResponseCompletedEvent, ResponseOutputItemDoneEvent
+
+    from tether.integrations._versions import check_tested
+
+    check_tested("openai-agents", "tether.integrations.openai_agents")
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
         "tether.integrations.openai_agents needs the OpenAI Agents SDK: pip install 'tether[openai-agents]'"

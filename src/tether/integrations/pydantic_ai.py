@@ -48,6 +48,10 @@ try:
         ToolReturnPart,
         UserPromptPart,
     )
+
+    from tether.integrations._versions import check_tested
+
+    check_tested("pydantic-ai-slim", "tether.integrations.pydantic_ai")
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether.integrations.pydantic_ai needs Pydantic AI: pip install 'tether[pydantic-ai]'") from exc
 
