@@ -200,6 +200,17 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+# The messages an uninterrupted run of _lg_tools_child.py ends with.
+EXPECTED = [
+    ["human", "refund A-1"],
+    ["ai", ""],
+    ["tool", '{"order": "A-1", "total": 4999}'],
+    ["tool", "A-1 shipped"],
+    ["tool", "refunded 4999 for A-1"],
+    ["ai", 'Done: A-1 shipped; refunded 4999 for A-1; {"order": "A-1", "total": 4999}'],
+]
+
+
 @pytest.mark.crash
 @pytest.mark.parametrize(
     "how", [("sync", "sync"), ("async", "async"), ("sync", "exit")], ids=["invoke-sync", "ainvoke-async", "invoke-exit"]
@@ -209,13 +220,10 @@ def test_sigkill_at_the_effect_a_sibling_and_the_next_model_call_then_resume(
 ) -> None:
     """``invoke`` with ``durability="sync"``, ``ainvoke`` with LangGraph's default ("async") and
     ``invoke`` with "exit" (nothing stored until the run ends: a killed run starts over, and its
-    recorded tool calls are not run again); each kill point is a thread of its own in one database,
-    resumed by a fresh process."""
-    reference = tmp_path / "reference"
-    reference.mkdir()
-    done = life(children[0], durable_url, reference, "reference", "none:0", how)
-    assert done.returncode == 0, done.stderr
-    expected = json.loads(done.stdout.splitlines()[-1])
+    recorded tool calls are not run again; on SQLite only, the backend does not change what it
+    keeps); each kill point is a thread of its own in one database, resumed by a fresh process."""
+    if how[1] == "exit" and "postgresql" in durable_url:
+        pytest.skip("exit durability stores nothing mid-run on any backend: SQLite shows it")
     for point in ("effect:1", "sibling:1", "model:2"):
         thread = point.replace(":", "-")
         work = tmp_path / thread
@@ -224,7 +232,7 @@ def test_sigkill_at_the_effect_a_sibling_and_the_next_model_call_then_resume(
         assert killed.returncode == -signal.SIGKILL and (work / "killed").exists(), point + killed.stderr
         resumed = life(children[1], durable_url, work, thread, "none:0", how)
         assert resumed.returncode == 0, point + resumed.stderr
-        assert json.loads(resumed.stdout.splitlines()[-1]) == expected, point
+        assert json.loads(resumed.stdout.splitlines()[-1]) == EXPECTED, point
         executions = lines(work / "tools.log")
         keys = {f"{name} langgraph:{thread}:tools:call-{name}" for name in ("lookup", "shipping", "refund")}
         assert set(executions) == keys, point
