@@ -65,7 +65,9 @@ def test_the_document_describes_every_answer(served: Served) -> None:
     assert doc["components"]["securitySchemes"]["bearer"] == {
         "type": "http", "scheme": "bearer", "description": "an API key: `tether keys create`"
     }  # fmt: skip
-    assert {"bearer": []} in doc["security"]
+    assert doc["components"]["securitySchemes"]["tetherKey"]["name"] == "X-Tether-Key"
+    get_task = doc["paths"]["/v1/tasks/{task_id}"]["get"]
+    assert {"bearer": []} in get_task["security"] and {"tetherKey": []} in get_task["security"]
     for path, ops in doc["paths"].items():
         for op in ops.values():
             if op["operationId"] not in ours:

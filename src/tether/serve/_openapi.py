@@ -28,11 +28,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 """The errors every operation may answer, each a :class:`Problem`."""
 
-_SCHEMES = {
-    "bearer": {"type": "http", "scheme": "bearer", "description": "an API key: `tether keys create`"},
-    "tetherKey": {"type": "apiKey", "in": "header", "name": "X-Tether-Key", "description": "the same key"},
-}
-
 
 def operation_id(route: APIRoute) -> str:
     """An operation's id: its route's name (``get_task``), which the API keeps as it is."""
@@ -40,8 +35,8 @@ def operation_id(route: APIRoute) -> str:
 
 
 def describe(api: FastAPI, *, no_auth: bool) -> None:
-    """Make ``api.openapi()`` the document with problems for errors and the security schemes
-    (a server under ``--no-auth`` takes no key: its operations need none)."""
+    """Make ``api.openapi()`` the document with problems for errors (a server under ``--no-auth``
+    takes no key: its operations name no security scheme)."""
 
     def openapi() -> dict[str, Any]:
         if api.openapi_schema is not None:
@@ -50,11 +45,10 @@ def describe(api: FastAPI, *, no_auth: bool) -> None:
         for path in doc.get("paths", {}).values():
             for operation in path.values():
                 _problems_for_errors(operation)
-        components = doc.setdefault("components", {})
-        for schema in components.get("schemas", {}).values():
+                if no_auth:  # this server takes no key
+                    operation.pop("security", None)
+        for schema in doc.get("components", {}).get("schemas", {}).values():
             _without_examples(schema)
-        components["securitySchemes"] = _SCHEMES
-        doc["security"] = [{}] if no_auth else [{"bearer": []}, {"tetherKey": []}]
         api.openapi_schema = doc
         return doc
 

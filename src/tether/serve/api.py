@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Security
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, model_validator
 
 from tether.checks import check_id
@@ -63,7 +64,17 @@ _SCAN = 10_000
 Seq = Annotated[int, Query(ge=0, le=2**31, description="an event's seq (0: before the first)")]
 
 
-def _current(request: Request) -> Principal:
+# How the document says to authenticate (each operation that takes a key names both); the key
+# itself is read and checked by the authenticator, which also takes the inspector's cookie.
+_BEARER = HTTPBearer(auto_error=False, scheme_name="bearer", description="an API key: `tether keys create`")
+_KEY_HEADER = APIKeyHeader(name="X-Tether-Key", auto_error=False, scheme_name="tetherKey", description="the same key")
+
+
+def _current(
+    request: Request,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)] = None,
+    key: Annotated[str | None, Security(_KEY_HEADER)] = None,
+) -> Principal:
     """The request's principal, by the authenticator ``create_app`` put on the app."""
     who: Principal = request.app.state.authenticate(request)
     return who
