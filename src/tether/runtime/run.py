@@ -37,6 +37,7 @@ from tether.events import (
     OutputSet,
     Recorded,
     RetryRequested,
+    RunTraced,
     StatusChanged,
     StepFailed,
     TaskForked,
@@ -498,7 +499,7 @@ def _failure_verdict(rec: Recorder, state: TaskState, error: BaseException, reco
 
 
 _UNWINDING = (StepFailed, CallStarted, CallCompleted, CallAttemptFailed, CallFailed)
-_RUN_BEGINS = (StatusChanged, DataMigrated)  # what a run writes as it begins
+_RUN_BEGINS = (StatusChanged, DataMigrated, RunTraced)  # what a run writes as it begins
 
 
 def _before_forks(by_seq: dict[int, Recorded], failed_at: int, compensations: set[int]) -> tuple[int, int]:
