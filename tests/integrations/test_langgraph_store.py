@@ -169,3 +169,12 @@ def test_ttl_expires_refreshes_and_sweeps(app: tether.App, monkeypatch: pytest.M
     assert store.list_namespaces() == [("s",)]
     assert store.sweep_ttl() == 1
     assert TetherStore(app).get(("s",), "kept") is None
+
+
+@pytest.mark.parametrize("module", ["_langgraph_store", "_langgraph_tools"])
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"tether.integrations.{module}"))
+    assert result.attempted > 0 and result.failed == 0, result
