@@ -216,6 +216,18 @@ def settled_size(path: Path) -> int:
     return size_on_disk(path)
 
 
+def payload_size(path: Path) -> int:
+    """The bytes of tether's events and snapshots in the file (what the storage format decides; the
+    file adds SQLite's pages and indexes)."""
+    conn = sqlite3.connect(path)
+    try:
+        events = conn.execute("SELECT coalesce(sum(length(data)), 0) FROM events").fetchone()[0]
+        snapshots = conn.execute("SELECT coalesce(sum(length(data)), 0) FROM snapshots").fetchone()[0]
+    finally:
+        conn.close()
+    return int(events) + int(snapshots)
+
+
 def turn(agent: Any, k: int) -> float:
     start = time.perf_counter()
     agent.invoke({"messages": [HumanMessage(content=f"question {k}: what next?", id=f"user-{k}")]}, REACT)
@@ -270,13 +282,23 @@ def react_flat(turns: int) -> dict[str, float]:
     saver, close = tether_saver(path)
     agent = react_agent(saver)
     sizes: dict[int, int] = {}
+    payloads: dict[int, int] = {}
     for k in range(1, turns + 11):
         turn(agent, k)
         if k in (10, 20, turns, turns + 10):
-            sizes[k] = settled_size(path)
+            sizes[k], payloads[k] = settled_size(path), payload_size(path)
     close()
     early, late = (sizes[20] - sizes[10]) / 10, (sizes[turns + 10] - sizes[turns]) / 10
-    return {"turns": turns, "bytes_per_turn_at_10": early, "bytes_per_turn_at_last": late, "flat": late / early}
+    early_data, late_data = (payloads[20] - payloads[10]) / 10, (payloads[turns + 10] - payloads[turns]) / 10
+    return {
+        "turns": turns,
+        "bytes_per_turn_at_10": early,
+        "bytes_per_turn_at_last": late,
+        "flat": late / early,
+        "payload_per_turn_at_10": early_data,
+        "payload_per_turn_at_last": late_data,
+        "payload_flat": late_data / early_data,
+    }
 
 
 def react_report(turns: int, flat_turns: int, repeat: int) -> dict[str, Any]:
@@ -297,7 +319,8 @@ def react_report(turns: int, flat_turns: int, repeat: int) -> dict[str, Any]:
         )
     print(
         f"{'flat':>13} bytes per turn at turn 10: {flat['bytes_per_turn_at_10']:.0f}, at turn "
-        f"{flat_turns:,}: {flat['bytes_per_turn_at_last']:.0f}"
+        f"{flat_turns:,}: {flat['bytes_per_turn_at_last']:.0f} (the file); events and snapshots alone: "
+        f"{flat['payload_per_turn_at_10']:.0f} and {flat['payload_per_turn_at_last']:.0f}"
     )
     for k, v in ratios.items():
         print(f"{k:>26}: {v:.3f}x (target <= {REACT_TARGETS[k]}x)")

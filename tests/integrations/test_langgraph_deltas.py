@@ -166,7 +166,7 @@ def test_a_cold_read_is_a_snapshot_and_a_bounded_tail(store_url: str) -> None:
         for n in (2, 5):
             turns(graph, 0 if n == 2 else 2, n - (0 if n == 2 else 2))
             expected = writer.get_tuple(CONFIG)
-            reader = fresh(log)
+            reader = fresh(log, snapshot_every=12)
             returned = counted(reader)
             same(reader.get_tuple(CONFIG), expected)
             assert len(returned) == 1 and returned[0] <= 12, returned  # however long the thread (22, 56 events)

@@ -21,7 +21,9 @@ class CheckpointSaved(Event):
     ``["a", [items], [ns, checkpoint_id, channel]]`` (appended to that checkpoint's value of that
     channel, or to that key of a dict value there, with ``[ns, checkpoint_id, channel, key]``: a
     subgraph starting from its parent's messages), ``["d", {key: value}]`` (a dict whose entries are
-    encoded the same way: a graph's input) or ``["e"]`` (the channel is empty).
+    encoded the same way: a graph's input, a Send's argument), ``["s", node, value]`` (a LangGraph
+    ``Send`` to ``node``, its argument encoded the same way), ``["v", [values]]`` (a list whose
+    entries are encoded values: a step's Sends) or ``["e"]`` (the channel is empty).
 
     An item is the serializer's bytes in base64 (a string when the serializer's type is
     ``msgpack``, else ``[type, base64]``), or ``"#" + key``: the same item stored by an earlier

@@ -160,8 +160,8 @@ class _Restater:
         return item
 
     def keys(self, view: ThreadView) -> set[str]:
-        """The keys of the items restated (as ``view`` holds them: one hash per item at most)."""
-        key_of = {id(item): key for key, item in view.items.items()}
+        """The keys of the items restated (as ``view`` knows them; an item it does not is hashed)."""
+        key_of = view.key_of
         return {key_of.get(id(item)) or item_key(item) for item in self._seen.values()}
 
     def value(self, blob: Blob) -> list[Any]:

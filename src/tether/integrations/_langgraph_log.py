@@ -243,6 +243,7 @@ class ThreadView:
         self._newest: dict[str, str] = {}  # ns -> its largest checkpoint id
         self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
         self.items: dict[str, Any] = {}  # item key -> the item as first stored
+        self.key_of: dict[int, str] = {}  # id(item) -> its key, for every item a value of the view holds
         self._objects: dict[str, Any] = {}  # a list item (as stored) -> its object, decoded once
         self._index: dict[tuple[str, str, Any], Blob] = {}  # (ns, channel, version) -> the newest blob
         self.last_list: dict[str, tuple[list[str], Blob]] = {}  # channel -> the newest list stored, and its ref
@@ -373,6 +374,7 @@ class ThreadView:
             return found
         key = item_key(item)
         self.items.setdefault(key, item)
+        self.key_of[id(item)] = key
         if self.recent is not None:
             self.recent.add(key)
         return item
