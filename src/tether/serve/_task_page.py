@@ -229,7 +229,7 @@ def _actions(state: TaskState) -> str:
     buttons = []
     if state.status is Status.FAILED:
         buttons.append('<button type="button" class="retry">Retry</button>')
-    if state.status not in TERMINAL:
+    if state.status not in TERMINAL and state.cancel_reason is None:  # once asked, a cancel is on its way
         buttons.append(
             '<button type="button" class="cancel" aria-haspopup="dialog">Cancel…</button>'
             '<dialog id="confirm-cancel" aria-labelledby="confirm-cancel-title"><form method="dialog">'

@@ -376,7 +376,7 @@ function initSteering(root, base, result) {
   const retry = root.querySelector("button.retry");
   if (retry) retry.addEventListener("click", async () => {
     retry.disabled = true;
-    try { const out = await api("POST", `${base}/retry`); flash(`Retry requested: ${out.note}.`); }
+    try { await api("POST", `${base}/retry`); flash("Retry requested: a worker runs the task again."); }
     catch (err) { retry.disabled = false; show(result, err.message, true); }
   });
   const cancel = root.querySelector("button.cancel");
@@ -386,8 +386,8 @@ function initSteering(root, base, result) {
     dialog.addEventListener("close", async () => {
       if (dialog.returnValue !== "confirm") { cancel.focus(); return; }
       try {
-        const out = await api("POST", `${base}/cancel`, { reason: dialog.querySelector("input[name=reason]").value || "cancelled" });
-        flash(`Cancel requested: ${out.note}.`);
+        await api("POST", `${base}/cancel`, { reason: dialog.querySelector("input[name=reason]").value || "cancelled" });
+        flash("Cancel requested: a worker stops the task and runs its compensations.");
       } catch (err) { show(result, err.message, true); }
     });
   }
