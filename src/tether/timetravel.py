@@ -113,20 +113,20 @@ def _session_written(e: SessionWritten) -> str:
     span = f"#{e.first}" if e.first == e.last else f"#{e.first}–#{e.last}"
     count = len(e.roles) or e.last - e.first + 1
     if e.roles == ["summary"]:
-        return f"conversation {e.session_id}: compacted (summary at {span})"
+        return f"conversation {e.session_id}: compacted (the summary is the session's {span})"
     what = f"{count} message{'s' if count != 1 else ''}" + (f" ({', '.join(e.roles)})" if e.roles else "")
-    return f"conversation {e.session_id}: added {what} at session {span}"
+    return f"conversation {e.session_id}: added {what}, the session's {span}"
 
 
 def _session_read(e: SessionRead) -> str:
     if e.upto <= 1:  # nothing after the session's opening
         return f"conversation {e.session_id}: read it empty"
-    return f"conversation {e.session_id}: read it up to session #{e.upto}"
+    return f"conversation {e.session_id}: read it up to the session's #{e.upto}"
 
 
 def session_span(state: TaskState) -> str:
     """How far a task has read or written its conversation, in the words history uses."""
-    return f"up to session #{state.session_version}" if state.session_version > 1 else "nothing read yet"
+    return f"up to the session's #{state.session_version}" if state.session_version > 1 else "nothing read yet"
 
 
 _NUMBERED = {"calls": "call #", "plan": "step ", "decisions": "decision ", "attempts": "attempt "}

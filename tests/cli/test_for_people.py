@@ -112,11 +112,11 @@ def test_show_folds_at_80_columns_without_splitting_a_word(db: str) -> None:
 
 def test_history_show_and_diff_number_messages_and_calls_as_people_count(db: str) -> None:
     history = cli("history", LONG_ID, "--db", db, columns=200).output
-    assert "added 1 message (user) at session #2" in history  # the session's first message: its #1 is the opening
+    assert "added 1 message (user), the session's #2" in history  # the first message: #1 is the opening
     assert "read as of message" not in history and "(messages " not in history
     assert "call #1 lookup_order(" in history  # a readonly call shows its arguments
     shown = cli("show", LONG_ID, "--db", db, columns=200).output
-    assert "conversation: s-1 (up to session #3)" in shown
+    assert "conversation: s-1 (up to the session's #3)" in shown
     patch = cli("diff", LONG_ID, "1", "12", "--db", db, columns=200).output
     assert "/calls/0 (call #1)" in patch and "/calls/1 (call #2)" in patch, patch
     as_json = json.loads(cli("history", LONG_ID, "--db", db, "--json").output)
