@@ -120,7 +120,7 @@ def test_a_fork_reads_its_parents_history_then_its_own(store_url: str) -> None:
 
 
 def test_the_api_body_of_every_event_type_is_its_fields_as_json(store_url: str) -> None:
-    from tether.serve._json import entries_json, jsonable
+    from tether.serve._json import entries_json, jsonable, utc
 
     app = tether.App(store_url)
     history = app.history(_stored(app, samples()))
@@ -129,7 +129,7 @@ def test_the_api_body_of_every_event_type_is_its_fields_as_json(store_url: str) 
         data = entry.event.to_dict()
         assert body == {
             "seq": entry.seq,
-            "at": entry.at.isoformat(),
+            "at": utc(entry.at),  # UTC with its offset, as every time the API writes
             "type": entry.type,
             "summary": entry.summary,
             "actor": data.get("actor"),
