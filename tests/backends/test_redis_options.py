@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -143,4 +144,28 @@ def test_ids_with_key_punctuation_stay_apart(server: RedisServer) -> None:
     finally:
         for tenant, task_id in (("a:b", "c"), ("a", "b:c"), ("a", "}{%3A")):
             store.delete_task(tenant, task_id)
+        store.close()
+
+
+def test_a_listing_read_page_by_page_gives_no_task_twice(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task created between two pages of a listing pushes the rest down a place: the one that
+    moves across the page boundary is not given again."""
+    import tether.store.redis as backend
+
+    monkeypatch.setattr(backend, "_PAGE", 2)
+    store = open_store(f"{server.url}?prefix=pages")
+    try:
+        for n in range(5):
+            row, first = _task(f"t{n}")
+            store.create_task("t", replace(row, created_at=float(n)), first)
+        rows = store._rows("t", tether.store.TaskFilter())  # type: ignore[attr-defined]
+        got = [next(rows).task_id, next(rows).task_id]
+        row, first = _task("newest")
+        store.create_task("t", replace(row, created_at=99.0), first)
+        got += [r.task_id for r in rows]
+        assert got == ["t4", "t3", "t2", "t1", "t0"]
+    finally:
+        for task_id in ("t0", "t1", "t2", "t3", "t4", "newest"):
+            if store.get_task("t", task_id) is not None:
+                store.delete_task("t", task_id)
         store.close()

@@ -275,9 +275,11 @@ class RedisStore:
         return int(answer[1])
 
     def _rows(self, tenant: str, flt: TaskFilter) -> Iterator[TaskRow]:
-        """The tenant's rows matching ``flt``, newest first, read a page at a time."""
+        """The tenant's rows matching ``flt``, newest first, read a page at a time (a task created
+        meanwhile pushes the rest down a place: one seen already is not given twice)."""
         tasks = self._tenant_key(tenant, "tasks")
         start = 0
+        seen: set[bytes] = set()
         while True:
             ids: list[bytes] = self._do(partial(self._client.zrevrange, tasks, start, start + _PAGE - 1))
             if not ids:
@@ -287,8 +289,9 @@ class RedisStore:
                 pipe.hgetall(self._task_key(tenant, raw_id.decode(), "r"))
             for raw_id, raw in zip(ids, self._do(pipe.execute), strict=True):
                 row = unpack_row(tenant, raw_id.decode(), raw)
-                if row is not None and _matches(row, flt):
+                if row is not None and raw_id not in seen and _matches(row, flt):
                     yield row
+                seen.add(raw_id)
             start += _PAGE
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
