@@ -148,7 +148,7 @@ def test_times_index_false_and_namespaces(app: tether.App) -> None:
         store.put(("bad.label",), "k", {})
     with pytest.raises(tether.InvalidInputError, match="must be JSON"):
         store.put(("docs",), "k", {"when": object()})
-    with pytest.raises(tether.InvalidInputError, match="takes a store URL"):
+    with pytest.raises(tether.ConfigurationError, match="TetherStore takes a store URL"):
         TetherStore(3.5)
     with pytest.raises(tether.InvalidInputError, match="embed"):
         TetherStore(app, index={"dims": 3})

@@ -178,7 +178,7 @@ def test_a_call_that_died_in_its_effect_follows_on_unknown(app: Any) -> None:
 def test_wrong_arguments_are_refused_clearly() -> None:
     with pytest.raises(tether.InvalidInputError, match="only known inside a tool"):
         tool_key()
-    with pytest.raises(tether.InvalidInputError, match="not int"):
+    with pytest.raises(tether.ConfigurationError, match=r"TetherToolNode takes a store URL.*not int 42"):
         TetherToolNode([], 42)
     with pytest.raises(tether.InvalidInputError, match="on_unknown"):
         TetherToolNode([], "memory://", on_unknown="sometimes")

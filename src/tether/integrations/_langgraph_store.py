@@ -111,8 +111,9 @@ class TetherStore(BaseStore):
     """LangGraph's ``BaseStore`` (long-term memory) kept in a tether database.
 
     Args:
-        target: a store URL, a :class:`~tether.TaskLog`, a :class:`~tether.App` or a
-            ``TetherSaver`` (its database and tenant). ``None`` opens tether's default database.
+        target: a store URL (``tether+`` before its scheme allowed), a :class:`~tether.App`, a
+            :class:`~tether.TaskLog` or a ``TetherSaver`` (its database and tenant). ``None``
+            opens tether's default database.
         name: which store of the database (each is a document of its own).
         index: LangGraph's ``IndexConfig`` for vector search: ``dims``, ``embed`` (an
             ``Embeddings``, or a function from texts to vectors, sync or async) and ``fields``.
@@ -161,9 +162,9 @@ class TetherStore(BaseStore):
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Close the database this store opened from a URL (a log, App or saver given stays open)."""
+        """Close the app this store opened from a URL (a log, App or saver given stays open)."""
         if self._opened is not None:
-            self._opened.store.close()
+            self._opened.close()
 
     # ------------------------------------------------------------------ batches
     def batch(self, ops: Iterable[Op]) -> list[Result]:

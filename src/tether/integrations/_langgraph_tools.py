@@ -27,7 +27,9 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from tether.errors import InvalidInputError, TetherError
+from tether.integrations._targets import Target, open_target
 from tether.log import TaskLog
+from tether.runtime.app import App
 from tether.runtime.ledger import Ledger, OnUnknown, check_on_unknown
 
 __all__ = ["TetherToolNode", "log_of", "tool_key"]
@@ -62,19 +64,16 @@ class _FailedError(Exception):
         self.answer = answer
 
 
-def log_of(target: Any, owner: str) -> tuple[TaskLog, TaskLog | None]:
-    """The log of a URL, a TaskLog, an App or a TetherSaver, and whether this opened it (to close)."""
-    if isinstance(target, str) or target is None:
-        log = TaskLog(target)
-        return log, log
+def log_of(target: Any, owner: str) -> tuple[TaskLog, Target | None]:
+    """The log of a URL (``tether+`` allowed), an App, a TaskLog or a TetherSaver, and the app this
+    opened for a URL (closed by the owner's ``close()``); anything else is a ConfigurationError."""
     if isinstance(target, TaskLog):
         return target, None
-    held = getattr(target, "log", None)  # an App, a TetherSaver
-    if isinstance(held, TaskLog):
+    held = getattr(target, "log", None)
+    if isinstance(held, TaskLog) and not isinstance(target, App):  # a TetherSaver
         return held, None
-    raise InvalidInputError(
-        f"{owner} takes a store URL, a TaskLog, an App or a TetherSaver, not {type(target).__name__}"
-    )
+    opened = open_target(target, owner)
+    return opened.app.log, opened if opened.owned else None
 
 
 def key_of(tool_call: Mapping[str, Any]) -> str:
@@ -98,8 +97,9 @@ class TetherToolNode(ToolNode):
 
     Args:
         tools: the tools, as for ``ToolNode``.
-        target: where the ledger lives: a store URL, a :class:`~tether.TaskLog`, a
-            :class:`~tether.App` or a ``TetherSaver`` (its database and tenant).
+        target: where the ledger lives: a store URL (``tether+`` before its scheme allowed), a
+            :class:`~tether.App`, a :class:`~tether.TaskLog` or a ``TetherSaver`` (its database
+            and tenant).
         on_unknown: what to do about a call that started and recorded no answer (its process
             died in it): ``"retry"`` (run it again, same key), ``"raise"``
             (:class:`~tether.OutcomeUnknownError`) or ``reconcile(key)``, as for ``ledger.once``.
@@ -153,9 +153,9 @@ class TetherToolNode(ToolNode):
         super().__init__(tools, wrap_tool_call=self._wrap, awrap_tool_call=self._awrap, **kwargs)
 
     def close(self) -> None:
-        """Close the store this node opened from a URL (a log, App or saver given stays open)."""
+        """Close the app this node opened from a URL (a log, App or saver given stays open)."""
         if self._opened is not None:
-            self._opened.store.close()
+            self._opened.close()
 
     def _wrap(self, request: ToolCallRequest, execute: Execute) -> Answer:
         key = key_of(request.tool_call)
