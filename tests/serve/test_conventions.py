@@ -48,6 +48,9 @@ def test_an_unknown_route_is_a_problem_that_names_the_route_meant(served: Served
     assert typo["did_you_mean"] == "/v1/tasks/{task_id}/history" and "did you mean" in typo["detail"]
     assert _problem(served.get("/v1/task"), 404, "not_found")["did_you_mean"] == "/v1/tasks"
     assert "did_you_mean" not in _problem(served.get("/v1/nothing/like/it/at/all"), 404, "not_found")
+    truncated = _problem(served.get(f"/v1/tasks/{served.waiting[:-2]}"), 404, "task_not_found")  # a short paste
+    assert truncated["did_you_mean"] == served.waiting and f"did you mean {served.waiting!r}" in truncated["detail"]
+    assert "did_you_mean" not in _problem(served.get("/v1/tasks/zzz"), 404, "task_not_found")
     wrong = _problem(served.client.delete("/v1/tasks", headers=served.headers()), 405, "method_not_allowed")
     assert "GET" in wrong["detail"]
 

@@ -12,6 +12,7 @@ name them ``{…:tether_id}``.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import logging
 import time
@@ -208,8 +209,24 @@ def _row_of(app: App, task_id: str) -> TaskRow:
     check_id(task_id, "task_id")
     row = app.store.get_task(app.tenant, task_id)
     if row is None or row.type.startswith("tether."):
-        raise TaskNotFoundError(task_id, tenant=app.tenant)
+        raise _not_found(app, task_id)
     return row
+
+
+_NEAR = 1000
+"""The newest tasks a task that is not found is compared with, for the one the caller meant."""
+
+
+def _not_found(app: App, task_id: str) -> TaskNotFoundError:
+    """The error for a task not in the tenant, naming the closest id among its newest tasks
+    (``did_you_mean``) when one is close: a typo, a truncated paste."""
+    error = TaskNotFoundError(task_id, tenant=app.tenant)
+    ids = [r.task_id for r in app.store.list_tasks(app.tenant, TaskFilter(), limit=_NEAR)]
+    near = difflib.get_close_matches(task_id, ids, n=1, cutoff=0.8)
+    if near:
+        error.did_you_mean = near[0]  # type: ignore[attr-defined]  # a structured field of the problem
+        error.args = (f"{error}; did you mean {near[0]!r}?",)
+    return error
 
 
 def _add_whoami(router: APIRouter) -> None:
