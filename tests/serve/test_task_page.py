@@ -157,3 +157,18 @@ def test_the_transcript_pairs_each_tool_call_with_its_result(browser: Any, serve
         expect(tab.locator("#conversation .msg")).to_have_count(3)  # user, assistant calling, assistant answering
         context.close()
     assert problems == [], problems
+
+
+def test_the_story_says_when_no_worker_takes_a_runnable_task_up(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.serve import _task_page
+
+    task = served.app.start("trip", city="Oslo").task_id  # pending, and no worker runs here
+    page = served.client.get(f"/tasks/{task}", headers=served.headers()).text
+    assert "Runnable: the next free worker takes it up." in page
+    monkeypatch.setattr(_task_page, "_IDLE", -1.0)  # as if it had waited past the time a worker takes
+    page = served.client.get(f"/tasks/{task}", headers=served.headers()).text
+    assert "No worker has taken it up since" in page and "no worker holds any task of this tenant now" in page
+    waiting = served.client.get(f"/tasks/{served.waiting}", headers=served.headers()).text
+    assert "No worker is needed until it is answered." in waiting
