@@ -3,6 +3,7 @@ always``) in a folder of its own, so a test may SIGKILL it and start it again on
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -26,6 +27,19 @@ def problem() -> str | None:
     except ImportError:
         return "redis-py is not installed (pip install 'tether[redis]')"
     return None
+
+
+try:
+    _PRCTL = ctypes.CDLL(None).prctl  # bound here: the child calls it between fork and exec, imports nothing
+except (OSError, AttributeError):  # not Linux: stop_session() and atexit still stop the server
+    _PRCTL = None
+
+
+def _die_with_parent() -> None:
+    """In the server's child process: SIGKILLed by the kernel when the test process that started it
+    ends, however it ends (an xdist worker's interpreter may exit without running atexit)."""
+    if _PRCTL is not None:
+        _PRCTL(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
 def _free_port() -> int:
@@ -54,7 +68,9 @@ class RedisServer:
         args = [BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder)]
         args += ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", ""]
         args += ["--logfile", str(self.folder / "redis.log"), "--protected-mode", "no", *self.extra]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        )
         self._wait_ready()
         return self
 
@@ -107,6 +123,14 @@ def session_server() -> RedisServer:
         _session = RedisServer().start()
         atexit.register(_session.stop)
     return _session
+
+
+def stop_session() -> None:
+    """Stop this process's session server, if it started one (at the end of the test session)."""
+    global _session
+    if _session is not None:
+        _session.stop()
+        _session = None
 
 
 def session_backend(url: str) -> object:

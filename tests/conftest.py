@@ -53,10 +53,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError(f"CI=true but {REDIS_PROBLEM}; the Redis tests must run in CI")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    redis_server.stop_session()  # this process's redis-server, if a test started it
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"postgres: {'skipped — ' + PG_PROBLEM if PG_PROBLEM else PG_URL}",
-        f"redis: {'skipped — ' + REDIS_PROBLEM if REDIS_PROBLEM else 'a redis-server of each test process (AOF, appendfsync always)'}",
+        "redis: "
+        + (f"skipped — {REDIS_PROBLEM}" if REDIS_PROBLEM else "a redis-server per test process (AOF, fsync always)"),
     ]
 
 
