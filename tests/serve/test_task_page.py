@@ -81,6 +81,7 @@ def test_the_first_screen_tells_the_story_and_cancel_asks_first(
         tree = tab.locator("#state-tree")
         expect(tree).to_contain_text(f'task_id: "{task}"')
         expect(tree.locator(".changed").first).to_be_visible()  # the last event's changes, marked
+        assert "\\u000a" not in tab.locator("#diff").inner_text()  # the change list keeps its lines
         assert tab.evaluate("document.documentElement.scrollWidth") <= size["width"]  # nothing runs off the side
         tab.screenshot(path=str(_shots(tmp_path) / f"task-answered-{width}.png"))
 

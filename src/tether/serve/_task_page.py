@@ -287,10 +287,15 @@ def _inspect(app: App, state: TaskState) -> str:
     return (
         '<section id="inspect"><h2>State <span id="at">now</span></h2>'
         f'<p class="changes-title">Changed by event <span id="changes-at">#{state.version}</span></p>'
-        f'<pre id="diff">{e(visible(changes["text"]))}</pre><div id="state-tree" class="tree-view"></div>'
+        f'<pre id="diff">{e(_lines_visible(changes["text"]))}</pre><div id="state-tree" class="tree-view"></div>'
         f'<script type="application/json" id="state-data">{data({"state": state, "changes": changes})}</script>'
         "</section>"
     )
+
+
+def _lines_visible(text: str) -> str:
+    """Text of several lines with each line's invisible characters made visible (its breaks kept)."""
+    return "\n".join(visible(line) for line in text.split("\n"))
 
 
 def _calls(state: TaskState) -> str:

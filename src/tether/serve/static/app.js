@@ -339,7 +339,7 @@ function initTask(root) {
     try {
       const state = await api("GET", `${base}/state?at=${seq}`);
       const diff = seq > 1 ? await api("GET", `${base}/diff?a=${seq - 1}&b=${seq}`) : { text: "the first event", patch: [] };
-      document.getElementById("diff").textContent = visible(diff.text);
+      document.getElementById("diff").textContent = diff.text.split("\n").map(visible).join("\n");  // lines kept
       drawTree(tree, state, diff.patch);
     } catch (err) { document.getElementById("diff").textContent = err.message; }
   };
