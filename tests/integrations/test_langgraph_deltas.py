@@ -241,3 +241,19 @@ def test_a_damaged_snapshot_is_passed_over(log: TaskLog) -> None:
     reader = fresh(log)
     same(reader.get_tuple(CONFIG), writer.get_tuple(CONFIG))
     assert not reader._threads["agent"].view.partial  # folded from the events
+
+
+def test_a_thread_deleted_and_started_again_is_not_read_from_the_old_snapshot(log: TaskLog) -> None:
+    writer = TetherSaver(log, snapshot_every=8)
+    turns(agent(writer), 0, 3)
+    old = log.store.get_snapshot(log.tenant, stream_id("agent"), at_most=NEVER)
+    assert old is not None
+    writer.delete_thread("agent")
+    turns(agent(writer), 10, 1)  # the same id again: 11 events, fewer than the old snapshot's seq
+    messages = agent(fresh(log)).get_state(CONFIG).values["messages"]
+    assert [m.id for m in messages if isinstance(m, HumanMessage)] == ["user-10"]
+    # A saver that wrote the old thread and stored its snapshot as the new thread began (a race
+    # with the deletion): the snapshot names the thread it was taken of, and is passed over.
+    log.store.put_snapshot(log.tenant, stream_id("agent"), old)
+    messages = agent(fresh(log)).get_state(CONFIG).values["messages"]
+    assert [m.id for m in messages if isinstance(m, HumanMessage)] == ["user-10"]

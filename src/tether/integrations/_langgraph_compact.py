@@ -84,11 +84,13 @@ writes it. A snapshot of another schema is not read (the thread is folded from i
 _NAMESPACES = 8  # a snapshot keeps the newest checkpoint of this many namespaces ("" among them)
 
 
-def snapshot_data(view: ThreadView) -> tuple[str, set[str]]:
+def snapshot_data(view: ThreadView, created_at: float | None) -> tuple[str, set[str]]:
     """What a cold read of the thread needs, as a snapshot: the newest checkpoint of the graph's
     namespace (and of the few namespaces written last), those holding the lists writers extend
     (``ThreadView.last_list``), and their writes, each value restated from its stored items (no
     decoding) and each item stored once. Its size is the state's, however long the history.
+    ``created_at`` is the thread's (its index row's): a thread deleted and started again under the
+    same id is another thread, whose readers pass over this snapshot.
     Returns the snapshot and the keys of the items it holds (what the next events may refer to)."""
     latest = [saved for ns in view.ids if (saved := view.latest(ns)) is not None]
     others = sorted((s for s in latest if s.ns != ""), key=lambda s: s.id, reverse=True)[: _NAMESPACES - 1]
@@ -117,14 +119,17 @@ def snapshot_data(view: ThreadView) -> tuple[str, set[str]]:
             writes.append(
                 {"ns": saved.ns, "checkpoint_id": saved.id, "task_id": task_id, "task_path": task_path, "writes": items}
             )
-    data = orjson.dumps({"lists": lists, "checkpoints": checkpoints, "writes": writes}).decode()
-    return data, restater.keys(view)
+    data = {"created_at": created_at, "lists": lists, "checkpoints": checkpoints, "writes": writes}
+    return orjson.dumps(data).decode(), restater.keys(view)
 
 
-def view_of_snapshot(data: str | bytes, seq: int) -> ThreadView:
-    """The (partial) view a snapshot at ``seq`` holds; ``ValueError`` if it is not one."""
+def view_of_snapshot(data: str | bytes, seq: int, created_at: float) -> ThreadView:
+    """The (partial) view a snapshot at ``seq`` of the thread created at ``created_at`` holds;
+    ``ValueError`` if it is not one (or is another thread's of the same id)."""
     try:
         loaded = orjson.loads(data)
+        if loaded["created_at"] != created_at:
+            raise ValueError("a snapshot of an earlier thread of this id (deleted since)")
         view = ThreadView()
         for fields in loaded["checkpoints"]:
             view.apply(Recorded(seq, 0.0, CheckpointSaved(**fields)))

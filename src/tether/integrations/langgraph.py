@@ -199,7 +199,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         if row.version != thread.view.version:
             try:
                 if thread.view.version == 0:
-                    self._open(thread)
+                    self._open(thread, row)
                 else:
                     thread.view.read(thread.stream)
             except NeedsHistory:
@@ -207,14 +207,14 @@ class TetherSaver(BaseCheckpointSaver[int]):
         thread.created_at = row.created_at
         return thread
 
-    def _open(self, thread: _Thread) -> None:
+    def _open(self, thread: _Thread, row: TaskRow) -> None:
         """A thread this process has not read: its newest snapshot and the events after it (one read),
         or all its events when it has none (written before snapshots, or short)."""
 
         def parse(snap: SnapshotRow) -> ThreadView:
             if snap.schema != SNAPSHOT_SCHEMA:
                 raise ValueError(f"thread snapshot of schema {snap.schema}, not {SNAPSHOT_SCHEMA}")
-            return view_of_snapshot(snap.data, snap.seq)
+            return view_of_snapshot(snap.data, snap.seq, row.created_at)
 
         try:
             snap, view, after = self.log.latest(thread.stream.id, parse)
@@ -247,8 +247,11 @@ class TetherSaver(BaseCheckpointSaver[int]):
         if view.version - thread.snapped < self._snapshot_every:
             return
         replaces = thread.snapped or None
-        data, held = snapshot_data(view)
-        self.log.put_stream_snapshot(thread.stream.id, view.version, SNAPSHOT_SCHEMA, data, replaces=replaces)
+        data, held = snapshot_data(view, thread.created_at)
+        try:
+            self.log.put_stream_snapshot(thread.stream.id, view.version, SNAPSHOT_SCHEMA, data, replaces=replaces)
+        except TaskNotFoundError:
+            return  # deleted since this saver's write: nothing to cache
         thread.snapped = view.version
         view.recent = held  # from now on this saver refers only to items a reader of the snapshot holds
 
