@@ -65,6 +65,8 @@ from tether.runtime.retry import Retry
 from tether.runtime.run import drive_task, execute, retry_event
 from tether.runtime.specs import Registry, ReplayCheck, TaskSpec, ToolSpec, guarded
 from tether.store import Closing, Store
+from tether.telemetry import UsageReader
+from tether.telemetry import hooks as telemetry
 from tether.timetravel import HistoryEntry, ReplayReport, StateDiff
 from tether.userstate import UserState
 
@@ -144,6 +146,7 @@ class App(Closing):
         """What the runtime's parts share (the log, the registered code, the commit thread, the lease's
         time): a run, a worker and time travel take it, never the app."""
         self._travel = TimeTravel(self.engine)
+        self.usage = UsageReader(log)  # app.usage(task_id), app.usage(by="user", since="7d")
 
     # ------------------------------------------------------------------ what it runs on
     @property
@@ -323,6 +326,7 @@ class App(Closing):
                 data=data,
                 data_version=spec.data_version,
                 holder=holder,
+                trace=telemetry.caller_trace(),
             )
         except ConflictError:
             if task_id is None:
