@@ -38,7 +38,15 @@ def endpoints(s: Served) -> list[tuple[str, str, Any]]:
         ("GET", "/v1/users/u1", None),
         ("GET", "/v1/events", None),
         ("GET", f"/v1/tasks/{w}/events", None),
+        ("GET", f"/v1/tasks/{w}/usage", None),
+        ("GET", "/v1/usage", None),
+        ("GET", "/metrics", None),
     ]
+
+
+# Open to anyone, key or not: a probe carries no key, and they say nothing of any tenant
+# (tests/serve/test_operations.py checks what they say).
+PROBES = [("GET", "/healthz"), ("GET", "/readyz")]
 
 
 def test_the_list_covers_every_endpoint(served: Served) -> None:
@@ -47,7 +55,7 @@ def test_the_list_covers_every_endpoint(served: Served) -> None:
         for path, ops in served.client.get("/openapi.json").json()["paths"].items()
         for method in ops
     }
-    listed = set()
+    listed = set(PROBES)
     for method, path, _ in endpoints(served):
         parts = path.split("?")[0].split("/")
         for route_method, route in documented:
@@ -86,6 +94,10 @@ def test_another_tenants_key_sees_and_changes_nothing(served: Served) -> None:
         response = _call(served, method, path, body, mallory)
         if path in ("/v1/tasks", "/v1/inputs", "/v1/sessions"):
             assert response.status_code == 200 and response.json()["items"] == [], path
+        elif path == "/v1/usage":
+            assert response.status_code == 200 and response.json()["tasks"] == 0, response.text
+        elif path == "/metrics":  # the process's counters; of tasks, only the key's own tenant's
+            assert response.status_code == 200 and not any(t in response.text for t in before), response.text
         elif path == "/v1/whoami":
             assert response.json() == {"tenant": "other", "name": "mallory"}
         else:
