@@ -38,7 +38,7 @@ def test_each_write_records_the_name_of_the_key_that_made_it(served: Served) -> 
     retry = _entry(served, served.failed, "RetryRequested")
     assert retry["actor"] == "bob" and retry["summary"].startswith("retried by bob after RuntimeError")
     timeline = served.get(f"/tasks/{served.waiting}").text  # the inspector's task page
-    assert "= {&quot;yes&quot;:true} by bob</li>" in timeline and "cancellation requested by alice" in timeline
+    assert "= {&quot;yes&quot;:true} by bob</span>" in timeline and "cancellation requested by alice" in timeline
     # The same facts through the library, from the workers' side of the store.
     by_type = {e.type: e.event for e in served.app.history(served.waiting)}
     assert by_type["InputReceived"].actor == "bob"  # type: ignore[attr-defined]

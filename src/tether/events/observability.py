@@ -20,6 +20,15 @@ class UsageRecorded(Event):
     cost: float | None = None
     model: str | None = None
 
+    def describe(self) -> str:
+        counted = ((self.input_tokens, "in"), (self.output_tokens, "out"))
+        tokens = [f"{n} {what}" for n, what in counted if n is not None]
+        parts = [f"{', '.join(tokens)} tokens"] if tokens else []
+        parts += [f"cost {self.cost:g}"] if self.cost is not None else []
+        of = f"call #{self.call}" if self.call else "the task"
+        model = f" ({self.model})" if self.model else ""
+        return f"usage of {of}{model}" + (": " + ", ".join(parts) if parts else "")
+
 
 @define_event
 class RunTraced(Event):
@@ -29,3 +38,7 @@ class RunTraced(Event):
 
     origin: str
     run: str
+
+    def describe(self) -> str:
+        trace = self.origin.split("-")[1] if self.origin.count("-") == 3 else self.origin
+        return f"run traced in trace {trace}"
