@@ -1,21 +1,25 @@
-"""What the benchmarks share: worker processes, the send_input probe, a threaded rate harness, and the
-cost of a recorded call."""
+"""What the benchmarks share: worker processes, the send_input probe, a threaded rate harness, the
+cost of a recorded call, and the per-turn figures of an agent framework's store against tether's."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "src"))
+
+import orjson  # noqa: E402
 
 import tether  # noqa: E402
 
@@ -158,3 +162,47 @@ def callgrind_instructions(argv: list[str]) -> int:
     found = re.search(r"Collected : (\d+)", done.stderr)
     assert found is not None, done.stderr[-2000:]
     return int(found.group(1))
+
+
+def file_bytes(path: str) -> int:
+    """A store's bytes on disk: a SQLite file (``.db``) with its write-ahead log checkpointed into it
+    first, or any other file as it is."""
+    if path.endswith(".db"):
+        with sqlite3.connect(path) as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+async def per_turn(turn: Callable[[int], Awaitable[Any]], turns: int, path: str) -> dict[str, float]:
+    """Milliseconds and bytes (of the store at ``path``) per turn, over the turns after the first
+    (which creates the store's tables and files)."""
+    await turn(0)
+    first = file_bytes(path)
+    start = time.perf_counter()
+    for i in range(1, turns):
+        await turn(i)
+    elapsed = time.perf_counter() - start
+    return {"ms_per_turn": elapsed * 1000 / (turns - 1), "bytes_per_turn": (file_bytes(path) - first) / (turns - 1)}
+
+
+def report_against(
+    turns: int, rows: dict[str, dict[str, float]], peer: str, ratios: dict[str, tuple[str, str, float | None]]
+) -> None:
+    """Print each row's per-turn figures, then each ratio (its name: the row, ``"bytes"`` or ``"ms"``,
+    and its target, or ``None``) of a row against row ``peer``, then one line of JSON whose ``pass``
+    says whether every ratio with a target is within it."""
+    base = rows[peer]
+    result: dict[str, Any] = {"turns": turns, "rows": rows}
+    for name, (row, metric, _) in ratios.items():
+        result[name] = rows[row][f"{metric}_per_turn"] / base[f"{metric}_per_turn"]
+    result["target"] = {name: target for name, (_, _, target) in ratios.items() if target is not None}
+    result["pass"] = all(result[name] <= target for name, target in result["target"].items())
+    width = max(map(len, rows)) + 2
+    print(f"{'store':<{width}}{'ms/turn':>10}{'bytes/turn':>12}")
+    for name, row in rows.items():
+        print(f"{name:<{width}}{row['ms_per_turn']:>10.2f}{row['bytes_per_turn']:>12.0f}")
+    for name, (row, metric, target) in ratios.items():
+        if target is not None:
+            what = "time" if metric == "ms" else metric
+            print(f"{row} {what} / {peer} (target <= {target:g}): {result[name]:.2f}")
+    print(orjson.dumps(result).decode())

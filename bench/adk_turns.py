@@ -21,17 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sqlite3
 import sys
 import tempfile
-import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-import orjson
-
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import MESSAGE
+from _common import MESSAGE, per_turn, report_against
 from google.adk.agents import LlmAgent
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
@@ -79,12 +75,6 @@ def tool(name: str) -> Callable[..., Any]:
     return look_up
 
 
-def size(path: str) -> int:
-    with sqlite3.connect(path) as db:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
-
-
 async def turns_of(service: BaseSessionService, turns: int, path: str) -> dict[str, float]:
     agent = LlmAgent(name="support", model=ThreeTools(), tools=[tool(t) for t in TOOLS])
     runner = Runner(agent=agent, app_name="shop", session_service=service, auto_create_session=True)
@@ -94,13 +84,7 @@ async def turns_of(service: BaseSessionService, turns: int, path: str) -> dict[s
         async for _ in runner.run_async(user_id="ada", session_id="chat", new_message=said):
             pass
 
-    await turn(0)
-    first = size(path)
-    start = time.perf_counter()
-    for i in range(1, turns):
-        await turn(i)
-    elapsed = time.perf_counter() - start
-    return {"ms_per_turn": elapsed * 1000 / (turns - 1), "bytes_per_turn": (size(path) - first) / (turns - 1)}
+    return await per_turn(turn, turns, path)
 
 
 async def run(turns: int, folder: str) -> dict[str, dict[str, float]]:
@@ -127,21 +111,11 @@ def main() -> None:
     args = parser.parse_args()
     turns = 5 if args.smoke else 50 if args.quick else 200
     rows = asyncio.run(run(turns, tempfile.mkdtemp(prefix="tether-bench-adk-turns-")))
-    ours, theirs = rows["TetherSessionService (SQLite)"], rows["ADK SqliteSessionService"]
-    result: dict[str, Any] = {
-        "turns": turns,
-        "rows": rows,
-        "bytes_vs_adk_sqlite": ours["bytes_per_turn"] / theirs["bytes_per_turn"],
-        "time_vs_adk_sqlite": ours["ms_per_turn"] / theirs["ms_per_turn"],
-        "target": {"bytes_vs_adk_sqlite": 1.2, "time_vs_adk_sqlite": 1.0},
+    ratios = {
+        "bytes_vs_adk_sqlite": ("TetherSessionService (SQLite)", "bytes", 1.2),
+        "time_vs_adk_sqlite": ("TetherSessionService (SQLite)", "ms", 1.0),
     }
-    result["pass"] = result["bytes_vs_adk_sqlite"] <= 1.2 and result["time_vs_adk_sqlite"] <= 1.0
-    print(f"{'service':<32}{'ms/turn':>10}{'bytes/turn':>12}")
-    for name, row in rows.items():
-        print(f"{name:<32}{row['ms_per_turn']:>10.2f}{row['bytes_per_turn']:>12.0f}")
-    print(f"tether bytes / ADK SqliteSessionService (target <= 1.2): {result['bytes_vs_adk_sqlite']:.2f}")
-    print(f"tether time / ADK SqliteSessionService (target <= 1.0): {result['time_vs_adk_sqlite']:.2f}")
-    print(orjson.dumps(result).decode())
+    report_against(turns, rows, "ADK SqliteSessionService", ratios)
 
 
 if __name__ == "__main__":

@@ -23,17 +23,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sqlite3
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import MESSAGE
+from _common import MESSAGE, per_turn, report_against
 from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
@@ -69,28 +64,11 @@ def agent(turns: int) -> Agent[Any]:
     return Agent(name="Support", model=model(turns), tools=[make(t) for t in TOOLS])
 
 
-def size(path: str) -> int:
-    """The database's bytes, its write-ahead log checkpointed into it first."""
-    with sqlite3.connect(path) as db:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
-
-
-async def turns_of(turn: Callable[[int], Awaitable[Any]], turns: int, path: str) -> dict[str, float]:
-    await turn(0)
-    first = size(path)
-    start = time.perf_counter()
-    for i in range(1, turns):
-        await turn(i)
-    elapsed = time.perf_counter() - start
-    return {"ms_per_turn": elapsed * 1000 / (turns - 1), "bytes_per_turn": (size(path) - first) / (turns - 1)}
-
-
 async def sdk_session(turns: int, folder: str) -> dict[str, float]:
     path = f"{folder}/sdk.db"
     session, support = SQLiteSession("chat", path), agent(turns)
     try:
-        return await turns_of(lambda i: Runner.run(support, f"{i}: {MESSAGE}", session=session), turns, path)
+        return await per_turn(lambda i: Runner.run(support, f"{i}: {MESSAGE}", session=session), turns, path)
     finally:
         session.close()
 
@@ -99,7 +77,7 @@ async def tether_session(turns: int, folder: str) -> dict[str, float]:
     path = f"{folder}/tether-session.db"
     session, support = TetherSession("chat", f"sqlite:///{path}"), agent(turns)
     try:
-        return await turns_of(lambda i: Runner.run(support, f"{i}: {MESSAGE}", session=session), turns, path)
+        return await per_turn(lambda i: Runner.run(support, f"{i}: {MESSAGE}", session=session), turns, path)
     finally:
         session.close()
 
@@ -114,7 +92,7 @@ async def durable_run(turns: int, folder: str) -> dict[str, float]:
         return str(result.final_output)
 
     try:
-        return await turns_of(
+        return await per_turn(
             lambda i: app.run_async(turn, f"{i}: {MESSAGE}", task_id=f"turn-{i}", session_id="chat"), turns, path
         )
     finally:
@@ -135,28 +113,13 @@ def main() -> None:
         "TetherSession (SQLite)": asyncio.run(tether_session(turns, folder)),
         "durable run() (SQLite)": asyncio.run(durable_run(turns, folder)),
     }
-    sdk, session, durable = rows.values()
-    result: dict[str, Any] = {
-        "turns": turns,
-        "rows": rows,
-        "session_bytes_vs_sdk": session["bytes_per_turn"] / sdk["bytes_per_turn"],
-        "session_time_vs_sdk": session["ms_per_turn"] / sdk["ms_per_turn"],
-        "durable_bytes_vs_sdk": durable["bytes_per_turn"] / sdk["bytes_per_turn"],
-        "durable_time_vs_sdk": durable["ms_per_turn"] / sdk["ms_per_turn"],
-        "target": {"session_bytes_vs_sdk": 1.0, "durable_time_vs_sdk": 1.3, "durable_bytes_vs_sdk": 2.0},
+    ratios = {
+        "session_bytes_vs_sdk": ("TetherSession (SQLite)", "bytes", 1.0),
+        "session_time_vs_sdk": ("TetherSession (SQLite)", "ms", None),
+        "durable_bytes_vs_sdk": ("durable run() (SQLite)", "bytes", 2.0),
+        "durable_time_vs_sdk": ("durable run() (SQLite)", "ms", 1.3),
     }
-    result["pass"] = (
-        result["session_bytes_vs_sdk"] <= 1.0
-        and result["durable_time_vs_sdk"] <= 1.3
-        and result["durable_bytes_vs_sdk"] <= 2.0
-    )
-    print(f"{'store':<26}{'ms/turn':>10}{'bytes/turn':>12}")
-    for name, row in rows.items():
-        print(f"{name:<26}{row['ms_per_turn']:>10.2f}{row['bytes_per_turn']:>12.0f}")
-    print(f"TetherSession bytes / SQLiteSession (target <= 1.0): {result['session_bytes_vs_sdk']:.2f}")
-    print(f"durable run() time / SQLiteSession (target <= 1.3): {result['durable_time_vs_sdk']:.2f}")
-    print(f"durable run() bytes / SQLiteSession (target <= 2.0): {result['durable_bytes_vs_sdk']:.2f}")
-    print(orjson.dumps(result).decode())
+    report_against(turns, rows, "SDK SQLiteSession", ratios)
 
 
 if __name__ == "__main__":

@@ -24,17 +24,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sqlite3
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-import orjson
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import MESSAGE
+from _common import MESSAGE, per_turn, report_against
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -66,23 +60,6 @@ def agent() -> Agent[None, str]:
     return made
 
 
-def size(path: str) -> int:
-    if path.endswith(".db"):
-        with sqlite3.connect(path) as db:
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
-
-
-async def turns_of(turn: Callable[[int], Awaitable[Any]], turns: int, path: str) -> dict[str, float]:
-    await turn(0)
-    first = size(path)
-    start = time.perf_counter()
-    for i in range(1, turns):
-        await turn(i)
-    elapsed = time.perf_counter() - start
-    return {"ms_per_turn": elapsed * 1000 / (turns - 1), "bytes_per_turn": (size(path) - first) / (turns - 1)}
-
-
 async def json_history(turns: int, folder: str) -> dict[str, float]:
     path, support = f"{folder}/history.json", agent()
 
@@ -92,7 +69,7 @@ async def json_history(turns: int, folder: str) -> dict[str, float]:
         with open(path, "wb") as file:
             file.write(result.all_messages_json())
 
-    return await turns_of(turn, turns, path)
+    return await per_turn(turn, turns, path)
 
 
 async def tether_history(turns: int, folder: str) -> dict[str, float]:
@@ -104,7 +81,7 @@ async def tether_history(turns: int, folder: str) -> dict[str, float]:
         history.add(result.new_messages())
 
     try:
-        return await turns_of(turn, turns, path)
+        return await per_turn(turn, turns, path)
     finally:
         history.close()
 
@@ -118,7 +95,7 @@ async def durable_run(turns: int, folder: str) -> dict[str, float]:
         return (await run(ctx, support, text)).output
 
     try:
-        return await turns_of(
+        return await per_turn(
             lambda i: app.run_async(turn, f"{i}: {MESSAGE}", task_id=f"turn-{i}", session_id="chat"), turns, path
         )
     finally:
@@ -139,28 +116,13 @@ def main() -> None:
         "TetherHistory (SQLite)": asyncio.run(tether_history(turns, folder)),
         "durable run() (SQLite)": asyncio.run(durable_run(turns, folder)),
     }
-    native, history, durable = rows.values()
-    result: dict[str, Any] = {
-        "turns": turns,
-        "rows": rows,
-        "history_bytes_vs_json": history["bytes_per_turn"] / native["bytes_per_turn"],
-        "history_time_vs_json": history["ms_per_turn"] / native["ms_per_turn"],
-        "durable_bytes_vs_json": durable["bytes_per_turn"] / native["bytes_per_turn"],
-        "durable_time_vs_json": durable["ms_per_turn"] / native["ms_per_turn"],
-        "target": {"history_bytes_vs_json": 1.2, "durable_time_vs_json": 1.3, "durable_bytes_vs_json": 2.0},
+    ratios = {
+        "history_bytes_vs_json": ("TetherHistory (SQLite)", "bytes", 1.2),
+        "history_time_vs_json": ("TetherHistory (SQLite)", "ms", None),
+        "durable_bytes_vs_json": ("durable run() (SQLite)", "bytes", 2.0),
+        "durable_time_vs_json": ("durable run() (SQLite)", "ms", 1.3),
     }
-    result["pass"] = (
-        result["history_bytes_vs_json"] <= 1.2
-        and result["durable_time_vs_json"] <= 1.3
-        and result["durable_bytes_vs_json"] <= 2.0
-    )
-    print(f"{'history':<26}{'ms/turn':>10}{'bytes/turn':>12}")
-    for name, row in rows.items():
-        print(f"{name:<26}{row['ms_per_turn']:>10.2f}{row['bytes_per_turn']:>12.0f}")
-    print(f"TetherHistory bytes / JSON history (target <= 1.2): {result['history_bytes_vs_json']:.2f}")
-    print(f"durable run() time / JSON history (target <= 1.3): {result['durable_time_vs_json']:.2f}")
-    print(f"durable run() bytes / JSON history (target <= 2.0): {result['durable_bytes_vs_json']:.2f}")
-    print(orjson.dumps(result).decode())
+    report_against(turns, rows, "JSON history (file)", ratios)
 
 
 if __name__ == "__main__":
