@@ -3,6 +3,7 @@ cost of a recorded call, and the per-turn figures of an agent framework's store 
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -162,6 +163,17 @@ def callgrind_instructions(argv: list[str]) -> int:
     found = re.search(r"Collected : (\d+)", done.stderr)
     assert found is not None, done.stderr[-2000:]
     return int(found.group(1))
+
+
+def turns_from_args(doc: str | None) -> int:
+    """The turns a framework bench runs, from its command line: 200, ``--quick`` 50, ``--smoke`` 5."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the shortest run, for the test suite: its figures mean nothing"
+    )
+    args = parser.parse_args()
+    return 5 if args.smoke else 50 if args.quick else 200
 
 
 def file_bytes(path: str) -> int:

@@ -18,7 +18,6 @@ Targets: tether's bytes ≤ 1.2× ``SqliteSessionService``'s and its time per tu
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -27,7 +26,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import MESSAGE, per_turn, report_against
+from _common import MESSAGE, per_turn, report_against, turns_from_args
 from google.adk.agents import LlmAgent
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
@@ -103,13 +102,7 @@ async def run(turns: int, folder: str) -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument(
-        "--smoke", action="store_true", help="the shortest run, for the test suite: its figures mean nothing"
-    )
-    args = parser.parse_args()
-    turns = 5 if args.smoke else 50 if args.quick else 200
+    turns = turns_from_args(__doc__)
     rows = asyncio.run(run(turns, tempfile.mkdtemp(prefix="tether-bench-adk-turns-")))
     ratios = {
         "bytes_vs_adk_sqlite": ("TetherSessionService (SQLite)", "bytes", 1.2),

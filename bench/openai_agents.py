@@ -20,7 +20,6 @@ Targets: TetherSession's bytes ≤ 1.0× SQLiteSession's; the durable run's time
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -28,7 +27,7 @@ import tempfile
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import MESSAGE, per_turn, report_against
+from _common import MESSAGE, per_turn, report_against, turns_from_args
 from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
@@ -100,13 +99,7 @@ async def durable_run(turns: int, folder: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument(
-        "--smoke", action="store_true", help="the shortest run, for the test suite: its figures mean nothing"
-    )
-    args = parser.parse_args()
-    turns = 5 if args.smoke else 50 if args.quick else 200
+    turns = turns_from_args(__doc__)
     folder = tempfile.mkdtemp(prefix="tether-bench-agents-")
     rows = {
         "SDK SQLiteSession": asyncio.run(sdk_session(turns, folder)),

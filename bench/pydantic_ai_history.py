@@ -21,14 +21,13 @@ history's; the durable run's time ≤ 1.3× and bytes ≤ 2×.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import MESSAGE, per_turn, report_against
+from _common import MESSAGE, per_turn, report_against, turns_from_args
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -103,13 +102,7 @@ async def durable_run(turns: int, folder: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument(
-        "--smoke", action="store_true", help="the shortest run, for the test suite: its figures mean nothing"
-    )
-    args = parser.parse_args()
-    turns = 5 if args.smoke else 50 if args.quick else 200
+    turns = turns_from_args(__doc__)
     folder = tempfile.mkdtemp(prefix="tether-bench-pydantic-ai-")
     rows = {
         "JSON history (file)": asyncio.run(json_history(turns, folder)),
