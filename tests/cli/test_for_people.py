@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import tether
+import tether.telemetry
 from tests.cli._console import python
 from tether.cli import main
 
@@ -195,6 +196,7 @@ def test_every_verb_refuses_a_missing_database_the_same_way(tmp_path: Path, args
     done = cli(*args, "--db", typo)
     assert done.exit_code == 1 and f"no database at {typo!r}" in done.output, done.output
     assert list(tmp_path.iterdir()) == []  # nothing created
+    assert not tether.telemetry.instrumented()  # nor turned on in the process (`serve`'s metrics)
 
 
 def test_app_names_what_it_found_instead_of_a_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

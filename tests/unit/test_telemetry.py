@@ -25,6 +25,7 @@ from tether.telemetry.prometheus import exposition
 
 @pytest.fixture
 def app() -> Iterator[tether.App]:
+    tether.telemetry.uninstrument()  # whatever an earlier test in this process turned on
     app = tether.App("memory://")
     yield app
     app.close()

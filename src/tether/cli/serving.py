@@ -49,9 +49,9 @@ def serve(db: str | None, host: str, port: int, no_auth: bool, tenant: str, log_
     from tether.store.base import redact_url
     from tether.telemetry.logs import log_to_stderr
 
+    url = existing_url(db)  # before anything is turned on: a refused database leaves the process as it was
     log_to_stderr(log_level)
     serve_metrics()
-    url = existing_url(db)
     asgi = create_app(url, no_auth=no_auth, tenant=tenant)
     err = console(stderr=True)
     mode = f"without keys, as tenant {tenant!r}" if no_auth else "API keys required (`tether keys create`)"
