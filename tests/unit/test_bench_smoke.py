@@ -66,6 +66,12 @@ def _async_tasks(r: Report) -> bool:
     return all(r[b]["ratio"] >= r["targets"][b] and r[b]["stall_ms"] <= 5.0 for b in backends)
 
 
+def _redis(r: Report) -> bool:
+    last, session = _last(r["sizes"]), r["session"]
+    calls_ok = last["readonly_ratio"] <= 2.0 and last["side_effecting_ratio"] <= 3.0
+    return calls_ok and (session is None or (session["add_ratio"] <= 1.0 and session["bytes_ratio"] <= 1.2))
+
+
 def _claims(r: Report) -> bool:
     backends = [b for b in ("sqlite", "postgres") if b in r]
     return all(growth <= 2.0 for b in backends for growth in r[b]["growth"].values())
@@ -87,6 +93,7 @@ VERDICTS: dict[str, Callable[[Report], bool | None]] = {
     "langgraph_saver.py": _langgraph,
     "adk.py": lambda r: r["list_all_vs_adk_sqlite"] <= 1.5 and r["get_recent_growth"] <= 2.0,
     "memory.py": lambda r: r["growth"] <= 1.2,
+    "redis.py": _redis,
     "openai_agents.py": lambda r: (
         r["session_bytes_vs_sdk"] <= 1.0 and r["durable_time_vs_sdk"] <= 1.3 and r["durable_bytes_vs_sdk"] <= 2.0
     ),
@@ -111,7 +118,7 @@ def _numbers(value: object) -> Iterator[float]:
 # The scripts whose --quick run is long take --smoke: the shortest run through every path (sizes too
 # small for the figures to mean anything, which is not what this test is for).
 SMOKE = {"adk.py", "adk_turns.py", "claims.py", "langgraph_saver.py", "memory.py", "openai_agents.py"}
-SMOKE |= {"peers.py", "pydantic_ai_history.py", "timetravel.py"}
+SMOKE |= {"peers.py", "pydantic_ai_history.py", "redis.py", "timetravel.py"}
 
 
 @pytest.mark.parametrize("script", sorted(VERDICTS))
