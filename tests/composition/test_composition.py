@@ -593,8 +593,10 @@ class World:
             if row.status in TERMINAL:
                 continue
             if row.status == "awaiting_input":
+                # Waiting still, for an answer not sent yet; an answered question is no longer
+                # ``waiting`` (the answer closes it), so a task waiting on none is due to run.
                 state = self.app.state(task_id)
-                if state.waiting is None or state.waiting.key not in state.received:
+                if state.waiting is not None and state.waiting.key not in state.received:
                     if state.cancel_reason is None:
                         continue
             out.append(task_id)
