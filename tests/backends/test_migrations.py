@@ -128,6 +128,7 @@ def test_a_database_whose_set_aside_branches_are_claimable_migrates(store_url: s
         conn = sqlite3.connect(store_url.removeprefix("sqlite:///"))
         conn.execute(old)
         conn.execute("ALTER TABLE tasks DROP COLUMN parked")  # as a database of that version has it
+        conn.execute("DROP TABLE workers")
         conn.execute(f"PRAGMA user_version = {MIGRATIONS.index(ARCHIVED_INERT + ';')}")
         conn.commit()
         conn.close()
@@ -143,6 +144,7 @@ def test_a_database_whose_set_aside_branches_are_claimable_migrates(store_url: s
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
             conn.execute(old)
             conn.execute("ALTER TABLE tasks DROP COLUMN parked")
+            conn.execute("DROP TABLE workers")
             before = MIGRATIONS.index(ARCHIVED_INERT + ";")
             conn.execute("UPDATE tether_meta SET value = %s WHERE key = 'schema_version'", (str(before),))
     reopened = tether.App(store_url)

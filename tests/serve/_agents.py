@@ -57,6 +57,13 @@ def build(store: str | tether.Store) -> tuple[tether.App, dict[str, bool]]:
         return text
 
     @app.task
+    def talk(ctx: tether.TaskContext, text: str) -> str:
+        ctx.session.add("user", text)  # a task started without a session: the one made for it
+        more = ctx.wait_for_input("more", prompt="Anything else?")
+        ctx.session.add("user", str(more))
+        return text
+
+    @app.task
     def tools(ctx: tether.TaskContext, city: str) -> str:
         ctx.session.add("user", f"weather in {city}?")
         call = {"id": "call_w1", "name": "weather", "arguments": {"city": city}}

@@ -29,6 +29,19 @@ def test_list_filters_pages_and_totals(served: Served) -> None:
     assert both["total"] == 2
 
 
+def test_a_task_is_listed_by_the_conversation_it_opened_while_it_runs(served: Served) -> None:
+    """A task started without a session opens the one made for it (named after the task): a listing
+    by that session finds it from its first run on, while it waits, not only its state once read."""
+    task_id = served.app.start("talk", text="hi").task_id
+    work(served.app)
+    body = served.get("/v1/tasks", params={"session_id": task_id}).json()
+    assert [(t["task_id"], t["status"], t["session_id"]) for t in body["items"]] == [
+        (task_id, "awaiting_input", task_id)
+    ]
+    assert body["total"] == 1
+    assert served.get("/v1/tasks", params={"session_id": "s1"}).json()["total"] == 1  # the chat's named one
+
+
 def test_task_has_calls_decisions_observations_and_failure(served: Served) -> None:
     body = served.get(f"/v1/tasks/{served.waiting}").json()
     state = body["state"]

@@ -36,6 +36,7 @@ from tether.store.base import (
     TaskFilter,
     TaskHead,
     TaskRow,
+    WorkerRow,
 )
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "TaskFilter",
     "TaskHead",
     "TaskRow",
+    "WorkerRow",
     "open_store",
     "resolve_url",
 ]

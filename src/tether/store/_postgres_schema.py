@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from tether.errors import ConfigurationError, SchemaVersionError
-from tether.store._sql import ARCHIVED_INERT, ID_ORDER, PARKED_COLUMN, SCALE_INDEXES, newer_schema
+from tether.store._sql import ARCHIVED_INERT, ID_ORDER, PARKED_COLUMN, SCALE_INDEXES, WORKERS_TABLE, newer_schema
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
 
@@ -125,6 +125,8 @@ MIGRATIONS: list[str] = [
     ARCHIVED_INERT + ";",
     # 7: a task no run can go on with (a divergence, an unreadable record) is parked, not claimed again.
     PARKED_COLUMN,
+    # 8: the workers say they are alive (Store.record_worker), so a person learns whether any is there.
+    WORKERS_TABLE.replace("{time}", "double precision"),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations

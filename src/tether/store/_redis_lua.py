@@ -22,7 +22,9 @@ __all__ = [
     "LEASE",
     "LEDGER_BEGIN",
     "LEDGER_FINISH",
+    "NAME_SESSION",
     "PARK",
+    "RECORD_WORKER",
     "RELEASE",
     "RENEW",
     "REWIND",
@@ -177,6 +179,33 @@ while true do
   end
   offset = offset + 64
 end
+"""
+)
+
+# ARGV: id, session id. The row names the session unless it names one already; a missing row stays missing.
+NAME_SESSION = (
+    _PRELUDE
+    + """
+local r = tk(ARGV[3]) .. ':r'
+if redis.call('EXISTS', r) == 1 then redis.call('HSETNX', r, 'session_id', ARGV[4]) end
+return 1
+"""
+)
+
+# ARGV: worker id, seen at, its record packed, the oldest seen time kept. Keeps the record (the hash
+# ``workers``, by id) and when it was seen (the ZSET ``wseen``), and drops the records seen before then.
+RECORD_WORKER = (
+    _PRELUDE
+    + """
+local W, WS = TB .. ':workers', TB .. ':wseen'
+redis.call('HSET', W, ARGV[3], ARGV[5])
+redis.call('ZADD', WS, ARGV[4], ARGV[3])
+local old = redis.call('ZRANGEBYSCORE', WS, '-inf', '(' .. ARGV[6])
+if #old > 0 then
+  redis.call('HDEL', W, unpack(old))
+  redis.call('ZREMRANGEBYSCORE', WS, '-inf', '(' .. ARGV[6])
+end
+return 1
 """
 )
 

@@ -9,11 +9,12 @@ the migrations' types, the guarded append, row locking (``FOR UPDATE SKIP LOCKED
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tether.errors import SchemaVersionError
-from tether.store.base import FINISHED, EventRow, TaskFilter, TaskRow
+from tether.store.base import FINISHED, EventRow, TaskFilter, TaskRow, WorkerRow
 
 __all__ = [
     "ARCHIVED_INERT",
@@ -26,6 +27,7 @@ __all__ = [
     "PARKED_COLUMN",
     "SCALE_INDEXES",
     "TASK_COLUMNS",
+    "WORKERS_TABLE",
     "Statements",
     "claim_statement",
     "claim_values",
@@ -39,6 +41,8 @@ __all__ = [
     "settle_values",
     "task_values",
     "text",
+    "worker_row",
+    "worker_values",
 ]
 
 HEAD_EVERY = 64
@@ -119,6 +123,21 @@ FINISHED_SQL = ", ".join(f"'{status}'" for status in sorted(FINISHED))
 PARKED_COLUMN = "ALTER TABLE tasks ADD COLUMN parked TEXT;"
 """The migration that gives a task's row its mark of needing attention (``TaskRow.parked``)."""
 
+WORKERS_TABLE = """
+CREATE TABLE workers (
+    tenant     TEXT NOT NULL,
+    worker_id  TEXT NOT NULL,
+    app        TEXT,
+    started_at {time} NOT NULL,
+    seen_at    {time} NOT NULL,
+    stopped_at {time},
+    PRIMARY KEY (tenant, worker_id)
+);
+CREATE INDEX workers_seen ON workers (tenant, seen_at);
+"""
+"""The migration that keeps the workers' liveness records (``Store.record_worker``), ``{time}`` the
+database's type for an epoch in seconds with its fraction."""
+
 ARCHIVED_INERT = (
     "UPDATE tasks SET wake_at = NULL, lease_owner = NULL, lease_expires = NULL, status = 'cancelled' "
     f"WHERE status NOT IN ({FINISHED_SQL}) AND id IN (SELECT task FROM events WHERE type = 'TaskArchived')"
@@ -187,6 +206,17 @@ class Statements:
         "WHERE id = ? AND (lease_owner IS NULL OR lease_expires <= ? OR (lease_owner = ? AND (CAST(? AS INTEGER) "
         "IS NULL OR COALESCE((SELECT max(seq) FROM events e WHERE e.task = tasks.id), version) = ?))) "
         "RETURNING lease_token"
+    )
+    name_session: str = "UPDATE tasks SET session_id = ? WHERE tenant = ? AND task_id = ? AND session_id IS NULL"
+    record_worker: str = (
+        "INSERT INTO workers (tenant, worker_id, app, started_at, seen_at, stopped_at) VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (tenant, worker_id) DO UPDATE SET app = excluded.app, started_at = excluded.started_at, "
+        "seen_at = excluded.seen_at, stopped_at = excluded.stopped_at"
+    )
+    forget_workers: str = "DELETE FROM workers WHERE tenant = ? AND seen_at < ?"
+    workers: str = (
+        "SELECT worker_id, started_at, seen_at, app, stopped_at FROM workers WHERE tenant = ? AND seen_at > ? "
+        "ORDER BY seen_at DESC, worker_id LIMIT ?"
     )
     renew_lease: str = "UPDATE tasks SET lease_expires = ? WHERE id = ? AND lease_token = ? AND lease_owner IS NOT NULL"
     release_lease: str = "UPDATE tasks SET lease_owner = NULL, lease_expires = NULL WHERE id = ? AND lease_token = ?"
@@ -397,4 +427,17 @@ def newer_schema(where: str, found: int, supported: int) -> SchemaVersionError:
         f"versions up to {supported}; upgrade tether (pip install -U tether)",
         found=found,
         supported=supported,
+    )
+
+
+def worker_values(tenant: str, worker: WorkerRow) -> tuple[Any, ...]:
+    """``Statements.record_worker``'s parameters."""
+    return (tenant, worker.worker_id, worker.app, worker.started_at, worker.seen_at, worker.stopped_at)
+
+
+def worker_row(row: Sequence[Any]) -> WorkerRow:
+    """A row of ``Statements.workers`` as a :class:`WorkerRow`."""
+    worker_id, started_at, seen_at, app, stopped_at = row
+    return WorkerRow(
+        worker_id, float(started_at), float(seen_at), app, None if stopped_at is None else float(stopped_at)
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 from tether.errors import ConfigurationError, SchemaVersionError
-from tether.store._sql import ARCHIVED_INERT, PARKED_COLUMN, SCALE_INDEXES, newer_schema
+from tether.store._sql import ARCHIVED_INERT, PARKED_COLUMN, SCALE_INDEXES, WORKERS_TABLE, newer_schema
 from tether.store._sqlite_files import rollback
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_schema", "migrate"]
@@ -109,6 +109,8 @@ MIGRATIONS: list[str] = [
     ARCHIVED_INERT + ";",
     # 6: a task no run can go on with (a divergence, an unreadable record) is parked, not claimed again.
     PARKED_COLUMN,
+    # 7: the workers say they are alive (Store.record_worker), so a person learns whether any is there.
+    WORKERS_TABLE.replace("{time}", "REAL"),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -25,6 +25,7 @@ from tether.model.status import TERMINAL
 __all__ = [
     "COMPLETES",
     "FINISHED",
+    "WORKERS_KEPT",
     "ChangeSignal",
     "EventRow",
     "IndexUpdate",
@@ -35,6 +36,7 @@ __all__ = [
     "TaskFilter",
     "TaskHead",
     "TaskRow",
+    "WorkerRow",
     "read_across_forks",
     "redact_url",
     "refusal",
@@ -189,6 +191,35 @@ class LedgerRow:
     started_at: float
     finished_at: float | None
     runs: int
+
+
+WORKERS_KEPT = 86_400.0
+"""Seconds a worker's record is kept after it was last seen: :meth:`Store.record_worker` drops older
+ones, so a store keeps the workers of about a day, not every process that ever ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    """A worker process as it last said it was alive (:meth:`Store.record_worker`): what an inspector
+    reads to say whether any worker is there to act on a task.
+
+    Example:
+        >>> WorkerRow("host:41:ab12", started_at=0.0, seen_at=30.0, app="support:app").alive(60.0, within=90.0)
+        True
+    """
+
+    worker_id: str
+    started_at: float
+    seen_at: float
+    """When it last said it was alive: its start, every heartbeat, its stop."""
+    app: str | None = None
+    """The app it runs as ``tether worker`` names it (``module:app``), when known."""
+    stopped_at: float | None = None
+    """When it stopped (a graceful stop); ``None`` while it runs or when it died without saying so."""
+
+    def alive(self, now: float, *, within: float) -> bool:
+        """Whether it ran at ``now`` as far as its record says: not stopped, seen in the last ``within`` s."""
+        return self.stopped_at is None and now - self.seen_at <= within
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,6 +490,23 @@ class Store(Protocol):
         with its host's prefix to take over at once what a dead process on its host held. It reads
         no task that is not due, or finished.
         """
+        ...
+
+    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
+        """Make ``session_id`` the conversation the task's index row names when it names none yet (a
+        task started without one opening the conversation made for it), so that a listing by
+        ``session_id`` finds the task from then on; a row that names one keeps it. Writes no event;
+        nothing happens for a task that does not exist."""
+        ...
+
+    def record_worker(self, tenant: str, worker: WorkerRow) -> None:
+        """Keep ``worker``'s record, in place of the one with its id, and drop the records of the tenant
+        last seen more than :data:`WORKERS_KEPT` seconds before ``worker.seen_at``. Writes no event."""
+        ...
+
+    def workers(self, tenant: str, *, seen_after: float = 0.0, limit: int = 20) -> list[WorkerRow]:
+        """The tenant's worker records last seen after ``seen_after``, the most recently seen first, at
+        most ``limit``."""
         ...
 
     def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:

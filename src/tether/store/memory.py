@@ -14,6 +14,7 @@ from tether.errors import ConflictError, LeaseLostError, TaskNotFoundError
 from tether.store.base import (
     COMPLETES,
     FINISHED,
+    WORKERS_KEPT,
     ChangeSignal,
     Closing,
     EventRow,
@@ -24,6 +25,7 @@ from tether.store.base import (
     StreamAppend,
     TaskFilter,
     TaskRow,
+    WorkerRow,
     check_batch,
     check_streams,
     read_across_forks,
@@ -70,6 +72,7 @@ class MemoryStore(Closing):
         self._changes = ChangeSignal()
         self._tasks: dict[tuple[str, str], _Stream] = {}
         self._ledger: dict[tuple[str, str], LedgerRow] = {}
+        self._workers: dict[tuple[str, str], WorkerRow] = {}
 
     # -- streams ----------------------------------------------------------------
     def _stream(self, tenant: str, task_id: str) -> _Stream:
@@ -331,6 +334,24 @@ class MemoryStore(Closing):
                 if at is not None and at <= now and task_id < holders.get(owner, "\U0010ffff"):
                     holders[owner] = task_id
         return list(holders.items())
+
+    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
+        with self._lock:
+            stream = self._tasks.get((tenant, task_id))
+            if stream is not None and stream.row.session_id is None:
+                stream.row = replace(stream.row, session_id=session_id)
+
+    def record_worker(self, tenant: str, worker: WorkerRow) -> None:
+        with self._lock:
+            self._workers[(tenant, worker.worker_id)] = worker
+            oldest = worker.seen_at - WORKERS_KEPT
+            for key in [k for k, w in self._workers.items() if k[0] == tenant and w.seen_at < oldest]:
+                del self._workers[key]
+
+    def workers(self, tenant: str, *, seen_after: float = 0.0, limit: int = 20) -> list[WorkerRow]:
+        with self._lock:
+            found = [w for (t, _), w in self._workers.items() if t == tenant and w.seen_at > seen_after]
+        return sorted(found, key=lambda w: (-w.seen_at, w.worker_id))[:limit]
 
     def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:
         with self._lock:

@@ -55,6 +55,7 @@ from tether.store._postgres_io import (
 from tether.store._postgres_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
 from tether.store._postgres_sql import LATEST, SQL
 from tether.store.base import (
+    WORKERS_KEPT,
     Closing,
     EventRow,
     IndexUpdate,
@@ -64,6 +65,7 @@ from tether.store.base import (
     StreamAppend,
     TaskFilter,
     TaskRow,
+    WorkerRow,
     check_batch,
     check_streams,
     redact_url,
@@ -589,6 +591,21 @@ class PostgresStore(Closing):
 
     def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._read(*_sql.lease_holders_query(tenant, prefix, now))]
+
+    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
+        self._run(lambda c: c.execute(SQL.name_session, (session_id, tenant, task_id)))
+
+    def record_worker(self, tenant: str, worker: WorkerRow) -> None:
+        def record(c: psycopg.Connection[Any]) -> None:
+            with c.transaction():
+                c.execute(SQL.record_worker, _sql.worker_values(tenant, worker))
+                c.execute(SQL.forget_workers, (tenant, worker.seen_at - WORKERS_KEPT))
+
+        self._run(record)
+
+    def workers(self, tenant: str, *, seen_after: float = 0.0, limit: int = 20) -> list[WorkerRow]:
+        rows = self._run(lambda c: c.execute(SQL.workers, (tenant, seen_after, limit)).fetchall())
+        return [_sql.worker_row(r) for r in rows]
 
     def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:
         cur = self._run(lambda c: c.execute(SQL.park, (reason, tenant, task_id, version)))

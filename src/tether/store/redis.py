@@ -22,6 +22,8 @@ from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import orjson
+
 try:
     import redis
 except ImportError as exc:  # pragma: no cover - exercised by installs without the extra
@@ -45,6 +47,7 @@ from tether.store._redis_keys import (
 from tether.store.base import (
     COMPLETES,
     FINISHED,
+    WORKERS_KEPT,
     EventRow,
     IndexUpdate,
     LedgerRow,
@@ -53,6 +56,7 @@ from tether.store.base import (
     StreamAppend,
     TaskFilter,
     TaskRow,
+    WorkerRow,
     check_batch,
     check_streams,
     read_across_forks,
@@ -407,6 +411,22 @@ class RedisStore:
 
     def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:
         return bool(self._run("PARK", tenant, task_id, version, reason))
+
+    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
+        self._run("NAME_SESSION", tenant, task_id, session_id)
+
+    def record_worker(self, tenant: str, worker: WorkerRow) -> None:
+        packed = orjson.dumps([worker.worker_id, worker.started_at, worker.seen_at, worker.app, worker.stopped_at])
+        oldest = number(worker.seen_at - WORKERS_KEPT)
+        self._run("RECORD_WORKER", tenant, worker.worker_id, number(worker.seen_at), packed, oldest)
+
+    def workers(self, tenant: str, *, seen_after: float = 0.0, limit: int = 20) -> list[WorkerRow]:
+        seen, records = self._tenant_key(tenant, "wseen"), self._tenant_key(tenant, "workers")
+        ids = self._do(
+            lambda: self._client.zrevrangebyscore(seen, "+inf", f"({number(seen_after)}", start=0, num=limit)
+        )
+        packed = self._do(lambda: self._client.hmget(records, ids)) if ids else []
+        return [WorkerRow(*orjson.loads(p)) for p in packed if p is not None]
 
     def renew_lease(self, tenant: str, task_id: str, token: int, ttl: float, now: float) -> bool:
         answer = int(self._run("RENEW", tenant, task_id, token, number(now + ttl)))

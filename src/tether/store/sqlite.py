@@ -24,6 +24,7 @@ from tether.store._sqlite_files import connect_readonly, create_private, file_mo
 from tether.store._sqlite_schema import MIGRATIONS, SCHEMA_VERSION, check_schema, migrate
 from tether.store._sqlite_wal import Checkpointer, Durability, connect, wait_for_commit
 from tether.store.base import (
+    WORKERS_KEPT,
     Closing,
     EventRow,
     IndexUpdate,
@@ -33,6 +34,7 @@ from tether.store.base import (
     StreamAppend,
     TaskFilter,
     TaskRow,
+    WorkerRow,
     check_batch,
     check_streams,
     read_across_forks,
@@ -576,6 +578,18 @@ class SQLiteStore(Closing):
 
     def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._read(*_sql.lease_holders_query(tenant, prefix, now))]
+
+    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
+        with self._write() as conn:
+            conn.execute(own.SQL.name_session, (session_id, tenant, task_id))
+
+    def record_worker(self, tenant: str, worker: WorkerRow) -> None:
+        with self._write() as conn:
+            conn.execute(own.SQL.record_worker, _sql.worker_values(tenant, worker))
+            conn.execute(own.SQL.forget_workers, (tenant, worker.seen_at - WORKERS_KEPT))
+
+    def workers(self, tenant: str, *, seen_after: float = 0.0, limit: int = 20) -> list[WorkerRow]:
+        return [_sql.worker_row(r) for r in self._read(own.SQL.workers, (tenant, seen_after, limit))]
 
     def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:
         with self._write() as conn:

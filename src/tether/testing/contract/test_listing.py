@@ -77,3 +77,22 @@ def test_a_listing_by_id_prefix_or_by_parent_is_exact(store: Store) -> None:
     forks = [r.task_id for r in store.list_tasks(TENANT, TaskFilter(forks_of="trip-a1"))]  # and by parent
     assert forks == ["fork-2", "fork-1"] and store.count_tasks(TENANT, TaskFilter(forks_of="trip-a1"), cap=9) == 2
     assert store.list_tasks(TENANT, TaskFilter(forks_of="fork-1")) == []
+
+
+def test_a_session_named_later_lists_the_task_by_it(store: Store) -> None:
+    """``name_session`` gives a row that names no conversation the one a task opened: a listing by it
+    finds the task (and a count counts it) from then on; a row that names one keeps it; another
+    tenant's task of the same id, and a missing task, are left as they are."""
+    _create(store, "quiet")
+    store.create_task(TENANT, replace(_row("named"), session_id="s1"), _event(1))
+    store.create_task("another-tenant", _row("quiet"), _event(1))
+    by_session = TaskFilter(session_id="quiet")
+    assert store.list_tasks(TENANT, by_session) == []
+    store.name_session(TENANT, "quiet", "quiet")
+    store.name_session(TENANT, "named", "quiet")
+    store.name_session(TENANT, "missing", "quiet")
+    assert [r.task_id for r in store.list_tasks(TENANT, by_session)] == ["quiet"]
+    assert store.count_tasks(TENANT, by_session, cap=10) == 1
+    assert store.get_task(TENANT, "named").session_id == "s1"  # type: ignore[union-attr]
+    assert store.get_task("another-tenant", "quiet").session_id is None  # type: ignore[union-attr]
+    assert store.get_task(TENANT, "missing") is None
