@@ -1,9 +1,9 @@
 """The OpenAI Agents SDK's own session tests, run on TetherSession in place of SQLiteSession.
 
 The tests are the SDK's, never copied into this repository: they come from the sdist of the
-installed ``openai-agents`` version, fetched with ``pip download`` at test time and cached (in
-pytest's cache directory, or beside the virtualenv when the cache plugin is off), so it is
-downloaded once per version. Without network the test skips, except under ``CI=true``, where it fails.
+installed ``openai-agents`` version, fetched with ``pip download`` by ``make test`` before the suite
+(``tests/_prepare.py``; a bare pytest run fetches it itself) and cached inside the virtualenv, so it
+is downloaded once per version. Without network the test skips, except under ``CI=true``, where it fails.
 
 They run in a pytest process of their own (the SDK's ``tests`` package and conftest, not ours),
 with ``tests/integrations/_agents_sdk_shim.py`` as a plugin: ``SQLiteSession`` is a TetherSession
@@ -29,7 +29,6 @@ TetherSession among them, takes the documented complete-history path.
 
 from __future__ import annotations
 
-import fcntl
 import importlib.metadata
 import json
 import os
@@ -46,6 +45,7 @@ import pytest
 pytest.importorskip("agents")
 
 import tether
+from tests import _prepare
 from tests.conftest import PG_PROBLEM, PG_URL
 from tests.integrations.conftest import HERE
 
@@ -103,46 +103,25 @@ LEFT_OUT: dict[str, str] = {
 }
 
 
-def _cache(config: pytest.Config) -> Path:
-    cache = getattr(config, "cache", None)
-    if cache is not None:
-        return Path(cache.mkdir("openai-agents-sdist"))
-    return Path(sys.prefix) / ".cache" / "openai-agents-sdist"  # inside the virtualenv
-
-
 def _unavailable(message: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true: the SDK's own tests must run, but {message}")
     pytest.skip(message)
 
 
-def _sdist(config: pytest.Config) -> Path:
-    """The sdist of the installed openai-agents, downloaded once (a lock keeps xdist workers to one)."""
-    cache = _cache(config)
-    cache.mkdir(parents=True, exist_ok=True)
-    archive = cache / f"openai_agents-{VERSION}.tar.gz"
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if archive.exists():
-            return archive
-        into = cache / f"download-{VERSION}"
-        shutil.rmtree(into, ignore_errors=True)
-        fetch = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                 f"openai-agents=={VERSION}", "-d", str(into), "--quiet"]
-        done = subprocess.run(fetch, capture_output=True, text=True)
-        found = sorted(into.glob("*.tar.gz"))
-        if done.returncode != 0 or len(found) != 1:
-            _unavailable(f"the sdist of openai-agents {VERSION} could not be downloaded: {done.stderr[-2000:]}")
-        found[0].replace(archive)
-        shutil.rmtree(into, ignore_errors=True)
-    return archive
+def _sdist() -> Path:
+    try:
+        return _prepare.agents_sdist()
+    except _prepare.Missing as exc:
+        _unavailable(str(exc))
+        raise
 
 
 @pytest.fixture(scope="module")
 def sdk_tests(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The SDK's ``tests`` package, from its sdist, with the shim and a pytest config beside it."""
     root = tmp_path_factory.mktemp("openai-agents-tests")
-    with tarfile.open(_sdist(request.config)) as sdist:
+    with tarfile.open(_sdist()) as sdist:
         top = sdist.getmembers()[0].name.split("/")[0]
         wanted = [
             m for m in sdist.getmembers() if m.name.startswith(f"{top}/tests/") or m.name == f"{top}/pyproject.toml"

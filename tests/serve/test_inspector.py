@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import _prepare
 from tests.serve._agents import work
 from tests.serve.conftest import LiveServer, Served
 
-CHROMIUM = "/usr/bin/chromium"
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -29,17 +26,10 @@ ARGS = [
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's chromium, installed with apt-get when it is missing (the tests never skip for it)."""
-    if not os.path.exists(CHROMIUM):
-        if shutil.which("apt-get") is None:
-            pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install it")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], check=False, env=env, capture_output=True, timeout=600)
-        done = subprocess.run(
-            ["apt-get", "install", "-y", "-q", "chromium"], env=env, capture_output=True, text=True, timeout=1200
-        )
-        if done.returncode != 0 or not os.path.exists(CHROMIUM):
-            pytest.fail(f"could not install chromium: {done.stderr[-2000:]}")
-    return CHROMIUM
+    try:
+        return _prepare.chromium()
+    except _prepare.Missing as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(params=["sqlite"])
