@@ -193,7 +193,7 @@ def worker(
         worker_log.addHandler(handler)
         worker_log.setLevel(logging.DEBUG if verbose else logging.INFO)
     try:
-        runs = app.run_worker(concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace, target=app_spec)
+        runs = app.run_worker(concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace)
     finally:
         worker_log.removeHandler(handler)
     err.print(f"worker {app.worker_id}: {runs} task runs")

@@ -8,14 +8,12 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from tether.errors import LeaseLostError, TaskNotFoundError, TetherError
 from tether.runtime.claimed import run_claimed
 from tether.runtime.leases import backoff_owner, owner_is_dead
-from tether.store import WorkerRow
 from tether.telemetry import hooks as telemetry
 
 if TYPE_CHECKING:
@@ -49,19 +47,9 @@ class Worker:
     max_backoff = 60.0
     """The longest such wait, however many runs in a row stopped."""
     _remembered = 4096  # tasks whose runs in a row stopped: the oldest forgotten past this many
-    heartbeat = 30.0
-    """Seconds between the worker's liveness records (:meth:`tether.Store.record_worker`): one write
-    per interval whatever it does meanwhile, so an idle worker's polls write nothing."""
 
     def __init__(
-        self,
-        engine: Engine,
-        *,
-        concurrency: int = 1,
-        idle_exit: bool = False,
-        poll: float = 0.5,
-        grace: float = 30.0,
-        target: str | None = None,
+        self, engine: Engine, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
     ) -> None:
         if concurrency < 1:
             raise TetherError(f"concurrency must be at least 1, got {concurrency}")
@@ -77,7 +65,6 @@ class Worker:
         self._stopped: OrderedDict[str, int] = OrderedDict()  # task → its runs in a row that stopped
         self._next_look = 0.0  # when to look for leases of dead processes again (time.monotonic)
         self._host = f"{socket.gethostname()}:"
-        self._record = WorkerRow(engine.worker_id, started_at=time.time(), seen_at=time.time(), app=target)
 
     def stop(self, *_: object) -> None:
         self.stopping.set()
@@ -90,35 +77,18 @@ class Worker:
         threads = [
             threading.Thread(target=self._loop, name=f"tether-worker-{i}", daemon=True) for i in range(self.concurrency)
         ]
-        self._say_alive()
-        next_beat = time.monotonic() + self.heartbeat
         try:
             for thread in threads:
                 thread.start()
             while any(t.is_alive() for t in threads) and not self.stopping.is_set():
                 time.sleep(0.05)
-                if time.monotonic() >= next_beat:
-                    self._say_alive()
-                    next_beat = time.monotonic() + self.heartbeat
             deadline = time.monotonic() + self.grace
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self._say_alive(stopped=True)
         return self.runs
-
-    def _say_alive(self, *, stopped: bool = False) -> None:
-        """Record that this worker is alive (or, ``stopped``, that it stopped): what an inspector
-        reads to tell a person whether any worker is there to act on a task. A store that cannot
-        take it now costs the record, never the worker's runs."""
-        now = time.time()
-        record = replace(self._record, seen_at=now, stopped_at=now if stopped else None)
-        try:
-            self.engine.store.record_worker(self.engine.tenant, record)
-        except TetherError as exc:
-            log.warning("worker %s: its liveness record was not written: %s", self.engine.worker_id, exc)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         log.info(

@@ -14,11 +14,10 @@ from tether.log.encoding import event_fields
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Status
 from tether.runtime.app import App, failure_summary
-from tether.runtime.liveness import liveness
 from tether.store import TaskRow
 from tether.timetravel import HistoryEntry
 
-__all__ = ["entries_json", "jsonable", "requested", "state_json", "summary_json", "utc", "workers_json"]
+__all__ = ["entries_json", "jsonable", "requested", "state_json", "summary_json", "utc"]
 
 
 def _default(value: Any) -> Any:
@@ -119,19 +118,6 @@ def task_json(app: App, row: TaskRow, state: TaskState) -> dict[str, Any]:
         "summary": summary_json(app, row),
         "state": state_json(state),
         "failure_summary": failure_summary(state) if failed else None,
-        "workers": workers_json(app),
-    }
-
-
-def workers_json(app: App) -> dict[str, Any]:
-    """Whether any worker is alive to act on the tenant's tasks, from their liveness records."""
-    seen = liveness(app.store, app.tenant, time.time())
-    last = seen.last
-    return {
-        "alive": seen.alive,
-        "last_seen": None if last is None else _iso(last.seen_at),
-        "app": None if last is None else last.app,
-        "note": seen.note(),
     }
 
 

@@ -18,14 +18,13 @@ from tether.events import in_doubt_call
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Status
 from tether.runtime.app import App
-from tether.runtime.liveness import liveness
 from tether.serve._html import data, e, link, short, when
 from tether.serve._ids import shown, visible
 from tether.serve._json import jsonable, requested
-from tether.store import TaskRow
+from tether.store import TaskFilter, TaskRow
 from tether.timetravel import HistoryEntry
 
-__all__ = ["call_named", "coded", "doubt_section", "task_body"]
+__all__ = ["call_named", "doubt_section", "task_body"]
 
 SHOWN_EVENTS = 200
 """Events the timeline shows at first, newest first; the older ones load on request."""
@@ -113,42 +112,32 @@ def _waits_line(state: TaskState, kind: str | None) -> str:
 
 
 def _worker_line(app: App, row: TaskRow, state: TaskState, kind: str | None, now: float) -> str:
-    """Whether a worker holds the task, will take it up, or why nothing moves — and, when the task
-    needs one, whether any worker is alive (their liveness records) and how to start one."""
+    """Whether a worker holds the task, will take it up, or why nothing moves."""
     if state.status in TERMINAL:
         return f'<p class="worker">Finished {when(row.updated_at)}.</p>'
     held = row.held_by(now)
     if held is not None:
         until = f" (its lease runs to {when(row.lease_expires)})" if row.lease_expires else ""
         return f'<p class="worker live">Worker <code>{shown(held)}</code> holds it{until}.</p>'
-    workers = liveness(app.store, app.tenant, now)
-    note = workers.note()
     if state.status is Status.AWAITING_INPUT and kind is None:
-        later = f" Once it is, {coded(note)}." if note else ""
-        return f'<p class="worker" data-alive="{workers.alive}">No worker is needed until it is answered.{later}</p>'
+        return '<p class="worker">No worker is needed until it is answered.</p>'
     due = row.due_at
-    if note is not None:
-        then = f"at {when(due)} " if due is not None and due > now else ""
-        return f'<p class="worker idle" data-alive="0">A worker is needed {then}to move it on, and {coded(note)}.</p>'
-    alive = f"{workers.alive} worker{'s' if workers.alive != 1 else ''} alive"
     if due is not None and due > now:
-        return f'<p class="worker" data-alive="{workers.alive}">A worker continues it at {when(due)} ({alive}).</p>'
+        return f'<p class="worker">A worker continues it at {when(due)}.</p>'
     since = due if due is not None else row.updated_at
     if now - since < _IDLE:
-        return (
-            f'<p class="worker" data-alive="{workers.alive}">Runnable: the next free worker takes it up ({alive}).</p>'
-        )
-    return (
-        f'<p class="worker idle" data-alive="{workers.alive}">No worker has taken it up since {when(since)}; '
-        f"{alive}, busy with other tasks or not running this task's type.</p>"
-    )
+        return '<p class="worker">Runnable: the next free worker takes it up.</p>'
+    if _workers_hold_tasks(app, now):
+        why = "the workers running now hold other tasks"
+    else:
+        why = "no worker holds any task of this tenant now: is one running? Start one with <code>tether worker</code>"
+    return f'<p class="worker idle">No worker has taken it up since {when(since)}; {why}.</p>'
 
 
-def coded(text: str) -> str:
-    """``text`` escaped for HTML, each pair of backticks a ``<code>``: a sentence written for a
-    terminal, as a page shows it."""
-    parts = e(text).split("`")
-    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+def _workers_hold_tasks(app: App, now: float) -> bool:
+    """Whether any worker holds a lease on a running task of this tenant (so workers are alive)."""
+    running = app.store.list_tasks(app.tenant, TaskFilter(status=(Status.RUNNING.value,)), limit=200)
+    return any(r.held_by(now) is not None for r in running)
 
 
 def _parked(parked: str | None) -> str:

@@ -34,7 +34,7 @@ from tether.model.status import Status
 from tether.runtime.app import App
 from tether.runtime.calls import UNSET
 from tether.serve import _events, _ids  # noqa: F401 (_ids registers the routes' path convertor, tether_id)
-from tether.serve._json import entries_json, jsonable, state_json, summary_json, task_json, workers_json
+from tether.serve._json import entries_json, jsonable, state_json, summary_json, task_json
 from tether.serve._listing import Listings
 from tether.serve.auth import Principal
 from tether.serve.feed import ChangeFeed
@@ -52,7 +52,6 @@ from tether.serve.models import (
     UserDocument,
     WhoAmI,
     WindowBody,
-    Workers,
 )
 from tether.store import TaskFilter, TaskRow
 from tether.store.base import FINISHED
@@ -276,12 +275,6 @@ def _add_task_reads(router: APIRouter, app_for: AppFor) -> None:
         later = offset + limit < total
         body = {"items": items, "total": total, "limit": limit, "offset": offset, "truncated": truncated}
         return {**body, "next": _next_page(request, offset=offset + limit) if later else None}
-
-    @router.get("/workers", response_model=Workers, tags=["tasks"])
-    def workers(who: Who) -> dict[str, Any]:
-        """Whether any worker is alive to act on the tenant's tasks (their liveness records), and
-        when none is, since when and how to start one."""
-        return workers_json(app_for(who))
 
     @router.get("/tasks/{task_id:tether_id}", response_model=TaskDetail, tags=["tasks"])
     def get_task(who: Who, task_id: TaskId) -> JSONResponse:

@@ -43,7 +43,6 @@ __all__ = [
     "UserDocument",
     "WhoAmI",
     "WindowBody",
-    "Workers",
 ]
 
 T = TypeVar("T")
@@ -105,16 +104,6 @@ class TaskSummary(BaseModel):
     error: dict[str, Any] | None = Field(description="why its stream could not be read ({code, message})")
 
 
-class Workers(BaseModel):
-    """Whether any worker is alive to act on the tenant's tasks, as their liveness records say (a
-    worker writes one when it starts, every 30 s while it runs, and when it stops)."""
-
-    alive: int = Field(description="workers seen in the last 90 s that have not said they stopped")
-    last_seen: datetime | None = Field(description="when the most recently seen worker was last seen, or null")
-    app: str | None = Field(description="the app that worker runs, as `tether worker` named it, or null")
-    note: str | None = Field(description="when none is alive: what a person should hear, and how to start one")
-
-
 class TaskPage(Page[TaskSummary]):
     """Tasks, newest first."""
 
@@ -125,7 +114,6 @@ class TaskDetail(BaseModel):
     summary: TaskSummary
     state: TaskState
     failure_summary: str | None
-    workers: Workers
 
 
 class HistoryEntry(BaseModel):
