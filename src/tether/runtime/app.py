@@ -9,7 +9,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
@@ -43,7 +42,7 @@ from tether.events import (
 )
 from tether.log import SnapshotPolicy, TaskLog
 from tether.log.conflicts import retry_on_conflict
-from tether.log.heads import read_head, row_head_of
+from tether.log.heads import read_head
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Phases, Status
 from tether.runtime._flow import async_twin, drive_async
@@ -57,10 +56,9 @@ from tether.runtime.handles import (
     TaskSummary,
     check_against_schema,
     failure_summary,
-    unreadable_summary,
 )
-from tether.runtime.leases import describe_holder
 from tether.runtime.ledger import Ledger, OnUnknown
+from tether.runtime.listing import pending_inputs, task_summaries
 from tether.runtime.retry import Retry
 from tether.runtime.run import drive_task, execute, retry_event
 from tether.runtime.specs import Registry, ReplayCheck, TaskSpec, ToolSpec, guarded
@@ -515,28 +513,7 @@ class App(Closing):
 
     def pending_inputs(self, user_id: str | None = None, *, limit: int = 100) -> list[PendingInput]:
         """What tasks are waiting for, with their prompts, oldest question first."""
-        found = []
-        for row in self.log.list(status=Status.AWAITING_INPUT, user_id=user_id, limit=limit):
-            try:
-                head = read_head(row)
-                waiting = head.waiting if head is not None else self.log.load(row.task_id).waiting
-            except TetherError as exc:  # one unreadable stream must not hide the others
-                _log.warning("task %s cannot be read: %s", row.task_id, exc)
-                continue
-            if waiting is not None:
-                found.append(
-                    PendingInput(
-                        row.task_id,
-                        row.type,
-                        row.user_id,
-                        waiting.key,
-                        waiting.prompt,
-                        waiting.input_schema,
-                        waiting.requested_at,
-                        waiting.timeout_at,
-                    )
-                )
-        return sorted(found, key=lambda p: p.requested_at)
+        return pending_inputs(self.log, self.log.list(status=Status.AWAITING_INPUT, user_id=user_id, limit=limit))
 
     def list_tasks(
         self,
@@ -549,34 +526,10 @@ class App(Closing):
         offset: int = 0,
     ) -> list[TaskSummary]:
         """Tasks, newest first, with where each stands: position, what it waits for, who holds it."""
-        summaries = []
-        now = time.time()
-        for row in self.log.list(
+        rows = self.log.list(
             status=status, type=type, user_id=user_id, session_id=session_id, limit=limit, offset=offset
-        ):
-            held = describe_holder(row, now)
-            try:
-                head = read_head(row) or row_head_of(self.log.load(row.task_id))  # the row, or (an old one) the fold
-            except TetherError as exc:  # one unreadable stream must not hide the others
-                summaries.append(unreadable_summary(row, held, exc))
-                continue
-            summaries.append(
-                TaskSummary(
-                    task_id=row.task_id,
-                    type=row.type,
-                    status=head.status,
-                    position=head.position,
-                    waiting_for=head.waiting.key if head.waiting else None,
-                    prompt=head.waiting.prompt if head.waiting else None,
-                    wakes_at=head.wake_at,
-                    held_by=held,
-                    user_id=row.user_id,
-                    version=row.version,
-                    updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
-                    parked=row.parked,
-                )
-            )
-        return summaries
+        )
+        return task_summaries(self.log, rows, time.time())
 
     def cancel(self, task_id: str, reason: str = "cancelled", *, actor: str | None = None) -> TaskHandle:
         """Cancel a task that has not finished; its completed calls are compensated in reverse order.

@@ -3,16 +3,14 @@ the report of a check, and the words for a failure."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from tether.errors import InvalidInputError, TaskFailedError, TaskNotFinishedError, TetherError
+from tether.errors import InvalidInputError, TaskFailedError, TaskNotFinishedError
 from tether.model import Failure, TaskState, Waiting
 from tether.model.status import Status
-from tether.store import TaskRow
 from tether.timetravel import ReplayReport
 
 __all__ = [
@@ -22,10 +20,7 @@ __all__ = [
     "TaskSummary",
     "check_against_schema",
     "failure_summary",
-    "unreadable_summary",
 ]
-
-_log = logging.getLogger("tether")
 
 
 @dataclass(frozen=True)
@@ -185,26 +180,3 @@ def check_against_schema(task_id: str, key: str, value: Any, schema: dict[str, A
     if errors:
         details = "; ".join(f"{'/'.join(map(str, e.path)) or '(value)'}: {e.message}" for e in errors[:5])
         raise InvalidInputError(f"input {key!r} for task {task_id!r} does not fit its schema: {details}")
-
-
-def unreadable_summary(row: TaskRow, held: str | None, exc: TetherError) -> TaskSummary:
-    """A listing's line for a task whose log cannot be read: what its index row says, and why."""
-    _log.warning("task %s cannot be read: %s", row.task_id, exc)
-    try:
-        status = Status(row.status)
-    except ValueError:
-        status = Status.FAILED
-    return TaskSummary(
-        task_id=row.task_id,
-        type=row.type,
-        status=status,
-        position=f"unreadable: {type(exc).__name__}: {exc}",
-        waiting_for=None,
-        prompt=None,
-        wakes_at=None,
-        held_by=held,
-        user_id=row.user_id,
-        version=row.version,
-        updated_at=datetime.fromtimestamp(row.updated_at, tz=UTC),
-        parked=row.parked,
-    )
