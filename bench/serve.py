@@ -1,7 +1,7 @@
 """tether serve under load: 50 concurrent API clients and 5 SSE listeners while workers run tasks.
 
-Run: ``python bench/serve.py`` (``--quick`` for a short run; ``--db URL`` for PostgreSQL). Prints the
-figures, then one line of JSON.
+Run: ``python bench/serve.py`` (``--quick`` for a short run, ``--smoke``: two seconds of load;
+``--db URL`` for PostgreSQL). Prints the figures, then one line of JSON.
 
 * a `tether serve` process on a fresh store, with an API key;
 * 2 `tether worker` processes running 5-call tasks that this script keeps starting;
@@ -85,25 +85,35 @@ def _client(base: str, key: str, ids: list[str], stop_at: float, out: list[float
             out.append(time.perf_counter() - start)
 
 
-def _listener(base: str, key: str, counts: list[int], slot: int, done: threading.Event) -> None:
+def _listener(base: str, key: str, counts: list[int], slot: int, sockets: list[socket.socket]) -> None:
     try:
         with httpx.Client(timeout=httpx.Timeout(10, read=60)) as client:
             with client.stream("GET", f"{base}/v1/events", headers={"Authorization": f"Bearer {key}"}) as response:
+                sockets.append(response.extensions["network_stream"].get_extra_info("socket"))
                 for line in response.iter_lines():
                     if line.startswith("event: task"):
                         counts[slot] += 1
-                    if done.is_set():
-                        return
     except httpx.HTTPError:
-        pass
+        pass  # the hang-up at the end of the run
+
+
+def _hang_up(sockets: list[socket.socket]) -> None:
+    """Ends the listeners' streams as a client that goes away does. The server waits for open streams
+    when it is stopped, so a stream left open would hold its shutdown until the next keep-alive."""
+    for sock in sockets:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # that stream had ended already
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="two seconds of load: every path, no figures to read")
     parser.add_argument("--db", default=None, help="store URL (default: a fresh SQLite file)")
     args = parser.parse_args()
-    seconds = 4.0 if args.quick else 15.0
+    seconds = 2.0 if args.smoke else 4.0 if args.quick else 15.0
     folder = Path(tempfile.mkdtemp(prefix="tether-bench-serve-"))
     url = args.db or f"sqlite:///{folder / 'serve.db'}"
     app = tether.App(url)
@@ -117,11 +127,11 @@ def main() -> None:
     latencies: list[list[float]] = [[] for _ in range(CLIENTS)]
     errors: list[str] = []
     counts = [0] * LISTENERS
-    done = threading.Event()
+    sockets: list[socket.socket] = []
+    listeners = [
+        threading.Thread(target=_listener, args=(base, key, counts, i, sockets), daemon=True) for i in range(LISTENERS)
+    ]
     try:
-        listeners = [
-            threading.Thread(target=_listener, args=(base, key, counts, i, done), daemon=True) for i in range(LISTENERS)
-        ]
         for t in listeners:
             t.start()
         time.sleep(0.5)
@@ -142,8 +152,11 @@ def main() -> None:
             t.join()
         elapsed = time.perf_counter() - begin
         time.sleep(0.5)
-        done.set()
     finally:
+        _hang_up(sockets)
+        for t in listeners:
+            if t.is_alive():
+                t.join(timeout=10)
         stop(workers)
         server.terminate()
         server.wait(timeout=30)

@@ -118,7 +118,7 @@ def _numbers(value: object) -> Iterator[float]:
 # The scripts whose --quick run is long take --smoke: the shortest run through every path (sizes too
 # small for the figures to mean anything, which is not what this test is for).
 SMOKE = {"adk.py", "adk_turns.py", "claims.py", "langgraph_saver.py", "memory.py", "openai_agents.py"}
-SMOKE |= {"peers.py", "pydantic_ai_history.py", "redis.py", "timetravel.py"}
+SMOKE |= {"peers.py", "pydantic_ai_history.py", "redis.py", "serve.py", "timetravel.py"}
 
 
 @pytest.mark.parametrize("script", sorted(VERDICTS))
