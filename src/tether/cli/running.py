@@ -174,11 +174,25 @@ def cancel(task_id: str, reason: str, app_spec: str, as_json: bool, actor: str |
     type=click.FloatRange(0),
     help="seconds to finish running tasks on SIGTERM",
 )
+@click.option(
+    "--heartbeat",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0, 30, min_open=True),
+    help="seconds between the worker's records that it is alive (what show and the inspector read)",
+)
 @click.option("--quiet", "-q", is_flag=True, help="no line per task run")
 @click.option("--verbose", "-v", is_flag=True, help="a line when each run starts too, and tether's warnings")
 @errors_as_messages
 def worker(
-    app_spec: str, concurrency: int, idle_exit: bool, poll: float, grace: float, quiet: bool, verbose: bool
+    app_spec: str,
+    concurrency: int,
+    idle_exit: bool,
+    poll: float,
+    grace: float,
+    heartbeat: float,
+    quiet: bool,
+    verbose: bool,
 ) -> None:
     """Claim and run runnable tasks of an app until stopped (SIGTERM finishes running tasks first).
 
@@ -193,7 +207,9 @@ def worker(
         worker_log.addHandler(handler)
         worker_log.setLevel(logging.DEBUG if verbose else logging.INFO)
     try:
-        runs = app.run_worker(concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace)
+        runs = app.run_worker(
+            concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace, target=app_spec, heartbeat=heartbeat
+        )
     finally:
         worker_log.removeHandler(handler)
     err.print(f"worker {app.worker_id}: {runs} task runs")

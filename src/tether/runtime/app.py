@@ -590,18 +590,37 @@ class App(Closing):
         return retry_on_conflict(request, stream=task_id)
 
     def run_worker(
-        self, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
+        self,
+        *,
+        concurrency: int = 1,
+        idle_exit: bool = False,
+        poll: float = 0.5,
+        grace: float = 30.0,
+        target: str | None = None,
+        heartbeat: float = 30.0,
     ) -> int:
         """Claim and run runnable tasks until stopped (SIGTERM, SIGINT), or until idle with ``idle_exit``.
 
-        Returns how many task runs it carried out.
+        While it runs, the worker records that it is alive every ``heartbeat`` seconds (at most 30),
+        and when it stops, so ``tether show`` and the inspector can say whether any worker is there
+        to act on a task. ``target``: how ``tether worker`` names this app (``module:app``), kept in
+        that record so they can say how to start another. Returns how many task runs it carried out.
         """
         check_int(concurrency, "concurrency", low=1, high=1024, error=ConfigurationError)
         check_positive(poll, "poll")
         check_positive(grace, "grace", zero=True)
         from tether.runtime.worker import Worker
 
-        return Worker(self.engine, concurrency=concurrency, idle_exit=idle_exit, poll=poll, grace=grace).run()
+        worker = Worker(
+            self.engine,
+            concurrency=concurrency,
+            idle_exit=idle_exit,
+            poll=poll,
+            grace=grace,
+            target=target,
+            heartbeat=heartbeat,
+        )
+        return worker.run()
 
     # ------------------------------------------------------------------ time travel
     def history(self, task_id: str) -> list[HistoryEntry]:

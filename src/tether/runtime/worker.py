@@ -8,20 +8,27 @@ import socket
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from tether.errors import LeaseLostError, TaskNotFoundError, TetherError
+from tether.errors import ConfigurationError, LeaseLostError, TaskNotFoundError, TetherError
 from tether.runtime.claimed import run_claimed
 from tether.runtime.leases import backoff_owner, owner_is_dead
+from tether.store import WorkerRow
 from tether.telemetry import hooks as telemetry
 
 if TYPE_CHECKING:
     from tether.runtime.engine import Engine
 
-__all__ = ["Worker"]
+__all__ = ["HEARTBEAT", "Worker"]
 
 log = logging.getLogger("tether.worker")
+
+HEARTBEAT = 30.0
+"""The default and the longest interval, in seconds, between a worker's liveness records
+(:meth:`tether.Store.record_worker`): readers count a worker alive for three of them after its last
+record (:data:`tether.runtime.liveness.ALIVE_WITHIN`), so a longer one would read as gone between two."""
 
 
 class Worker:
@@ -40,6 +47,12 @@ class Worker:
     which is recorded in it) is not claimed again at once: the worker holds it aside, by a lease
     that runs out when its backoff does (``backoff`` seconds, doubled for each such run in a
     row, at most ``max_backoff``), and claims other tasks meanwhile.
+
+    The worker says it is alive in its tenant's liveness records (what ``tether show``, the
+    inspector and ``GET /v1/workers`` read): when it starts, every ``heartbeat`` seconds from its
+    main thread whatever its threads do (an idle worker's polls write nothing), and when it stops,
+    by a signal or with ``idle_exit``. ``target`` is the app as ``tether worker`` was given it
+    (``module:app``), kept in the record so that a reader can say how to start another.
     """
 
     backoff = 1.0
@@ -49,10 +62,23 @@ class Worker:
     _remembered = 4096  # tasks whose runs in a row stopped: the oldest forgotten past this many
 
     def __init__(
-        self, engine: Engine, *, concurrency: int = 1, idle_exit: bool = False, poll: float = 0.5, grace: float = 30.0
+        self,
+        engine: Engine,
+        *,
+        concurrency: int = 1,
+        idle_exit: bool = False,
+        poll: float = 0.5,
+        grace: float = 30.0,
+        target: str | None = None,
+        heartbeat: float = HEARTBEAT,
     ) -> None:
         if concurrency < 1:
             raise TetherError(f"concurrency must be at least 1, got {concurrency}")
+        if not 0 < heartbeat <= HEARTBEAT:
+            raise ConfigurationError(
+                f"heartbeat must be more than 0 and at most {HEARTBEAT:g} seconds (readers count a worker "
+                f"alive for three heartbeats of {HEARTBEAT:g} s after its last record), got {heartbeat!r}"
+            )
         self.engine = engine
         self.concurrency = concurrency
         self.idle_exit = idle_exit
@@ -65,6 +91,10 @@ class Worker:
         self._stopped: OrderedDict[str, int] = OrderedDict()  # task → its runs in a row that stopped
         self._next_look = 0.0  # when to look for leases of dead processes again (time.monotonic)
         self._host = f"{socket.gethostname()}:"
+        self.heartbeat = heartbeat
+        started = time.time()
+        self._record = WorkerRow(engine.worker_id, started_at=started, seen_at=started, app=target)
+        self._next_beat = 0.0  # when the main thread says it is alive again (time.monotonic)
 
     def stop(self, *_: object) -> None:
         self.stopping.set()
@@ -77,18 +107,41 @@ class Worker:
         threads = [
             threading.Thread(target=self._loop, name=f"tether-worker-{i}", daemon=True) for i in range(self.concurrency)
         ]
+        self._say_alive()
         try:
             for thread in threads:
                 thread.start()
-            while any(t.is_alive() for t in threads) and not self.stopping.is_set():
-                time.sleep(0.05)
-            deadline = time.monotonic() + self.grace
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
+            self._watch(threads, until=None)
+            self._watch(threads, until=time.monotonic() + self.grace)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self._say_alive(stopped=True)  # a graceful end (a signal, idle_exit): not alive from now on
         return self.runs
+
+    def _watch(self, threads: list[threading.Thread], *, until: float | None) -> None:
+        """Wait while any of ``threads`` runs: until the worker is asked to stop (``until=None``), or
+        until ``until`` (the grace of running tasks), saying it is alive every heartbeat meanwhile."""
+        while any(t.is_alive() for t in threads):
+            if until is None and self.stopping.wait(0.05):
+                return
+            if until is not None:
+                if time.monotonic() >= until:
+                    return
+                time.sleep(0.05)
+            if time.monotonic() >= self._next_beat:
+                self._say_alive()
+
+    def _say_alive(self, *, stopped: bool = False) -> None:
+        """Record that this worker is alive (or, ``stopped``, that it stopped). A store that cannot
+        take it now costs the record (readers see the worker as gone once it is old), never a run."""
+        self._next_beat = time.monotonic() + self.heartbeat
+        now = time.time()
+        record = replace(self._record, seen_at=now, stopped_at=now if stopped else None)
+        try:
+            self.engine.store.record_worker(self.engine.tenant, record)
+        except TetherError as exc:
+            log.warning("worker %s: its liveness record was not written: %s", self.engine.worker_id, exc)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         log.info(
