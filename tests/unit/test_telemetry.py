@@ -85,6 +85,76 @@ def test_metrics_count_failures_by_type_and_appends_once(app: tether.App) -> Non
     assert "# TYPE tether_run_duration_seconds histogram" in text and 'le="+Inf"' in text
 
 
+class _Adds:
+    """A meter provider that counts the synchronous measurements (``add``, ``record``) taken on each
+    instrument of the meters it hands out, and passes everything on to ``inner``."""
+
+    def __init__(self, inner: MeterProvider) -> None:
+        self.inner = inner
+        self.taken: dict[str, int] = {}
+
+    def get_meter(self, *args: Any, **kwargs: Any) -> Any:
+        meter, taken = self.inner.get_meter(*args, **kwargs), self.taken
+
+        class Meter:
+            def __getattr__(self, attr: str) -> Any:
+                made = getattr(meter, attr)
+                if not attr.startswith("create_") or "observable" in attr:
+                    return made
+
+                def create(name: str, *a: Any, **k: Any) -> Any:
+                    instrument = made(name, *a, **k)
+
+                    def measure(*m: Any, **mk: Any) -> None:
+                        taken[name] = taken.get(name, 0) + 1
+                        (instrument.add if hasattr(instrument, "add") else instrument.record)(*m, **mk)
+
+                    return type("Counted", (), {"add": staticmethod(measure), "record": staticmethod(measure)})()
+
+                return create
+
+        return Meter()
+
+
+def test_calls_are_counted_by_tool_and_replay_without_a_measurement_per_call(app: tether.App) -> None:
+    reader = InMemoryMetricReader()
+    meters = _Adds(MeterProvider(metric_readers=[reader]))
+    tether.telemetry.instrument(tracer_provider=TracerProvider(), meter_provider=meters)
+
+    @app.tool(readonly=True)
+    def price(city: str) -> int:
+        return len(city)
+
+    @app.tool
+    def book(city: str) -> str:
+        return city
+
+    @app.task
+    def trip(ctx: tether.TaskContext, cities: list[str]) -> str:
+        ctx.map(price, cities)  # in threads: each tool's tally is counted under its lock
+        ctx.wait_for_input("ok")
+        if ctx.call(book, cities[0]) == "Rome":
+            raise KeyError("no rooms")  # the run crashes in the task's code: its calls stay counted
+        return "booked"
+
+    cities = [f"city{i}" for i in range(40)]
+    app.run(trip, cities, task_id="t1")
+    assert points(reader, "tether.calls") == {(("gen_ai.tool.name", "price"), ("tether.replayed", False)): 40}
+    app.send_input("t1", "ok", True)
+    app.resume("t1")
+    app.run(trip, ["Rome"], task_id="t2")
+    app.send_input("t2", "ok", True)
+    assert app.resume("t2").status.value == "failed"
+    assert points(reader, "tether.calls") == {
+        (("gen_ai.tool.name", "price"), ("tether.replayed", False)): 41,
+        (("gen_ai.tool.name", "price"), ("tether.replayed", True)): 41,
+        (("gen_ai.tool.name", "book"), ("tether.replayed", False)): 2,
+    }
+    assert "tether.calls" not in meters.taken  # observed from the tallies, never added to per call
+    text = "\n".join(exposition(reader.get_metrics_data()))
+    assert 'tether_calls_total{gen_ai_tool_name="book",tether_replayed="false"} 2' in text
+
+
 def test_one_line_per_run_start_and_end_without_payloads(app: tether.App, caplog: pytest.LogCaptureFixture) -> None:
     @app.task
     def secretive(ctx: tether.TaskContext, password: str) -> str:

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import importlib.metadata
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode
-from opentelemetry.util.types import Attributes
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import Attributes
 
 from tether.events import RunTraced
 from tether.model import TaskState
@@ -60,8 +62,13 @@ class Telemetry:
         self.tasks = meter.create_counter(
             "tether.tasks", "{task}", "Runs ended, by the status they left the task in (tether.task.status)"
         )
-        self.calls = meter.create_counter(
-            "tether.calls", "{call}", "Recorded calls: run live or served from the record"
+        self._tools: dict[str, _Tool] = {}
+        self._tools_lock = threading.Lock()
+        # Observed (read from the tallies at each collection), not added to per call: the SDK's
+        # Counter.add costs a live call microseconds, a tally's increment a fraction of one. The counts
+        # are in this process either way until a collection reads them.
+        meter.create_observable_counter(
+            "tether.calls", [self._observe_calls], "{call}", "Recorded calls: run live or served from the record"
         )
         self.retries = meter.create_counter(
             "tether.call.retries", "{retry}", "Attempts of calls retried after an error"
@@ -85,6 +92,28 @@ class Telemetry:
             "Tokens used by model calls recorded live (GenAI conventions)",
             explicit_bucket_boundaries_advisory=_TOKENS,
         )
+
+    def tool(self, name: str) -> _Tool:
+        """What the spans and counts of the tool ``name`` share, made at its first call."""
+        found = self._tools.get(name)
+        if found is None:
+            with self._tools_lock:
+                found = self._tools.setdefault(name, _Tool(name))
+        return found
+
+    def _observe_calls(self, options: CallbackOptions) -> Iterable[Observation]:
+        """The ``tether.calls`` counter's values: each tool's calls so far, live and replayed."""
+        with self._tools_lock:
+            tools = list(self._tools.values())
+        out: list[Observation] = []
+        for tool in tools:
+            with tool.lock:
+                live, replayed = tool.live, tool.replayed
+            if live:
+                out.append(Observation(live, tool.live_attributes))
+            if replayed:
+                out.append(Observation(replayed, tool.replayed_attributes))
+        return out
 
     def run(self, state: TaskState, worker_id: str, attempt: int, resumed: bool) -> RunTrace:
         """The span of a run of ``state``'s task: in the trace its runs share (the caller's, kept with
@@ -143,6 +172,7 @@ class RunTrace:
 
     def call(self, n: int, tool: str, key: str, attempt: int, kind: str) -> CallSpan:
         """A call's span (``execute_tool``), current while its tool runs: a span the tool opens is its child."""
+        shared = self.telemetry.tool(tool)
         attributes: Attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -153,12 +183,13 @@ class RunTrace:
             "tether.call.kind": kind,
             "tether.replayed": False,
         }
-        span = self.telemetry.tracer.start_span(f"execute_tool {tool}", self.context, SpanKind.INTERNAL, attributes)
+        span = self.telemetry.tracer.start_span(shared.span_name, self.context, SpanKind.INTERNAL, attributes)
         token = otel_context.attach(trace.set_span_in_context(span))
-        return CallSpan(self, span, tool, token)
+        return CallSpan(self, span, shared, token)
 
     def replayed(self, n: int, tool: str, key: str, kind: str, result: Any) -> None:
         """A call served from the record: a span marked ``tether.replayed``, counted apart from live calls."""
+        shared = self.telemetry.tool(tool)
         attributes: Attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -167,10 +198,11 @@ class RunTrace:
             "tether.call.kind": kind,
             "tether.replayed": True,
         }
-        span = self.telemetry.tracer.start_span(f"execute_tool {tool}", self.context, SpanKind.INTERNAL, attributes)
+        span = self.telemetry.tracer.start_span(shared.span_name, self.context, SpanKind.INTERNAL, attributes)
         _model_call(span, result, None)
         span.end()
-        self.telemetry.calls.add(1, {"gen_ai.tool.name": tool, "tether.replayed": True})
+        with shared.lock:
+            shared.replayed += 1
 
     def retry(self, tool: str, attempt: int, backoff: float, error_type: str) -> None:
         """Attempt ``attempt`` of a call failed with ``error_type`` and is retried after ``backoff`` seconds."""
@@ -233,12 +265,28 @@ class RunTrace:
         tel.run_duration.record(time.perf_counter() - self.started, attributes)
 
 
+class _Tool:
+    """One tool as its spans and the ``tether.calls`` counter see it: its span name and counter
+    attributes, made once, and its calls so far (a plain tally the counter observes)."""
+
+    __slots__ = ("live", "live_attributes", "lock", "name", "replayed", "replayed_attributes", "span_name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.span_name = f"execute_tool {name}"
+        self.live_attributes: Attributes = {"gen_ai.tool.name": name, "tether.replayed": False}
+        self.replayed_attributes: Attributes = {"gen_ai.tool.name": name, "tether.replayed": True}
+        self.live = 0
+        self.replayed = 0
+        self.lock = threading.Lock()  # parallel calls of one tool end in threads of their own
+
+
 class CallSpan:
     """A live call attempt's span, current from before its tool runs until :meth:`ended`."""
 
     __slots__ = ("_token", "run", "span", "tool")
 
-    def __init__(self, run: RunTrace, span: Span, tool: str, token: object) -> None:
+    def __init__(self, run: RunTrace, span: Span, tool: _Tool, token: object) -> None:
         self.run = run
         self.span = span
         self.tool = tool
@@ -257,7 +305,9 @@ class CallSpan:
             span.set_status(StatusCode.ERROR, f"{type(value).__name__}: {value}")
             span.set_attribute("error.type", type(value).__name__)
         span.end()
-        tel.calls.add(1, {"gen_ai.tool.name": self.tool, "tether.replayed": False})
+        tool = self.tool
+        with tool.lock:
+            tool.live += 1
 
 
 def _model_call(span: Span, value: Any, tel: Telemetry | None) -> None:
