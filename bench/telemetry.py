@@ -1,7 +1,8 @@
 """Telemetry benchmark: what tether's OpenTelemetry spans cost a recorded call, and what the hooks
 cost when telemetry is not configured.
 
-Run: ``python bench/telemetry.py`` (``--quick`` for a short run). Prints one line of JSON.
+Run: ``python bench/telemetry.py`` (``--quick`` for a short run, ``--smoke`` for the shortest run through
+every path, whose figures mean nothing). Prints one line of JSON.
 
 * ``sdk_ratio``: seconds per ``ctx.call`` (a ~500-byte result, SQLite) with tether's telemetry on,
   an SDK ``TracerProvider`` and a ``BatchSpanProcessor`` over an exporter that drops what it is
@@ -130,13 +131,14 @@ def unconfigured(calls: int, rounds: int, baseline: str | None) -> dict[str, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
+    parser.add_argument("--smoke", action="store_true", help="20 calls, one round: figures mean nothing")
     parser.add_argument("--baseline-src", default=None, help="the src without telemetry to compare against")
     parser.add_argument("--child", nargs=2, metavar=("READONLY", "CALLS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.baseline_src, args.child[0] == "1", int(args.child[1]))
         return
-    calls, rounds = (300, 3) if args.quick else (2000, 5)
+    calls, rounds = (20, 1) if args.smoke else (300, 3) if args.quick else (2000, 5)
     best = in_process(calls, rounds)
     result: dict[str, object] = {"calls": calls, "rounds": rounds, "targets": TARGETS}
     passed = True

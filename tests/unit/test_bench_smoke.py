@@ -72,6 +72,12 @@ def _redis(r: Report) -> bool:
     return calls_ok and (session is None or (session["add_ratio"] <= 1.0 and session["bytes_ratio"] <= 1.2))
 
 
+def _telemetry(r: Report) -> bool:
+    traced = r["readonly_sdk_ratio"] <= 1.15 and r["side_effecting_sdk_ratio"] <= 1.1
+    unconfigured = r["unconfigured_ratio"]  # None: no commit before the hooks to compare against
+    return traced and (unconfigured is None or all(ratio <= 1.02 for ratio in unconfigured.values()))
+
+
 def _claims(r: Report) -> bool:
     backends = [b for b in ("sqlite", "postgres") if b in r]
     return all(growth <= 2.0 for b in backends for growth in r[b]["growth"].values())
@@ -94,6 +100,7 @@ VERDICTS: dict[str, Callable[[Report], bool | None]] = {
     "adk.py": lambda r: r["list_all_vs_adk_sqlite"] <= 1.5 and r["get_recent_growth"] <= 2.0,
     "memory.py": lambda r: r["growth"] <= 1.2,
     "redis.py": _redis,
+    "telemetry.py": _telemetry,
     "openai_agents.py": lambda r: (
         r["session_bytes_vs_sdk"] <= 1.0 and r["durable_time_vs_sdk"] <= 1.3 and r["durable_bytes_vs_sdk"] <= 2.0
     ),
@@ -118,7 +125,7 @@ def _numbers(value: object) -> Iterator[float]:
 # The scripts whose --quick run is long take --smoke: the shortest run through every path (sizes too
 # small for the figures to mean anything, which is not what this test is for).
 SMOKE = {"adk.py", "adk_turns.py", "claims.py", "langgraph_saver.py", "memory.py", "openai_agents.py"}
-SMOKE |= {"peers.py", "pydantic_ai_history.py", "redis.py", "serve.py", "timetravel.py"}
+SMOKE |= {"peers.py", "pydantic_ai_history.py", "redis.py", "serve.py", "telemetry.py", "timetravel.py"}
 
 
 @pytest.mark.parametrize("script", sorted(VERDICTS))
