@@ -145,8 +145,9 @@ def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(
     tmp_path: Path, make_url: Any, servers: tuple[ForkServer, ForkServer]
 ) -> None:
     url = make_url(tmp_path)
-    # Each effect takes 2 s: room to SIGSTOP the first worker inside its first one, however late
-    # this process sees it start.
+    # The first worker's effects take 2 s: room to SIGSTOP it inside its first one, however late this
+    # process sees it start. The second worker's are quick: what is checked is what the first one
+    # writes once it wakes, not how long the second one takes.
     env = _env(tmp_path, url, TETHER_TEST_TTL="1.0", TETHER_TEST_SLOW="2.0")
     app = tether.App(url)
     app.task(name="job")(lambda ctx, n, steps=5: n)
@@ -164,7 +165,7 @@ def test_a_stalled_worker_cannot_write_after_its_task_was_taken_over(
             "the first effect to start",
         )
         first.send_signal(signal.SIGSTOP)  # paused mid-effect, past its lease
-        second = _worker(servers, 1, env)
+        second = _worker(servers, 1, {**env, "TETHER_TEST_SLOW": "0.05"})
         _wait_for(lambda: app.get("job-1").status is tether.Status.COMPLETED, 60, "the second worker to finish")
         first.send_signal(signal.SIGCONT)  # it wakes up and tries to record its stale result
         _wait_for(
