@@ -42,6 +42,23 @@ def test_a_task_is_listed_by_the_conversation_it_opened_while_it_runs(served: Se
     assert served.get("/v1/tasks", params={"session_id": "s1"}).json()["total"] == 1  # the chat's named one
 
 
+def test_a_task_and_the_workers_endpoint_say_whether_a_worker_is_alive(served: Served) -> None:
+    """The fixture's workers ran and stopped: none is alive, and both say since when and how to
+    start one; a worker's liveness record (as ``tether worker support:app`` writes it) makes one alive."""
+    import time
+
+    from tether.store import WorkerRow
+
+    gone = served.get(f"/v1/tasks/{served.waiting}").json()["workers"]
+    assert gone["alive"] == 0 and gone["last_seen"].endswith("Z")
+    assert gone["note"].startswith("no worker is running: the last one stopped")
+    assert gone == served.get("/v1/workers").json()
+    now = time.time()
+    served.app.store.record_worker(served.app.tenant, WorkerRow("h:1:w", now, now, app="support:app"))
+    alive = served.get("/v1/workers").json()
+    assert (alive["alive"], alive["app"], alive["note"]) == (1, "support:app", None)
+
+
 def test_task_has_calls_decisions_observations_and_failure(served: Served) -> None:
     body = served.get(f"/v1/tasks/{served.waiting}").json()
     state = body["state"]

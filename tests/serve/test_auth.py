@@ -19,6 +19,7 @@ def endpoints(s: Served) -> list[tuple[str, str, Any]]:
     return [
         ("GET", "/v1/whoami", None),
         ("GET", "/v1/tasks", None),
+        ("GET", "/v1/workers", None),
         ("GET", f"/v1/tasks/{w}", None),
         ("GET", f"/v1/tasks/{w}/history", None),
         ("GET", f"/v1/tasks/{w}/state?at=2", None),
@@ -100,6 +101,8 @@ def test_another_tenants_key_sees_and_changes_nothing(served: Served) -> None:
             assert response.status_code == 200 and not any(t in response.text for t in before), response.text
         elif path == "/v1/whoami":
             assert response.json() == {"tenant": "other", "name": "mallory"}
+        elif path == "/v1/workers":  # the fixture's workers ran for this tenant, not the other
+            assert response.status_code == 200 and response.json()["last_seen"] is None, response.text
         else:
             assert response.status_code == 404, (method, path, response.text)
     after = {t: served.app.state(t).version for t in before}

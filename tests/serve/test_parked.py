@@ -17,6 +17,9 @@ def test_a_parked_task_says_why_in_the_api_and_the_inspector(served: Served) -> 
     assert served.get(f"/v1/tasks/{served.waiting}").json()["summary"]["parked"] == reason
     page = served.get(f"/tasks/{served.waiting}").text
     assert "Parked: no worker runs it" in page and "the history records call #2 book" in page
+    # The story's worker line says so too, not that a worker is needed (none would take it).
+    assert '<p class="worker idle">Parked: no worker runs it until someone acts on it (below).</p>' in page
+    assert "A worker is needed" not in page
     assert "Parked" not in served.get(f"/tasks/{served.failed}").text
 
     app.send_input(served.waiting, "approve", {"yes": True})  # a person acted: the mark goes

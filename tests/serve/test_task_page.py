@@ -160,16 +160,33 @@ def test_the_transcript_pairs_each_tool_call_with_its_result(browser: Any, serve
     assert problems == [], problems
 
 
-def test_the_story_says_when_no_worker_takes_a_runnable_task_up(
+def test_the_story_says_whether_a_worker_is_alive_to_take_a_runnable_task_up(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The worker line reads the workers' liveness records: none alive (the fixture's workers ran
+    and stopped) says so and how to start one, with the app the last worker ran when it said."""
+    import time
+
     from tether.serve import _task_page
+    from tether.store import WorkerRow
+
+    def page(task_id: str) -> str:
+        return served.client.get(f"/tasks/{task_id}", headers=served.headers()).text
 
     task = served.app.start("trip", city="Oslo").task_id  # pending, and no worker runs here
-    page = served.client.get(f"/tasks/{task}", headers=served.headers()).text
-    assert "Runnable: the next free worker takes it up." in page
+    first = page(task)
+    assert 'data-alive="0"' in first and "no worker is running: the last one stopped" in first
+    assert "<code>tether worker module:app</code>" in first  # the fixture's workers named no app
+    now = time.time()
+    store, tenant = served.app.store, served.app.tenant
+    store.record_worker(tenant, WorkerRow("host:1:w", started_at=now - 5, seen_at=now, app="agents:app"))
+    assert "Runnable: the next free worker takes it up (1 worker alive)." in page(task)
     monkeypatch.setattr(_task_page, "_IDLE", -1.0)  # as if it had waited past the time a worker takes
-    page = served.client.get(f"/tasks/{task}", headers=served.headers()).text
-    assert "No worker has taken it up since" in page and "no worker holds any task of this tenant now" in page
-    waiting = served.client.get(f"/tasks/{served.waiting}", headers=served.headers()).text
-    assert "No worker is needed until it is answered." in waiting
+    assert "No worker has taken it up since" in page(task) and "1 worker alive, busy" in page(task)
+    store.record_worker(tenant, WorkerRow("host:1:w", started_at=now - 900, seen_at=now - 600, app="agents:app"))
+    fixtures = WorkerRow(served.app.worker_id, started_at=now - 900, seen_at=now - 700, stopped_at=now - 700)
+    store.record_worker(tenant, fixtures)  # as if the fixture's workers had stopped before it went
+    gone = page(task)
+    assert "no worker has been seen for 10 min: run <code>tether worker agents:app</code>" in gone
+    waiting = page(served.waiting)
+    assert "No worker is needed until it is answered. Once it is, no worker has been seen for 10 min" in waiting

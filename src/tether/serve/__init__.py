@@ -21,8 +21,9 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("tether serve needs its extra: pip install 'tether[serve]'") from exc
 
-from tether.checks import check_id
+from tether.checks import check_id, check_positive
 from tether.runtime.app import App
+from tether.runtime.liveness import ALIVE_WITHIN
 from tether.serve._ids import SegmentedPaths
 from tether.serve._listing import Listings
 from tether.serve._openapi import ERROR_RESPONSES, describe, operation_id
@@ -50,6 +51,7 @@ def create_app(
     allowed_hosts: frozenset[str] | set[str] | None = None,
     cache_bytes: int = 64 * 1024 * 1024,
     cache_tenants: int = 8,
+    alive_within: float = ALIVE_WITHIN,
 ) -> FastAPI:
     """The ASGI app: the ``/v1`` API, its OpenAPI document, and the web inspector.
 
@@ -65,7 +67,11 @@ def create_app(
             stored events, for all its threads and tenants together (see ``docs/serve.md``).
         cache_tenants: how many tenants' folded tasks it keeps at once, each in an equal share
             of ``cache_bytes`` (the least recently served tenant's dropped first).
+        alive_within: seconds after its last liveness record that a worker which has not said it
+            stopped counts as alive, for the task page and ``GET /v1/workers`` (default 90, three of
+            a worker's heartbeats; shorter suits workers started with a shorter ``--heartbeat``).
     """
+    check_positive(alive_within, "alive_within")
     store = app_or_url.store if isinstance(app_or_url, App) else app_or_url
     if isinstance(store, str):
         store = open_store(store)
@@ -96,9 +102,9 @@ def create_app(
     describe(api, no_auth=no_auth)
     api.add_middleware(SegmentedPaths)  # an id's %2F stays in its path segment
     add_operations(api, store)  # /healthz, /readyz, /metrics and the access log
-    serving = Serving(apps, feed.bump, feed, listings, live, has_code=code is not None)
+    serving = Serving(apps, feed.bump, feed, listings, live, has_code=code is not None, alive_within=alive_within)
     api.include_router(build_router(serving), responses=ERROR_RESPONSES)
-    api.include_router(build_pages(apps, principal, keys, no_auth=no_auth))
+    api.include_router(build_pages(apps, principal, keys, no_auth=no_auth, alive_within=alive_within))
     return api
 
 

@@ -14,10 +14,11 @@ from tether.log.encoding import event_fields
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Status
 from tether.runtime.app import App, failure_summary
+from tether.runtime.liveness import liveness
 from tether.store import TaskRow
 from tether.timetravel import HistoryEntry
 
-__all__ = ["entries_json", "jsonable", "requested", "state_json", "summary_json", "utc"]
+__all__ = ["entries_json", "jsonable", "requested", "state_json", "summary_json", "utc", "workers_json"]
 
 
 def _default(value: Any) -> Any:
@@ -111,13 +112,27 @@ def state_json(state: TaskState) -> dict[str, Any]:
     return body
 
 
-def task_json(app: App, row: TaskRow, state: TaskState) -> dict[str, Any]:
-    """A task's page: its summary line, its full state, and the failure in words."""
+def task_json(app: App, row: TaskRow, state: TaskState, *, alive_within: float) -> dict[str, Any]:
+    """A task's page: its summary line, its full state, the failure in words, and whether any worker
+    is alive to act on it (seen in the last ``alive_within`` seconds)."""
     failed = state.status in (Status.FAILED, Status.CANCELLED)
     return {
         "summary": summary_json(app, row),
         "state": state_json(state),
         "failure_summary": failure_summary(state) if failed else None,
+        "workers": workers_json(app, alive_within=alive_within),
+    }
+
+
+def workers_json(app: App, *, alive_within: float) -> dict[str, Any]:
+    """Whether any worker is alive to act on the tenant's tasks, from their liveness records."""
+    seen = liveness(app.store, app.tenant, time.time(), within=alive_within)
+    last = seen.last
+    return {
+        "alive": seen.alive,
+        "last_seen": None if last is None else _iso(last.seen_at),
+        "app": None if last is None else last.app,
+        "note": seen.note(),
     }
 
 

@@ -18,10 +18,11 @@ from tether.events import in_doubt_call
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Status
 from tether.runtime.app import App
+from tether.runtime.liveness import liveness
 from tether.serve._html import data, e, link, short, when
 from tether.serve._ids import shown, visible
 from tether.serve._json import jsonable, requested
-from tether.store import TaskFilter, TaskRow
+from tether.store import TaskRow
 from tether.timetravel import HistoryEntry
 
 __all__ = ["call_named", "doubt_section", "task_body"]
@@ -34,13 +35,13 @@ _REQUEST_EVENT = {"answer": "InputReceived", "cancel": "CancelRequested", "retry
 _REQUEST_LABEL = {"answer": "answered", "cancel": "cancel requested", "retry": "retry requested"}
 
 
-def task_body(app: App, row: TaskRow, state: TaskState, history: list[HistoryEntry]) -> str:
-    """The task page's body."""
+def task_body(app: App, row: TaskRow, state: TaskState, history: list[HistoryEntry], *, alive_within: float) -> str:
+    """The task page's body (a worker seen in the last ``alive_within`` seconds counts as alive)."""
     now = time.time()
     return (
         f'<div id="task" data-task="{e(state.task_id)}" data-version="{state.version}" '
         f'data-status="{e(state.status.value)}">'
-        f"{_header(state, row)}{_story(app, row, state, history, now)}"
+        f"{_header(state, row)}{_story(app, row, state, history, now, alive_within)}"
         f"{_parked(row.parked)}{_failure(state)}{_waiting(state)}{_actions(state)}"
         f'<div class="columns">{_timeline(history)}{_inspect(app, state)}</div>'
         f"{_calls(state)}{_decisions(state)}{_output(state)}"
@@ -57,7 +58,9 @@ def _header(state: TaskState, row: TaskRow) -> str:
     )
 
 
-def _story(app: App, row: TaskRow, state: TaskState, history: list[HistoryEntry], now: float) -> str:
+def _story(
+    app: App, row: TaskRow, state: TaskState, history: list[HistoryEntry], now: float, alive_within: float
+) -> str:
     """Where the task stands, in sentences: status, request, worker, position, latest event."""
     kind = requested(state)
     status = state.status.value.replace("_", " ")
@@ -72,7 +75,8 @@ def _story(app: App, row: TaskRow, state: TaskState, history: list[HistoryEntry]
         f'<section id="story" aria-label="Where the task stands"><p class="headline">'
         f'<span class="pill {e(state.status.value)}">{e(status)}</span>'
         f"{_request_badge(kind)} <span>{e(state.position)}</span></p>"
-        f"{_request_line(kind, history)}{_waits_line(state, kind)}{_worker_line(app, row, state, kind, now)}"
+        f"{_request_line(kind, history)}{_waits_line(state, kind)}"
+        f"{_worker_line(app, row, state, kind, now, alive_within)}"
         f"{latest_line}</section>"
     )
 
@@ -111,33 +115,45 @@ def _waits_line(state: TaskState, kind: str | None) -> str:
     )
 
 
-def _worker_line(app: App, row: TaskRow, state: TaskState, kind: str | None, now: float) -> str:
-    """Whether a worker holds the task, will take it up, or why nothing moves."""
+def _worker_line(app: App, row: TaskRow, state: TaskState, kind: str | None, now: float, alive_within: float) -> str:
+    """Whether a worker holds the task, will take it up, or why nothing moves — and, when the task
+    needs one, whether any worker is alive (their liveness records) and how to start one."""
     if state.status in TERMINAL:
         return f'<p class="worker">Finished {when(row.updated_at)}.</p>'
     held = row.held_by(now)
     if held is not None:
         until = f" (its lease runs to {when(row.lease_expires)})" if row.lease_expires else ""
         return f'<p class="worker live">Worker <code>{shown(held)}</code> holds it{until}.</p>'
+    if row.parked is not None:
+        return '<p class="worker idle">Parked: no worker runs it until someone acts on it (below).</p>'
+    workers = liveness(app.store, app.tenant, now, within=alive_within)
+    note = workers.note()
     if state.status is Status.AWAITING_INPUT and kind is None:
-        return '<p class="worker">No worker is needed until it is answered.</p>'
+        later = f" Once it is, {_coded(note)}." if note else ""
+        return f'<p class="worker" data-alive="{workers.alive}">No worker is needed until it is answered.{later}</p>'
     due = row.due_at
+    if note is not None:
+        then = f"at {when(due)} " if due is not None and due > now else ""
+        return f'<p class="worker idle" data-alive="0">A worker is needed {then}to move it on, and {_coded(note)}.</p>'
+    alive = f"{workers.alive} worker{'s' if workers.alive != 1 else ''} alive"
     if due is not None and due > now:
-        return f'<p class="worker">A worker continues it at {when(due)}.</p>'
+        return f'<p class="worker" data-alive="{workers.alive}">A worker continues it at {when(due)} ({alive}).</p>'
     since = due if due is not None else row.updated_at
     if now - since < _IDLE:
-        return '<p class="worker">Runnable: the next free worker takes it up.</p>'
-    if _workers_hold_tasks(app, now):
-        why = "the workers running now hold other tasks"
-    else:
-        why = "no worker holds any task of this tenant now: is one running? Start one with <code>tether worker</code>"
-    return f'<p class="worker idle">No worker has taken it up since {when(since)}; {why}.</p>'
+        return (
+            f'<p class="worker" data-alive="{workers.alive}">Runnable: the next free worker takes it up ({alive}).</p>'
+        )
+    return (
+        f'<p class="worker idle" data-alive="{workers.alive}">No worker has taken it up since {when(since)}; '
+        f"{alive}, busy with other tasks or not running this task's type.</p>"
+    )
 
 
-def _workers_hold_tasks(app: App, now: float) -> bool:
-    """Whether any worker holds a lease on a running task of this tenant (so workers are alive)."""
-    running = app.store.list_tasks(app.tenant, TaskFilter(status=(Status.RUNNING.value,)), limit=200)
-    return any(r.held_by(now) is not None for r in running)
+def _coded(text: str) -> str:
+    """``text`` escaped for HTML, each pair of backticks a ``<code>``: a sentence written for a
+    terminal (:meth:`tether.runtime.liveness.Liveness.note`), as a page shows it."""
+    parts = e(text).split("`")
+    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
 
 
 def _parked(parked: str | None) -> str:

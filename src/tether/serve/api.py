@@ -33,8 +33,9 @@ from tether.model import TaskState
 from tether.model.status import Status
 from tether.runtime.app import App
 from tether.runtime.calls import UNSET
+from tether.runtime.liveness import ALIVE_WITHIN
 from tether.serve import _events, _ids  # noqa: F401 (_ids registers the routes' path convertor, tether_id)
-from tether.serve._json import entries_json, jsonable, state_json, summary_json, task_json
+from tether.serve._json import entries_json, jsonable, state_json, summary_json, task_json, workers_json
 from tether.serve._listing import Listings
 from tether.serve.auth import Principal
 from tether.serve.feed import ChangeFeed
@@ -52,6 +53,7 @@ from tether.serve.models import (
     UserDocument,
     WhoAmI,
     WindowBody,
+    Workers,
 )
 from tether.store import TaskFilter, TaskRow
 from tether.store.base import FINISHED
@@ -174,7 +176,8 @@ class Serving:
     """What the routes use besides the request: the tenant's App for a principal, the wake-up of
     live listeners after a write, the :class:`ChangeFeed`, the reads of the newest tasks its
     listeners share, whether a principal's key is still live, and whether the server has the
-    tasks' code (it forks with new inputs then)."""
+    tasks' code (it forks with new inputs then), and for how long after its last liveness record a
+    worker counts as alive."""
 
     app_for: AppFor
     bump: Callable[[], None]
@@ -182,21 +185,22 @@ class Serving:
     listings: Listings
     live: Live
     has_code: bool
+    alive_within: float = ALIVE_WITHIN
 
 
 def build_router(serving: Serving) -> APIRouter:
     """The ``/v1`` routes (the authenticator is ``app.state.authenticate``)."""
-    app_for, bump = serving.app_for, serving.bump
+    app_for, bump, within = serving.app_for, serving.bump, serving.alive_within
     router = APIRouter(prefix="/v1")
     # In this order: the OpenAPI document lists the routes as they were added.
     _add_whoami(router)
-    _add_task_reads(router, app_for)
+    _add_task_reads(router, app_for, within)
     _add_time_travel(router, app_for)
     if serving.has_code:
-        _add_fork_with_inputs(router, app_for, bump)
+        _add_fork_with_inputs(router, app_for, bump, within)
     else:
-        _add_fork(router, app_for, bump)
-    _add_rewind(router, app_for, bump)
+        _add_fork(router, app_for, bump, within)
+    _add_rewind(router, app_for, bump, within)
     _add_steering(router, app_for, bump)
     _add_inputs(router, app_for, bump)
     _add_sessions_and_users(router, app_for)
@@ -236,7 +240,7 @@ def _add_whoami(router: APIRouter) -> None:
         return {"tenant": who.tenant, "name": who.name}
 
 
-def _add_task_reads(router: APIRouter, app_for: AppFor) -> None:
+def _add_task_reads(router: APIRouter, app_for: AppFor, alive_within: float) -> None:
     @router.get("/tasks", response_model=TaskPage, tags=["tasks"])
     def list_tasks(
         who: Who,
@@ -276,13 +280,19 @@ def _add_task_reads(router: APIRouter, app_for: AppFor) -> None:
         body = {"items": items, "total": total, "limit": limit, "offset": offset, "truncated": truncated}
         return {**body, "next": _next_page(request, offset=offset + limit) if later else None}
 
+    @router.get("/workers", response_model=Workers, tags=["tasks"])
+    def workers(who: Who) -> dict[str, Any]:
+        """Whether any worker is alive to act on the tenant's tasks (their liveness records), and
+        when none is, since when and how to start one."""
+        return workers_json(app_for(who), alive_within=alive_within)
+
     @router.get("/tasks/{task_id:tether_id}", response_model=TaskDetail, tags=["tasks"])
     def get_task(who: Who, task_id: TaskId) -> JSONResponse:
         """A task: its summary line, its state (plan, steps, calls with args, results, attempts and
         durations, decisions, observations, failure, output) and its failure in words."""
         app = app_for(who)
         row = _row_of(app, task_id)
-        return JSONResponse(task_json(app, row, app.state(task_id)))
+        return JSONResponse(task_json(app, row, app.state(task_id), alive_within=alive_within))
 
 
 def _next_page(request: Request, **moved: int) -> str:
@@ -376,15 +386,15 @@ def _fork_tree(app: App, row: TaskRow) -> dict[str, Any]:
     return node(row, 0)
 
 
-def _add_fork(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
+def _add_fork(router: APIRouter, app_for: AppFor, bump: Callable[[], None], alive_within: float) -> None:
     @router.post("/tasks/{task_id:tether_id}/fork", status_code=201, response_model=TaskDetail, tags=["control"])
     def fork_task(who: Who, task_id: TaskId, body: ForkBody) -> JSONResponse:
         """A new pending task sharing this task's history up to ``at``; a worker runs it from there
         with the task's own inputs (this server has no task code to check new ones against)."""
-        return _forked(app_for(who), who, task_id, body.at, None, body.new_id, bump)
+        return _forked(app_for(who), who, task_id, body.at, None, body.new_id, bump, alive_within)
 
 
-def _add_fork_with_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
+def _add_fork_with_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[], None], alive_within: float) -> None:
     @router.post("/tasks/{task_id:tether_id}/fork", status_code=201, response_model=TaskDetail, tags=["control"])
     def fork_task(who: Who, task_id: TaskId, body: ForkWithInputsBody) -> JSONResponse:
         """A new pending task sharing this task's history up to ``at``; a worker runs it from there,
@@ -392,7 +402,7 @@ def _add_fork_with_inputs(router: APIRouter, app_for: AppFor, bump: Callable[[],
         do not fit, 409 if the server's app does not register the task's type)."""
         app = app_for(who)
         inputs = None if body.inputs is None else _checked_inputs(app, _row_of(app, task_id), body.inputs)
-        return _forked(app, who, task_id, body.at, inputs, body.new_id, bump)
+        return _forked(app, who, task_id, body.at, inputs, body.new_id, bump, alive_within)
 
 
 def _checked_inputs(app: App, row: TaskRow, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -409,16 +419,17 @@ def _checked_inputs(app: App, row: TaskRow, inputs: dict[str, Any]) -> dict[str,
 
 def _forked(
     app: App, who: Principal, task_id: str, at: int, inputs: dict[str, Any] | None, new_id: str | None,
-    bump: Callable[[], None],
+    bump: Callable[[], None], alive_within: float,
 ) -> JSONResponse:  # fmt: skip
     _row_of(app, task_id)
     handle = app.fork(task_id, at=at, inputs=inputs, new_id=new_id, actor=who.name)
     _audit.info("%s/%s forked %s at %d as %s", who.tenant, who.name, task_id, at, handle.task_id)
     bump()
-    return JSONResponse(task_json(app, _row_of(app, handle.task_id), handle.state), status_code=201)
+    detail = task_json(app, _row_of(app, handle.task_id), handle.state, alive_within=alive_within)
+    return JSONResponse(detail, status_code=201)
 
 
-def _add_rewind(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:
+def _add_rewind(router: APIRouter, app_for: AppFor, bump: Callable[[], None], alive_within: float) -> None:
     @router.post("/tasks/{task_id:tether_id}/rewind", response_model=TaskDetail, tags=["control"])
     def rewind_task(who: Who, task_id: TaskId, body: RewindBody) -> JSONResponse:
         """Go back to event ``to``: the task becomes a fork of itself there; the old branch stays as ``TASK~N``."""
@@ -427,7 +438,7 @@ def _add_rewind(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) ->
         handle = app.rewind(task_id, to=body.to, actor=who.name)
         _audit.info("%s/%s rewound %s to %d", who.tenant, who.name, task_id, body.to)
         bump()
-        return JSONResponse(task_json(app, _row_of(app, task_id), handle.state))
+        return JSONResponse(task_json(app, _row_of(app, task_id), handle.state, alive_within=alive_within))
 
 
 def _add_steering(router: APIRouter, app_for: AppFor, bump: Callable[[], None]) -> None:

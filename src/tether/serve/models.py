@@ -43,6 +43,7 @@ __all__ = [
     "UserDocument",
     "WhoAmI",
     "WindowBody",
+    "Workers",
 ]
 
 T = TypeVar("T")
@@ -108,12 +109,23 @@ class TaskPage(Page[TaskSummary]):
     """Tasks, newest first."""
 
 
+class Workers(BaseModel):
+    """Whether any worker is alive to act on the tenant's tasks, as their liveness records say (a
+    worker writes one when it starts, every 30 s while it runs, and when it stops)."""
+
+    alive: int = Field(description="workers seen in the server's window (90 s) that have not said they stopped")
+    last_seen: datetime | None = Field(description="when the most recently seen worker was last seen, or null")
+    app: str | None = Field(description="the app that worker runs, as `tether worker` was given it, or null")
+    note: str | None = Field(description="when none is alive: what a person should hear, and how to start one")
+
+
 class TaskDetail(BaseModel):
-    """A task: its summary line, its full state, and its failure in words."""
+    """A task: its summary line, its full state, its failure in words, and whether a worker is alive."""
 
     summary: TaskSummary
     state: TaskState
     failure_summary: str | None
+    workers: Workers
 
 
 class HistoryEntry(BaseModel):

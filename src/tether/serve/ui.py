@@ -12,6 +12,7 @@ visible (see :mod:`tether.serve._ids`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,14 +48,20 @@ _STATIC = {"app.js": "text/javascript", "style.css": "text/css", "favicon.svg": 
 
 
 def build_pages(
-    app_for: Callable[[Principal], App], principal: Callable[[Request], Principal], keys: KeyRing, *, no_auth: bool
+    app_for: Callable[[Principal], App],
+    principal: Callable[[Request], Principal],
+    keys: KeyRing,
+    *,
+    no_auth: bool,
+    alive_within: float,
 ) -> APIRouter:
-    """The inspector's routes: logging in and out, its static files, and its pages."""
+    """The inspector's routes: logging in and out, its static files, and its pages (a task's says
+    whether a worker was seen in the last ``alive_within`` seconds)."""
     router = APIRouter(include_in_schema=False)
     frame = _Frame(app_for, principal, no_auth=no_auth)
     _add_login(router, keys, frame)
     _add_static(router)
-    _add_pages(router, frame)
+    _add_pages(router, frame, alive_within)
     return router
 
 
@@ -178,11 +185,12 @@ def _add_static(router: APIRouter) -> None:
         return static("favicon.svg")
 
 
-def _add_pages(router: APIRouter, frame: _Frame) -> None:
+def _add_pages(router: APIRouter, frame: _Frame, alive_within: float) -> None:
     router.add_api_route("/", frame.guarded(_task_list, "tasks"), methods=["GET"])
+    task_page = functools.partial(_task_page, alive_within=alive_within)
     router.add_api_route(
         "/tasks/{task_id:tether_id}",  # the convertor of ids (see tether.serve._ids)
-        frame.guarded(_task_page, lambda request: str(request.path_params["task_id"])),
+        frame.guarded(task_page, lambda request: str(request.path_params["task_id"])),
         methods=["GET"],
     )
     router.add_api_route("/inbox", frame.guarded(_inbox, "inbox"), methods=["GET"])
@@ -214,12 +222,12 @@ def _task_list(app: App, request: Request) -> str:
     )
 
 
-def _task_page(app: App, request: Request) -> str:
+def _task_page(app: App, request: Request, *, alive_within: float) -> str:
     task_id = request.path_params["task_id"]
     row = app.store.get_task(app.tenant, task_id)
     if row is None or row.type.startswith("tether."):
         raise TaskNotFoundError(task_id, tenant=app.tenant)
-    return task_body(app, row, app.state(task_id), app.history(task_id))
+    return task_body(app, row, app.state(task_id), app.history(task_id), alive_within=alive_within)
 
 
 def _inbox(app: App, request: Request) -> str:
