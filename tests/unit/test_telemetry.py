@@ -1,11 +1,14 @@
 """tether's telemetry in one process: nothing recorded or emitted while it is off; metrics by outcome and
 kind while it is on (failures by type, conversation appends counted once across a resume); the
-Prometheus text of those metrics; one structured log line per run start and end, with no payload."""
+Prometheus text of those metrics; calls counted by tool and replay without a measurement per call; one
+structured log line per run start and end, with no payload; a worker's lines with the task, tenant and
+attempt as fields."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import tether
+import tether.errors
+import tether.runtime.worker
 import tether.telemetry
 from tether.telemetry.prometheus import exposition
 
@@ -153,6 +158,63 @@ def test_calls_are_counted_by_tool_and_replay_without_a_measurement_per_call(app
     assert "tether.calls" not in meters.taken  # observed from the tallies, never added to per call
     text = "\n".join(exposition(reader.get_metrics_data()))
     assert 'tether_calls_total{gen_ai_tool_name="book",tether_replayed="false"} 2' in text
+
+
+def test_worker_lines_carry_the_task_its_attempt_and_tenant(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = tether.App(f"sqlite:///{tmp_path}/w.db", tenant="acme")
+    changed = {"code": False}
+
+    @app.tool
+    def first() -> int:
+        return 1
+
+    @app.tool
+    def other() -> int:
+        return 2
+
+    @app.task
+    def asks(ctx: tether.TaskContext) -> object:
+        ctx.call(other if changed["code"] else first)
+        return ctx.wait_for_input("ok")
+
+    def lines() -> list[tuple[Any, ...]]:
+        """The worker's records since the last look, as (action, task, tenant, attempt, status, error, retry in)."""
+        names = ("tether_action", "tether_task_id", "tether_tenant", "tether_attempt", "tether_status")
+        names += ("tether_error_type", "tether_retry_in_s")
+        got = [tuple(getattr(r, n, None) for n in names) for r in caplog.records if r.name == "tether.worker"]
+        assert all(r.tether_worker_id == app.worker_id for r in caplog.records if r.name == "tether.worker")  # type: ignore[attr-defined]
+        caplog.clear()
+        return got
+
+    with caplog.at_level(logging.DEBUG, logger="tether.worker"):
+        app.start(asks, task_id="w1")
+        app.run_worker(idle_exit=True)
+        assert lines() == [
+            ("claimed", "w1", "acme", None, None, None, None),
+            ("finished", "w1", "acme", 1, "awaiting_input", None, None),
+        ]
+        app.send_input("w1", "ok", True)
+        changed["code"] = True  # the code now asks for another call than the one recorded: it is parked
+        app.run_worker(idle_exit=True)
+        assert lines() == [
+            ("claimed", "w1", "acme", None, None, None, None),
+            ("parked", "w1", "acme", 2, None, "NonDeterminismError", None),
+            ("failed", "w1", "acme", 2, None, "NonDeterminismError", None),
+        ]
+
+        def unavailable(*args: Any) -> Any:
+            raise tether.errors.StoreUnavailableError("the store went away")
+
+        monkeypatch.setattr(tether.runtime.worker, "run_claimed", unavailable)
+        app.start(asks, task_id="r1")
+        app.run_worker(idle_exit=True)
+        assert lines() == [
+            ("claimed", "r1", "acme", None, None, None, None),
+            ("failed", "r1", "acme", None, None, "StoreUnavailableError", 1.0),  # held aside: claimed again in 1 s
+        ]
+    app.close()
 
 
 def test_one_line_per_run_start_and_end_without_payloads(app: tether.App, caplog: pytest.LogCaptureFixture) -> None:

@@ -228,12 +228,14 @@ class _RunLines(logging.Handler):
         from datetime import datetime
 
         when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
-        run = getattr(record, "tether_run", None)
-        if run is None:
+        action = getattr(record, "tether_action", None)
+        if action not in ("claimed", "finished"):
             if record.levelno >= logging.WARNING:
                 self.out.print(f"{when} [yellow]{escape(record.getMessage())}[/]")
             return
-        task_id, status, seconds = run
+        task_id: str = record.tether_task_id  # type: ignore[attr-defined]
+        status: str | None = getattr(record, "tether_status", None)
+        seconds: float = getattr(record, "tether_duration_s", 0.0)
         try:
             task_type = self.app.log.get(task_id).type
         except TetherError:

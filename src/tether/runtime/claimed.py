@@ -3,7 +3,6 @@ for a person, so that no worker takes it up again and again."""
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from tether.errors import (
@@ -19,13 +18,13 @@ from tether.errors import (
 )
 from tether.runtime.handles import TaskHandle
 from tether.runtime.run import drive_task, execute
+from tether.telemetry.logs import task_fields, worker_log
 
 if TYPE_CHECKING:
     from tether.runtime.engine import Engine
+    from tether.telemetry.hooks import RunNote
 
 __all__ = ["run_claimed"]
-
-_log = logging.getLogger("tether.worker")
 
 # What stops a claimed run before its code runs that another worker, a moment later, or newer code may get
 # past: the store away, the task gone or taken, a record newer than this code, a type this app does not run.
@@ -40,8 +39,9 @@ _PASSING = (
 )
 
 
-def run_claimed(engine: Engine, task_id: str, token: int) -> TaskHandle:
-    """Carry out one run of a task a worker claimed (it holds the lease ``token``).
+def run_claimed(engine: Engine, task_id: str, token: int, note: RunNote | None = None) -> TaskHandle:
+    """Carry out one run of a task a worker claimed (it holds the lease ``token``); ``note``: where the
+    run's attempt is told (the worker's log lines name it).
 
     A run that no retry can get past is parked (:meth:`~tether.store.Store.park`), so that no worker
     takes it up again and again: a record that cannot be read, or code that no longer replays it (the
@@ -57,18 +57,21 @@ def run_claimed(engine: Engine, task_id: str, token: int) -> TaskHandle:
         engine.store.release_lease(engine.tenant, task_id, token)
         row = engine.store.get_task(engine.tenant, task_id)
         if row is not None:
-            _park_unrunnable(engine, task_id, row.version, exc)
+            _park_unrunnable(engine, task_id, row.version, exc, None)
         raise
     try:
         return drive_task(
             spec, lambda: execute(engine, spec, task_id, token=token), "run", "run_async", interruptible=False
         )
     except NonDeterminismError as exc:
-        _park_unrunnable(engine, task_id, state.version, exc)  # as claimed: a task that moved on since is not
+        _park_unrunnable(engine, task_id, state.version, exc, note)  # as claimed: a task that moved on since is not
         raise
 
 
-def _park_unrunnable(engine: Engine, task_id: str, version: int, error: TetherError) -> None:
-    reason = f"{type(error).__name__}: {error}"
+def _park_unrunnable(engine: Engine, task_id: str, version: int, error: TetherError, note: RunNote | None) -> None:
+    kind = type(error).__name__
+    reason = f"{kind}: {error}"
     if engine.store.park(engine.tenant, task_id, version, reason):
-        _log.warning("task %s parked until someone acts on it: %s", task_id, reason)
+        attempt = note.attempt if note is not None else None
+        extra = task_fields("parked", task_id, engine.tenant, engine.worker_id, attempt, tether_error_type=kind)
+        worker_log.warning("task %s parked until someone acts on it: %s", task_id, reason, extra=extra)

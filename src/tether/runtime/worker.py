@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import socket
 import threading
@@ -10,20 +9,20 @@ import time
 from collections import OrderedDict
 from dataclasses import replace
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigurationError, LeaseLostError, TaskNotFoundError, TetherError
 from tether.runtime.claimed import run_claimed
 from tether.runtime.leases import backoff_owner, owner_is_dead
 from tether.store import WorkerRow
 from tether.telemetry import hooks as telemetry
+from tether.telemetry.logs import task_fields
+from tether.telemetry.logs import worker_log as log
 
 if TYPE_CHECKING:
     from tether.runtime.engine import Engine
 
 __all__ = ["HEARTBEAT", "Worker"]
-
-log = logging.getLogger("tether.worker")
 
 HEARTBEAT = 30.0
 """The default and the longest interval, in seconds, between a worker's liveness records
@@ -192,7 +191,14 @@ class Worker:
             if token is not None:
                 with self._lock:
                     self._next_look = 0.0
-                log.warning("worker %s: task %s taken over from %s (process gone)", engine.worker_id, task_id, owner)
+                extra = task_fields("taken_over", task_id, engine.tenant, engine.worker_id, tether_previous_owner=owner)
+                log.warning(
+                    "worker %s: task %s taken over from %s (process gone)",
+                    engine.worker_id,
+                    task_id,
+                    owner,
+                    extra=extra,
+                )
                 telemetry.takeover(task_id, owner, engine.worker_id)
                 return task_id, token
         return None
@@ -202,42 +208,44 @@ class Worker:
         with self._lock:
             self._busy += 1
         started = time.monotonic()
-        log.debug("worker %s: task %s started", engine.worker_id, task_id, extra={"tether_run": (task_id, None, 0.0)})
-        try:
-            handle = run_claimed(engine, task_id, token)
-            elapsed = time.monotonic() - started
-            # One record per run, with what a person watching the worker wants on one line.
-            status = handle.status.value
-            log.info(
-                "worker %s: task %s %s in %.3fs",
-                engine.worker_id,
-                task_id,
-                status,
-                elapsed,
-                extra={"tether_run": (task_id, status, elapsed)},
-            )
-            with self._lock:
-                self._stopped.pop(task_id, None)
-        except (LeaseLostError, TaskNotFoundError) as exc:
-            # Another holds the task now (a takeover, a cancel), or it is gone: nothing to hold aside.
-            log.warning("worker %s: task %s stopped: %s", engine.worker_id, task_id, exc)
-        except TetherError as exc:
-            # Not the task's failure (that is recorded in it): the run could not go on here.
-            aside = self._hold_aside(task_id, token)
-            log.warning("worker %s: task %s stopped: %s%s", engine.worker_id, task_id, exc, aside)
-        except Exception:
-            aside = self._hold_aside(task_id, token)
-            log.exception("worker %s: task %s crashed the run%s", engine.worker_id, task_id, aside)
-        finally:
-            with self._lock:
-                self._busy -= 1
-                self.runs += 1
+        with telemetry.noting_run(task_id) as note:  # the run tells the note its attempt as it begins
 
-    def _hold_aside(self, task_id: str, token: int) -> str:
+            def fields(action: str, **more: Any) -> dict[str, Any]:
+                return task_fields(action, task_id, engine.tenant, engine.worker_id, note.attempt, **more)
+
+            log.debug("worker %s: task %s started", engine.worker_id, task_id, extra=fields("claimed"))
+            try:
+                handle = run_claimed(engine, task_id, token, note)
+                elapsed = time.monotonic() - started
+                # One record per run, with what a person watching the worker wants on one line.
+                status = handle.status.value
+                extra = fields("finished", tether_status=status, tether_duration_s=elapsed)
+                log.info("worker %s: task %s %s in %.3fs", engine.worker_id, task_id, status, elapsed, extra=extra)
+                with self._lock:
+                    self._stopped.pop(task_id, None)
+            except (LeaseLostError, TaskNotFoundError) as exc:
+                # Another holds the task now (a takeover, a cancel), or it is gone: nothing to hold aside.
+                extra = fields("stopped", tether_error_type=type(exc).__name__)
+                log.warning("worker %s: task %s stopped: %s", engine.worker_id, task_id, exc, extra=extra)
+            except TetherError as exc:
+                # Not the task's failure (that is recorded in it): the run could not go on here.
+                aside, retry_in = self._hold_aside(task_id, token)
+                extra = fields("failed", tether_error_type=type(exc).__name__, tether_retry_in_s=retry_in)
+                log.warning("worker %s: task %s stopped: %s%s", engine.worker_id, task_id, exc, aside, extra=extra)
+            except Exception as exc:
+                aside, retry_in = self._hold_aside(task_id, token)
+                extra = fields("failed", tether_error_type=type(exc).__name__, tether_retry_in_s=retry_in)
+                log.exception("worker %s: task %s crashed the run%s", engine.worker_id, task_id, aside, extra=extra)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+                    self.runs += 1
+
+    def _hold_aside(self, task_id: str, token: int) -> tuple[str, float | None]:
         """Keep a task whose run stopped with an error from being claimed again (by any worker) until
         its backoff ends, by a lease that expires then: a claim passes over it and takes the tasks
         due after it meanwhile, where a lease let go would leave it the first due again. Returns
-        what the log line says of it."""
+        what the log line says of it, and the seconds it is held aside for (``None``: it is not)."""
         with self._lock:
             stops = self._stopped.pop(task_id, 0) + 1
             self._stopped[task_id] = stops
@@ -249,10 +257,10 @@ class Worker:
         try:
             row = engine.store.get_task(engine.tenant, task_id)
             if row is not None and row.parked is not None:
-                return "; parked: no worker runs it until someone acts on it"  # no lease needed to keep it aside
+                return "; parked: no worker runs it until someone acts on it", None  # no lease needed to keep it aside
             due = row.due_at if row is not None else None
             if due is None or due > now + delay:
-                return ""  # finished, parked for a person, or not due before the backoff ends anyway
+                return "", None  # finished, parked for a person, or not due before the backoff ends anyway
             # The run let its lease go: take it for the backoff. (Never from another holder: even
             # one of this worker's own threads may have claimed the task since.) A run that could not
             # let go still holds it under its token: that lease is renewed for the backoff instead.
@@ -260,7 +268,7 @@ class Worker:
             held = engine.store.acquire_lease(engine.tenant, task_id, owner, delay, now) is not None
             held = held or engine.store.renew_lease(engine.tenant, task_id, token, delay, now)
         except TetherError as exc:
-            return f" (not held aside: {exc})"
+            return f" (not held aside: {exc})", None
         if not held:
-            return ""  # another worker runs it now
-        return f"; not claimed again for {delay:g}s (its run {stops} in a row to stop)"
+            return "", None  # another worker runs it now
+        return f"; not claimed again for {delay:g}s (its run {stops} in a row to stop)", delay

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from tether.events import Recorded, StatusChanged
@@ -23,11 +25,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIVE",
     "Run",
+    "RunNote",
     "caller_trace",
     "compacted",
     "conversation_appended",
     "instrument",
     "instrumented",
+    "noting_run",
     "run_began",
     "run_ended",
     "takeover",
@@ -101,6 +105,7 @@ class Run:
         return {
             "tether_task_id": state.task_id,
             "tether_task_type": state.type,
+            "tether_tenant": state.tenant,
             "tether_run_id": self.run_id,
             "tether_attempt": self.attempt,
             "tether_resumed": self.resumed,
@@ -109,13 +114,60 @@ class Run:
         }
 
 
+class RunNote:
+    """What a run of ``task_id`` begun inside :func:`noting_run` tells the block: its attempt."""
+
+    __slots__ = ("attempt", "task_id")
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.attempt: int | None = None
+        """Which run of the task this is (1 for its first), as the ``tether.run`` lines count; ``None``
+        until the run began (its record read)."""
+
+
+_NOTES = threading.local()  # the note of this thread's noting_run block: a run fills it where it begins
+
+
+@contextmanager
+def noting_run(task_id: str) -> Iterator[RunNote]:
+    """Learn the attempt of the run of ``task_id`` this thread carries out in the block (a worker's log
+    lines name it), without a read of the task's record of its own.
+
+    Example:
+        >>> import tether
+        >>> app = tether.App("memory://")
+        >>> @app.task
+        ... def hello(ctx: tether.TaskContext) -> str:
+        ...     return "hi"
+        >>> with noting_run("t1") as note:
+        ...     _ = app.run(hello, task_id="t1")
+        >>> note.attempt
+        1
+    """
+    outer = getattr(_NOTES, "note", None)
+    note = _NOTES.note = RunNote(task_id)
+    try:
+        yield note
+    finally:
+        _NOTES.note = outer
+
+
 def run_began(state: TaskState, history: Sequence[Recorded], worker_id: str) -> Run | None:
-    """A run of ``state``'s task begins (its record ``history`` read): its span opened and its line
-    logged. ``None`` (nothing to do at its end either) when telemetry is off and nobody listens."""
+    """A run of ``state``'s task begins (its record ``history`` read): its span opened, its line
+    logged, its attempt told to a :func:`noting_run` block waiting for it. ``None`` (nothing to do at
+    its end either) when telemetry is off and nobody listens."""
     logging_on = run_log.isEnabledFor(logging.INFO)
-    if ACTIVE is None and not logging_on:
+    note: RunNote | None = getattr(_NOTES, "note", None)
+    if note is not None and note.task_id != state.task_id:
+        note = None  # another task's run inside the block (one a tool starts): not the one it waits for
+    if ACTIVE is None and not logging_on and note is None:
         return None
     attempt = 1 + sum(1 for r in history if type(r.event) is StatusChanged and r.event.status == "running")
+    if note is not None:
+        note.attempt = attempt
+    if ACTIVE is None and not logging_on:
+        return None
     resumed = len(history) > 1
     trace = ACTIVE.run(state, worker_id, attempt, resumed) if ACTIVE is not None else None
     run = Run(state, worker_id, attempt, resumed, trace)

@@ -6,15 +6,23 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
-__all__ = ["RUN_FIELDS", "LineFormatter", "access_log", "log_to_stderr", "run_log"]
+__all__ = ["RUN_FIELDS", "LineFormatter", "access_log", "log_to_stderr", "run_log", "task_fields", "worker_log"]
 
 logging.getLogger("tether").addHandler(logging.NullHandler())
 
 run_log = logging.getLogger("tether.run")
-"""A run's start, end and failure: ``tether_task_id``, ``tether_task_type``, ``tether_run_id``,
-``tether_attempt``, ``tether_resumed``, ``tether_worker_id``, and at the end ``tether_status``,
-``tether_duration_s`` (and ``tether_error_type`` for a failure)."""
+"""A run's start, end and failure: ``tether_task_id``, ``tether_task_type``, ``tether_tenant``,
+``tether_run_id``, ``tether_attempt``, ``tether_resumed``, ``tether_worker_id``, and at the end
+``tether_status``, ``tether_duration_s`` (and ``tether_error_type`` for a failure)."""
+
+worker_log = logging.getLogger("tether.worker")
+"""A worker's lines of the tasks it runs (:func:`task_fields`): ``tether_action`` (``claimed``,
+``finished``, ``stopped``, ``failed``, ``parked``, ``taken_over``), ``tether_task_id``,
+``tether_tenant``, ``tether_worker_id``, ``tether_attempt`` once the run began; ``tether_status``
+and ``tether_duration_s`` when it finished, ``tether_error_type`` when it did not, and
+``tether_retry_in_s`` when the task is held aside for that long before a worker claims it again."""
 
 access_log = logging.getLogger("tether.serve.access")
 """``tether serve``'s access log: one line per request with ``http_method``, ``http_path``,
@@ -23,6 +31,7 @@ access_log = logging.getLogger("tether.serve.access")
 RUN_FIELDS = (
     "tether_task_id",
     "tether_task_type",
+    "tether_tenant",
     "tether_run_id",
     "tether_attempt",
     "tether_resumed",
@@ -33,6 +42,25 @@ RUN_FIELDS = (
 )
 
 _STANDARD = frozenset(vars(logging.makeLogRecord({})))
+
+
+def task_fields(
+    action: str, task_id: str, tenant: str, worker_id: str, attempt: int | None = None, **more: Any
+) -> dict[str, Any]:
+    """The structured fields (``extra=``) of a worker's line about a task, in the shape of the run's own lines.
+
+    Example:
+        >>> task_fields("claimed", "t1", "acme", "host:42:ab")["tether_tenant"]
+        'acme'
+    """
+    return {
+        "tether_action": action,
+        "tether_task_id": task_id,
+        "tether_tenant": tenant,
+        "tether_worker_id": worker_id,
+        "tether_attempt": attempt,
+        **more,
+    }
 
 
 class LineFormatter(logging.Formatter):
