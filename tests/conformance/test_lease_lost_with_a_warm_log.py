@@ -18,7 +18,9 @@ def test_a_run_taken_over_meanwhile_stops_with_lease_lost_even_when_its_app_read
     started, go = threading.Event(), threading.Event()
     effects: list[str] = []
 
-    @app.tool
+    # Readonly: a holder inside a side-effecting call keeps its lease through a cancel (its effect may be
+    # under way); one inside a readonly call has nothing to lose, and the canceller takes the lease.
+    @app.tool(readonly=True)
     def slow() -> str:
         started.set()
         assert go.wait(30)

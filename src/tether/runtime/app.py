@@ -536,9 +536,11 @@ class App(Closing):
 
         Idempotent: cancelling a cancelled task returns it as it is. A task running in another
         process loses its lease and stops at its next step — unless that run has already taken the
-        request in (it wrote after it: a worker woken by the request, compensating): then it carries
-        the cancel out itself, once, and this waits for it to end (for at most twice the lease's
-        time). ``actor`` (who asked) is recorded with the request and shown in the history.
+        request in (it wrote after it: a worker woken by the request, compensating) or is inside a
+        side-effecting call (its effect may be under way): then it carries the cancel out itself,
+        once, and this waits for it to end (for at most twice the lease's time, then raises
+        :class:`TaskBusyError`; the request stays recorded). ``actor`` (who asked) is recorded with
+        the request and shown in the history.
         """
         state, requested = self._request_cancel(task_id, reason, actor)
         if state.status in TERMINAL:

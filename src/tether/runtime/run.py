@@ -162,6 +162,8 @@ def _open(
         if state.status in TERMINAL:
             return TaskHandle.of(state)
         _check_settled(state)
+        if at is not None and _inside_a_call(state):
+            at = None  # the holder may be doing that call's effect right now: it carries the request out
         token = acquire(engine.store, engine.tenant, task_id, engine.worker_id, engine.lease_ttl, force=force, at=at)
     engine.log.hold(task_id)
     try:
@@ -172,6 +174,27 @@ def _open(
         _let_go(engine, task_id, token, None)
         raise
     return task_id, token, history, state
+
+
+def _inside_a_call(state: TaskState) -> bool:
+    """Whether the task's record ends inside an attempt of a side-effecting call: its intent is
+    written and its outcome is not (a readonly call writes no intent, and has no effect to lose).
+
+    A live holder that wrote nothing since a cancel request (``acquire``'s ``at``) may still be in
+    such an attempt, begun before the request. Taking its lease then would cut the attempt off with
+    its effect done: the new holder finds the call in doubt and would run it again under its key (a
+    compensation, which goes on past a cancel) or stop for the cancel with the effect left
+    uncompensated (any other call). So such a lease is not taken: the holder's next write meets the
+    request, and it carries the cancel out itself."""
+    for n in state.calls.open_ordinals():
+        call = state.call(n)
+        if (
+            call is not None
+            and call.status == "intended"
+            and (not call.attempts or call.attempts[-1].finished_at is None)
+        ):
+            return True
+    return False
 
 
 def _check_settled(state: TaskState) -> None:
