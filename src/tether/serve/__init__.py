@@ -81,15 +81,7 @@ def create_app(
     keys = KeyRing(store)
     feed = ChangeFeed(store)
     hosts = frozenset(allowed_hosts) if allowed_hosts is not None else LOOPBACK_HOSTS
-
-    def principal(request: Request) -> Principal:
-        who = authenticate(request, keys, no_auth_tenant=tenant if no_auth else None, allowed_hosts=hosts)
-        request.state.principal = who  # authenticated: its errors may say more (see _add_error_handlers)
-        return who
-
-    def live(who: Principal) -> bool:
-        return who.key_id is None or keys.live(who.key_id, max_age=KEY_CHECK_AGE)
-
+    principal, live = _principals(keys, no_auth_tenant=tenant if no_auth else None, hosts=hosts)
     api = _api(feed)
     api.state.store = store  # close it when done if create_app opened it from a URL
     api.state.keys = keys
@@ -106,6 +98,23 @@ def create_app(
     api.include_router(build_router(serving), responses=ERROR_RESPONSES)
     api.include_router(build_pages(apps, principal, keys, no_auth=no_auth, alive_within=alive_within))
     return api
+
+
+def _principals(
+    keys: KeyRing, *, no_auth_tenant: str | None, hosts: frozenset[str]
+) -> tuple[Callable[[Request], Principal], Callable[[Principal], bool]]:
+    """Who a request is (authenticated by its key, or ``no_auth_tenant`` to ``hosts``), and whether
+    a principal may still be answered (its key not revoked since, as an open stream checks)."""
+
+    def principal(request: Request) -> Principal:
+        who = authenticate(request, keys, no_auth_tenant=no_auth_tenant, allowed_hosts=hosts)
+        request.state.principal = who  # authenticated: its errors may say more (see _add_error_handlers)
+        return who
+
+    def live(who: Principal) -> bool:
+        return who.key_id is None or keys.live(who.key_id, max_age=KEY_CHECK_AGE)
+
+    return principal, live
 
 
 def _api(feed: ChangeFeed) -> FastAPI:
