@@ -142,6 +142,33 @@ def test_show_fills_in_the_answer_command_with_the_task_and_the_store(db: str) -
     assert answered.exit_code == 0, answered.output
 
 
+def test_show_says_when_no_worker_is_alive_to_run_a_runnable_task(db: str) -> None:
+    """The worker line: only for a task a worker must move on (answered here), worded as the
+    inspector words it (Liveness.note), with the app the last worker ran."""
+    import time
+
+    from tether.store import WorkerRow
+
+    def worker_line(task_id: str = "other-0") -> list[str]:
+        lines = cli("show", task_id, "--db", db, columns=200).output.splitlines()
+        return [line for line in lines if line.startswith("worker")]
+
+    assert worker_line() == []  # it waits for a person: no worker is needed yet
+    assert cli("send", "other-0", "approve_refund", "true", "--db", db).exit_code == 0
+    assert worker_line() == ["worker: no worker has run on this store yet: run `tether worker module:app`"]
+    with tether.App(db) as app:
+        now = time.time()
+        app.store.record_worker(
+            app.tenant, WorkerRow("h:1:w", started_at=now - 900, seen_at=now - 600, app="agents:app")
+        )
+    assert worker_line() == ["worker: no worker has been seen for 10 min: run `tether worker agents:app`"]
+    with tether.App(db) as app:
+        now = time.time()
+        app.store.record_worker(app.tenant, WorkerRow("h:2:w", started_at=now - 5, seen_at=now, app="agents:app"))
+    assert worker_line() == []  # one is alive: it takes the task up
+    assert worker_line("other-1") == []  # still waiting for its answer
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -43,6 +44,7 @@ from tether.cli._render import (
 from tether.cli.usage import print_usage
 from tether.events import in_doubt_call
 from tether.runtime.handles import failure_summary
+from tether.runtime.liveness import liveness, needs_worker
 from tether.store import TaskFilter
 from tether.timetravel import HistoryCursor, session_span
 
@@ -152,12 +154,15 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
     out = console()
     out.print(f"[bold]{state.task_id}[/]  {state.type}  {_status(state.status.value)}  v{state.version}")
     out.print(f"position: {state.position}")
-    parked = app.get(state.task_id).parked
-    if parked is not None:
+    row, now = app.log.get(state.task_id), time.time()
+    if row.parked is not None:
         out.print(
-            f"[red]parked[/]: no worker runs it until someone acts on it: {escape(parked)}\n"
+            f"[red]parked[/]: no worker runs it until someone acts on it: {escape(row.parked)}\n"
             f"  fix the code, then: tether resume {state.task_id} --app MODULE:APP (or retry, cancel, or answer it)"
         )
+    note = liveness(app.store, app.tenant, now).note() if needs_worker(row, now) else None
+    if note is not None:  # runnable, and nothing will run it: say so, and how to start a worker
+        out.print(f"[yellow]worker[/]: {escape(note)}")
     if state.session_id is not None:
         out.print(f"conversation: {state.session_id}" + (f" ({session_span(state)})" if state.session_version else ""))
     if state.plan:
