@@ -33,7 +33,8 @@ from pydantic_ai.models.test import TestModel
 
 import tether
 from tests._forkserver import ForkServers
-from tests.integrations._crash import sigkill_then_resume
+from tests.integrations._crash import CHILD_IMPORTS, sigkill_then_resume
+from tests.integrations.conftest import CHILD_ENV
 from tether.integrations.pydantic_ai import TetherDurability, TetherHistory, run
 
 
@@ -416,12 +417,13 @@ print(handle.status.value, [c.tool for c in app.log.load("r1").calls])
 """
 
 
-def test_a_retry_the_tool_asked_for_counts_after_a_resume_as_it_did_live(store_url: str, tmp_path: Path) -> None:
+def test_a_retry_the_tool_asked_for_counts_after_a_resume_as_it_did_live(
+    store_url: str, tmp_path: Path, fork_servers: ForkServers
+) -> None:
     """Replayed, the tool's ModelRetry is raised as the tool raised it, so Pydantic AI counts it
     against the tool's retries: the resumed run's tool sees ctx.retry=1, as an unbroken run's does,
     and the model is not asked an extra turn (it saw 0, retried again; found by a review)."""
     import os
-    import subprocess
     import sys
 
     if store_url == "memory://":
@@ -429,14 +431,15 @@ def test_a_retry_the_tool_asked_for_counts_after_a_resume_as_it_did_live(store_u
     script = tmp_path / "retried.py"
     script.write_text(RETRIED)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(tether.__file__).parents[1]), *sys.path])}
-    killed = subprocess.run(
-        [sys.executable, str(script), store_url, str(tmp_path)], env={**env, "CRASH": "1"}, capture_output=True
-    )
+    # Each run a process of its own, forked from a server that has imported Pydantic AI (the resume
+    # from the other server, so it hashes as a fresh process would: tests/_forkserver.py).
+    first_life, next_life = fork_servers(CHILD_IMPORTS["_pydantic_ai_child.py"], CHILD_ENV)
+    killed = first_life.run(script, store_url, str(tmp_path), env={**env, "CRASH": "1"})
     assert killed.returncode == 9, killed.stderr
-    resumed = subprocess.run([sys.executable, str(script), store_url, str(tmp_path)], env=env, capture_output=True)
+    resumed = next_life.run(script, store_url, str(tmp_path), env=env)
     assert resumed.returncode == 0, resumed.stderr
     calls = "['pydantic_ai.model', 't', 'pydantic_ai.model', 't', 'pydantic_ai.model']"
-    assert resumed.stdout.decode().strip() == f"completed {calls}"
+    assert resumed.stdout.strip() == f"completed {calls}"
     assert (tmp_path / "seen").read_text().split() == ["0", "1", "1"]  # the killed run's 1, then the resume's
 
 
