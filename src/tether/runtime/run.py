@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -162,6 +163,8 @@ def _open(
         if state.status in TERMINAL:
             return TaskHandle.of(state)
         _check_settled(state)
+        if _waits_unanswered(state):
+            return TaskHandle.of(state)
         if at is not None and _inside_a_call(state):
             at = None  # the holder may be doing that call's effect right now: it carries the request out
         token = acquire(engine.store, engine.tenant, task_id, engine.worker_id, engine.lease_ttl, force=force, at=at)
@@ -174,6 +177,15 @@ def _open(
         _let_go(engine, task_id, token, None)
         raise
     return task_id, token, history, state
+
+
+def _waits_unanswered(state: TaskState) -> bool:
+    """Whether the task waits for an input that has not come, with no timeout due and no cancel:
+    a run would replay to the same wait and record it again (two status changes, every time).
+    What a worker would claim of it (the answer, the timeout, the cancel) is what a run acts on."""
+    if state.status is not Status.AWAITING_INPUT or state.waiting is None or state.cancel_reason is not None:
+        return False
+    return state.wake_at is None or state.wake_at.timestamp() > time.time()
 
 
 def _inside_a_call(state: TaskState) -> bool:

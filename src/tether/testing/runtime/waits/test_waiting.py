@@ -10,6 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 import tether
+from tether.testing import dump_database
 
 
 @pytest.fixture
@@ -288,10 +289,10 @@ class _Approval(BaseModel):
 
 
 def test_a_waiting_task_resumed_still_waits_for_its_question(app: tether.App) -> None:
-    """A run that resumes a waiting task (app.resume, app.run with its id, a worker, a fork made at
-    the wait) passes through running and waits again for the same question, replayed: what it waits
-    for stays known, so the answer is checked and listed (it became None: pending_inputs() left the
-    task out and send_input took a bad answer, or one for another key; found by a review)."""
+    """A waiting task resumed (app.resume, app.run with its id, a worker, a fork made at the wait)
+    still waits for the same question: what it waits for stays known, so the answer is checked and
+    listed (it became None: pending_inputs() left the task out and send_input took a bad answer, or
+    one for another key; found by a review)."""
 
     @app.task
     def book(ctx: tether.TaskContext, flight: str) -> str:
@@ -312,3 +313,35 @@ def test_a_waiting_task_resumed_still_waits_for_its_question(app: tether.App) ->
     assert forked.waiting is not None and forked.waiting.key == "approve"
     app.send_input("p", "approve", {"ok": True})
     assert app.resume("p").output == "booked BA117"
+
+
+@pytest.mark.tether_requires("dump")
+def test_resuming_a_task_whose_question_is_unanswered_writes_nothing(store_url: str, app: tether.App) -> None:
+    """Until its answer, its timeout or a cancel comes, a waiting task has nothing to run: a resume
+    returns it as it is and writes nothing (it appended "running" and "awaiting_input" each time, so
+    a person or a loop resuming it grew its log without the code doing anything)."""
+
+    @app.task
+    def book(ctx: tether.TaskContext, flight: str) -> str:
+        answer = ctx.wait_for_input("approve", prompt=f"Book {flight}?", timeout=3600)
+        return f"booked {flight}" if answer else "declined"
+
+    app.run(book, "BA117", task_id="p")
+    before = dump_database(store_url, app.store)
+    for _ in range(3):
+        resumed = app.resume("p")
+        assert resumed.status is tether.Status.AWAITING_INPUT and resumed.waiting.key == "approve"
+    assert app.run(book, "BA117", task_id="p").status is tether.Status.AWAITING_INPUT
+    assert dump_database(store_url, app.store) == before
+    app.send_input("p", "approve", True)
+    assert app.resume("p").output == "booked BA117"
+
+
+def test_a_waiting_task_resumed_with_a_cancel_asked_is_cancelled(app: tether.App) -> None:
+    @app.task
+    def book(ctx: tether.TaskContext) -> str:
+        return str(ctx.wait_for_input("approve"))
+
+    app.run(book, task_id="p")
+    app.request_cancel("p", "changed plans")
+    assert app.resume("p").status is tether.Status.CANCELLED
