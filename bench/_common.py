@@ -128,6 +128,29 @@ def threaded_rate(
     return sum(counts) / (time.perf_counter() - begin), statistics.median(latencies)
 
 
+def sdk_telemetry(*, metrics: bool) -> None:
+    """Turn tether's telemetry on with the OpenTelemetry SDK, as an application sending it somewhere
+    would: a ``TracerProvider`` whose ``BatchSpanProcessor`` hands spans to an exporter that drops
+    them and, with ``metrics``, a ``MeterProvider`` with a reader (else the API's no-op meters)."""
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    import tether.telemetry
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Sequence[object]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()]) if metrics else None
+    tether.telemetry.instrument(tracer_provider=provider, meter_provider=meters)
+
+
 def recorded_call(url: str, n: int, *, readonly: bool, result: object = None) -> float:
     """Seconds per ``ctx.call`` of a tool that returns ``result`` (``None`` by default; ``MESSAGE``
     for a ~500-byte result), over a task of ``n`` calls on ``url``."""

@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -50,29 +49,11 @@ def in_child(src: str, readonly: bool, calls: int) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def _sdk(metrics: bool) -> None:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-
-    import tether.telemetry
-
-    class Dropped(SpanExporter):
-        def export(self, spans: Sequence[object]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(Dropped()))
-    meters = MeterProvider(metric_readers=[InMemoryMetricReader()]) if metrics else None
-    tether.telemetry.instrument(tracer_provider=provider, meter_provider=meters)
-
-
 def in_process(calls: int, rounds: int) -> dict[str, dict[str, float]]:
     """Best-of-``rounds`` seconds per call for each kind, telemetry off and on."""
     sys.path.insert(0, str(HERE.parent / "src"))
     sys.path.insert(0, str(HERE))
-    from _common import MESSAGE, recorded_call
+    from _common import MESSAGE, recorded_call, sdk_telemetry
 
     import tether.telemetry
 
@@ -83,7 +64,7 @@ def in_process(calls: int, rounds: int) -> dict[str, dict[str, float]]:
                 if mode == "off":
                     tether.telemetry.uninstrument()
                 else:
-                    _sdk(metrics=mode == "sdk_metrics")
+                    sdk_telemetry(metrics=mode == "sdk_metrics")
                 for kind, readonly in KINDS:
                     url = f"sqlite:///{folder}/{mode}{kind}{r}.db"
                     took = recorded_call(url, calls, readonly=readonly, result=MESSAGE)
