@@ -6,23 +6,29 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tether
+from tests._forkserver import ForkServer, ForkServers
 
 HERE = Path(__file__).parent
 AGENT = HERE / "_changing_agent.py"
 ENV = {**os.environ, "PYTHONPATH": str(HERE.parent.parent / "src")}
+PRELOAD = ("tether", "tether.store.sqlite", "tether.store.postgres")
 
 
-def run(url: str, version: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(AGENT), url, version], capture_output=True, text=True, env={**ENV, **env}, timeout=60
-    )
+@pytest.fixture
+def servers(fork_servers: ForkServers) -> tuple[ForkServer, ForkServer]:
+    """Each run a process of its own, forked from a server that has imported tether; the runs after
+    the kill from the other server, so they hash as fresh processes would (tests/_forkserver.py)."""
+    return fork_servers(PRELOAD, ENV)
+
+
+def run(server: ForkServer, url: str, version: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return server.run(AGENT, url, version, env={**ENV, **env}, timeout=60)
 
 
 @pytest.mark.crash
@@ -35,24 +41,25 @@ def run(url: str, version: str, **env: str) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_changed_code_is_refused_and_writes_nothing(
-    tmp_path: Path, make_url: Any, version: str, recorded: str, requested: str
+    tmp_path: Path, make_url: Any, servers: tuple[ForkServer, ForkServer], version: str, recorded: str, requested: str
 ) -> None:
     url = make_url(tmp_path)
     flag = tmp_path / "kill"
     flag.touch()
-    killed = run(url, "v1", TETHER_KILL_IN_B=str(flag))
+    first_life, next_lives = servers
+    killed = run(first_life, url, "v1", TETHER_KILL_IN_B=str(flag))
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     app = tether.App(url)
     state = app.state("news-1")
     assert state.call(2) is not None and state.call(2).status == "intended"  # killed inside the email
     before = [tuple(r) for r in app.store.read_events(app.tenant, "news-1")]
-    changed = run(url, version)
+    changed = run(next_lives, url, version)
     assert changed.returncode != 0
     assert "NonDeterminismError" in changed.stderr, changed.stderr
     assert recorded in changed.stderr and requested in changed.stderr, changed.stderr
     assert [tuple(r) for r in app.store.read_events(app.tenant, "news-1")] == before
     # The code as it was still resumes the task, with the interrupted email under its old key.
-    done = run(url, "v1")
+    done = run(next_lives, url, "v1")
     assert done.returncode == 0, done.stderr
     final = tether.App(url).state("news-1")
     assert final.status is tether.Status.COMPLETED and final.call(2).key == state.call(2).key
