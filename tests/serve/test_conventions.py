@@ -63,6 +63,7 @@ def test_the_document_describes_every_answer(served: Served) -> None:
         "whoami", "list_tasks", "get_task", "get_history", "get_state", "get_diff", "get_fork_tree", "fork_task",
         "rewind_task", "resume_task", "retry_task", "cancel_task", "list_inputs", "answer_input", "resolve_call",
         "list_sessions", "list_messages", "get_window", "get_user", "stream_events", "stream_task_events",
+        "get_workers",
     }  # fmt: skip
     assert ours <= set(ids)
     assert doc["components"]["securitySchemes"]["bearer"] == {

@@ -281,7 +281,7 @@ def _add_task_reads(router: APIRouter, app_for: AppFor, alive_within: float) -> 
         return {**body, "next": _next_page(request, offset=offset + limit) if later else None}
 
     @router.get("/workers", response_model=Workers, tags=["tasks"])
-    def workers(who: Who) -> dict[str, Any]:
+    def get_workers(who: Who) -> dict[str, Any]:
         """Whether any worker is alive to act on the tenant's tasks (their liveness records), and
         when none is, since when and how to start one."""
         return workers_json(app_for(who), alive_within=alive_within)
