@@ -145,6 +145,7 @@ def test_calls_are_counted_by_tool_and_replay_without_a_measurement_per_call(app
     cities = [f"city{i}" for i in range(40)]
     app.run(trip, cities, task_id="t1")
     assert points(reader, "tether.calls") == {(("gen_ai.tool.name", "price"), ("tether.replayed", False)): 40}
+    tether.telemetry.instrument(tracer_provider=TracerProvider(), meter_provider=meters)  # again: counts go on
     app.send_input("t1", "ok", True)
     app.resume("t1")
     app.run(trip, ["Rome"], task_id="t2")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -62,14 +63,8 @@ class Telemetry:
         self.tasks = meter.create_counter(
             "tether.tasks", "{task}", "Runs ended, by the status they left the task in (tether.task.status)"
         )
-        self._tools: dict[str, _Tool] = {}
-        self._tools_lock = threading.Lock()
-        # Observed (read from the tallies at each collection), not added to per call: the SDK's
-        # Counter.add costs a live call microseconds, a tally's increment a fraction of one. The counts
-        # are in this process either way until a collection reads them.
-        meter.create_observable_counter(
-            "tether.calls", [self._observe_calls], "{call}", "Recorded calls: run live or served from the record"
-        )
+        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        self.calls = _CallTally.of(provider, meter)
         self.retries = meter.create_counter(
             "tether.call.retries", "{retry}", "Attempts of calls retried after an error"
         )
@@ -92,28 +87,6 @@ class Telemetry:
             "Tokens used by model calls recorded live (GenAI conventions)",
             explicit_bucket_boundaries_advisory=_TOKENS,
         )
-
-    def tool(self, name: str) -> _Tool:
-        """What the spans and counts of the tool ``name`` share, made at its first call."""
-        found = self._tools.get(name)
-        if found is None:
-            with self._tools_lock:
-                found = self._tools.setdefault(name, _Tool(name))
-        return found
-
-    def _observe_calls(self, options: CallbackOptions) -> Iterable[Observation]:
-        """The ``tether.calls`` counter's values: each tool's calls so far, live and replayed."""
-        with self._tools_lock:
-            tools = list(self._tools.values())
-        out: list[Observation] = []
-        for tool in tools:
-            with tool.lock:
-                live, replayed = tool.live, tool.replayed
-            if live:
-                out.append(Observation(live, tool.live_attributes))
-            if replayed:
-                out.append(Observation(replayed, tool.replayed_attributes))
-        return out
 
     def run(self, state: TaskState, worker_id: str, attempt: int, resumed: bool) -> RunTrace:
         """The span of a run of ``state``'s task: in the trace its runs share (the caller's, kept with
@@ -172,7 +145,7 @@ class RunTrace:
 
     def call(self, n: int, tool: str, key: str, attempt: int, kind: str) -> CallSpan:
         """A call's span (``execute_tool``), current while its tool runs: a span the tool opens is its child."""
-        shared = self.telemetry.tool(tool)
+        shared = self.telemetry.calls.tool(tool)
         attributes: Attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -189,7 +162,7 @@ class RunTrace:
 
     def replayed(self, n: int, tool: str, key: str, kind: str, result: Any) -> None:
         """A call served from the record: a span marked ``tether.replayed``, counted apart from live calls."""
-        shared = self.telemetry.tool(tool)
+        shared = self.telemetry.calls.tool(tool)
         attributes: Attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -263,6 +236,58 @@ class RunTrace:
         attributes = {"tether.task.type": self.type, "tether.task.status": status}
         tel.tasks.add(1, attributes)
         tel.run_duration.record(time.perf_counter() - self.started, attributes)
+
+
+class _CallTally:
+    """The ``tether.calls`` counter: each tool's calls so far, live and replayed, tallied as they
+    happen and observed at each collection, never added to per call (the SDK's ``Counter.add`` costs
+    a live call microseconds, a tally's increment a fraction of one). The counts are in this process
+    until a collection reads them, as a synchronous counter's sums were: a process killed loses
+    what it counted since its reader's last collection, a run that stops loses nothing.
+
+    One per meter provider, kept across :func:`~tether.telemetry.instrument` calls: the SDK keeps the
+    first callback an instrument of a name was created with, so a second tally would never be read."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self._tools: dict[str, _Tool] = {}
+        self._lock = threading.Lock()
+        meter.create_observable_counter(
+            "tether.calls", [self._observe], "{call}", "Recorded calls: run live or served from the record"
+        )
+
+    @classmethod
+    def of(cls, provider: Any, meter: metrics.Meter) -> _CallTally:
+        """The tally of ``provider``'s ``tether.calls`` counter (on ``meter``, its tether meter)."""
+        with _TALLIES_LOCK:
+            found = _TALLIES.get(provider)
+            if found is None:
+                found = _TALLIES[provider] = cls(meter)
+            return found
+
+    def tool(self, name: str) -> _Tool:
+        """What the spans and counts of the tool ``name`` share, made at its first call."""
+        found = self._tools.get(name)
+        if found is None:
+            with self._lock:
+                found = self._tools.setdefault(name, _Tool(name))
+        return found
+
+    def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            tools = list(self._tools.values())
+        out: list[Observation] = []
+        for tool in tools:
+            with tool.lock:
+                live, replayed = tool.live, tool.replayed
+            if live:
+                out.append(Observation(live, tool.live_attributes))
+            if replayed:
+                out.append(Observation(replayed, tool.replayed_attributes))
+        return out
+
+
+_TALLIES: weakref.WeakKeyDictionary[Any, _CallTally] = weakref.WeakKeyDictionary()  # by meter provider
+_TALLIES_LOCK = threading.Lock()
 
 
 class _Tool:
