@@ -86,6 +86,39 @@ def test_session_protocol_verbatim_limit_pop_clear(store_url: str) -> None:
     assert app.session("s1").user_id == "ada"
 
 
+@pytest.mark.parametrize("method", ["get_items", "add_items", "pop_item", "clear_session"])
+def test_session_io_leaves_the_event_loop_free(store_url: str, method: str) -> None:
+    """Outside a task the session's store I/O runs in a thread, as the SDK's own sessions do: the
+    loop serves other coroutines while the store answers. Each operation's store work here waits
+    for a coroutine of the same loop; run on the loop, it would wait for good (10 s, then fail)."""
+    app = tether.App(store_url)
+    session = TetherSession("s-loop", app)
+    asyncio.run(session.add_items(items(2)))
+    conversation = session.tether_session
+    released = threading.Event()
+    underneath = {"get_items": "compacted", "add_items": "add_many", "pop_item": "pop", "clear_session": "clear"}
+    original = getattr(conversation, underneath[method])
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        assert released.wait(10), f"{method} held the event loop: the other coroutine never ran"
+        return original(*args, **kwargs)
+
+    setattr(conversation, underneath[method], held)
+
+    async def other() -> None:
+        released.set()
+
+    async def both() -> None:
+        operation = getattr(session, method)
+        await asyncio.gather(operation(items(1, "x")) if method == "add_items" else operation(), other())
+
+    asyncio.run(both())
+    delattr(conversation, underneath[method])
+    expected = {"get_items": 2, "add_items": 3, "pop_item": 1, "clear_session": 0}[method]
+    assert len(asyncio.run(session.get_items())) == expected
+    app.close()
+
+
 def test_runner_keeps_history_in_the_session(store_url: str) -> None:
     """Two runs of an agent on one TetherSession: the second model call sees the first turn."""
     app = tether.App(store_url)

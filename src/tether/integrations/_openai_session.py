@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
     from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from tether.runtime.session import TaskSession
 
 __all__ = ["TetherSession"]
+
+T = TypeVar("T")
 
 _EVERYTHING = 2**62  # a window with room for every message: the weight of the items since the newest summary
 _COUNTER = EstimateCounter()  # the threshold of automatic compaction needs a weight, not an exact count
@@ -128,7 +132,7 @@ class TetherSession:
             raise InvalidInputError(f"limit must be None or an int >= 0, got {limit!r}")
         if limit == 0:
             return []
-        items: list[Any] = to_openai_responses(self._conversation.compacted())
+        items: list[Any] = await self._io(lambda: to_openai_responses(self._conversation.compacted()))
         return items[-limit:] if limit is not None else items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -137,11 +141,11 @@ class TetherSession:
         if not batch:
             return
         # Inside a task (ctx.session), the append is recorded: exactly once however often it resumes.
-        self._conversation.add_many(batch, format="openai_responses")
+        await self._io(lambda: self._conversation.add_many(batch, format="openai_responses"))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; ``None`` when the session is empty."""
-        removed: Message | None = self._outside_task("pop_item").pop()
+        removed: Message | None = await self._io(self._outside_task("pop_item").pop)
         if removed is None:
             return None
         # An item added through the SDK comes back verbatim; a message added through another API
@@ -151,7 +155,15 @@ class TetherSession:
 
     async def clear_session(self) -> None:
         """Hide every item so far (they stay stored, as tether never deletes a message)."""
-        self._outside_task("clear_session").clear()
+        await self._io(self._outside_task("clear_session").clear)
+
+    async def _io(self, fn: Callable[[], T]) -> T:
+        """``fn()``, which reads or writes the store: in a thread outside a task, so the event loop
+        serves other coroutines while the store answers (as the SDK's own sessions do); on the loop
+        inside one, where the reads and appends are the task's record, ordered with its calls."""
+        if isinstance(self._conversation, Session):
+            return await asyncio.to_thread(fn)
+        return fn()
 
     async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
         """The SDK's compaction hook: compact the stored history in place (see the class docstring).
@@ -164,11 +176,13 @@ class TetherSession:
         The originals stay stored: :meth:`undo_compaction` undoes it.
         """
         force = bool((args or {}).get("force"))
+        if force or self._compact_over is not None:
+            await self._io(lambda: self._compact_if_due(force))
+
+    def _compact_if_due(self, force: bool) -> None:
         if not force:
-            if self._compact_over is None:
-                return
             window = self._conversation.window(_EVERYTHING, keep_last=0, counter=_COUNTER)
-            if window.tokens <= self._compact_over:
+            if self._compact_over is None or window.tokens <= self._compact_over:
                 return
         self.compact()
 
