@@ -13,27 +13,25 @@ from typing import Any
 import pytest
 
 import tether
+from tests._forkserver import ForkServers
+from tests.crash.test_workers import PRELOAD, SERVER_ENV
 
 HERE = Path(__file__).parent
 
 
-def test_processes_appending_lose_and_duplicate_nothing(tmp_path: Path, make_url: Any) -> None:
+def test_processes_appending_lose_and_duplicate_nothing(
+    tmp_path: Path, make_url: Any, fork_servers: ForkServers
+) -> None:
     url = make_url(tmp_path)
+    # Each appender a process of its own, forked from a server that has imported tether (the one the
+    # worker tests use) instead of a fresh interpreter importing it again.
+    server, _ = fork_servers(PRELOAD, SERVER_ENV)
     log = tether.TaskLog(url, snapshots=tether.SnapshotPolicy(every=25, size_ratio=0))
     shared = log.create(type="shared", task_id="shared").task_id
     names, count = ["a", "b", "c", "d"], 60
     gate = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent / "src"), str(HERE)])}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "_appender.py"), url, shared, name, str(count), str(gate)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for name in names
-    ]
+    procs = [server.start(HERE / "_appender.py", url, shared, name, str(count), str(gate), env=env) for name in names]
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready-{n}").exists() for n in names):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "appenders did not start"
@@ -41,9 +39,9 @@ def test_processes_appending_lose_and_duplicate_nothing(tmp_path: Path, make_url
     gate.touch()
     reports = []
     for proc in procs:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        reports.append(json.loads(out))
+        done = proc.result()
+        assert done.returncode == 0, done.stderr
+        reports.append(json.loads(done.stdout))
 
     events = log.events(shared)
     assert [r.seq for r in events] == list(range(1, len(events) + 1))  # no gaps, no duplicates
