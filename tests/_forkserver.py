@@ -53,26 +53,32 @@ ForkServers = Callable[[Sequence[str], Mapping[str, str]], "tuple[ForkServer, Fo
 
 
 class ForkServer:
-    """A server process with ``preload`` imported; ``run`` and ``start`` fork a child from it per call."""
+    """A server process with ``preload`` imported; ``run`` and ``start`` fork a child from it per call.
+    The process starts with the first request: a test process that uses only one server of a pair
+    never pays for the other's imports."""
 
     def __init__(self, preload: Sequence[str], env: Mapping[str, str]) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, __file__, *preload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=dict(env),
-            text=True,
-        )
+        self._argv = [sys.executable, __file__, *preload]
+        self._env = dict(env)
+        self._proc: subprocess.Popen[str] | None = None
         self._ids = itertools.count()
         self._changed = threading.Condition()
         self._pids: dict[int, int] = {}
         self._exits: dict[int, dict[str, Any]] = {}
         self._gone = False
         self._reader = threading.Thread(target=self._read_replies, name="fork-server-replies", daemon=True)
-        self._reader.start()
+
+    def _server(self) -> subprocess.Popen[str]:
+        """The server process, started on first use (called holding ``_changed``)."""
+        if self._proc is None:
+            self._proc = subprocess.Popen(
+                self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self._env, text=True
+            )
+            self._reader.start()
+        return self._proc
 
     def _read_replies(self) -> None:
-        assert self._proc.stdout is not None
+        assert self._proc is not None and self._proc.stdout is not None
         for line in self._proc.stdout:
             reply = json.loads(line)
             with self._changed:
@@ -92,6 +98,7 @@ class ForkServer:
             if not self._changed.wait_for(lambda: request_id in table or self._gone, timeout):
                 return None
             if request_id not in table:
+                assert self._proc is not None
                 self._proc.wait(timeout=10)
                 raise RuntimeError(f"the fork server exited with {self._proc.returncode} (its stderr is above)")
             return table.pop(request_id)
@@ -119,10 +126,11 @@ class ForkServer:
                 request[name] = str(value)
         if env is not None:
             request["env"] = dict(env)
-        assert self._proc.stdin is not None
         with self._changed:
-            self._proc.stdin.write(json.dumps(request) + "\n")
-            self._proc.stdin.flush()
+            server = self._server()
+            assert server.stdin is not None
+            server.stdin.write(json.dumps(request) + "\n")
+            server.stdin.flush()
         return ForkedProcess(self, request_id, self._await(self._pids, request_id, None), argv, timeout)
 
     def run(
@@ -140,6 +148,8 @@ class ForkServer:
         return self.start(script, *args, timeout=timeout, cwd=cwd, env=env).result()
 
     def close(self) -> None:
+        if self._proc is None:
+            return  # never used, never started
         assert self._proc.stdin is not None
         self._proc.stdin.close()
         self._proc.wait(timeout=30)
