@@ -1,10 +1,11 @@
-"""What an event must be to be written: its stored JSON (refusing what JSON cannot hold, by name)
-and the cheap checks that let the log fold call events lazily."""
+"""What an event must be to be written: its stored JSON (its fields but those at their default;
+refusing what JSON cannot hold, by name) and the cheap checks that let the log fold call events
+lazily."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import fields
+from dataclasses import MISSING, Field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -43,26 +44,65 @@ if TYPE_CHECKING:
 __all__ = ["DEFERRED", "checked", "decode_row", "decode_rows", "encode_event", "event_fields"]
 
 
-_Readers = tuple[Callable[[Event], dict[str, Any]], Callable[[Event], int]]
+_Reader = Callable[[Event], dict[str, Any]]
+_Readers = tuple[_Reader, _Reader, Callable[[Event], int]]
 
 
 def _field_reader(cls: type[Event]) -> _Readers:
-    """Two functions of an event of ``cls``: the dict of its fields, in their order (what orjson writes
-    for the dataclass itself, without its dataclass path: that looks for a ``__dict__`` a slotted event
-    has not, and reads the fields one by one, before it writes them), and how many of its fields are
-    ``None``."""
+    """Three functions of an event of ``cls``: the dict of all its fields, in their order (what orjson
+    writes for the dataclass itself, without its dataclass path: that looks for a ``__dict__`` a
+    slotted event has not, and reads the fields one by one, before it writes them); the dict it is
+    stored as, those fields less the ones at their declared default (see :func:`_omitted_when`); and
+    how many of the stored fields are ``None``."""
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-    # Names are the dataclass's own fields (identifiers), so the generated source is theirs alone.
-    reader: Callable[[Event], dict[str, Any]] = eval(
-        "lambda e: {" + ", ".join(f"{name!r}: e.{name}" for name in names) + "}", {}
-    )
-    counted = " + ".join(f"(e.{name} is None)" for name in names) or "0"
-    nones: Callable[[Event], int] = eval(f"lambda e: {counted}", {})
-    return reader, nones
+    # Names are the dataclass's own fields (identifiers), so the generated source is theirs alone; a
+    # default is compared as a value of the namespace, never written into the source.
+    every: _Reader = eval("lambda e: {" + ", ".join(f"{name!r}: e.{name}" for name in names) + "}", {})
+    namespace: dict[str, Any] = {}
+    leading: list[str] = []  # the fields always stored before the first that may be left out: one literal
+    body: list[str] = []
+    counted: list[str] = []
+    for i, f in enumerate(fields(cls)):  # type: ignore[arg-type]
+        condition = _omitted_when(f, f"d{i}", namespace)
+        if condition is None and not body:
+            leading.append(f"{f.name!r}: e.{f.name}")
+        elif condition is None:
+            body.append(f"    d[{f.name!r}] = e.{f.name}")
+        else:
+            body += [f"    v = e.{f.name}", f"    if not ({condition}):", f"        d[{f.name!r}] = v"]
+        if condition != "v is None":  # a None there is stored, as ``null``
+            counted.append(f"(e.{f.name} is None)")
+    source = ["def stored(e):", "    d = {" + ", ".join(leading) + "}", *body, "    return d"]
+    exec("\n".join(source), namespace)
+    nones: Callable[[Event], int] = eval(f"lambda e: {' + '.join(counted) or '0'}", {})
+    return every, namespace["stored"], nones
+
+
+def _omitted_when(f: Field[Any], name: str, namespace: dict[str, Any]) -> str | None:
+    """The condition on a field's value ``v`` under which it is left out of the stored record, because
+    decoding gives that very value back from the field's declared default (``namespace[name]``: what
+    the condition compares with); ``None`` for a field always stored. Only a value of the default's
+    own type counts (``1`` is stored beside a default ``True``, ``False`` beside ``0``), of a
+    container only the empty one its factory (``list``, ``dict``) makes, and a float never (``-0.0``
+    equals ``0.0``, and would read back as it)."""
+    default = f.default
+    if default is MISSING:
+        if f.default_factory is list or f.default_factory is dict:
+            namespace[name] = f.default_factory
+            return f"v.__class__ is {name} and not v"
+        return None
+    if default is None:
+        return "v is None"
+    if type(default) is bool:
+        return f"v is {default}"
+    if type(default) in (int, str):
+        namespace[name], namespace[name + "t"] = default, type(default)
+        return f"v.__class__ is {name}t and v == {name}"
+    return None
 
 
 class _ByClass(dict[type[Event], _Readers]):
-    """Each event class's two readers, made when first asked for (``_READERS[cls]``: no call in Python)."""
+    """Each event class's readers, made when first asked for (``_READERS[cls]``: no call in Python)."""
 
     def __missing__(self, cls: type[Event]) -> _Readers:
         found = self[cls] = _field_reader(cls)
@@ -74,21 +114,22 @@ _READERS = _ByClass()
 
 def event_fields(event: Event) -> dict[str, Any]:
     """The dict of an event's fields, in their order (what ``Event.to_dict`` gives, faster)."""
-    fields_of, _ = _READERS[type(event)]
+    fields_of, _, _ = _READERS[type(event)]
     return fields_of(event)
 
 
 def encode_event(event: Event, max_bytes: int) -> str:
-    """The stored JSON of an event; raises before anything is written if it cannot be stored."""
-    reader, nones = _READERS[type(event)]
+    """The stored JSON of an event: its fields but those at their declared default, which decoding
+    gives back (so a record written with every field, as tether wrote them before, decodes alike);
+    raises before anything is written if it cannot be stored."""
+    _, reader, nones = _READERS[type(event)]
     try:
         data = orjson.dumps(reader(event), default=json_default)
     except TypeError as exc:
         raise NotSerializableError(_explain_unserializable(event, exc)) from None
     # orjson writes a NaN or an infinity as ``null``: refuse them, by name. Each field that is None
-    # writes one ``null`` too, and anything else that reads "null" (a nested None, a word in a text)
-    # only adds to the count: as many as the None fields means none of them is a number. That is
-    # most events with a ``null``: a call's intent (no ``compensates``), a side-effecting call's result.
+    # stored writes one ``null`` too, and anything else that reads "null" (a nested None, a word in a
+    # text) only adds to the count: as many as the None fields stored means none of them is a number.
     # (``count``, not ``in``: ``bytes.__contains__`` tries its operand as an int first, and raises and
     # clears a TypeError each time.)
     nulls = data.count(b"null")
