@@ -13,6 +13,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -100,3 +101,33 @@ def test_a_cancel_waits_for_the_holder_inside_a_call(
     started = _rows(sink, "started")
     assert len({key for _, key, _ in started}) == len(started) == 4, started
     assert {pid for _, _, pid in started} == {worker.pid}  # the holder carried the cancel out
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_tether_cancel_says_the_holder_carries_it_out(tmp_path: Path, make_url: Any, fork_servers: ForkServers) -> None:
+    """``tether cancel`` of a task a worker holds inside a call: once its wait (twice the lease) runs
+    out, the CLI says the request is recorded and who carries it out (exit 0), not a lease error;
+    the worker then does, once its call returns."""
+    url = make_url(tmp_path)
+    sink = tmp_path / "sink.db"
+    (tmp_path / "hold-b").touch()
+    ttl = 3.0
+    app = _cancelapp.build(url, sink, ttl)
+    app.start("order", task_id="o-1")
+    env = {**SERVER_ENV, "TETHER_TEST_URL": url, "TETHER_TEST_SINK": str(sink), "TETHER_TEST_TTL": str(ttl)}
+    server: ForkServer = fork_servers(PRELOAD, SERVER_ENV)[0]
+    worker = server.start(CLI, "worker", "_cancelapp:app", "--poll", "0.05", cwd=HERE, env=env, timeout=300)
+    try:
+        _wait_for(lambda: any(label == "b" for label, _, _ in _rows(sink, "started")), 60, "b to start")
+        cli = [sys.executable, "-m", "tether.cli", "cancel", "o-1", "--app", "_cancelapp:app", "--reason", "nope"]
+        said = subprocess.run(cli, cwd=HERE, env=env, capture_output=True, text=True, timeout=120)
+        assert said.returncode == 0, said.stdout + said.stderr
+        text = " ".join(said.stdout.split())
+        assert text.startswith("cancel of o-1 requested: ") and "carries the cancel out itself" in text, text
+        assert app.state("o-1").cancel_reason == "nope"
+        (tmp_path / "go-b").touch()
+        _wait_for(lambda: app.get("o-1").status is tether.Status.CANCELLED, 60, "the worker to cancel it")
+    finally:
+        _stop(worker)
+    assert [label for label, _, _ in _rows(sink, "done")] == ["a", "b", "undo-b", "undo-a"]

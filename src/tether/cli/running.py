@@ -138,7 +138,19 @@ def cancel(task_id: str, reason: str, app_spec: str, as_json: bool, actor: str |
     app = _load_app(app_spec)
     task_id = _tid(app, task_id)
     already = app.log.get(task_id).status == tether.Status.CANCELLED.value
-    handle = app.cancel(task_id, reason, actor=actor)
+    try:
+        handle = app.cancel(task_id, reason, actor=actor)
+    except tether.TaskBusyError as busy:  # the request is recorded: the run that holds the task ends it
+        held = app.get(task_id)
+        if as_json:
+            emit_json({**_handle_json(held), "cancel_requested": True, "held_by": busy.owner})
+            return
+        console().print(
+            f"cancel of {escape(task_id)} requested: {escape(str(busy.owner))} is running it and carries the "
+            "cancel out itself (a run inside a call keeps its lease until the call returns: its effect may be "
+            "under way)"
+        )
+        return
     if handle.status is not tether.Status.CANCELLED:  # it did not end cancelled: say how it ended
         _handle(console(), handle, as_json)
         return
