@@ -173,7 +173,9 @@ _SUMMARIES: dict[type[Event], Callable[[Any], str]] = {
     InputRejected: lambda e: f"answer to {e.key!r} discarded: {e.reason}",
     PatchMarked: lambda e: f"took the new path of patch {e.name!r}",
     InputTimedOut: lambda e: f"no answer for {e.key!r} in time",
-    SleepScheduled: lambda e: f"sleep until {datetime.fromtimestamp(e.until).isoformat(timespec='seconds')}",
+    # In UTC with its offset, as every time tether shows: a summary is read through the API too,
+    # by someone whose zone is not the server's.
+    SleepScheduled: lambda e: f"sleep until {datetime.fromtimestamp(e.until, UTC).isoformat(' ', 'seconds')}",
     CancelRequested: lambda e: f"cancellation requested{_by(e.actor)}: {e.reason}",
     PhaseChanged: lambda e: f"phase → {e.phase}",
     OutputSet: lambda e: f"output {_short(e.output)}",

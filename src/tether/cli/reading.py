@@ -292,7 +292,7 @@ def logs(task_id: str, follow: bool, after: int, db: str | None, as_json: bool) 
                     ).decode()
                 )
             else:
-                when = entry.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
+                when = entry.at.strftime("%H:%M:%S.%f")[:-3]  # UTC, as history's and every time shown
                 step = f" [dim]{escape(entry.step)}[/]" if entry.step else ""
                 out.print(f"{when} #{entry.seq:<4}{step} {_entry_text(entry)}")
         if not follow or row.status in terminal:
