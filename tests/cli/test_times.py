@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -40,3 +40,22 @@ def test_logs_and_history_show_an_event_at_the_same_utc_time(tmp_path: Path, in_
     history = CliRunner().invoke(main, ["history", "t1", "--db", path], env=env).output
     assert logs.splitlines()[0].startswith(f"{first} #1 "), logs
     assert any(line.startswith(f"1    {first} ") for line in history.splitlines()), history
+
+
+def test_a_workers_lines_are_stamped_in_utc(tmp_path: Path, in_new_york: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "napper.py").write_text(
+        "import tether\napp = tether.App('tether.db')\n\n"
+        "@app.task\ndef hello(ctx: tether.TaskContext) -> str:\n    return 'hi'\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with tether.App(str(tmp_path / "tether.db")) as app:
+        app.task(name="hello")(lambda ctx: "hi")  # only to enqueue: the worker has the code
+        app.start("hello", task_id="t1")
+    done = CliRunner().invoke(main, ["worker", "napper:app", "--idle-exit"], env={"TETHER_URL": ""})
+    assert done.exit_code == 0, done.output
+    line = next(line for line in done.output.splitlines() if "t1" in line)
+    with tether.App(str(tmp_path / "tether.db")) as app:
+        ended = app.history("t1")[-1].at.astimezone(UTC)
+    stamped = datetime.combine(ended.date(), datetime.strptime(line[:8], "%H:%M:%S").time(), UTC)
+    assert timedelta(seconds=-1) <= stamped - ended.replace(microsecond=0) <= timedelta(seconds=5), (line, ended)

@@ -237,9 +237,10 @@ class _RunLines(logging.Handler):
         self.verbose = verbose
 
     def emit(self, record: logging.LogRecord) -> None:
-        from datetime import datetime
+        from datetime import UTC, datetime
 
-        when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        # UTC, as history, logs and the API give times: a line is matched against them
+        when = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S")
         action = getattr(record, "tether_action", None)
         if action not in ("claimed", "finished"):
             if record.levelno >= logging.WARNING:
@@ -256,5 +257,5 @@ class _RunLines(logging.Handler):
             if self.verbose:
                 self.out.print(f"{when} {task_id} {task_type} started")
             return
-        began = datetime.fromtimestamp(record.created - seconds).strftime("%H:%M:%S")
+        began = datetime.fromtimestamp(record.created - seconds, UTC).strftime("%H:%M:%S")
         self.out.print(f"{began}–{when} {task_id} {task_type} {_status(status)} in {seconds:.2f}s")
