@@ -114,6 +114,9 @@ def test_demo_tells_the_story(tmp_path: Path) -> None:
     assert out.count("replayed from the log") == 5
     assert "TimeoutError, backoff 0.2s" in out
     assert (tmp_path / "tether.db").exists()
+    # a pipe: the timeline is plain columns under a header line, no box drawing, as every table
+    assert not set("─━│┃┏┓┗┛┡┩╇") & set(out), out
+    assert re.search(r"^t \(s\) +process +step +what happened *$", out, re.M), out
 
 
 def test_waiting_tasks_show_what_they_wait_for_and_take_answers(tmp_path: Path) -> None:

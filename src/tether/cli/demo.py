@@ -219,12 +219,10 @@ def _print_facts(out: Any, facts: dict[str, Any]) -> None:
 def _print_timeline(
     out: Any, timeline: list[dict[str, Any]], state: tether.TaskState, pid_a: int, pid_b: int, started: float
 ) -> None:
-    from rich.table import Table
+    from tether.cli._render import table as listing  # the CLI's one table: plain in a pipe
 
     names = {pid_a: "A", pid_b: "B"}
-    table = Table(title="timeline", title_justify="left")
-    for column in ("t (s)", "process", "step", "what happened"):
-        table.add_column(column)
+    table = listing("t (s)", "process", "step", "what happened", title="timeline")
     tools_by_step: dict[tuple[int, int], list[dict[str, Any]]] = {}
     current: dict[int, int] = {}
     for event in timeline:
