@@ -4,8 +4,10 @@ answer, /metrics in Prometheus text behind the API's auth, the usage API, one ac
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
@@ -84,6 +86,21 @@ def test_usage_over_http(app: tether.App) -> None:
     assert bad.status_code == 400 and "task, type, user, session, model, day" in bad.json()["message"]
     assert served.get("/v1/usage", params={"since": "yesterday"}).status_code == 400
     assert served.get("/v1/tasks/nope/usage").status_code == 404
+
+
+def test_usage_bodies_are_typed_and_give_times_in_utc(app: tether.App) -> None:
+    served = client(app, no_auth=True)
+    spent = app.usage("t1").calls[0].at
+    call = served.get("/v1/tasks/t1/usage").json()["calls"][0]
+    assert call["at"] == datetime.fromtimestamp(spent, UTC).isoformat().replace("+00:00", "Z")  # not epoch seconds
+    report = served.get("/v1/usage", params={"since": "7d"}).json()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", report["since"]) and report["total"]["total_tokens"] == 34
+    schemas = served.get("/openapi.json").json()["components"]["schemas"]
+    paths = served.get("/openapi.json").json()["paths"]
+    for path, model in (("/v1/tasks/{task_id}/usage", "TaskUsageBody"), ("/v1/usage", "UsageReportBody")):
+        body = paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{model}"}
+    assert schemas["CallUsageBody"]["properties"]["at"]["format"] == "date-time"
 
 
 def test_one_access_line_per_request(app: tether.App, caplog: pytest.LogCaptureFixture) -> None:

@@ -24,6 +24,7 @@ from tether.model.status import Status
 
 __all__ = [
     "Answered",
+    "CallUsageBody",
     "DiffBody",
     "HistoryEntry",
     "HistoryPage",
@@ -40,6 +41,9 @@ __all__ = [
     "TaskPage",
     "TaskSummary",
     "TaskTree",
+    "TaskUsageBody",
+    "UsageReportBody",
+    "UsageTotals",
     "UserDocument",
     "WhoAmI",
     "WindowBody",
@@ -237,3 +241,44 @@ class UserDocument(BaseModel):
 class WhoAmI(BaseModel):
     tenant: str
     name: str
+
+
+class UsageTotals(BaseModel):
+    """Tokens and cost summed over the calls that reported usage. ``cost`` sums the costs reported
+    (``ctx.usage(cost=…)``; results carry tokens, not prices), ``null`` when none was."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    cost: float | None
+    calls: int = Field(description="how many calls reported usage")
+
+
+class CallUsageBody(UsageTotals):
+    """One call's part of a task's usage."""
+
+    n: int = Field(description="the call's number (call #n, as history counts; 0: reported before any call)")
+    tool: str | None
+    model: str | None
+    at: datetime = Field(description="when it was spent")
+    inherited: bool = Field(description="spent by the parent before the fork was made")
+
+
+class TaskUsageBody(BaseModel):
+    """A task's tokens and cost: its own, what a fork inherited from its parent, both, and each call's."""
+
+    task_id: str
+    own: UsageTotals
+    inherited: UsageTotals
+    total: UsageTotals
+    calls: list[CallUsageBody]
+
+
+class UsageReportBody(BaseModel):
+    """The tenant's tasks' own usage (a fork's inheritance counts once, in its parent), grouped by ``by``."""
+
+    total: UsageTotals
+    by: str | None = Field(description="what the groups are by (task, type, user, session, model, day), or null")
+    groups: dict[str, UsageTotals]
+    tasks: int = Field(description="how many tasks were read")
+    since: datetime | None = Field(description="the start of the time counted, or null for all of it")

@@ -3,10 +3,9 @@ tenant (``/v1/usage``), read from the record as ``app.usage`` reads them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Query, Request
 
+from tether.serve.models import TaskUsageBody, UsageReportBody
 from tether.telemetry import GROUPS
 
 __all__ = ["usage_router"]
@@ -16,10 +15,10 @@ def usage_router() -> APIRouter:
     router = APIRouter(tags=["usage"])
 
     @router.get("/v1/tasks/{task_id}/usage", summary="A task's tokens and cost, its own and inherited")
-    def task_usage(request: Request, task_id: str, since: str | None = None) -> dict[str, Any]:
+    def task_usage(request: Request, task_id: str, since: str | None = None) -> TaskUsageBody:
         app = request.app.state.apps(request.app.state.authenticate(request))
-        found: dict[str, Any] = app.usage(task_id, since=since).to_dict()
-        return found
+        # a call's epoch seconds become a UTC time with its offset, as every time the API gives
+        return TaskUsageBody.model_validate(app.usage(task_id, since=since).to_dict())
 
     @router.get("/v1/usage", summary="Tokens and cost of the tenant's tasks, grouped")
     def usage(
@@ -30,10 +29,9 @@ def usage_router() -> APIRouter:
         session_id: str | None = None,
         type: str | None = None,
         limit: int = Query(10_000, ge=1, le=100_000),
-    ) -> dict[str, Any]:
+    ) -> UsageReportBody:
         app = request.app.state.apps(request.app.state.authenticate(request))
         report = app.usage(user_id=user_id, session_id=session_id, type=type, by=by, since=since, limit=limit)
-        body: dict[str, Any] = report.to_dict()
-        return body
+        return UsageReportBody.model_validate(report.to_dict())
 
     return router
