@@ -1,7 +1,9 @@
-"""A task a worker parked (its run could not go on) says so in the API and on its inspector page."""
+"""A task a worker parked (its run could not go on) says so in the API and on its inspector page; the
+page shows what the task's calls spent."""
 
 from __future__ import annotations
 
+import tether
 from tests.serve.conftest import Served
 
 
@@ -24,3 +26,29 @@ def test_a_parked_task_says_why_in_the_api_and_the_inspector(served: Served) -> 
 
     app.send_input(served.waiting, "approve", {"yes": True})  # a person acted: the mark goes
     assert served.get(f"/v1/tasks/{served.waiting}").json()["summary"]["parked"] is None
+
+
+def test_the_task_page_shows_each_calls_tokens_and_the_tasks_total(served: Served) -> None:
+    """The inspector's calls table has a tokens column when calls reported usage (a model result's own
+    usage, or ``ctx.usage`` with a cost), and the task's total above it; a task without usage has neither."""
+    app = served.app
+
+    @app.tool(readonly=True)
+    def llm_turn(prompt: str) -> dict[str, object]:
+        return {"model": "gpt-4o", "usage": {"prompt_tokens": 1200, "completion_tokens": 34}, "text": prompt}
+
+    @app.task
+    def spender(ctx: tether.TaskContext) -> str:
+        ctx.call(llm_turn, "hello")
+        ctx.call(llm_turn, "again")
+        ctx.usage(input_tokens=10, output_tokens=5, cost=0.0125)
+        return "ok"
+
+    app.run(spender, task_id="spent")
+    page = served.get("/tasks/spent").text
+    assert "<th>tokens</th>" in page
+    assert page.count('<td class="usage">1,200 in · 34 out</td>') == 1  # call #1: its result's usage
+    assert '<td class="usage">10 in · 5 out · cost 0.0125</td>' in page  # call #2: what the code said
+    assert '<p class="usage-total">Usage: 1,210 in · 39 out · cost 0.0125 over 2 calls</p>' in page
+    plain = served.get(f"/tasks/{served.failed}").text
+    assert "<th>tokens</th>" not in plain and "usage-total" not in plain

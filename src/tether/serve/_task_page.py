@@ -23,6 +23,7 @@ from tether.serve._html import data, e, link, short, when
 from tether.serve._ids import shown, visible
 from tether.serve._json import jsonable, requested
 from tether.store import TaskRow
+from tether.telemetry import TaskUsage, Usage, task_usage
 from tether.timetravel import HistoryEntry
 
 __all__ = ["call_named", "doubt_section", "task_body"]
@@ -315,21 +316,44 @@ def _lines_visible(text: str) -> str:
 
 
 def _calls(state: TaskState) -> str:
+    """The calls, one row each; with the tokens and cost of those that reported usage (a column,
+    and the task's total above the table) when any did."""
     calls = list(state.calls)
     if not calls:
         return ""
+    spent = task_usage(state)
+    by_n = {c.n: c.usage for c in spent.calls}
     rows = "".join(
         f'<tr class="call {e(c.kind)}"><td>{c.n}</td>'
         f"<td>{e(c.tool)}{' (compensation)' if c.kind == 'compensation' else ''}</td><td>{e(c.status)}</td>"
         f"<td><code>{e(short(c.args))}</code></td><td><code>{e(short(c.result))}</code></td>"
-        f"<td>{_attempts(c)}</td><td>{e(_duration(c))}</td></tr>"
+        f"<td>{_attempts(c)}</td><td>{e(_duration(c))}</td>"
+        + (f'<td class="usage">{e(_spent(by_n[c.n]) if c.n in by_n else "")}</td>' if by_n else "")
+        + "</tr>"
         for c in calls
     )
+    total = _usage_total(spent) if spent.calls else ""
     return (
-        '<section id="calls"><h2>Calls</h2><div class="scroll"><table class="calls"><thead><tr><th>#</th>'
-        "<th>tool</th><th>status</th><th>args</th><th>result</th><th>attempts</th><th>duration</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table></div></section>"
+        f'<section id="calls"><h2>Calls</h2>{total}<div class="scroll"><table class="calls"><thead><tr><th>#</th>'
+        "<th>tool</th><th>status</th><th>args</th><th>result</th><th>attempts</th><th>duration</th>"
+        + ("<th>tokens</th>" if by_n else "")
+        + f"</tr></thead><tbody>{rows}</tbody></table></div></section>"
     )
+
+
+def _spent(usage: Usage) -> str:
+    """Tokens in and out, and the cost when one was reported (``ctx.usage(cost=...)``)."""
+    cost = f" · cost {usage.cost:.4f}" if usage.cost is not None else ""
+    return f"{usage.input_tokens:,} in · {usage.output_tokens:,} out{cost}"
+
+
+def _usage_total(spent: TaskUsage) -> str:
+    """The task's usage: what it spent itself, and for a fork what its parent spent before it."""
+    own = spent.own
+    line = f"Usage: {_spent(own)} over {own.calls} call{'s' if own.calls != 1 else ''}"
+    if spent.inherited.calls:
+        line += f"; inherited from before the fork: {_spent(spent.inherited)}"
+    return f'<p class="usage-total">{e(line)}</p>'
 
 
 def _attempts(call: Any) -> str:
