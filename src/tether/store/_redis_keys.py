@@ -11,10 +11,14 @@ Keys (``P`` the store's prefix, ``T`` the tenant, ``I`` a task id, each escaped 
     P:{T}:tasks    ZSET  task id -> created_at: listing, newest first
     P:{T}:due      ZSET  task id -> when a claim may take it (only tasks a claim may ever take)
     P:{T}:held     SET   the ids of tasks whose lease has an owner
+    P:{T}:exp      ZSET  task id -> when its keys expire (ms), for the tasks whose keys carry one
     P:{T}:L:<key>  HASH  one idempotency key of the ledger
     P:chg          pub/sub channel: every commit that may wake a waiter publishes on it
 
 Every key of one task carries the hash tag ``{T:I}``, so a task's own operations touch one slot.
+A finished task's row also holds ``x``, when it expires, under a store opened with ``ttl``: its four
+keys carry that expiry (or a fork's later one) together, and ``exp`` lets listings prune the
+tenant's indexes of it (``_redis_lua.py``, ``settle`` and ``PRUNE``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,12 @@ Each write that could make a task runnable or change what a waiter looks for end
 
 from __future__ import annotations
 
+from tether.store.base import FINISHED
+
+EXPIRING = FINISHED | {"closed"}
+"""The statuses after which a stream may expire: a finished task's, and a closed session's (it takes no
+more messages)."""
+
 __all__ = [
     "APPEND",
     "CLAIM",
@@ -24,6 +30,7 @@ __all__ = [
     "LEDGER_FINISH",
     "NAME_SESSION",
     "PARK",
+    "PRUNE",
     "RECORD_WORKER",
     "RELEASE",
     "RENEW",
@@ -35,6 +42,7 @@ __all__ = [
 #  due   ZSET task id -> when a claim may take it (TaskRow.due_at), only for tasks a claim may take at all
 #  held  SET of the task ids whose lease has an owner (what lease_holders reads)
 #  tasks ZSET task id -> created_at (listing, newest first)
+#  exp   ZSET task id -> when its keys expire (ms), for the tasks whose keys carry an expiry
 _PRELUDE = """
 local P, ET = ARGV[1], ARGV[2]
 local TB = P .. ':{' .. ET .. '}'
@@ -60,23 +68,69 @@ local function reindex(id)
   if at then redis.call('ZADD', DUE, at, id) else redis.call('ZREM', DUE, id) end
 end
 local function publish() redis.call('PUBLISH', P .. ':chg', ET) end
+-- Retention. A finished stream's row holds ``x``, when it expires (server ms, set by the store that
+-- finished it, when that store has a ttl); its keys expire at the later of that and its forks'
+-- expiries, and not at all while a fork is unfinished (or finished with no expiry): a fork reads its
+-- parent's events. EXP (id -> that time) is how listings find the index entries to prune.
+local EXP = TB .. ':exp'
+local FIN = {FINISHED_STATUSES}
+local OWN = {':r', ':e', ':s', ':k'}
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function forks(b)
+  local kids = redis.call('SMEMBERS', b .. ':k')
+  local live = {}
+  for _, kid in ipairs(kids) do
+    if redis.call('EXISTS', tk(kid) .. ':r') == 1 then live[#live + 1] = kid
+    else redis.call('SREM', b .. ':k', kid) end
+  end
+  return live
+end
+local function settle(id, up)
+  local b = tk(id)
+  local f = redis.call('HMGET', b .. ':r', 'status', 'x', 'parent_id')
+  if not f[1] then return end
+  local at = FIN[f[1]] and f[2] and tonumber(f[2])
+  if at then
+    for _, kid in ipairs(forks(b)) do
+      local until_ = redis.call('ZSCORE', EXP, kid)
+      if not until_ then at = false break end
+      at = math.max(at, tonumber(until_))
+    end
+  end
+  if at then
+    for _, s in ipairs(OWN) do redis.call('PEXPIREAT', b .. s, at) end
+    redis.call('ZADD', EXP, at, id)
+  elseif redis.call('PTTL', b .. ':r') >= 0 or redis.call('ZSCORE', EXP, id) then
+    for _, s in ipairs(OWN) do redis.call('PERSIST', b .. s) end
+    redis.call('ZREM', EXP, id)
+  end
+  if up and f[3] then settle(f[3], true) end
+end
+local function finish(r, old, new, ttl)
+  if not FIN[new] then redis.call('HDEL', r, 'x')
+  elseif ttl > 0 and not FIN[old or ''] then redis.call('HSET', r, 'x', now_ms() + ttl) end
+end
 local function held(owner, expires, now)
   return owner and (not expires or tonumber(expires) > tonumber(now))
 end
-"""
+""".replace("FINISHED_STATUSES", ", ".join(f"{status} = true" for status in sorted(EXPIRING)))
 
 # One stream or several, all or nothing. ARGV[3] = how many streams, ARGV[4] = the append's own
 # random id; then per stream 17 values and its events: id, expected, fence ('' none), n events,
 # completes among them, last seq, last at, has index ('1'/'0'), moves, status given, status, wake_at
-# ('' none), has head, head calls, head summary, has output, output. The same append sent again (a
+# ('' none), has head, head calls, head summary, has output, output; ARGV[5] = the store's ttl in ms
+# (0 none), applied to a stream this append finishes. The same append sent again (a
 # retry after its reply was lost to a dropped connection) finds its id on the rows it moved last
 # and is taken as done, not refused as a conflict with itself.
 APPEND = (
     _PRELUDE
     + """
 local n = tonumber(ARGV[3])
-local nonce = ARGV[4]
-local parts, pos = {}, 5
+local nonce, ttl = ARGV[4], tonumber(ARGV[5])
+local parts, pos = {}, 6
 for i = 1, n do
   local p = {}
   for j = 1, 17 do p[j] = ARGV[pos + j - 1] end
@@ -87,8 +141,9 @@ end
 local done = 0
 for i, p in ipairs(parts) do
   local b = tk(p[1])
-  local f = redis.call('HMGET', b .. ':r', 'lease_token', 'version', 'w')
+  local f = redis.call('HMGET', b .. ':r', 'lease_token', 'version', 'w', 'status')
   if not f[2] then return {'missing', i} end
+  p.old = f[4]
   local token = tonumber(f[1] or '0')
   if p[3] ~= '' and token ~= tonumber(p[3]) then return {'fence', i, token} end
   local version = tonumber(f[2])
@@ -107,7 +162,11 @@ for _, p in ipairs(parts) do
   redis.call('HINCRBY', r, 'calls_done', p[5])
   if p[8] == '1' then
     if p[9] == '1' then
-      if p[10] == '1' then redis.call('HSET', r, 'status', p[11]) end
+      if p[10] == '1' then
+        redis.call('HSET', r, 'status', p[11])
+        finish(r, p.old, p[11], ttl)
+        settle(p[1], true)
+      end
       if p[12] == '' then redis.call('HDEL', r, 'wake_at') else redis.call('HSET', r, 'wake_at', p[12]) end
       redis.call('HDEL', r, 'parked')
     end
@@ -136,6 +195,7 @@ redis.call('RPUSH', b .. ':e', ARGV[6])
 redis.call('ZADD', TASKS, ARGV[5], id)
 if parent ~= '' then redis.call('SADD', tk(parent) .. ':k', id) end
 reindex(id)
+settle(id, true)
 publish()
 return 'ok'
 """
@@ -261,7 +321,7 @@ local r = b .. ':r'
 local f = redis.call('HMGET', r, 'version', 'parent_id')
 if not f[1] then return {'missing'} end
 if tonumber(f[1]) ~= tonumber(ARGV[4]) then return {'version', tonumber(f[1])} end
-if redis.call('SCARD', b .. ':k') > 0 then return {'forked'} end
+if #forks(b) > 0 then return {'forked'} end
 local gone = redis.call('LLEN', b .. ':e')
 redis.call('DEL', b .. ':e', b .. ':s')
 for k = 8, #ARGV do redis.call('RPUSH', b .. ':e', ARGV[k]) end
@@ -269,6 +329,8 @@ if f[2] then redis.call('SREM', tk(f[2]) .. ':k', id) end
 redis.call('HDEL', r, 'parent_id', 'parent_seq')
 redis.call('HSET', r, 'base', ARGV[4], 'version', ARGV[6], 'updated_at', ARGV[7])
 redis.call('HINCRBY', r, 'calls_done', ARGV[5])
+settle(id, false)  -- the new event list carries the stream's expiry, if it has one
+if f[2] then settle(f[2], true) end  -- no longer read by this stream: the parent may expire sooner
 publish()
 return {'ok', gone}
 """
@@ -282,19 +344,24 @@ local id = ARGV[3]
 local b = tk(id)
 local f = redis.call('HMGET', b .. ':r', 'version', 'parent_id')
 if not f[1] then return {'missing'} end
-if redis.call('SCARD', b .. ':k') > 0 then return {'forked'} end
+if #forks(b) > 0 then return {'forked'} end
 local gone = redis.call('LLEN', b .. ':e')
 redis.call('DEL', b .. ':r', b .. ':e', b .. ':s', b .. ':k')
 redis.call('ZREM', TASKS, id)
 redis.call('ZREM', DUE, id)
+redis.call('ZREM', EXP, id)
 redis.call('SREM', HELD, id)
-if f[2] then redis.call('SREM', tk(f[2]) .. ':k', id) end
+if f[2] then
+  redis.call('SREM', tk(f[2]) .. ':k', id)
+  settle(f[2], true)
+end
 return {'ok', gone}
 """
 )
 
 # ARGV: id, expected, archive id, archived event, its seq, its at, its completes, the finished
-# statuses (comma-separated), the fork's created_at, its first event, then the fork row's pairs.
+# statuses (comma-separated), the fork's created_at, its first event, the store's ttl in ms (0 none),
+# then the fork row's pairs.
 REWIND = (
     _PRELUDE
     + """
@@ -311,6 +378,7 @@ local ar = a .. ':r'
 redis.call('HDEL', ar, 'wake_at', 'lease_owner', 'lease_expires')
 if not string.find(',' .. ARGV[10] .. ',', ',' .. f[2] .. ',', 1, true) then
   redis.call('HSET', ar, 'status', 'cancelled')
+  finish(ar, f[2], 'cancelled', tonumber(ARGV[13]))
 end
 redis.call('RPUSH', a .. ':e', ARGV[6])
 redis.call('HSET', ar, 'version', ARGV[7], 'updated_at', ARGV[8])
@@ -324,12 +392,14 @@ if f[3] then
 end
 redis.call('ZREM', TASKS, id)
 redis.call('ZADD', TASKS, f[4], archive)
-for k = 13, #ARGV, 2 do redis.call('HSET', b .. ':r', ARGV[k], ARGV[k + 1]) end
+for k = 14, #ARGV, 2 do redis.call('HSET', b .. ':r', ARGV[k], ARGV[k + 1]) end
 redis.call('RPUSH', b .. ':e', ARGV[12])
 redis.call('ZADD', TASKS, ARGV[11], id)
 redis.call('SADD', a .. ':k', id)
 reindex(archive)
 reindex(id)
+-- The archive's keys came with the old stream's expiry (RENAME keeps it); its new fork holds them now.
+settle(id, true)
 publish()
 return {'ok'}
 """
@@ -343,7 +413,33 @@ local b = tk(ARGV[3])
 if redis.call('EXISTS', b .. ':r') == 0 then return 0 end
 redis.call('HSET', b .. ':s', ARGV[4], ARGV[5])
 if ARGV[6] ~= '' and ARGV[6] ~= ARGV[4] then redis.call('HDEL', b .. ':s', ARGV[6]) end
+settle(ARGV[3], false)  -- a snapshot hash made just now carries the stream's expiry, if it has one
 return 1
+"""
+)
+
+# No arguments of its own. Drops the tenant's index entries (listing, due, held, exp) of streams
+# whose keys have expired, up to 256 of them; returns how many entries of ``exp`` it looked at (256:
+# run it again). An entry of a stream that no longer expires (persisted, or made again under its id)
+# leaves ``exp``; one whose expiry moved takes its new time.
+PRUNE = (
+    _PRELUDE
+    + """
+local ids = redis.call('ZRANGEBYSCORE', EXP, '-inf', '(' .. now_ms(), 'LIMIT', 0, 256)
+for _, id in ipairs(ids) do
+  local left = redis.call('PTTL', tk(id) .. ':r')
+  if left == -2 then
+    redis.call('ZREM', TASKS, id)
+    redis.call('ZREM', DUE, id)
+    redis.call('ZREM', EXP, id)
+    redis.call('SREM', HELD, id)
+  elseif left == -1 then
+    redis.call('ZREM', EXP, id)
+  else
+    redis.call('ZADD', EXP, now_ms() + left, id)
+  end
+end
+return #ids
 """
 )
 

@@ -29,6 +29,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by installs without the extra
     raise ImportError("the Redis backend needs redis-py 5 or newer: pip install 'tether[redis]'") from exc
 
+from tether.checks import check_positive
 from tether.errors import ConfigurationError, ConflictError, LeaseLostError, TaskNotFoundError
 from tether.store import _redis_lua as lua
 from tether.store._redis_io import Listener, check_durability, connect, read_persistence, unavailable
@@ -67,9 +68,10 @@ from tether.store.memory import _matches
 __all__ = ["OPTIONS", "RedisStore"]
 
 T = TypeVar("T")
-OPTIONS = frozenset({"prefix", "durability", "accept_durability", "readonly"})
+OPTIONS = frozenset({"prefix", "durability", "accept_durability", "readonly", "ttl"})
 """tether's own options on a Redis URL's query string (the rest go to redis-py)."""
 _PAGE = 256  # index rows read per round trip while listing
+_PRUNED = 256  # expired streams one PRUNE script drops at most (the script's own bound)
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -94,6 +96,9 @@ class RedisStore:
         accept_durability: the server persistence accepted for ``"full"`` anyway (``everysec``,
             ``no``, ``off`` or ``unknown``, as docs/redis.md describes them).
         readonly: refuse every write (what ``tether`` inspection commands open).
+        ttl: seconds after which a stream that finishes (a task completed, failed or cancelled, a
+            session closed) goes away whole; never while a fork of it is unfinished. ``None``
+            (default): nothing expires. docs/redis.md says exactly what expires and when.
 
     Example:
         >>> store = RedisStore("redis://127.0.0.1:6379/0?prefix=doc")  # doctest: +SKIP
@@ -109,6 +114,7 @@ class RedisStore:
         durability: str | None = None,
         accept_durability: str | None = None,
         readonly: bool | str = False,
+        ttl: float | str | None = None,
     ) -> None:
         server, ours = split_url(url)
         self.url = redact_url(url)
@@ -117,6 +123,8 @@ class RedisStore:
         accept = accept_durability or ours.get("accept_durability")
         flag = readonly if readonly is not False else ours.get("readonly", False)
         self.readonly = flag.lower() in ("1", "true", "yes") if isinstance(flag, str) else bool(flag)
+        self.ttl = _seconds("ttl", ttl if ttl is not None else ours.get("ttl"))
+        self._ttl_ms = 0 if self.ttl is None else max(1, round(self.ttl * 1000))
         # Typed Any: redis-py types every reply as bytes | str, and this client (decode_responses=False)
         # returns bytes only.
         self._client: Any = connect(server)
@@ -177,7 +185,7 @@ class RedisStore:
         self._append(tenant, appends)
 
     def _append(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
-        args: list[Any] = [len(appends), uuid.uuid4().hex]
+        args: list[Any] = [len(appends), uuid.uuid4().hex, self._ttl_ms]
         for part in appends:
             args += _append_header(part)
             args += [pack_event(e, part.fence) for e in part.events]
@@ -238,6 +246,7 @@ class RedisStore:
             ",".join(sorted(FINISHED)),
             number(fork.created_at),
             pack_event(forked, forked.fence),
+            self._ttl_ms,
             *pack_row(row, version=forked.seq, updated_at=forked.at, base=forked.seq - 1),
         )
         if answer[0] == b"archive_exists":
@@ -249,14 +258,15 @@ class RedisStore:
 
     def _read(self, tenant: str, task_id: str, after: int, upto: int | None) -> list[EventRow]:
         bases: dict[str, int] = {}
+        versions: dict[str, int] = {}
 
         def parent_of(stream: str) -> tuple[str, int] | None:
-            base, parent, at = self._client.hmget(
-                self._task_key(tenant, stream, "r"), "base", "parent_id", "parent_seq"
+            base, parent, at, version = self._client.hmget(
+                self._task_key(tenant, stream, "r"), "base", "parent_id", "parent_seq", "version"
             )
             if base is None:
                 raise TaskNotFoundError(stream, tenant=tenant)
-            bases[stream] = int(base)
+            bases[stream], versions[stream] = int(base), int(version)
             return None if parent is None or at is None else (parent.decode(), int(at))
 
         def segment(stream: str, low: int, last: int | None) -> list[EventRow]:
@@ -265,7 +275,12 @@ class RedisStore:
             stop = -1 if last is None else last - base - 1  # LRANGE's -1 is the end: only for "no upper bound"
             if last is not None and stop < start:
                 return []
-            return [unpack_event(v) for v in self._client.lrange(self._task_key(tenant, stream, "e"), start, stop)]
+            got = self._client.lrange(self._task_key(tenant, stream, "e"), start, stop)
+            wanted = min(versions[stream], last if last is not None else versions[stream]) - base - start
+            if len(got) < wanted and not self._client.exists(self._task_key(tenant, stream, "r")):
+                # Expired (or deleted) between reading its row and its events: gone whole, never half.
+                raise TaskNotFoundError(stream, tenant=tenant)
+            return [unpack_event(v) for v in got]
 
         return read_across_forks(task_id, after, upto, parent_of, segment)
 
@@ -281,6 +296,7 @@ class RedisStore:
     def _rows(self, tenant: str, flt: TaskFilter) -> Iterator[TaskRow]:
         """The tenant's rows matching ``flt``, newest first, read a page at a time (a task created
         meanwhile pushes the rest down a place: one seen already is not given twice)."""
+        self._prune(tenant)
         tasks = self._tenant_key(tenant, "tasks")
         start = 0
         seen: set[bytes] = set()
@@ -297,6 +313,14 @@ class RedisStore:
                     yield row
                 seen.add(raw_id)
             start += _PAGE
+
+    def _prune(self, tenant: str) -> None:
+        """Drop the index entries of the tenant's expired streams. A reader never returns one either
+        way (its row is gone with the rest of it); pruning keeps the indexes from growing with them."""
+        if self.readonly:
+            return
+        while self._run("PRUNE", tenant) == _PRUNED:
+            pass
 
     def list_tasks(self, tenant: str, flt: TaskFilter, *, limit: int = 100, offset: int = 0) -> list[TaskRow]:
         rows: list[TaskRow] = []
@@ -444,6 +468,19 @@ class RedisStore:
 
     def close(self) -> None:
         _shut(self._listener, self._client)
+
+
+def _seconds(name: str, raw: float | str | None) -> float | None:
+    """A Redis option in seconds (``ttl``), refused by name unless it is a finite number above zero."""
+    if raw is None:
+        return None
+    try:
+        return check_positive(float(raw) if isinstance(raw, str) else raw, name)
+    except (ValueError, ConfigurationError):
+        raise ConfigurationError(
+            f"Redis option {name}={raw!r} is not a number of seconds above 0; expected a finite number such as "
+            f"{name}=3600"
+        ) from None
 
 
 def _append_header(part: StreamAppend) -> list[Any]:
