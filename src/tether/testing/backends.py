@@ -346,7 +346,7 @@ class RedisBackend(Backend):
         return {name: sorted(rows) for name, rows in tables.items()}
 
 
-_REDIS_INDEXES = (b"tasks", b"due", b"held")
+_REDIS_INDEXES = (b"tasks", b"due", b"held", b"exp")
 
 
 def _redis_index(client: Any, key: bytes) -> dict[bytes, object]:
