@@ -172,10 +172,17 @@ def test_sessions_messages_window_and_users(served: Served) -> None:
     assert [(m["role"], m["content"]) for m in messages] == [("user", "hello"), ("assistant", "you said hello")]
     window = served.get("/v1/sessions/s1/window", params={"max_tokens": 1000}).json()
     assert len(window["messages"]) == 2 and window["tokens"] > 0
-    assert served.get("/v1/sessions/nope/messages").status_code == 404
+    # a missing session or user is named as what it is, never as a task
+    for path, words in (
+        ("/v1/sessions/nope/messages", "no session 'nope' in tenant 'default'"),
+        ("/v1/sessions/nope/window", "no session 'nope' in tenant 'default'"),
+        ("/v1/users/nobody", "no user 'nobody' in tenant 'default'"),
+    ):
+        missing = served.get(path)
+        assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json"
+        assert (missing.json()["code"], missing.json()["message"]) == ("not_found", words), missing.json()
     user = served.get("/v1/users/u1").json()
     assert user["document"] == {"seat": "aisle"} and user["version"] >= 2
-    assert served.get("/v1/users/nobody").status_code == 404
     assert served.get("/v1/sessions").status_code == 200  # reading made nothing
     assert [s["session_id"] for s in served.get("/v1/sessions").json()["items"]] == ["s1"]
 

@@ -55,6 +55,7 @@ from tether.serve.models import (
     WindowBody,
     Workers,
 )
+from tether.serve.problems import NotFoundError
 from tether.store import TaskFilter, TaskRow
 from tether.store.base import FINISHED
 from tether.timetravel import HistoryCursor, step_ref
@@ -555,7 +556,7 @@ def _how_to_answer(key: str) -> str:
 def _open_session(app: App, session_id: str) -> Any:
     check_id(session_id, "session_id")
     if app.store.get_task(app.tenant, session_stream(session_id)) is None:
-        raise TaskNotFoundError(session_id, tenant=app.tenant)
+        raise NotFoundError("session", session_id, tenant=app.tenant)
     return app.session(session_id)
 
 
@@ -609,7 +610,7 @@ def _add_sessions_and_users(router: APIRouter, app_for: AppFor) -> None:
         app = app_for(who)
         check_id(user_id, "user_id")
         if app.store.get_task(app.tenant, f"user:{user_id}") is None:
-            raise TaskNotFoundError(user_id, tenant=app.tenant)
+            raise NotFoundError("user", user_id, tenant=app.tenant)
         doc = app.user(user_id)
         return {"user_id": user_id, "version": doc.version, "document": jsonable(doc.get())}
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import logging
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from tether.errors import TetherError
 from tether.serve.auth import AuthError
 
-__all__ = ["MEDIA_TYPE", "add_error_handlers", "problem_body", "status_of"]
+__all__ = ["MEDIA_TYPE", "NotFoundError", "add_error_handlers", "problem_body", "status_of"]
 
 MEDIA_TYPE = "application/problem+json"
 _log = logging.getLogger("tether.serve")
@@ -37,6 +37,7 @@ _STATUS = {
     "csrf_failed": 403,
     "bad_host": 403,
     "task_not_found": 404,
+    "not_found": 404,
     "invalid_input": 400,
     "not_serializable": 400,
     "unknown_event_type": 400,
@@ -54,6 +55,19 @@ _STATUS = {
     "store_full": 507,
 }
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+class NotFoundError(TetherError):
+    """A session or a user the path names is not in the tenant (404 ``not_found``, the code of a
+    route that does not exist; a missing task is :class:`~tether.errors.TaskNotFoundError`)."""
+
+    code = "not_found"
+
+    def __init__(self, what: Literal["session", "user"], name: str, *, tenant: str) -> None:
+        super().__init__(f"no {what} {name!r} in tenant {tenant!r}")
+        self.kind = what
+        self.id = name
+        self.tenant = tenant
 
 
 def status_of(error: TetherError) -> int:
