@@ -251,3 +251,39 @@ def test_a_read_that_meets_the_expiry_midway_finds_no_task(
             store.read_events(TENANT, "done")
     finally:
         store.close()
+
+
+def test_tasks_run_by_an_app_expire_after_their_forks_and_rewinds(server: RedisServer, client: Any) -> None:
+    """Through the engine: a run task, a fork of it, and a rewound task with its archived branch."""
+    app = tether.App(f"{server.url}?prefix=ttl-app&ttl=1")
+
+    @app.tool
+    def double(n: int) -> int:
+        return 2 * n
+
+    @app.task
+    def job(ctx: tether.TaskContext, n: int) -> int:
+        return ctx.call(double, n)
+
+    def left() -> set[str]:
+        app.list_tasks()  # prunes
+        return _keys(client, "ttl-app")
+
+    try:
+        assert app.run(job, 2, task_id="forked").output == 4
+        assert app.run(job, 3, task_id="rewound").output == 6
+        app.fork("forked", at=1, new_id="fork")
+        app.rewind("rewound", to=1)
+        row = f"ttl-app:{{{app.tenant}:%s}}:r"
+        assert client.pttl(row % "forked") == -1  # its fork is pending
+        assert client.pttl(row % "rewound~1") == -1  # the archived branch: the new run reads it
+        assert app.resume("fork").output == 4
+        assert app.resume("rewound").output == 6
+        _until(lambda: left() == set(), "every task, fork and archived branch gone, indexes too")
+        assert app.list_tasks() == []
+        with pytest.raises(tether.TaskNotFoundError):
+            app.get("forked")
+    finally:
+        app.close()
+        for key in _keys(client, "ttl-app"):
+            client.delete(key)
