@@ -31,8 +31,10 @@ from tether.serve._html import data, e, link, when
 from tether.serve._ids import shown, visible
 from tether.serve._json import summary_json
 from tether.serve._task_page import call_named, doubt_section, failure_text, task_body
+from tether.serve.api import _not_found
 from tether.serve.auth import CSRF_COOKIE, CSRF_HEADER, KEY_COOKIE, AuthError, Principal, csrf_matches, new_csrf_token
 from tether.serve.keys import KeyRing
+from tether.serve.problems import status_of
 from tether.store import TaskFilter
 
 __all__ = ["build_pages"]
@@ -116,10 +118,13 @@ class _Frame:
                 return HTMLResponse(e(str(exc)), status_code=exc.status, headers=_HEADERS)
             try:
                 out = render(self.app_for(who), request)
-            except TaskNotFoundError as exc:
-                return self.page(request, "not found", f'<p class="error">{e(visible(str(exc)))}</p>', who)
             except TetherError as exc:
-                return self.page(request, "error", f'<p class="error">{e(visible(str(exc)))}</p>', who)
+                # the error's own status, as the API answers it: a page that is not found is a 404
+                # (for a browser's history, a crawler, a monitoring check), not a 200 saying so
+                named = "not found" if isinstance(exc, TaskNotFoundError) else "error"
+                answer = self.page(request, named, f'<p class="error">{e(visible(str(exc)))}</p>', who)
+                answer.status_code = status_of(exc)
+                return answer
             named = title(request) if callable(title) else title
             return out if isinstance(out, Response) else self.page(request, named, out, who)
 
@@ -226,7 +231,7 @@ def _task_page(app: App, request: Request, *, alive_within: float) -> str:
     task_id = request.path_params["task_id"]
     row = app.store.get_task(app.tenant, task_id)
     if row is None or row.type.startswith("tether."):
-        raise TaskNotFoundError(task_id, tenant=app.tenant)
+        raise _not_found(app, task_id)  # the API's words: the close id meant, when one is
     return task_body(app, row, app.state(task_id), app.history(task_id), alive_within=alive_within)
 
 
