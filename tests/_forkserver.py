@@ -28,10 +28,10 @@ server runs any number of children at once.
 
 Run as a script, this file is the server: ``python _forkserver.py MODULE...`` imports the modules,
 then reads one JSON request a line on stdin (``{"id": n, "argv": [script, arg...], "timeout":
-seconds}``, and optionally the child's ``"cwd"``, ``"env"`` and ``"stdout"`` path). For each it answers
-with one JSON line once the child is forked (``id``, ``pid``) and one when it has exited (``id``,
-``returncode``, ``stdout``, ``stderr``, ``timed_out``). At the end of its input it kills the children
-still running.
+seconds}``, and optionally the child's ``"cwd"``, ``"env"`` and ``"stdout"`` path, and ``"stderr":
+"stdout"``). For each it answers with one JSON line once the child is forked (``id``, ``pid``) and
+one when it has exited (``id``, ``returncode``, ``stdout``, ``stderr``, ``timed_out``). At the end of
+its input it kills the children still running.
 """
 
 from __future__ import annotations
@@ -111,17 +111,19 @@ class ForkServer:
         cwd: Path | str | None = None,
         env: Mapping[str, str] | None = None,
         stdout: Path | str | None = None,
+        stderr_to_stdout: bool = False,
     ) -> ForkedProcess:
         """Starts ``python script args...`` in a child forked from the server and returns at once. The
         server SIGKILLs a child that outlives ``timeout``. ``cwd`` and ``env``, as ``subprocess.run``
         takes them, are the child's own (by default the server's): the child moves there and takes
         that environment before the script runs, and the folders of its ``PYTHONPATH`` go first on
         ``sys.path``, as a fresh interpreter would put them. ``stdout``: a path the child writes its
-        output to (opened for writing: a FIFO blocks the child until the test opens it to read)."""
+        output to (opened for writing: a FIFO blocks the child until the test opens it to read).
+        ``stderr_to_stdout``: its stderr goes where its stdout goes, as ``stderr=subprocess.STDOUT``."""
         argv = [str(script), *args]
         request_id = next(self._ids)
         request: dict[str, Any] = {"id": request_id, "argv": argv, "timeout": timeout}
-        for name, value in (("cwd", cwd), ("stdout", stdout)):
+        for name, value in (("cwd", cwd), ("stdout", stdout), ("stderr", "stdout" if stderr_to_stdout else None)):
             if value is not None:
                 request[name] = str(value)
         if env is not None:
@@ -297,7 +299,7 @@ def _become(request: dict[str, Any], out: IO[bytes], err: IO[bytes]) -> Any:
         os.close(to)
     else:
         os.dup2(out.fileno(), 1)
-    os.dup2(err.fileno(), 2)
+    os.dup2(1 if request.get("stderr") == "stdout" else err.fileno(), 2)
     out.close()
     err.close()
     if "cwd" in request:

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 import tether
+from tests._forkserver import ForkedProcess, ForkServer, ForkServers
+from tests.crash.test_workers import CLI, PRELOAD, SERVER_ENV
 
 HERE = Path(__file__).parent
-TETHER = [sys.executable, "-m", "tether.cli"]
 
 
 def _env(tmp: Path, url: str) -> dict[str, str]:
@@ -51,15 +52,18 @@ def _effects(tmp: Path) -> list[tuple[str, str, str]]:
         conn.close()
 
 
-def _worker(tmp: Path, url: str, *args: str) -> subprocess.Popen[bytes]:
-    with open(tmp / f"worker-{time.time_ns()}.log", "wb") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            [*TETHER, "worker", "_compose_app:app", "--poll", "0.05", *args],
-            cwd=HERE,
-            env=_env(tmp, url),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+@pytest.fixture
+def servers(fork_servers: ForkServers) -> tuple[ForkServer, ForkServer]:
+    """Each ``tether worker`` a process of its own, forked from a server that has imported tether and
+    its CLI (the one the worker tests use) instead of a fresh interpreter importing them again."""
+    return fork_servers(PRELOAD, SERVER_ENV)
+
+
+def _worker(server: ForkServer, tmp: Path, url: str, *args: str) -> ForkedProcess:
+    log = tmp / f"worker-{time.time_ns()}.log"
+    log.touch()  # the child opens it for writing: its stdout and stderr
+    args = ("worker", "_compose_app:app", "--poll", "0.05", *args)
+    return server.start(CLI, *args, cwd=HERE, env=_env(tmp, url), stdout=log, stderr_to_stdout=True, timeout=600)
 
 
 def _logs(tmp: Path) -> str:
@@ -70,7 +74,7 @@ def _logs(tmp: Path) -> str:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("how", ["fork", "rewind"])
 def test_a_branch_of_a_conversation_is_never_claimed_and_the_worker_runs_the_rest(
-    tmp_path: Path, make_url: Any, how: str
+    tmp_path: Path, make_url: Any, servers: tuple[ForkServer, ForkServer], how: str
 ) -> None:
     url = make_url(tmp_path)
     app = _app(tmp_path, url)
@@ -84,7 +88,7 @@ def test_a_branch_of_a_conversation_is_never_claimed_and_the_worker_runs_the_res
     app.send_input(branch, "answer", "on its way")
     plain = [app.start("plain", n, task_id=f"p{n}").task_id for n in range(3)]
 
-    worker = _worker(tmp_path, url, "--idle-exit")
+    worker = _worker(servers[0], tmp_path, url, "--idle-exit")
     try:
         code = worker.wait(timeout=90)
     except subprocess.TimeoutExpired:
@@ -104,11 +108,14 @@ def test_a_branch_of_a_conversation_is_never_claimed_and_the_worker_runs_the_res
 
 @pytest.mark.crash
 @pytest.mark.timeout(240)
-def test_a_wait_in_a_parallel_branch_replays_under_concurrent_workers(tmp_path: Path, make_url: Any) -> None:
+def test_a_wait_in_a_parallel_branch_replays_under_concurrent_workers(
+    tmp_path: Path, make_url: Any, servers: tuple[ForkServer, ForkServer]
+) -> None:
     url = make_url(tmp_path)
     app = _app(tmp_path, url)
     ids = [app.start("support", f"o{i}", task_id=f"s{i}").task_id for i in range(6)]
-    workers = [_worker(tmp_path, url, "-c", "4"), _worker(tmp_path, url, "-c", "2")]
+    # From the two servers: the workers hash strings differently, as two fresh processes would.
+    workers = [_worker(servers[0], tmp_path, url, "-c", "4"), _worker(servers[1], tmp_path, url, "-c", "2")]
     try:
         deadline = time.monotonic() + 90
         while not all(app.get(t).status is tether.Status.AWAITING_INPUT for t in ids):
