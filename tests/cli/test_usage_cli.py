@@ -54,6 +54,22 @@ def test_usage_per_task_grouped_and_as_json(tmp_path: Path) -> None:
     assert bad.exit_code != 0 and "duration back from now (7d, 12h" in bad.output
 
 
+def test_usage_tables_are_plain_text_in_a_pipe(tmp_path: Path) -> None:
+    """`usage` and the usage table of `show` are the CLI's one table: columns under a header line
+    in a pipe, no box drawing, as every other table."""
+    url = make(tmp_path)
+    runner = CliRunner()
+    for args in (["usage", "--db", url, "--by", "user"], ["usage", "t1", "--db", url], ["show", "t1", "--db", url]):
+        done = runner.invoke(main, args, env={"COLUMNS": "80"})
+        assert done.exit_code == 0, done.output
+        assert not set("─━│┃┏┓┗┛┡┩╇") & set(done.output), done.output
+    grouped = runner.invoke(main, ["usage", "--db", url, "--by", "user"], env={"COLUMNS": "80"}).output
+    assert [line.split() for line in grouped.splitlines()[1:3]] == [
+        ["group", "calls", "input", "output", "total", "cost"],
+        ["ada", "2", "20", "6", "26", "0.0200"],
+    ], grouped
+
+
 def test_check_shows_counts_on_a_terminal_and_nothing_in_a_pipe(tmp_path: Path) -> None:
     app = tether.App(f"sqlite:///{tmp_path / 'c.db'}")
 

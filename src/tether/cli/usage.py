@@ -11,6 +11,7 @@ from rich.table import Table
 import tether
 from tether.cli._base import _open, _tid, db_option, errors_as_messages, json_option, main
 from tether.cli._render import console, emit_json
+from tether.cli._render import table as listing  # the CLI's one table: plain in a pipe and under NO_COLOR
 from tether.telemetry import GROUPS, TaskUsage, Usage, task_usage
 
 __all__ = ["print_usage"]
@@ -67,7 +68,7 @@ def usage(
     if as_json:
         emit_json(report.to_dict())
         return
-    table = Table("group" if by else "", "calls", "input", "output", "total", "cost", title="usage")
+    table = listing("group" if by else "", "calls", "input", "output", "total", "cost", title="usage")
     for name, part in report.groups.items():
         _row(table, escape(name), part)
     _row(table, "[bold]all[/]", report.total)
@@ -76,7 +77,7 @@ def usage(
 
 
 def _print_task(out: Console, found: TaskUsage) -> None:
-    table = Table("#", "tool", "model", "input", "output", "cost", title=f"usage of {escape(found.task_id)}")
+    table = listing("#", "tool", "model", "input", "output", "cost", title=f"usage of {escape(found.task_id)}")
     for c in found.calls:
         mark = " (inherited)" if c.inherited else ""
         table.add_row(
