@@ -72,7 +72,8 @@ def test_a_schema_7_database_moves_its_events_to_a_rowid_table(tmp_path: Path, m
     old = tether.App(f"sqlite:///{path}", inline_wait=0)  # migrates
     assert _everything(path) == stored  # every row as it was, in the same order
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == _sqlite_schema.SCHEMA_VERSION == 8
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == _sqlite_schema.SCHEMA_VERSION
+    assert _sqlite_schema.MIGRATIONS[7] == _sqlite_schema.EVENTS_AS_ROWS  # migration 8
     assert "WITHOUT ROWID" not in _events_sql(conn) and "PRIMARY KEY (task, seq)" in _events_sql(conn)
     assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'events' ORDER BY name")] == [
         "events",
@@ -128,7 +129,9 @@ def test_a_migration_that_fails_leaves_the_schema_7_database_as_it_was(
     _schema_7_database(path, monkeypatch)
     stored = _everything(path)
     failing = _sqlite_schema.EVENTS_AS_ROWS + "INSERT INTO nowhere VALUES (1);"  # after the old table is dropped
-    monkeypatch.setattr(_sqlite_schema, "MIGRATIONS", [*_sqlite_schema.MIGRATIONS[:7], failing])
+    monkeypatch.setattr(
+        _sqlite_schema, "MIGRATIONS", [*_sqlite_schema.MIGRATIONS[:7], failing, *_sqlite_schema.MIGRATIONS[8:]]
+    )
     with pytest.raises(ConfigurationError):
         tether.App(f"sqlite:///{path}")
     conn = sqlite3.connect(path)
