@@ -86,6 +86,8 @@ def test_usage_over_http(app: tether.App) -> None:
     assert bad.status_code == 400 and "task, type, user, session, model, day" in bad.json()["message"]
     assert served.get("/v1/usage", params={"since": "yesterday"}).status_code == 400
     assert served.get("/v1/tasks/nope/usage").status_code == 404
+    typo = served.get("/v1/tasks/t1x/usage").json()  # close to t1: said, as every task route says it
+    assert typo["code"] == "task_not_found" and typo["did_you_mean"] == "t1", typo
 
 
 def test_usage_bodies_are_typed_and_give_times_in_utc(app: tether.App) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 
+from tether.serve.api import _row_of
 from tether.serve.models import TaskUsageBody, UsageReportBody
 from tether.telemetry import GROUPS
 
@@ -17,6 +18,7 @@ def usage_router() -> APIRouter:
     @router.get("/v1/tasks/{task_id}/usage", summary="A task's tokens and cost, its own and inherited")
     def task_usage(request: Request, task_id: str, since: str | None = None) -> TaskUsageBody:
         app = request.app.state.apps(request.app.state.authenticate(request))
+        _row_of(app, task_id)  # a task that is not there is refused as every task route refuses it
         # a call's epoch seconds become a UTC time with its offset, as every time the API gives
         return TaskUsageBody.model_validate(app.usage(task_id, since=since).to_dict())
 
