@@ -88,7 +88,10 @@ class Backend:
     def dump(self, url: str, store: Store | None = None) -> object:
         """Everything the database at ``url`` holds, to compare before and after an operation that
         must write nothing. ``store`` is the open store (an in-process backend is dumped from it).
-        A backend that cannot be dumped lacks the ``dump`` capability."""
+        A backend that cannot be dumped lacks the ``dump`` capability.
+
+        The workers' liveness records (``Store.record_worker``) are left out: a worker writes its
+        own as it starts and stops, whatever it finds to run, and they hold nothing of any task."""
         raise NotImplementedError
 
     def has(self, capability: str) -> bool:
@@ -168,6 +171,11 @@ class MemoryBackend(Backend):
         return copy.deepcopy({k: v for k, v in vars(store).items() if k in ("_tasks", "_ledger")})
 
 
+_WORKERS = "workers"
+"""The table of the workers' liveness records, which a dump leaves out (see :meth:`Backend.dump`)."""
+_WORKER_ROWS = f'INSERT INTO "{_WORKERS}"'
+
+
 class SQLiteBackend(Backend):
     """``sqlite:///path.db``: a file of the same name (and the URL's options) in each test's
     temporary directory."""
@@ -185,7 +193,7 @@ class SQLiteBackend(Backend):
     def dump(self, url: str, store: Store | None = None) -> object:
         conn = sqlite3.connect(url.removeprefix("sqlite:///").partition("?")[0])
         try:
-            return "\n".join(conn.iterdump())
+            return "\n".join(line for line in conn.iterdump() if not line.startswith(_WORKER_ROWS))
         finally:
             conn.close()
 
@@ -250,6 +258,8 @@ class PostgresBackend(Backend):
                 )
             ]
             for name in names:
+                if name == _WORKERS:
+                    continue
                 query = sql.SQL("SELECT * FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(name))
                 tables[name] = sorted(tuple(map(repr, row)) for row in conn.execute(query))
         return tables
