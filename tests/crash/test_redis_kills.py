@@ -162,3 +162,45 @@ def test_redis_server_sigkilled_while_workers_run(
     for n in range(jobs):
         _fences_never_go_back(after, f"job-{n}")
     after.close()
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(120)
+def test_expiries_survive_sigkills_of_the_server(redis_server: RedisServer) -> None:
+    """What ``?ttl=`` set is in the AOF: after each SIGKILL and restart, a finished task's keys still
+    share one expiry, and a parent held for its unfinished fork still has none."""
+    import redis
+
+    url = f"{redis_server.url}?prefix=x&durability=full&ttl=3600"
+    store = open_store(url)
+    now = time.time()
+    store.create_task(
+        "t", TaskRow("done", "t", "job", "pending", None, None, now, now, 1), EventRow(1, "E", 1, now, "1")
+    )
+    store.append("t", "done", [EventRow(2, "E", 1, now, "2")], 1, index=tether.store.IndexUpdate("completed"))
+    store.create_task(
+        "t", TaskRow("kept", "t", "job", "pending", None, None, now, now, 1), EventRow(1, "E", 1, now, "1")
+    )
+    store.append("t", "kept", [EventRow(2, "E", 1, now, "2")], 1, index=tether.store.IndexUpdate("completed"))
+    fork = TaskRow("fork", "t", "job", "pending", None, None, now, now, 1, parent_id="kept", parent_seq=2)
+    store.create_task("t", fork, EventRow(3, "E", 1, now, "3"))
+    store.close()
+
+    def expiries() -> dict[str, set[int]]:
+        client = redis.Redis(port=redis_server.port)
+        try:
+            found: dict[str, set[int]] = {}
+            for key in client.scan_iter(match="x:*"):
+                name = key.decode()
+                if "{t:" in name:
+                    found.setdefault(name.partition("{t:")[2].partition("}")[0], set()).add(client.pexpiretime(key))
+            return found
+        finally:
+            client.close()
+
+    before = expiries()
+    assert len(before["done"]) == 1 and before["done"] != {-1} and before["kept"] == {-1} == before["fork"]
+    for _ in range(scenarios(3)):
+        redis_server.kill()
+        redis_server.start()
+        assert expiries() == before
