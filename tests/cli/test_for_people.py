@@ -199,6 +199,20 @@ def test_tasks_json_is_a_page_with_its_total_and_the_next(db: str) -> None:
     assert waiting["total"] == 4  # a choice is case-insensitive
 
 
+def test_keys_list_json_is_a_page_with_utc_times(db: str) -> None:
+    assert cli("keys", "create", "--tenant", "acme", "--name", "ci", "--db", db).exit_code == 0
+    page = json.loads(cli("keys", "list", "--db", db, "--json").output)
+    assert {k: page[k] for k in ("total", "limit", "offset", "page", "next_page")} == {
+        "total": 1,
+        "limit": 1,
+        "offset": 0,
+        "page": 1,
+        "next_page": None,
+    }
+    (key,) = page["items"]
+    assert key["name"] == "ci" and re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", key["created_at"]), key
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -59,3 +59,19 @@ def test_a_workers_lines_are_stamped_in_utc(tmp_path: Path, in_new_york: None, m
         ended = app.history("t1")[-1].at.astimezone(UTC)
     stamped = datetime.combine(ended.date(), datetime.strptime(line[:8], "%H:%M:%S").time(), UTC)
     assert timedelta(seconds=-1) <= stamped - ended.replace(microsecond=0) <= timedelta(seconds=5), (line, ended)
+
+
+def test_tasks_says_when_a_sleeping_task_wakes_in_utc_with_the_offset(tmp_path: Path, in_new_york: None) -> None:
+    path = str(tmp_path / "t.db")
+    with tether.App(path) as app:
+
+        @app.task
+        def nap(ctx: tether.TaskContext) -> str:
+            ctx.sleep(3600)  # long: the run is set aside until it is due
+            return "rested"
+
+        app.run(nap, task_id="t1")
+        wakes = app.state("t1").wake_at
+    assert wakes is not None
+    done = CliRunner().invoke(main, ["tasks", "--db", path], env={"COLUMNS": "200", "TETHER_URL": ""})
+    assert f"wakes {wakes.astimezone(UTC).isoformat(' ', 'seconds')}" in done.output, done.output

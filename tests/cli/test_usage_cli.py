@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -50,6 +51,10 @@ def test_usage_per_task_grouped_and_as_json(tmp_path: Path) -> None:
     assert shown.exit_code == 0 and "usage of t1" in shown.output and "gpt-4o" in shown.output
     later = runner.invoke(main, ["usage", "--db", url, "--since", "2999-01-01", "--json"])
     assert json.loads(later.output)["total"]["calls"] == 0
+    # times in --json are ISO 8601 in UTC with the offset, as every verb's (not epoch seconds)
+    assert json.loads(later.output)["since"] == "2999-01-01T00:00:00+00:00"
+    (call,) = json.loads(runner.invoke(main, ["usage", "t1", "--db", url, "--json"]).output)["calls"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", call["at"]), call
     bad = runner.invoke(main, ["usage", "--db", url, "--since", "soon"])
     assert bad.exit_code != 0 and "duration back from now (7d, 12h" in bad.output
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from datetime import UTC
 from pathlib import Path
 
 import click
@@ -124,7 +125,7 @@ def _print_tasks(rows: list[tether.TaskSummary], wide: bool) -> None:
         if doubt is not None:
             waits = f"call #{doubt} in doubt: see tether show"
         if r.wakes_at is not None:
-            waits += (" until " if waits else "wakes ") + r.wakes_at.strftime("%Y-%m-%d %H:%M:%S")
+            waits += (" until " if waits else "wakes ") + r.wakes_at.astimezone(UTC).isoformat(" ", "seconds")
         if r.parked is not None:
             waits = f"[red]parked[/] (no worker runs it): {escape(shorten(r.parked, 80))}; see tether show"
         listing.add_row(_shown_id(r.task_id, wide), r.type, _status(r.status.value), r.position, waits, r.held_by or "")

@@ -87,15 +87,15 @@ def keys_create(db: str | None, tenant: str, name: str) -> None:
 def keys_list(db: str | None, as_json: bool) -> None:
     """The keys: id, tenant, name, when made, revoked or not (never the secret)."""
     from dataclasses import asdict
+    from datetime import UTC, datetime
 
     from tether.serve.keys import KeyRing
 
     found = KeyRing(open_existing(db)).list()
-    if as_json:
-        emit_json({"items": [asdict(k) for k in found], "total": len(found)})
+    if as_json:  # a page like every list (one: keys are few), its times in UTC with the offset like every time
+        items = [{**asdict(k), "created_at": datetime.fromtimestamp(k.created_at, UTC).isoformat()} for k in found]
+        emit_json({"items": items, "total": len(found), "limit": len(found), "offset": 0, "page": 1, "next_page": None})
         return
-    from datetime import UTC, datetime
-
     listing = table("id", "tenant", "name", "created", "revoked")
     for k in found:
         made = datetime.fromtimestamp(k.created_at, UTC).isoformat(" ", "seconds")

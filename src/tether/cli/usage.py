@@ -3,6 +3,8 @@ and the usage lines of ``tether show``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import click
 from rich.console import Console
 from rich.markup import escape
@@ -15,6 +17,11 @@ from tether.cli._render import table as listing  # the CLI's one table: plain in
 from tether.telemetry import GROUPS, TaskUsage, Usage, task_usage
 
 __all__ = ["print_usage"]
+
+
+def _utc(epoch: float | None) -> str | None:
+    """A time for --json as every verb writes one: ISO 8601 in UTC, with the offset."""
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
 def _cost(usage: Usage) -> str:
@@ -60,13 +67,14 @@ def usage(
     if task_id is not None:
         found = app.usage(_tid(app, task_id), since=since)
         if as_json:
-            emit_json(found.to_dict())
+            body = found.to_dict()
+            emit_json({**body, "calls": [{**c, "at": _utc(c["at"])} for c in body["calls"]]})
             return
         _print_task(out, found)
         return
     report = app.usage(user_id=user_id, session_id=session_id, type=task_type, by=by, since=since)
     if as_json:
-        emit_json(report.to_dict())
+        emit_json({**report.to_dict(), "since": _utc(report.since)})
         return
     table = listing("group" if by else "", "calls", "input", "output", "total", "cost", title="usage")
     for name, part in report.groups.items():
