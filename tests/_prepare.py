@@ -1,5 +1,6 @@
 """What the suite needs from outside the virtualenv, fetched once: Debian's chromium (the inspector's
-browser tests) and the sdist of the installed ``openai-agents`` (the SDK's own session tests).
+browser tests), the sdist of the installed ``openai-agents`` (the SDK's own session tests), and a
+virtualenv of the core's dependency floors (tests/unit/test_dependency_floors.py).
 
 ``make test`` runs ``python -m tests._prepare`` before pytest, so both are installed with the other
 test dependencies; the tests' fixtures call the same functions, so a bare ``pytest`` run fetches
@@ -14,12 +15,16 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
-__all__ = ["CHROMIUM", "Missing", "agents_sdist", "chromium"]
+__all__ = ["CHROMIUM", "FLOORS", "Missing", "agents_sdist", "chromium", "floor_pins", "floors"]
 
 CHROMIUM = "/usr/bin/chromium"
 SDIST_CACHE = Path(sys.prefix) / ".cache" / "openai-agents-sdist"  # inside the virtualenv: `make clean` removes it
+FLOORS = Path(sys.prefix) / ".cache" / "floors"
+"""A virtualenv with each core dependency (and the kit's, pytest and hypothesis) at its declared floor."""
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class Missing(Exception):  # noqa: N818 (a thing missing, not an error of the code)
@@ -65,9 +70,47 @@ def agents_sdist() -> Path:
     return archive
 
 
+def floor_pins() -> list[str]:
+    """``name==floor`` for each dependency of the core and of the ``testing`` extra, as pyproject.toml
+    declares them (``name>=floor``): what a user with the oldest versions tether admits runs."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = []
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["testing"]]:
+        name, found, floor = requirement.partition(">=")
+        if not found or "," in floor or ";" in floor:
+            raise Missing(f"pyproject.toml: {requirement!r} is not of the form name>=floor")
+        pins.append(f"{name.strip()}=={floor.strip()}")
+    return pins
+
+
+def floors() -> Path:
+    """The floors' virtualenv (its python), made again when the pins change; tether installed in it
+    from this checkout, without its dependencies (they are the pins)."""
+    python = FLOORS / "bin" / "python"
+    pins = floor_pins()
+    stamp = FLOORS / ".pins"
+    FLOORS.parent.mkdir(parents=True, exist_ok=True)
+    with open(FLOORS.parent / ".floors.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(pins):
+            return python
+        shutil.rmtree(FLOORS, ignore_errors=True)
+        steps = [
+            [sys.executable, "-m", "venv", str(FLOORS)],
+            [str(python), "-m", "pip", "install", "--quiet", *pins],
+            [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(ROOT)],
+        ]
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                raise Missing(f"could not make the floors' virtualenv ({' '.join(step[:4])}): {done.stderr[-2000:]}")
+        stamp.write_text("\n".join(pins))
+    return python
+
+
 def main() -> int:
-    """Fetch both; say what could not be had (the tests then fail or skip, each with the reason)."""
-    for name, fetch in (("chromium", chromium), ("openai-agents sdist", agents_sdist)):
+    """Fetch each; say what could not be had (the tests then fail or skip, each with the reason)."""
+    for name, fetch in (("chromium", chromium), ("openai-agents sdist", agents_sdist), ("dependency floors", floors)):
         try:
             fetch()
         except Missing as exc:
