@@ -199,6 +199,26 @@ def test_tasks_json_is_a_page_with_its_total_and_the_next(db: str) -> None:
     assert waiting["total"] == 4  # a choice is case-insensitive
 
 
+def test_show_and_tasks_say_what_was_asked_of_a_task_that_no_worker_acted_on(db: str) -> None:
+    """An answered task still reads awaiting_input until a worker continues it, and a cancel
+    requested leaves it as it was: show and tasks say what was asked, as the inspector does."""
+
+    def shown(task_id: str) -> list[str]:
+        return cli("show", task_id, "--db", db, columns=200).output.splitlines()
+
+    assert not [line for line in shown("other-0") if line.startswith(("answered", "cancel requested"))]
+    assert cli("send", "other-0", "approve_refund", "true", "--db", db).exit_code == 0
+    assert "answered approve_refund = true: a worker continues it from there" in shown("other-0")
+    with tether.App(db) as app:
+        app.request_cancel("other-1", reason="customer withdrew")
+    assert (
+        "cancel requested (customer withdrew): a worker carries it out, compensating completed calls"
+        in shown("other-1")
+    )
+    listed = {line.split()[0]: line for line in cli("tasks", "--db", db, columns=200).output.splitlines()[1:]}
+    assert "answered: for a worker" in listed["other-0"] and "input 'approve_refund'" in listed["other-2"]
+
+
 def test_keys_list_json_is_a_page_with_utc_times(db: str) -> None:
     assert cli("keys", "create", "--tenant", "acme", "--name", "ci", "--db", db).exit_code == 0
     page = json.loads(cli("keys", "list", "--db", db, "--json").output)

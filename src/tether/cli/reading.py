@@ -44,7 +44,7 @@ from tether.cli._render import (
 )
 from tether.cli.usage import print_usage
 from tether.events import in_doubt_call
-from tether.runtime.handles import failure_summary
+from tether.runtime.handles import failure_summary, requested
 from tether.runtime.liveness import liveness, needs_worker
 from tether.store import TaskFilter
 from tether.timetravel import HistoryCursor, session_span
@@ -122,6 +122,8 @@ def _print_tasks(rows: list[tether.TaskSummary], wide: bool) -> None:
     for r in rows:
         doubt = in_doubt_call(r.waiting_for) if r.waiting_for else None
         waits = f"input {r.waiting_for!r}" if r.waiting_for else ""
+        if r.status is tether.Status.AWAITING_INPUT and not r.waiting_for:
+            waits = "answered: for a worker"  # it reads awaiting_input until a worker continues it
         if doubt is not None:
             waits = f"call #{doubt} in doubt: see tether show"
         if r.wakes_at is not None:
@@ -188,8 +190,23 @@ def show(task_id: str, db: str | None, as_json: bool, full: bool) -> None:
         _print_in_doubt(out, state, doubt, db)
     elif state.waiting is not None:
         _print_waiting(out, state.task_id, state.waiting, where_option(db))
+    asked = requested(state)
+    if asked is not None:  # what was asked of it and not yet acted on, as the inspector says it
+        out.print(f"[yellow]{escape(_asked(state, asked))}[/]")
     if state.output is not None:
         out.print(f"output: {escape(shorten(state.output, 10_000 if full else 100))}")
+
+
+def _asked(state: tether.TaskState, asked: str) -> str:
+    """A request no worker has acted on yet, in words: the answer given, the cancel or the retry."""
+    if asked == "answer" and state.received:
+        key, value = list(state.received.items())[-1]  # the answer to the wait it was in: the latest
+        return f"answered {key} = {shorten(value, 60)}: a worker continues it from there"
+    if asked == "cancel":
+        return f"cancel requested ({state.cancel_reason}): a worker carries it out, compensating completed calls"
+    if asked == "retry":
+        return "retry requested: a worker runs it again"
+    return "answered: a worker continues it from there"
 
 
 def _print_calls(out: Console, state: tether.TaskState, doubt: int | None, full: bool) -> None:

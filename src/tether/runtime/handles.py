@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from tether.errors import InvalidInputError, TaskFailedError, TaskNotFinishedError
 from tether.model import Failure, TaskState, Waiting
-from tether.model.status import Status
+from tether.model.status import TERMINAL, Status
 from tether.timetravel import ReplayReport
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "TaskSummary",
     "check_against_schema",
     "failure_summary",
+    "requested",
 ]
 
 
@@ -88,6 +89,24 @@ class TaskHandle:
             task_id=self.task_id,
             status=self.status.value,
         )
+
+
+def requested(state: TaskState) -> Literal["answer", "cancel", "retry"] | None:
+    """The request recorded on a task that no worker has acted on yet: ``answer`` (its wait was
+    answered; it still reads ``awaiting_input`` until a worker continues it), ``cancel``, ``retry``
+    (a failed task sent back: pending, with the history it failed in), or ``None``. What the
+    inspector, the API's ``requested`` and ``tether show`` say of it."""
+    if state.status in TERMINAL:
+        return None
+    if state.cancel_reason is not None:
+        return "cancel"
+    if state.status is Status.AWAITING_INPUT and state.waiting is None:
+        return "answer"
+    # a fork's (or a rewound task's) own history starts after the parent's events it shares
+    created_at = state.parent.seq + 1 if state.parent is not None else 1
+    if state.status is Status.PENDING and state.version > created_at:
+        return "retry"
+    return None
 
 
 def failure_summary(state: TaskState) -> str:

@@ -12,8 +12,9 @@ from pydantic import BaseModel
 from tether.errors import TetherError
 from tether.log.encoding import event_fields
 from tether.model import TaskState
-from tether.model.status import TERMINAL, Status
+from tether.model.status import Status
 from tether.runtime.app import App, failure_summary
+from tether.runtime.handles import requested
 from tether.runtime.liveness import liveness
 from tether.store import TaskRow
 from tether.timetravel import HistoryEntry
@@ -46,26 +47,6 @@ def utc(moment: datetime) -> str:
 
 def _iso(epoch: float | None) -> str | None:
     return None if epoch is None else utc(datetime.fromtimestamp(epoch, UTC))
-
-
-def requested(state: TaskState) -> str | None:
-    """The request recorded on a task that no worker has acted on yet: ``answer`` (its wait was
-    answered; it still reads ``awaiting_input`` until a worker continues it), ``cancel``, ``retry``
-    (a failed task sent back: pending, with the history it failed in), or ``None``."""
-    if state.status in TERMINAL:
-        return None
-    if state.cancel_reason is not None:
-        return "cancel"
-    if state.status is Status.AWAITING_INPUT and state.waiting is None:
-        return "answer"
-    if state.status is Status.PENDING and state.version > _created_at(state):
-        return "retry"
-    return None
-
-
-def _created_at(state: TaskState) -> int:
-    """The seq a task's own history starts at: 1, or a fork's (or rewound task's) first event."""
-    return state.parent.seq + 1 if state.parent is not None else 1
 
 
 def summary_json(app: App, row: TaskRow) -> dict[str, Any]:
