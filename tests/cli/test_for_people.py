@@ -211,10 +211,8 @@ def test_show_and_tasks_say_what_was_asked_of_a_task_that_no_worker_acted_on(db:
     assert "answered approve_refund = true: a worker continues it from there" in shown("other-0")
     with tether.App(db) as app:
         app.request_cancel("other-1", reason="customer withdrew")
-    assert (
-        "cancel requested (customer withdrew): a worker carries it out, compensating completed calls"
-        in shown("other-1")
-    )
+    cancelled = "cancel requested (customer withdrew): a worker carries it out, compensating completed calls"
+    assert cancelled in shown("other-1")
     listed = {line.split()[0]: line for line in cli("tasks", "--db", db, columns=200).output.splitlines()[1:]}
     assert "answered: for a worker" in listed["other-0"] and "input 'approve_refund'" in listed["other-2"]
 
@@ -272,6 +270,12 @@ def test_app_names_what_it_found_instead_of_a_type(tmp_path: Path, monkeypatch: 
     wrong = cli("worker", "support_desk:helper")
     assert "has 'helper', a function, not a tether.App" in " ".join(wrong.output.split())
     assert "NoneType" not in missing.output + wrong.output
+    alone = cli("resume", "t1", "--app", "support_desk")  # the module named without its app
+    assert alone.exit_code == 2 and (
+        "expected module:app (e.g. myagent:app), got 'support_desk'; did you mean support_desk:app?"
+        in " ".join(alone.output.split())
+    ), alone.output
+    assert "did you mean" not in cli("resume", "t1", "--app", "no_such_module").output
 
 
 def _commands(group: click.Group, ctx: click.Context, prefix: str = "") -> Iterator[tuple[str, click.Command]]:

@@ -343,33 +343,39 @@ def _app_hint() -> str:
     )
 
 
+def _meant(module_name: str, module: Any) -> str:
+    """``; did you mean support:app?``, naming the tether.App objects ``module`` holds, or ``""``."""
+    apps = sorted(name for name, value in vars(module).items() if isinstance(value, tether.App))
+    return f"; did you mean {' or '.join(f'{module_name}:{name}' for name in apps)}?" if apps else ""
+
+
 def _load_app(spec: str) -> tether.App:
     """``module:attribute`` → the App object (the current directory is importable); the command's
     one app, whose store it uses for everything."""
     import importlib
 
     module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(f"expected module:app (e.g. myagent:app), got {spec!r}", param_hint=_app_hint())
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    if not module_name or not attribute:
+        expected = f"expected module:app (e.g. myagent:app), got {spec!r}"
+        try:  # a module named alone: say which of its apps was meant
+            meant = _meant(module_name, importlib.import_module(module_name)) if module_name else ""
+        except ImportError:
+            meant = ""
+        raise click.BadParameter(expected + meant, param_hint=_app_hint())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint=_app_hint()) from None
     app = getattr(module, attribute, None)
     if not isinstance(app, tether.App):
-        apps = sorted(name for name, value in vars(module).items() if isinstance(value, tether.App))
         found = (
             f"has no attribute {attribute!r}"
             if not hasattr(module, attribute)
             else f"has {attribute!r}, a {type(app).__name__}, not a tether.App"
         )
-        there = (
-            f"; did you mean {' or '.join(f'{module_name}:{name}' for name in apps)}?"
-            if apps
-            else "; it defines no tether.App (make one: app = tether.App(...))"
-        )
+        there = _meant(module_name, module) or "; it defines no tether.App (make one: app = tether.App(...))"
         raise click.BadParameter(f"module {module_name!r} ({module.__file__}) {found}{there}", param_hint=_app_hint())
     click.get_current_context().meta[_APP] = app
     return app
