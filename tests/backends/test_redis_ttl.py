@@ -15,7 +15,6 @@ import pytest
 
 import tether
 from tests._redis_server import RedisServer, problem
-from tether.conversation.session import SESSION_TYPE
 from tether.store import EventRow, IndexUpdate, TaskFilter, TaskRow, open_store
 
 PROBLEM = problem()
@@ -288,59 +287,3 @@ def test_tasks_run_by_an_app_expire_after_their_forks_and_rewinds(server: RedisS
         app.close()
         for key in _keys(client, "ttl-app"):
             client.delete(key)
-
-
-def _expire_time(client: Any, prefix: str, part: str) -> set[int]:
-    return {client.pexpiretime(k) for k in _keys(client, prefix) if part in k}
-
-
-def test_a_session_under_session_ttl_slides_with_each_write_and_then_goes_whole(
-    server: RedisServer, client: Any
-) -> None:
-    app = tether.App(f"{server.url}?prefix=ttl-slide&session_ttl=3")
-    try:
-        chat = app.session("chat")
-        chat.add("user", "hello")
-        first = _expire_time(client, "ttl-slide", "chat")
-        assert len(first) == 1 and first != {-1}  # every key of it, one expiry
-        start = int(client.time()[0]) * 1000 + int(client.time()[1]) // 1000
-        _until(lambda: int(client.time()[0]) * 1000 + int(client.time()[1]) // 1000 > start + 5, "server time moved")
-        chat.add("assistant", "hi")
-        later = _expire_time(client, "ttl-slide", "chat")
-        assert len(later) == 1 and later.pop() > first.pop()  # the write moved it on
-        _until(
-            lambda: (
-                app.store.list_tasks(app.tenant, TaskFilter(internal=True)) == []
-                and _keys(client, "ttl-slide") == set()
-            ),
-            "the session and its index entries gone",
-        )
-    finally:
-        app.close()
-
-
-def test_session_ttl_starts_at_a_session_s_creation_and_leaves_tasks_alone(server: RedisServer, client: Any) -> None:
-    store = _open(server, "ttl-slide-task", "&session_ttl=60")
-    try:
-        _create(store, "job")
-        _finish(store, "job")
-        assert {client.pttl(k) for k in _keys(client, "ttl-slide-task")} == {-1}
-        now = time.time()
-        row = TaskRow("chat", TENANT, SESSION_TYPE, "open", None, None, now, now, 1)
-        store.create_task(TENANT, row, EventRow(1, "SessionOpened", 1, now, "{}"))
-        assert all(client.pttl(k) > 0 for k in _keys(client, "ttl-slide-task") if "{t:chat}" in k)
-    finally:
-        store.delete_task(TENANT, "job")
-        store.delete_task(TENANT, "chat")
-        store.close()
-
-
-def test_the_scripts_know_a_session_by_its_type() -> None:
-    from tether.store import _redis_lua
-
-    assert _redis_lua.SESSION_TYPE == SESSION_TYPE
-
-
-def test_a_bad_session_ttl_is_named(server: RedisServer) -> None:
-    with pytest.raises(tether.ConfigurationError, match=r"Redis option session_ttl='soon' is not a number of seconds"):
-        open_store(f"{server.url}?session_ttl=soon")

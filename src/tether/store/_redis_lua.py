@@ -15,10 +15,6 @@ from __future__ import annotations
 
 from tether.store.base import FINISHED
 
-SESSION_TYPE = "tether.session"
-"""A session's stream type (``tether.conversation.session.SESSION_TYPE``, which this module cannot import
-without an import circle; tests/backends/test_redis_ttl.py checks they agree)."""
-
 EXPIRING = FINISHED | {"closed"}
 """The statuses after which a stream may expire: a finished task's, and a closed session's (it takes no
 more messages)."""
@@ -72,14 +68,12 @@ local function reindex(id)
   if at then redis.call('ZADD', DUE, at, id) else redis.call('ZREM', DUE, id) end
 end
 local function publish() redis.call('PUBLISH', P .. ':chg', ET) end
--- Retention. A stream's row holds ``x``, when it expires (server ms), only while it expires: once it
--- finished under a store with a ttl, or, for a session under a store with a session_ttl, from each
--- write on (sliding). Its keys expire at the later of that and its forks'
--- expiries, and not at all while a fork has none (unfinished, or finished without a ttl): a fork
--- reads its parent's events. EXP (id -> that time) is how listings find the index entries to prune.
+-- Retention. A finished stream's row holds ``x``, when it expires (server ms, set by the store that
+-- finished it, when that store has a ttl); its keys expire at the later of that and its forks'
+-- expiries, and not at all while a fork is unfinished (or finished with no expiry): a fork reads its
+-- parent's events. EXP (id -> that time) is how listings find the index entries to prune.
 local EXP = TB .. ':exp'
 local FIN = {FINISHED_STATUSES}
-local SESSION = 'SESSION_TYPE'
 local OWN = {':r', ':e', ':s', ':k'}
 local function now_ms()
   local t = redis.call('TIME')
@@ -98,7 +92,7 @@ local function settle(id, up)
   local b = tk(id)
   local f = redis.call('HMGET', b .. ':r', 'status', 'x', 'parent_id')
   if not f[1] then return end
-  local at = f[2] and tonumber(f[2])
+  local at = FIN[f[1]] and f[2] and tonumber(f[2])
   if at then
     for _, kid in ipairs(forks(b)) do
       local until_ = redis.call('ZSCORE', EXP, kid)
@@ -119,33 +113,24 @@ local function finish(r, old, new, ttl)
   if not FIN[new] then redis.call('HDEL', r, 'x')
   elseif ttl > 0 and not FIN[old or ''] then redis.call('HSET', r, 'x', now_ms() + ttl) end
 end
-local function slide(id, kind, ttl)
-  if ttl > 0 and kind == SESSION then
-    redis.call('HSET', tk(id) .. ':r', 'x', now_ms() + ttl)
-    settle(id, true)
-  end
-end
 local function held(owner, expires, now)
   return owner and (not expires or tonumber(expires) > tonumber(now))
 end
-""".replace("FINISHED_STATUSES", ", ".join(f"{status} = true" for status in sorted(EXPIRING))).replace(
-    "SESSION_TYPE", SESSION_TYPE
-)
+""".replace("FINISHED_STATUSES", ", ".join(f"{status} = true" for status in sorted(EXPIRING)))
 
 # One stream or several, all or nothing. ARGV[3] = how many streams, ARGV[4] = the append's own
 # random id; then per stream 17 values and its events: id, expected, fence ('' none), n events,
 # completes among them, last seq, last at, has index ('1'/'0'), moves, status given, status, wake_at
 # ('' none), has head, head calls, head summary, has output, output; ARGV[5] = the store's ttl in ms
-# (0 none), applied to a stream this append finishes, ARGV[6] its session_ttl in ms (0 none), applied
-# to every session this append writes. The same append sent again (a
+# (0 none), applied to a stream this append finishes. The same append sent again (a
 # retry after its reply was lost to a dropped connection) finds its id on the rows it moved last
 # and is taken as done, not refused as a conflict with itself.
 APPEND = (
     _PRELUDE
     + """
 local n = tonumber(ARGV[3])
-local nonce, ttl, session_ttl = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local parts, pos = {}, 7
+local nonce, ttl = ARGV[4], tonumber(ARGV[5])
+local parts, pos = {}, 6
 for i = 1, n do
   local p = {}
   for j = 1, 17 do p[j] = ARGV[pos + j - 1] end
@@ -156,9 +141,9 @@ end
 local done = 0
 for i, p in ipairs(parts) do
   local b = tk(p[1])
-  local f = redis.call('HMGET', b .. ':r', 'lease_token', 'version', 'w', 'status', 'type')
+  local f = redis.call('HMGET', b .. ':r', 'lease_token', 'version', 'w', 'status')
   if not f[2] then return {'missing', i} end
-  p.old, p.kind = f[4], f[5]
+  p.old = f[4]
   local token = tonumber(f[1] or '0')
   if p[3] ~= '' and token ~= tonumber(p[3]) then return {'fence', i, token} end
   local version = tonumber(f[2])
@@ -190,7 +175,6 @@ for _, p in ipairs(parts) do
       if p[16] == '1' then redis.call('HSET', r, 'output', p[17]) else redis.call('HDEL', r, 'output') end
     end
   end
-  slide(p[1], p.kind, session_ttl)
   reindex(p[1])
 end
 publish()
@@ -198,8 +182,7 @@ return {'ok'}
 """
 )
 
-# ARGV: id, parent id ('' none), created_at, first event, the store's session_ttl in ms (0 none), then
-# the row's field/value pairs.
+# ARGV: id, parent id ('' none), created_at, first event, then the row's field/value pairs.
 CREATE = (
     _PRELUDE
     + """
@@ -207,13 +190,12 @@ local id, parent = ARGV[3], ARGV[4]
 local b = tk(id)
 if redis.call('EXISTS', b .. ':r') == 1 then return 'exists' end
 if parent ~= '' and redis.call('EXISTS', tk(parent) .. ':r') == 0 then return 'noparent' end
-for k = 8, #ARGV, 2 do redis.call('HSET', b .. ':r', ARGV[k], ARGV[k + 1]) end
+for k = 7, #ARGV, 2 do redis.call('HSET', b .. ':r', ARGV[k], ARGV[k + 1]) end
 redis.call('RPUSH', b .. ':e', ARGV[6])
 redis.call('ZADD', TASKS, ARGV[5], id)
 if parent ~= '' then redis.call('SADD', tk(parent) .. ':k', id) end
 reindex(id)
 settle(id, true)
-slide(id, redis.call('HGET', b .. ':r', 'type'), tonumber(ARGV[7]))
 publish()
 return 'ok'
 """

@@ -68,7 +68,7 @@ from tether.store.memory import _matches
 __all__ = ["OPTIONS", "RedisStore"]
 
 T = TypeVar("T")
-OPTIONS = frozenset({"prefix", "durability", "accept_durability", "readonly", "ttl", "session_ttl"})
+OPTIONS = frozenset({"prefix", "durability", "accept_durability", "readonly", "ttl"})
 """tether's own options on a Redis URL's query string (the rest go to redis-py)."""
 _PAGE = 256  # index rows read per round trip while listing
 _PRUNED = 256  # expired streams one PRUNE script drops at most (the script's own bound)
@@ -99,9 +99,6 @@ class RedisStore:
         ttl: seconds after which a stream that finishes (a task completed, failed or cancelled, a
             session closed) goes away whole; never while a fork of it is unfinished. ``None``
             (default): nothing expires. docs/redis.md says exactly what expires and when.
-        session_ttl: seconds after its last write at which a session (a conversation), open or
-            closed, goes away whole, as the Agents SDK's ``RedisSession`` keeps a sliding TTL;
-            a session's forks keep it as long as they live. ``None`` (default): sessions follow ``ttl``.
 
     Example:
         >>> store = RedisStore("redis://127.0.0.1:6379/0?prefix=doc")  # doctest: +SKIP
@@ -118,7 +115,6 @@ class RedisStore:
         accept_durability: str | None = None,
         readonly: bool | str = False,
         ttl: float | str | None = None,
-        session_ttl: float | str | None = None,
     ) -> None:
         server, ours = split_url(url)
         self.url = redact_url(url)
@@ -128,8 +124,7 @@ class RedisStore:
         flag = readonly if readonly is not False else ours.get("readonly", False)
         self.readonly = flag.lower() in ("1", "true", "yes") if isinstance(flag, str) else bool(flag)
         self.ttl = _seconds("ttl", ttl if ttl is not None else ours.get("ttl"))
-        self.session_ttl = _seconds("session_ttl", session_ttl if session_ttl is not None else ours.get("session_ttl"))
-        self._ttl_ms, self._session_ttl_ms = _ms(self.ttl), _ms(self.session_ttl)
+        self._ttl_ms = 0 if self.ttl is None else max(1, round(self.ttl * 1000))
         # Typed Any: redis-py types every reply as bytes | str, and this client (decode_responses=False)
         # returns bytes only.
         self._client: Any = connect(server)
@@ -166,9 +161,7 @@ class RedisStore:
         pairs = pack_row(row, version=first.seq, updated_at=first.at, base=first.seq - 1)
         event = pack_event(first, first.fence)
         parent = row.parent_id or ""
-        answer = self._run(
-            "CREATE", tenant, row.task_id, parent, number(row.created_at), event, self._session_ttl_ms, *pairs
-        )
+        answer = self._run("CREATE", tenant, row.task_id, parent, number(row.created_at), event, *pairs)
         if answer == b"exists":
             raise ConflictError(row.task_id, expected=0, actual=None)
         if answer == b"noparent":
@@ -192,7 +185,7 @@ class RedisStore:
         self._append(tenant, appends)
 
     def _append(self, tenant: str, appends: Sequence[StreamAppend]) -> None:
-        args: list[Any] = [len(appends), uuid.uuid4().hex, self._ttl_ms, self._session_ttl_ms]
+        args: list[Any] = [len(appends), uuid.uuid4().hex, self._ttl_ms]
         for part in appends:
             args += _append_header(part)
             args += [pack_event(e, part.fence) for e in part.events]
@@ -488,11 +481,6 @@ def _seconds(name: str, raw: float | str | None) -> float | None:
             f"Redis option {name}={raw!r} is not a number of seconds above 0; expected a finite number such as "
             f"{name}=3600"
         ) from None
-
-
-def _ms(seconds: float | None) -> int:
-    """Seconds as the scripts take them: whole milliseconds, at least 1; 0 for none."""
-    return 0 if seconds is None else max(1, round(seconds * 1000))
 
 
 def _append_header(part: StreamAppend) -> list[Any]:
