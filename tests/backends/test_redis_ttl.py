@@ -195,16 +195,32 @@ def test_a_task_made_again_under_an_expired_id_works(server: RedisServer, client
         store.close()
 
 
-def test_a_closed_session_expires_and_an_open_one_does_not(server: RedisServer, client: Any) -> None:
+def test_sessions_open_or_closed_never_expire(server: RedisServer, client: Any) -> None:
+    """A task that has not finished may still read its conversation (a resumed run reads the messages
+    its record names), and nothing holds a session for its tasks: under ``ttl`` no session expires,
+    so a task waiting on a closed conversation resumes with it whole."""
     app = tether.App(f"{server.url}?prefix=ttl-sess&ttl=1")
     try:
-        kept, closed = app.session("kept"), app.session("closed")
-        kept.add("user", "hello")
-        closed.add("user", "bye")
-        closed.close()
-        _until(lambda: not any("closed" in k for k in _keys(client, "ttl-sess")), "the closed session expired")
-        assert {client.pttl(k) for k in _keys(client, "ttl-sess") if "kept" in k} == {-1}
-        assert [m.content for m in app.session("kept").messages()] == ["hello"]
+
+        @app.task
+        def chat(ctx: tether.TaskContext) -> str:
+            ctx.session.add("user", "hello")
+            day = ctx.wait_for_input("day")  # resumed, the run replays the add: it reads the session again
+            return str(day)
+
+        @app.task
+        def quick(ctx: tether.TaskContext) -> str:
+            return "done"
+
+        app.run(chat, task_id="t1", session_id="conv")
+        app.session("kept").add("user", "hi")
+        app.session("conv").close()
+        app.run(quick, task_id="finished")  # a task that finishes meanwhile does expire
+        _until(lambda: not any("finished" in k for k in _keys(client, "ttl-sess")), "the finished task expired")
+        assert {client.pttl(k) for k in _keys(client, "ttl-sess") if "kept" in k or "conv" in k} == {-1}
+        app.send_input("t1", "day", "Friday")
+        assert app.resume("t1").output == "Friday"
+        assert [m.content for m in app.session("conv").messages()] == ["hello"]
     finally:
         app.close()
         for key in _keys(client, "ttl-sess"):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from tether.store.base import FINISHED
 
-EXPIRING = FINISHED | {"closed"}
-"""The statuses after which a stream may expire: a finished task's, and a closed session's (it takes no
-more messages)."""
+EXPIRING = FINISHED
+"""The statuses after which a stream may expire: a finished task's. A session never does, closed or
+not: a task that has not finished may still read it (its record names the session's seqs, and a
+replay reads them), and nothing holds a session for its tasks the way a fork holds its parent."""
 
 __all__ = [
     "APPEND",

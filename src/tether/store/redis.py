@@ -96,9 +96,9 @@ class RedisStore:
         accept_durability: the server persistence accepted for ``"full"`` anyway (``everysec``,
             ``no``, ``off`` or ``unknown``, as docs/redis.md describes them).
         readonly: refuse every write (what ``tether`` inspection commands open).
-        ttl: seconds after which a stream that finishes (a task completed, failed or cancelled, a
-            session closed) goes away whole; never while a fork of it is unfinished. ``None``
-            (default): nothing expires. docs/redis.md says exactly what expires and when.
+        ttl: seconds after which a task that finishes (completed, failed or cancelled) goes away
+            whole; never while a fork of it is unfinished. Sessions are kept. ``None`` (default):
+            nothing expires. docs/redis.md says exactly what expires and when.
 
     Example:
         >>> store = RedisStore("redis://127.0.0.1:6379/0?prefix=doc")  # doctest: +SKIP
