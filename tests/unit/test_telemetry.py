@@ -237,3 +237,50 @@ def test_one_line_per_run_start_and_end_without_payloads(app: tether.App, caplog
     assert logging.getLogger("tether").handlers and isinstance(
         logging.getLogger("tether").handlers[0], logging.NullHandler
     )
+
+
+_GLOBAL_PROVIDER_SET_LATE = """
+import tether, tether.telemetry
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+tether.telemetry.instrument()  # as TETHER_OTEL=1 does at import: the global provider is still a proxy
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+tether.telemetry.instrument()  # again, once the SDK's provider is set
+app = tether.App("memory://")
+
+@app.tool
+def double(x: int) -> int:
+    return 2 * x
+
+@app.task
+def job(ctx, n: int) -> int:
+    return sum(ctx.call(double, i) for i in range(n))
+
+app.run(job, 5)
+points = [
+    (dict(p.attributes), p.value)
+    for rm in reader.get_metrics_data().resource_metrics
+    for sm in rm.scope_metrics
+    for m in sm.metrics
+    if m.name == "tether.calls"
+    for p in m.data.data_points
+]
+print(points)
+"""
+
+
+def test_calls_are_counted_when_instrument_runs_before_and_after_the_global_provider_is_set() -> None:
+    """The global meter provider (a proxy until set_meter_provider, then the SDK's) keeps one tally:
+    a second ``instrument()`` once the SDK's provider is set made a second, whose callback the SDK
+    never read, and tether.calls went silent. In a process of its own: the global provider is set once."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_PROVIDER_SET_LATE], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[({'gen_ai.tool.name': 'double', 'tether.replayed': False}, 5)]", done.stdout

@@ -63,8 +63,10 @@ class Telemetry:
         self.tasks = meter.create_counter(
             "tether.tasks", "{task}", "Runs ended, by the status they left the task in (tether.task.status)"
         )
-        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
-        self.calls = _CallTally.of(provider, meter)
+        # The global provider is one key whatever it is now: before set_meter_provider it is a proxy,
+        # which hands the first tally's callback on to the provider set later; a tally keyed on that
+        # provider by a later instrument() would be a second callback, never read.
+        self.calls = _CallTally.of(meter_provider if meter_provider is not None else _GLOBAL, meter)
         self.retries = meter.create_counter(
             "tether.call.retries", "{retry}", "Attempts of calls retried after an error"
         )
@@ -286,6 +288,11 @@ class _CallTally:
         return out
 
 
+class _GlobalProvider:
+    """The key of the tally of OpenTelemetry's global meter provider (whichever it is at the time)."""
+
+
+_GLOBAL = _GlobalProvider()
 _TALLIES: weakref.WeakKeyDictionary[Any, _CallTally] = weakref.WeakKeyDictionary()  # by meter provider
 _TALLIES_LOCK = threading.Lock()
 
