@@ -45,7 +45,7 @@ from tether.log.conflicts import retry_on_conflict
 from tether.log.heads import read_head
 from tether.model import TaskState
 from tether.model.status import TERMINAL, Phases, Status
-from tether.runtime._flow import async_twin, drive_async
+from tether.runtime._flow import RUNNING_TASK, async_twin, drive_async
 from tether.runtime._time_travel import TimeTravel
 from tether.runtime.calls import UNSET, settled_call
 from tether.runtime.engine import Engine
@@ -539,12 +539,15 @@ class App(Closing):
         request in (it wrote after it: a worker woken by the request, compensating) or is inside a
         side-effecting call (its effect may be under way): then it carries the cancel out itself,
         once, and this waits for it to end (for at most twice the lease's time, then raises
-        :class:`TaskBusyError`; the request stays recorded). ``actor`` (who asked) is recorded with
-        the request and shown in the history.
+        :class:`TaskBusyError`; the request stays recorded). Asked from inside the task's own run (a
+        tool of it), it records the request and returns: the run carries it out at its next step.
+        ``actor`` (who asked) is recorded with the request and shown in the history.
         """
         state, requested = self._request_cancel(task_id, reason, actor)
         if state.status in TERMINAL:
             return TaskHandle.of(state)
+        if RUNNING_TASK.get() == task_id:  # asked by the task's own run (a tool of it): it meets the request
+            return TaskHandle.of(state)  # at its next write and carries it out; waiting here would wait on itself
         spec = self.registry.task(state.type)
         deadline = time.monotonic() + 2 * self.lease_ttl
         while True:  # not a conflict retry: a wait for the run that holds the task to carry the cancel out

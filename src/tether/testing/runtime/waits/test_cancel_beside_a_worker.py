@@ -42,3 +42,34 @@ def test_cancel_waits_for_the_run_that_holds_the_task_instead_of_taking_its_leas
     worker.join(20)
     assert [r.status for r in results] == [tether.Status.CANCELLED]
     assert len(undone) == 1  # once, by the run that held the task
+
+
+def test_a_task_that_cancels_itself_from_a_tool_is_cancelled_at_its_next_step(store_url: str) -> None:
+    """``app.cancel`` from inside one of the task's own calls records the request and returns: the run
+    is that very holder, inside the call, and meets the request at its next write. (Waiting for the
+    holder to carry it out, the cancel waited on itself for twice the lease, then raised
+    TaskBusyError into the tool.)"""
+    app = tether.App(store_url, lease_ttl=1)
+    undone: list[str] = []
+    asked: list[tether.TaskHandle] = []
+
+    @app.tool
+    def refund(order: str) -> str:
+        undone.append(order)
+        return order
+
+    @app.tool(compensate=refund)
+    def charge(order: str) -> str:
+        asked.append(app.cancel(tether.current_call().task_id, "the customer left"))
+        return order
+
+    @app.task
+    def checkout(ctx: tether.TaskContext) -> str:
+        ctx.call(charge, "o-1")
+        ctx.call(charge, "o-2")
+        return "paid"
+
+    handle = app.run(checkout, task_id="c")
+    assert [h.status for h in asked] == [tether.Status.RUNNING]  # the request, recorded; the run goes on
+    assert handle.status is tether.Status.CANCELLED and undone == ["o-1"]  # its call kept, then undone
+    assert [(c.tool, c.status) for c in app.state("c").calls] == [("charge", "completed"), ("refund", "completed")]
