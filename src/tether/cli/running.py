@@ -140,16 +140,20 @@ def cancel(task_id: str, reason: str, app_spec: str, as_json: bool, actor: str |
     already = app.log.get(task_id).status == tether.Status.CANCELLED.value
     try:
         handle = app.cancel(task_id, reason, actor=actor)
-    except tether.TaskBusyError as busy:  # the request is recorded: the run that holds the task ends it
+    except (tether.TaskBusyError, tether.ConflictError) as busy:  # recorded: the run that holds the task acts
         held = app.get(task_id)
+        owner = getattr(busy, "owner", None) or "the run that holds it"
+        failing = held.state.failure is not None  # it compensates its failure, and ends failed
         if as_json:
-            emit_json({**_handle_json(held), "cancel_requested": True, "held_by": busy.owner})
+            emit_json({**_handle_json(held), "cancel_requested": True, "held_by": owner, "ends_failed": failing})
             return
-        console().print(
-            f"cancel of {escape(task_id)} requested: {escape(str(busy.owner))} is running it and carries the "
-            "cancel out itself (a run inside a call keeps its lease until the call returns: its effect may be "
-            "under way)"
+        then = (
+            "is compensating the task's failure and ends it failed (the cancel is recorded)"
+            if failing
+            else "is running it and carries the cancel out itself (a run inside a call keeps its lease until "
+            "the call returns: its effect may be under way)"
         )
+        console().print(f"cancel of {escape(task_id)} requested: {escape(str(owner))} {then}")
         return
     if handle.status is not tether.Status.CANCELLED:  # it did not end cancelled: say how it ended
         _handle(console(), handle, as_json)
