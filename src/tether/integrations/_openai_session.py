@@ -40,7 +40,9 @@ class TetherSession:
     items); ``get_items(limit=n)`` the newest ``n`` of them, oldest first. ``add_items`` is atomic
     (a batch stays contiguous whatever else is appended at the same time); ``pop_item`` removes
     the newest item and returns it, once (two concurrent pops never return the same item);
-    ``clear_session`` empties the session. Everything is committed before the call returns. One
+    ``clear_session`` empties the session. Everything is committed before the call returns; outside
+    a task the store's I/O runs in a thread (the loop serves others meanwhile), so, as with the
+    SDK's own sessions, a call cancelled while it writes may still have written, whole. One
     object may be used by several threads, each with an event loop of its own (as
     ``Runner.run_sync`` runs), and by several processes on one database at once.
 
@@ -160,7 +162,9 @@ class TetherSession:
     async def _io(self, fn: Callable[[], T]) -> T:
         """``fn()``, which reads or writes the store: in a thread outside a task, so the event loop
         serves other coroutines while the store answers (as the SDK's own sessions do); on the loop
-        inside one, where the reads and appends are the task's record, ordered with its calls."""
+        inside one, where the reads and appends are the task's record, ordered with its calls.
+        Outside a task, as with the SDK's sessions, a call cancelled while its thread writes still
+        writes: an ``add_items`` cancelled by a timeout may have added its batch (whole, never part)."""
         if isinstance(self._conversation, Session):
             return await asyncio.to_thread(fn)
         return fn()
