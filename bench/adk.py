@@ -144,7 +144,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
     )
     args = parser.parse_args()
     sessions, lengths = (50, [5, 20]) if args.smoke else (1_000, [20, 200]) if args.quick else (10_000, [200, 2_000])

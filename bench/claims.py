@@ -172,7 +172,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
     )
     args = parser.parse_args()
     sizes = (20, 100) if args.smoke else (100, 1_000) if args.quick else (100, 10_000, 100_000)

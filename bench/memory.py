@@ -104,7 +104,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
     )
     args = parser.parse_args()
     sizes = [5, 10, 20] if args.smoke else [50, 200, 500] if args.quick else [100, 1_000, 3_000]

@@ -125,7 +125,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
     )
     parser.add_argument("--steps", type=int, default=None, help="messages in the chat")
     parser.add_argument("--calls", type=int, default=None, help="steps in the workflow")

@@ -179,7 +179,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--smoke", action="store_true", help="the shortest run through every path, for the test suite: its figures mean nothing"
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
     )
     parser.add_argument("--only", choices=("history",), help="run only this part (history: app.history's time)")
     args = parser.parse_args()

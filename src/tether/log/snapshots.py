@@ -350,7 +350,8 @@ def _indexed_calls(snap: SnapshotRow, line: str, read: CallReader, later: Callab
 class _Summary(NamedTuple):
     """A summary line (:func:`summary_line`), parsed."""
 
-    count: int
+    calls: int
+    """How many calls (not ``count``: a tuple's own method has that name)."""
     last: int
     opened: list[int]
     tail: list[tuple[int, str, str]]

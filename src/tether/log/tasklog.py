@@ -641,7 +641,7 @@ class TaskLog:
             self._memory.remember(task_id, entry)
             if entry.version != expected_version:
                 row = self.store.get_task(self.tenant, task_id) if fence is not None else None
-                if row is not None and row.lease_token != fence:
+                if fence is not None and row is not None and row.lease_token != fence:
                     raise LeaseLostError(task_id, token=fence, current=row.lease_token)
                 raise ConflictError(task_id, expected=expected_version, actual=entry.version)
         return entry
