@@ -142,3 +142,16 @@ def dump_database(url: str, store: object | None = None) -> object:
     from tether.testing import dump_database as dump
 
     return dump(url, store)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def in_new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local zone five hours behind UTC, as a server abroad has it."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    assert time.timezone != 0  # the zone took (a test can tell UTC from local time)
+    yield
+    monkeypatch.undo()
+    time.tzset()

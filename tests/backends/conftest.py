@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests._redis_server import RedisServer, problem
 from tests.conftest import sql_url
 
 
@@ -15,3 +16,14 @@ from tests.conftest import sql_url
 def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
     """A SQLite file or a PostgreSQL schema of the test's own (dropped afterwards)."""
     yield from sql_url(request.param, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server of the module's own (its settings can be changed, it can be killed)."""
+    found = problem()
+    if found:
+        pytest.skip(found)
+    started = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield started
+    started.kill()

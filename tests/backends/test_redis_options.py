@@ -4,7 +4,6 @@ the opt-in that accepts less, read-only opens, key prefixes, and several stores 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,15 +14,6 @@ from tests._redis_server import RedisServer, problem
 from tether.store import EventRow, TaskRow, open_store
 
 PROBLEM = problem()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    if PROBLEM:
-        pytest.skip(PROBLEM)
-    started = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield started
-    started.kill()
 
 
 def _config(server: RedisServer, **settings: str) -> None:

@@ -14,21 +14,11 @@ from typing import Any
 import pytest
 
 import tether
-from tests._redis_server import RedisServer, problem
+from tests._redis_server import RedisServer
 from tether.store import EventRow, IndexUpdate, TaskFilter, TaskRow, open_store
 
-PROBLEM = problem()
 TENANT = "t"
 _BOUND = 30.0  # seconds a wait for the server to expire a key may take at most
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    if PROBLEM:
-        pytest.skip(PROBLEM)
-    started = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield started
-    started.kill()
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,16 +11,6 @@ from click.testing import CliRunner
 
 import tether
 from tether.cli import main
-
-
-@pytest.fixture
-def in_new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "America/New_York")
-    time.tzset()
-    assert time.timezone != 0  # the zone took (this test can tell UTC from local time)
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def test_logs_and_history_show_an_event_at_the_same_utc_time(tmp_path: Path, in_new_york: None) -> None:

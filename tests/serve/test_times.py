@@ -4,27 +4,13 @@ history entry included (a sleep's wake-up time)."""
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 from starlette.testclient import TestClient
 
 import tether
 from tether.serve import create_app
-
-
-@pytest.fixture
-def in_new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The process's local zone five hours behind UTC, as a server abroad has it."""
-    monkeypatch.setenv("TZ", "America/New_York")
-    time.tzset()
-    assert time.timezone != 0  # the zone took (this test can tell UTC from local time)
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def test_a_sleeps_wake_up_time_is_utc_with_its_offset_in_the_history(tmp_path: Path, in_new_york: None) -> None:
