@@ -24,6 +24,7 @@ tenant's indexes of it (``_redis_lua.py``, ``settle`` and ``PRUNE``).
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
@@ -33,6 +34,7 @@ from tether.store.base import EventRow, LedgerRow, SnapshotRow, TaskRow
 
 __all__ = [
     "ROW_FIELDS",
+    "TYPE_CODES",
     "check_prefix",
     "decode_text",
     "escape",
@@ -48,6 +50,23 @@ __all__ = [
 
 _SPECIAL = re.compile(r"[%:{}]")
 _SEP = b"\x1f"
+_FORMAT = b"\x01"  # leads every event element since this format; the first format's led by a digit
+_AT = struct.Struct("<d")
+_BYTES = [bytes((i,)) for i in range(0x80)]
+
+TYPE_CODES = (
+    "ArtifactSaved", "CallAttemptFailed", "CallCompleted", "CallFailed", "CallInDoubt", "CallStarted",
+    "CancelRequested", "CheckpointSaved", "CheckpointsDeleted", "DataMigrated", "DataUpdated", "DecisionMade",
+    "FailureRecorded", "InputReceived", "InputRejected", "InputRequested", "InputTimedOut", "KeyCreated",
+    "KeyRevoked", "KeysOpened", "MessageAdded", "MessageRemoved", "MessagesCleared", "ObservationRecorded",
+    "OutputSet", "PatchMarked", "PhaseChanged", "PlanSet", "RetryRequested", "RunTraced", "SessionClosed",
+    "SessionOpened", "SessionRead", "SessionWritten", "SleepScheduled", "StatusChanged", "StepCompleted",
+    "StepFailed", "StepStarted", "SummaryAdded", "SummaryWithdrawn", "TaskArchived", "TaskCreated",
+    "TaskForked", "ThreadCompacted", "UsageRecorded", "UserChanged", "UserCreated", "WritesSaved",
+)  # fmt: skip
+"""The event types an element names by one byte, its code: its place here plus one. Stored elements
+carry the codes, so a name is only ever added at the end (up to 127); any other type is spelled out."""
+_TYPE_CODE = {name: code for code, name in enumerate(TYPE_CODES, 1)}
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 ROW_FIELDS = tuple(f.name for f in fields(TaskRow) if f.name not in ("task_id", "tenant"))
@@ -94,19 +113,64 @@ def _as_bytes(data: str | bytes) -> bytes:
     return data.encode() if isinstance(data, str) else data
 
 
+def _varint(value: int) -> bytes:
+    """A non-negative int in 7-bit groups, low first, the high bit set on all but the last."""
+    if value < 0x80:
+        return _BYTES[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_varint(value: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``value[at]`` and the offset after it."""
+    result = shift = 0
+    while True:
+        byte = value[at]
+        at += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, at
+        shift += 7
+
+
 def pack_event(event: EventRow, fence: int | None) -> bytes:
-    """One event as its list element: seq, type, schema, at and fence, then the payload."""
-    head = (
-        f"{event.seq}\x1f{event.type}\x1f{event.schema}\x1f{number(event.at)}\x1f{'' if fence is None else fence}\x1f"
-    )
-    return head.encode() + _as_bytes(event.data)
+    """One event as its list element: the format byte, ``at`` as an IEEE double (every bit kept),
+    varints of the schema, of fence + 1 (0: none) and of the type's code (0: its name follows,
+    ended by 0x1f), then the payload. The seq is the element's place in the list (see the layout)."""
+    code = _TYPE_CODE.get(event.type, 0)
+    head = _FORMAT + _AT.pack(event.at) + _varint(event.schema) + _varint(0 if fence is None else fence + 1)
+    head += _BYTES[code] if code else b"\x00" + event.type.encode() + _SEP
+    return head + _as_bytes(event.data)
 
 
-def unpack_event(value: bytes) -> EventRow:
-    seq, type_, schema, at, fence, data = value.split(_SEP, 5)
-    payload = decode_text(data)
+def unpack_event(value: bytes, seq: int) -> EventRow:
+    """The event a list element holds; ``seq`` is the one its place in the list gives it."""
+    if value[:1] != _FORMAT:
+        return _unpack_first_format(value, seq)
+    (when,) = _AT.unpack_from(value, 1)
+    schema, pos = _read_varint(value, 9)
+    fenced, pos = _read_varint(value, pos)
+    code, pos = value[pos], pos + 1
+    if code:
+        type_ = TYPE_CODES[code - 1]
+    else:
+        end = value.index(_SEP, pos)
+        type_, pos = value[pos:end].decode(), end + 1
+    payload = decode_text(value[pos:])
     assert payload is not None
-    return EventRow(int(seq), type_.decode(), int(schema), float(at), payload, int(fence) if fence else None)
+    return EventRow(seq, type_, schema, when, payload, fenced - 1 if fenced else None)
+
+
+def _unpack_first_format(value: bytes, seq: int) -> EventRow:
+    """An element of the first format: seq, type, schema, at and fence as text, each ended by 0x1f."""
+    stored_seq, type_, schema, at, fence, data = value.split(_SEP, 5)
+    payload = decode_text(data)
+    assert payload is not None and int(stored_seq) == seq
+    return EventRow(seq, type_.decode(), int(schema), float(at), payload, int(fence) if fence else None)
 
 
 def pack_snapshot(snapshot: SnapshotRow) -> bytes:

@@ -280,7 +280,7 @@ class RedisStore:
             if len(got) < wanted and not self._client.exists(self._task_key(tenant, stream, "r")):
                 # Expired (or deleted) between reading its row and its events: gone whole, never half.
                 raise TaskNotFoundError(stream, tenant=tenant)
-            return [unpack_event(v) for v in got]
+            return [unpack_event(v, base + 1 + start + i) for i, v in enumerate(got)]
 
         return read_across_forks(task_id, after, upto, parent_of, segment)
 
