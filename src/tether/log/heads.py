@@ -34,6 +34,8 @@ from tether.events import (
     OutputSet,
     Recorded,
     RetryRequested,
+    SessionRead,
+    SessionWritten,
     StatusChanged,
     StepCompleted,
     StepFailed,
@@ -55,6 +57,9 @@ INDEXED = frozenset({StatusChanged, RetryRequested, *_WAKES})
 # move among them is checked there, by the fold's own rule (the light state's status is the state's:
 # no event folded later moves it otherwise), before anything is written.
 LIGHT = frozenset({StepStarted, StepCompleted, StepFailed, OutputSet, InputReceived, StatusChanged})
+# Events that attach a conversation to the task: the first, for a task that named none, names it on
+# the task's index row too (with that append), so that a listing by session finds the task.
+_ATTACHES = frozenset({SessionRead, SessionWritten})
 _new_tracker = object.__new__  # a working copy is made per append: without __init__'s arguments
 # What the light state leaves out: nothing a head shows depends on them.
 _HEAVY: dict[str, Any] = {"calls": CallList(), "decisions": (), "observations": {}, "data": {}, "received": {}}
@@ -65,7 +70,7 @@ class HeadTracker:
     not (or no longer) committed, how many are, and the head the task's row holds as far as this
     log knows (:attr:`written`)."""
 
-    __slots__ = ("cached_texts", "done", "light", "open", "owned", "written_done", "written_texts")
+    __slots__ = ("cached_texts", "done", "light", "naming", "open", "owned", "written_done", "written_texts")
 
     def __init__(self, light: TaskState, open: set[int], done: int, written: TaskHead | None) -> None:
         self.light = light
@@ -73,6 +78,7 @@ class HeadTracker:
         self.done = done
         self.owned = True  # a working copy shares ``open`` until it changes it
         self.cached_texts: tuple[str, str | None] | None = None  # see :meth:`texts`
+        self.naming: str | None = None  # see :meth:`take_naming`
         self.written = written
 
     @property
@@ -101,14 +107,25 @@ class HeadTracker:
         copy = _new_tracker(HeadTracker)
         copy.light, copy.open, copy.done, copy.owned = self.light, self.open, self.done, False
         copy.cached_texts = self.cached_texts
+        copy.naming = None
         copy.written_done, copy.written_texts = self.written_done, self.written_texts
         return copy
 
     def advance(self, rec: Recorded) -> None:
         """Move the head by one event the log folds later (checked, not yet folded) that is not a call's."""
-        if type(rec.event) in LIGHT:
+        cls = type(rec.event)
+        if cls in LIGHT:
             self.light = apply(self.light, rec)  # the fold's own rule, on the light state
             self.cached_texts = None
+        elif cls in _ATTACHES and self.light.session_id is None:
+            self.light = apply(self.light, rec)
+            self.naming = self.light.session_id
+
+    def take_naming(self) -> str | None:
+        """The conversation the task's row is to name with this append, once: the first one attached
+        to a task that named none (``None`` when there is none to name)."""
+        naming, self.naming = self.naming, None
+        return naming
 
     def call_moved(self, cls: type[Event], n: int, known: bool) -> None:
         """Move the head by an event of class ``cls`` of call ``n`` (checked, not yet folded);

@@ -39,13 +39,14 @@ class Staged(NamedTuple):
     """Where the task stands after the batch."""
 
 
-def _with_head(index: IndexUpdate | None, head: TaskHead | None) -> IndexUpdate | None:
-    """An append's index update with the head it writes (``None``: the row's own counting keeps it)."""
-    if head is None:
+def _with_head(index: IndexUpdate | None, head: TaskHead | None, naming: str | None) -> IndexUpdate | None:
+    """An append's index update with the head it writes (``None``: the row's own counting keeps it)
+    and the conversation it names (``None``: none to name, the common case)."""
+    if head is None and naming is None:
         return index
     if index is None:
-        return IndexUpdate(status=None, head=head, moves=False)
-    return IndexUpdate(status=index.status, wake_at=index.wake_at, head=head)
+        return IndexUpdate(status=None, head=head, moves=False, session_id=naming)
+    return IndexUpdate(status=index.status, wake_at=index.wake_at, head=head, moves=index.moves, session_id=naming)
 
 
 # Events an append of one of them stages by :func:`stage_alone`: folded later, and no index row move.
@@ -69,7 +70,8 @@ def stage_alone(
     head = entry.head
     _deferred(task_id, rec, entry, head, opening)
     update = head.row_update(type(event) is CallCompleted)
-    return row, rec, opening, None if update is None else _with_head(None, update)
+    naming = head.take_naming() if head.naming is not None else None
+    return row, rec, opening, None if update is None and naming is None else _with_head(None, update, naming)
 
 
 def _deferred(task_id: str, rec: Recorded, entry: Entry, head: HeadTracker, opening: set[int]) -> None:
@@ -102,6 +104,7 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
     completes = 0
     seq = expected_version
     head = entry.head.working_copy()  # where the task stands after each event, for its row
+    naming: str | None = None  # the conversation the row is to name, when a fold replaced ``head``
     for event in events:
         seq += 1
         rec = _tuple_new(Recorded, (seq, now, event))
@@ -123,8 +126,10 @@ def stage(task_id: str, events: Sequence[Event], entry: Entry, expected_version:
                 base = entry.base
             base = fold([*staged, rec], base)
             staged = []
+            naming = naming or head.naming
             head = HeadTracker.of(base, head.written)
         if cls in INDEXED:
             index = index_update(event, index, now)
         rows.append(_row(rec, limit))
-    return _tuple_new(Staged, (rows, base, staged, opening, _with_head(index, head.row_update(completes)), head))
+    update = _with_head(index, head.row_update(completes), naming or head.take_naming())
+    return _tuple_new(Staged, (rows, base, staged, opening, update, head))

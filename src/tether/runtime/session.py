@@ -100,7 +100,6 @@ class TaskSession:
         self._shown: dict[int, Message] = {}  # every message still in the session, by seq
         self._checked_origin = False
         self._wrote_live = False  # whether the last append was written by this run (not answered from the record)
-        self._row_named = False  # whether this run has made sure the task's row names the conversation
 
     @property
     def _rec(self) -> Recorder:
@@ -199,7 +198,6 @@ class TaskSession:
             return
         rec.check_nothing_left(f"read of the conversation (#{s})")
         rec.going_live()
-        self._name_on_row(rec)
         version = self._version()
         self._advance(version)
         rec.defer(SessionRead(s=s, session_id=self.id, upto=version))
@@ -220,7 +218,6 @@ class TaskSession:
             raise NonDeterminismError(rec.task_id, recorded.seq, describe(written), requested)
         rec.check_nothing_left(requested)
         rec.going_live()
-        self._name_on_row(rec)
         origin = f"{rec.task_id}:{s}"
         found = self._find(origin)
         if found is None:
@@ -232,17 +229,6 @@ class TaskSession:
         self._wrote_live = True  # a replay never gets here (``going_live`` stops it)
         self._advance(max(last, self._seen))
         return first, last
-
-    def _name_on_row(self, rec: Recorder) -> None:
-        """Before a task that named no conversation first uses the one made for it, name it on the
-        task's index row, so that a listing by session finds the task while it runs, not only its
-        state once read. Once per run, and only when the task's record names none yet: a later run
-        finds it named by the record's own read or write."""
-        if self._row_named:
-            return
-        self._row_named = True
-        if rec.cursor.final.session_id is None:
-            self._log.store.name_session(self._log.tenant, self._task_id, self.id)
 
     def _recorded(self, rec: Recorded, expected: type[Any], requested: str) -> Any:
         if type(rec.event) is not expected:

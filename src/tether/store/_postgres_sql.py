@@ -64,7 +64,8 @@ WITH guard AS (
         wake_at = CASE WHEN %(moves)s THEN %(wake)s ELSE wake_at END,
         parked = CASE WHEN %(moves)s THEN NULL ELSE parked END,
         summary = CASE WHEN %(head)s THEN %(summary)s ELSE summary END,
-        output = CASE WHEN %(head)s THEN %(output)s ELSE output END
+        output = CASE WHEN %(head)s THEN %(output)s ELSE output END,
+        session_id = COALESCE(session_id, %(session)s)
     WHERE id = %(task)s AND EXISTS (SELECT 1 FROM ins)
       AND (%(indexed)s OR (SELECT max(seq) FROM ins) / {every} > (%(first)s::integer - 1) / {every})
     RETURNING 1
@@ -112,7 +113,7 @@ APPEND_GROUP = """
 WITH p AS (
     SELECT * FROM json_to_recordset(%s::json) AS p(i integer, task bigint, task_id text, fence bigint,
         first integer, n integer, indexed boolean, moves boolean, status text, wake float8, head boolean,
-        calls_done integer, summary text, output text)
+        calls_done integer, summary text, output text, session text)
 ), ok AS (
     SELECT p.i, p.task, p.fence FROM p
     WHERE (SELECT t.task_id = p.task_id AND t.tenant = %s AND (p.fence IS NULL OR t.lease_token = p.fence)
@@ -145,7 +146,8 @@ WITH p AS (
         wake_at = CASE WHEN m.moves THEN m.wake ELSE tasks.wake_at END,
         parked = CASE WHEN m.moves THEN NULL ELSE tasks.parked END,
         summary = CASE WHEN m.head THEN m.summary ELSE tasks.summary END,
-        output = CASE WHEN m.head THEN m.output ELSE tasks.output END
+        output = CASE WHEN m.head THEN m.output ELSE tasks.output END,
+        session_id = COALESCE(tasks.session_id, m.session)
     FROM locked JOIN m ON m.task = locked.id WHERE tasks.id = locked.id
     RETURNING 1
 )
@@ -238,6 +240,7 @@ def append_statement(
             "calls_done": head.calls_done if head is not None else None,
             "summary": head.summary if head is not None else None,
             "output": head.output if head is not None else None,
+            "session": index.session_id if index is not None else None,
         }
     return statement, params
 
@@ -267,6 +270,7 @@ def group_statement(ids: Sequence[int], tenant: str, appends: Sequence[StreamApp
                 "calls_done": head.calls_done if head is not None else None,
                 "summary": head.summary if head is not None else None,
                 "output": head.output if head is not None else None,
+                "session": index.session_id if index is not None else None,
             }
         )
         events += [

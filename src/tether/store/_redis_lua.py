@@ -29,7 +29,6 @@ __all__ = [
     "LEASE",
     "LEDGER_BEGIN",
     "LEDGER_FINISH",
-    "NAME_SESSION",
     "PARK",
     "PRUNE",
     "RECORD_WORKER",
@@ -120,9 +119,10 @@ end
 """.replace("FINISHED_STATUSES", ", ".join(f"{status} = true" for status in sorted(EXPIRING)))
 
 # One stream or several, all or nothing. ARGV[3] = how many streams, ARGV[4] = the append's own
-# random id; then per stream 17 values and its events: id, expected, fence ('' none), n events,
+# random id; then per stream 18 values and its events: id, expected, fence ('' none), n events,
 # completes among them, last seq, last at, has index ('1'/'0'), moves, status given, status, wake_at
-# ('' none), has head, head calls, head summary, has output, output; ARGV[5] = the store's ttl in ms
+# ('' none), has head, head calls, head summary, has output, output, the session the row names if it
+# names none ('' none); ARGV[5] = the store's ttl in ms
 # (0 none), applied to a stream this append finishes. The same append sent again (a
 # retry after its reply was lost to a dropped connection) finds its id on the rows it moved last
 # and is taken as done, not refused as a conflict with itself.
@@ -134,9 +134,9 @@ local nonce, ttl = ARGV[4], tonumber(ARGV[5])
 local parts, pos = {}, 6
 for i = 1, n do
   local p = {}
-  for j = 1, 17 do p[j] = ARGV[pos + j - 1] end
-  p.first = pos + 17
-  pos = pos + 17 + tonumber(p[4])
+  for j = 1, 18 do p[j] = ARGV[pos + j - 1] end
+  p.first = pos + 18
+  pos = pos + 18 + tonumber(p[4])
   parts[i] = p
 end
 local done = 0
@@ -175,6 +175,7 @@ for _, p in ipairs(parts) do
       redis.call('HSET', r, 'calls_done', p[14], 'summary', p[15])
       if p[16] == '1' then redis.call('HSET', r, 'output', p[17]) else redis.call('HDEL', r, 'output') end
     end
+    if p[18] ~= '' then redis.call('HSETNX', r, 'session_id', p[18]) end
   end
   reindex(p[1])
 end
@@ -240,16 +241,6 @@ while true do
   end
   offset = offset + 64
 end
-"""
-)
-
-# ARGV: id, session id. The row names the session unless it names one already; a missing row stays missing.
-NAME_SESSION = (
-    _PRELUDE
-    + """
-local r = tk(ARGV[3]) .. ':r'
-if redis.call('EXISTS', r) == 1 then redis.call('HSETNX', r, 'session_id', ARGV[4]) end
-return 1
 """
 )
 

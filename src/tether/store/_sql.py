@@ -207,7 +207,7 @@ class Statements:
         "IS NULL OR COALESCE((SELECT max(seq) FROM events e WHERE e.task = tasks.id), version) = ?))) "
         "RETURNING lease_token"
     )
-    name_session: str = "UPDATE tasks SET session_id = ? WHERE tenant = ? AND task_id = ? AND session_id IS NULL"
+    name_session: str = "UPDATE tasks SET session_id = ? WHERE id = ? AND session_id IS NULL"
     record_worker: str = (
         "INSERT INTO workers (tenant, worker_id, app, started_at, seen_at, stopped_at) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (tenant, worker_id) DO UPDATE SET app = excluded.app, started_at = excluded.started_at, "

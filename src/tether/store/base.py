@@ -230,12 +230,16 @@ class IndexUpdate:
     ``status=None`` leaves the status as it is (an answer to a wait only moves ``wake_at``);
     ``moves=False`` leaves status and ``wake_at`` alone (an update of the head alone). ``head``,
     when given, is written whole, after the events (its ``calls_done`` is the count after them).
+    ``session_id``, when given, is the conversation the row names from then on if it names none yet
+    (a task started without one, at the first use of the one made for it: a listing by
+    ``session_id`` then finds the task); a row that names one keeps it.
     """
 
     status: str | None
     wake_at: float | None = None
     head: TaskHead | None = None
     moves: bool = True
+    session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,13 +494,6 @@ class Store(Protocol):
         with its host's prefix to take over at once what a dead process on its host held. It reads
         no task that is not due, or finished.
         """
-        ...
-
-    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
-        """Make ``session_id`` the conversation the task's index row names when it names none yet (a
-        task started without one opening the conversation made for it), so that a listing by
-        ``session_id`` finds the task from then on; a row that names one keeps it. Writes no event;
-        nothing happens for a task that does not exist."""
         ...
 
     def record_worker(self, tenant: str, worker: WorkerRow) -> None:

@@ -53,6 +53,8 @@ def _moved(row: TaskRow, events: Sequence[EventRow], index: IndexUpdate | None) 
         if index.head is not None:
             head = index.head
             changes.update(calls_done=head.calls_done, summary=head.summary, output=head.output)
+        if index.session_id is not None and row.session_id is None:
+            changes["session_id"] = index.session_id
     return replace(row, **changes)  # type: ignore[arg-type]
 
 
@@ -334,12 +336,6 @@ class MemoryStore(Closing):
                 if at is not None and at <= now and task_id < holders.get(owner, "\U0010ffff"):
                     holders[owner] = task_id
         return list(holders.items())
-
-    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
-        with self._lock:
-            stream = self._tasks.get((tenant, task_id))
-            if stream is not None and stream.row.session_id is None:
-                stream.row = replace(stream.row, session_id=session_id)
 
     def record_worker(self, tenant: str, worker: WorkerRow) -> None:
         with self._lock:

@@ -592,9 +592,6 @@ class PostgresStore(Closing):
     def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._read(*_sql.lease_holders_query(tenant, prefix, now))]
 
-    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
-        self._run(lambda c: c.execute(SQL.name_session, (session_id, tenant, task_id)))
-
     def record_worker(self, tenant: str, worker: WorkerRow) -> None:
         def record(c: psycopg.Connection[Any]) -> None:
             with c.transaction():

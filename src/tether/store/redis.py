@@ -436,9 +436,6 @@ class RedisStore:
     def park(self, tenant: str, task_id: str, version: int, reason: str) -> bool:
         return bool(self._run("PARK", tenant, task_id, version, reason))
 
-    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
-        self._run("NAME_SESSION", tenant, task_id, session_id)
-
     def record_worker(self, tenant: str, worker: WorkerRow) -> None:
         packed = orjson.dumps([worker.worker_id, worker.started_at, worker.seen_at, worker.app, worker.stopped_at])
         oldest = number(worker.seen_at - WORKERS_KEPT)
@@ -484,7 +481,7 @@ def _seconds(name: str, raw: float | str | None) -> float | None:
 
 
 def _append_header(part: StreamAppend) -> list[Any]:
-    """The 17 values that describe one stream's part of an append to the APPEND script."""
+    """The 18 values that describe one stream's part of an append to the APPEND script."""
     events, index = part.events, part.index
     completes = sum(1 for e in events if e.type == COMPLETES)
     header: list[Any] = [
@@ -497,14 +494,16 @@ def _append_header(part: StreamAppend) -> list[Any]:
         number(events[-1].at),
     ]
     if index is None:
-        return [*header, "0", "0", "0", "", "", "0", 0, "", "0", ""]
+        return [*header, "0", "0", "0", "", "", "0", 0, "", "0", "", ""]
     head = index.head
     header += ["1", "1" if index.moves else "0", "1" if index.status is not None else "0", index.status or ""]
     header += ["" if index.wake_at is None else number(index.wake_at)]
     if head is None:
-        return [*header, "0", 0, "", "0", ""]
-    output = head.output
-    return [*header, "1", head.calls_done, head.summary, "0" if output is None else "1", output or ""]
+        header += ["0", 0, "", "0", ""]
+    else:
+        output = head.output
+        header += ["1", head.calls_done, head.summary, "0" if output is None else "1", output or ""]
+    return [*header, index.session_id or ""]
 
 
 def _shut(listener: Listener, client: redis.Redis) -> None:

@@ -378,6 +378,8 @@ class SQLiteStore(Closing):
             if index.head is not None:
                 head = index.head
                 conn.execute(own.SQL.write_head, (head.calls_done, head.summary, head.output, internal))
+            if index.session_id is not None:
+                conn.execute(own.SQL.name_session, (index.session_id, internal))
 
     def compact(self, tenant: str, task_id: str, expected_version: int, events: Sequence[EventRow]) -> int:
         check_batch(task_id, events, expected_version)
@@ -578,10 +580,6 @@ class SQLiteStore(Closing):
 
     def lease_holders(self, tenant: str, prefix: str, now: float) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self._read(*_sql.lease_holders_query(tenant, prefix, now))]
-
-    def name_session(self, tenant: str, task_id: str, session_id: str) -> None:
-        with self._write() as conn:
-            conn.execute(own.SQL.name_session, (session_id, tenant, task_id))
 
     def record_worker(self, tenant: str, worker: WorkerRow) -> None:
         with self._write() as conn:

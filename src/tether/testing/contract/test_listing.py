@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from tether.store import Store, TaskFilter
+from tether.store import IndexUpdate, Store, StreamAppend, TaskFilter
 from tether.testing.contract._records import TENANT, _create, _event, _row
 
 
@@ -79,20 +79,32 @@ def test_a_listing_by_id_prefix_or_by_parent_is_exact(store: Store) -> None:
     assert store.list_tasks(TENANT, TaskFilter(forks_of="fork-1")) == []
 
 
-def test_a_session_named_later_lists_the_task_by_it(store: Store) -> None:
-    """``name_session`` gives a row that names no conversation the one a task opened: a listing by it
-    finds the task (and a count counts it) from then on; a row that names one keeps it; another
-    tenant's task of the same id, and a missing task, are left as they are."""
+def test_an_append_names_a_session_on_a_row_that_names_none(store: Store) -> None:
+    """An append whose index change carries ``session_id`` (a task's first use of the conversation made
+    for it) names it on a row that names none: a listing by it finds the task (and a count counts it)
+    from then on, by a lone append or a multi-stream one; a row that names one keeps it; another
+    tenant's task of the same id is left as it is."""
     _create(store, "quiet")
+    _create(store, "grouped")
     store.create_task(TENANT, replace(_row("named"), session_id="s1"), _event(1))
     store.create_task("another-tenant", _row("quiet"), _event(1))
     by_session = TaskFilter(session_id="quiet")
     assert store.list_tasks(TENANT, by_session) == []
-    store.name_session(TENANT, "quiet", "quiet")
-    store.name_session(TENANT, "named", "quiet")
-    store.name_session(TENANT, "missing", "quiet")
+    store.append(TENANT, "quiet", [_event(2)], 1, index=IndexUpdate(None, moves=False, session_id="quiet"))
+    store.append(TENANT, "named", [_event(2)], 1, index=IndexUpdate(None, moves=False, session_id="quiet"))
     assert [r.task_id for r in store.list_tasks(TENANT, by_session)] == ["quiet"]
-    assert store.count_tasks(TENANT, by_session, cap=10) == 1
+    store.append_streams(
+        TENANT,
+        [
+            StreamAppend("grouped", [_event(2)], 1, index=IndexUpdate("running", session_id="quiet")),
+            StreamAppend("quiet", [_event(3)], 2, index=IndexUpdate(None, moves=False, session_id="later")),
+        ],
+    )
+    assert sorted(r.task_id for r in store.list_tasks(TENANT, by_session)) == ["grouped", "quiet"]
+    assert store.count_tasks(TENANT, by_session, cap=10) == 2
+    grouped = store.get_task(TENANT, "grouped")
+    assert grouped is not None and grouped.status == "running" and grouped.version == 2
     assert store.get_task(TENANT, "named").session_id == "s1"  # type: ignore[union-attr]
     assert store.get_task("another-tenant", "quiet").session_id is None  # type: ignore[union-attr]
-    assert store.get_task(TENANT, "missing") is None
+    store.append(TENANT, "quiet", [_event(4)], 3, index=IndexUpdate("running"))
+    assert store.get_task(TENANT, "quiet").session_id == "quiet"  # type: ignore[union-attr]
