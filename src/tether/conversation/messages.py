@@ -32,6 +32,7 @@ __all__ = [
     "SummaryAdded",
     "SummaryWithdrawn",
     "ToolCallRequest",
+    "check_one_message",
     "fold_history",
     "fold_view",
     "message_from_event",
@@ -210,6 +211,16 @@ class SessionView(_Record):
 
 
 # ----------------------------------------------------------------------------- writing
+
+
+def check_one_message(message: object) -> None:
+    """Refuse what ``add`` cannot take as its first argument (a role or one message's dict): a list
+    of messages, most often, which ``add_many`` takes."""
+    if not isinstance(message, str | dict):
+        several = " (for several messages, add_many([...]))" if isinstance(message, list | tuple) else ""
+        raise InvalidInputError(
+            f"add() takes one message, as a role and its content or as a dict; got {type(message).__name__}{several}"
+        )
 
 
 def to_event(message: dict[str, Any], format: str | None = None) -> MessageAdded:

@@ -34,6 +34,7 @@ from tether.conversation.messages import (
     Summary,
     SummaryAdded,
     SummaryWithdrawn,
+    check_one_message,
     list_messages,
     standing_summary,
     summary_from_event,
@@ -240,6 +241,7 @@ class Session:
         JSON metadata. ``content`` is required: only an assistant message with ``tool_calls`` may
         have ``None`` (it is stored as ``None``); any other message without content is refused.
         """
+        check_one_message(message)
         if isinstance(message, dict):
             if content is not None:
                 raise InvalidInputError("add(message_dict) takes no content argument: the dict is the message")

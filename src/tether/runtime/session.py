@@ -41,6 +41,7 @@ from tether.conversation import (
     Window,
     as_compacted,
     build_window,
+    check_one_message,
     default_counter,
     extractive_summarizer,
     fold_history,
@@ -139,6 +140,7 @@ class TaskSession:
     # ------------------------------------------------------------------ writing
     def add(self, message: str | dict[str, Any], content: Any = None, **meta: Any) -> Message:
         """Append one message: ``add("user", "hi")`` or ``add({...})`` in a provider's own shape."""
+        check_one_message(message)
         if isinstance(message, dict):
             if content is not None or meta:
                 raise InvalidInputError("add(message_dict) takes no content or keywords; put them in the dict")

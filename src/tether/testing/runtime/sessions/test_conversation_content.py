@@ -52,6 +52,13 @@ def _fresh(url: str, app: tether.App) -> tether.App:
             {"format": "anthropic"},
             "content is NoneType; expected a string or a list of content blocks",
         ),
+        (
+            ([{"role": "user", "content": "hi"}],),
+            {},
+            "add() takes one message, as a role and its content or as a dict; got list (for several messages, "
+            "add_many([...]))",
+        ),
+        ((7, "hi"), {}, "add() takes one message, as a role and its content or as a dict; got int"),
     ],
 )
 def test_content_none_is_refused_and_nothing_is_written(
@@ -101,15 +108,21 @@ def test_ctx_session_refuses_content_none_and_writes_nothing(store_url: str) -> 
     @app.task
     def chat(ctx: tether.TaskContext) -> str:
         ctx.session.add("user", "hi")
-        try:
-            ctx.session.add("user", None)
-        except tether.InvalidInputError as exc:
-            refused = str(exc)
+        refused = []
+        for bad in (("user", None), ([{"role": "user", "content": "hi"}],)):
+            try:
+                ctx.session.add(*bad)
+            except tether.InvalidInputError as exc:
+                refused.append(str(exc))
         ctx.session.add("assistant", None, tool_calls=[CALL])
         return refused
 
     done = app.run(chat, task_id="c1")
-    assert done.output.startswith("content of a user message is None; expected a string")
+    assert done.output[0].startswith("content of a user message is None; expected a string")
+    assert done.output[1] == (
+        "add() takes one message, as a role and its content or as a dict; got list "
+        "(for several messages, add_many([...]))"
+    )
     stored = _fresh(store_url, app).session("c1").messages()
     assert [m.original for m in stored] == [
         {"role": "user", "content": "hi"},
