@@ -27,9 +27,9 @@ demo: $(CORE)
 
 # Four test processes on two cores: the crash, worker and serve tests mostly wait (subprocesses,
 # PostgreSQL, sockets). worksteal hands a long test's neighbours to whichever process is free.
-# tests/_prepare.py first: Debian's chromium, the Agents SDK's sdist and a virtualenv of the core's
-# dependency floors are test dependencies too, installed here with the rest rather than inside the
-# suite's own time.
+# tests/_prepare.py first: Debian's chromium, the Agents SDK's sdist and a virtualenv of the dependency
+# floors (the core's and its extras') are test dependencies too, installed here with the rest rather
+# than inside the suite's own time.
 test: $(STAMP)
 	$(BIN)/python -m tests._prepare
 	$(BIN)/python -m pytest -q -n 4 --dist worksteal

@@ -1,6 +1,6 @@
 """What the suite needs from outside the virtualenv, fetched once: Debian's chromium (the inspector's
 browser tests), the sdist of the installed ``openai-agents`` (the SDK's own session tests), and a
-virtualenv of the core's dependency floors (tests/unit/test_dependency_floors.py).
+virtualenv of the dependency floors of the core and of the extras it runs on (tests/unit/test_dependency_floors.py).
 
 ``make test`` runs ``python -m tests._prepare`` before pytest, so both are installed with the other
 test dependencies; the tests' fixtures call the same functions, so a bare ``pytest`` run fetches
@@ -18,12 +18,17 @@ import sys
 import tomllib
 from pathlib import Path
 
-__all__ = ["CHROMIUM", "FLOORS", "Missing", "agents_sdist", "chromium", "floor_pins", "floors"]
+__all__ = ["CHROMIUM", "FLOORS", "FLOOR_EXTRAS", "Missing", "agents_sdist", "chromium", "floor_pins", "floors"]
 
 CHROMIUM = "/usr/bin/chromium"
 SDIST_CACHE = Path(sys.prefix) / ".cache" / "openai-agents-sdist"  # inside the virtualenv: `make clean` removes it
 FLOORS = Path(sys.prefix) / ".cache" / "floors"
-"""A virtualenv with each core dependency (and the kit's, pytest and hypothesis) at its declared floor."""
+"""A virtualenv with each dependency of the core, of the kit (pytest, hypothesis) and of the extras in
+:data:`FLOOR_EXTRAS` at its declared floor."""
+FLOOR_EXTRAS = ("testing", "postgres", "redis", "serve")
+"""The extras whose floors are installed together. The framework extras are not: each admits one tested
+minor series whose first version is its floor, and the suite itself runs on those versions (the test
+extra pins them; tests/unit/test_packaging.py checks the floors are TESTED's)."""
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,11 +76,12 @@ def agents_sdist() -> Path:
 
 
 def floor_pins() -> list[str]:
-    """``name==floor`` for each dependency of the core and of the ``testing`` extra, as pyproject.toml
-    declares them (``name>=floor``): what a user with the oldest versions tether admits runs."""
+    """``name==floor`` for each dependency of the core and of the extras in :data:`FLOOR_EXTRAS`, as
+    pyproject.toml declares them (``name>=floor``): what a user with the oldest versions tether admits runs."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
     pins = []
-    for requirement in [*project["dependencies"], *project["optional-dependencies"]["testing"]]:
+    for requirement in [*project["dependencies"], *(r for extra in FLOOR_EXTRAS for r in extras[extra])]:
         name, found, floor = requirement.partition(">=")
         if not found or "," in floor or ";" in floor:
             raise Missing(f"pyproject.toml: {requirement!r} is not of the form name>=floor")

@@ -114,3 +114,19 @@ def test_framework_extras_admit_the_next_minor_and_the_adapters_say_when_unteste
     versions["openai-agents"] = "0.23.9"
     with pytest.warns(_versions.UntestedVersionWarning):
         _versions.check_tested("openai-agents", "tether.integrations.openai_agents")
+
+
+def test_framework_floors_are_the_first_tested_versions_and_the_suite_runs_on_them() -> None:
+    """A framework extra's floor is its tested series' first version, and the test extra pins exactly
+    that version, so the suite itself proves each framework floor (the floors' virtualenv of
+    tests/unit/test_dependency_floors.py leaves them out)."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    extras = PROJECT["optional-dependencies"]
+    declared = {_name(r): r for extra in ("langgraph", "openai-agents", "pydantic-ai", "adk") for r in extras[extra]}
+    pinned = {_name(r): r for r in extras["test"] if "==" in r}
+    for distribution, (first, _series) in _versions.TESTED.items():
+        floors = [s.version for s in Requirement(declared[distribution]).specifier if s.operator == ">="]
+        assert [Version(v) for v in floors] == [Version(first)], (declared[distribution], first)
+        assert pinned[distribution] == f"{distribution}=={first}", (pinned.get(distribution), first)
