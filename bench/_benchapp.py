@@ -1,4 +1,5 @@
-"""The app that bench/workers.py runs in worker processes: a 5-call task, with timing of every append."""
+"""The app the benchmarks run in worker processes (bench/workers.py, bench/redis.py): a 5-call task and an
+agent's turn of readonly and side-effecting calls, with timing of every append."""
 
 from __future__ import annotations
 
@@ -40,6 +41,29 @@ def five_calls(ctx: tether.TaskContext, n: int) -> int:
     if n < 0:  # the latency probe: wait for a person, then finish
         ctx.wait_for_input("go")
     return total
+
+
+# ~500 bytes, as bench/_common.py's MESSAGE (not imported: the workers import this module only).
+RESULT = ("The calendar has two free slots on Tuesday afternoon; the design team is free at 14:00. " * 6)[:500]
+
+
+@app.tool(readonly=True)
+def look_up(n: int, i: int) -> str:
+    return f"{n}.{i} {RESULT}"
+
+
+@app.tool
+def write_back(n: int, i: int) -> str:
+    return f"{n}.{i} {RESULT}"
+
+
+@app.task
+def agent_turn(ctx: tether.TaskContext, n: int, calls: int) -> int:
+    """``calls`` recorded calls returning ~500 bytes, as an agent's turn makes them: two reads
+    (readonly: one append each) for every write (side-effecting: the intent, then the result)."""
+    for i in range(calls):
+        ctx.call(write_back if i % 3 == 2 else look_up, n, i)
+    return calls
 
 
 @atexit.register

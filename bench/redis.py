@@ -2,18 +2,26 @@
 RedisSession, on a redis-server this script starts (AOF on, ``appendfsync always`` unless told).
 
 Run: ``python bench/redis.py`` (``--quick`` for N = 100 / 1,000, ``--smoke`` for the shortest run
-through every path; ``--appendfsync everysec`` to measure at that setting). Prints a table, then one
-line of JSON.
+through every path; ``--appendfsync everysec`` to measure at that setting; ``--session-n 100000`` for
+the session figures up to that many messages; ``--workers 1,4`` for other worker counts, ``--workers 0``
+for none). Prints tables, then one line of JSON.
 
 * floor: one ``XADD`` of a ~500-byte entry per step, on the same server, in the same run.
 * readonly: ``ctx.call`` of a ``readonly=True`` tool returning ~500 bytes: one append (the result).
 * side-effecting: the default tool: the intent appended before the tool runs, the result after.
 * session add: ``TetherSession.add_items`` of one ~500-byte message against ``RedisSession.add_items``
-  (openai-agents' own Redis session), and the bytes each keeps per message (``MEMORY USAGE`` of
-  every key it wrote, divided by the messages), when openai-agents is installed.
+  (openai-agents' own Redis session), and the bytes each keeps per message (``MEMORY USAGE ...
+  SAMPLES 0`` of every key it wrote, divided by the messages) at 1,000, 10,000 and 100,000 messages
+  on the way to N (the ratio reported is the largest), when openai-agents is installed.
+* workers: ``--tasks`` tasks of ``--calls`` recorded calls each (two readonly for every side-effecting
+  one, ~500-byte results: bench/_benchapp.py ``agent_turn``), enqueued while 1, 4 and 16 ``tether
+  worker`` processes run them; aggregate calls/s against one worker's, with the redis-server's CPU
+  (``INFO cpu``) as a share of one core and per call, its command time per call (``INFO
+  commandstats``), and the workers' own CPU in cores, to show where the limit is.
 
 Targets: readonly ≤ 2× the floor, side-effecting ≤ 3×; session add ≤ 1.0× RedisSession, bytes per
-message ≤ 1.2× of it. Each figure is the best of ``--rounds`` rounds, the floor measured between them.
+message ≤ 1.2× of it; 4 workers ≥ 2.5× one worker's calls/s. Each call figure is the best of
+``--rounds`` rounds, the floor measured between them.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 if __name__ == "redis":
@@ -54,9 +64,11 @@ else:
 
     sys.path.insert(0, os.path.join(HERE, "..", "src"))
     sys.path.insert(0, HERE)
-    from _common import MESSAGE, recorded_call
+    from _common import MESSAGE, recorded_call, stop, threaded_rate, warm_up, worker_processes
 
-TARGETS = {"readonly": 2.0, "side_effecting": 3.0, "session_add": 1.0, "session_bytes": 1.2}
+    import tether
+
+TARGETS = {"readonly": 2.0, "side_effecting": 3.0, "session_add": 1.0, "session_bytes": 1.2, "workers_4": 2.5}
 
 
 def start_server(folder: str, appendfsync: str) -> tuple[subprocess.Popen[bytes], int]:
@@ -95,61 +107,190 @@ def floor(port: int, n: int) -> float:
 
 
 def prefix_bytes(port: int, pattern: str) -> int:
+    """``MEMORY USAGE`` of every key matching ``pattern``, every element counted (``SAMPLES 0``)."""
     client = redis.Redis(port=port)
-    total = sum(int(client.memory_usage(k) or 0) for k in client.scan_iter(match=pattern, count=1000))
+    keys = client.scan_iter(match=pattern, count=1000)
+    total = sum(int(client.memory_usage(k, samples=0) or 0) for k in keys)
     client.close()
     return total
 
 
-def tether_session(url: str, n: int) -> float:
+Add = Callable[[int], Awaitable[object]]
+
+
+async def add_messages(add: Add, n: int, checkpoint: Callable[[int], None]) -> float:
+    """Seconds per ``add(i)`` over ``i < n``; ``checkpoint(count)`` runs (untimed) at 1,000, 10,000
+    and 100,000 messages on the way, and at ``n``."""
+    elapsed, done = 0.0, 0
+    for stop_at in sorted({c for c in (1_000, 10_000, 100_000) if c < n} | {n}):
+        start = time.perf_counter()
+        for i in range(done, stop_at):
+            await add(i)
+        elapsed += time.perf_counter() - start
+        done = stop_at
+        checkpoint(done)
+    return elapsed / n
+
+
+def tether_session(url: str, n: int, checkpoint: Callable[[int], None]) -> float:
     from tether.integrations.openai_agents import TetherSession
 
     session = TetherSession("bench", url)
 
-    async def add() -> float:
-        start = time.perf_counter()
-        for i in range(n):
-            await session.add_items([{"role": "user", "content": f"{i} {MESSAGE}"}])  # type: ignore[list-item]
-        return (time.perf_counter() - start) / n
+    async def add(i: int) -> None:
+        await session.add_items([{"role": "user", "content": f"{i} {MESSAGE}"}])  # type: ignore[list-item]
 
-    return asyncio.run(add())
+    return asyncio.run(add_messages(add, n, checkpoint))
 
 
-def sdk_session(port: int, prefix: str, n: int) -> float:
+def sdk_session(port: int, prefix: str, n: int, checkpoint: Callable[[int], None]) -> float:
     from agents.extensions.memory import RedisSession
     from redis.asyncio import Redis
 
-    async def add() -> float:
+    async def run() -> float:
         client = Redis(port=port)
         session = RedisSession("bench", redis_client=client, key_prefix=prefix)
-        start = time.perf_counter()
-        for i in range(n):
+
+        async def add(i: int) -> None:
             await session.add_items([{"role": "user", "content": f"{i} {MESSAGE}"}])  # type: ignore[list-item]
-        elapsed = time.perf_counter() - start
-        await client.aclose()
-        return elapsed / n
 
-    return asyncio.run(add())
+        try:
+            return await add_messages(add, n, checkpoint)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
 
 
-def sessions(port: int, n: int) -> dict[str, float] | None:
+def sessions(port: int, n: int) -> dict[str, Any] | None:
     try:
         import agents.extensions.memory  # noqa: F401
     except ImportError:
         return None
     prefix = f"s{uuid.uuid4().hex[:8]}"
-    ours = tether_session(f"redis://127.0.0.1:{port}/0?prefix={prefix}", n)
-    theirs = sdk_session(port, f"agents-{prefix}", n)
-    ours_bytes = prefix_bytes(port, f"{prefix}:*") / n
-    theirs_bytes = prefix_bytes(port, f"agents-{prefix}:*") / n
+    ours: dict[int, float] = {}
+    theirs: dict[int, float] = {}
+    url = f"redis://127.0.0.1:{port}/0?prefix={prefix}"
+    ours_ms = tether_session(url, n, lambda c: ours.update({c: prefix_bytes(port, f"{prefix}:*") / c}))
+    theirs_ms = sdk_session(
+        port, f"agents-{prefix}", n, lambda c: theirs.update({c: prefix_bytes(port, f"agents-{prefix}:*") / c})
+    )
+    by_n = {str(c): {"tether": ours[c], "redis_session": theirs[c], "ratio": ours[c] / theirs[c]} for c in ours}
     return {
-        "tether_add_ms": ours * 1e3,
-        "redis_session_add_ms": theirs * 1e3,
-        "add_ratio": ours / theirs,
-        "tether_bytes": ours_bytes,
-        "redis_session_bytes": theirs_bytes,
-        "bytes_ratio": ours_bytes / theirs_bytes,
+        "tether_add_ms": ours_ms * 1e3,
+        "redis_session_add_ms": theirs_ms * 1e3,
+        "add_ratio": ours_ms / theirs_ms,
+        "tether_bytes": ours[n],
+        "redis_session_bytes": theirs[n],
+        "bytes_ratio": max(row["ratio"] for row in by_n.values()),
+        "bytes_by_n": by_n,
     }
+
+
+def _server_counters(client: redis.Redis) -> tuple[float, float, int]:
+    """The redis-server's CPU seconds (user and system, its threads' together), and the microseconds
+    its commands took and how many it ran (``INFO commandstats``), so far."""
+    cpu = client.info("cpu")
+    stats = client.info("commandstats").values()
+    seconds = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    return seconds, sum(float(v["usec"]) for v in stats), sum(int(v["calls"]) for v in stats)
+
+
+def _process_seconds(pids: list[int]) -> float:
+    """The CPU seconds the processes have used so far (Linux: /proc/PID/stat's utime + stime)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def drain(port: int, workers: int, tasks: int, calls: int, folder: str) -> dict[str, float]:
+    """``workers`` worker processes run ``tasks`` tasks of ``calls`` calls, enqueued once all have
+    started; the figures of the time from the first enqueue to the last task completed."""
+    url = f"redis://127.0.0.1:{port}/0?prefix=w{uuid.uuid4().hex[:8]}"
+    app = tether.App(url)
+    app.task(name="five_calls")(lambda ctx, n: n)
+    app.task(name="agent_turn")(lambda ctx, n, calls: n)
+    procs = worker_processes(workers, url, Path(folder) / f"w{workers}.stats")
+    client = redis.Redis(port=port)
+    try:
+        warm_up(app, len(procs))
+        pids = [p.pid for p in procs]
+        cpu0, usec0, commands0 = _server_counters(client)
+        workers0 = _process_seconds(pids)
+        start = time.perf_counter()
+        for n in range(tasks):
+            app.start("agent_turn", n, calls, task_id=f"t{n}")
+        deadline = time.monotonic() + 600
+        for n in range(tasks):  # claims take the oldest first: mostly one read per poll
+            while app.log.get(f"t{n}").status != "completed":
+                assert time.monotonic() < deadline, "the workers did not finish"
+                time.sleep(0.02)
+        elapsed = time.perf_counter() - start
+        workers_cpu = _process_seconds(pids) - workers0
+        cpu1, usec1, commands1 = _server_counters(client)
+    finally:
+        stop(procs)
+        client.close()
+        app.close()
+    done = tasks * calls
+    return {
+        "workers": workers,
+        "calls_per_s": done / elapsed,
+        "server_cpu_share": (cpu1 - cpu0) / elapsed,
+        "server_cpu_us_per_call": (cpu1 - cpu0) * 1e6 / done,
+        "server_command_us_per_call": (usec1 - usec0) / done,
+        "server_commands_per_call": (commands1 - commands0) / done,
+        "workers_cpu_cores": workers_cpu / elapsed,
+    }
+
+
+def floor_rate(port: int, clients: int, seconds: float) -> float:
+    """XADDs of a ~500-byte entry per second, by ``clients`` connections writing at once (threads)."""
+
+    def writer(i: int) -> tuple[Callable[[], None], Callable[[], None]]:
+        client, key = redis.Redis(port=port), f"floor:{uuid.uuid4().hex}"
+
+        def add() -> None:
+            client.xadd(key, {"d": MESSAGE})
+
+        def cleanup() -> None:
+            client.delete(key)
+            client.close()
+
+        return add, cleanup
+
+    return threaded_rate(clients, seconds, writer)[0]
+
+
+def worker_scaling(
+    port: int, counts: list[int], tasks: int, calls: int, folder: str, seconds: float
+) -> list[dict[str, float]]:
+    """A row per worker count, each with its calls/s against one worker's (when one was measured),
+    and the floor's: as many connections writing XADDs at once, against one connection's."""
+    rows = [drain(port, workers, tasks, calls, folder) for workers in counts]
+    for row in rows:
+        row["floor_xadd_per_s"] = floor_rate(port, int(row["workers"]), seconds)
+    one = next((row for row in rows if row["workers"] == 1), None)
+    for row in rows:
+        if one:
+            row["ratio_to_one"] = row["calls_per_s"] / one["calls_per_s"]
+            row["floor_ratio_to_one"] = row["floor_xadd_per_s"] / one["floor_xadd_per_s"]
+    print(f"{tasks} tasks of {calls} calls (2 readonly : 1 side-effecting, ~500-byte results); {os.cpu_count()} cores")
+    head = f"{'workers':>7} {'calls/s':>8} {'vs one':>7} {'server CPU':>11} {'server us/call':>15}"
+    print(f"{head} {'cmd us/call':>12} {'cmds/call':>10} {'workers CPU':>12} {'XADD floor/s':>13} {'vs one':>7}")
+    for row in rows:
+        ratio = f"{row['ratio_to_one']:.2f}" if "ratio_to_one" in row else "-"
+        floor_ratio = f"{row['floor_ratio_to_one']:.2f}" if "floor_ratio_to_one" in row else "-"
+        print(
+            f"{row['workers']:>7} {row['calls_per_s']:>8.0f} {ratio:>7} {row['server_cpu_share'] * 100:>10.0f}%"
+            f" {row['server_cpu_us_per_call']:>15.0f} {row['server_command_us_per_call']:>12.0f}"
+            f" {row['server_commands_per_call']:>10.1f}"
+            f" {row['workers_cpu_cores']:>6.2f} cores {row['floor_xadd_per_s']:>13.0f} {floor_ratio:>7}"
+        )
+    return rows
 
 
 def measure(port: int, n: int, rounds: int) -> dict[str, Any]:
@@ -173,8 +314,14 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="the shortest run through every path")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--appendfsync", default="always", choices=["always", "everysec", "no"])
+    parser.add_argument("--session-n", type=int, help="messages in the session figures (default: the largest N)")
+    parser.add_argument("--workers", help="worker counts, comma-separated (default 1,4,16; 0: none)")
+    parser.add_argument("--tasks", type=int, help="tasks the workers run (default 200, --quick 60)")
+    parser.add_argument("--calls", type=int, default=9, help="recorded calls per task")
     args = parser.parse_args()
     sizes = [20, 50] if args.smoke else [100, 1_000] if args.quick else [100, 1_000, 10_000]
+    counts = [int(c) for c in (args.workers or ("1" if args.smoke else "1,4,16")).split(",") if int(c) > 0]
+    tasks = args.tasks or (2 if args.smoke else 60 if args.quick else 200)
     rounds = 1 if args.smoke else args.rounds
     folder = tempfile.mkdtemp(prefix="tether-bench-redis-")
     proc, port = start_server(folder, args.appendfsync)
@@ -189,14 +336,18 @@ def main() -> None:
                 f"{n:>7} {row['floor_ms']:>11.3f} {row['readonly_ms']:>9.3f} {row['readonly_ratio']:>6.2f}"
                 f" {row['side_effecting_ms']:>10.3f} {row['side_effecting_ratio']:>6.2f}"
             )
-        session = sessions(port, sizes[-1])
+        session_n = args.session_n or sizes[-1]
+        session = sessions(port, session_n)
         report["session"] = session
         if session is not None:
             print(
-                f"session add of one message, N={sizes[-1]}: tether {session['tether_add_ms']:.3f} ms, RedisSession "
-                f"{session['redis_session_add_ms']:.3f} ms ({session['add_ratio']:.2f}x); bytes per message "
-                f"{session['tether_bytes']:.0f} vs {session['redis_session_bytes']:.0f} ({session['bytes_ratio']:.2f}x)"
+                f"session add of one message, N={session_n}: tether {session['tether_add_ms']:.3f} ms, RedisSession "
+                f"{session['redis_session_add_ms']:.3f} ms ({session['add_ratio']:.2f}x); bytes per message:"
             )
+            for n, row in session["bytes_by_n"].items():
+                print(f"  N={n}: {row['tether']:.0f} vs {row['redis_session']:.0f} ({row['ratio']:.2f}x)")
+        seconds = 0.3 if args.smoke else 2.0
+        report["workers"] = worker_scaling(port, counts, tasks, args.calls, folder, seconds) if counts else None
         last = report["sizes"][str(sizes[-1])]
         passed = (
             last["readonly_ratio"] <= TARGETS["readonly"] and last["side_effecting_ratio"] <= TARGETS["side_effecting"]
@@ -204,6 +355,9 @@ def main() -> None:
         if session is not None:
             passed = passed and session["add_ratio"] <= TARGETS["session_add"]
             passed = passed and session["bytes_ratio"] <= TARGETS["session_bytes"]
+        four = [row for row in report["workers"] or [] if row["workers"] == 4 and "ratio_to_one" in row]
+        if four:
+            passed = passed and four[0]["ratio_to_one"] >= TARGETS["workers_4"]
         report["targets"] = TARGETS
         report["pass"] = passed
         print(orjson.dumps(report).decode())

@@ -69,7 +69,9 @@ def _async_tasks(r: Report) -> bool:
 def _redis(r: Report) -> bool:
     last, session = _last(r["sizes"]), r["session"]
     calls_ok = last["readonly_ratio"] <= 2.0 and last["side_effecting_ratio"] <= 3.0
-    return calls_ok and (session is None or (session["add_ratio"] <= 1.0 and session["bytes_ratio"] <= 1.2))
+    four = [w["ratio_to_one"] for w in r["workers"] or [] if w["workers"] == 4 and "ratio_to_one" in w]
+    session_ok = session is None or (session["add_ratio"] <= 1.0 and session["bytes_ratio"] <= 1.2)
+    return calls_ok and session_ok and all(ratio >= 2.5 for ratio in four)
 
 
 def _telemetry(r: Report) -> bool:
