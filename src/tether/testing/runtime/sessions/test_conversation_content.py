@@ -106,9 +106,9 @@ def test_ctx_session_refuses_content_none_and_writes_nothing(store_url: str) -> 
     app = tether.App(store_url)
 
     @app.task
-    def chat(ctx: tether.TaskContext) -> str:
+    def chat(ctx: tether.TaskContext) -> list[str]:
         ctx.session.add("user", "hi")
-        refused = []
+        refused: list[str] = []
         for bad in (("user", None), ([{"role": "user", "content": "hi"}],)):
             try:
                 ctx.session.add(*bad)
