@@ -83,7 +83,12 @@ def test_the_first_screen_tells_the_story_and_cancel_asks_first(
         expect(tree.locator(".changed").first).to_be_visible()  # the last event's changes, marked
         assert "\\u000a" not in tab.locator("#diff").inner_text()  # the change list keeps its lines
         assert tab.evaluate("document.documentElement.scrollWidth") <= size["width"]  # nothing runs off the side
+        calls = tab.locator("#calls .scroll")  # nor off its own box: at 390 px each call is a card of labelled lines
+        assert calls.evaluate("el => el.scrollWidth <= el.clientWidth"), calls.evaluate("el => el.scrollWidth")
+        if width == "narrow":
+            expect(calls.locator("td[data-label=tool]").first).to_be_visible()
         tab.screenshot(path=str(_shots(tmp_path) / f"task-answered-{width}.png"))
+        calls.screenshot(path=str(_shots(tmp_path) / f"task-calls-{width}.png"))
 
         tab.get_by_role("button", name="Cancel…").click()  # cancel runs compensations: asked first
         dialog = tab.get_by_role("dialog", name="Cancel this task?")

@@ -323,12 +323,16 @@ def _calls(state: TaskState) -> str:
         return ""
     spent = task_usage(state)
     by_n = {c.n: c.usage for c in spent.calls}
+    # Each cell names its column (data-label): on a narrow screen a row stacks as a card of
+    # labelled lines (style.css), so no column runs off the side.
     rows = "".join(
-        f'<tr class="call {e(c.kind)}"><td>{c.n}</td>'
-        f"<td>{e(c.tool)}{' (compensation)' if c.kind == 'compensation' else ''}</td><td>{e(c.status)}</td>"
-        f"<td><code>{e(short(c.args))}</code></td><td><code>{e(short(c.result))}</code></td>"
-        f"<td>{_attempts(c)}</td><td>{e(_duration(c))}</td>"
-        + (f'<td class="usage">{e(_spent(by_n[c.n]) if c.n in by_n else "")}</td>' if by_n else "")
+        f'<tr class="call {e(c.kind)}"><td data-label="#">{c.n}</td>'
+        f'<td data-label="tool">{e(c.tool)}{" (compensation)" if c.kind == "compensation" else ""}</td>'
+        f'<td data-label="status">{e(c.status)}</td>'
+        f'<td data-label="args"><code>{e(short(c.args))}</code></td>'
+        f'<td data-label="result"><code>{e(short(c.result))}</code></td>'
+        f'<td data-label="attempts">{_attempts(c)}</td><td data-label="duration">{e(_duration(c))}</td>'
+        + (f'<td class="usage" data-label="tokens">{e(_spent(by_n[c.n]) if c.n in by_n else "")}</td>' if by_n else "")
         + "</tr>"
         for c in calls
     )
