@@ -244,6 +244,10 @@ def drain(port: int, workers: int, tasks: int, calls: int, folder: str) -> dict[
         "server_command_us_per_call": (usec1 - usec0) / done,
         "server_commands_per_call": (commands1 - commands0) / done,
         "workers_cpu_cores": workers_cpu / elapsed,
+        "workers_cpu_us_per_call": workers_cpu * 1e6 / done,
+        # calls/s if the workers and the server had every core to themselves and CPU were the only limit
+        "cpu_ceiling_calls_per_s": (os.cpu_count() or 1) * done / max(workers_cpu + cpu1 - cpu0, 1e-9),
+        "load_average": os.getloadavg()[0],
     }
 
 
@@ -278,18 +282,29 @@ def worker_scaling(
         if one:
             row["ratio_to_one"] = row["calls_per_s"] / one["calls_per_s"]
             row["floor_ratio_to_one"] = row["floor_xadd_per_s"] / one["floor_xadd_per_s"]
-    print(f"{tasks} tasks of {calls} calls (2 readonly : 1 side-effecting, ~500-byte results); {os.cpu_count()} cores")
-    head = f"{'workers':>7} {'calls/s':>8} {'vs one':>7} {'server CPU':>11} {'server us/call':>15}"
-    print(f"{head} {'cmd us/call':>12} {'cmds/call':>10} {'workers CPU':>12} {'XADD floor/s':>13} {'vs one':>7}")
+    print(
+        f"{tasks} tasks of {calls} calls (2 readonly : 1 side-effecting, ~500-byte results); {os.cpu_count()} cores,"
+        f" load average {rows[0]['load_average']:.1f} at the first count's end"
+    )
+    # (heading, the row's field, format): server figures from INFO, the workers' CPU from /proc
+    columns = [
+        ("workers", "workers", "d"),
+        ("calls/s", "calls_per_s", ".0f"),
+        ("vs one", "ratio_to_one", ".2f"),
+        ("server CPU", "server_cpu_share", ".0%"),
+        ("server us/call", "server_cpu_us_per_call", ".0f"),
+        ("cmd us/call", "server_command_us_per_call", ".0f"),
+        ("cmds/call", "server_commands_per_call", ".1f"),
+        ("workers cores", "workers_cpu_cores", ".2f"),
+        ("workers us/call", "workers_cpu_us_per_call", ".0f"),
+        ("CPU ceiling/s", "cpu_ceiling_calls_per_s", ".0f"),
+        ("XADD floor/s", "floor_xadd_per_s", ".0f"),
+        ("vs one", "floor_ratio_to_one", ".2f"),
+    ]
+    print(" ".join(f"{title:>{len(title)}}" for title, _, _ in columns))
     for row in rows:
-        ratio = f"{row['ratio_to_one']:.2f}" if "ratio_to_one" in row else "-"
-        floor_ratio = f"{row['floor_ratio_to_one']:.2f}" if "floor_ratio_to_one" in row else "-"
-        print(
-            f"{row['workers']:>7} {row['calls_per_s']:>8.0f} {ratio:>7} {row['server_cpu_share'] * 100:>10.0f}%"
-            f" {row['server_cpu_us_per_call']:>15.0f} {row['server_command_us_per_call']:>12.0f}"
-            f" {row['server_commands_per_call']:>10.1f}"
-            f" {row['workers_cpu_cores']:>6.2f} cores {row['floor_xadd_per_s']:>13.0f} {floor_ratio:>7}"
-        )
+        cells = [format(row[name], spec) if name in row else "-" for _, name, spec in columns]
+        print(" ".join(f"{cell:>{len(title)}}" for cell, (title, _, _) in zip(cells, columns, strict=True)))
     return rows
 
 
