@@ -10,14 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("langgraph.prebuilt")
 
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Send
 
@@ -27,6 +29,7 @@ from tether.integrations._langgraph_compact import SNAPSHOT_SCHEMA
 from tether.integrations._langgraph_log import stream_id
 from tether.integrations.langgraph import TetherSaver
 from tether.log.snapshots import snapshot_row
+from tether.store import EventRow, TaskRow
 
 TEXT = "The user asked to move the meeting to Tuesday afternoon and to invite the design team. " * 5
 CONFIG: dict[str, Any] = {"configurable": {"thread_id": "agent"}}
@@ -257,3 +260,50 @@ def test_a_thread_deleted_and_started_again_is_not_read_from_the_old_snapshot(lo
     log.store.put_snapshot(log.tenant, stream_id("agent"), old)
     messages = agent(fresh(log)).get_state(CONFIG).values["messages"]
     assert [m.id for m in messages if isinstance(m, HumanMessage)] == ["user-10"]
+
+
+def test_a_thread_snapshot_of_schema_1_still_reads(log: TaskLog) -> None:
+    # A thread as tether stored it when snapshots were of schema 1 (each item inline the first time
+    # it was named): two turns and their snapshot, from tests/fixtures/langgraph_thread_v1.json.
+    stored = orjson.loads((Path(__file__).parent.parent / "fixtures" / "langgraph_thread_v1.json").read_bytes())
+    rows = [EventRow(e["seq"], e["type"], e["schema"], e["at"], e["data"]) for e in stored["events"]]
+    stream, at = stream_id(stored["thread_id"]), rows[0].at
+    row = TaskRow(stream, log.tenant, thread_log.THREAD_TYPE, "open", None, None, at, at, 1)
+    log.store.create_task(log.tenant, row, rows[0])
+    log.store.append(log.tenant, stream, rows[1:], 1)
+    snapshot = orjson.loads(stored["snapshot"]["data"])
+    snapshot["created_at"] = at  # the thread it names: its row's, as the saver that took it wrote it
+    snap = snapshot_row(stored["snapshot"]["seq"], 1, orjson.dumps(snapshot).decode())
+    log.store.put_snapshot(log.tenant, stream, snap)
+    reader = fresh(log, snapshot_every=8)
+    returned = counted(reader)
+    read = reader.get_tuple(CONFIG)
+    assert reader._threads["agent"].view.partial and returned == [len(rows) - snap.seq]  # from the snapshot
+    folded = fresh(log)
+    folded._refold(folded._thread("agent"))  # the whole stream, as without a snapshot
+    same(read, folded.get_tuple(CONFIG))
+    assert [m.id for m in read.checkpoint["channel_values"]["messages"]][-1] == "ai-11"
+    turns(agent(reader), 2, 1)  # written from the old snapshot's view; the next snapshot is of today's schema
+    messages = agent(fresh(log)).get_state(CONFIG).values["messages"]
+    assert len(messages) == 18 and messages[-1].id == "ai-17"
+    assert log.store.get_snapshot(log.tenant, stream, at_most=NEVER).schema == SNAPSHOT_SCHEMA
+
+
+class Tagging(JsonPlusSerializer):
+    """A serializer of its own that does more than msgpack: it marks each message it reads."""
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        value = super().loads_typed(data)
+        if isinstance(value, BaseMessage):
+            value.additional_kwargs["read_by"] = "tagging"
+        return value
+
+
+def test_a_serializer_of_its_own_reads_each_item_itself(log: TaskLog) -> None:
+    # LangGraph's own serializer reads a snapshot's messages in one call (an array of them); any
+    # other is handed each item alone, as it was stored.
+    turns(agent(TetherSaver(log, serde=Tagging(), snapshot_every=8)), 0, 3)
+    reader = TetherSaver(TaskLog(log.store), serde=Tagging())
+    messages = reader.get_tuple(CONFIG).checkpoint["channel_values"]["messages"]
+    assert reader._threads["agent"].view.partial and len(messages) == 18
+    assert all(m.additional_kwargs.get("read_by") == "tagging" for m in messages)

@@ -10,6 +10,8 @@ deleted, and a reader that cached the old history starts over at ``ThreadCompact
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,7 +30,7 @@ from tether.integrations._langgraph_log import (
     item_key,
 )
 
-__all__ = ["SNAPSHOT_SCHEMA", "restated", "snapshot_data", "view_of_snapshot"]
+__all__ = ["READABLE_SCHEMAS", "SNAPSHOT_SCHEMA", "restated", "snapshot_data", "view_of_snapshot"]
 
 
 def restated(serde: Serde, view: ThreadView, kept: Sequence[Saved], *, reason: str) -> list[Event]:
@@ -78,9 +80,17 @@ def _json(data: bytes) -> dict[str, object]:
 
 # ----------------------------------------------------------------------------- snapshots
 
-SNAPSHOT_SCHEMA = 1
-"""The thread snapshots' schema: ``{"lists", "checkpoints", "writes"}`` as :func:`snapshot_data`
-writes it. A snapshot of another schema is not read (the thread is folded from its events)."""
+SNAPSHOT_SCHEMA = 2
+"""The schema of the thread snapshots :func:`snapshot_data` writes: ``{"created_at", "lists", "items",
+"checkpoints", "writes"}``, every item stored once in ``items`` with its key (so a reader need not
+hash it again) and as ``"#key"`` in the values. ``items`` is ``{"keys", "sizes", "msgpack",
+"other"}``: the items the serializer stored as msgpack are one base64 text of their bytes one after
+another, each padded with zero bytes to a multiple of three (``sizes`` are without the padding; one
+decoding for them all, and the events' base64 of an item is its part of the text, ``=`` read as
+``A``), the others ``{key: [kind, base64]}``.
+Schema 1 (each item inline the first time, base64 as in the events) is still read; a snapshot of
+any other schema is not (the thread is folded from its events)."""
+READABLE_SCHEMAS = (1, SNAPSHOT_SCHEMA)
 _NAMESPACES = 8  # a snapshot keeps the newest checkpoint of this many namespaces ("" among them)
 
 
@@ -101,7 +111,7 @@ def snapshot_data(view: ThreadView, created_at: float | None) -> tuple[str, set[
         if owner is not None:
             kept[(owner.ns, owner.id)] = owner
             lists[name] = ref
-    restater = _Restater()
+    restater = _Restater(view.key_of)
     checkpoints, writes = [], []
     for saved in sorted(kept.values(), key=lambda s: s.seq):
         values = {c: restater.value(saved.sources[c]) if c in saved.sources else ["e"] for c in saved.versions}
@@ -119,18 +129,24 @@ def snapshot_data(view: ThreadView, created_at: float | None) -> tuple[str, set[
             writes.append(
                 {"ns": saved.ns, "checkpoint_id": saved.id, "task_id": task_id, "task_path": task_path, "writes": items}
             )
-    data = {"created_at": created_at, "lists": lists, "checkpoints": checkpoints, "writes": writes}
-    return orjson.dumps(data).decode(), restater.keys(view)
+    data = {"created_at": created_at, "lists": lists, "items": restater.table(), "checkpoints": checkpoints,
+            "writes": writes}  # fmt: skip
+    return orjson.dumps(data).decode(), restater.keys()
 
 
-def view_of_snapshot(data: str | bytes, seq: int, created_at: float) -> ThreadView:
-    """The (partial) view a snapshot at ``seq`` of the thread created at ``created_at`` holds;
-    ``ValueError`` if it is not one (or is another thread's of the same id)."""
+def view_of_snapshot(data: str | bytes, seq: int, created_at: float, schema: int = SNAPSHOT_SCHEMA) -> ThreadView:
+    """The (partial) view a snapshot of ``schema`` at ``seq`` of the thread created at ``created_at``
+    holds; ``ValueError`` if it is not one (or is another thread's of the same id)."""
+    if schema not in READABLE_SCHEMAS:
+        raise ValueError(f"thread snapshot of schema {schema}, not one of {READABLE_SCHEMAS}")
     try:
         loaded = orjson.loads(data)
         if loaded["created_at"] != created_at:
             raise ValueError("a snapshot of an earlier thread of this id (deleted since)")
         view = ThreadView()
+        if schema >= 2:
+            view.items = _items_read(loaded["items"])
+            view.key_of = {id(item): key for key, item in view.items.items()}
         for fields in loaded["checkpoints"]:
             view.apply(Recorded(seq, 0.0, CheckpointSaved(**fields)))
         for fields in loaded["writes"]:
@@ -142,7 +158,7 @@ def view_of_snapshot(data: str | bytes, seq: int, created_at: float) -> ThreadVi
                 raise ValueError(f"its list {name!r} names {ref}, which it does not hold")
             lists[name] = (ref, blob)
     except (KeyError, TypeError, AttributeError, InvalidInputError, orjson.JSONDecodeError) as exc:
-        raise ValueError(f"not a thread snapshot of schema {SNAPSHOT_SCHEMA}: {exc}") from None
+        raise ValueError(f"not a thread snapshot of schema {schema}: {exc}") from None
     view.last_list = lists
     view.floor = view.newest() or ""
     view.partial = True
@@ -150,24 +166,58 @@ def view_of_snapshot(data: str | bytes, seq: int, created_at: float) -> ThreadVi
     return view
 
 
+def _items_read(stored: dict[str, Any]) -> dict[str, Any]:
+    """A schema 2 snapshot's items, as the view holds them (key -> msgpack bytes, or [kind, base64])."""
+    keys, sizes = stored["keys"], stored["sizes"]
+    if len(keys) != len(sizes):
+        raise ValueError(f"{len(keys)} item keys for {len(sizes)} sizes")
+    data = binascii.a2b_base64(stored["msgpack"])
+    items: dict[str, Any] = dict(stored["other"])
+    start = 0
+    for key, size in zip(keys, sizes, strict=True):
+        items[key] = data[start : start + size]
+        start += size + -size % 3
+    if start != len(data):
+        raise ValueError(f"items of {start} bytes in all, stored as {len(data)}")
+    return items
+
+
 class _Restater:
-    """Values restated from a view's stored items: each item stored once (then ``"#key"``), and a list
-    that extends one restated before as what it adds (``["a", items, ref]``)."""
+    """Values restated from a view's stored items: each item once in ``table`` (its key -> the item
+    as stored), ``"#key"`` in the values, and a list that extends one restated before as what it
+    adds (``["a", items, ref]``)."""
 
-    def __init__(self) -> None:
-        self._seen: dict[int, Any] = {}  # id(item) -> item (kept alive, so ids stay unique)
+    def __init__(self, key_of: dict[int, str]) -> None:
+        self._key_of = key_of  # the view's: id(item) -> its key (an item it does not know is hashed)
+        self._seen: dict[int, str] = {}  # id(item) -> its key (the view holds every item: ids stay unique)
         self._emitted: dict[int, list[str]] = {}  # id(list blob) -> where a snapshot event stated it
+        self._read: dict[str, bytes] = {}  # key -> msgpack bytes (an item read from a snapshot)
+        self._stored: dict[str, str] = {}  # key -> msgpack base64 (an item as the events store it)
+        self._other: dict[str, Any] = {}  # key -> [kind, base64], for the others
 
-    def item(self, item: Any) -> Any:
-        if id(item) in self._seen:
-            return f"#{item_key(item)}"
-        self._seen[id(item)] = item
-        return item
+    def item(self, item: Any) -> str:
+        key = self._seen.get(id(item))
+        if key is None:
+            key = self._seen[id(item)] = self._key_of.get(id(item)) or item_key(item)
+            if isinstance(item, list):
+                self._other.setdefault(key, item)
+            elif isinstance(item, bytes):
+                self._read.setdefault(key, item)
+            elif key not in self._read:
+                self._stored.setdefault(key, item)
+        return f"#{key}"
 
-    def keys(self, view: ThreadView) -> set[str]:
-        """The keys of the items restated (as ``view`` knows them; an item it does not is hashed)."""
-        key_of = view.key_of
-        return {key_of.get(id(item)) or item_key(item) for item in self._seen.values()}
+    def keys(self) -> set[str]:
+        return {*self._read, *self._stored, *self._other}
+
+    def table(self) -> dict[str, Any]:
+        """The items restated, as a schema 2 snapshot stores them."""
+        read = b"".join(b + bytes(-len(b) % 3) for b in self._read.values())
+        stored = "".join(self._stored.values()).replace("=", "A")  # "=" only ends an item's base64
+        text = base64.b64encode(read).decode() + stored
+        sizes = [len(b) for b in self._read.values()]
+        sizes += [len(b) * 3 // 4 - b.count("=", -2) for b in self._stored.values()]
+        return {"keys": [*self._read, *self._stored], "sizes": sizes, "msgpack": text, "other": self._other}
 
     def value(self, blob: Blob) -> list[Any]:
         fields = blob.fields or {}

@@ -20,6 +20,7 @@ a thread's events without it); values are encoded by the saver's serializer, pas
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
 import hashlib
 import operator
@@ -51,6 +52,7 @@ __all__ = [
     "WritesSaved",
     "list_threads",
     "read_thread",
+    "register_plain_msgpack",
     "register_send",
     "stream_id",
 ]
@@ -87,9 +89,41 @@ def encode_item(serde: Serde, value: Any) -> Any:
 
 
 def decode_item(serde: Serde, item: Any) -> Any:
+    """An item decoded: msgpack as its base64 (as stored in events) or its bytes (as read from a
+    snapshot), or ``[kind, base64]``."""
     if isinstance(item, str):
-        return serde.loads_typed(("msgpack", base64.b64decode(item)))
-    return serde.loads_typed((item[0], base64.b64decode(item[1])))
+        return serde.loads_typed(("msgpack", binascii.a2b_base64(item)))
+    if isinstance(item, bytes):
+        return serde.loads_typed(("msgpack", item))
+    return serde.loads_typed((item[0], binascii.a2b_base64(item[1])))
+
+
+_PLAIN_MSGPACK: list[type] = []  # serializers whose "msgpack" is msgpack and nothing more (see decode_items)
+
+
+def register_plain_msgpack(cls: type) -> None:
+    """Let threads decode many msgpack items of a ``cls`` serializer in one call: an array of the
+    items' bytes, which such a serializer reads as the list of their values (LangGraph's
+    ``JsonPlusSerializer``: ``loads_typed`` is one ``unpackb`` with its extension hook)."""
+    if cls not in _PLAIN_MSGPACK:
+        _PLAIN_MSGPACK.append(cls)
+
+
+def decode_items(serde: Serde, items: list[Any]) -> list[Any]:
+    """Items decoded, as :func:`decode_item` decodes each: in one call when they are all msgpack and
+    the serializer is registered with :func:`register_plain_msgpack` (each item's per-call cost is
+    most of a small message's), else one by one (also when the one call fails: then each raises,
+    or not, as it would alone)."""
+    if len(items) > 1 and type(serde) in _PLAIN_MSGPACK and not any(type(i) is list for i in items):
+        parts = [i if type(i) is bytes else binascii.a2b_base64(i) for i in items]
+        array = b"\xdd" + len(parts).to_bytes(4, "big") + b"".join(parts)  # msgpack's array 32 header
+        try:
+            decoded = serde.loads_typed(("msgpack", array))
+        except Exception:  # each item is decoded again, alone, and raises as it would
+            decoded = None
+        if type(decoded) is list and len(decoded) == len(parts):
+            return decoded
+    return [decode_item(serde, item) for item in items]
 
 
 def encode_json(serde: Serde, value: dict[str, Any]) -> dict[str, Any]:
@@ -141,6 +175,8 @@ class Blob:
 
 def item_key(item: Any) -> str:
     """The key an item is referred to by: a hash of its type and bytes (as stored, in base64)."""
+    if isinstance(item, bytes):
+        item = base64.b64encode(item).decode()
     text = item if isinstance(item, str) else f"{item[0]}:{item[1]}"
     return base64.urlsafe_b64encode(hashlib.blake2b(text.encode(), digest_size=12).digest()).decode()
 
@@ -244,7 +280,7 @@ class ThreadView:
         self.writes: dict[tuple[str, str], dict[tuple[str, int], Write]] = {}
         self.items: dict[str, Any] = {}  # item key -> the item as first stored
         self.key_of: dict[int, str] = {}  # id(item) -> its key, for every item a value of the view holds
-        self._objects: dict[str, Any] = {}  # a list item (as stored) -> its object, decoded once
+        self._objects: dict[str | bytes, Any] = {}  # a list item (as stored) -> its object, decoded once
         self._index: dict[tuple[str, str, Any], Blob] = {}  # (ns, channel, version) -> the newest blob
         self.last_list: dict[str, tuple[list[str], Blob]] = {}  # channel -> the newest list stored, and its ref
         self._flat: OrderedDict[int, tuple[Blob, list[Any]]] = OrderedDict()
@@ -515,11 +551,10 @@ class ThreadView:
                 break
             segments.append(current)
             current = current.base if current.kind == "a" else None
+        self._decode(serde, [s for s in segments if s.objects is None])
         flat = list(start)
         for segment in reversed(segments):
-            if segment.objects is None:
-                segment.objects = [self._object(serde, item) for item in segment.items]
-            flat.extend(segment.objects)
+            flat.extend(segment.objects or ())
         for segment in segments:
             segment.tip = blob
         self._flat[id(blob)] = (blob, flat)
@@ -527,14 +562,14 @@ class ThreadView:
             self._flat.popitem(last=False)
         return flat, False
 
-    def _object(self, serde: Serde, item: Any) -> Any:
-        """A list item decoded, once per thread: the same message in several lists is one object."""
-        if not isinstance(item, str):
-            return decode_item(serde, item)
-        found = self._objects.get(item)
-        if found is None:
-            found = self._objects[item] = decode_item(serde, item)
-        return found
+    def _decode(self, serde: Serde, segments: list[Blob]) -> None:
+        """Decode the segments' items, each once per thread (the same message in several lists is
+        one object), those not decoded before all in one call."""
+        objects = self._objects
+        new = {item: None for s in segments for item in s.items if type(item) is not list and item not in objects}
+        objects.update(zip(new, decode_items(serde, list(new)), strict=True))
+        for segment in segments:
+            segment.objects = [objects[i] if type(i) is not list else decode_item(serde, i) for i in segment.items]
 
     def _cached(self, blob: Blob) -> tuple[list[Any], bool] | None:
         """The blob's whole list from the cache (``False``: the cached list itself) or sliced from

@@ -43,6 +43,7 @@ try:
         get_checkpoint_metadata,
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from langgraph.types import Send
 
     from tether.integrations._versions import check_tested
@@ -77,6 +78,7 @@ from tether.integrations._langgraph_log import (
     decode_json,
     encode_json,
     list_threads,
+    register_plain_msgpack,
     register_send,
     stream_id,
     thread_of,
@@ -93,6 +95,7 @@ __all__ = ["THREAD_TYPE", "TetherSaver", "TetherStore", "TetherToolNode", "tool_
 
 _RETRIES = 100
 register_send(Send)
+register_plain_msgpack(JsonPlusSerializer)
 _BATCH = 64  # checkpoints a list() builds per hand-over to the worker thread
 _ALL = 1_000_000_000
 
@@ -212,9 +215,7 @@ class TetherSaver(BaseCheckpointSaver[int]):
         or all its events when it has none (written before snapshots, or short)."""
 
         def parse(snap: SnapshotRow) -> ThreadView:
-            if snap.schema != SNAPSHOT_SCHEMA:
-                raise ValueError(f"thread snapshot of schema {snap.schema}, not {SNAPSHOT_SCHEMA}")
-            return view_of_snapshot(snap.data, snap.seq, row.created_at)
+            return view_of_snapshot(snap.data, snap.seq, row.created_at, snap.schema)
 
         try:
             snap, view, after = self.log.latest(thread.stream.id, parse)
