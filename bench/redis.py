@@ -363,7 +363,7 @@ def main() -> None:
             )
             for n, row in session["bytes_by_n"].items():
                 print(f"  N={n}: {row['tether']:.0f} vs {row['redis_session']:.0f} ({row['ratio']:.2f}x)")
-        seconds = 0.3 if args.smoke else 2.0
+        seconds = 0.1 if args.smoke else 2.0
         report["workers"] = worker_scaling(port, counts, tasks, args.calls, folder, seconds) if counts else None
         last = report["sizes"][str(sizes[-1])]
         passed = (
