@@ -6,7 +6,9 @@ policy once: how many tries, that a lost lease is never retried, and the error r
 from __future__ import annotations
 
 import ast
+import gc
 import textwrap
+import weakref
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from tether.errors import ConflictError, LeaseLostError
 from tether.log.conflicts import retry_on_conflict
 
 SRC = Path(tether.__file__).parent
-THE_LOOP = ("log/conflicts.py", "retry_on_conflict")
+THE_LOOP = ("log/conflicts.py", "_again")  # retry_on_conflict's tries after its first
 
 
 def _caught(handler: ast.ExceptHandler) -> set[str]:
@@ -148,3 +150,47 @@ def test_no_limit_of_its_own_and_a_lost_lease_is_never_retried() -> None:
     with pytest.raises(LeaseLostError):
         retry_on_conflict(leased, stream="s", tries=None, on_conflict=lambda _: None)
     assert lost == [1]
+
+
+def test_a_retry_after_a_conflict_stops_at_a_lost_lease_and_tries_count_the_first() -> None:
+    outcomes: list[Exception] = [_conflict(), LeaseLostError("s", token=1, current=2)]
+    tried: list[Exception] = []
+
+    def attempt() -> None:
+        tried.append(outcomes[len(tried)])
+        raise tried[-1]
+
+    with pytest.raises(LeaseLostError):
+        retry_on_conflict(attempt, stream="s", tries=None)
+    assert len(tried) == 2  # the conflict tried again once; the lost lease never
+
+    once: list[int] = []
+    with pytest.raises(ConflictError):
+        retry_on_conflict(lambda: once.append(1) or (_ for _ in ()).throw(_conflict()), stream="s", tries=1)
+    assert once == [1]
+
+
+def test_a_conflict_met_on_the_way_keeps_no_frame_alive() -> None:
+    """A conflict's traceback holds the frames it passed through: kept in the loop's frame after it
+    returns, it would keep the caller's locals (a run's context) until the collector ran."""
+
+    class Held:
+        pass
+
+    def caller() -> weakref.ref[Held]:
+        held = Held()
+        first = [True]
+
+        def attempt() -> int:
+            if first.pop() if first else False:
+                raise _conflict()
+            return 1
+
+        assert retry_on_conflict(attempt, stream="s") == 1
+        return weakref.ref(held)
+
+    gc.disable()
+    try:
+        assert caller()() is None  # freed by reference counting alone
+    finally:
+        gc.enable()

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from tether.errors import (
     Cancelled,
     ConflictError,
+    LeaseLostError,
     NonDeterminismError,
     OutcomeUnknownError,
     SchemaVersionError,
@@ -263,12 +264,15 @@ class Recorder:
             # for as long as what came in meanwhile is an answer or a cancel (``_take_external``).
             trace = self.trace
             began = perf_counter() if trace is not None else 0.0
-            version = retry_on_conflict(
-                lambda: append(task_id, events, self._version, fence=fence, snapshot=False),
-                stream=task_id,
-                tries=None,
-                on_conflict=lambda _: self._take_external(),
-            )
+            # The first try here, the rest in _append_again: every recorded call comes through this
+            # method, and a closure over its locals (retry_on_conflict's attempt) would make each of
+            # them a cell for every call, where a conflict is rare.
+            try:
+                version = append(task_id, events, self._version, fence=fence, snapshot=False)
+            except LeaseLostError:
+                raise
+            except ConflictError:
+                version = self._append_again(task_id, events, fence)
             if trace is not None:
                 trace.committed(perf_counter() - began)
             self.appended(version)
@@ -298,6 +302,18 @@ class Recorder:
         """Record ``event`` with the next append: a read that nothing depends on until something is written."""
         with self.lock:
             self._deferred.append(event)
+
+    def _append_again(self, task_id: str, events: list[Event], fence: int | None) -> int:
+        """:meth:`append`'s tries after its first met a conflict: again for as long as what came in
+        meanwhile is an answer or a cancel (taken in by :meth:`_take_external`); the new version."""
+        self._take_external()
+        append = self.engine.log.append
+        return retry_on_conflict(
+            lambda: append(task_id, events, self._version, fence=fence, snapshot=False),
+            stream=task_id,
+            tries=None,
+            on_conflict=lambda _: self._take_external(),
+        )
 
     def _take_external(self) -> None:
         """Accept what another process appended meanwhile (an answer, a cancel); anything else is a conflict."""
