@@ -89,3 +89,31 @@ def test_a_stream_of_the_first_format_reads_and_takes_appends(server: RedisServe
         store.delete_task("t", "old")
         store.close()
         client.close()
+
+
+def test_a_read_across_a_compaction_never_gives_events_seqs_they_do_not_have(server: RedisServer) -> None:
+    """An element's seq is its place after the row's base: a compaction (or a rewind, or a delete and
+    re-create) landing between a read's look at the row and its slice of the list must not label the
+    new list's elements with the old base. Another writer compacts at that moment, here."""
+    store = open_store(f"{server.url}?prefix=moved")
+    other = open_store(f"{server.url}?prefix=moved")
+    old = [EventRow(n, "MessageAdded", 1, 1796305360.5 + n, f'{{"n":{n}}}') for n in range(1, 6)]
+    new = [EventRow(n, "MessageAdded", 1, 1796305370.5 + n, f'{{"compacted":{n}}}') for n in (6, 7)]
+    row = TaskRow("s", "t", "x", "pending", None, None, 1796305360.5, 1796305360.5, 1)
+    try:
+        store.create_task("t", row, old[0])
+        store.append("t", "s", old[1:], 1)
+        pipeline = store._client.pipeline  # type: ignore[attr-defined]
+
+        def compacted_meanwhile(*args: object, **kwargs: object) -> object:
+            store._client.pipeline = pipeline  # type: ignore[attr-defined]
+            other.compact("t", "s", 5, new)
+            return pipeline(*args, **kwargs)
+
+        store._client.pipeline = compacted_meanwhile  # type: ignore[attr-defined]
+        assert store.read_events("t", "s") == new
+        assert store.read_events("t", "s") == other.read_events("t", "s") == new
+    finally:
+        store.delete_task("t", "s")
+        store.close()
+        other.close()

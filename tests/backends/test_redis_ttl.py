@@ -244,15 +244,15 @@ def test_a_read_that_meets_the_expiry_midway_finds_no_task(
     try:
         _create(store, "done")
         _finish(store, "done")
-        lrange = store._client.lrange
+        pipeline = store._client.pipeline  # the events are read in a transaction, after the row
 
-        def expire_first(*args: Any) -> Any:
+        def expire_first(*args: Any, **kwargs: Any) -> Any:
             client.pexpire("ttl-mid:{t:done}:r", 1)
             client.pexpire("ttl-mid:{t:done}:e", 1)
             _until(lambda: client.exists("ttl-mid:{t:done}:r", "ttl-mid:{t:done}:e") == 0, "the stream expired")
-            return lrange(*args)
+            return pipeline(*args, **kwargs)
 
-        monkeypatch.setattr(store._client, "lrange", expire_first)
+        monkeypatch.setattr(store._client, "pipeline", expire_first)
         with pytest.raises(tether.TaskNotFoundError):
             store.read_events(TENANT, "done")
     finally:

@@ -30,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
     raise ImportError("the Redis backend needs redis-py 5 or newer: pip install 'tether[redis]'") from exc
 
 from tether.checks import check_positive
-from tether.errors import ConfigurationError, ConflictError, LeaseLostError, TaskNotFoundError
+from tether.errors import ConfigurationError, ConflictError, LeaseLostError, StoreUnavailableError, TaskNotFoundError
 from tether.store import _redis_lua as lua
 from tether.store._redis_io import Listener, check_durability, connect, read_persistence, unavailable
 from tether.store._redis_keys import (
@@ -257,6 +257,16 @@ class RedisStore:
         return self._do(lambda: self._read(tenant, task_id, after, upto))
 
     def _read(self, tenant: str, task_id: str, after: int, upto: int | None) -> list[EventRow]:
+        for _ in range(_READ_TRIES):
+            try:
+                return self._read_once(tenant, task_id, after, upto)
+            except _MovedError:
+                continue  # a stream compacted, rewound or made again meanwhile: read it again, whole
+        raise StoreUnavailableError(
+            f"Redis: the events of task {task_id!r} were replaced {_READ_TRIES} times while they were read"
+        )
+
+    def _read_once(self, tenant: str, task_id: str, after: int, upto: int | None) -> list[EventRow]:
         bases: dict[str, int] = {}
         versions: dict[str, int] = {}
 
@@ -275,11 +285,17 @@ class RedisStore:
             stop = -1 if last is None else last - base - 1  # LRANGE's -1 is the end: only for "no upper bound"
             if last is not None and stop < start:
                 return []
-            got = self._client.lrange(self._task_key(tenant, stream, "e"), start, stop)
-            wanted = min(versions[stream], last if last is not None else versions[stream]) - base - start
-            if len(got) < wanted and not self._client.exists(self._task_key(tenant, stream, "r")):
-                # Expired (or deleted) between reading its row and its events: gone whole, never half.
+            # The slice with the row's base, in one transaction: an element's seq is its place after
+            # the base, and a compaction, a rewind or a delete and re-create between two round trips
+            # would give the new list's elements the old base's seqs.
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hget(self._task_key(tenant, stream, "r"), "base")
+            pipe.lrange(self._task_key(tenant, stream, "e"), start, stop)
+            now, got = pipe.execute()
+            if now is None:  # expired (or deleted) since its row was read: gone whole, never half
                 raise TaskNotFoundError(stream, tenant=tenant)
+            if int(now) != base:
+                raise _MovedError
             return [unpack_event(v, base + 1 + start + i) for i, v in enumerate(got)]
 
         return read_across_forks(task_id, after, upto, parent_of, segment)
@@ -465,6 +481,13 @@ class RedisStore:
 
     def close(self) -> None:
         _shut(self._listener, self._client)
+
+
+_READ_TRIES = 20
+
+
+class _MovedError(Exception):
+    """A stream's events were replaced (its base moved) while a read was reading them."""
 
 
 def _seconds(name: str, raw: float | str | None) -> float | None:
