@@ -194,3 +194,25 @@ def test_a_conflict_met_on_the_way_keeps_no_frame_alive() -> None:
         assert caller()() is None  # freed by reference counting alone
     finally:
         gc.enable()
+
+
+def test_a_run_that_meets_a_foreign_append_raises_its_conflict_alone() -> None:
+    """A run's append tried again after a conflict raises what stopped it (here, another writer's
+    record in its task), not chained onto the first, internal conflict ("During handling...")."""
+    from tether.events import ObservationRecorded
+
+    app = tether.App("memory://")
+    other = tether.App(app.store)
+
+    @app.tool
+    def first() -> str:
+        other.log.append("t", [ObservationRecorded(key="price", value=1)], other.state("t").version)
+        return "one"
+
+    @app.task
+    def job(ctx: tether.TaskContext) -> str:
+        return str(ctx.call(first))
+
+    with pytest.raises(ConflictError) as raised:
+        app.run("job", task_id="t")
+    assert raised.value.__context__ is None and raised.value.__cause__ is None

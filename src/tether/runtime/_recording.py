@@ -272,6 +272,8 @@ class Recorder:
             except LeaseLostError:
                 raise
             except ConflictError:
+                version = 0  # tried again below, outside the handler: no later error carries this conflict
+            if not version:
                 version = self._append_again(task_id, events, fence)
             if trace is not None:
                 trace.committed(perf_counter() - began)
