@@ -415,7 +415,7 @@ class TaskLog:
             at=at,
             type=parent.type,
             user_id=parent.user_id,
-            session_id=session_id or parent.session_id,
+            session_id=session_id or base.session_id,  # as of the fork point: not what the parent named later
             inputs=inputs,
             own_session=session_id,
             actor=actor,

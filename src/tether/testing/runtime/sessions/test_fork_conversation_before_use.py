@@ -83,3 +83,21 @@ def test_a_fork_or_rewind_before_a_named_conversation_exists_makes_it_the_new_ta
         assert own is not None and own != "shared-9"
         assert _contents(app, own) == [f"from {task_id}"]
     assert app.store.get_task(app.tenant, "session:shared-9") is None  # neither wrote to the shared one
+
+
+def test_a_fork_made_before_its_parent_named_a_conversation_is_listed_by_its_own(store_url: str) -> None:
+    """A task started without a session is listed by the one made for it once it uses it; a fork made
+    before that use gets a conversation of its own, and is listed by that one, not the parent's."""
+    app = tether.App(store_url)
+    _chat(app)
+    app.run("chat", "Capital of Italy?", task_id="c3")  # uses the conversation made for it: "c3"
+    app.fork("c3", at=1, new_id="c3-fork")
+    app.resume("c3-fork")
+    own = app.state("c3-fork").session_id
+    assert own is not None and own != "c3"
+
+    def listed(session_id: str) -> list[str]:
+        return sorted(t.task_id for t in app.list_tasks(session_id=session_id))
+
+    assert listed("c3") == ["c3"]
+    assert listed(own) == ["c3-fork"]
