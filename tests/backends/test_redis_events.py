@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests._redis_server import RedisServer
+from tether.errors import StoreCorruptError
 from tether.store import EventRow, TaskRow, open_store
 from tether.store._redis_keys import TYPE_CODES, pack_event, unpack_event
 
@@ -117,3 +119,12 @@ def test_a_read_across_a_compaction_never_gives_events_seqs_they_do_not_have(ser
         store.delete_task("t", "s")
         store.close()
         other.close()
+
+
+def test_an_element_that_is_not_what_its_place_says_is_refused() -> None:
+    """Stored data read back is checked, not asserted: a first-format element names its seq, and one
+    read at another place is corrupt; a negative schema or fence cannot be packed at all."""
+    with pytest.raises(StoreCorruptError, match="stored as seq 1 was read at seq 2"):
+        unpack_event(FIRST_FORMAT[0], 2)
+    with pytest.raises(ValueError, match="not negative"):
+        pack_event(EventRow(1, "MessageAdded", -1, time.time(), "{}"), None)

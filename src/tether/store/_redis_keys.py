@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from tether.errors import ConfigurationError
+from tether.errors import ConfigurationError, StoreCorruptError
 from tether.store.base import EventRow, LedgerRow, SnapshotRow, TaskRow
 
 __all__ = [
@@ -116,6 +116,8 @@ def _as_bytes(data: str | bytes) -> bytes:
 def _varint(value: int) -> bytes:
     """A non-negative int in 7-bit groups, low first, the high bit set on all but the last."""
     if value < 0x80:
+        if value < 0:
+            raise ValueError(f"a varint is not negative, got {value}")
         return _BYTES[value]
     out = bytearray()
     while value >= 0x80:
@@ -169,7 +171,9 @@ def _unpack_first_format(value: bytes, seq: int) -> EventRow:
     """An element of the first format: seq, type, schema, at and fence as text, each ended by 0x1f."""
     stored_seq, type_, schema, at, fence, data = value.split(_SEP, 5)
     payload = decode_text(data)
-    assert payload is not None and int(stored_seq) == seq
+    assert payload is not None
+    if int(stored_seq) != seq:  # a checked fact, not an assertion: stored data is read here
+        raise StoreCorruptError(f"Redis: an event stored as seq {int(stored_seq)} was read at seq {seq}")
     return EventRow(seq, type_.decode(), int(schema), float(at), payload, int(fence) if fence else None)
 
 
