@@ -307,3 +307,23 @@ def test_a_serializer_of_its_own_reads_each_item_itself(log: TaskLog) -> None:
     messages = reader.get_tuple(CONFIG).checkpoint["channel_values"]["messages"]
     assert reader._threads["agent"].view.partial and len(messages) == 18
     assert all(m.additional_kwargs.get("read_by") == "tagging" for m in messages)
+
+
+def test_one_call_decoding_is_offered_only_where_it_decodes_as_each_item_alone() -> None:
+    """The installed JsonPlusSerializer decodes a list of items in one call as it decodes each alone
+    (else register_plain_msgpack would leave it out); a serializer that revives what it unpacked
+    (decoding a list otherwise than its items) is not registered."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from tether.integrations import _langgraph_log
+    from tether.integrations.langgraph import _SAMPLES
+
+    assert JsonPlusSerializer in _langgraph_log._PLAIN_MSGPACK
+
+    class Reviving(JsonPlusSerializer):
+        def loads_typed(self, data: tuple[str, bytes]) -> object:
+            value = super().loads_typed(data)
+            return ("revived", value) if not isinstance(value, list) else value
+
+    assert not _langgraph_log.register_plain_msgpack(Reviving, _SAMPLES)
+    assert Reviving not in _langgraph_log._PLAIN_MSGPACK

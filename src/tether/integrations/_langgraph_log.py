@@ -101,12 +101,26 @@ def decode_item(serde: Serde, item: Any) -> Any:
 _PLAIN_MSGPACK: list[type] = []  # serializers whose "msgpack" is msgpack and nothing more (see decode_items)
 
 
-def register_plain_msgpack(cls: type) -> None:
+def register_plain_msgpack(cls: type, samples: list[Any]) -> bool:
     """Let threads decode many msgpack items of a ``cls`` serializer in one call: an array of the
     items' bytes, which such a serializer reads as the list of their values (LangGraph's
-    ``JsonPlusSerializer``: ``loads_typed`` is one ``unpackb`` with its extension hook)."""
-    if cls not in _PLAIN_MSGPACK:
+    ``JsonPlusSerializer``: ``loads_typed`` is one ``unpackb`` with its extension hook).
+
+    Only if it holds for ``samples`` (values of the kinds threads keep) with the installed version:
+    a serializer that did more than unpack (revived values after it) would decode a list otherwise
+    than its items one by one, silently. Whether ``cls`` is registered."""
+    serde = cls()
+    try:
+        items = [serde.dumps_typed(value) for value in samples]
+        if any(kind != "msgpack" for kind, _ in items):
+            return False
+        array = b"\xdd" + len(items).to_bytes(4, "big") + b"".join(data for _, data in items)
+        plain = serde.loads_typed(("msgpack", array)) == [serde.loads_typed(item) for item in items]
+    except Exception:  # a version this code does not know: each item is decoded alone
+        plain = False
+    if plain and cls not in _PLAIN_MSGPACK:
         _PLAIN_MSGPACK.append(cls)
+    return plain and cls in _PLAIN_MSGPACK
 
 
 def decode_items(serde: Serde, items: list[Any]) -> list[Any]:

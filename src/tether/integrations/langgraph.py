@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 try:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
         WRITES_IDX_MAP,
@@ -95,7 +96,14 @@ __all__ = ["THREAD_TYPE", "TetherSaver", "TetherStore", "TetherToolNode", "tool_
 
 _RETRIES = 100
 register_send(Send)
-register_plain_msgpack(JsonPlusSerializer)
+# What a thread's channels hold most: messages of each kind, with tool calls, and plain values.
+_SAMPLES = [
+    HumanMessage("Fly me to Lisbon.", id="h1"),
+    AIMessage("", id="a1", tool_calls=[{"name": "search", "args": {"q": "LIS"}, "id": "c1"}]),
+    ToolMessage("BA117", tool_call_id="c1", id="t1"),
+    {"n": 1, "at": "2026-12-03"},
+]
+register_plain_msgpack(JsonPlusSerializer, _SAMPLES)
 _BATCH = 64  # checkpoints a list() builds per hand-over to the worker thread
 _ALL = 1_000_000_000
 
