@@ -268,15 +268,13 @@ class RedisStore:
 
     def _read_once(self, tenant: str, task_id: str, after: int, upto: int | None) -> list[EventRow]:
         bases: dict[str, int] = {}
-        versions: dict[str, int] = {}
 
         def parent_of(stream: str) -> tuple[str, int] | None:
-            base, parent, at, version = self._client.hmget(
-                self._task_key(tenant, stream, "r"), "base", "parent_id", "parent_seq", "version"
-            )
+            row = self._task_key(tenant, stream, "r")
+            base, parent, at = self._client.hmget(row, "base", "parent_id", "parent_seq")
             if base is None:
                 raise TaskNotFoundError(stream, tenant=tenant)
-            bases[stream], versions[stream] = int(base), int(version)
+            bases[stream] = int(base)
             return None if parent is None or at is None else (parent.decode(), int(at))
 
         def segment(stream: str, low: int, last: int | None) -> list[EventRow]:
