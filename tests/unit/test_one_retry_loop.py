@@ -18,7 +18,7 @@ from tether.errors import ConflictError, LeaseLostError
 from tether.log.conflicts import retry_on_conflict
 
 SRC = Path(tether.__file__).parent
-THE_LOOP = ("log/conflicts.py", "_again")  # retry_on_conflict's tries after its first
+THE_LOOP = ("log/conflicts.py", "retry_on_conflict")
 
 
 def _caught(handler: ast.ExceptHandler) -> set[str]:

@@ -31,39 +31,17 @@ def retry_on_conflict(
     and takes in only what the other writer appended (a run's recorder); raising there stops the
     retries with that error. ``tries=None``: no limit of its own, ``on_conflict`` is what stops it.
     """
-    # The first try outside the loop: nearly every write lands at once (a recorded call's append
-    # comes through here), and what only a retry needs is set up only for one.
+    last: ConflictError | None = None
     try:
-        return attempt()
-    except LeaseLostError:
-        raise
-    except ConflictError as conflict:
-        first: ConflictError | None = conflict
-    try:
-        return _again(attempt, first, stream, tries, on_conflict)  # type: ignore[arg-type]
-    finally:
-        first = None  # (see _again's last)
-
-
-def _again(
-    attempt: Callable[[], T],
-    conflict: ConflictError,
-    stream: str,
-    tries: int | None,
-    on_conflict: Callable[[ConflictError], object] | None,
-) -> T:
-    """:func:`retry_on_conflict`'s tries after the first, which met ``conflict``."""
-    last: ConflictError | None = conflict
-    try:
-        for _ in itertools.count() if tries is None else range(max(1, tries) - 1):
-            if on_conflict is not None:
-                on_conflict(last)  # type: ignore[arg-type]
+        for _ in itertools.count() if tries is None else range(max(1, tries)):
+            if last is not None and on_conflict is not None:
+                on_conflict(last)
             try:
                 return attempt()
             except LeaseLostError:
                 raise
-            except ConflictError as again:
-                last = again
+            except ConflictError as conflict:
+                last = conflict
         assert last is not None and last.expected is not None  # a lost lease (no version) was re-raised
         raise ConflictError(stream, expected=last.expected, actual=last.actual) from last
     finally:
