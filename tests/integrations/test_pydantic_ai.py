@@ -604,3 +604,80 @@ def test_each_text_is_stored_once(store_url: str) -> None:
             assert not any(text in meta for text in ("Very brief", "my parcel?", "warehouse", "Looking."))
     finally:
         app.close()
+
+
+class MixedCalls:
+    """A FunctionModel script whose first response mixes text, tool calls with arguments as a dict and
+    one with its arguments as a JSON string (as some providers send them), then answers."""
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts):
+            return ModelResponse(
+                parts=[
+                    TextPart("Looking."),
+                    ToolCallPart("lookup", {"q": "order-7"}, tool_call_id="c1"),
+                    ToolCallPart("lookup", '{"q": "parcel-8"}', tool_call_id="c2"),
+                    ToolCallPart("lookup", {"q": "box-9"}, tool_call_id="c3"),
+                ]
+            )
+        return ModelResponse(parts=[TextPart("Done.")])
+
+
+def test_each_tool_call_is_stored_once_and_empty_fields_not_at_all(store_url: str) -> None:
+    """A tool call's name, id and arguments are the session message's tool_calls and are not stored
+    again in the Pydantic AI JSON beside them (but for arguments given as a JSON string, which stay
+    as they came); fields at an empty default (usage counts of 0, None) are not stored; the messages
+    come back equal, and the durable run's recorded responses leave the same fields out."""
+    app = tether.App(store_url)
+    try:
+        agent = Agent(FunctionModel(MixedCalls()))
+
+        @agent.tool_plain
+        def lookup(q: str) -> str:
+            return f"found {q}"
+
+        history = TetherHistory("calls", app)
+        result = sync(agent, "Where is it?", message_history=history.window())
+        history.add(result.new_messages())
+        assert history.messages() == result.all_messages()
+        asked = app.session("calls").messages()[1]
+        assert [(c.id, c.arguments) for c in asked.tool_calls] == [
+            ("c1", {"q": "order-7"}),
+            ("c2", {"q": "parcel-8"}),
+            ("c3", {"q": "box-9"}),
+        ]
+        meta = orjson.dumps(asked.meta).decode()
+        assert "order-7" not in meta and "box-9" not in meta and '"c1"' not in meta
+        assert '{\\"q\\": \\"parcel-8\\"}' in meta  # the JSON string, verbatim
+        assert "cache_read_tokens" not in meta and "provider_name" not in meta and "input_tokens" in meta
+
+        @app.task
+        async def ask(ctx: tether.AsyncTaskContext) -> str:
+            return (await run(ctx, agent, "Where is it?")).output
+
+        assert app.run(ask, task_id="t1").output == "Done."
+        recorded = [c.result for c in app.state("t1").calls if c.tool == "pydantic_ai.model"]
+        assert len(recorded) == 2 and all("cache_read_tokens" not in orjson.dumps(r).decode() for r in recorded)
+        assert app.replay("t1").clean
+    finally:
+        app.close()
+
+
+def test_a_history_stored_whole_reads_as_before(store_url: str) -> None:
+    """A message stored with its Pydantic AI JSON whole (every field, the texts and calls inside)
+    comes back as it was."""
+    app = tether.App(store_url)
+    try:
+        response = ModelResponse(parts=[TextPart("Looking."), ToolCallPart("lookup", {"q": "x"}, tool_call_id="c1")])
+        whole = ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
+        app.session("whole").add(
+            {
+                "role": "assistant",
+                "content": "Looking.",
+                "tool_calls": [{"id": "c1", "name": "lookup", "arguments": {"q": "x"}}],
+                "pydantic_ai": whole,
+            }
+        )
+        assert TetherHistory("whole", app).messages() == [response]
+    finally:
+        app.close()

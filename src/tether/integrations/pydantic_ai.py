@@ -30,6 +30,8 @@ Example:
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -123,11 +125,86 @@ def _with_text(stored: dict[str, Any], content: str | None) -> dict[str, Any]:
     return whole
 
 
+_CALLS = "tether_calls"  # in a stored response: [part, call] of each tool call part read from the message's tool_calls
+
+
+@functools.cache
+def _empty_defaults(cls: type) -> dict[str, Any]:
+    """The fields of one of Pydantic AI's message dataclasses whose default is nothing (``None``, an int
+    ``0``, an empty dict), by name, with that default. Left out of what is stored when they hold it,
+    they come back from the default when the message is validated; a default that says something (a
+    string, a flag, a discriminator such as ``part_kind``) is always stored, so a later version of
+    Pydantic AI that changed it would not change what a stored message means."""
+    empty: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is None or (type(f.default) is int and f.default == 0):
+            empty[f.name] = f.default
+        elif getattr(f.default_factory, "__origin__", f.default_factory) is dict:  # dict or dict[str, int]
+            empty[f.name] = {}
+    return empty
+
+
+def _strip(dumped: dict[str, Any], cls: type) -> None:
+    for name, default in _empty_defaults(cls).items():
+        if name in dumped and type(dumped[name]) is type(default) and dumped[name] == default:
+            del dumped[name]
+
+
+def _dumped(message: ModelMessage) -> dict[str, Any]:
+    """``message`` as JSON (Pydantic AI's own form, ``ModelMessagesTypeAdapter``), less the fields at an
+    empty default (:func:`_empty_defaults`) in the message, its parts and its usage; validated back, it
+    equals ``message``."""
+    dumped: dict[str, Any] = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    _strip(dumped, type(message))
+    for part, stored in zip(message.parts, dumped["parts"], strict=True):
+        _strip(stored, type(part))
+    usage = getattr(message, "usage", None)
+    if usage is not None and isinstance(dumped.get("usage"), dict):
+        _strip(dumped["usage"], type(usage))
+    return dumped
+
+
+def _cut_calls(message: ModelResponse, dumped: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+    """Cut out of ``dumped`` each tool call part's name, id and arguments that the session message's
+    ``tool_calls`` hold as they are (arguments given as a dict, not as a JSON string), noting where
+    they go back, so they are stored once."""
+    cut: list[list[int]] = []
+    k = 0
+    for i, part in enumerate(message.parts):
+        if not isinstance(part, ToolCallPart):
+            continue
+        call, stored = calls[k], dumped["parts"][i]
+        if (stored.get("tool_name"), stored.get("tool_call_id"), stored.get("args")) == (
+            call["name"],
+            call["id"],
+            call["arguments"],
+        ):
+            del stored["tool_name"], stored["tool_call_id"], stored["args"]
+            cut.append([i, k])
+        k += 1
+    if cut:
+        dumped[_CALLS] = cut
+
+
+def _with_calls(stored: dict[str, Any], message: Message) -> dict[str, Any]:
+    """A stored response's JSON with the tool calls :func:`_cut_calls` cut out of it put back (a copy)."""
+    cut = stored.get(_CALLS)
+    if not cut:
+        return stored
+    whole = {k: v for k, v in stored.items() if k != _CALLS}
+    parts = whole["parts"] = [dict(p) for p in stored["parts"]]
+    for i, k in cut:
+        call = message.tool_calls[k]
+        parts[i].update(tool_name=call.name, tool_call_id=call.id, args=dict(call.arguments))
+    return whole
+
+
 def _to_session(message: ModelMessage) -> dict[str, Any]:
     """One ``ModelMessage`` as one session message in tether's form: its role, its text and tool calls
-    (what the window and the summarizer read) and the message itself, as metadata, less the text it
-    holds (stored once, as the content: :func:`_joined`)."""
-    dumped = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    (what the window and the summarizer read) and the message itself, as metadata, less the text and
+    the tool calls it holds (stored once, as the content and the tool calls: :func:`_joined`,
+    :func:`_cut_calls`)."""
+    dumped = _dumped(message)
     if isinstance(message, ModelResponse):
         text = _joined([(i, p) for i, p in enumerate(message.parts) if isinstance(p, TextPart)], dumped, "")
         calls = [
@@ -137,6 +214,7 @@ def _to_session(message: ModelMessage) -> dict[str, Any]:
         ]
         out: dict[str, Any] = {"role": "assistant", "content": text, _KEY: dumped}
         if calls:
+            _cut_calls(message, dumped, calls)
             out["tool_calls"] = calls
         return out
     answers = [p.tool_call_id for p in message.parts if isinstance(p, ToolReturnPart | RetryPromptPart) and p.tool_name]
@@ -155,7 +233,7 @@ def _from_session(messages: Sequence[Message], summary: Summary | None = None) -
     for m in messages:
         stored = m.meta.get(_KEY)
         if stored is not None:
-            out.append(_with_text(stored, m.content))
+            out.append(_with_calls(_with_text(stored, m.content), m))
         elif m.role == "assistant":  # added in another form (a person's message, say): its text
             out.append({"kind": "response", "parts": [{"part_kind": "text", "content": m.content}]})
         else:  # the summary goes to the model as a user prompt; a system message as a system prompt
@@ -257,7 +335,7 @@ class _ModelRequest:
         live = _LIVE.get()
         assert live is not None, "the model request runs inside TetherDurability.wrap_model_request"
         response: ModelResponse = await live()
-        return ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]  # type: ignore[no-any-return]
+        return _dumped(response)
 
 
 class _ToolCall:
