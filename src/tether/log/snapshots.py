@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
@@ -29,6 +30,7 @@ __all__ = [
     "checksum",
     "first_lines_intact",
     "intact_snapshot",
+    "matches",
     "newest_calls",
     "parse_state",
     "partial_data",
@@ -103,9 +105,29 @@ class SnapshotPolicy:
         return grown + kept >= self.growth_ratio * size_since
 
 
+_CRC = "crc32:"
+
+
 def checksum(data: str | bytes) -> str:
+    """The checksum a snapshot is stored with: ``crc32:{length}:{crc}`` of its bytes (UTF-8 for text).
+
+    A CRC, not a cryptographic hash: a snapshot is a cache, and its checksum guards it against
+    damage (a bad disk, a stray or torn write), not forgery; whoever can write a snapshot can write
+    the events it is rebuilt from. CRC-32 catches every error burst of up to 32 bits and all but one
+    in 2**32 of the others, the length every truncation; the reader pays for it on every cold load,
+    over the whole state. Snapshots stored with the earlier checksum stay readable (:func:`matches`).
+    """
     raw = data.encode() if isinstance(data, str) else data
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+    return f"{_CRC}{len(raw)}:{zlib.crc32(raw):08x}"
+
+
+def matches(data: str | bytes, stored: str) -> bool:
+    """Whether ``data`` has the checksum ``stored``: this version's (:func:`checksum`), or the BLAKE2b
+    (128 bits, in hex) that snapshots written before it carry."""
+    if stored.startswith(_CRC):
+        return checksum(data) == stored
+    raw = data.encode() if isinstance(data, str) else data
+    return len(stored) == 32 and hashlib.blake2b(raw, digest_size=16).hexdigest() == stored
 
 
 def snapshot_row(seq: int, schema: int, data: str) -> SnapshotRow:
@@ -115,7 +137,7 @@ def snapshot_row(seq: int, schema: int, data: str) -> SnapshotRow:
 
 def read_if_intact(snap: SnapshotRow, read: Callable[[SnapshotRow], _T]) -> _T | None:
     """``read(snap)`` if the snapshot passes its checksum and ``read`` takes it, else ``None``."""
-    if checksum(snap.data) != snap.checksum:
+    if not matches(snap.data, snap.checksum):
         return None
     try:
         return read(snap)
@@ -147,7 +169,7 @@ def intact_snapshot(
                 return None, None
             owner, at_most = row.parent_id, min(at_most, row.parent_seq)
             continue
-        if intact(snap) if intact is not None else checksum(snap.data) == snap.checksum:
+        if intact(snap) if intact is not None else matches(snap.data, snap.checksum):
             try:
                 return snap, read(snap, owner)
             except ValueError as exc:  # pydantic's ValidationError is one
@@ -198,8 +220,8 @@ def first_lines_intact(snap: SnapshotRow) -> bool:
     _, two = _breaks(data)
     if two > 0 and data.startswith(_SUMS_FIRST, two + 1):  # no copy of the index
         start = two + 1 + len(_SUMS_FIRST)
-        return checksum(data[:two]) == data[start : start + 32]
-    return checksum(data) == snap.checksum
+        return matches(data[:two], data[start : data.find('"', start)])
+    return matches(data, snap.checksum)
 
 
 def summary_line(calls: CallList, key: str) -> str:
@@ -246,7 +268,7 @@ def newest_calls(store: Store, tenant: str, owner: str) -> tuple[int, CallsLine]
     """The seq and calls line of stream ``owner``'s newest snapshot, if it is a full one, intact and
     of the current schema: what its partial snapshots take their calls from."""
     snap = store.get_snapshot(tenant, owner, at_most=_FAR)
-    if snap is None or snap.schema != STATE_SCHEMA_VERSION or checksum(snap.data) != snap.checksum:
+    if snap is None or snap.schema != STATE_SCHEMA_VERSION or not matches(snap.data, snap.checksum):
         return None
     _, second, third = _lines(snap)
     try:
@@ -336,7 +358,7 @@ def _indexed_calls(snap: SnapshotRow, line: str, read: CallReader, later: Callab
     checksum), or, for a partial snapshot, from its stream's later full snapshot as they stood at
     its seq (``ValueError`` naming why they cannot be)."""
     if line:
-        if checksum(snap.data) != snap.checksum:  # its first lines are checked at load, by their own
+        if not matches(snap.data, snap.checksum):  # its first lines are checked at load, by their own
             raise ValueError("fails its checksum")
         own = _calls_line(orjson.loads(line))
         return CallList(stored=(own.ordinals, own.codes, own.seqs, read, None), ordered=own.in_order)
