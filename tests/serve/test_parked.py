@@ -46,9 +46,10 @@ def test_the_task_page_shows_each_calls_tokens_and_the_tasks_total(served: Serve
 
     app.run(spender, task_id="spent")
     page = served.get("/tasks/spent").text
-    assert "<th>tokens</th>" in page
-    assert page.count('<td class="usage" data-label="tokens">1,200 in · 34 out</td>') == 1  # call #1: its usage
-    assert '<td class="usage" data-label="tokens">10 in · 5 out · cost 0.0125</td>' in page  # call #2: ctx.usage
+    assert '<th role="columnheader" scope="col">tokens</th>' in page
+    usage = '<td role="cell" class="usage" data-label="tokens">'
+    assert page.count(f"{usage}1,200 in · 34 out</td>") == 1  # call #1: its usage
+    assert f"{usage}10 in · 5 out · cost 0.0125</td>" in page  # call #2: ctx.usage
     assert '<p class="usage-total">Usage: 1,210 in · 39 out · cost 0.0125 over 2 calls</p>' in page
     plain = served.get(f"/tasks/{served.failed}").text
-    assert "<th>tokens</th>" not in plain and "usage-total" not in plain
+    assert ">tokens</th>" not in plain and "usage-total" not in plain

@@ -87,6 +87,14 @@ def test_the_first_screen_tells_the_story_and_cancel_asks_first(
         assert calls.evaluate("el => el.scrollWidth <= el.clientWidth"), calls.evaluate("el => el.scrollWidth")
         if width == "narrow":
             expect(calls.locator("td[data-label=tool]").first).to_be_visible()
+        # Cards or rows, the calls stay a table to a screen reader: its parts say their roles, which
+        # some browsers stop inferring from the tags once CSS displays rows and cells as blocks.
+        table = calls.locator("table.calls")
+        assert table.get_attribute("role") == "table"
+        cells = table.locator("tbody tr").first.locator("td")
+        assert cells.count() >= 7 and all(cells.nth(i).get_attribute("role") == "cell" for i in range(cells.count()))
+        assert table.locator("tbody tr[role=row]").count() == table.locator("tbody tr").count()
+        assert table.locator("th").count() == table.locator("th[role=columnheader]").count() >= 7
         tab.screenshot(path=str(_shots(tmp_path) / f"task-answered-{width}.png"))
         calls.screenshot(path=str(_shots(tmp_path) / f"task-calls-{width}.png"))
 

@@ -324,25 +324,33 @@ def _calls(state: TaskState) -> str:
     spent = task_usage(state)
     by_n = {c.n: c.usage for c in spent.calls}
     # Each cell names its column (data-label): on a narrow screen a row stacks as a card of
-    # labelled lines (style.css), so no column runs off the side.
+    # labelled lines (style.css), so no column runs off the side. The table's elements say their
+    # roles: a table whose rows and cells CSS displays as blocks is no longer a table to some screen
+    # readers (Safari's), which then read the cards as loose text.
     rows = "".join(
-        f'<tr class="call {e(c.kind)}"><td data-label="#">{c.n}</td>'
-        f'<td data-label="tool">{e(c.tool)}{" (compensation)" if c.kind == "compensation" else ""}</td>'
-        f'<td data-label="status">{e(c.status)}</td>'
-        f'<td data-label="args"><code>{e(short(c.args))}</code></td>'
-        f'<td data-label="result"><code>{e(short(c.result))}</code></td>'
-        f'<td data-label="attempts">{_attempts(c)}</td><td data-label="duration">{e(_duration(c))}</td>'
-        + (f'<td class="usage" data-label="tokens">{e(_spent(by_n[c.n]) if c.n in by_n else "")}</td>' if by_n else "")
+        f'<tr role="row" class="call {e(c.kind)}">{_cell("#", str(c.n))}'
+        + _cell("tool", e(c.tool) + (" (compensation)" if c.kind == "compensation" else ""))
+        + _cell("status", e(c.status))
+        + _cell("args", f"<code>{e(short(c.args))}</code>")
+        + _cell("result", f"<code>{e(short(c.result))}</code>")
+        + _cell("attempts", _attempts(c))
+        + _cell("duration", e(_duration(c)))
+        + (_cell("tokens", e(_spent(by_n[c.n]) if c.n in by_n else ""), ' class="usage"') if by_n else "")
         + "</tr>"
         for c in calls
     )
     total = _usage_total(spent) if spent.calls else ""
+    heads = ["#", "tool", "status", "args", "result", "attempts", "duration"] + (["tokens"] if by_n else [])
     return (
-        f'<section id="calls"><h2>Calls</h2>{total}<div class="scroll"><table class="calls"><thead><tr><th>#</th>'
-        "<th>tool</th><th>status</th><th>args</th><th>result</th><th>attempts</th><th>duration</th>"
-        + ("<th>tokens</th>" if by_n else "")
-        + f"</tr></thead><tbody>{rows}</tbody></table></div></section>"
+        f'<section id="calls"><h2>Calls</h2>{total}<div class="scroll"><table role="table" class="calls">'
+        '<thead role="rowgroup"><tr role="row">'
+        + "".join(f'<th role="columnheader" scope="col">{e(h)}</th>' for h in heads)
+        + f'</tr></thead><tbody role="rowgroup">{rows}</tbody></table></div></section>'
     )
+
+
+def _cell(label: str, html: str, attributes: str = "") -> str:
+    return f'<td role="cell"{attributes} data-label="{label}">{html}</td>'
 
 
 def _spent(usage: Usage) -> str:
