@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,18 @@ def test_checkpoints_run_off_the_commit_path_and_keep_the_wal_bounded(
 
     monkeypatch.setattr(_Checkpointer, "EVERY", 20)
     monkeypatch.setattr(_Checkpointer, "GATED_FRAMES", 200)
+    # Each poke waits until the thread has taken it up (it then checkpoints beside the writer, as
+    # ever): on a loaded machine the thread may otherwise get no CPU for thousands of commits, and
+    # the WAL, whose size is its high-water mark, would show the scheduler rather than the design.
+    poke = _Checkpointer.poke
+
+    def poke_and_see_it_taken(self: _Checkpointer) -> None:
+        poke(self)
+        deadline = time.monotonic() + 10
+        while self._wake.is_set() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+
+    monkeypatch.setattr(_Checkpointer, "poke", poke_and_see_it_taken)
     path = tmp_path / "t.db"
     commits = 6000
     store, task_id, wal_frames = _commit_turns(path, commits)
