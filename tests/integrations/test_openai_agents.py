@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -408,6 +410,37 @@ def test_a_durable_agent_run_again_is_not_wrapped_twice(store_url: str) -> None:
     assert [c.tool for c in app.state("t1").calls] == ["openai_agents.model", "lookup", "lookup", "openai_agents.model"]
     assert script.calls == 2
     assert app.replay("t1").clean
+
+
+def test_what_the_sdk_keeps_of_a_finished_run_keeps_no_task_context() -> None:
+    """A run's result (its ``last_agent``, the durable copy) and the model's own record of the calls it
+    answered (their tools, durable copies too) outlive the run; the task's context, with the run's
+    record and its whole conversation, does not stay in memory with them. The copy, used again
+    after the run, says so."""
+    app = tether.App("memory://")
+    script = Script()
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"{q}: ok"
+
+    agent = Agent(name="Support", model=script.model(), tools=[lookup])
+    contexts: list[weakref.ref[tether.AsyncTaskContext]] = []
+    results: list[Any] = []
+
+    @app.task
+    async def support(ctx: tether.AsyncTaskContext, question: str) -> str:
+        contexts.append(weakref.ref(ctx))
+        result = await run(ctx, agent, question, session=TetherSession.in_task(ctx))
+        results.append(result)
+        return str(result.final_output)
+
+    assert app.run(support, "Where?", task_id="t1").output == "order: ok / parcel: ok"
+    gc.collect()
+    assert contexts[0]() is None
+    with pytest.raises(tether.TetherError, match="used after that task's run ended"):
+        asyncio.run(Runner.run(results[0].last_agent, "Again?"))
 
 
 def test_a_resumed_run_replays_recorded_turns(store_url: str) -> None:

@@ -7,7 +7,7 @@ its role, text and tool calls are read again whenever it is loaded — never sto
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -385,8 +385,11 @@ def parts_of(message: Message) -> tuple[str, list[Part]]:
     return message.role, parts
 
 
-def fold_view(events: Iterable[Recorded], view: SessionView | None = None) -> SessionView:
-    """The session's view after these events (pure)."""
+def fold_view(
+    events: Iterable[Recorded], view: SessionView | None = None, made: Mapping[int, Message] | None = None
+) -> SessionView:
+    """The session's view after these events (pure). ``made``: the messages of these same records
+    already read, by seq (as :func:`list_messages` left them), taken instead of read again."""
     system = list(view.system) if view else []
     recent = list(view.recent) if view else []
     summary = view.summary if view else None
@@ -400,7 +403,9 @@ def fold_view(events: Iterable[Recorded], view: SessionView | None = None) -> Se
         if isinstance(ev, SessionOpened):
             session_id, user_id = ev.session_id, ev.user_id
         elif isinstance(ev, MessageAdded):
-            message = message_from_event(rec, ev)
+            message = made.get(rec.seq) if made is not None else None
+            if message is None:
+                message = message_from_event(rec, ev)
             (system if message.role == "system" else recent).append(message)
         elif isinstance(ev, MessageRemoved):
             system = [m for m in system if m.seq != ev.seq]

@@ -34,6 +34,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -62,7 +63,16 @@ if TYPE_CHECKING:
 
     from tether.runtime.context import AsyncTaskContext
 
-__all__ = ["RunStopped", "carrying", "is_durable_copy", "live_tool", "recorded_tool", "through", "through_stream"]
+__all__ = [
+    "RunStopped",
+    "carrying",
+    "held",
+    "is_durable_copy",
+    "live_tool",
+    "recorded_tool",
+    "through",
+    "through_stream",
+]
 
 T = TypeVar("T")
 
@@ -85,11 +95,34 @@ _IN_TOOL: contextvars.ContextVar[bool] = contextvars.ContextVar("tether_agents_i
 # ----------------------------------------------------------------------------- durable copies
 
 
+def held(ctx: AsyncTaskContext) -> Callable[[], AsyncTaskContext]:
+    """``ctx``, held weakly, as a durable copy (a tool, a model) holds the task it records into.
+
+    The SDK keeps what it is given past the run (a result's ``last_agent``, a model's record of the
+    calls it answered, with their tools), and a task's context keeps the run's record and
+    conversation: held strongly, each finished run's would stay in memory as long as those do. A
+    copy used once its run has ended raises."""
+    ref = weakref.ref(ctx)
+    task_id = ctx.task_id
+
+    def task() -> AsyncTaskContext:
+        found = ref()
+        if found is None:
+            raise TetherError(
+                f"a durable agent of task {task_id!r} was used after that task's run ended; "
+                "make one inside the run that uses it (durable_agent(ctx, agent), run(ctx, agent, ...))"
+            )
+        return found
+
+    return task
+
+
 def recorded_tool(ctx: AsyncTaskContext, tool: FunctionTool) -> FunctionTool:
     """A copy of ``tool`` whose invocation is a recorded call of the task."""
+    task = held(ctx)
 
     async def invoke(tool_context: ToolContext[Any], arguments: str) -> Any:
-        return await _call_tool(ctx, tool, tool_context, arguments)
+        return await _call_tool(task, tool, tool_context, arguments)
 
     return _copy_invoking(tool, invoke)
 
@@ -186,13 +219,15 @@ def _tool_call(tool: FunctionTool) -> _ToolCall:
     return known[1]
 
 
-async def _call_tool(ctx: AsyncTaskContext, tool: FunctionTool, tool_context: ToolContext[Any], arguments: str) -> Any:
+async def _call_tool(
+    task: Callable[[], AsyncTaskContext], tool: FunctionTool, tool_context: ToolContext[Any], arguments: str
+) -> Any:
     """Run ``tool`` as a recorded call of the task (its record, once it has one): what the SDK gets
     of its value, live and replayed alike; what it raised, raised again; tether's errors, carried."""
     token = _INVOCATION.set((tool, tool_context))
     raised: BaseException | None
     try:
-        recorded = await ctx.call(_tool_call(tool), arguments=arguments, call_id=tool_context.tool_call_id)
+        recorded = await task().call(_tool_call(tool), arguments=arguments, call_id=tool_context.tool_call_id)
     except ToolError as error:
         raised = _raised_by_tool(error)
         if raised is None:

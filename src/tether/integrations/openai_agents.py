@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 from tether.integrations._openai_session import TetherSession
 from tether.integrations._openai_tools import (
     carrying,
+    held,
     is_durable_copy,
     live_tool,
     recorded_tool,
@@ -168,10 +169,11 @@ class DurableModel(Model):
 
     ``inner`` is the model that answers (or a function that makes it, called at the first live
     request, so a replay never builds a client). Made by :func:`durable_agent` and :func:`run`.
+    It holds its task weakly (see ``held``): used once the task's run has ended, it raises.
     """
 
     def __init__(self, ctx: AsyncTaskContext, inner: Model | Callable[[], Model], *, agent_name: str) -> None:
-        self._ctx = ctx
+        self._task = held(ctx)
         self._inner = inner
         self._agent_name = agent_name
 
@@ -220,7 +222,7 @@ class DurableModel(Model):
         token = _PENDING_REQUEST.set(send)
         try:
             with carrying():  # inside an agent used as a tool, past the tool's failure function
-                recorded = await self._ctx.call(
+                recorded = await self._task().call(
                     _MODEL_CALL, agent=self._agent_name, request=_digest(request), items=_count(input)
                 )
         finally:
@@ -269,7 +271,9 @@ class DurableModel(Model):
         try:  # issued here, so the call keeps its place in the task's order
             with carrying():
                 call = asyncio.ensure_future(
-                    self._ctx.call(_MODEL_STREAM, agent=self._agent_name, request=_digest(request), items=_count(input))
+                    self._task().call(
+                        _MODEL_STREAM, agent=self._agent_name, request=_digest(request), items=_count(input)
+                    )
                 )
         finally:
             _PENDING_REQUEST.reset(token)

@@ -282,11 +282,11 @@ class TaskSession:
         if version <= self._seen:
             return
         records = self._stream.read(after=self._seen, upto=version)
+        list_messages(records, self._shown)
         if withdraws(records):  # a compaction undone: the view comes from the whole stream again
             self._view = fold_history(self._stream.read(upto=version))
-        else:
-            self._view = fold_view(records, self._view)
-        list_messages(records, self._shown)
+        else:  # the listing's messages are the view's too: each record is read into a message once
+            self._view = fold_view(records, self._view, made=self._shown)
         self._seen = version
 
 
