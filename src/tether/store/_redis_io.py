@@ -113,36 +113,47 @@ def check_durability(durability: str, persistence: str, accept: str | None, wher
 
 
 class Listener:
-    """One pub/sub connection per store, started by the first wait: each message on the store's
-    channel bumps the signal that waiting workers block on. A dropped connection is reopened, and
-    the signal bumped once it is (a commit may have passed unseen meanwhile)."""
+    """One pub/sub connection per store, opened by the first wait and subscribed to the channels its
+    waiters asked for: ``<prefix>:chg`` carries every commit, ``<prefix>:run`` only those that may
+    have made a task claimable (what a worker with nothing to run waits for), so that a store whose
+    waiters are workers is not sent every append of every run. Each message bumps the signal of its
+    channel's waiters. A dropped connection is reopened, and each signal bumped once its channel is
+    subscribed again (a commit may have passed unseen meanwhile)."""
 
-    def __init__(self, client: redis.Redis, channel: str) -> None:
-        self.signal = ChangeSignal()
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
         self._client = client
-        self._channel = channel
-        self._lock = threading.Lock()
+        self._every, self._claimable = f"{prefix}:chg".encode(), f"{prefix}:run".encode()
+        self._signals = {self._every: ChangeSignal(), self._claimable: ChangeSignal()}
+        self._wanted: list[bytes] = []  # the channels waiters asked for, in the order they asked
+        self._joined: set[bytes] = set()  # the channels the server confirmed, on this connection or a past one
+        self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
 
-    def start(self) -> None:
-        with self._lock:
-            if self._thread is not None or self._stop.is_set():
+    def wait(self, timeout: float, interrupt: threading.Event | None, *, claimable: bool) -> bool:
+        """Block until the next commit (``claimable``: the next that may have made a task claimable),
+        ``timeout`` or ``interrupt``; ``True`` when it came."""
+        channel = self._claimable if claimable else self._every
+        self._join(channel)
+        return self._signals[channel].wait(timeout, interrupt)
+
+    def _join(self, channel: bytes) -> None:
+        """Have the listening thread subscribe to ``channel`` (starting it), and wait until the server
+        has confirmed it (at most 5 s), so that a commit after the first wait begins is seen."""
+        with self._cond:
+            if channel in self._joined or self._stop.is_set():
                 return
-            self._thread = threading.Thread(target=self._run, name="tether-redis-listener", daemon=True)
-            self._thread.start()
-        self._ready.wait(5)  # subscribed before the first wait counts: a commit after it is seen
+            if channel not in self._wanted:
+                self._wanted.append(channel)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tether-redis-listener", daemon=True)
+                self._thread.start()
+            self._cond.wait_for(lambda: channel in self._joined or self._stop.is_set(), 5)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
             try:
-                pubsub.subscribe(self._channel)
-                pubsub.get_message(timeout=1.0, ignore_subscribe_messages=False)  # the confirmation
-                if self._ready.is_set():
-                    self.signal.bump()
-                self._ready.set()
                 self._listen(pubsub)
             except (RedisConnectionError, RedisTimeoutError, OSError):
                 self._stop.wait(0.2)
@@ -150,13 +161,33 @@ class Listener:
                 _quietly(pubsub.close)
 
     def _listen(self, pubsub: Any) -> None:
+        asked = 0  # how many of the wanted channels this connection subscribed (redis-py renews them on a reconnect)
         while not self._stop.is_set():
+            if len(self._wanted) > asked:  # only grows: a channel asked for meanwhile joins here
+                with self._cond:
+                    new = self._wanted[asked:]
+                pubsub.subscribe(*new)
+                asked += len(new)
             message = pubsub.get_message(timeout=0.2)
-            if message is not None and message.get("type") == "message":
-                self.signal.bump()
+            if message is None:
+                continue
+            if message["type"] == "message":
+                self._signals[message["channel"]].bump()
+            elif message["type"] == "subscribe":
+                self._confirmed(message["channel"])
+
+    def _confirmed(self, channel: bytes) -> None:
+        with self._cond:
+            again = channel in self._joined
+            self._joined.add(channel)
+            self._cond.notify_all()
+        if again:  # subscribed anew after a dropped connection: a commit may have passed unseen
+            self._signals[channel].bump()
 
     def stop(self) -> None:
         self._stop.set()
+        with self._cond:
+            self._cond.notify_all()  # a first wait still waiting for its subscription ends now
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(2)

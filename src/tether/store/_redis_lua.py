@@ -8,7 +8,9 @@ raised, so the Python side can name it with the store's usual errors; a script w
 every check has passed, so a refusal leaves the database as it was.
 
 Each write that could make a task runnable or change what a waiter looks for ends with a
-``PUBLISH`` on ``<prefix>:chg``: the wake-up is part of the same atomic step as the write.
+``PUBLISH`` on ``<prefix>:chg``, and one that may have made a task claimable (it entered or moved
+in the due index with no lease on it, or its lease was given back while it is due) on
+``<prefix>:run`` as well: the wake-up is part of the same atomic step as the write.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
 #  exp   ZSET task id -> when its keys expire (ms), for the tasks whose keys carry an expiry
 _PRELUDE = """
 local P, ET = ARGV[1], ARGV[2]
+local CLAIMABLE = false  -- set when this script may have made a task claimable: publish() says so
 local TB = P .. ':{' .. ET .. '}'
 local DUE, HELD, TASKS = TB .. ':due', TB .. ':held', TB .. ':tasks'
 local function esc(s)
@@ -65,9 +68,22 @@ local function reindex(id)
     if f[2] == 'pending' or f[2] == 'running' then at = f[3] or f[4]
     elseif f[2] == 'sleeping' or f[2] == 'awaiting_input' then at = f[3] end
   end
-  if at then redis.call('ZADD', DUE, at, id) else redis.call('ZREM', DUE, id) end
+  if at then
+    -- A task entered the due index or moved in it with no lease on it: a claim may take it now (or
+    -- at its new time). One leased is not until its lease is given back (RELEASE says so then) or
+    -- runs out (which no write tells: the workers' poll finds it, as it finds sleeps that fall due).
+    if redis.call('ZADD', DUE, 'CH', at, id) == 1 and not f[6] then CLAIMABLE = true end
+  else
+    redis.call('ZREM', DUE, id)
+  end
 end
-local function publish() redis.call('PUBLISH', P .. ':chg', ET) end
+-- Every commit is told on ``chg`` (what readers following tasks wait on); one that may have made
+-- a task claimable on ``run`` too (what idle workers wait on), so that a run's appends under its
+-- lease wake no idle worker.
+local function publish()
+  redis.call('PUBLISH', P .. ':chg', ET)
+  if CLAIMABLE then redis.call('PUBLISH', P .. ':run', ET) end
+end
 -- Retention. A finished stream's row holds ``x``, when it expires (server ms, set by the store that
 -- finished it, when that store has a ttl); its keys expire at the later of that and its forks'
 -- expiries, and not at all while a fork is unfinished (or finished with no expiry): a fork reads its
@@ -297,6 +313,7 @@ if not f[2] then return -1 end
 if tonumber(f[1] or '0') == tonumber(ARGV[4]) then
   redis.call('HDEL', r, 'lease_owner', 'lease_expires')
   reindex(ARGV[3])
+  if redis.call('ZSCORE', DUE, ARGV[3]) then CLAIMABLE = true end  -- given back unfinished: claimable
 end
 publish()
 return 1

@@ -4,7 +4,8 @@ redis-py, one connection pool per store. Every write is one server-side Lua scri
 a script loaded once, reloaded on ``NOSCRIPT``; see ``_redis_lua.py``): an append checks the task's
 fencing token and version, appends the events, moves the index row and the claim index, and
 publishes the wake-up, in one atomic step. Claims take the oldest due task from a sorted set by due
-time together with its lease; idle workers wait on pub/sub. On open the store reads the server's
+time together with its lease; idle workers wait on pub/sub, on a channel of their own that only the
+commits that may make a task claimable are published on. On open the store reads the server's
 ``appendonly``/``appendfsync`` and refuses ``durability="full"`` on a server that does not fsync
 every write, unless told to accept it (``accept_durability``; docs/redis.md has the table).
 
@@ -133,7 +134,7 @@ class RedisStore:
         if not self.readonly:
             check_durability(self.durability, self.persistence, accept, self.url)
         self._scripts = {name: self._client.register_script(getattr(lua, name)) for name in lua.__all__}
-        self._listener = Listener(self._client, f"{self.prefix}:chg")
+        self._listener = Listener(self._client, self.prefix)
         weakref.finalize(self, _shut, self._listener, self._client)
 
     # -- keys and scripts ---------------------------------------------------------
@@ -473,9 +474,10 @@ class RedisStore:
         if int(self._run("RELEASE", tenant, task_id, token)) < 0:
             raise TaskNotFoundError(task_id, tenant=tenant)
 
-    def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
-        self._listener.start()
-        return self._listener.signal.wait(timeout, interrupt)
+    def wait_for_change(
+        self, timeout: float, *, interrupt: threading.Event | None = None, claimable: bool = False
+    ) -> bool:
+        return self._listener.wait(timeout, interrupt, claimable=claimable)
 
     def close(self) -> None:
         _shut(self._listener, self._client)
