@@ -145,6 +145,7 @@ def test_a_database_whose_set_aside_branches_are_claimable_migrates(store_url: s
             conn.execute(old)
             conn.execute("ALTER TABLE tasks DROP COLUMN parked")
             conn.execute("DROP TABLE workers")
+            conn.execute("ALTER TABLE snapshots DROP COLUMN raw")
             before = MIGRATIONS.index(ARCHIVED_INERT + ";")
             conn.execute("UPDATE tether_meta SET value = %s WHERE key = 'schema_version'", (str(before),))
     reopened = tether.App(store_url)

@@ -40,10 +40,6 @@ __all__ = ["SnapshotKeeper"]
 _T = TypeVar("_T")
 
 
-def _text(data: str | bytes) -> str:
-    return data.decode() if isinstance(data, bytes) else data
-
-
 class SnapshotKeeper:
     """The snapshots of one task log: when to write one, the partial ones kept of a growing state, the
     newest intact one at or before a seq. A part :class:`tether.TaskLog` holds (its public methods
@@ -144,7 +140,7 @@ class SnapshotKeeper:
         stored = self.store.get_snapshot(self.tenant, stream_id, at_most=row.seq)
         if stored is None or (stored.seq, stored.schema, stored.checksum) != (row.seq, row.schema, row.checksum):
             return False
-        return _text(stored.data) == _text(row.data)
+        return type(stored.data) is type(row.data) and stored.data == row.data
 
     def _put_snapshot(self, task_id: str, version: int, data: str, *, replaces: int | None = None) -> None:
         self.store.put_snapshot(
@@ -155,7 +151,7 @@ class SnapshotKeeper:
             entry.snap_size = len(data)
 
     def put_stream_snapshot(
-        self, stream_id: str, seq: int, schema: int, data: str, *, replaces: int | None = None
+        self, stream_id: str, seq: int, schema: int, data: str | bytes, *, replaces: int | None = None
     ) -> None:
         row = snapshot_row(seq, schema, data)
         if (replaces is None or replaces == seq) and self._stored(stream_id, row):

@@ -130,7 +130,7 @@ def matches(data: str | bytes, stored: str) -> bool:
     return len(stored) == 32 and hashlib.blake2b(raw, digest_size=16).hexdigest() == stored
 
 
-def snapshot_row(seq: int, schema: int, data: str) -> SnapshotRow:
+def snapshot_row(seq: int, schema: int, data: str | bytes) -> SnapshotRow:
     """A snapshot as stored: its data with the checksum it is read back against."""
     return SnapshotRow(seq, schema, checksum(data), data)
 

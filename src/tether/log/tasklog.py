@@ -179,10 +179,11 @@ class TaskLog:
         self._keeper.write_snapshot(task_id, state)
 
     def put_stream_snapshot(
-        self, stream_id: str, seq: int, schema: int, data: str, *, replaces: int | None = None
+        self, stream_id: str, seq: int, schema: int, data: str | bytes, *, replaces: int | None = None
     ) -> None:
-        """Store a snapshot (with its checksum) of one of tether's own streams at ``seq``; nothing when
-        the one stored there already says the same (compared byte for byte) and none other is to go."""
+        """Store a snapshot (with its checksum) of one of tether's own streams at ``seq``, text or bytes
+        (read back as stored); nothing when the one stored there already says the same (compared
+        byte for byte) and none other is to go."""
         self._keeper.put_stream_snapshot(stream_id, seq, schema, data, replaces=replaces)
 
     def intact_snapshot(

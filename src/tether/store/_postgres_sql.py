@@ -167,6 +167,8 @@ SQL = replace(
     acquire_lease=_statements.acquire_lease.replace("WHERE id = ?", _BY_NAME, 1),
     renew_lease=_statements.renew_lease.replace("WHERE id = ?", _BY_NAME, 1),
     release_lease=_statements.release_lease.replace("WHERE id = ?", _BY_NAME, 1),
+    # A snapshot's data is in one of two columns: text in data, bytes in raw (the other NULL).
+    latest_snapshot=_statements.latest_snapshot.replace("checksum, data FROM", "checksum, data, raw FROM", 1),
 ).in_pyformat()
 assert all(_BY_NAME.replace("?", "%s") in s for s in (SQL.acquire_lease, SQL.renew_lease, SQL.release_lease))
 
@@ -175,12 +177,12 @@ assert all(_BY_NAME.replace("?", "%s") in s for s in (SQL.acquire_lease, SQL.ren
 # takes the general path instead.
 LATEST = (
     "WITH t AS (SELECT id, parent, parent_seq FROM tasks WHERE tenant = %s AND task_id = %s), "
-    "s AS (SELECT seq, schema, checksum, data FROM snapshots WHERE task = (SELECT id FROM t) "
+    "s AS (SELECT seq, schema, checksum, data, raw FROM snapshots WHERE task = (SELECT id FROM t) "
     "ORDER BY seq DESC LIMIT 1) "
     "SELECT 0, t.parent_seq, NULL::integer, NULL::text, NULL::text, NULL::double precision, "
-    "NULL::bigint, (t.parent IS NOT NULL) FROM t "
-    "UNION ALL SELECT 1, seq, schema, checksum, data, NULL, NULL, NULL FROM s "
-    "UNION ALL (SELECT 2, e.seq, e.schema, e.type, e.data::text, e.at, e.fence, NULL FROM events e "
+    "NULL::bigint, (t.parent IS NOT NULL), NULL::bytea FROM t "
+    "UNION ALL SELECT 1, seq, schema, checksum, data, NULL, NULL, NULL, raw FROM s "
+    "UNION ALL (SELECT 2, e.seq, e.schema, e.type, e.data::text, e.at, e.fence, NULL, NULL FROM events e "
     "WHERE e.task = (SELECT id FROM t) AND e.seq > COALESCE((SELECT seq FROM s), 0) ORDER BY e.seq)"
 )
 

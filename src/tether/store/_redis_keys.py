@@ -50,6 +50,7 @@ __all__ = [
 
 _SPECIAL = re.compile(r"[%:{}]")
 _SEP = b"\x1f"
+_BINARY = b"\x1e"  # ends a snapshot's checksum when its data is bytes (text: _SEP)
 _FORMAT = b"\x01"  # leads every event element since this format; the first format's led by a digit
 _AT = struct.Struct("<d")
 _BYTES = [bytes((i,)) for i in range(0x80)]
@@ -178,11 +179,20 @@ def _unpack_first_format(value: bytes, seq: int) -> EventRow:
 
 
 def pack_snapshot(snapshot: SnapshotRow) -> bytes:
-    return f"{snapshot.schema}\x1f{snapshot.checksum}\x1f".encode() + _as_bytes(snapshot.data)
+    """``schema \\x1f checksum`` and the data after a separator that says its type: ``\\x1f`` text
+    (UTF-8), ``\\x1e`` bytes (a checksum holds neither)."""
+    data = snapshot.data
+    if isinstance(data, bytes):
+        return f"{snapshot.schema}\x1f{snapshot.checksum}".encode() + _BINARY + data
+    return f"{snapshot.schema}\x1f{snapshot.checksum}\x1f".encode() + data.encode()
 
 
 def unpack_snapshot(seq: int, value: bytes) -> SnapshotRow:
-    schema, checksum, data = value.split(_SEP, 2)
+    schema, rest = value.split(_SEP, 1)
+    text, binary = rest.find(_SEP), rest.find(_BINARY)
+    if binary >= 0 and (text < 0 or binary < text):
+        return SnapshotRow(seq, int(schema), rest[:binary].decode(), rest[binary + 1 :])
+    checksum, data = rest.split(_SEP, 1)
     payload = decode_text(data)
     assert payload is not None
     return SnapshotRow(seq, int(schema), checksum.decode(), payload)

@@ -65,6 +65,8 @@ class SnapshotRow:
     schema: int
     checksum: str
     data: str | bytes
+    """Text (JSON, a task's state) or bytes (a format of its writer's own, read without decoding
+    text first), read back as it was stored: text as ``str``, bytes as ``bytes``, any byte value."""
 
 
 COMPLETES = "CallCompleted"

@@ -501,10 +501,10 @@ class PostgresStore(Closing):
         def put(c: psycopg.Connection[Any]) -> None:
             with c.transaction():
                 c.execute(
-                    "INSERT INTO snapshots (task, seq, schema, checksum, data) VALUES (%s, %s, %s, %s, %s) "
+                    "INSERT INTO snapshots (task, seq, schema, checksum, data, raw) VALUES (%s, %s, %s, %s, %s, %s) "
                     "ON CONFLICT (task, seq) DO UPDATE SET schema = excluded.schema, checksum = excluded.checksum, "
-                    "data = excluded.data",
-                    (internal, snapshot.seq, snapshot.schema, snapshot.checksum, _sql.text(snapshot.data)),
+                    "data = excluded.data, raw = excluded.raw",
+                    (internal, snapshot.seq, snapshot.schema, snapshot.checksum, *_snapshot_columns(snapshot.data)),
                 )
                 if replaces is not None and replaces != snapshot.seq:
                     c.execute(SQL.delete_snapshot, (internal, replaces))
@@ -514,14 +514,14 @@ class PostgresStore(Closing):
     def get_snapshot(self, tenant: str, task_id: str, *, at_most: int) -> SnapshotRow | None:
         internal = self._fresh_id(tenant, task_id)
         row = self._run(lambda c: c.execute(SQL.latest_snapshot, (internal, min(at_most, 2**31 - 1))).fetchone())
-        return None if row is None else SnapshotRow(*row)
+        return None if row is None else _snapshot(*row)
 
     def read_latest(self, tenant: str, task_id: str) -> tuple[SnapshotRow | None, list[EventRow]]:
         rows = self._run(lambda c: c.execute(LATEST, (tenant, task_id)).fetchall())
         if not rows or rows[0][0] != 0:
             raise TaskNotFoundError(task_id, tenant=tenant)
         fork_point, is_fork = rows[0][1], rows[0][7]
-        snap = next((SnapshotRow(r[1], r[2], r[3], r[4]) for r in rows if r[0] == 1), None)
+        snap = next((_snapshot(r[1], r[2], r[3], r[4], r[8]) for r in rows if r[0] == 1), None)
         if is_fork and (snap is None or fork_point is None or snap.seq < fork_point):
             snap = self.get_snapshot(tenant, task_id, at_most=2**31 - 1)
             return snap, self.read_events(tenant, task_id, after=snap.seq if snap else 0)
@@ -638,3 +638,13 @@ class PostgresStore(Closing):
 
 class _StaleIdError(Exception):
     """A cached row id that names another stream (or none) now; the append looks the id up again."""
+
+
+def _snapshot_columns(data: str | bytes) -> tuple[str | None, bytes | None]:
+    """A snapshot's data as its two columns: text in ``data``, bytes in ``raw``."""
+    return (None, data) if isinstance(data, bytes) else (data, None)
+
+
+def _snapshot(seq: int, schema: int, checksum: str, data: str | None, raw: bytes | None) -> SnapshotRow:
+    """A snapshot row read back with its data in the type it was stored in."""
+    return SnapshotRow(seq, schema, checksum, data if data is not None else bytes(raw or b""))

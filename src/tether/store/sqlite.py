@@ -508,9 +508,11 @@ class SQLiteStore(Closing):
     def put_snapshot(self, tenant: str, task_id: str, snapshot: SnapshotRow, *, replaces: int | None = None) -> None:
         with self._write() as conn:
             internal = self._id(tenant, task_id)
+            # Bytes are stored as a BLOB in the TEXT column (SQLite keeps a value's own type) and read
+            # back as bytes; text as text.
             conn.execute(
                 "INSERT OR REPLACE INTO snapshots (task, seq, schema, checksum, data) VALUES (?, ?, ?, ?, ?)",
-                (internal, snapshot.seq, snapshot.schema, snapshot.checksum, text(snapshot.data)),
+                (internal, snapshot.seq, snapshot.schema, snapshot.checksum, snapshot.data),
             )
             if replaces is not None and replaces != snapshot.seq:
                 conn.execute(own.SQL.delete_snapshot, (internal, replaces))

@@ -51,6 +51,28 @@ def test_snapshots_are_found_at_most_a_seq_and_replaced(store: Store) -> None:
     assert store.get_snapshot(TENANT, "a", at_most=100).seq == 9  # type: ignore[union-attr]
 
 
+def test_a_snapshot_comes_back_as_text_or_bytes_as_it_was_stored(store: Store) -> None:
+    _create(store, "a", events=4)
+    # Every byte value, NUL and separators among them, none of it UTF-8 as a whole; and bytes that
+    # happen to be UTF-8 text are bytes still.
+    binary = bytes(range(256)) * 3 + b"\x1f\x1e"
+    store.put_snapshot(TENANT, "a", SnapshotRow(1, 3, "b1", binary))
+    store.put_snapshot(TENANT, "a", SnapshotRow(2, 3, "b2", b'{"as": "utf-8"}'))
+    store.put_snapshot(TENANT, "a", SnapshotRow(3, 1, "t3", '{"at": 3, "text": "\x1e\x1f\u00e9"}'))
+    got = [store.get_snapshot(TENANT, "a", at_most=seq) for seq in (1, 2, 3)]
+    assert [(s.seq, s.checksum, s.data) for s in got if s is not None] == [
+        (1, "b1", binary), (2, "b2", b'{"as": "utf-8"}'), (3, "t3", '{"at": 3, "text": "\x1e\x1f\u00e9"}')
+    ]  # fmt: skip
+    assert all(type(s.data) is bytes for s in got[:2] if s is not None)
+    store.put_snapshot(TENANT, "a", SnapshotRow(4, 3, "b4", binary), replaces=3)
+    snapshot, events = store.read_latest(TENANT, "a")
+    assert snapshot is not None and (snapshot.seq, snapshot.checksum, snapshot.data) == (4, "b4", binary)
+    assert events == []
+    store.put_snapshot(TENANT, "a", SnapshotRow(4, 1, "t4", '{"at": 4}'))  # over it, text again
+    snapshot, _ = store.read_latest(TENANT, "a")
+    assert snapshot is not None and snapshot.data == '{"at": 4}'
+
+
 def test_read_latest_is_the_newest_snapshot_and_the_events_after_it(store: Store) -> None:
     _create(store, "a", events=7)
     snapshot, events = store.read_latest(TENANT, "a")
