@@ -29,7 +29,7 @@ from tether.integrations._langgraph_compact import SNAPSHOT_SCHEMA
 from tether.integrations._langgraph_log import stream_id
 from tether.integrations.langgraph import TetherSaver
 from tether.log.snapshots import snapshot_row
-from tether.store import EventRow, TaskRow
+from tether.store import EventRow, SnapshotRow, TaskRow
 
 TEXT = "The user asked to move the meeting to Tuesday afternoon and to invite the design team. " * 5
 CONFIG: dict[str, Any] = {"configurable": {"thread_id": "agent"}}
@@ -246,6 +246,29 @@ def test_a_damaged_snapshot_is_passed_over(log: TaskLog) -> None:
     assert not reader._threads["agent"].view.partial  # folded from the events
 
 
+def test_a_snapshot_damaged_in_its_items_is_passed_over(log: TaskLog) -> None:
+    writer = TetherSaver(log, snapshot_every=8)
+    turns(agent(writer), 0, 3)
+    stream = stream_id("agent")
+    snap = log.store.get_snapshot(log.tenant, stream, at_most=NEVER)
+    assert snap is not None and snap.schema == SNAPSHOT_SCHEMA and isinstance(snap.data, bytes)
+    intact = fresh(log)
+    intact.get_tuple(CONFIG)
+    assert intact._threads["agent"].view.partial  # read from the snapshot
+    data = snap.data
+    flipped = data[:-10] + bytes([data[-10] ^ 0x20]) + data[-9:]  # a byte of a message, under the old checksum
+    cut = data[:-10]  # items shorter than its table says, under a checksum of what is there
+    damaged_ones = [
+        SnapshotRow(snap.seq, snap.schema, snap.checksum, flipped),
+        snapshot_row(snap.seq, snap.schema, cut),
+    ]
+    for damaged in damaged_ones:
+        log.store.put_snapshot(log.tenant, stream, damaged)
+        reader = fresh(log)
+        same(reader.get_tuple(CONFIG), writer.get_tuple(CONFIG))
+        assert not reader._threads["agent"].view.partial  # folded from the events
+
+
 def test_a_thread_deleted_and_started_again_is_not_read_from_the_old_snapshot(log: TaskLog) -> None:
     writer = TetherSaver(log, snapshot_every=8)
     turns(agent(writer), 0, 3)
@@ -262,10 +285,13 @@ def test_a_thread_deleted_and_started_again_is_not_read_from_the_old_snapshot(lo
     assert [m.id for m in messages if isinstance(m, HumanMessage)] == ["user-10"]
 
 
-def test_a_thread_snapshot_of_schema_1_still_reads(log: TaskLog) -> None:
+@pytest.mark.parametrize("schema", [1, 2])
+def test_a_thread_snapshot_of_an_earlier_schema_still_reads(log: TaskLog, schema: int) -> None:
     # A thread as tether stored it when snapshots were of schema 1 (each item inline the first time
-    # it was named): two turns and their snapshot, from tests/fixtures/langgraph_thread_v1.json.
-    stored = orjson.loads((Path(__file__).parent.parent / "fixtures" / "langgraph_thread_v1.json").read_bytes())
+    # it was named) or 2 (JSON text, the msgpack items one base64 text): two turns and their
+    # snapshot, from tests/fixtures/langgraph_thread_v1.json and _v2.json, written by that code.
+    fixture = Path(__file__).parent.parent / "fixtures" / f"langgraph_thread_v{schema}.json"
+    stored = orjson.loads(fixture.read_bytes())
     rows = [EventRow(e["seq"], e["type"], e["schema"], e["at"], e["data"]) for e in stored["events"]]
     stream, at = stream_id(stored["thread_id"]), rows[0].at
     row = TaskRow(stream, log.tenant, thread_log.THREAD_TYPE, "open", None, None, at, at, 1)
@@ -273,7 +299,7 @@ def test_a_thread_snapshot_of_schema_1_still_reads(log: TaskLog) -> None:
     log.store.append(log.tenant, stream, rows[1:], 1)
     snapshot = orjson.loads(stored["snapshot"]["data"])
     snapshot["created_at"] = at  # the thread it names: its row's, as the saver that took it wrote it
-    snap = snapshot_row(stored["snapshot"]["seq"], 1, orjson.dumps(snapshot).decode())
+    snap = snapshot_row(stored["snapshot"]["seq"], schema, orjson.dumps(snapshot).decode())
     log.store.put_snapshot(log.tenant, stream, snap)
     reader = fresh(log, snapshot_every=8)
     returned = counted(reader)

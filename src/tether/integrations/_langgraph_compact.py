@@ -10,9 +10,8 @@ deleted, and a reader that cached the old history starts over at ``ThreadCompact
 
 from __future__ import annotations
 
-import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -80,21 +79,22 @@ def _json(data: bytes) -> dict[str, object]:
 
 # ----------------------------------------------------------------------------- snapshots
 
-SNAPSHOT_SCHEMA = 2
-"""The schema of the thread snapshots :func:`snapshot_data` writes: ``{"created_at", "lists", "items",
-"checkpoints", "writes"}``, every item stored once in ``items`` with its key (so a reader need not
-hash it again) and as ``"#key"`` in the values. ``items`` is ``{"keys", "sizes", "msgpack",
-"other"}``: the items the serializer stored as msgpack are one base64 text of their bytes one after
-another, each padded with zero bytes to a multiple of three (``sizes`` are without the padding; one
-decoding for them all, and the events' base64 of an item is its part of the text, ``=`` read as
-``A``), the others ``{key: [kind, base64]}``.
-Schema 1 (each item inline the first time, base64 as in the events) is still read; a snapshot of
-any other schema is not (the thread is folded from its events)."""
-READABLE_SCHEMAS = (1, SNAPSHOT_SCHEMA)
+SNAPSHOT_SCHEMA = 3
+"""The schema of the thread snapshots :func:`snapshot_data` writes, bytes: a line of JSON, ``{"created_at",
+"lists", "items", "checkpoints", "writes"}``, then the bytes of the items the serializer stored as
+msgpack, one after another, as they are (a reader decodes no text to get them). Every item is stored
+once, with its key (so a reader need not hash it again), and as ``"#key"`` in the values. ``items`` is
+``{"keys", "sizes", "other"}``: the msgpack items' keys and sizes in the order of their bytes, and the
+others ``{key: [kind, base64]}``.
+Schema 2 (the same JSON, all of it: the msgpack items one base64 text in ``items["msgpack"]``, each
+padded with zero bytes to a multiple of three) and schema 1 (each item inline the first time, base64
+as in the events) are still read; a snapshot of any other schema is not (the thread is folded from
+its events)."""
+READABLE_SCHEMAS = (1, 2, SNAPSHOT_SCHEMA)
 _NAMESPACES = 8  # a snapshot keeps the newest checkpoint of this many namespaces ("" among them)
 
 
-def snapshot_data(view: ThreadView, created_at: float | None) -> tuple[str, set[str]]:
+def snapshot_data(view: ThreadView, created_at: float | None) -> tuple[bytes, set[str]]:
     """What a cold read of the thread needs, as a snapshot: the newest checkpoint of the graph's
     namespace (and of the few namespaces written last), those holding the lists writers extend
     (``ThreadView.last_list``), and their writes, each value restated from its stored items (no
@@ -129,9 +129,9 @@ def snapshot_data(view: ThreadView, created_at: float | None) -> tuple[str, set[
             writes.append(
                 {"ns": saved.ns, "checkpoint_id": saved.id, "task_id": task_id, "task_path": task_path, "writes": items}
             )
-    data = {"created_at": created_at, "lists": lists, "items": restater.table(), "checkpoints": checkpoints,
-            "writes": writes}  # fmt: skip
-    return orjson.dumps(data).decode(), restater.keys()
+    table, msgpack = restater.table()
+    data = {"created_at": created_at, "lists": lists, "items": table, "checkpoints": checkpoints, "writes": writes}
+    return orjson.dumps(data) + b"\n" + msgpack, restater.keys()
 
 
 def view_of_snapshot(data: str | bytes, seq: int, created_at: float, schema: int = SNAPSHOT_SCHEMA) -> ThreadView:
@@ -140,12 +140,12 @@ def view_of_snapshot(data: str | bytes, seq: int, created_at: float, schema: int
     if schema not in READABLE_SCHEMAS:
         raise ValueError(f"thread snapshot of schema {schema}, not one of {READABLE_SCHEMAS}")
     try:
-        loaded = orjson.loads(data)
+        loaded, read_items = _parts(data, schema)
         if loaded["created_at"] != created_at:
             raise ValueError("a snapshot of an earlier thread of this id (deleted since)")
         view = ThreadView()
-        if schema >= 2:
-            view.items = _items_read(loaded["items"])
+        if read_items is not None:
+            view.items = read_items()
             view.key_of = {id(item): key for key, item in view.items.items()}
         for fields in loaded["checkpoints"]:
             view.apply(Recorded(seq, 0.0, CheckpointSaved(**fields)))
@@ -166,7 +166,33 @@ def view_of_snapshot(data: str | bytes, seq: int, created_at: float, schema: int
     return view
 
 
-def _items_read(stored: dict[str, Any]) -> dict[str, Any]:
+def _parts(data: str | bytes, schema: int) -> tuple[Any, Callable[[], dict[str, Any]] | None]:
+    """A snapshot's JSON, and what reads its items table (``None``: schema 1 has none)."""
+    if schema < 3:
+        loaded = orjson.loads(data)
+        return loaded, (lambda: _items_read_v2(loaded["items"])) if schema == 2 else None
+    raw = data if isinstance(data, bytes) else data.encode()
+    end = raw.index(b"\n")  # the JSON line holds none (JSON writes a newline in a string as \n)
+    loaded = orjson.loads(memoryview(raw)[:end])
+    return loaded, lambda: _items_read(loaded["items"], raw, end + 1)
+
+
+def _items_read(stored: dict[str, Any], data: bytes, start: int) -> dict[str, Any]:
+    """A schema 3 snapshot's items, as the view holds them (key -> msgpack bytes, or [kind, base64]):
+    the msgpack ones are ``data``'s bytes from ``start`` on."""
+    keys, sizes = stored["keys"], stored["sizes"]
+    if len(keys) != len(sizes):
+        raise ValueError(f"{len(keys)} item keys for {len(sizes)} sizes")
+    items: dict[str, Any] = dict(stored["other"])
+    for key, size in zip(keys, sizes, strict=True):
+        items[key] = data[start : start + size]
+        start += size
+    if start != len(data):
+        raise ValueError(f"items ending at byte {start} of a snapshot of {len(data)}")
+    return items
+
+
+def _items_read_v2(stored: dict[str, Any]) -> dict[str, Any]:
     """A schema 2 snapshot's items, as the view holds them (key -> msgpack bytes, or [kind, base64])."""
     keys, sizes = stored["keys"], stored["sizes"]
     if len(keys) != len(sizes):
@@ -210,14 +236,12 @@ class _Restater:
     def keys(self) -> set[str]:
         return {*self._read, *self._stored, *self._other}
 
-    def table(self) -> dict[str, Any]:
-        """The items restated, as a schema 2 snapshot stores them."""
-        read = b"".join(b + bytes(-len(b) % 3) for b in self._read.values())
-        stored = "".join(self._stored.values()).replace("=", "A")  # "=" only ends an item's base64
-        text = base64.b64encode(read).decode() + stored
-        sizes = [len(b) for b in self._read.values()]
-        sizes += [len(b) * 3 // 4 - b.count("=", -2) for b in self._stored.values()]
-        return {"keys": [*self._read, *self._stored], "sizes": sizes, "msgpack": text, "other": self._other}
+    def table(self) -> tuple[dict[str, Any], bytes]:
+        """The items restated, as a schema 3 snapshot stores them: the JSON's ``items`` and the msgpack
+        items' bytes."""
+        parts = [*self._read.values(), *map(binascii.a2b_base64, self._stored.values())]
+        sizes = [len(part) for part in parts]
+        return {"keys": [*self._read, *self._stored], "sizes": sizes, "other": self._other}, b"".join(parts)
 
     def value(self, blob: Blob) -> list[Any]:
         fields = blob.fields or {}

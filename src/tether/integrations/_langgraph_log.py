@@ -132,7 +132,10 @@ def decode_items(serde: Serde, items: list[Any]) -> list[Any]:
         parts = [i if type(i) is bytes else binascii.a2b_base64(i) for i in items]
         array = b"\xdd" + len(parts).to_bytes(4, "big") + b"".join(parts)  # msgpack's array 32 header
         try:
-            decoded = serde.loads_typed(("msgpack", array))
+            # LangGraph's own decoding (its msgpack hook, the values' constructors): thousands of objects
+            # that the view keeps or hands out, which collections on the way would only walk.
+            with no_cycle_collection():
+                decoded = serde.loads_typed(("msgpack", array))
         except Exception:  # each item is decoded again, alone, and raises as it would
             decoded = None
         if type(decoded) is list and len(decoded) == len(parts):
@@ -381,7 +384,7 @@ class ThreadView:
         if kind == "f":
             return Blob("f", item=self._intern(stored[1], where))
         if kind == "l":
-            return Blob("l", items=[self._intern(item, where) for item in stored[1]])
+            return Blob("l", items=self._interned(stored[1], where))
         if kind == "e":
             return Blob("e")
         if kind == "d":
@@ -399,7 +402,7 @@ class ThreadView:
                 if self.partial:
                     raise NeedsHistory(f"{where} appends to a list from before the snapshot")
                 raise InvalidInputError(f"{where} appends to a list this thread does not hold; its log is incomplete")
-            return Blob("a", items=[self._intern(item, where) for item in stored[1]], base=base)
+            return Blob("a", items=self._interned(stored[1], where), base=base)
         raise InvalidInputError(f"{where}: unknown value kind {kind!r}")
 
     def referred(self, ref: list[str]) -> Blob | None:
@@ -412,6 +415,17 @@ class ThreadView:
         if blob is not None and len(ref) > 3:
             blob = (blob.fields or {}).get(ref[3])
         return blob
+
+    def _interned(self, stored: list[Any], where: str) -> list[Any]:
+        """A list's items, each as :meth:`_intern` gives it; the references among them (all of a
+        snapshot's) looked up in one pass."""
+        get = self.items.get
+        found = [get(item[1:]) if type(item) is str and item.startswith("#") else None for item in stored]
+        if None in found:  # an item stored here, or a reference this view cannot resolve
+            return [
+                item if item is not None else self._intern(raw, where) for item, raw in zip(found, stored, strict=True)
+            ]
+        return found
 
     def _intern(self, item: Any, where: str) -> Any:
         """An item as stored the first time: a reference is looked up, anything else remembered."""
