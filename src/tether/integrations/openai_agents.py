@@ -35,7 +35,7 @@ import asyncio
 import contextvars
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -188,6 +188,10 @@ class DurableModel(Model):
             self._inner = self._inner()
         return self._inner
 
+    def _call(self, fn: Callable[..., Any], request: dict[str, Any], input: str | list[Any]) -> Awaitable[Any]:
+        """The recorded call of ``fn`` that answers ``request``, issued in the task (now)."""
+        return self._task().call(fn, agent=self._agent_name, request=_digest(request), items=_count(input))
+
     async def get_response(
         self,
         system_instructions: str | None,
@@ -222,9 +226,7 @@ class DurableModel(Model):
         token = _PENDING_REQUEST.set(send)
         try:
             with carrying():  # inside an agent used as a tool, past the tool's failure function
-                recorded = await self._task().call(
-                    _MODEL_CALL, agent=self._agent_name, request=_digest(request), items=_count(input)
-                )
+                recorded = await self._call(_MODEL_CALL, request, input)
         finally:
             _PENDING_REQUEST.reset(token)
         return _RESPONSE.validate_python(recorded)
@@ -270,11 +272,7 @@ class DurableModel(Model):
         token = _PENDING_REQUEST.set(send)
         try:  # issued here, so the call keeps its place in the task's order
             with carrying():
-                call = asyncio.ensure_future(
-                    self._task().call(
-                        _MODEL_STREAM, agent=self._agent_name, request=_digest(request), items=_count(input)
-                    )
-                )
+                call = asyncio.ensure_future(self._call(_MODEL_STREAM, request, input))
         finally:
             _PENDING_REQUEST.reset(token)
         try:
