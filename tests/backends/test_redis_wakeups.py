@@ -9,10 +9,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+import tether
 from tests._redis_server import RedisServer
+from tether.runtime.worker import Worker
 from tether.store import EventRow, IndexUpdate, Store, TaskRow, open_store
 
 TENANT = "default"
@@ -109,3 +112,58 @@ def test_a_runs_appends_under_its_lease_wake_followers_and_no_idle_worker(url: s
 
     assert not _woken(url, run_on, claimable=True, timeout=1.5)
     assert _woken(url, run_on, claimable=False, timeout=30.0)  # a reader following the task is told
+
+
+def test_idle_workers_claim_once_per_task_however_many_appends_it_makes(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three workers, each on a store of its own (its own pub/sub connection, as a worker process
+    has), and a task of 30 recorded calls that one of them runs: the others are woken by its
+    creation alone, not by its ~30 appends, so the claims all three make for it stay within two
+    per worker (one when it was created, one after the run)."""
+    apps = [tether.App(url) for _ in range(4)]  # three workers and the app that starts the task
+    claims: list[tuple[Any, ...]] = []  # every claim made (list.append: safe from any thread)
+    for app in apps:
+
+        @app.tool(readonly=True)
+        def look(i: int) -> int:
+            return i
+
+        @app.task
+        def turn(ctx: tether.TaskContext, calls: int) -> int:
+            return sum(ctx.call(look, i) for i in range(calls))
+
+        claim = app.store.claim
+
+        def counted(*args: Any, claim: Callable[..., Any] = claim) -> Any:
+            claims.append(args)
+            return claim(*args)
+
+        monkeypatch.setattr(app.store, "claim", counted)
+    # The poll is longer than the test: a worker runs the task only if its creation woke one.
+    workers = [Worker(app.engine, poll=600.0) for app in apps[:3]]
+    threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
+    try:
+        for thread in threads:
+            thread.start()
+        for app in apps[:3]:
+            app.store.wait_for_change(0.001, claimable=True)  # each worker's store is subscribed
+        while len(claims) < 3:  # each worker's first claim (nothing to take) is made: it waits next
+            time.sleep(0.01)
+        time.sleep(0.2)
+        claims.clear()
+        run = apps[3].start(turn, 30)
+        deadline = time.monotonic() + 60
+        while apps[3].get(run.task_id).status is not tether.Status.COMPLETED:
+            assert time.monotonic() < deadline, "no worker was woken to run the task"
+            time.sleep(0.01)
+        time.sleep(0.5)  # wake-ups the run sent, had it sent any, have reached the idle workers
+        assert apps[3].get(run.task_id).output == sum(range(30))
+        assert len(claims) <= 2 * len(workers)
+    finally:
+        for worker in workers:
+            worker.stop()
+        for thread in threads:
+            thread.join(30)
+        for app in apps:
+            app.close()

@@ -163,9 +163,11 @@ class Worker:
                     idle = self._busy == 0
                 if self.idle_exit and idle:
                     return
-                # Wake as soon as another writer commits (a task started, answered, cancelled),
-                # and at least every ``poll`` seconds for sleeps and timeouts that fall due.
-                engine.store.wait_for_change(self.poll, interrupt=self.stopping)
+                # Wake as soon as another writer makes a task claimable (a task started, answered,
+                # cancelled, given back), and at least every ``poll`` seconds for sleeps, timeouts and
+                # leases that run out. Not for every append of every run: N idle workers would each
+                # take in every commit and claim again, for nothing, on every one of them.
+                engine.store.wait_for_change(self.poll, interrupt=self.stopping, claimable=True)
                 continue
             self._run(*claimed)
 

@@ -521,10 +521,17 @@ class Store(Protocol):
 
     def release_lease(self, tenant: str, task_id: str, token: int) -> None: ...
 
-    def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
+    def wait_for_change(
+        self, timeout: float, *, interrupt: threading.Event | None = None, claimable: bool = False
+    ) -> bool:
         """Block until the store may have changed (another writer committed), ``timeout`` passed,
         or ``interrupt`` was set; ``True`` when something changed. Lets idle workers wake at once
-        when a task becomes runnable instead of polling on a long interval."""
+        when a task becomes runnable instead of polling on a long interval.
+
+        ``claimable``: the caller acts only on a task a claim may take (an idle worker). A backend
+        that can tell such commits from the rest may leave out the others (a run's appends under
+        its lease), so that each append does not wake every idle worker; one that cannot wakes
+        the caller on every change, as without it."""
         ...
 
     def close(self) -> None: ...

@@ -372,7 +372,9 @@ class MemoryStore(Closing):
                 stream.row = replace(stream.row, lease_owner=None, lease_expires=None)
         self._touch()
 
-    def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
+    def wait_for_change(
+        self, timeout: float, *, interrupt: threading.Event | None = None, claimable: bool = False
+    ) -> bool:
         return self._changes.wait(timeout, interrupt)
 
     def _touch(self) -> None:

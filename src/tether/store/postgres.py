@@ -621,7 +621,9 @@ class PostgresStore(Closing):
             self._fresh_id(tenant, task_id)  # not held under that token, or no such task: TaskNotFoundError
 
     # -- wake-ups ---------------------------------------------------------------------
-    def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
+    def wait_for_change(
+        self, timeout: float, *, interrupt: threading.Event | None = None, claimable: bool = False
+    ) -> bool:
         return self._listener.wait(timeout, interrupt)
 
     def close(self) -> None:

@@ -604,7 +604,9 @@ class SQLiteStore(Closing):
             conn.execute(own.SQL.release_lease, (self._id(tenant, task_id), token))
             self._tokens.pop(self._id(tenant, task_id), None)
 
-    def wait_for_change(self, timeout: float, *, interrupt: threading.Event | None = None) -> bool:
+    def wait_for_change(
+        self, timeout: float, *, interrupt: threading.Event | None = None, claimable: bool = False
+    ) -> bool:
         return wait_for_commit(self._conn, self._lock, timeout, interrupt)
 
     def close(self) -> None:
