@@ -134,13 +134,16 @@ def test_records_stored_with_every_field_read_as_before() -> None:
     old_bytes = new_bytes = 0
     for _, seq, type_name, schema, at, data in orjson.loads(GOLDEN.read_bytes()):
         event = _decoded(EventRow(seq, type_name, schema, at, data, None))
-        assert orjson.dumps(event).decode() == data  # the golden row is the event, every field
+        every = orjson.loads(data)
+        if type_name == "MessageAdded" and every["format"] is not None:
+            every["role"] = ""  # version 2 reads a provider's shape's role from the original
+        assert orjson.loads(orjson.dumps(event)) == every  # the golden row is the event, every field
         again = encode_event(event, 1 << 20)
         left_out = set(orjson.loads(data)) - set(orjson.loads(again))
         defaults = {f.name: f for f in dataclasses.fields(event)}  # type: ignore[arg-type]
         assert all(
             defaults[name].default is not MISSING or defaults[name].default_factory is not MISSING for name in left_out
         )
-        assert _decoded(EventRow(seq, type_name, schema, at, again, None)) == event
+        assert _decoded(EventRow(seq, type_name, type(event).version, at, again, None)) == event
         old_bytes, new_bytes = old_bytes + len(data), new_bytes + len(again)
     assert new_bytes < 0.8 * old_bytes, (new_bytes, old_bytes)

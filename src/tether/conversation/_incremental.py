@@ -36,6 +36,7 @@ from tether.conversation.messages import (
     Summary,
     SummaryAdded,
     SummaryWithdrawn,
+    added_role,
     fold_history,
     message_from_event,
     summary_from_event,
@@ -253,7 +254,7 @@ class IncrementalView:
         return sum(
             1
             for rec in self._stream.read(after=after, upto=upto)
-            if isinstance(rec.event, MessageAdded) and rec.event.role != "system" and rec.seq not in removed
+            if isinstance(rec.event, MessageAdded) and rec.seq not in removed and added_role(rec.event) != "system"
         )
 
     # ------------------------------------------------------------------ reading backwards
@@ -266,11 +267,12 @@ class IncrementalView:
         """Read up to ``events`` more events backwards from the tail's start and keep their messages."""
         outline = self.outline
         low = max(outline.boundary, self.tail_from - events)
-        older = [
+        made = (
             message_from_event(rec, rec.event)
             for rec in self._stream.read(after=low, upto=self.tail_from)
-            if isinstance(rec.event, MessageAdded) and rec.event.role != "system" and rec.seq not in outline.removed
-        ]
+            if isinstance(rec.event, MessageAdded) and rec.seq not in outline.removed
+        )
+        older = [m for m in made if m.role != "system"]
         self.tail[:0] = older
         self.tail_from = low
 

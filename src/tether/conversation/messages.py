@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tether.conversation.shapes import FORMATS, Format, Part, detect, read, text, tool_call, tool_result
 from tether.errors import InvalidInputError
-from tether.events import Event, Recorded, define_event, from_epoch
+from tether.events import DEFAULT_UPCASTERS, Event, Recorded, define_event, from_epoch
 
 __all__ = [
     "ROLES",
@@ -32,6 +32,7 @@ __all__ = [
     "SummaryAdded",
     "SummaryWithdrawn",
     "ToolCallRequest",
+    "added_role",
     "check_one_message",
     "fold_history",
     "fold_view",
@@ -60,13 +61,21 @@ class SessionOpened(Event):
 @define_event
 class MessageAdded(Event):
     """A message appended. In tether's form (``format`` is ``None``) the fields are the message; in a
-    provider's shape ``original`` is the message verbatim, ``role`` tether's normalised role, and
-    ``content``/``tool_calls``/``tool_call_id``/``name`` are left empty: they are read from ``original``.
+    provider's shape ``original`` is the message verbatim and every other field of the message is
+    left empty (``role`` and ``content`` ``""``, the rest ``None``): its role, text and tool calls are
+    read from ``original`` (:func:`added_role`, :func:`message_from_event`), so a record holds little
+    besides the message.
     ``origin`` is for whoever appends (a task marks its appends with it); tether does not interpret it.
+
+    Version 2 gave ``role`` and ``content`` their default ``""``, which a stored record leaves out;
+    version 1 kept tether's normalised role in a provider's shape too (its upcaster leaves it out).
     """
 
-    role: str
-    content: str | None
+    version: ClassVar[int] = 2
+
+    role: str = ""
+    """tether's role (``""`` in a provider's shape: see :func:`added_role`)."""
+    content: str | None = ""
     """The text; ``None`` only in an assistant message that calls tools and says nothing."""
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
@@ -78,7 +87,11 @@ class MessageAdded(Event):
 
     def describe(self) -> str:
         if self.format is not None:
-            return f"{self.role} message added ({self.format})"
+            try:
+                role = added_role(self)
+            except (InvalidInputError, KeyError):  # a record no reader takes: described as it stands
+                role = self.role or "a"
+            return f"{role} message added ({self.format})"
         calls = f" calling {', '.join(_called(self.tool_calls))}" if self.tool_calls else ""
         answers = f" answering {self.tool_call_id}" if self.tool_call_id else ""
         text = f": {_clip(self.content)}" if self.content else ""
@@ -239,8 +252,25 @@ def to_event(message: dict[str, Any], format: str | None = None) -> MessageAdded
         original = orjson.loads(orjson.dumps(message))  # a copy of our own, and proof that it is JSON
     except TypeError as exc:
         raise InvalidInputError(f"a message must be JSON: {exc}") from None
-    shape = read(fmt, original)
-    return MessageAdded(role=shape.role, content="", format=fmt, original=original)
+    read(fmt, original)  # validated now: nothing is written that cannot be read back
+    return MessageAdded(format=fmt, original=original)
+
+
+def added_role(ev: MessageAdded) -> str:
+    """tether's role of the message ``ev`` adds: its own field in tether's form, read from
+    ``original`` in a provider's shape (where the record leaves the role out)."""
+    if ev.format is None or ev.original is None:
+        return ev.role
+    return read(ev.format, ev.original).role
+
+
+@DEFAULT_UPCASTERS.register("MessageAdded", 1)
+def _role_read_from_the_original(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 to 2: in a provider's shape the role is read from the original, as a version 2
+    record leaves it out (version 1 kept tether's role beside it); tether's form is unchanged."""
+    if data.get("format") is None:
+        return data
+    return {k: v for k, v in data.items() if k != "role"}
 
 
 def _tether_event(message: dict[str, Any]) -> MessageAdded:

@@ -107,6 +107,10 @@ class Upcasters:
 
         return decorator
 
+    def step(self, type_name: str, from_version: int) -> Upcaster | None:
+        """The migration registered here for records of ``type_name`` at ``from_version``, if any."""
+        return self._steps.get((type_name, from_version))
+
     def decode(self, type_name: str, version: int, data: dict[str, Any]) -> Event:
         """Build the current event object from a stored record, migrating it if it is older."""
         cls = EVENT_TYPES.get(type_name)
@@ -122,7 +126,10 @@ class Upcasters:
                 supported=cls.version,
             )
         while version < cls.version:
-            step = self._steps.get((type_name, version))
+            step = self.step(type_name, version)
+            if step is None and self is not DEFAULT_UPCASTERS:
+                # tether's own migrations (of its own events) apply beside any set of the user's
+                step = DEFAULT_UPCASTERS.step(type_name, version)
             if step is None:
                 raise SchemaVersionError(
                     f"event {type_name} is stored at schema version {version} and no upcaster "

@@ -53,6 +53,7 @@ from tether.conversation import (
     withdraws,
     write_view_snapshot,
 )
+from tether.conversation.messages import added_role
 from tether.errors import ConflictError, InvalidInputError, NonDeterminismError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, SessionRead, SessionWritten
 from tether.log.conflicts import retry_on_conflict
@@ -163,7 +164,7 @@ class TaskSession:
                 raise InvalidInputError(f"{where}{exc}") from None
         if not events:
             return []
-        first, last = self._write(events, [e.role for e in events])
+        first, last = self._write(events, [added_role(e) for e in events])
         return [self._shown[seq] for seq in range(first, last + 1) if seq in self._shown]
 
     def compact(self, summarizer: Summarizer | None = None, keep_last: int = 6) -> Summary | None:
