@@ -26,7 +26,11 @@ three alike), 200 turns (``--react-turns``). Measured: bytes per turn (SQLite fi
 over the turns), mean time per turn, a cold ``get_state`` (a saver just opened on the file: nothing
 cached in the process; fastest of ``--repeat``), and the whole ``get_state_history`` on a saver just
 opened. Then TetherSaver alone runs a thread to ``--flat-turns`` (1,000) and measures the bytes of
-ten turns after turn 10 and after the last: a thread's bytes per turn must not grow with it.
+``--flat-window`` turns (100) after turn 10 and after the last: a thread's bytes per turn must not
+grow with it. Both the file's (WAL checkpointed) and the stored rows' (events and snapshots): the
+file grows by whole pages, and its snapshot (the thread's state, rewritten every 64 events, its old
+pages reused by the next) in steps of a few turns' growth, so ten turns' worth of file bytes says
+more about where those steps fell than about the thread; the rows are exact.
 Targets: bytes per turn <= 0.1x SqliteSaver's and flat (turn 1,000 <= 1.2x turn 10); cold
 ``get_state`` <= 1.0x SqliteSaver's; ``get_state_history`` <= 0.1x SqliteSaver's; time per turn
 <= 1.05x InMemorySaver's.
@@ -58,9 +62,10 @@ from langgraph.graph.message import add_messages  # noqa: E402
 from tether.integrations.langgraph import TetherSaver  # noqa: E402
 
 TARGETS = {"storage": 50.0, "per_turn": 5.0, "history": 100.0}
-# create_react_agent, as tether / peer: at most these (flat: bytes per turn at the last turns / at turn 10)
-REACT_TARGETS = {"bytes_vs_sqlite": 0.1, "flat": 1.2, "cold_get_state_vs_sqlite": 1.0, "history_vs_sqlite": 0.1,
-                 "turn_vs_memory": 1.05}  # fmt: skip
+# create_react_agent, as tether / peer: at most these (flat: bytes per turn at the last turns / at turn 10,
+# of the file and of the stored rows)
+REACT_TARGETS = {"bytes_vs_sqlite": 0.1, "flat": 1.2, "payload_flat": 1.2, "cold_get_state_vs_sqlite": 1.0,
+                 "history_vs_sqlite": 0.1, "turn_vs_memory": 1.05}  # fmt: skip
 
 
 class Chat(TypedDict):
@@ -276,22 +281,25 @@ def react_run(turns: int, repeat: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def react_flat(turns: int) -> dict[str, float]:
-    """TetherSaver's bytes per turn over ten turns after turn 10, and over ten after ``turns``."""
+def react_flat(turns: int, window: int) -> dict[str, float]:
+    """TetherSaver's bytes per turn over ``window`` turns after turn 10, and over as many after ``turns``."""
     path = Path(tempfile.mkdtemp(prefix="tether-bench-react-flat-")) / "flat.db"
     saver, close = tether_saver(path)
     agent = react_agent(saver)
     sizes: dict[int, int] = {}
     payloads: dict[int, int] = {}
-    for k in range(1, turns + 11):
+    marks = (10, 10 + window, turns, turns + window)
+    for k in range(1, turns + window + 1):
         turn(agent, k)
-        if k in (10, 20, turns, turns + 10):
+        if k in marks:
             sizes[k], payloads[k] = settled_size(path), payload_size(path)
     close()
-    early, late = (sizes[20] - sizes[10]) / 10, (sizes[turns + 10] - sizes[turns]) / 10
-    early_data, late_data = (payloads[20] - payloads[10]) / 10, (payloads[turns + 10] - payloads[turns]) / 10
+    early, late = (sizes[marks[1]] - sizes[10]) / window, (sizes[marks[3]] - sizes[turns]) / window
+    early_data = (payloads[marks[1]] - payloads[10]) / window
+    late_data = (payloads[marks[3]] - payloads[turns]) / window
     return {
         "turns": turns,
+        "window": window,
         "bytes_per_turn_at_10": early,
         "bytes_per_turn_at_last": late,
         "flat": late / early,
@@ -301,11 +309,12 @@ def react_flat(turns: int) -> dict[str, float]:
     }
 
 
-def react_report(turns: int, flat_turns: int, repeat: int) -> dict[str, Any]:
+def react_report(turns: int, flat_turns: int, flat_window: int, repeat: int) -> dict[str, Any]:
     runs = react_run(turns, repeat)
-    flat = react_flat(flat_turns)
+    flat = react_flat(flat_turns, flat_window)
     ours, peer, memory = runs["tether"], runs.get("sqlite_saver"), runs["memory_saver"]
-    ratios = {"turn_vs_memory": ours["turn_ms"] / memory["turn_ms"], "flat": flat["flat"]}
+    ratios = {"turn_vs_memory": ours["turn_ms"] / memory["turn_ms"], "flat": flat["flat"],
+              "payload_flat": flat["payload_flat"]}  # fmt: skip
     if peer is not None:
         ratios["bytes_vs_sqlite"] = ours["bytes_per_turn"] / peer["bytes_per_turn"]
         ratios["cold_get_state_vs_sqlite"] = ours["cold_get_state_ms"] / peer["cold_get_state_ms"]
@@ -318,9 +327,9 @@ def react_report(turns: int, flat_turns: int, repeat: int) -> dict[str, Any]:
             f"{r.get('cold_get_state_ms', float('nan')):>18.1f} {r.get('history_ms', float('nan')):>21.1f}"
         )
     print(
-        f"{'flat':>13} bytes per turn at turn 10: {flat['bytes_per_turn_at_10']:.0f}, at turn "
-        f"{flat_turns:,}: {flat['bytes_per_turn_at_last']:.0f} (the file); events and snapshots alone: "
-        f"{flat['payload_per_turn_at_10']:.0f} and {flat['payload_per_turn_at_last']:.0f}"
+        f"{'flat':>13} bytes per turn over {flat_window} turns from turn 10: {flat['bytes_per_turn_at_10']:.0f}, "
+        f"from turn {flat_turns:,}: {flat['bytes_per_turn_at_last']:.0f} (the file); events and snapshots "
+        f"alone: {flat['payload_per_turn_at_10']:.0f} and {flat['payload_per_turn_at_last']:.0f}"
     )
     for k, v in ratios.items():
         print(f"{k:>26}: {v:.3f}x (target <= {REACT_TARGETS[k]}x)")
@@ -345,10 +354,14 @@ def main() -> None:
     parser.add_argument("--graph", choices=["chat", "react", "both"], default="both", help="which graph to run")
     parser.add_argument("--react-turns", type=int, default=None, help="create_react_agent turns (200)")
     parser.add_argument("--flat-turns", type=int, default=None, help="the thread length of the flatness check (1,000)")
+    parser.add_argument(
+        "--flat-window", type=int, default=None, help="turns the flatness check measures at each end (100)"
+    )
     args = parser.parse_args()
     sizes = args.turns or ([10, 30] if args.smoke else [30, 100] if args.quick else [100, 1000])
     react_turns = args.react_turns or (5 if args.smoke else 50 if args.quick else 200)
     flat_turns = args.flat_turns or (20 if args.smoke else 200 if args.quick else 1000)
+    flat_window = args.flat_window or (5 if args.smoke else 50 if args.quick else 100)
     if args.smoke:
         args.repeat, args.peer_repeat = 1, 1
     if args.graph == "react":
@@ -407,7 +420,7 @@ def main() -> None:
     if compared and max(compared) >= 1000:
         verdicts = [all(rows[max(compared)]["ratios"][k] >= v for k, v in TARGETS.items())]
     if args.graph != "chat":
-        result["react"] = react = react_report(react_turns, flat_turns, args.repeat)
+        result["react"] = react = react_report(react_turns, flat_turns, flat_window, args.repeat)
         # the agent's targets are set at 200 turns (and the flatness check at 1,000)
         verdicts.append(react["pass"] if react_turns >= 200 and flat_turns >= 1000 else None)
     known = [v for v in verdicts if v is not None]
