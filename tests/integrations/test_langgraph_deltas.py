@@ -173,6 +173,8 @@ def test_a_cold_read_is_a_snapshot_and_a_bounded_tail(store_url: str) -> None:
             returned = counted(reader)
             same(reader.get_tuple(CONFIG), expected)
             assert len(returned) == 1 and returned[0] <= 12, returned  # however long the thread (22, 56 events)
+            snap = log.store.get_snapshot(log.tenant, stream_id("agent"), at_most=NEVER)
+            assert snap is not None and snap.schema == SNAPSHOT_SCHEMA and type(snap.data) is bytes
             agent(reader).invoke({"messages": [HumanMessage(content="and then?", id=f"more-{n}")]}, CONFIG)
             same(fresh(log).get_tuple(CONFIG), reader.get_tuple(CONFIG))
             writer = reader  # the next turns are written by the saver that read the snapshot
