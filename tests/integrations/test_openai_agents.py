@@ -18,6 +18,7 @@ pytest.importorskip("agents")
 
 from agents import Agent, Runner, SessionSettings, function_tool, handoff, set_tracing_disabled
 from agents.memory import Session as SdkSession
+from agents.memory import is_openai_responses_compaction_aware_session
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import tether
@@ -279,7 +280,7 @@ def test_compaction_puts_the_summary_in_the_place_of_what_it_folded(store_url: s
     """After ``run_compaction``, ``get_items`` is the compacted history (the SDK's contract): the summary
     where the folded items were, system and developer items kept in their places, the rest as added."""
     app = tether.App(store_url)
-    session = TetherSession("folded", app, keep_last=1)
+    session = TetherSession("folded", app, keep_last=1, compact_when_tokens_over=10**9)
     first = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Question 1."}]
     later = [_answer("Answer 1."), {"role": "system", "content": "Tools are slow today."},
              {"role": "user", "content": "Question 2."}]
@@ -294,6 +295,29 @@ def test_compaction_puts_the_summary_in_the_place_of_what_it_folded(store_url: s
     assert items[1]["role"] == "system" and "Question 1" in items[1]["content"]
     assert items[2:] == later[1:]  # the newest turn and the system item, as added
     assert [m.original for m in app.session("folded").messages()] == first + later  # originals stay
+
+
+def test_only_a_session_that_compacts_on_its_own_has_the_sdks_compaction_hook(store_url: str) -> None:
+    """The SDK digests every input item before each model call for a session with ``run_compaction``:
+    a session made without ``compact_when_tokens_over`` would never compact when the SDK calls it,
+    so it has no such hook (and ``compact()`` compacts it on demand); one made with it has the hook,
+    inside a task too."""
+    app = tether.App(store_url)
+    plain = TetherSession("plain", app, keep_last=1)
+    assert not is_openai_responses_compaction_aware_session(plain)
+    assert is_openai_responses_compaction_aware_session(TetherSession("auto", app, compact_when_tokens_over=500))
+    asyncio.run(plain.add_items([{"role": "user", "content": f"Question {i}."} for i in range(4)]))
+    assert plain.compact() is not None
+    assert asyncio.run(plain.get_items())[0]["role"] == "system"  # the summary, in the place of what it folded
+
+    @app.task
+    async def chat(ctx: tether.AsyncTaskContext) -> list[bool]:
+        return [
+            is_openai_responses_compaction_aware_session(TetherSession.in_task(ctx)),
+            is_openai_responses_compaction_aware_session(TetherSession.in_task(ctx, compact_when_tokens_over=500)),
+        ]
+
+    assert app.run(chat, task_id="hooks").output == [False, True]
 
 
 def _answer(text: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
@@ -46,12 +46,15 @@ class TetherSession:
     object may be used by several threads, each with an event loop of its own (as
     ``Runner.run_sync`` runs), and by several processes on one database at once.
 
-    ``run_compaction`` is the SDK's compaction hook (``OpenAIResponsesCompactionAwareSession``):
-    it compacts the stored history in place, and ``get_items`` then returns the compacted history
-    (a tether summary in the place of the items it folded, then the items after them as they were
-    added). The summary is made by ``summarizer`` (an LLM of yours, or tether's extractive one),
-    not by OpenAI's ``responses.compact``. The originals stay stored and listable
-    (``app.session(id).messages()``), and ``undo_compaction`` brings them back.
+    With ``compact_when_tokens_over``, the session has ``run_compaction``, the SDK's compaction hook
+    (``OpenAIResponsesCompactionAwareSession``), which the SDK calls after each turn: it compacts
+    the stored history in place, and ``get_items`` then returns the compacted history (a tether
+    summary in the place of the items it folded, then the items after them as they were added).
+    Without it the session has no such hook, since it would never compact on its own, and the SDK
+    then skips the digest of every input item it makes before each model call for a session that
+    has one. :meth:`compact` compacts either kind now. The summary is made by ``summarizer`` (an
+    LLM of yours, or tether's extractive one), not by OpenAI's ``responses.compact``. The originals
+    stay stored and listable (``app.session(id).messages()``), and ``undo_compaction`` brings them back.
 
     Outside a task, open it on an app: ``TetherSession("support-42", app)``. Inside a task, use
     ``TetherSession.in_task(ctx)``: the task's own conversation (``ctx.session``), whose reads and
@@ -89,9 +92,7 @@ class TetherSession:
         self.session_id = session_id
         self.session_settings = _settings(session_settings)
         self._conversation: Session | TaskSession = self._target.app.session(session_id, user_id=user_id)
-        self._summarizer = summarizer
-        self._keep_last = keep_last
-        self._compact_over = compact_when_tokens_over
+        self._compacts(summarizer, keep_last, compact_when_tokens_over)
 
     @classmethod
     def in_task(
@@ -111,10 +112,24 @@ class TetherSession:
         self._conversation = ctx.session
         self.session_id = ctx.session.id
         self.session_settings = _settings(session_settings)
+        self._compacts(summarizer, keep_last, compact_when_tokens_over)
+        return self
+
+    def _compacts(self, summarizer: Summarizer | None, keep_last: int, over: int | None) -> None:
         self._summarizer = summarizer
         self._keep_last = keep_last
-        self._compact_over = compact_when_tokens_over
-        return self
+        self._compact_over = over
+
+    @property
+    def run_compaction(self) -> Callable[[dict[str, Any] | None], Awaitable[None]]:
+        """The SDK's compaction hook, on a session made with ``compact_when_tokens_over`` only: the
+        SDK asks whether a session has it (an ``AttributeError`` says no)."""
+        if self._compact_over is None:
+            raise AttributeError(
+                f"TetherSession {self.session_id!r} was made without compact_when_tokens_over, so it never "
+                "compacts on its own and has no run_compaction (the SDK's hook); compact() compacts it now"
+            )
+        return self._run_compaction
 
     def close(self) -> None:
         """Close the app this session opened from a URL (an app passed in stays open: it is yours)."""
@@ -169,19 +184,19 @@ class TetherSession:
             return await asyncio.to_thread(fn)
         return fn()
 
-    async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
-        """The SDK's compaction hook: compact the stored history in place (see the class docstring).
+    async def _run_compaction(self, args: dict[str, Any] | None = None) -> None:
+        """``run_compaction``, the SDK's compaction hook, of a session made with
+        ``compact_when_tokens_over``: compact the stored history in place (see the class docstring).
 
         The SDK calls it after each turn. tether compacts when ``args["force"]`` is set, or when the
-        items since the newest summary weigh more than ``compact_when_tokens_over`` tokens (never,
-        when that is ``None``): the turns before the last ``keep_last`` are folded into one summary,
+        items since the newest summary weigh more than ``compact_when_tokens_over`` tokens: the
+        turns before the last ``keep_last`` are folded into one summary,
         which ``get_items`` returns in their place. ``response_id``, ``compaction_mode`` and
         ``store`` are about OpenAI's server-side compaction, which this does not use, and are ignored.
         The originals stay stored: :meth:`undo_compaction` undoes it.
         """
         force = bool((args or {}).get("force"))
-        if force or self._compact_over is not None:
-            await self._io(lambda: self._compact_if_due(force))
+        await self._io(lambda: self._compact_if_due(force))
 
     def _compact_if_due(self, force: bool) -> None:
         if not force:
@@ -191,7 +206,7 @@ class TetherSession:
         self.compact()
 
     def compact(self) -> Summary | None:
-        """Compact now (see :meth:`run_compaction`); the new summary, or ``None`` if nothing was folded."""
+        """Compact now (see the class docstring); the new summary, or ``None`` if nothing was folded."""
         return self._conversation.compact(self._summarizer, keep_last=self._keep_last)
 
     def undo_compaction(self) -> Summary | None:
