@@ -1,6 +1,7 @@
 """The ADK session service keeps its session-state snapshots through the log's snapshot code (the
-log's checksum, its newest-intact read with fallback, its write), in the stored form it always had:
-schema 1002, the state as compact JSON, a 16-byte BLAKE2b checksum of it, hex."""
+log's checksum, its newest-intact read with fallback, its write): schema 1002, the state as compact
+JSON, the log's checksum of it; snapshots stored before, with a 16-byte BLAKE2b checksum in hex,
+still read."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import tether
 from tests.integrations.test_adk import say
 from tether.integrations import adk as tether_adk
 from tether.integrations.adk import TetherSessionService
+from tether.log.snapshots import checksum
 from tether.store import SnapshotRow
 
 EVERY = tether_adk._SNAPSHOT_EVERY
@@ -28,6 +30,11 @@ def _as_stored_before(seq: int, state: dict[str, object]) -> SnapshotRow:
     """A snapshot row byte for byte as the service wrote them before it used the log's code."""
     data = orjson.dumps(state).decode()
     return SnapshotRow(seq, 1002, hashlib.blake2b(data.encode(), digest_size=16).hexdigest(), data)
+
+
+def _as_stored_now(seq: int, state: dict[str, object]) -> SnapshotRow:
+    data = orjson.dumps(state).decode()
+    return SnapshotRow(seq, 1002, checksum(data), data)
 
 
 def _fill(app: tether.App, events: int) -> None:
@@ -53,12 +60,12 @@ def _read(app: tether.App, store_url: str) -> tuple[dict[str, object], dict[str,
     return got.state, listed.state
 
 
-def test_the_snapshots_it_writes_are_in_the_stored_form_it_always_had(store_url: str) -> None:
+def test_the_snapshots_it_writes_are_the_state_as_compact_json_with_the_logs_checksum(store_url: str) -> None:
     app = tether.App(store_url)
     _fill(app, EVERY)  # versions 2..EVERY + 1: a snapshot at EVERY
     stored = app.store.get_snapshot(app.log.tenant, STREAM, at_most=10**9)
     assert stored is not None
-    assert stored == _as_stored_before(EVERY, {"n": EVERY - 1})
+    assert stored == _as_stored_now(EVERY, {"n": EVERY - 1})
 
 
 def test_a_snapshot_stored_before_is_read(store_url: str) -> None:
@@ -75,9 +82,10 @@ def test_a_corrupted_newest_snapshot_falls_back_to_the_one_before(
 ) -> None:
     app = tether.App(store_url)
     _fill(app, 2 * EVERY + 3)  # snapshots at EVERY and 2 * EVERY
-    good = _as_stored_before(2 * EVERY, {"n": 2 * EVERY - 1})
+    good = _as_stored_now(2 * EVERY, {"n": 2 * EVERY - 1})
     assert app.store.get_snapshot(app.log.tenant, STREAM, at_most=10**9) == good
-    # The one before says what no event does: read from it, the state shows it (and the events after).
+    # The one before (in the form stored before) says what no event does: read from it, the state
+    # shows it (and the events after).
     app.store.put_snapshot(app.log.tenant, STREAM, _as_stored_before(EVERY, {"n": EVERY - 1, "older": True}))
     corrupted = dataclasses.replace(good, data=str(good.data).replace("}", ',"x":1}'))  # its checksum is the old
     app.store.put_snapshot(app.log.tenant, STREAM, corrupted)
