@@ -40,7 +40,10 @@ FIRST_EVENTS = [
     EventRow(3, "Noted", 2, 1796305361.0, b"\xff\xfe"),
 ]
 
-_types = st.sampled_from(TYPE_CODES) | st.text(st.characters(blacklist_characters="\x1f"), max_size=30)
+# A type is a name: text that encodes (no lone surrogate, which no backend can store), less the separator.
+_types = st.sampled_from(TYPE_CODES) | st.text(
+    st.characters(exclude_characters="\x1f", exclude_categories=("Cs",)), max_size=30
+)
 _events = st.builds(
     EventRow,
     seq=st.integers(1, 2**40),
