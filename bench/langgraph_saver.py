@@ -24,13 +24,14 @@ so the figures are the savers' and LangGraph's own work. TetherSaver, SqliteSave
 InMemorySaver run it in the same run, turn by turn in turn (so the machine's load falls on all
 three alike), 200 turns (``--react-turns``). Measured: bytes per turn (SQLite file, WAL checkpointed,
 over the turns), mean time per turn, a cold ``get_state`` (a saver just opened on the file: nothing
-cached in the process; fastest of ``--repeat``), and the whole ``get_state_history`` on a saver just
-opened. Then TetherSaver alone runs a thread to ``--flat-turns`` (1,000) and measures the bytes of
-``--flat-window`` turns (100) after turn 10 and after the last: a thread's bytes per turn must not
-grow with it. Both the file's (WAL checkpointed) and the stored rows' (events and snapshots): the
-file grows by whole pages, and its snapshot (the thread's state, rewritten every 64 events, its old
-pages reused by the next) in steps of a few turns' growth, so ten turns' worth of file bytes says
-more about where those steps fell than about the thread; the rows are exact.
+cached in the process, whose garbage is collected first, as a new process has none; fastest of
+``--repeat``), and the whole ``get_state_history`` on a saver just opened. Then TetherSaver alone
+runs a thread to ``--flat-turns`` (1,000) and measures the bytes of ``--flat-window`` turns (100)
+after turn 10 and after the last: a thread's bytes per turn must not grow with it. Both the file's
+(WAL checkpointed) and the stored rows' (events and snapshots): the file grows by whole pages, and
+its snapshot (the thread's state, rewritten every 64 events, its old pages reused by the next) in
+steps of a few turns' growth, so ten turns' worth of file bytes says more about where those steps
+fell than about the thread; the rows are exact.
 Targets: bytes per turn <= 0.1x SqliteSaver's and flat (turn 1,000 <= 1.2x turn 10); cold
 ``get_state`` <= 1.0x SqliteSaver's; ``get_state_history`` <= 0.1x SqliteSaver's; time per turn
 <= 1.05x InMemorySaver's.
@@ -39,6 +40,7 @@ Targets: bytes per turn <= 0.1x SqliteSaver's and flat (turn 1,000 <= 1.2x turn 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sqlite3
 import sys
@@ -86,7 +88,12 @@ def graph_on(saver: Any) -> Any:
 
 def tether_saver(path: Path) -> tuple[Any, Callable[[], None]]:
     saver = TetherSaver(f"sqlite:///{path}")
-    return saver, saver.log.store.close
+
+    def close() -> None:
+        saver.close()  # its worker thread, which holds the saver (and what it read) until stopped
+        saver.log.store.close()
+
+    return saver, close
 
 
 def sqlite_saver(path: Path) -> tuple[Any, Callable[[], None]] | None:
@@ -240,15 +247,18 @@ def turn(agent: Any, k: int) -> float:
 
 
 def react_cold(make: Callable[[Path], Any], path: Path, turns: int, repeat: int) -> dict[str, float]:
-    """A cold get_state (fastest of ``repeat``, each on a saver just opened) and the whole history."""
+    """A cold get_state (fastest of ``repeat``, each on a saver just opened, the process's garbage
+    collected first) and the whole history."""
     colds = []
     for _ in range(repeat):
         saver, close = make(path)
         agent = react_agent(saver)
+        gc.collect()  # what earlier reads left (cycles among their objects): a new process holds none of it
         start = time.perf_counter()
         state = agent.get_state(REACT)
         colds.append(time.perf_counter() - start)
         assert len(state.values["messages"]) == 6 * turns
+        del state
         close()
     saver, close = make(path)
     start = time.perf_counter()
