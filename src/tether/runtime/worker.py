@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import signal
 import socket
 import threading
@@ -94,6 +95,9 @@ class Worker:
         started = time.time()
         self._record = WorkerRow(engine.worker_id, started_at=started, seen_at=started, app=target)
         self._next_beat = 0.0  # when the main thread says it is alive again (time.monotonic)
+        # A store written before wait_for_change took ``claimable`` (a backend of your own) is
+        # waited on as it was then: it wakes on every change, which the keyword only narrows.
+        self._wait_options = {"claimable": True} if _takes(engine.store.wait_for_change, "claimable") else {}
 
     def stop(self, *_: object) -> None:
         self.stopping.set()
@@ -167,7 +171,7 @@ class Worker:
                 # cancelled, given back), and at least every ``poll`` seconds for sleeps, timeouts and
                 # leases that run out. Not for every append of every run: N idle workers would each
                 # take in every commit and claim again, for nothing, on every one of them.
-                engine.store.wait_for_change(self.poll, interrupt=self.stopping, claimable=True)
+                engine.store.wait_for_change(self.poll, interrupt=self.stopping, **self._wait_options)
                 continue
             self._run(*claimed)
 
@@ -274,3 +278,12 @@ class Worker:
         if not held:
             return "", None  # another worker runs it now
         return f"; not claimed again for {delay:g}s (its run {stops} in a row to stop)", delay
+
+
+def _takes(method: Any, keyword: str) -> bool:
+    """Whether ``method`` accepts the keyword argument ``keyword``."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it as the protocol says
+        return True
+    return any(p.name == keyword or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)

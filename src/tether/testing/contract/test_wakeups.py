@@ -29,3 +29,19 @@ def test_another_writer_wakes_a_waiting_reader(store: Store) -> None:
     store.append(TENANT, "a", [_event(2)], 1)
     reader.join(6)
     assert woke == [True]
+
+
+def test_a_wait_for_a_claimable_task_ends_by_its_timeout_or_a_create(store: Store) -> None:
+    """``wait_for_change(timeout, claimable=True)`` (how an idle worker waits) is part of the
+    protocol: it returns by its timeout when nothing happens, and a store may wake it for any
+    commit, but it must not sleep through the one that makes a task claimable by more than its
+    timeout (the worker polls again then)."""
+    began = time.monotonic()
+    assert store.wait_for_change(0.05, claimable=True) in (True, False)
+    assert time.monotonic() - began < 5.0
+    woke: list[bool] = []
+    reader = threading.Thread(target=lambda: woke.append(store.wait_for_change(0.5, claimable=True)))
+    reader.start()
+    _create(store, "claimable")
+    reader.join(6)
+    assert not reader.is_alive() and len(woke) == 1
