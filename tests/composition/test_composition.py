@@ -62,8 +62,9 @@ from typing import Any
 import pytest
 
 import tether
+from tests import _redis_server as redis_server
 from tests.composition import _app
-from tests.conftest import dump_database, pg_url
+from tests.conftest import REDIS_PROBLEM, dump_database, pg_url
 from tether.store import TaskFilter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -917,21 +918,28 @@ def dump_diff(before: Any, after: Any) -> str:
     return "\n".join(out)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[Path], str]]:
-    """A fresh database for a folder: a SQLite file in it, or a PostgreSQL schema, dropped afterwards."""
+    """A fresh database for a folder: a SQLite file in it, a PostgreSQL schema, or a key prefix on this
+    test process's redis-server, dropped afterwards."""
     made: list[Iterator[str]] = []
+    with contextlib.ExitStack() as namespaces:
 
-    def make(folder: Path) -> str:
-        if request.param == "sqlite":
-            return f"sqlite:///{folder / 'tether.db'}"
-        urls = pg_url("comp")
-        made.append(urls)
-        return next(urls)
+        def make(folder: Path) -> str:
+            if request.param == "sqlite":
+                return f"sqlite:///{folder / 'tether.db'}"
+            if request.param == "redis":
+                if REDIS_PROBLEM:
+                    pytest.skip(REDIS_PROBLEM)
+                backend = redis_server.session_backend(redis_server.SESSION_URL)
+                return str(namespaces.enter_context(backend.namespace(folder, "comp")))  # type: ignore[attr-defined]
+            urls = pg_url("comp")
+            made.append(urls)
+            return next(urls)
 
-    yield make
-    for urls in made:
-        next(urls, None)
+        yield make
+        for urls in made:
+            next(urls, None)
 
 
 @pytest.mark.crash
