@@ -127,8 +127,10 @@ MIGRATIONS: list[str] = [
     PARKED_COLUMN,
     # 8: the workers say they are alive (Store.record_worker), so a person learns whether any is there.
     WORKERS_TABLE.replace("{time}", "double precision"),
-    # 9: a snapshot's data is text or bytes (SnapshotRow.data), each in a column of its type.
-    "ALTER TABLE snapshots ADD COLUMN raw bytea; ALTER TABLE snapshots ALTER COLUMN data DROP NOT NULL;",
+    # 9: a snapshot's data is text or bytes (SnapshotRow.data): bytes in a column of their own. data
+    # stays NOT NULL (empty beside bytes): a process of the previous release still running on the
+    # database reads that empty text, finds it fails its checksum and folds the events instead.
+    "ALTER TABLE snapshots ADD COLUMN raw bytea;",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 LOCK_KEY = 0x7E7E_E12  # pg_advisory_xact_lock key for migrations

@@ -642,11 +642,11 @@ class _StaleIdError(Exception):
     """A cached row id that names another stream (or none) now; the append looks the id up again."""
 
 
-def _snapshot_columns(data: str | bytes) -> tuple[str | None, bytes | None]:
-    """A snapshot's data as its two columns: text in ``data``, bytes in ``raw``."""
-    return (None, data) if isinstance(data, bytes) else (data, None)
+def _snapshot_columns(data: str | bytes) -> tuple[str, bytes | None]:
+    """A snapshot's data as its two columns: text in ``data``; bytes in ``raw``, ``data`` empty."""
+    return ("", data) if isinstance(data, bytes) else (data, None)
 
 
-def _snapshot(seq: int, schema: int, checksum: str, data: str | None, raw: bytes | None) -> SnapshotRow:
+def _snapshot(seq: int, schema: int, checksum: str, data: str, raw: bytes | None) -> SnapshotRow:
     """A snapshot row read back with its data in the type it was stored in."""
-    return SnapshotRow(seq, schema, checksum, data if data is not None else bytes(raw or b""))
+    return SnapshotRow(seq, schema, checksum, bytes(raw) if raw is not None else data)
