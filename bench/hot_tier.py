@@ -12,8 +12,10 @@ behind a load balancer do on every turn. Each row is one way to serve those read
 - ``postgres, cold``: tether on PostgreSQL with its in-process cache off (``cache_bytes=0``), as a
   server that has not served this conversation before: the window and the head read from
   PostgreSQL.
-- ``postgres, warm``: tether on PostgreSQL with its in-process cache (the default): a read
-  validates what the process holds by the stream's version and reads only what is newer.
+- ``postgres, warm``: tether on PostgreSQL with its in-process cache (the default), in a process
+  that has read every session and task once before, as a long-running server has. (A session is
+  read again by each ``app.session(...)``: tether does not keep sessions between those calls, so
+  this row shows what the cache does not do for them.)
 - ``tier floor``: the least a hot tier that never serves a stale entry can do per request: one
   ``MGET`` of the window and the head from Redis (as tether would have written them through) and one
   PostgreSQL statement that reads both versions to validate them, then decoding what Redis held.
