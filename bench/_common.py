@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -241,3 +243,27 @@ def report_against(
             what = "time" if metric == "ms" else metric
             print(f"{row} {what} / {peer} (target <= {target:g}): {result[name]:.2f}")
     print(orjson.dumps(result).decode())
+
+
+def start_redis(folder: str, *options: str) -> tuple[subprocess.Popen[bytes], int]:
+    """A redis-server of the benchmark's own on a free port, its files in ``folder``, started with
+    ``options`` (persistence, say) and answering; exits the script when there is no binary."""
+    import redis  # the real redis-py (bench/redis.py hands it over when bench/ comes first on the path)
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit(f"{sys.argv[0]} needs a redis-server binary on PATH")
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", folder, "--save", "", *options]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    for _ in range(500):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.01)
+    client.close()
+    return proc, port

@@ -32,8 +32,6 @@ import argparse
 import json
 import os
 import random
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,7 +53,7 @@ import redis  # noqa: E402
 sys.path[:] = _saved
 
 import psycopg  # noqa: E402
-from _common import MESSAGE  # noqa: E402
+from _common import MESSAGE, start_redis  # noqa: E402
 
 import tether  # noqa: E402
 
@@ -193,26 +191,6 @@ def run(mode: str, url: str, port: int, requests: int, folder: str) -> dict[str,
     }
 
 
-def start_redis(folder: str) -> tuple[subprocess.Popen[bytes], int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("bench/hot_tier.py needs a redis-server binary on PATH")
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", folder, "--save", "", "--appendonly", "no"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    for _ in range(500):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.01)
-    client.close()
-    return proc, port
-
-
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         mode, url, port, requests, start_at, out = sys.argv[2:8]
@@ -226,7 +204,7 @@ def main() -> None:
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     url = f"{PG}{'&' if '?' in PG else '?'}schema={schema}"
     folder = tempfile.mkdtemp(prefix="tether-bench-tier-")
-    server, port = start_redis(folder)
+    server, port = start_redis(folder, "--appendonly", "no")  # a cache: nothing to keep
     try:
         seed(url)
         fill_redis(url, port)

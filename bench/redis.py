@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -64,7 +63,7 @@ else:
 
     sys.path.insert(0, os.path.join(HERE, "..", "src"))
     sys.path.insert(0, HERE)
-    from _common import MESSAGE, recorded_call, stop, threaded_rate, warm_up, worker_processes
+    from _common import MESSAGE, recorded_call, start_redis, stop, threaded_rate, warm_up, worker_processes
 
     import tether
 
@@ -73,24 +72,8 @@ TARGETS = {"readonly": 2.0, "side_effecting": 3.0, "session_add": 1.0, "session_
 
 def start_server(folder: str, appendfsync: str) -> tuple[subprocess.Popen[bytes], int]:
     """A redis-server on a free port with its AOF in ``folder``."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("bench/redis.py needs a redis-server binary on PATH")
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", folder, "--save", ""]
-    args += ["--appendonly", "yes", "--appendfsync", appendfsync, "--logfile", os.path.join(folder, "log")]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    for _ in range(500):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.01)
-    client.close()
-    return proc, port
+    aof = ["--appendonly", "yes", "--appendfsync", appendfsync, "--logfile", os.path.join(folder, "log")]
+    return start_redis(folder, *aof)
 
 
 def floor(port: int, n: int) -> float:
