@@ -40,6 +40,7 @@ __all__ = [
     "parts_of",
     "standing_summary",
     "to_event",
+    "to_event_and_role",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -241,19 +242,26 @@ def to_event(message: dict[str, Any], format: str | None = None) -> MessageAdded
 
     Raises ``InvalidInputError`` naming what is wrong and what was expected; nothing is written.
     """
+    return to_event_and_role(message, format)[0]
+
+
+def to_event_and_role(message: dict[str, Any], format: str | None = None) -> tuple[MessageAdded, str]:
+    """:func:`to_event`, and tether's role of the message, which validating it has read (a record
+    in a provider's shape leaves its role out: :func:`added_role` reads it again)."""
     if not isinstance(message, dict):
         raise InvalidInputError(f"a message is a dict, got {type(message).__name__}")
     if format is not None and format not in FORMATS:
         raise InvalidInputError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     fmt = format or detect(message)
     if fmt == "tether":
-        return _tether_event(message)
+        event = _tether_event(message)
+        return event, event.role
     try:
         original = orjson.loads(orjson.dumps(message))  # a copy of our own, and proof that it is JSON
     except TypeError as exc:
         raise InvalidInputError(f"a message must be JSON: {exc}") from None
-    read(fmt, original)  # validated now: nothing is written that cannot be read back
-    return MessageAdded(format=fmt, original=original)
+    shape = read(fmt, original)  # validated now: nothing is written that cannot be read back
+    return MessageAdded(format=fmt, original=original), shape.role
 
 
 def added_role(ev: MessageAdded) -> str:

@@ -113,18 +113,6 @@ def _joined(parts: Sequence[Any], dumped: dict[str, Any], separator: str) -> str
     return separator.join(pieces)
 
 
-def _with_text(stored: dict[str, Any], content: str | None) -> dict[str, Any]:
-    """A stored message's JSON with the texts :func:`_joined` cut out of it put back (a copy)."""
-    cut = stored.get(_TEXT)
-    if not cut:
-        return stored
-    whole = {k: v for k, v in stored.items() if k != _TEXT}
-    parts = whole["parts"] = [dict(p) for p in stored["parts"]]
-    for i, start, end in cut:
-        parts[i]["content"] = (content or "")[start:end]
-    return whole
-
-
 _CALLS = "tether_calls"  # in a stored response: [part, call] of each tool call part read from the message's tool_calls
 
 
@@ -186,14 +174,18 @@ def _cut_calls(message: ModelResponse, dumped: dict[str, Any], calls: list[dict[
         dumped[_CALLS] = cut
 
 
-def _with_calls(stored: dict[str, Any], message: Message) -> dict[str, Any]:
-    """A stored response's JSON with the tool calls :func:`_cut_calls` cut out of it put back (a copy)."""
-    cut = stored.get(_CALLS)
-    if not cut:
+def _restored(stored: dict[str, Any], message: Message) -> dict[str, Any]:
+    """A stored message's JSON with what :func:`_joined` and :func:`_cut_calls` cut out of it put back
+    from the session message: its texts from ``content``, its tool calls from ``tool_calls`` (a copy;
+    ``stored`` itself when nothing was cut)."""
+    texts, calls = stored.get(_TEXT), stored.get(_CALLS)
+    if not texts and not calls:
         return stored
-    whole = {k: v for k, v in stored.items() if k != _CALLS}
+    whole = {k: v for k, v in stored.items() if k not in (_TEXT, _CALLS)}
     parts = whole["parts"] = [dict(p) for p in stored["parts"]]
-    for i, k in cut:
+    for i, start, end in texts or ():
+        parts[i]["content"] = (message.content or "")[start:end]
+    for i, k in calls or ():
         call = message.tool_calls[k]
         parts[i].update(tool_name=call.name, tool_call_id=call.id, args=dict(call.arguments))
     return whole
@@ -233,7 +225,7 @@ def _from_session(messages: Sequence[Message], summary: Summary | None = None) -
     for m in messages:
         stored = m.meta.get(_KEY)
         if stored is not None:
-            out.append(_with_calls(_with_text(stored, m.content), m))
+            out.append(_restored(stored, m))
         elif m.role == "assistant":  # added in another form (a person's message, say): its text
             out.append({"kind": "response", "parts": [{"part_kind": "text", "content": m.content}]})
         else:  # the summary goes to the model as a user prompt; a system message as a system prompt

@@ -49,11 +49,10 @@ from tether.conversation import (
     list_messages,
     stream_id,
     summary_of,
-    to_event,
     withdraws,
     write_view_snapshot,
 )
-from tether.conversation.messages import added_role
+from tether.conversation.messages import to_event_and_role
 from tether.errors import ConflictError, InvalidInputError, NonDeterminismError, TaskNotFoundError, TetherError
 from tether.events import Event, Recorded, SessionRead, SessionWritten
 from tether.log.conflicts import retry_on_conflict
@@ -155,16 +154,18 @@ class TaskSession:
         """
         if isinstance(messages, dict | str) or not isinstance(messages, Sequence):
             raise InvalidInputError(f"add_many() takes a list of messages, got {type(messages).__name__}")
-        events = []  # every message checked before anything is written
+        events, roles = [], []  # every message checked before anything is written
         for i, message in enumerate(messages):
             try:
-                events.append(to_event(message, format))
+                event, role = to_event_and_role(message, format)
             except InvalidInputError as exc:
                 where = f"messages[{i}]: " if len(messages) > 1 else ""
                 raise InvalidInputError(f"{where}{exc}") from None
+            events.append(event)
+            roles.append(role)
         if not events:
             return []
-        first, last = self._write(events, [added_role(e) for e in events])
+        first, last = self._write(events, roles)
         return [self._shown[seq] for seq in range(first, last + 1) if seq in self._shown]
 
     def compact(self, summarizer: Summarizer | None = None, keep_last: int = 6) -> Summary | None:
