@@ -42,6 +42,8 @@ def _v1_database(url: str, task: tether.TaskLog, task_id: str) -> None:
     base, _, query = url.partition("?")
     schema = dict(part.split("=") for part in query.split("&"))["schema"]
     with psycopg.connect(base, autocommit=True) as conn:
+        # The test's schema holds the current tables: this database is of the first version instead.
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
         conn.execute("CREATE TABLE tether_meta (key text PRIMARY KEY, value text NOT NULL)")

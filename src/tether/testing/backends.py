@@ -26,6 +26,7 @@ A backend that leaves ``capabilities`` as ``None`` has them probed (see :meth:`B
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
 import sqlite3
@@ -37,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote, urlencode
 
 from tether.store import EventRow, Store, TaskRow, open_store
@@ -199,11 +200,28 @@ class SQLiteBackend(Backend):
 
 
 class PostgresBackend(Backend):
-    """``postgresql://…``: a schema of its own for each test, dropped afterwards, named by a prefix
-    (the URL's ``?schema=``, or ``t``) and random digits; the URL's other options are kept."""
+    """``postgresql://…``: a schema of its own for each test, holding tether's tables and no rows,
+    named by a prefix (the URL's ``?schema=``, or ``t``) and random digits; the URL's other options
+    are kept.
+
+    A test's schema is put away afterwards: renamed to a new random name, emptied, and handed to the
+    next test of this process that asks for the same prefix, if it still is exactly what tether's
+    migrations make (else it is dropped). Creating and dropping a schema for each test writes a few
+    hundred rows of the server's catalog and deletes them again, which costs the server more than
+    most tests do, and a server that does not vacuum its catalog (autovacuum off) grows slower at
+    every later catalog read. A renamed schema is out of reach of whatever of the test still holds
+    its old name (its connections are ended, and one that reconnects finds no such schema), as a
+    dropped one is. The spare schemas go when the process ends.
+    """
 
     name = "postgres"
     capabilities = frozenset({"cross_process", "durable", "push", "dump"})
+    _spares: ClassVar[dict[tuple[str, str], list[str]]] = {}
+    """Emptied schemas at this code's version, by (server, prefix), for this process's next tests."""
+    _shape: ClassVar[dict[str, str]] = {}
+    """The catalog of a freshly migrated schema, by server (schema names left out): what a schema
+    put away must still be to be used again."""
+    _spares_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -225,23 +243,78 @@ class PostgresBackend(Backend):
             return f"PostgreSQL at {self.server} is unreachable: {exc}"
         return None
 
+    def _url(self, schema: str) -> str:
+        return f"{self.server}{'&' if '?' in self.server else '?'}schema={schema}"
+
     @contextmanager
     def namespace(self, tmp_path: Path, label: str = "") -> Iterator[str]:
         import psycopg
-        from psycopg import sql
 
-        schema = f"{label or self.prefix}_{uuid.uuid4().hex[:12]}"
-        yield f"{self.server}{'&' if '?' in self.server else '?'}schema={schema}"
+        from tether.store.postgres import PostgresStore
+
+        prefix = label or self.prefix
+        with self._spares_lock:
+            spares = self._spares.get((self.server, prefix))
+            schema = spares.pop() if spares else None
+        if schema is None:
+            schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+            PostgresStore(self._url(schema), pool_min=0).close()  # tether's tables, as every spare holds
+            if self.server not in self._shape:
+                with psycopg.connect(_connection_url(self.server), autocommit=True) as conn:
+                    self._shape[self.server] = _catalog(conn, schema)
+        yield self._url(schema)
         with psycopg.connect(_connection_url(self.server), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-            # A store the check left open holds its connections until the garbage collector finds it;
-            # they are this namespace's own (tether names each connection by its schema), so they go
-            # with it, and a long run does not exhaust the server's slots.
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name = %s AND pid <> pg_backend_pid()",
-                (f"tether:{schema}",),
-            )
+            spare = f"{prefix}_{uuid.uuid4().hex[:12]}"
+            if self._emptied(conn, schema, spare):
+                with self._spares_lock:
+                    if not self._spares:  # the first spare of this process: they go when it ends
+                        atexit.register(_drop_spares, self._spares)
+                    self._spares.setdefault((self.server, prefix), []).append(spare)
+
+    def _emptied(self, conn: Any, schema: str, spare: str) -> bool:
+        """Rename ``schema`` to ``spare``, end every connection still open on it, and delete its rows;
+        True if it is then exactly a freshly migrated schema. Otherwise it is dropped, and False."""
+        from psycopg import errors, sql
+
+        from tether.store.postgres import SCHEMA_VERSION
+
+        try:
+            conn.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(sql.Identifier(schema), sql.Identifier(spare)))
+        except errors.InvalidSchemaName:
+            return False  # the test dropped it itself
+        # A store the test left open holds its connections until the garbage collector finds it;
+        # they are this namespace's own (tether names each connection by its schema), so they go
+        # with it, and a long run does not exhaust the server's slots. Each is waited for (up to 5 s):
+        # one opened before the rename may hold statements prepared on these very tables. One opened
+        # after it names a schema that no longer exists.
+        conn.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (f"tether:{schema}",),
+        )
+        if _catalog(conn, spare) == self._shape.get(self.server):
+            with conn.transaction():
+                rows = conn.execute(
+                    "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = %s AND c.relkind IN ('r', 'S')",
+                    (spare,),
+                ).fetchall()
+                for relname, kind in rows:
+                    target = sql.Identifier(spare, relname)
+                    if kind == "S":
+                        qualified = sql.Literal(target.as_string(conn))
+                        conn.execute(sql.SQL("SELECT setval({}, 1, false)").format(qualified))
+                    elif relname == "tether_meta":
+                        conn.execute(sql.SQL("DELETE FROM {} WHERE key <> 'schema_version'").format(target))
+                    else:
+                        conn.execute(sql.SQL("DELETE FROM {}").format(target))
+                meta = sql.Identifier(spare, "tether_meta")
+                asked = sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
+                version = conn.execute(asked).fetchone()
+            if version is not None and version[0] == str(SCHEMA_VERSION):
+                return True
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(spare)))
+        return False
 
     def dump(self, url: str, store: Store | None = None) -> object:
         """Every table of the schema, each as a sorted list of its rows (reprs of their values)."""
@@ -254,7 +327,9 @@ class PostgresBackend(Backend):
             names = [
                 r[0]
                 for r in conn.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1", (schema,)
+                    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY 1",
+                    (schema,),
                 )
             ]
             for name in names:
@@ -263,6 +338,63 @@ class PostgresBackend(Backend):
                 query = sql.SQL("SELECT * FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(name))
                 tables[name] = sorted(tuple(map(repr, row)) for row in conn.execute(query))
         return tables
+
+
+def _catalog(conn: Any, schema: str) -> str:
+    """What ``schema`` holds, as one text with the schema's own name left out: its relations and their
+    columns, types and defaults, constraints, indexes, triggers and functions. Two schemas alike in
+    this are alike for tether."""
+    row = conn.execute(
+        """
+        WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = %(s)s),
+        member AS (
+            SELECT classid, objid FROM pg_depend
+            WHERE refclassid = 'pg_namespace'::regclass AND refobjid = (SELECT oid FROM ns)
+        ),
+        rel AS (
+            SELECT c.oid, c.relname, c.relkind FROM member m JOIN pg_class c ON c.oid = m.objid
+            WHERE m.classid = 'pg_class'::regclass
+        )
+        SELECT string_agg(line, E'\n' ORDER BY line) FROM (
+            SELECT 'rel ' || relname || ' ' || relkind::text AS line FROM rel
+            UNION ALL
+            SELECT 'col ' || r.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+                   || ' ' || a.attnotnull || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+            FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+            LEFT JOIN pg_attrdef d ON d.adrelid = r.oid AND d.adnum = a.attnum
+            UNION ALL
+            SELECT 'index ' || pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN rel r ON r.oid = i.indrelid
+            UNION ALL
+            SELECT 'constraint ' || r.relname || ' ' || pg_get_constraintdef(k.oid)
+            FROM pg_constraint k JOIN rel r ON r.oid = k.conrelid
+            UNION ALL
+            SELECT 'trigger ' || pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text
+            FROM pg_trigger t JOIN rel r ON r.oid = t.tgrelid WHERE NOT t.tgisinternal
+            UNION ALL
+            SELECT 'function ' || p.proname || ' ' || md5(p.prosrc)
+            FROM member m JOIN pg_proc p ON p.oid = m.objid WHERE m.classid = 'pg_proc'::regclass
+        ) AS lines
+        """,
+        {"s": schema},
+    ).fetchone()
+    text = row[0] if row and row[0] else ""
+    return text.replace(f'"{schema}"', "{schema}").replace(schema, "{schema}")
+
+
+def _drop_spares(spares: dict[tuple[str, str], list[str]]) -> None:
+    """At the process's end: drop the spare schemas it kept (a process killed first leaves them)."""
+    import psycopg
+    from psycopg import sql
+
+    for (server, _), names in spares.items():
+        if not names:
+            continue
+        try:
+            with psycopg.connect(_connection_url(server), autocommit=True, connect_timeout=3) as conn:
+                for name in names:
+                    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        except Exception:
+            pass  # the server is gone: nothing to tidy
 
 
 def _connection_url(url: str) -> str:

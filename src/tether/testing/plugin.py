@@ -156,7 +156,7 @@ def tether_backend(request: pytest.FixtureRequest) -> Backend:
 @pytest.fixture
 def store_url(tether_backend: Backend, tmp_path: Path) -> Iterator[str]:
     """A URL to an empty database of this test's own: a file in its temporary directory for SQLite,
-    a schema of its own for PostgreSQL (dropped afterwards), a new store for each open of
+    a schema of its own for PostgreSQL (tether's tables, no rows), a new store for each open of
     ``memory://``."""
     with tether_backend.namespace(tmp_path) as url:
         _made[url] = tether_backend

@@ -41,7 +41,7 @@ def test_each_owner_on_the_host_with_a_task_it_holds(store: Store) -> None:
     _task(store, "answered", "here:5:e", status="awaiting_input", wake=now - 1)
     _task(store, "there", "there:1:a")  # another host's
     _task(store, "hereafter", "hereafter:1:a")  # a host whose name starts with this one's
-    _task(store, "expired", "here:6:f", expires=-1)  # a claim takes it anyway
+    _task(store, "expired", "here:6:f", expires=-3600)  # a claim takes it anyway (expired before `now`)
     _task(store, "done", "here:7:g", status="completed")  # finished: nothing to take over
     _task(store, "later", "here:8:h", status="sleeping", wake=now + 3600)  # not due: a claim would not take it
     _task(store, "waiting", "here:9:i", status="awaiting_input")  # waits for an answer, no timeout
