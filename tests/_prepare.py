@@ -114,9 +114,19 @@ def floors() -> Path:
     return python
 
 
+def bytecode() -> None:
+    """Compile tether's modules, as pip does for a package it installs (not for an editable one): every
+    process of the suite imports them, the floors' virtualenv too (it installs this same tree)."""
+    import compileall
+
+    if not compileall.compile_dir(ROOT / "src", quiet=1, workers=0):
+        raise Missing("some of tether's modules do not compile")
+
+
 def main() -> int:
     """Fetch each; say what could not be had (the tests then fail or skip, each with the reason)."""
-    for name, fetch in (("chromium", chromium), ("openai-agents sdist", agents_sdist), ("dependency floors", floors)):
+    steps = [("bytecode", bytecode), ("chromium", chromium), ("openai-agents sdist", agents_sdist)]
+    for name, fetch in [*steps, ("dependency floors", floors)]:
         try:
             fetch()
         except Missing as exc:
