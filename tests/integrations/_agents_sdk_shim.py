@@ -8,9 +8,10 @@ The SDK's own code keeps its SQLiteSession.
 
 ``TETHER_SDK_BACKEND`` picks the database: ``sqlite`` (a ``db_path`` file is tether's SQLite
 database; ``":memory:"``, private to the session as in SQLite, is a fresh file of its own) or
-``postgres`` (one schema per ``db_path``, and one per ``":memory:"`` session, at
-``TETHER_TEST_PG_URL``; dropped when the run ends). Async tests run on anyio's asyncio runner
-(``anyio_mode = auto``), in place of pytest-asyncio's auto mode.
+``postgres`` (one schema per ``db_path``, dropped when the run ends, and one per ``":memory:"``
+session, at ``TETHER_TEST_PG_URL``: a schema of tether's testing kit, put away when the test ends).
+Async tests run on anyio's asyncio runner (``anyio_mode = auto``), in place of pytest-asyncio's auto
+mode.
 
 ``TETHER_SDK_DESELECT`` names a JSON file of ``{node id: reason}`` to leave out (a node id without
 parameters leaves out all of its parametrizations). ``TETHER_SDK_REPORT`` names the JSON file the
@@ -26,6 +27,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Generator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from agents.memory.session_settings import SessionSettings
 
 import tether
 from tether.integrations.openai_agents import TetherSession
+from tether.testing import PostgresBackend
 
 BACKEND = os.environ.get("TETHER_SDK_BACKEND", "sqlite")
 PG_URL = os.environ.get("TETHER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -43,6 +46,7 @@ _PRIVATE = Path(tempfile.mkdtemp(prefix="tether-sdk-"))  # the files of ":memory
 _SCHEMAS: set[str] = set()
 _MADE = [0]  # TetherSessions made so far
 _OPEN: list[tether.App] = []  # the Apps of the running test's sessions, closed when it ends
+_NAMESPACES: list[AbstractContextManager[str]] = []  # the running test's private schemas, put away when it ends
 _RESULTS: dict[str, dict[str, Any]] = {}
 _LEFT_OUT: dict[str, str] = {}
 _UNMATCHED: list[str] = []
@@ -54,11 +58,15 @@ def _url(db_path: str | Path) -> str:
     if BACKEND == "sqlite":
         path = _PRIVATE / f"{uuid.uuid4().hex}.db" if private else Path(db_path).expanduser().resolve()
         return f"sqlite:///{path}"
-    key = uuid.uuid4().hex if private else str(Path(db_path).expanduser().resolve())
-    schema = "sdk_" + hashlib.sha256(key.encode()).hexdigest()[:16]
-    _SCHEMAS.add(schema)
     # No connection kept while a session is idle: the SDK's tests make hundreds of sessions (and
     # they are closed as each test ends: see pytest_runtest_protocol).
+    if private:  # a schema of the kit's, put away when the test ends (and used again, emptied)
+        namespace = PostgresBackend(PG_URL).namespace(_PRIVATE, "sdk")
+        _NAMESPACES.append(namespace)
+        return f"{namespace.__enter__()}&pool_min=0"
+    key = str(Path(db_path).expanduser().resolve())
+    schema = "sdk_" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    _SCHEMAS.add(schema)
     return f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}&pool_min=0"
 
 
@@ -131,6 +139,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     _RESULTS.setdefault(item.nodeid, {"outcome": "passed"})["tether_sessions"] = _MADE[0] - made
     while _OPEN:  # the test is over, and few of the SDK's tests close their sessions
         _OPEN.pop().close()
+    while _NAMESPACES:
+        _NAMESPACES.pop().__exit__(None, None, None)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
