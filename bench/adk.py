@@ -1,7 +1,7 @@
 """ADK session service benchmark: tether's ``TetherSessionService`` beside ADK's own services.
 
-Run: ``python bench/adk.py`` (``--quick``: 1,000 sessions, sessions of 20 and 200 events; ``--smoke``: 50,
-5 and 20, for the test suite). Prints a
+Run: ``python bench/adk.py`` (``--quick``: 1,000 sessions, sessions of 20 and 200 events; ``--smoke``: 10,
+2 and 5, each figure of 2 reads, for the test suite). Prints a
 table, the figures the targets name (absolute ms, and tether / each ADK service), then one line of JSON.
 
 - ``list_sessions`` over 10,000 sessions of one app (100 users, one state key each), and over one
@@ -98,18 +98,19 @@ async def moved_listings_ms(service: BaseSessionService, sessions: int, repeat: 
     return times
 
 
-async def measure(service: BaseSessionService, sessions: int, lengths: list[int]) -> dict[str, float]:
+async def measure(service: BaseSessionService, sessions: int, lengths: list[int], repeat: int) -> dict[str, float]:
+    """Medians of ``repeat`` reads (a session's recent events: of twice as many)."""
     cold = (await timed_ms(lambda: service.list_sessions(app_name="shop"), 1))[0]
-    listings = await timed_ms(lambda: service.list_sessions(app_name="shop"), 9)
+    listings = await timed_ms(lambda: service.list_sessions(app_name="shop"), repeat)
     listed = (await service.list_sessions(app_name="shop")).sessions
     assert len(listed) == sessions and all(s.state.get("n") is not None for s in listed)
-    moved = await moved_listings_ms(service, sessions, 9)
+    moved = await moved_listings_ms(service, sessions, repeat)
     row = {
         "list_cold_ms": cold,
         "list_all_ms": statistics.median(listings),
         "list_all_min_ms": min(listings),
         "list_moved_ms": statistics.median(moved),
-        "list_user_ms": await median_ms(lambda: service.list_sessions(app_name="shop", user_id="u7"), 9),
+        "list_user_ms": await median_ms(lambda: service.list_sessions(app_name="shop", user_id="u7"), repeat),
     }
     recent = GetSessionConfig(num_recent_events=10)
     for length in lengths:
@@ -117,12 +118,12 @@ async def measure(service: BaseSessionService, sessions: int, lengths: list[int]
             lambda length=length: service.get_session(
                 app_name="long", user_id="ada", session_id=f"len{length}", config=recent
             ),
-            20,
+            2 * repeat,
         )
     return row
 
 
-async def run(sessions: int, lengths: list[int], folder: str) -> dict[str, dict[str, float]]:
+async def run(sessions: int, lengths: list[int], folder: str, repeat: int) -> dict[str, dict[str, float]]:
     services: dict[str, Callable[[], BaseSessionService]] = {
         "tether (SQLite)": lambda: TetherSessionService(tether.App(f"sqlite:///{folder}/tether.db")),
         "ADK SqliteSessionService": lambda: SqliteSessionService(f"{folder}/adk.db"),
@@ -136,7 +137,7 @@ async def run(sessions: int, lengths: list[int], folder: str) -> dict[str, dict[
         start = time.perf_counter()
         await fill(open_service(), sessions, lengths)
         print(f"filled {name} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        rows[name] = await measure(open_service(), sessions, lengths)  # opened afresh: nothing cached
+        rows[name] = await measure(open_service(), sessions, lengths, repeat)  # opened afresh: nothing cached
     return rows
 
 
@@ -149,8 +150,9 @@ def main() -> None:
         help="the shortest run through every path, for the test suite: its figures mean nothing",
     )
     args = parser.parse_args()
-    sessions, lengths = (50, [5, 20]) if args.smoke else (1_000, [20, 200]) if args.quick else (10_000, [200, 2_000])
-    rows = asyncio.run(run(sessions, lengths, tempfile.mkdtemp(prefix="tether-bench-adk-")))
+    sessions, lengths = (10, [2, 5]) if args.smoke else (1_000, [20, 200]) if args.quick else (10_000, [200, 2_000])
+    repeat = 2 if args.smoke else 9
+    rows = asyncio.run(run(sessions, lengths, tempfile.mkdtemp(prefix="tether-bench-adk-"), repeat))
     ours, theirs = rows["tether (SQLite)"], rows["ADK SqliteSessionService"]
     short, long = lengths
     result: dict[str, Any] = {

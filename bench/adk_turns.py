@@ -1,6 +1,6 @@
 """ADK agent turns benchmark: ``TetherSessionService`` beside ADK's own session services, turn by turn.
 
-Run: ``python bench/adk_turns.py`` (200 turns; ``--quick``: 50; ``--smoke``: 5, for the test suite).
+Run: ``python bench/adk_turns.py`` (200 turns; ``--quick``: 50; ``--smoke``: 3, for the test suite).
 Prints a table, the ratios the targets name, then one line of JSON. (``bench/adk.py`` measures
 listing and reading sessions; this one what an agent's turns cost to store.)
 

@@ -1,6 +1,6 @@
 """Agent-loop benchmark: parallel recorded calls and a whole loop turn, against the store's floor.
 
-Run: ``python bench/agent_loop.py`` (``--quick`` for a short run). Prints a table, then
+Run: ``python bench/agent_loop.py`` (``--quick`` for a short run, ``--smoke`` the shortest). Prints a table, then
 one line of JSON. The floor is ``bench/store.py``'s: one raw SQLite INSERT + COMMIT of a
 ~500-byte payload, WAL, synchronous=NORMAL, same file system, measured in the same run.
 
@@ -127,13 +127,18 @@ def loop_turns(url: str, turns: int, sample: int) -> tuple[float, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer iterations (for smoke tests)")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
+    )
     parser.add_argument("--turns", type=int, default=None, help="loop turns (the conversation's length / 5)")
     args = parser.parse_args()
-    rounds = 40 if args.quick else 300
-    turns = args.turns or (60 if args.quick else 1000)
+    rounds = 3 if args.smoke else 40 if args.quick else 300
+    turns = args.turns or (4 if args.smoke else 60 if args.quick else 1000)
     sample = min(50, turns // 3)
-    repeats = 2 if args.quick else 5
+    repeats = 1 if args.smoke else 2 if args.quick else 5
     workdir = tempfile.mkdtemp(prefix="tether-bench-")
     floors, par, seq = [], [], []
     for r in range(repeats):

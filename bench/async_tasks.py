@@ -1,7 +1,7 @@
 """Async concurrency benchmark: many async tasks in one process, one event loop.
 
-Run: ``python bench/async_tasks.py`` (``--quick``: 50 tasks; ``--tasks N``; ``--gc-freeze``: call
-``gc.freeze()`` after the warm-up, as an application may once it has started; ``--after N``: run
+Run: ``python bench/async_tasks.py`` (``--quick``: 50 tasks; ``--smoke``: 3, for the test suite; ``--tasks N``;
+``--gc-freeze``: call ``gc.freeze()`` after the warm-up, as an application may once it has started; ``--after N``: run
 N tasks (``--tasks`` at a time) before measuring, as a process that has served for a while, whose
 app keeps the tasks it ran within its budget and whose collections walk what it keeps; ``TETHER_BENCH_PG_URL``
 picks the PostgreSQL server, default ``postgresql://postgres@127.0.0.1:5432/test``; without a
@@ -197,11 +197,16 @@ def drop_schema(url: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
+    )
     parser.add_argument("--tasks", type=int, default=None)
     parser.add_argument("--gc-freeze", action="store_true")
     parser.add_argument("--after", type=int, default=0, help="tasks to run before measuring")
     args = parser.parse_args()
-    tasks = args.tasks or (50 if args.quick else 200)
+    tasks = args.tasks or (3 if args.smoke else 50 if args.quick else 200)
     folder = tempfile.mkdtemp(prefix="tether-bench-")
     result: dict[str, Any] = {
         "tasks": tasks,

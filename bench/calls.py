@@ -1,6 +1,7 @@
 """Recorded-call benchmark: what ``ctx.call`` costs over the store's floor and a plain Python call.
 
-Run: ``python bench/calls.py`` (``--quick`` for a short run). Prints a table, then
+Run: ``python bench/calls.py`` (``--quick`` for a short run, ``--smoke`` for the shortest run through
+every path, whose figures mean nothing). Prints a table, then
 one line of JSON. The floor is the same as ``bench/store.py``'s: one raw SQLite
 INSERT + COMMIT of a ~500-byte payload per step, WAL, same file system, same run,
 at SQLite's ``synchronous=NORMAL`` (tether's ``durability="normal"``) and ``FULL``
@@ -65,12 +66,17 @@ def measure(workdir: str, n: int, rounds: int, durability: str) -> dict[str, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (for smoke tests)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
+    )
     parser.add_argument("--calls", type=int, default=None, help="calls per task")
     args = parser.parse_args()
-    n = args.calls or (300 if args.quick else 2000)
-    rounds = 2 if args.quick else 5
+    n = args.calls or (5 if args.smoke else 300 if args.quick else 2000)
+    rounds = 1 if args.smoke else 2 if args.quick else 5
     workdir = tempfile.mkdtemp(prefix="tether-bench-")
-    plain = min(measure_plain(100_000) for _ in range(rounds))
+    plain = min(measure_plain(1_000 if args.smoke else 100_000) for _ in range(rounds))
     result: dict[str, object] = {"calls_per_task": n, "plain_call_ms": plain * 1000, "targets": TARGETS}
     passed = True
     print(f"{'measure':66} {'ms per call':>12} {'x floor':>8}")

@@ -1,6 +1,6 @@
 """`tether check` benchmark: replaying every stored unfinished task against the current code.
 
-Run: ``python bench/check.py`` (``--quick`` for a short run). Stores ``--tasks`` tasks, each
+Run: ``python bench/check.py`` (``--quick`` for a short run, ``--smoke`` the shortest). Stores ``--tasks`` tasks, each
 stopped waiting for a person after 5 recorded calls with a ~500-byte result, then times
 ``app.check()`` (what ``tether check --app module:app`` runs before a deploy) from a fresh
 process's point of view (a new App over the same file: nothing cached). Target: 1,000 tasks
@@ -44,10 +44,15 @@ def build(url: str) -> tether.App:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer tasks (for smoke tests)")
+    parser.add_argument("--quick", action="store_true", help="fewer tasks")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
+    )
     parser.add_argument("--tasks", type=int, default=None)
     args = parser.parse_args()
-    n = args.tasks or (100 if args.quick else 1000)
+    n = args.tasks or (5 if args.smoke else 100 if args.quick else 1000)
     url = f"sqlite:///{os.path.join(tempfile.mkdtemp(prefix='tether-bench-'), 'check.db')}"
     writer = build(url)
     for t in range(n):

@@ -1,6 +1,7 @@
 """Conversation benchmark: a session's cost at 100, 10,000 and 100,000 messages.
 
-Run: ``python bench/conversation.py`` (``--quick``: up to 10,000). Prints a table, then one line of JSON.
+Run: ``python bench/conversation.py`` (``--quick``: up to 10,000; ``--smoke``: 10 and 600, each figure of 2,
+for the test suite). Prints a table, then one line of JSON.
 
 Each session holds ~250-byte user and assistant messages and is never compacted (no summary:
 the case where a view that kept every message would cost the whole history). Measured on SQLite:
@@ -45,9 +46,10 @@ def build(app: tether.App, session_id: str, n: int) -> None:
         session.add_many(batch)
 
 
-def measure(url: str, session_id: str) -> dict[str, float]:
+def measure(url: str, session_id: str, repeat: int = 15, add_count: int = 200) -> dict[str, float]:
+    """Medians of ``repeat`` opens (each with its window) and of ``add_count`` adds."""
     opens = []
-    for _ in range(15):
+    for _ in range(repeat):
         fresh = tether.App(url)  # nothing cached in this process
         start = time.perf_counter()
         window = fresh.session(session_id).window(max_tokens=4000)
@@ -56,7 +58,7 @@ def measure(url: str, session_id: str) -> dict[str, float]:
     app = tether.App(url)
     session = app.session(session_id)
     adds = []
-    for i in range(200):
+    for i in range(add_count):
         start = time.perf_counter()
         session.add("user" if i % 2 == 0 else "assistant", f"one more {i}: {TEXT}")
         adds.append(time.perf_counter() - start)
@@ -71,14 +73,20 @@ def measure(url: str, session_id: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
+    )
     args = parser.parse_args()
-    sizes = [100, 10_000] if args.quick else [100, 10_000, 100_000]
+    sizes = [10, 600] if args.smoke else [100, 10_000] if args.quick else [100, 10_000, 100_000]
+    repeat, add_count = (2, 2) if args.smoke else (15, 200)
     url = f"sqlite:///{os.path.join(tempfile.mkdtemp(prefix='tether-bench-'), 'chat.db')}"
     app = tether.App(url)
     for n in sizes:
         build(app, f"s{n}", n)
     app.close()
-    rows = {n: measure(url, f"s{n}") for n in sizes}
+    rows = {n: measure(url, f"s{n}", repeat, add_count) for n in sizes}
     big, small = sizes[-1], sizes[0]
     result = {
         "sizes": rows,

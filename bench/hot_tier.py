@@ -63,8 +63,10 @@ SESSIONS = TASKS = 200
 MESSAGES = 100
 WINDOW_TOKENS = 2_000
 SMOKE = "--smoke" in sys.argv  # every path, at sizes too small for the figures to mean anything (children too)
+WARM_UP = 20  # requests each process makes before the timed ones
+START_DELAY = 3.0  # seconds for every process to start before the timed requests begin together
 if SMOKE:
-    PROCESSES, SESSIONS, TASKS, MESSAGES = 2, 5, 5, 10
+    PROCESSES, SESSIONS, TASKS, MESSAGES, WARM_UP, START_DELAY = 1, 2, 2, 3, 1, 0.0
 
 
 def seed(url: str) -> None:
@@ -158,7 +160,7 @@ def child(mode: str, url: str, port: int, requests: int, start_at: float, out: s
             for i in range(max(SESSIONS, TASKS)):
                 app.session(f"s{i % SESSIONS}").window(WINDOW_TOKENS)
                 app.get(f"t{i % TASKS}").status  # noqa: B018
-    for _ in range(20):
+    for _ in range(WARM_UP):
         request()
     time.sleep(max(0.0, start_at - time.time()))
     before = Statements.count
@@ -170,7 +172,7 @@ def child(mode: str, url: str, port: int, requests: int, start_at: float, out: s
 
 
 def run(mode: str, url: str, port: int, requests: int, folder: str) -> dict[str, float]:
-    start_at = time.time() + 3.0
+    start_at = time.time() + START_DELAY
     outs = [f"{folder}/{mode}-{i}.json" for i in range(PROCESSES)]
     procs = [
         subprocess.Popen(
@@ -200,7 +202,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer requests per process")
     parser.add_argument("--smoke", action="store_true", help="the shortest run through every path")
     args = parser.parse_args()
-    requests = 20 if args.smoke else 200 if args.quick else 1_000
+    requests = 3 if args.smoke else 200 if args.quick else 1_000
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     url = f"{PG}{'&' if '?' in PG else '?'}schema={schema}"
     folder = tempfile.mkdtemp(prefix="tether-bench-tier-")

@@ -368,10 +368,11 @@ def main() -> None:
         "--flat-window", type=int, default=None, help="turns the flatness check measures at each end (100)"
     )
     args = parser.parse_args()
-    sizes = args.turns or ([10, 30] if args.smoke else [30, 100] if args.quick else [100, 1000])
-    react_turns = args.react_turns or (5 if args.smoke else 50 if args.quick else 200)
-    flat_turns = args.flat_turns or (20 if args.smoke else 200 if args.quick else 1000)
-    flat_window = args.flat_window or (5 if args.smoke else 50 if args.quick else 100)
+    sizes = args.turns or ([3] if args.smoke else [30, 100] if args.quick else [100, 1000])
+    react_turns = args.react_turns or (1 if args.smoke else 50 if args.quick else 200)
+    # the flatness check's windows start at turn 10 and at flat_turns; two turns are several pages of file
+    flat_turns = args.flat_turns or (12 if args.smoke else 200 if args.quick else 1000)
+    flat_window = args.flat_window or (2 if args.smoke else 50 if args.quick else 100)
     if args.smoke:
         args.repeat, args.peer_repeat = 1, 1
     if args.graph == "react":

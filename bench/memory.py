@@ -1,7 +1,7 @@
 """Memory benchmark: what a process keeps of the tasks it went through (a worker, a server).
 
-Run: ``python bench/memory.py`` (100, 1,000 and 3,000 tasks; ``--quick``: 50, 200 and 500; ``--smoke``: 5, 10
-and 20, for the test suite).
+Run: ``python bench/memory.py`` (100, 1,000 and 3,000 tasks; ``--quick``: 50, 200 and 500; ``--smoke``: 1, 2
+and 3 of 10 calls each, for the test suite).
 Prints a table, then one line of JSON.
 
 One App on a SQLite file runs task after task, each 100 side-effecting calls returning ~500 bytes
@@ -39,7 +39,9 @@ from _common import MESSAGE
 
 import tether
 
-CALLS = 100
+SMOKE = "--smoke" in sys.argv  # the shortest run (its children too): fewer calls, one timed collection
+CALLS = 10 if SMOKE else 100
+COLLECTIONS = 1 if SMOKE else 3
 TARGET = 1.2
 UNBOUNDED = 1 << 62  # bytes: the count of tasks (4,096) alone bounds the memory
 
@@ -53,7 +55,7 @@ def _held() -> tuple[int, float, int, float]:
     """Blocks alive, RSS (MB), objects the collector tracks, a full collection's milliseconds."""
     gc.collect()
     took = []
-    for _ in range(3):
+    for _ in range(COLLECTIONS):
         start = time.perf_counter()
         gc.collect()
         took.append((time.perf_counter() - start) * 1000)
@@ -93,13 +95,15 @@ def child(cache_bytes: int, sizes: list[int], keep_records: bool = False) -> Non
 
 def measure(cache_bytes: int, sizes: list[int], keep_records: bool = False) -> dict[str, list[float]]:
     args = [sys.executable, __file__, "--child" + ("-keep" if keep_records else ""), str(cache_bytes), *map(str, sizes)]
+    args += ["--smoke"] if SMOKE else []
     done = subprocess.run(args, capture_output=True, text=True, check=True)
     return orjson.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("--child", "--child-keep"):
-        child(int(sys.argv[2]), [int(s) for s in sys.argv[3:]], keep_records=sys.argv[1] == "--child-keep")
+        sizes = [int(s) for s in sys.argv[3:] if s != "--smoke"]
+        child(int(sys.argv[2]), sizes, keep_records=sys.argv[1] == "--child-keep")
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -109,7 +113,7 @@ def main() -> None:
         help="the shortest run through every path, for the test suite: its figures mean nothing",
     )
     args = parser.parse_args()
-    sizes = [5, 10, 20] if args.smoke else [50, 200, 500] if args.quick else [100, 1_000, 3_000]
+    sizes = [1, 2, 3] if args.smoke else [50, 200, 500] if args.quick else [100, 1_000, 3_000]
     rows = {"default": measure(16 * 1024 * 1024, sizes), "count_only": measure(UNBOUNDED, sizes)}
     if not (args.quick or args.smoke):
         rows["records_kept"] = measure(16 * 1024 * 1024, sizes, keep_records=True)

@@ -1,6 +1,6 @@
 """OpenAI Agents SDK benchmark: ``TetherSession`` and the durable ``run()`` beside the SDK's ``SQLiteSession``.
 
-Run: ``python bench/openai_agents.py`` (200 turns; ``--quick``: 50; ``--smoke``: 5, for the test suite).
+Run: ``python bench/openai_agents.py`` (200 turns; ``--quick``: 50; ``--smoke``: 3, for the test suite).
 Prints a table, the ratios the targets name, then one line of JSON.
 
 Each turn is a realistic agent turn on the SDK's offline ``ScriptedModel``: the user's message, the

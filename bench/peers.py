@@ -132,8 +132,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="messages in the chat")
     parser.add_argument("--calls", type=int, default=None, help="steps in the workflow")
     args = parser.parse_args()
-    steps = args.steps or (30 if args.smoke else 200 if args.quick else 1000)
-    calls = args.calls or (30 if args.smoke else 200 if args.quick else 1000)
+    steps = args.steps or (10 if args.smoke else 200 if args.quick else 1000)
+    calls = args.calls or (5 if args.smoke else 200 if args.quick else 1000)
+    rounds = 1 if args.smoke else 2  # of each call figure, the fastest counts
     folder = tempfile.mkdtemp(prefix="tether-bench-")
     ours_chat = tether_chat(folder, steps)
     theirs_chat = langgraph_chat(folder, steps)
@@ -143,7 +144,7 @@ def main() -> None:
             ours[f"{kind}_{durability}"] = min(
                 recorded_call(f"sqlite:///{os.path.join(folder, f'{kind}{durability}{r}.db')}?durability={durability}",
                               calls, readonly=readonly, result=MESSAGE)
-                for r in range(2))
+                for r in range(rounds))
     theirs_step = dbos_step(folder, calls)
     result: dict[str, Any] = {
         "chat_steps": steps,

@@ -1,6 +1,6 @@
 """Pydantic AI benchmark: ``TetherHistory`` and the durable ``run()`` beside Pydantic AI's JSON message history.
 
-Run: ``python bench/pydantic_ai_history.py`` (200 turns; ``--quick``: 50; ``--smoke``: 5, for the test suite).
+Run: ``python bench/pydantic_ai_history.py`` (200 turns; ``--quick``: 50; ``--smoke``: 3, for the test suite).
 Prints a table, the ratios the targets name, then one line of JSON.
 
 Each turn is a realistic agent turn on Pydantic AI's offline ``FunctionModel``: the user's message,

@@ -317,11 +317,12 @@ def main() -> None:
     parser.add_argument("--session-n", type=int, help="messages in the session figures (default: the largest N)")
     parser.add_argument("--workers", help="worker counts, comma-separated (default 1,4,16; 0: none)")
     parser.add_argument("--tasks", type=int, help="tasks the workers run (default 200, --quick 60)")
-    parser.add_argument("--calls", type=int, default=9, help="recorded calls per task")
+    parser.add_argument("--calls", type=int, help="recorded calls per task (default 9, --smoke 3)")
     args = parser.parse_args()
-    sizes = [20, 50] if args.smoke else [100, 1_000] if args.quick else [100, 1_000, 10_000]
+    sizes = [5] if args.smoke else [100, 1_000] if args.quick else [100, 1_000, 10_000]
     counts = [int(c) for c in (args.workers or ("1" if args.smoke else "1,4,16")).split(",") if int(c) > 0]
-    tasks = args.tasks or (2 if args.smoke else 60 if args.quick else 200)
+    tasks = args.tasks or (1 if args.smoke else 60 if args.quick else 200)
+    calls = args.calls or (3 if args.smoke else 9)
     rounds = 1 if args.smoke else args.rounds
     folder = tempfile.mkdtemp(prefix="tether-bench-redis-")
     proc, port = start_server(folder, args.appendfsync)
@@ -346,8 +347,8 @@ def main() -> None:
             )
             for n, row in session["bytes_by_n"].items():
                 print(f"  N={n}: {row['tether']:.0f} vs {row['redis_session']:.0f} ({row['ratio']:.2f}x)")
-        seconds = 0.1 if args.smoke else 2.0
-        report["workers"] = worker_scaling(port, counts, tasks, args.calls, folder, seconds) if counts else None
+        seconds = 0.02 if args.smoke else 2.0
+        report["workers"] = worker_scaling(port, counts, tasks, calls, folder, seconds) if counts else None
         last = report["sizes"][str(sizes[-1])]
         passed = (
             last["readonly_ratio"] <= TARGETS["readonly"] and last["side_effecting_ratio"] <= TARGETS["side_effecting"]

@@ -1,6 +1,7 @@
 """tether serve under load: 50 concurrent API clients and 5 SSE listeners while workers run tasks.
 
-Run: ``python bench/serve.py`` (``--quick`` for a short run, ``--smoke``: two seconds of load;
+Run: ``python bench/serve.py`` (``--quick`` for a short run, ``--smoke``: half a second of load by 2
+clients, 1 listener and 1 worker;
 ``--db URL`` for PostgreSQL). Prints the figures, then one line of JSON.
 
 * a `tether serve` process on a fresh store, with an API key;
@@ -51,14 +52,15 @@ def _serve(url: str, port: int) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "tether.cli", "serve", "--db", url, "--port", str(port)]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
-    while True:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1)
-            return proc
-        except httpx.HTTPError:
-            if time.time() > deadline or proc.poll() is not None:
-                raise RuntimeError("tether serve did not start") from None
-            time.sleep(0.1)
+    with httpx.Client(timeout=1) as probe:  # one client: each new one loads the CA certificates again
+        while True:
+            try:
+                probe.get(f"http://127.0.0.1:{port}/openapi.json")
+                return proc
+            except httpx.HTTPError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError("tether serve did not start") from None
+                time.sleep(0.1)
 
 
 def _client(base: str, key: str, ids: list[str], stop_at: float, out: list[float], errors: list[str]) -> None:
@@ -72,7 +74,7 @@ def _client(base: str, key: str, ids: list[str], stop_at: float, out: list[float
     ]
     i = 0
     with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
-        while time.monotonic() < stop_at:
+        while time.monotonic() < stop_at or i < len(paths):  # each path at least once, however short the run
             path = paths[i % len(paths)].format(id=ids[i % len(ids)])
             i += 1
             start = time.perf_counter()
@@ -110,10 +112,12 @@ def _hang_up(sockets: list[socket.socket]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--smoke", action="store_true", help="two seconds of load: every path, no figures to read")
+    parser.add_argument("--smoke", action="store_true", help="half a second of load: every path, no figures to read")
     parser.add_argument("--db", default=None, help="store URL (default: a fresh SQLite file)")
     args = parser.parse_args()
-    seconds = 2.0 if args.smoke else 4.0 if args.quick else 15.0
+    seconds = 0.5 if args.smoke else 4.0 if args.quick else 15.0
+    clients_n, listeners_n, workers_n = (2, 1, 1) if args.smoke else (CLIENTS, LISTENERS, 2)
+    settle = 0.2 if args.smoke else 0.5  # seconds for the listeners to connect, and for the last events to reach them
     folder = Path(tempfile.mkdtemp(prefix="tether-bench-serve-"))
     url = args.db or f"sqlite:///{folder / 'serve.db'}"
     app = tether.App(url)
@@ -123,22 +127,23 @@ def main() -> None:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     server = _serve(url, port)
-    workers = worker_processes(2, url, folder / "w.stats")
-    latencies: list[list[float]] = [[] for _ in range(CLIENTS)]
+    workers = worker_processes(workers_n, url, folder / "w.stats")
+    latencies: list[list[float]] = [[] for _ in range(clients_n)]
     errors: list[str] = []
-    counts = [0] * LISTENERS
+    counts = [0] * listeners_n
     sockets: list[socket.socket] = []
     listeners = [
-        threading.Thread(target=_listener, args=(base, key, counts, i, sockets), daemon=True) for i in range(LISTENERS)
+        threading.Thread(target=_listener, args=(base, key, counts, i, sockets), daemon=True)
+        for i in range(listeners_n)
     ]
     try:
         for t in listeners:
             t.start()
-        time.sleep(0.5)
+        time.sleep(settle)
         stop_at = time.monotonic() + seconds
         clients = [
             threading.Thread(target=_client, args=(base, key, ids, stop_at, latencies[i], errors))
-            for i in range(CLIENTS)
+            for i in range(clients_n)
         ]
         begin = time.perf_counter()
         for t in clients:
@@ -151,7 +156,7 @@ def main() -> None:
         for t in clients:
             t.join()
         elapsed = time.perf_counter() - begin
-        time.sleep(0.5)
+        time.sleep(settle)
     finally:
         _hang_up(sockets)
         for t in listeners:
@@ -164,8 +169,8 @@ def main() -> None:
     flat = sorted(x for lat in latencies for x in lat)
     p99 = flat[int(len(flat) * 0.99) - 1] if flat else float("nan")
     result = {
-        "clients": CLIENTS,
-        "listeners": LISTENERS,
+        "clients": clients_n,
+        "listeners": listeners_n,
         "seconds": seconds,
         "requests": len(flat),
         "requests_per_s": round(len(flat) / elapsed, 1),
@@ -176,7 +181,8 @@ def main() -> None:
         "sse_task_events_min": min(counts),
         "pass": not errors and min(counts) > 0,
     }
-    print(f"{CLIENTS} clients, {LISTENERS} SSE listeners, 2 workers, {seconds:.0f}s on {url.split(':')[0]}")
+    on = url.split(":")[0]
+    print(f"{clients_n} clients, {listeners_n} SSE listeners, {workers_n} workers, {seconds:g}s on {on}")
     print(f"requests: {result['requests']} ({result['requests_per_s']}/s), errors: {result['errors']}")
     print(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms")
     print(f"SSE task events per listener: min {min(counts)}, max {max(counts)} ({started} tasks started)")

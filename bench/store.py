@@ -1,6 +1,7 @@
 """Store benchmark: append latency against a raw SQLite floor, bytes per event, load latency.
 
-Run: ``python bench/store.py`` (``--quick`` for a short run). Prints a table, then
+Run: ``python bench/store.py`` (``--quick`` for a short run, ``--smoke`` for the shortest run through
+every path, whose figures mean nothing). Prints a table, then
 one line of JSON. Everything is measured in the same run, on the same file
 system, with the same journal mode and synchronous setting, so the ratios hold
 on a noisy shared machine where absolute times do not.
@@ -104,11 +105,17 @@ def best(fn: Callable[[], float], rounds: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer iterations (for smoke tests)")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
+    )
     args = parser.parse_args()
-    n_append = 500 if args.quick else 5000
-    rounds = 2 if args.quick else 5
-    sizes = [100, 1000] if args.quick else [100, 1000, 10000]
+    n_append = 20 if args.smoke else 500 if args.quick else 5000
+    rounds = 1 if args.smoke else 2 if args.quick else 5
+    sizes = [20, 100] if args.smoke else [100, 1000] if args.quick else [100, 1000, 10000]
+    loads = 2 if args.smoke else 20  # reads of each task's state (of a 10,000-event one: 5)
     workdir = tempfile.mkdtemp(prefix="tether-bench-")
 
     def fresh(name: str) -> str:
@@ -137,7 +144,7 @@ def main() -> None:
             task_id, added = build(path, n, make)
             sizes_out[name][n] = {
                 "bytes_per_event": added / n,
-                "load_ms": load_latency(path, task_id, 5 if n >= 10000 else 20) * 1000,
+                "load_ms": load_latency(path, task_id, 5 if n >= 10000 else loads) * 1000,
             }
 
     small, large = sizes[0], sizes[-1]

@@ -1,6 +1,7 @@
 """Task reads and bytes benchmark: what a task with many recorded calls costs to store and to read cold.
 
-Run: ``python bench/task_reads.py`` (``--quick``: 10 and 1,000 calls). Prints a table, then one line of JSON.
+Run: ``python bench/task_reads.py`` (``--quick``: 10 and 1,000 calls; ``--smoke``: 10 and 100, each read once,
+for the test suite). Prints a table, then one line of JSON.
 
 For tasks of 10, 1,000, 10,000 and (full mode) 100,000 readonly calls, each returning a ~500-byte
 result, on SQLite:
@@ -111,8 +112,15 @@ def bytes_per_step(folder: str, mode: str, n: int, base: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the shortest run through every path, for the test suite: its figures mean nothing",
+    )
     args = parser.parse_args()
-    sizes = [10, 1_000] if args.quick else [10, 1_000, 10_000, 100_000]
+    sizes = [10, 100] if args.smoke else [10, 1_000] if args.quick else [10, 1_000, 10_000, 100_000]
+    repeat = 1 if args.smoke else 7  # cold reads of each kind, the median counts
+    steps_from = sizes[-1] if args.smoke else 1_000  # bytes per step: from this many on, past a file's fixed cost
     folder = tempfile.mkdtemp(prefix="tether-bench-")
     empty = os.path.join(folder, "empty.db")
     build(empty, 0)
@@ -123,19 +131,19 @@ def main() -> None:
         build(path, n)
         rows[n] = {
             "bytes_per_call": (os.path.getsize(path) - base) / n,
-            "get_output_ms": cold(path, "output", 7) * 1000,
-            "list_tasks_ms": cold(path, "list", 7) * 1000,
-            "state_ms": cold(path, "state", 7) * 1000,
-            "one_call_ms": cold(path, "one call", 7) * 1000,
-            "all_calls_ms": cold(path, "all calls", 3 if n > 10_000 else 7) * 1000,
+            "get_output_ms": cold(path, "output", repeat) * 1000,
+            "list_tasks_ms": cold(path, "list", repeat) * 1000,
+            "state_ms": cold(path, "state", repeat) * 1000,
+            "one_call_ms": cold(path, "one call", repeat) * 1000,
+            "all_calls_ms": cold(path, "all calls", 3 if n > 10_000 else repeat) * 1000,
         }
         os.remove(path)
-    steps = [n for n in sizes if n >= 1_000]
+    steps = [n for n in sizes if n >= steps_from]
     modes = {mode: {n: bytes_per_step(folder, mode, n, base) for n in steps} for mode in ("effect", "chat")}
     big, small = min(sizes[-1], 10_000), sizes[0]
     output_growth = rows[big]["get_output_ms"] / rows[small]["get_output_ms"]
     list_growth = rows[big]["list_tasks_ms"] / rows[small]["list_tasks_ms"]
-    per_step = {"loop": {n: r["bytes_per_call"] for n, r in rows.items() if n >= 1_000}, **modes}
+    per_step = {"loop": {n: r["bytes_per_call"] for n, r in rows.items() if n >= steps_from}, **modes}
     result: dict[str, object] = {
         "sizes": rows,
         "bytes_per_step": per_step,

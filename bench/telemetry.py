@@ -32,7 +32,8 @@ UNCONFIGURED_TARGET = 1.02
 KINDS = (("readonly", True), ("side_effecting", False))
 
 
-def child(src: str, readonly: bool, calls: int) -> None:
+def child(src: str, kinds: str, calls: int) -> None:
+    """Print the seconds per call of each kind in ``kinds`` ("1": readonly, "0": side-effecting), a line each."""
     sys.path.insert(0, src)
     import tether  # noqa: F401  (from ``src``, before _common puts this checkout's first)
 
@@ -40,13 +41,15 @@ def child(src: str, readonly: bool, calls: int) -> None:
     from _common import MESSAGE, recorded_call
 
     with tempfile.TemporaryDirectory() as folder:
-        print(recorded_call(f"sqlite:///{folder}/c.db", calls, readonly=readonly, result=MESSAGE))
+        for i, kind in enumerate(kinds):
+            print(recorded_call(f"sqlite:///{folder}/c{i}.db", calls, readonly=kind == "1", result=MESSAGE))
 
 
-def in_child(src: str, readonly: bool, calls: int) -> float:
-    argv = [sys.executable, __file__, "--child", "1" if readonly else "0", str(calls), "--baseline-src", src]
+def in_child(src: str, readonly: list[bool], calls: int) -> list[float]:
+    kinds = "".join("1" if r else "0" for r in readonly)
+    argv = [sys.executable, __file__, "--child", kinds, str(calls), "--baseline-src", src]
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return float(done.stdout.strip().splitlines()[-1])
+    return [float(line) for line in done.stdout.strip().splitlines()[-len(readonly) :]]
 
 
 def in_process(calls: int, rounds: int) -> dict[str, dict[str, float]]:
@@ -93,7 +96,8 @@ def baseline_src(folder: str) -> str | None:
     return os.path.join(folder, "src")
 
 
-def unconfigured(calls: int, rounds: int, baseline: str | None) -> dict[str, float] | None:
+def unconfigured(calls: int, rounds: int, baseline: str | None, shared: bool) -> dict[str, float] | None:
+    """``shared``: both kinds in one process for each src (the shortest run), else a process each."""
     with tempfile.TemporaryDirectory() as folder:
         before = baseline or baseline_src(folder)
         if before is None:
@@ -102,24 +106,26 @@ def unconfigured(calls: int, rounds: int, baseline: str | None) -> dict[str, flo
         best: dict[str, dict[str, float]] = {}
         for _ in range(rounds):
             for label, src in (("before", before), ("now", now)):
-                for kind, readonly in KINDS:
-                    took = in_child(src, readonly, calls)
-                    row = best.setdefault(label, {})
-                    row[kind] = min(row.get(kind, took), took)
+                groups = [list(KINDS)] if shared else [[k] for k in KINDS]
+                for group in groups:
+                    times = in_child(src, [readonly for _, readonly in group], calls)
+                    for (kind, _), took in zip(group, times, strict=True):
+                        row = best.setdefault(label, {})
+                        row[kind] = min(row.get(kind, took), took)
     return {kind: round(best["now"][kind] / best["before"][kind], 4) for kind, _ in KINDS}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
-    parser.add_argument("--smoke", action="store_true", help="20 calls, one round: figures mean nothing")
+    parser.add_argument("--smoke", action="store_true", help="5 calls, one round: figures mean nothing")
     parser.add_argument("--baseline-src", default=None, help="the src without telemetry to compare against")
     parser.add_argument("--child", nargs=2, metavar=("READONLY", "CALLS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.baseline_src, args.child[0] == "1", int(args.child[1]))
+        child(args.baseline_src, args.child[0], int(args.child[1]))
         return
-    calls, rounds = (20, 1) if args.smoke else (300, 3) if args.quick else (2000, 5)
+    calls, rounds = (5, 1) if args.smoke else (300, 3) if args.quick else (2000, 5)
     best = in_process(calls, rounds)
     result: dict[str, object] = {"calls": calls, "rounds": rounds, "targets": TARGETS}
     passed = True
@@ -129,7 +135,7 @@ def main() -> None:
         result[f"{kind}_sdk_ratio"] = ratio = round(best["sdk"][kind] / off, 4)
         result[f"{kind}_sdk_metrics_ratio"] = round(best["sdk_metrics"][kind] / off, 4)
         passed = passed and ratio <= TARGETS[kind]
-    ratios = unconfigured(calls, rounds, args.baseline_src)
+    ratios = unconfigured(calls, rounds, args.baseline_src, shared=args.smoke)
     result["unconfigured_ratio"] = ratios
     if ratios is not None:
         passed = passed and all(r <= UNCONFIGURED_TARGET for r in ratios.values())

@@ -1,7 +1,7 @@
-"""The benchmarks run (in their quick or smoke mode) and end with one line of JSON: they do not rot.
+"""The benchmarks run (in their smoke mode) and end with one line of JSON: they do not rot.
 
 Timing targets are ratios against a floor measured in the same run; on these shared 2-core
-machines a quick run's ratio is noise for the benchmarks whose margin is a few tens of
+machines a short run's ratio is noise for the benchmarks whose margin is a few tens of
 percent. So for every benchmark the test asserts its own pass/fail value is the verdict its
 own reported numbers give against its documented targets (written out again below, so a
 benchmark that passes itself regardless, or moves its goalposts, fails here). It asserts no
@@ -125,19 +125,13 @@ def _numbers(value: object) -> Iterator[float]:
         yield float(value)
 
 
-# The scripts whose --quick run is long take --smoke: the shortest run through every path (sizes too
-# small for the figures to mean anything, which is not what this test is for).
-SMOKE = {"adk.py", "adk_turns.py", "claims.py", "langgraph_saver.py", "memory.py", "openai_agents.py"}
-SMOKE |= {"peers.py", "pydantic_ai_history.py", "redis.py", "serve.py", "telemetry.py", "timetravel.py"}
-SMOKE |= {"hot_tier.py"}
-
-
+# --smoke: each script's shortest run through every path (sizes too small for the figures to mean
+# anything, which is not what this test is for).
 @pytest.mark.parametrize("script", sorted(VERDICTS))
 def test_bench_runs_and_reports(script: str) -> None:
-    mode = "--smoke" if script in SMOKE else "--quick"
-    done = subprocess.run([sys.executable, str(BENCH / script), mode], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(BENCH / script), "--smoke"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     numbers = list(_numbers(report))
     assert numbers and all(math.isfinite(x) and x >= 0 for x in numbers), report
-    assert report["pass"] is VERDICTS[script](report), report  # None: for sizes a quick run does not reach
+    assert report["pass"] is VERDICTS[script](report), report  # None: for sizes a smoke run does not reach
