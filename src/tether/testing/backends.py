@@ -292,14 +292,12 @@ class PostgresBackend(Backend):
             " WHERE application_name = %s AND pid <> pg_backend_pid()",
             (f"tether:{schema}",),
         )
-        if _catalog(conn, spare) == self._shape.get(self.server):
+        shape = self._shape.get(self.server)
+        if shape is not None and _catalog(conn, spare) == shape:
+            # Its tables and sequences are the fresh schema's: the "rel <name> <kind>" lines of its catalog.
+            rows = [line.split()[1:] for line in shape.splitlines() if line.startswith("rel ")]
             with conn.transaction():
-                rows = conn.execute(
-                    "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                    " WHERE n.nspname = %s AND c.relkind IN ('r', 'S')",
-                    (spare,),
-                ).fetchall()
-                for relname, kind in rows:
+                for relname, kind in [(name, kind) for name, kind in rows if kind in ("r", "S")]:
                     target = sql.Identifier(spare, relname)
                     if kind == "S":
                         qualified = sql.Literal(target.as_string(conn))
