@@ -66,6 +66,33 @@ def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-
         time.sleep(0.05)
 
 
+def _kill_inside_an_effect(tmp: Path, victim: ForkedProcess, timeout: float = 60.0) -> None:
+    """SIGKILL ``victim`` while it is inside an effect (started, not yet done), so that it dies holding
+    the lease of a task it has not finished. Stopped (SIGSTOP) while the sink is read, so what is read
+    is where it stays: a kill timed by a sleep after seeing an effect start landed, on a loaded
+    machine, after the victim had finished its task and held none."""
+    deadline = time.monotonic() + timeout
+    busy = (
+        "SELECT 1 FROM started s WHERE s.pid = ?"
+        " AND NOT EXISTS (SELECT 1 FROM raw r WHERE r.key = s.key AND r.pid = ?)"
+    )
+    while True:
+        assert time.monotonic() < deadline, "the first worker never was inside an effect"
+        victim.send_signal(signal.SIGSTOP)
+        try:
+            conn = sqlite3.connect(tmp / "sink.db", timeout=0.2)  # the stopped victim may hold its write lock
+            inside = conn.execute(busy, (victim.pid, victim.pid)).fetchone() is not None
+            conn.close()
+        except sqlite3.OperationalError:  # no sink yet, or locked by the stopped victim
+            inside = False
+        if inside:
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            return
+        victim.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+
+
 def _stop(procs: list[ForkedProcess]) -> None:
     for proc in procs:
         if proc.poll() is None:
@@ -113,14 +140,7 @@ def test_sigkill_a_worker_mid_task_and_the_others_take_over(
     workers = [_worker(servers, n, env) for n in range(3)]
     try:
         victim = workers[0]
-        _wait_for(
-            lambda: any(pid == victim.pid for (pid,) in _query(tmp_path, "SELECT pid FROM started")),
-            60,
-            "the first worker to start an effect",
-        )
-        time.sleep(0.02)  # inside an effect, most likely
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
+        _kill_inside_an_effect(tmp_path, victim)
         _wait_for_jobs(app, jobs, 90, "every job to complete")
     finally:
         _stop(workers)
