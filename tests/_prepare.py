@@ -1,4 +1,5 @@
-"""What the suite needs from outside the virtualenv, fetched once: Debian's chromium (the inspector's
+"""What the suite needs before it runs: tether's and the tests' bytecode, compiled once; and from
+outside the virtualenv, fetched once: Debian's chromium (the inspector's
 browser tests), the sdist of the installed ``openai-agents`` (the SDK's own session tests), and a
 virtualenv of the dependency floors of the core and of the extras it runs on (tests/unit/test_dependency_floors.py).
 
@@ -116,11 +117,19 @@ def floors() -> Path:
 
 def bytecode() -> None:
     """Compile tether's modules, as pip does for a package it installs (not for an editable one): every
-    process of the suite imports them, the floors' virtualenv too (it installs this same tree)."""
+    process of the suite imports them, the floors' virtualenv too (it installs this same tree). Then
+    the test modules and plugins as pytest loads them (its assertion rewriting, which it caches beside
+    them), by a collection that runs no test: once here, where each of the suite's four processes
+    would otherwise compile all of them at the same time."""
     import compileall
 
     if not compileall.compile_dir(ROOT / "src", quiet=1, workers=0):
         raise Missing("some of tether's modules do not compile")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(collect, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise Missing(f"the suite does not collect: {done.stdout[-3000:]}{done.stderr[-2000:]}")
 
 
 def main() -> int:
