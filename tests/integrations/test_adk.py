@@ -725,6 +725,34 @@ def test_sigkill_while_appending_then_resume(
     check_session(url, {"a": final})
 
 
+@pytest.mark.timeout(300)
+def test_a_read_beside_a_writer_never_shows_app_keys_ahead_of_their_event(
+    tmp_path: Path, make_url: Any, children: tuple[ForkServer, ForkServer]
+) -> None:
+    """Another process appends events whose app: keys change with them; every session read here meanwhile
+    shows the keys of exactly the events it shows (the session and the app's document are read one
+    after the other, and a commit between the two reads must not show through)."""
+    url = make_url(tmp_path)
+    create_shared(url)
+    service = TetherSessionService(tether.App(url))
+    writer = child(children[0], url, "a", 100)
+    reads = 0
+    try:
+        while writer.poll() is None or reads == 0:
+            session = asyncio.run(service.get_session(app_name="shop", user_id="ada", session_id="shared"))
+            assert session is not None
+            stored = texts(session.events)
+            if stored:
+                assert session.state["last_a"] == session.state["app:total_a"] == len(stored) - 1, session.state
+            else:
+                assert "app:total_a" not in session.state, session.state
+            reads += 1
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    assert writer.wait() == 0 and reads > 10, reads
+
+
 @pytest.mark.crash
 @pytest.mark.timeout(300)
 def test_two_processes_append_to_one_session(

@@ -123,6 +123,10 @@ _SHARED_TRIES = 20  # an append whose app:/user: document another writer keeps c
 _STATES_CACHED = 200_000  # sessions whose own state a service keeps, encoded, for list_sessions
 
 
+_CONSISTENT_TRIES = 5
+"""How many times get_session reads a session again when the app's or user's document moved meanwhile."""
+
+
 class TetherSessionService(BaseSessionService):
     """ADK's session service on tether: ``Runner(agent=..., app_name=..., session_service=TetherSessionService(app))``.
 
@@ -298,24 +302,42 @@ class TetherSessionService(BaseSessionService):
         A padded id reads the session of the id stripped, as create_session stores it."""
         key = session_key(app_name, user_id, session_id.strip())
         stream = Stream(self._log, stream_id(key), SESSION_TYPE)
-        row = self._log.store.get_task(self._log.tenant, stream.id)
-        if row is None:
-            return None
-        version = row.version
-        state = self._session_state(stream, version, row.created_at, row.updated_at)
-        if state is None:
-            return None  # its creation has not finished
+        # The session and the app's and user's documents are read one after another, and an event
+        # with app: or user: keys changes them in one transaction: one landing between the reads would
+        # show its keys without its event. So the documents' versions are read before and after, and
+        # the session read again if they moved (a few times at most: a document changed that often
+        # is read as the last try found it).
+        for _ in range(_CONSISTENT_TRIES):
+            shared = self._shared_versions(app_name, user_id)
+            row = self._log.store.get_task(self._log.tenant, stream.id)
+            if row is None:
+                return None
+            version = row.version
+            state = self._session_state(stream, version, row.created_at, row.updated_at)
+            if state is None:
+                return None  # its creation has not finished
+            merged = self._merge(app_name, user_id, state)
+            if self._shared_versions(app_name, user_id) == shared:
+                break
+        assert row is not None  # every try returns on a missing session
         events = self._recent_events(stream, version, config or GetSessionConfig())
         session = AdkSession(
             id=session_id.strip(),
             app_name=app_name,
             user_id=user_id,
-            state=self._merge(app_name, user_id, state),
+            state=merged,
             events=events,
             last_update_time=row.updated_at,
         )
         session._storage_update_marker = marker(version, row.created_at)
         return session
+
+    def _shared_versions(self, app_name: str, user_id: str) -> tuple[int, int]:
+        """The versions of the app's and the user's documents (0: none yet)."""
+        store, tenant = self._log.store, self._log.tenant
+        rows = [store.get_task(tenant, "user:" + d) for d in (app_document(app_name), user_document(app_name, user_id))]
+        app, user = (0 if r is None else r.version for r in rows)
+        return app, user
 
     def _recent_events(self, stream: Stream, version: int, config: GetSessionConfig) -> list[AdkEvent]:
         """The events ``config`` asks for, read by range: the newest ``num_recent_events`` (each
