@@ -142,6 +142,8 @@ def main() -> int:
             print(f"tests/_prepare.py: {name}: {exc}", file=sys.stderr)
         except importlib.metadata.PackageNotFoundError as exc:
             print(f"tests/_prepare.py: {name}: {exc} is not installed", file=sys.stderr)
+        except (subprocess.SubprocessError, OSError) as exc:  # e.g. a step that ran out of time
+            print(f"tests/_prepare.py: {name}: {exc}", file=sys.stderr)
     return 0
 
 

@@ -99,7 +99,8 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pg_url(prefix: str = "t") -> Iterator[str]:
-    """A PostgreSQL URL with a schema of its own, dropped afterwards."""
+    """A PostgreSQL URL with a schema of its own holding tether's tables and no rows (the kit's: put
+    away afterwards, see :class:`tether.testing.PostgresBackend`)."""
     if PG_PROBLEM:
         pytest.skip(PG_PROBLEM)
     from tether.testing import PostgresBackend
@@ -110,7 +111,7 @@ def pg_url(prefix: str = "t") -> Iterator[str]:
 
 def sql_url(backend: str, tmp_path: os.PathLike[str], prefix: str = "t") -> Iterator[str]:
     """A database other processes can open too: a SQLite file (``backend`` "sqlite"), or a
-    PostgreSQL schema of its own, dropped afterwards."""
+    PostgreSQL schema of its own (see :func:`pg_url`)."""
     if backend == "sqlite":
         yield f"sqlite:///{os.path.join(tmp_path, 'tether.db')}"
     else:

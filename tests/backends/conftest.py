@@ -14,7 +14,7 @@ from tests.conftest import sql_url
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[str]:
-    """A SQLite file or a PostgreSQL schema of the test's own (dropped afterwards)."""
+    """A SQLite file or a PostgreSQL schema of the test's own (see tests/conftest.py's ``pg_url``)."""
     yield from sql_url(request.param, tmp_path)
 
 

@@ -96,7 +96,8 @@ def test_the_demo_runs_on_the_floors(python: str, tmp_path: Path) -> None:
 
 @pytest.fixture
 def pg_prefix() -> Iterator[str]:
-    """A schema prefix of this test's own: the kit makes and drops a schema under it for each check;
+    """A schema prefix of this test's own: the kit's checks take schemas under it (dropped when the kit's
+    run ends);
     any left behind (a kit run killed midway) are dropped here."""
     if PG_PROBLEM:
         _unavailable(PG_PROBLEM)

@@ -262,57 +262,71 @@ class PostgresBackend(Backend):
             if self.server not in self._shape:
                 with psycopg.connect(_connection_url(self.server), autocommit=True) as conn:
                     self._shape[self.server] = _catalog(conn, schema)
-        yield self._url(schema)
-        with psycopg.connect(_connection_url(self.server), autocommit=True) as conn:
+        try:
+            yield self._url(schema)
+        finally:
+            self._put_away(schema, prefix)
+
+    def _put_away(self, schema: str, prefix: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        # A bound on every statement: a connection of the test that outlived its end could hold a lock.
+        options = "-c statement_timeout=30000"
+        with psycopg.connect(_connection_url(self.server), autocommit=True, options=options) as conn:
             spare = f"{prefix}_{uuid.uuid4().hex[:12]}"
-            if self._emptied(conn, schema, spare):
-                with self._spares_lock:
-                    if not self._spares:  # the first spare of this process: they go when it ends
-                        atexit.register(_drop_spares, self._spares)
-                    self._spares.setdefault((self.server, prefix), []).append(spare)
+            try:
+                kept = self._emptied(conn, schema, spare)
+            except Exception:
+                kept = False
+            if not kept:
+                for name in (schema, spare):
+                    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+                return
+        with self._spares_lock:
+            if not self._spares:  # the first spare of this process: they go when it ends
+                atexit.register(_drop_spares, self._spares, os.getpid())
+            self._spares.setdefault((self.server, prefix), []).append(spare)
 
     def _emptied(self, conn: Any, schema: str, spare: str) -> bool:
-        """Rename ``schema`` to ``spare``, end every connection still open on it, and delete its rows;
-        True if it is then exactly a freshly migrated schema. Otherwise it is dropped, and False."""
+        """End every connection still open on ``schema``, rename it to ``spare`` and delete its rows; True
+        if it is then exactly a freshly migrated schema (else the caller drops it)."""
         from psycopg import errors, sql
 
         from tether.store.postgres import SCHEMA_VERSION
 
+        # A store the test left open holds its connections until the garbage collector finds it;
+        # they are this namespace's own (tether names each connection by its schema), so they go
+        # with it, and a long run does not exhaust the server's slots. Each is waited for (up to 5 s),
+        # and one that is still there makes the schema dropped, not used again. One a pool opens
+        # again after the rename names a schema that no longer exists.
+        if not _ended(conn, f"tether:{schema}"):
+            return False
         try:
             conn.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(sql.Identifier(schema), sql.Identifier(spare)))
         except errors.InvalidSchemaName:
             return False  # the test dropped it itself
-        # A store the test left open holds its connections until the garbage collector finds it;
-        # they are this namespace's own (tether names each connection by its schema), so they go
-        # with it, and a long run does not exhaust the server's slots. Each is waited for (up to 5 s):
-        # one opened before the rename may hold statements prepared on these very tables. One opened
-        # after it names a schema that no longer exists.
-        conn.execute(
-            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
-            " WHERE application_name = %s AND pid <> pg_backend_pid()",
-            (f"tether:{schema}",),
-        )
+        if not _ended(conn, f"tether:{schema}"):  # opened again between the two
+            return False
         shape = self._shape.get(self.server)
-        if shape is not None and _catalog(conn, spare) == shape:
-            # Its tables and sequences are the fresh schema's: the "rel <name> <kind>" lines of its catalog.
-            rows = [line.split()[1:] for line in shape.splitlines() if line.startswith("rel ")]
-            with conn.transaction():
-                for relname, kind in [(name, kind) for name, kind in rows if kind in ("r", "S")]:
-                    target = sql.Identifier(spare, relname)
-                    if kind == "S":
-                        qualified = sql.Literal(target.as_string(conn))
-                        conn.execute(sql.SQL("SELECT setval({}, 1, false)").format(qualified))
-                    elif relname == "tether_meta":
-                        conn.execute(sql.SQL("DELETE FROM {} WHERE key <> 'schema_version'").format(target))
-                    else:
-                        conn.execute(sql.SQL("DELETE FROM {}").format(target))
-                meta = sql.Identifier(spare, "tether_meta")
-                asked = sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
-                version = conn.execute(asked).fetchone()
-            if version is not None and version[0] == str(SCHEMA_VERSION):
-                return True
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(spare)))
-        return False
+        if shape is None or _catalog(conn, spare) != shape:
+            return False
+        # Its tables and sequences are the fresh schema's: the "rel <name> <kind> ..." lines of its catalog.
+        rows = [line.split()[1:3] for line in shape.splitlines() if line.startswith("rel ")]
+        with conn.transaction():
+            for relname, kind in [(name, kind) for name, kind in rows if kind in ("r", "S")]:
+                target = sql.Identifier(spare, relname)
+                if kind == "S":
+                    qualified = sql.Literal(target.as_string(conn))
+                    conn.execute(sql.SQL("SELECT setval({}, 1, false)").format(qualified))
+                elif relname == "tether_meta":
+                    conn.execute(sql.SQL("DELETE FROM {} WHERE key <> 'schema_version'").format(target))
+                else:
+                    conn.execute(sql.SQL("DELETE FROM {}").format(target))
+            meta = sql.Identifier(spare, "tether_meta")
+            asked = sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
+            version = conn.execute(asked).fetchone()
+        return version is not None and version[0] == str(SCHEMA_VERSION)
 
     def dump(self, url: str, store: Store | None = None) -> object:
         """Every table of the schema, each as a sorted list of its rows (reprs of their values)."""
@@ -339,9 +353,11 @@ class PostgresBackend(Backend):
 
 
 def _catalog(conn: Any, schema: str) -> str:
-    """What ``schema`` holds, as one text with the schema's own name left out: its relations and their
-    columns, types and defaults, constraints, indexes, triggers and functions. Two schemas alike in
-    this are alike for tether."""
+    """What ``schema`` holds, as one text with the schema's own name left out: its relations (their kind,
+    persistence, row security, owner and grants), their columns (type, nullability, default,
+    collation, grants), constraints, indexes (and whether each is valid), sequences' settings, rules,
+    policies, triggers and functions (whole definitions). A test that changes any of these leaves a
+    schema that is not used again."""
     row = conn.execute(
         """
         WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = %(s)s),
@@ -350,18 +366,32 @@ def _catalog(conn: Any, schema: str) -> str:
             WHERE refclassid = 'pg_namespace'::regclass AND refobjid = (SELECT oid FROM ns)
         ),
         rel AS (
-            SELECT c.oid, c.relname, c.relkind FROM member m JOIN pg_class c ON c.oid = m.objid
+            SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.relforcerowsecurity,
+                   c.relowner, c.relacl
+            FROM member m JOIN pg_class c ON c.oid = m.objid
             WHERE m.classid = 'pg_class'::regclass
         )
         SELECT string_agg(line, E'\n' ORDER BY line) FROM (
-            SELECT 'rel ' || relname || ' ' || relkind::text AS line FROM rel
+            SELECT 'rel ' || relname || ' ' || relkind::text || ' ' || concat_ws(' ', relpersistence::text,
+                   relrowsecurity, relforcerowsecurity, relowner::regrole::text, relacl::text) AS line FROM rel
             UNION ALL
             SELECT 'col ' || r.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
                    || ' ' || a.attnotnull || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+                   || ' ' || a.attcollation::regcollation::text || ' ' || coalesce(a.attacl::text, '')
             FROM rel r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
             LEFT JOIN pg_attrdef d ON d.adrelid = r.oid AND d.adnum = a.attnum
             UNION ALL
-            SELECT 'index ' || pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN rel r ON r.oid = i.indrelid
+            SELECT 'index ' || pg_get_indexdef(i.indexrelid) || ' ' || i.indisvalid
+            FROM pg_index i JOIN rel r ON r.oid = i.indrelid
+            UNION ALL
+            SELECT 'sequence ' || r.relname || ' ' || concat_ws(' ', q.seqtypid::regtype::text, q.seqstart,
+                   q.seqincrement, q.seqmax, q.seqmin, q.seqcache, q.seqcycle)
+            FROM pg_sequence q JOIN rel r ON r.oid = q.seqrelid
+            UNION ALL
+            SELECT 'rule ' || pg_get_ruledef(w.oid) FROM pg_rewrite w JOIN rel r ON r.oid = w.ev_class
+            WHERE w.rulename <> '_RETURN'
+            UNION ALL
+            SELECT 'policy ' || r.relname || ' ' || y.polname FROM pg_policy y JOIN rel r ON r.oid = y.polrelid
             UNION ALL
             SELECT 'constraint ' || r.relname || ' ' || pg_get_constraintdef(k.oid)
             FROM pg_constraint k JOIN rel r ON r.oid = k.conrelid
@@ -369,7 +399,8 @@ def _catalog(conn: Any, schema: str) -> str:
             SELECT 'trigger ' || pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text
             FROM pg_trigger t JOIN rel r ON r.oid = t.tgrelid WHERE NOT t.tgisinternal
             UNION ALL
-            SELECT 'function ' || p.proname || ' ' || md5(p.prosrc)
+            SELECT 'function ' || md5(replace(pg_get_functiondef(p.oid), %(s)s, '')) || ' ' || p.proowner::regrole::text
+                   || ' ' || coalesce(p.proacl::text, '')
             FROM member m JOIN pg_proc p ON p.oid = m.objid WHERE m.classid = 'pg_proc'::regclass
         ) AS lines
         """,
@@ -379,11 +410,34 @@ def _catalog(conn: Any, schema: str) -> str:
     return text.replace(f'"{schema}"', "{schema}").replace(schema, "{schema}")
 
 
-def _drop_spares(spares: dict[tuple[str, str], list[str]]) -> None:
-    """At the process's end: drop the spare schemas it kept (a process killed first leaves them)."""
+def _ended(conn: Any, application_name: str, within: float = 5.0) -> bool:
+    """End the server's connections named ``application_name``; True once none of them is left."""
+    pids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application_name,),
+        )
+    ]
+    if not pids:
+        return True
+    conn.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,))
+    deadline = time.monotonic() + within
+    while conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone() is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _drop_spares(spares: dict[tuple[str, str], list[str]], pid: int) -> None:
+    """At the process's end: drop the spare schemas it kept (a process killed first leaves them). Not in
+    a child forked from it, whose spares are its parent's."""
     import psycopg
     from psycopg import sql
 
+    if os.getpid() != pid:
+        return
     for (server, _), names in spares.items():
         if not names:
             continue
