@@ -43,6 +43,8 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -123,8 +125,8 @@ _SHARED_TRIES = 20  # an append whose app:/user: document another writer keeps c
 _STATES_CACHED = 200_000  # sessions whose own state a service keeps, encoded, for list_sessions
 
 
-_CONSISTENT_TRIES = 5
-"""How many times get_session reads a session again when the app's or user's document moved meanwhile."""
+_CONSISTENT_TRIES = 50
+"""How many times get_session reads a session when the app's or user's document moved meanwhile."""
 
 
 class TetherSessionService(BaseSessionService):
@@ -305,9 +307,12 @@ class TetherSessionService(BaseSessionService):
         # The session and the app's and user's documents are read one after another, and an event
         # with app: or user: keys changes them in one transaction: one landing between the reads would
         # show its keys without its event. So the documents' versions are read before and after, and
-        # the session read again if they moved (a few times at most: a document changed that often
-        # is read as the last try found it).
-        for _ in range(_CONSISTENT_TRIES):
+        # the session read again if they moved, after a short random pause (so that a reader beside a
+        # writer that never stops still finds a moment between its commits). A document that moves
+        # at every one of the tries is read as the last try found it.
+        for attempt in range(_CONSISTENT_TRIES):
+            if attempt:
+                await asyncio.sleep(random.uniform(0.0, 0.001 * attempt))
             shared = self._shared_versions(app_name, user_id)
             row = self._log.store.get_task(self._log.tenant, stream.id)
             if row is None:
