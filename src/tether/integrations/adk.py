@@ -179,19 +179,26 @@ class TetherSessionService(BaseSessionService):
             doc = self._documents[doc_id] = self._app.user(doc_id)  # read incrementally from then on
         return doc
 
-    def _shared(self, doc_id: str) -> dict[str, Any]:
-        """A shared document's keys, read without creating the document if it has none."""
-        if doc_id not in self._documents and not Stream(self._log, f"user:{doc_id}", USER_TYPE).exists():
-            return {}
+    def _shared(self, doc_id: str, version: int | None = None) -> dict[str, Any]:
+        """A shared document's keys, read without creating the document if it has none. ``version``: its
+        version as just read (0: none), which spares the read of whether it exists."""
+        if doc_id not in self._documents:
+            if version == 0 or (version is None and not Stream(self._log, f"user:{doc_id}", USER_TYPE).exists()):
+                return {}
         keys: dict[str, Any] = self._document(doc_id).get()
         return keys
 
-    def _merge(self, app_name: str, user_id: str, session_state: dict[str, Any]) -> dict[str, Any]:
+    def _merge(
+        self, app_name: str, user_id: str, session_state: dict[str, Any], versions: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
         """A session's own state with the app's and the user's keys: a copy of its own, which shares
-        no value with the service's documents (a caller may change it)."""
+        no value with the service's documents (a caller may change it). ``versions``: the documents'
+        versions as just read (see :meth:`_shared`)."""
+        app_v, user_v = versions or (None, None)
         merged = dict(session_state)
-        merged.update({State.APP_PREFIX + k: v for k, v in self._shared(app_document(app_name)).items()})
-        merged.update({State.USER_PREFIX + k: v for k, v in self._shared(user_document(app_name, user_id)).items()})
+        merged.update({State.APP_PREFIX + k: v for k, v in self._shared(app_document(app_name), app_v).items()})
+        user_keys = self._shared(user_document(app_name, user_id), user_v)
+        merged.update({State.USER_PREFIX + k: v for k, v in user_keys.items()})
         copied: dict[str, Any] = orjson.loads(orjson.dumps(merged))
         return copied
 
@@ -321,7 +328,7 @@ class TetherSessionService(BaseSessionService):
             state = self._session_state(stream, version, row.created_at, row.updated_at)
             if state is None:
                 return None  # its creation has not finished
-            merged = self._merge(app_name, user_id, state)
+            merged = self._merge(app_name, user_id, state, shared)
             if self._shared_versions(app_name, user_id) == shared:
                 break
         assert row is not None  # every try returns on a missing session
